@@ -1,0 +1,1 @@
+//! ferroccl: a collective-communication runtime in the NCCL mould (see DESIGN.md).

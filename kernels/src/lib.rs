@@ -1,0 +1,1 @@
+//! Reduction and copy primitives for every `ncclDataType_t` × `ncclRedOp_t`.

@@ -1,0 +1,1 @@
+//! InfiniBand/RoCE verbs network plugin (`libnccl-net-ib.so`).

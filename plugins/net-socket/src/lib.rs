@@ -1,0 +1,1 @@
+//! TCP network plugin (`libnccl-net-socket.so`).
