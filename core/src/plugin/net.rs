@@ -1,0 +1,125 @@
+//! The one internal view of a loaded network plugin.
+//!
+//! Every `ncclNet_vN` version (v6 … v12) is adapted behind [`NetPlugin`], so the
+//! rest of `core` (transport, proxy, bootstrap, conformance suite) never sees a
+//! version number. Semantics are those of the newest version (v12) as described in
+//! `shared/reference/nccl-plugin-abi.md` §1.5; adapters for older versions
+//! translate (e.g. `size_t` → `int` with range checks, v10's `connect(config)`,
+//! the shared pre-v11 context, clearing the v9+ `*request == 1` hint for v6–v8).
+//!
+//! Raw handles ([`RawComm`], [`RawMr`], [`RawRequest`]) are the plugin's own
+//! opaque pointers. They are `Send` because NCCL's contract lets any one thread at
+//! a time drive a comm; callers keep that discipline.
+
+use std::ffi::c_void;
+use std::path::PathBuf;
+
+pub use ferroccl_plugin_api::sdk::{CommConfig, Properties, PtrType};
+pub use ferroccl_plugin_api::{NetError, NetResult};
+
+/// The 128-byte listen handle (`NCCL_NET_HANDLE_MAXSIZE`).
+pub type NetHandle = [u8; 128];
+
+macro_rules! raw_handle {
+    ($(#[$m:meta])* $name:ident) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub struct $name(pub *mut c_void);
+        // SAFETY: an opaque plugin pointer; NCCL's contract allows any one thread
+        // at a time to use it, which callers of `NetPlugin` uphold.
+        unsafe impl Send for $name {}
+        // SAFETY: sharing the pointer value is harmless; calls through it follow
+        // the one-thread-at-a-time rule above.
+        unsafe impl Sync for $name {}
+    };
+}
+
+raw_handle!(
+    /// A per-communicator plugin context (v11+ `ctx`; synthesised for older versions).
+    RawCtx
+);
+raw_handle!(
+    /// A `listenComm`, `sendComm` or `recvComm`.
+    RawComm
+);
+raw_handle!(
+    /// A memory registration (`mhandle`).
+    RawMr
+);
+raw_handle!(
+    /// An outstanding request.
+    RawRequest
+);
+
+/// What was loaded, for logs, `ferroccl-info` and the cross-rank agreement check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetInfo {
+    /// The vtable's `name` field (e.g. `"Socket"`, `"IB"`).
+    pub name: String,
+    /// The `ncclNetPlugin_vN` version found (6 … 12).
+    pub version: u32,
+    /// The file the library was loaded from (resolved path where known).
+    pub path: PathBuf,
+    /// The `ncclCollNetPlugin_vN` version, if the library exports one.
+    pub collnet_version: Option<u32>,
+}
+
+/// One receive buffer of a (grouped) `irecv`.
+#[derive(Debug, Clone, Copy)]
+pub struct RecvSlot {
+    /// Destination address.
+    pub data: *mut u8,
+    /// Posted (maximum) size in bytes.
+    pub size: usize,
+    /// Tag selecting this buffer (NCCL: the sender's rank).
+    pub tag: i32,
+    /// Registration of `data`, if any.
+    pub mr: Option<RawMr>,
+}
+
+/// A loaded, initialised network plugin of any version (newest semantics).
+///
+/// All methods return [`NetError`] built from the plugin's `ncclResult_t` with a
+/// message naming the plugin and the call, or from a check the adapter made
+/// (e.g. a size above the version's limit gives `InvalidArgument`).
+pub trait NetPlugin: Send + Sync {
+    /// Name, version and file of the plugin.
+    fn info(&self) -> &NetInfo;
+    /// A per-communicator context (`init` for v11+, shared refcounted init before).
+    fn init_ctx(&self, comm_id: u64, config: &CommConfig) -> NetResult<RawCtx>;
+    /// Releases a context (`finalize`).
+    fn finalize_ctx(&self, ctx: RawCtx) -> NetResult<()>;
+    /// Number of devices.
+    fn devices(&self) -> NetResult<usize>;
+    /// Properties of `dev`, converted to the newest layout (pre-v9 fields get
+    /// NCCL's assumed values: `maxP2pBytes` 2^30, `maxCollBytes` 2^29, …).
+    fn properties(&self, dev: usize) -> NetResult<Properties>;
+    /// `listen`: fills `handle`, returns the listenComm (never NULL on success).
+    fn listen(&self, ctx: RawCtx, dev: usize, handle: &mut NetHandle) -> NetResult<RawComm>;
+    /// `connect`: `Ok(None)` until ready; call again with the same `handle`.
+    fn connect(&self, ctx: RawCtx, dev: usize, handle: &mut NetHandle) -> NetResult<Option<RawComm>>;
+    /// `accept`: `Ok(None)` until a connection is ready.
+    fn accept(&self, listen: RawComm) -> NetResult<Option<RawComm>>;
+    /// `regMr` on a send or recv comm.
+    fn reg_mr(&self, comm: RawComm, data: *mut u8, size: usize, ty: PtrType) -> NetResult<RawMr>;
+    /// `deregMr`.
+    fn dereg_mr(&self, comm: RawComm, mr: RawMr) -> NetResult<()>;
+    /// `isend`: `Ok(None)` = plugin busy, retry later.
+    fn isend(&self, comm: RawComm, data: *mut u8, size: usize, tag: i32, mr: Option<RawMr>) -> NetResult<Option<RawRequest>>;
+    /// `irecv` of `slots.len()` buffers. `optional_completion` stores
+    /// `NCCL_NET_OPTIONAL_RECV_COMPLETION` in `*request` first (v9+ only; cleared for older).
+    fn irecv(&self, comm: RawComm, slots: &[RecvSlot], optional_completion: bool) -> NetResult<Option<RawRequest>>;
+    /// `iflush`; `Ok(None)` when the plugin has nothing to flush.
+    fn iflush(&self, comm: RawComm, slots: &[RecvSlot]) -> NetResult<Option<RawRequest>>;
+    /// `test`: `Ok(Some(n))` when done, with sizes written to `sizes[..n]`
+    /// (`sizes` may be empty to pass NULL, as NCCL's bootstrap does).
+    fn test(&self, req: RawRequest, sizes: &mut [usize]) -> NetResult<bool>;
+    /// `closeSend`.
+    fn close_send(&self, comm: RawComm) -> NetResult<()>;
+    /// `closeRecv`.
+    fn close_recv(&self, comm: RawComm) -> NetResult<()>;
+    /// `closeListen`.
+    fn close_listen(&self, listen: RawComm) -> NetResult<()>;
+    /// Whether `regMrDmaBuf` is present (slot non-NULL).
+    fn has_dmabuf(&self) -> bool;
+}
