@@ -111,7 +111,7 @@ pub trait NetPlugin: Send + Sync {
     fn irecv(&self, comm: RawComm, slots: &[RecvSlot], optional_completion: bool) -> NetResult<Option<RawRequest>>;
     /// `iflush`; `Ok(None)` when the plugin has nothing to flush.
     fn iflush(&self, comm: RawComm, slots: &[RecvSlot]) -> NetResult<Option<RawRequest>>;
-    /// `test`: `Ok(Some(n))` when done, with sizes written to `sizes[..n]`
+    /// `test`: `Ok(true)` when done, with the sizes written to `sizes[..n]`
     /// (`sizes` may be empty to pass NULL, as NCCL's bootstrap does).
     fn test(&self, req: RawRequest, sizes: &mut [usize]) -> NetResult<bool>;
     /// `closeSend`.
