@@ -1,0 +1,1 @@
+//! In-process loopback test plugin built with the SDK.
