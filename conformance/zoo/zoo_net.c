@@ -1,0 +1,564 @@
+/*
+ * The conformance "zoo": one small TCP network plugin in plain C with the
+ * ncclNet_v8 layout (shared/reference/nccl-plugin-abi.md §1.2, §1.3), compiled
+ * once per fault switch into testing/zoo-* cdylibs. ZOO_FAULT_NONE is the correct
+ * control; every other switch plants exactly one contract violation that one
+ * conformance check is meant to catch:
+ *
+ *   ZOO_FAULT_BLOCK_CONNECT   connect() blocks waiting for a reply only accept() sends
+ *   ZOO_FAULT_WRONG_SIZES     test() reports the posted receive size, not the true size
+ *   ZOO_FAULT_REORDER         an incoming message lands in the newest posted receive
+ *   ZOO_FAULT_CORRUPT         one byte past 1 MiB of a received message is flipped
+ *   ZOO_FAULT_NULL_NAME       the vtable's name is NULL
+ *   ZOO_FAULT_LEAK_FD         closeSend/closeRecv never close the socket
+ *   ZOO_FAULT_HANG_PEER_DEATH end-of-file / EPIPE from a dead peer is treated as "try again"
+ *
+ * Wire protocol: the handle holds a sockaddr_in (offset 0) of a listening TCP
+ * socket on 127.0.0.1 and a magic (offset 16); offsets 24..32 hold the connector's
+ * retry state (NCCL calls connect again with the same handle buffer). A connection
+ * starts with the 8-byte magic; each message is an 8-byte size followed by the
+ * payload. All sockets are non-blocking; all I/O happens inside test().
+ *
+ * The vtable is copied at load time into the data symbol `ncclNetPlugin_v8`, which
+ * the Rust cdylib defines and exports (a C symbol inside a Rust cdylib would be
+ * hidden by rustc's version script).
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef enum {
+  ncclSuccess = 0,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6
+} ncclResult_t;
+
+typedef void (*ncclDebugLogger_t)(int level, unsigned long flags, const char* file, int line, const char* fmt, ...);
+
+typedef struct {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  int netDeviceType;
+  int netDeviceVersion;
+} ncclNetProperties_v8_t;
+
+typedef struct {
+  int netDeviceType;
+  int netDeviceVersion;
+  void* handle;
+  size_t size;
+  int needsProxyProgress;
+} ncclNetDeviceHandle_v8_t;
+
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(ncclDebugLogger_t logFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v8_t* props);
+  ncclResult_t (*listen)(int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v8_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm, ncclNetDeviceHandle_v8_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, int size, int tag, void* mhandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+} ncclNet_v8_t;
+
+#define ZOO_MAGIC 0x7a6f6f2d6e657421ULL /* "zoo-net!" */
+#define ZOO_MAX_REQUESTS 32
+#define ZOO_MR_MAGIC 0x6d72u
+
+static ncclDebugLogger_t zoo_log = NULL;
+
+#define ZOO_WARN(...)                                        \
+  do {                                                       \
+    if (zoo_log) zoo_log(2, ~0UL, __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+#define ZOO_INFO(...)                                        \
+  do {                                                       \
+    if (zoo_log) zoo_log(3, 0x10UL, __func__, __LINE__, __VA_ARGS__); \
+  } while (0)
+
+struct zoo_handle {
+  struct sockaddr_in addr; /* 0..16 */
+  uint64_t magic;          /* 16..24 */
+  uint32_t stage;          /* 24: connector retry state */
+  int32_t fd;              /* 28: connector's socket while stage == 1 */
+};
+
+struct zoo_listen {
+  int fd;
+  int pending_fd;
+  int pending_got;
+  unsigned char pending_buf[8];
+};
+
+enum { REQ_FREE = 0, REQ_POSTED, REQ_IO, REQ_DONE, REQ_FAILED };
+
+struct zoo_comm;
+
+struct zoo_req {
+  int state;
+  uint64_t seq;
+  struct zoo_comm* comm;
+  char* data;
+  size_t size;      /* posted size */
+  size_t true_size; /* bytes of the message (recv: from the header) */
+  size_t off;       /* payload bytes done */
+  unsigned char hdr[8];
+  int hdr_off;
+};
+
+struct zoo_comm {
+  int fd;
+  int is_send;
+  uint64_t next_seq;
+  struct zoo_req* cur; /* request whose I/O is in progress */
+  struct zoo_req reqs[ZOO_MAX_REQUESTS];
+};
+
+struct zoo_mr {
+  unsigned magic;
+};
+
+static ncclResult_t zoo_init(ncclDebugLogger_t logFunction) {
+  zoo_log = logFunction;
+  ZOO_INFO("zoo net plugin initialised (%s)", ZOO_FAULT_NAME);
+  return ncclSuccess;
+}
+
+static ncclResult_t zoo_devices(int* ndev) {
+  *ndev = 1;
+  return ncclSuccess;
+}
+
+static ncclResult_t zoo_get_properties(int dev, ncclNetProperties_v8_t* props) {
+  if (dev != 0) return ncclInvalidArgument;
+  memset(props, 0, sizeof(*props));
+  props->name = (char*)"lo";
+  props->pciPath = NULL;
+  props->guid = 0;
+  props->ptrSupport = 1; /* NCCL_PTR_HOST */
+  props->regIsGlobal = 0;
+  props->speed = 10000;
+  props->port = 0;
+  props->latency = 0;
+  props->maxComms = 1024;
+  props->maxRecvs = 1;
+  props->netDeviceType = 0;
+  props->netDeviceVersion = 0;
+  return ncclSuccess;
+}
+
+static ncclResult_t zoo_listen(int dev, void* handle, void** listenComm) {
+  if (dev != 0) return ncclInvalidArgument;
+  struct zoo_handle* h = (struct zoo_handle*)handle;
+  memset(h, 0, sizeof(*h));
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ncclSystemError;
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof a);
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (bind(fd, (struct sockaddr*)&a, sizeof a) != 0 || listen(fd, 128) != 0 ||
+      getsockname(fd, (struct sockaddr*)&a, &len) != 0) {
+    close(fd);
+    return ncclSystemError;
+  }
+  struct zoo_listen* l = calloc(1, sizeof *l);
+  if (!l) {
+    close(fd);
+    return ncclSystemError;
+  }
+  l->fd = fd;
+  l->pending_fd = -1;
+  h->addr = a;
+  h->magic = ZOO_MAGIC;
+  h->stage = 0;
+  h->fd = -1;
+  *listenComm = l;
+  return ncclSuccess;
+}
+
+static struct zoo_comm* new_comm(int fd, int is_send) {
+  struct zoo_comm* c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->fd = fd;
+  c->is_send = is_send;
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return c;
+}
+
+static ncclResult_t zoo_connect(int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v8_t** sendDevComm) {
+  (void)dev;
+  struct zoo_handle* h = (struct zoo_handle*)handle;
+  *sendComm = NULL;
+  if (sendDevComm) *sendDevComm = NULL;
+  if (h->magic != ZOO_MAGIC) return ncclInvalidArgument;
+#ifdef ZOO_FAULT_BLOCK_CONNECT
+  /* Fault: a blocking handshake that waits for a byte only accept() would send. */
+  {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ncclSystemError;
+    if (connect(fd, (struct sockaddr*)&h->addr, sizeof h->addr) != 0) {
+      close(fd);
+      return ncclSystemError;
+    }
+    char ack;
+    while (recv(fd, &ack, 1, 0) < 0 && errno == EINTR) {
+    }
+    close(fd);
+    return ncclSystemError;
+  }
+#endif
+  if (h->stage == 0) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return ncclSystemError;
+    if (connect(fd, (struct sockaddr*)&h->addr, sizeof h->addr) != 0 && errno != EINPROGRESS) {
+      ZOO_WARN("zoo: connect failed: %s", strerror(errno));
+      close(fd);
+      return ncclSystemError;
+    }
+    h->fd = fd;
+    h->stage = 1;
+  }
+  struct pollfd p = {.fd = h->fd, .events = POLLOUT, .revents = 0};
+  if (poll(&p, 1, 0) <= 0) return ncclSuccess; /* not yet: call again */
+  int err = 0;
+  socklen_t elen = sizeof err;
+  getsockopt(h->fd, SOL_SOCKET, SO_ERROR, &err, &elen);
+  int fd = h->fd;
+  h->stage = 0;
+  h->fd = -1;
+  if (err != 0) {
+    close(fd);
+    return ncclSystemError;
+  }
+  uint64_t magic = ZOO_MAGIC;
+  if (send(fd, &magic, sizeof magic, MSG_NOSIGNAL) != (ssize_t)sizeof magic) {
+    close(fd);
+    return ncclSystemError;
+  }
+  struct zoo_comm* c = new_comm(fd, 1);
+  if (!c) {
+    close(fd);
+    return ncclSystemError;
+  }
+  *sendComm = c;
+  return ncclSuccess;
+}
+
+static ncclResult_t zoo_accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v8_t** recvDevComm) {
+  struct zoo_listen* l = (struct zoo_listen*)listenComm;
+  *recvComm = NULL;
+  if (recvDevComm) *recvDevComm = NULL;
+  if (l->pending_fd < 0) {
+    int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return ncclSuccess;
+      return ncclSystemError;
+    }
+    l->pending_fd = fd;
+    l->pending_got = 0;
+  }
+  while (l->pending_got < 8) {
+    ssize_t n = recv(l->pending_fd, l->pending_buf + l->pending_got, 8 - l->pending_got, 0);
+    if (n > 0) {
+      l->pending_got += (int)n;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return ncclSuccess;
+    /* A stray client went away before sending the magic: drop it, keep listening. */
+    close(l->pending_fd);
+    l->pending_fd = -1;
+    return ncclSuccess;
+  }
+  uint64_t magic;
+  memcpy(&magic, l->pending_buf, 8);
+  int fd = l->pending_fd;
+  l->pending_fd = -1;
+  if (magic != ZOO_MAGIC) {
+    ZOO_INFO("zoo: dropping a connection with a bad magic");
+    close(fd);
+    return ncclSuccess;
+  }
+  struct zoo_comm* c = new_comm(fd, 0);
+  if (!c) {
+    close(fd);
+    return ncclSystemError;
+  }
+  *recvComm = c;
+  return ncclSuccess;
+}
+
+static ncclResult_t zoo_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
+  (void)comm;
+  (void)data;
+  (void)size;
+  if (type != 1) return ncclInternalError;
+  struct zoo_mr* mr = malloc(sizeof *mr);
+  if (!mr) return ncclSystemError;
+  mr->magic = ZOO_MR_MAGIC;
+  *mhandle = mr;
+  return ncclSuccess;
+}
+
+static ncclResult_t zoo_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                                      void** mhandle) {
+  (void)comm; (void)data; (void)size; (void)type; (void)offset; (void)fd; (void)mhandle;
+  return ncclInternalError;
+}
+
+static ncclResult_t zoo_dereg_mr(void* comm, void* mhandle) {
+  (void)comm;
+  struct zoo_mr* mr = (struct zoo_mr*)mhandle;
+  if (mr == NULL || mr->magic != ZOO_MR_MAGIC) return ncclInternalError;
+  mr->magic = 0;
+  free(mr);
+  return ncclSuccess;
+}
+
+static struct zoo_req* post(struct zoo_comm* c, void* data, size_t size) {
+  for (int i = 0; i < ZOO_MAX_REQUESTS; i++) {
+    struct zoo_req* r = &c->reqs[i];
+    if (r->state != REQ_FREE) continue;
+    memset(r, 0, sizeof *r);
+    r->state = REQ_POSTED;
+    r->seq = c->next_seq++;
+    r->comm = c;
+    r->data = data;
+    r->size = size;
+    return r;
+  }
+  return NULL; /* back-pressure: the caller retries */
+}
+
+static ncclResult_t zoo_isend(void* sendComm, void* data, int size, int tag, void* mhandle, void** request) {
+  (void)tag;
+  (void)mhandle;
+  struct zoo_comm* c = (struct zoo_comm*)sendComm;
+  if (!c->is_send || size < 0) return ncclInternalError;
+  *request = post(c, data, (size_t)size);
+  if (*request) ((struct zoo_req*)*request)->true_size = (size_t)size;
+  return ncclSuccess;
+}
+
+static ncclResult_t zoo_irecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
+                              void** request) {
+  (void)tags;
+  (void)mhandles;
+  struct zoo_comm* c = (struct zoo_comm*)recvComm;
+  if (c->is_send || n != 1 || sizes[0] < 0) return ncclInternalError;
+  *request = post(c, data[0], (size_t)sizes[0]);
+  return ncclSuccess;
+}
+
+static ncclResult_t zoo_iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+  (void)recvComm; (void)n; (void)data; (void)sizes; (void)mhandles;
+  *request = NULL; /* host memory: nothing to flush */
+  return ncclSuccess;
+}
+
+/* Picks the next request to do I/O for: the oldest posted one (the contract);
+ * with ZOO_FAULT_REORDER a receive picks the newest. */
+static struct zoo_req* next_io(struct zoo_comm* c) {
+  struct zoo_req* best = NULL;
+  for (int i = 0; i < ZOO_MAX_REQUESTS; i++) {
+    struct zoo_req* r = &c->reqs[i];
+    if (r->state != REQ_POSTED) continue;
+#ifdef ZOO_FAULT_REORDER
+    if (!c->is_send) {
+      if (best == NULL || r->seq > best->seq) best = r;
+      continue;
+    }
+#endif
+    if (best == NULL || r->seq < best->seq) best = r;
+  }
+  return best;
+}
+
+static int would_block(ssize_t n) {
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+}
+
+/* 1: progress possible, 0: would block, -1: error (peer gone). */
+static int peer_gone(ssize_t n) {
+#ifdef ZOO_FAULT_HANG_PEER_DEATH
+  (void)n;
+  return 0; /* Fault: EOF / EPIPE are treated as "no data yet", forever. */
+#else
+  return n == 0 || (n < 0 && !would_block(n));
+#endif
+}
+
+static ncclResult_t progress(struct zoo_comm* c) {
+  for (;;) {
+    if (c->cur == NULL) {
+      c->cur = next_io(c);
+      if (c->cur == NULL) return ncclSuccess;
+      c->cur->state = REQ_IO;
+      if (c->is_send) {
+        uint64_t sz = c->cur->size;
+        memcpy(c->cur->hdr, &sz, 8);
+      }
+    }
+    struct zoo_req* r = c->cur;
+    while (r->hdr_off < 8) {
+      ssize_t n = c->is_send ? send(c->fd, r->hdr + r->hdr_off, 8 - r->hdr_off, MSG_NOSIGNAL)
+                             : recv(c->fd, r->hdr + r->hdr_off, 8 - r->hdr_off, 0);
+      if (n > 0) {
+        r->hdr_off += (int)n;
+        continue;
+      }
+      if (peer_gone(n)) {
+        r->state = REQ_FAILED;
+        c->cur = NULL;
+        return ncclSystemError;
+      }
+      return ncclSuccess;
+    }
+    if (!c->is_send && r->off == 0 && r->true_size == 0) {
+      uint64_t sz;
+      memcpy(&sz, r->hdr, 8);
+      if (sz > r->size) {
+        ZOO_WARN("zoo: message of %llu bytes does not fit the posted %zu bytes", (unsigned long long)sz, r->size);
+        r->state = REQ_FAILED;
+        c->cur = NULL;
+        return ncclInvalidUsage;
+      }
+      r->true_size = sz;
+    }
+    while (r->off < r->true_size) {
+      ssize_t n = c->is_send ? send(c->fd, r->data + r->off, r->true_size - r->off, MSG_NOSIGNAL)
+                             : recv(c->fd, r->data + r->off, r->true_size - r->off, 0);
+      if (n > 0) {
+        r->off += (size_t)n;
+        continue;
+      }
+      if (peer_gone(n)) {
+        r->state = REQ_FAILED;
+        c->cur = NULL;
+        return ncclSystemError;
+      }
+      return ncclSuccess;
+    }
+#ifdef ZOO_FAULT_CORRUPT
+    if (!c->is_send && r->true_size > (1u << 20)) r->data[(1u << 20) + 3] ^= 0x5a;
+#endif
+    r->state = REQ_DONE;
+    c->cur = NULL;
+  }
+}
+
+static ncclResult_t zoo_test(void* request, int* done, int* sizes) {
+  struct zoo_req* r = (struct zoo_req*)request;
+  *done = 0;
+  if (r == NULL || r->state == REQ_FREE) return ncclInternalError;
+  ncclResult_t res = progress(r->comm);
+  if (r->state == REQ_FAILED) {
+    r->state = REQ_FREE;
+    return res != ncclSuccess ? res : ncclSystemError;
+  }
+  if (res != ncclSuccess) return res;
+  if (r->state != REQ_DONE) return ncclSuccess;
+  *done = 1;
+  if (sizes) {
+#ifdef ZOO_FAULT_WRONG_SIZES
+    sizes[0] = (int)(r->comm->is_send ? r->true_size : r->size);
+#else
+    sizes[0] = (int)r->true_size;
+#endif
+  }
+  r->state = REQ_FREE;
+  return ncclSuccess;
+}
+
+static ncclResult_t close_comm(void* comm) {
+  struct zoo_comm* c = (struct zoo_comm*)comm;
+  if (c == NULL) return ncclSuccess;
+#ifndef ZOO_FAULT_LEAK_FD
+  close(c->fd);
+#endif
+  free(c);
+  return ncclSuccess;
+}
+
+static ncclResult_t zoo_close_listen(void* listenComm) {
+  struct zoo_listen* l = (struct zoo_listen*)listenComm;
+  if (l == NULL) return ncclSuccess;
+  if (l->pending_fd >= 0) close(l->pending_fd);
+  close(l->fd);
+  free(l);
+  return ncclSuccess;
+}
+
+static const ncclNet_v8_t zoo_net = {
+#ifdef ZOO_FAULT_NULL_NAME
+    .name = NULL,
+#else
+    .name = "Zoo",
+#endif
+    .init = zoo_init,
+    .devices = zoo_devices,
+    .getProperties = zoo_get_properties,
+    .listen = zoo_listen,
+    .connect = zoo_connect,
+    .accept = zoo_accept,
+    .regMr = zoo_reg_mr,
+    .regMrDmaBuf = zoo_reg_mr_dmabuf,
+    .deregMr = zoo_dereg_mr,
+    .isend = zoo_isend,
+    .irecv = zoo_irecv,
+    .iflush = zoo_iflush,
+    .test = zoo_test,
+    .closeSend = close_comm,
+    .closeRecv = close_comm,
+    .closeListen = zoo_close_listen,
+    .getDeviceMr = NULL,
+    .irecvConsumed = NULL,
+};
+
+/* Defined (and exported) by the Rust cdylib: 152 bytes, 8-aligned. */
+extern unsigned char ncclNetPlugin_v8[];
+
+__attribute__((constructor)) static void zoo_publish_vtable(void) {
+  memcpy(ncclNetPlugin_v8, &zoo_net, sizeof zoo_net);
+}
+
+_Static_assert(sizeof(ncclNet_v8_t) == 152, "ncclNet_v8_t is 152 bytes (reference §1.3)");
+_Static_assert(sizeof(ncclNetProperties_v8_t) == 64, "ncclNetProperties_v8_t is 64 bytes (reference §1.2)");
+_Static_assert(sizeof(struct zoo_handle) <= 128, "handle fits NCCL_NET_HANDLE_MAXSIZE");
+
+/* Referenced from the Rust side so the linker keeps this object (and its constructor). */
+void zoo_net_anchor(void) {}
