@@ -1,47 +1,29 @@
-//! NCCL 2.30.7 plugin C ABI. STUB: being filled in (issue 2); the names below are final.
+//! NCCL 2.30.7 plugin C ABI: `#[repr(C)]` vtables, structs and constants for
+//! the net, collnet, tuner, profiler and env plugin APIs, exactly as laid out in
+//! `shared/reference/nccl-plugin-abi.md` §1–§4 (x86-64 / aarch64 Linux, LP64).
+//!
+//! Every struct's size and every field's offset (vtable slots included) is pinned
+//! by a `const` assertion next to its definition, so a layout mistake is a
+//! compile error. C enums whose values can come from C (`ncclResult_t`,
+//! `ncclDataType_t`, `ncclRedOp_t`, `ncclFunc_t`, …) are `#[repr(transparent)]`
+//! wrappers of `i32` with associated constants, never Rust enums, so an unknown
+//! value is not undefined behaviour. Vtable slots are
+//! `Option<unsafe extern "C" fn(..) -> ncclResult_t>` (`None` ⇔ NULL).
+//!
+//! Everything is re-exported flat from this module; the submodules only group
+//! the definitions by plugin API.
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
 
-/// `ncclResult_t` (`src/nccl.h.in`), a 4-byte C enum.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ncclResult_t {
-    ncclSuccess = 0,
-    ncclUnhandledCudaError = 1,
-    ncclSystemError = 2,
-    ncclInternalError = 3,
-    ncclInvalidArgument = 4,
-    ncclInvalidUsage = 5,
-    ncclRemoteError = 6,
-    ncclInProgress = 7,
-    ncclTimeout = 8,
-}
+mod collnet;
+mod common;
+mod env;
+mod net;
+mod profiler;
+mod tuner;
 
-pub const NCCL_NET_HANDLE_MAXSIZE: usize = 128;
-pub const NCCL_PTR_HOST: i32 = 0x1;
-pub const NCCL_PTR_CUDA: i32 = 0x2;
-pub const NCCL_PTR_DMABUF: i32 = 0x4;
-pub const NCCL_NET_DEVICE_HOST: i32 = 0;
-pub const NCCL_NET_DEVICE_INVALID_VERSION: i32 = 0;
-pub const MAX_NET_SIZE: usize = 1 << 30;
-pub const MAX_COLLNET_SIZE: usize = 1 << 29;
-pub const NCCL_NET_ID_UNDEF: i32 = -1;
-pub const NCCL_NET_TRAFFIC_CLASS_UNDEF: i32 = -1;
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ncclNetCommAttr_v12_t {
-    pub maxConcurrentPeers: i32,
-    pub minConcurrentPeers: i32,
-    pub maxFlowsPerPeer: i32,
-    pub minFlowsPerPeer: i32,
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ncclNetAttr_v12_t {
-    pub sendCommAttr: ncclNetCommAttr_v12_t,
-    pub recvCommAttr: ncclNetCommAttr_v12_t,
-    pub op: u32,
-    pub algo: u32,
-    pub proto: u32,
-}
+pub use collnet::*;
+pub use common::*;
+pub use env::*;
+pub use net::*;
+pub use profiler::*;
+pub use tuner::*;
