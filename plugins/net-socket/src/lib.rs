@@ -1,1 +1,2 @@
 //! TCP network plugin (`libnccl-net-socket.so`).
+pub mod proto;
