@@ -1,1 +1,42 @@
 //! Reduction and copy primitives for every `ncclDataType_t` × `ncclRedOp_t`.
+//!
+//! The ring executor works on byte buffers (user buffers, FIFO slots), so every
+//! primitive here takes `&[u8]` / `&mut [u8]` plus a [`DataType`]. Buffers need not
+//! be aligned; lengths must be a multiple of [`DataType::size`] and equal between
+//! operands (otherwise [`KernelError`]).
+//!
+//! How NCCL applies a reduction (`hostToDevRedOp` in `src/enqueue.cc`) and how to
+//! reproduce it with this crate:
+//!
+//! * [`RedOp`] is the user-visible `ncclRedOp_t`; [`DevRedOp::new`] lowers it for a
+//!   datatype and rank count exactly like NCCL: `ncclAvg` becomes *PreMulSum by
+//!   `1/nranks`* for floating types and *Sum then divide by `nranks`* (`SumPostDiv`)
+//!   for integer types; `PreMulSum(s)` multiplies every rank's input by `s`.
+//! * Executor recipe: whenever a rank's own user input enters the pipeline, apply
+//!   the pre-op (`Backend::pre_op`, or the fused `Backend::reduce` with
+//!   [`Pre::B`]); combine with `Backend::reduce`/`Backend::reduce_inplace`; when
+//!   the fully reduced value is final, apply `Backend::post_op` (integer average
+//!   division; a no-op otherwise). Data received from a peer already had its
+//!   pre-op applied by that peer and must not get it again.
+//!
+//! Semantics (match NCCL's device code):
+//! * integers: `+`/`*` wrap (two's complement); `max`/`min` ordinary; integer avg
+//!   divides the wrapped sum, truncating toward zero;
+//! * floats: IEEE `+`/`*`; `max`/`min` follow C `fmax`/`fmin` (what NCCL calls):
+//!   if exactly one operand is NaN the other is returned, NaN only if both are;
+//! * float16 / bfloat16: each operation is computed in `f32` and rounded to nearest
+//!   even back to 16 bits after *every* operation (including after the pre-multiply),
+//!   which equals NCCL's native `__hadd`/`__hmul` results bit for bit.
+
+mod backend;
+mod cpu;
+mod dtype;
+mod error;
+mod op;
+pub mod reference;
+
+pub use backend::{Backend, Pre};
+pub use cpu::{CpuBackend, Reducer};
+pub use dtype::DataType;
+pub use error::KernelError;
+pub use op::{Combine, DevRedOp, RedOp, Scalar};

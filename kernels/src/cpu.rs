@@ -1,0 +1,454 @@
+//! The vectorisable CPU implementation.
+//!
+//! Every primitive walks its byte buffers in fixed-size chunks of [`CHUNK_BYTES`]:
+//! a chunk is loaded into a stack array of the element's compute type with
+//! unaligned native-endian loads (`from_ne_bytes`), combined lane by lane, and
+//! stored back. The fixed trip count lets LLVM turn each chunk into SIMD loads,
+//! arithmetic and stores for any buffer alignment; the last partial chunk goes
+//! through the same code via a zero-padded stack copy.
+
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+use crate::backend::{Backend, Pre};
+use crate::{Combine, DataType, DevRedOp, KernelError, RedOp, Scalar};
+
+/// Bytes processed per chunk (4 AVX2 registers, 2 AVX-512 registers).
+pub const CHUNK_BYTES: usize = 128;
+
+/// Arithmetic on the compute type (wrapping for integers, IEEE for floats).
+pub(crate) trait Arith: Copy + Default {
+    fn add(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn max(self, o: Self) -> Self;
+    fn min(self, o: Self) -> Self;
+    /// Integer average division (truncation toward zero); floats divide.
+    fn div_n(self, n: u32) -> Self;
+}
+
+macro_rules! arith_int {
+    ($($t:ty => $w:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)]
+            fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            #[inline(always)]
+            fn max(self, o: Self) -> Self { Ord::max(self, o) }
+            #[inline(always)]
+            fn min(self, o: Self) -> Self { Ord::min(self, o) }
+            #[inline(always)]
+            fn div_n(self, n: u32) -> Self { ((self as $w) / (n as $w)) as $t }
+        }
+    )*};
+}
+arith_int!(i8 => i64, u8 => u64, i32 => i64, u32 => u64, i64 => i64, u64 => u64);
+
+macro_rules! arith_float {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)]
+            fn add(self, o: Self) -> Self { self + o }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self { self * o }
+            #[inline(always)]
+            fn max(self, o: Self) -> Self { <$t>::max(self, o) }
+            #[inline(always)]
+            fn min(self, o: Self) -> Self { <$t>::min(self, o) }
+            #[inline(always)]
+            fn div_n(self, n: u32) -> Self { self / (n as $t) }
+        }
+    )*};
+}
+arith_float!(f32, f64);
+
+/// An element type stored in byte buffers, computed in `Self::C`.
+pub(crate) trait Lane {
+    const SIZE: usize;
+    type C: Arith;
+    /// Loads `N` elements from `b` (`b.len() == N * SIZE`).
+    fn widen<const N: usize>(b: &[u8]) -> [Self::C; N];
+    /// Stores `N` elements to `b` (`b.len() == N * SIZE`), rounding to the storage type.
+    fn narrow<const N: usize>(v: &[Self::C; N], b: &mut [u8]);
+    /// Rounds to the storage type's precision (identity unless storage is narrower).
+    #[inline(always)]
+    fn round<const N: usize>(_v: &mut [Self::C; N]) {}
+    /// The scalar's value in the compute type.
+    fn scalar(s: &Scalar) -> Self::C;
+}
+
+macro_rules! lane_direct {
+    ($($t:ty),*) => {$(
+        impl Lane for $t {
+            const SIZE: usize = std::mem::size_of::<$t>();
+            type C = $t;
+            #[inline(always)]
+            fn widen<const N: usize>(b: &[u8]) -> [$t; N] {
+                let b = &b[..N * Self::SIZE];
+                std::array::from_fn(|i| {
+                    <$t>::from_ne_bytes(b[i * Self::SIZE..(i + 1) * Self::SIZE].try_into().expect("lane width"))
+                })
+            }
+            #[inline(always)]
+            fn narrow<const N: usize>(v: &[$t; N], b: &mut [u8]) {
+                let b = &mut b[..N * Self::SIZE];
+                for i in 0..N {
+                    b[i * Self::SIZE..(i + 1) * Self::SIZE].copy_from_slice(&v[i].to_ne_bytes());
+                }
+            }
+            #[inline(always)]
+            fn scalar(s: &Scalar) -> $t {
+                <$t>::from_ne_bytes(s.0[..Self::SIZE].try_into().expect("lane width"))
+            }
+        }
+    )*};
+}
+lane_direct!(i8, u8, i32, u32, i64, u64, f32, f64);
+
+macro_rules! lane_half {
+    ($($t:ty),*) => {$(
+        impl Lane for $t {
+            const SIZE: usize = 2;
+            type C = f32;
+            #[inline(always)]
+            fn widen<const N: usize>(b: &[u8]) -> [f32; N] {
+                let b = &b[..N * 2];
+                let h: [$t; N] = std::array::from_fn(|i| <$t>::from_ne_bytes([b[2 * i], b[2 * i + 1]]));
+                let mut out = [0f32; N];
+                h.convert_to_f32_slice(&mut out);
+                out
+            }
+            #[inline(always)]
+            fn narrow<const N: usize>(v: &[f32; N], b: &mut [u8]) {
+                let mut h = [<$t>::ZERO; N];
+                h.convert_from_f32_slice(v);
+                let b = &mut b[..N * 2];
+                for i in 0..N {
+                    b[2 * i..2 * i + 2].copy_from_slice(&h[i].to_ne_bytes());
+                }
+            }
+            #[inline(always)]
+            fn round<const N: usize>(v: &mut [f32; N]) {
+                let mut h = [<$t>::ZERO; N];
+                h.convert_from_f32_slice(v);
+                h.convert_to_f32_slice(v);
+            }
+            #[inline(always)]
+            fn scalar(s: &Scalar) -> f32 {
+                <$t>::from_ne_bytes([s.0[0], s.0[1]]).to_f32()
+            }
+        }
+    )*};
+}
+lane_half!(f16, bf16);
+
+/// `dst = pre_a(a) ⊕ pre_b(b)`, where `a` is `dst` itself when `INPLACE`.
+/// Lengths were checked by the caller.
+#[inline(always)]
+fn binary<T: Lane, const N: usize, const INPLACE: bool, const PA: bool, const PB: bool>(
+    dst: &mut [u8],
+    a: &[u8],
+    b: &[u8],
+    s: T::C,
+    f: impl Fn(T::C, T::C) -> T::C,
+) {
+    let cb = N * T::SIZE;
+    let body = |d: &mut [u8], a: &[u8], b: &[u8]| {
+        let mut va = T::widen::<N>(a);
+        let mut vb = T::widen::<N>(b);
+        if PA {
+            for x in va.iter_mut() {
+                *x = x.mul(s);
+            }
+            T::round(&mut va);
+        }
+        if PB {
+            for x in vb.iter_mut() {
+                *x = x.mul(s);
+            }
+            T::round(&mut vb);
+        }
+        let mut r = [T::C::default(); N];
+        for i in 0..N {
+            r[i] = f(va[i], vb[i]);
+        }
+        T::narrow(&r, d);
+    };
+    let full = dst.len() / cb * cb;
+    if INPLACE {
+        let mut tmp = [0u8; CHUNK_BYTES];
+        for (d, bb) in dst[..full].chunks_exact_mut(cb).zip(b[..full].chunks_exact(cb)) {
+            tmp[..cb].copy_from_slice(d);
+            body(d, &tmp[..cb], bb);
+        }
+    } else {
+        for ((d, aa), bb) in dst[..full].chunks_exact_mut(cb).zip(a[..full].chunks_exact(cb)).zip(b[..full].chunks_exact(cb)) {
+            body(d, aa, bb);
+        }
+    }
+    let rest = dst.len() - full;
+    if rest > 0 {
+        let mut ta = [0u8; CHUNK_BYTES];
+        let mut tb = [0u8; CHUNK_BYTES];
+        let mut td = [0u8; CHUNK_BYTES];
+        if INPLACE {
+            ta[..rest].copy_from_slice(&dst[full..]);
+        } else {
+            ta[..rest].copy_from_slice(&a[full..]);
+        }
+        tb[..rest].copy_from_slice(&b[full..]);
+        body(&mut td[..cb], &ta[..cb], &tb[..cb]);
+        dst[full..].copy_from_slice(&td[..rest]);
+    }
+}
+
+/// `dst = g(src)` element-wise (`src` is `dst` itself when `INPLACE`).
+#[inline(always)]
+fn unary<T: Lane, const N: usize, const INPLACE: bool>(dst: &mut [u8], src: &[u8], g: impl Fn(&mut [T::C; N])) {
+    let cb = N * T::SIZE;
+    let body = |d: &mut [u8], s: &[u8]| {
+        let mut v = T::widen::<N>(s);
+        g(&mut v);
+        T::narrow(&v, d);
+    };
+    let full = dst.len() / cb * cb;
+    if INPLACE {
+        let mut tmp = [0u8; CHUNK_BYTES];
+        for d in dst[..full].chunks_exact_mut(cb) {
+            tmp[..cb].copy_from_slice(d);
+            body(d, &tmp[..cb]);
+        }
+    } else {
+        for (d, s) in dst[..full].chunks_exact_mut(cb).zip(src[..full].chunks_exact(cb)) {
+            body(d, s);
+        }
+    }
+    let rest = dst.len() - full;
+    if rest > 0 {
+        let mut ts = [0u8; CHUNK_BYTES];
+        let mut td = [0u8; CHUNK_BYTES];
+        if INPLACE {
+            ts[..rest].copy_from_slice(&dst[full..]);
+        } else {
+            ts[..rest].copy_from_slice(&src[full..]);
+        }
+        body(&mut td[..cb], &ts[..cb]);
+        dst[full..].copy_from_slice(&td[..rest]);
+    }
+}
+
+/// Monomorphises `binary` over (combine, pre) for one lane type.
+fn binary_typed<T: Lane, const N: usize, const INPLACE: bool>(
+    dst: &mut [u8],
+    a: &[u8],
+    b: &[u8],
+    combine: Combine,
+    pre: Pre,
+    scalar: Option<&Scalar>,
+) {
+    let s = scalar.map(T::scalar).unwrap_or_default();
+    let pre = if scalar.is_none() { Pre::None } else { pre };
+    macro_rules! go {
+        ($f:expr) => {
+            match pre {
+                Pre::None => binary::<T, N, INPLACE, false, false>(dst, a, b, s, $f),
+                Pre::A => binary::<T, N, INPLACE, true, false>(dst, a, b, s, $f),
+                Pre::B => binary::<T, N, INPLACE, false, true>(dst, a, b, s, $f),
+                Pre::Both => binary::<T, N, INPLACE, true, true>(dst, a, b, s, $f),
+            }
+        };
+    }
+    match combine {
+        Combine::Sum => go!(|x: T::C, y: T::C| x.add(y)),
+        Combine::Prod => go!(|x: T::C, y: T::C| x.mul(y)),
+        Combine::Max => go!(|x: T::C, y: T::C| x.max(y)),
+        Combine::Min => go!(|x: T::C, y: T::C| x.min(y)),
+    }
+}
+
+/// Calls `$body` with type `$T` and chunk length `$N` matching `$dtype`.
+macro_rules! dispatch {
+    ($dtype:expr, $mac:ident) => {
+        match $dtype {
+            DataType::Int8 => $mac!(i8, 128),
+            DataType::Uint8 => $mac!(u8, 128),
+            DataType::Int32 => $mac!(i32, 32),
+            DataType::Uint32 => $mac!(u32, 32),
+            DataType::Int64 => $mac!(i64, 16),
+            DataType::Uint64 => $mac!(u64, 16),
+            DataType::Float16 => $mac!(f16, 64),
+            DataType::Bfloat16 => $mac!(bf16, 64),
+            DataType::Float32 => $mac!(f32, 32),
+            DataType::Float64 => $mac!(f64, 16),
+        }
+    };
+}
+
+pub(crate) fn check_len(what: &'static str, len: usize, dtype: DataType) -> Result<(), KernelError> {
+    let size = dtype.size();
+    if len % size != 0 {
+        return Err(KernelError::Misaligned { what, len, dtype, size });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_same(what: &'static str, expected: usize, found: usize) -> Result<(), KernelError> {
+    if expected != found {
+        return Err(KernelError::LengthMismatch { what, expected, found });
+    }
+    Ok(())
+}
+
+/// The CPU backend: vectorisable loops on host memory. Zero-sized and stateless.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuBackend;
+
+/// Convenience front end on byte buffers taking a [`DataType`] and [`RedOp`]
+/// directly (uses the CPU kernels). For NCCL-exact `Avg`/`PreMulSum` in a ring,
+/// prefer the [`Backend`] methods with a [`DevRedOp`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reducer;
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn copy(&self, dst: &mut [u8], src: &[u8]) -> Result<(), KernelError> {
+        check_same("src", dst.len(), src.len())?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn reduce(&self, dst: &mut [u8], a: &[u8], b: &[u8], op: &DevRedOp, pre: Pre) -> Result<(), KernelError> {
+        check_len("dst", dst.len(), op.dtype)?;
+        check_same("a", dst.len(), a.len())?;
+        check_same("b", dst.len(), b.len())?;
+        let scalar = op.pre_mul.as_ref();
+        macro_rules! go {
+            ($t:ty, $n:literal) => {
+                binary_typed::<$t, $n, false>(dst, a, b, op.combine, pre, scalar)
+            };
+        }
+        dispatch!(op.dtype, go);
+        Ok(())
+    }
+
+    fn reduce_inplace(&self, acc: &mut [u8], src: &[u8], op: &DevRedOp, pre: Pre) -> Result<(), KernelError> {
+        check_len("acc", acc.len(), op.dtype)?;
+        check_same("src", acc.len(), src.len())?;
+        let scalar = op.pre_mul.as_ref();
+        macro_rules! go {
+            ($t:ty, $n:literal) => {
+                binary_typed::<$t, $n, true>(acc, &[], src, op.combine, pre, scalar)
+            };
+        }
+        dispatch!(op.dtype, go);
+        Ok(())
+    }
+
+    fn pre_op(&self, dst: &mut [u8], src: &[u8], op: &DevRedOp) -> Result<(), KernelError> {
+        check_len("dst", dst.len(), op.dtype)?;
+        check_same("src", dst.len(), src.len())?;
+        match op.pre_mul {
+            Some(s) => premul_impl::<false>(dst, src, op.dtype, &s),
+            None => dst.copy_from_slice(src),
+        }
+        Ok(())
+    }
+
+    fn pre_op_inplace(&self, buf: &mut [u8], op: &DevRedOp) -> Result<(), KernelError> {
+        check_len("buf", buf.len(), op.dtype)?;
+        if let Some(s) = op.pre_mul {
+            premul_impl::<true>(buf, &[], op.dtype, &s);
+        }
+        Ok(())
+    }
+
+    fn post_op(&self, buf: &mut [u8], op: &DevRedOp) -> Result<(), KernelError> {
+        check_len("buf", buf.len(), op.dtype)?;
+        if let Some(n) = op.post_div.filter(|&n| n != 1) {
+            div_impl(buf, op.dtype, n);
+        }
+        Ok(())
+    }
+}
+
+fn premul_impl<const INPLACE: bool>(dst: &mut [u8], src: &[u8], dtype: DataType, s: &Scalar) {
+    macro_rules! go {
+        ($t:ty, $n:literal) => {{
+            let sc = <$t as Lane>::scalar(s);
+            unary::<$t, $n, INPLACE>(dst, src, |v| {
+                for x in v.iter_mut() {
+                    *x = x.mul(sc);
+                }
+            })
+        }};
+    }
+    dispatch!(dtype, go)
+}
+
+fn div_impl(buf: &mut [u8], dtype: DataType, n: u32) {
+    macro_rules! go {
+        ($t:ty, $n:literal) => {
+            unary::<$t, $n, true>(buf, &[], |v| {
+                for x in v.iter_mut() {
+                    *x = x.div_n(n);
+                }
+            })
+        };
+    }
+    dispatch!(dtype, go)
+}
+
+impl Reducer {
+    /// `dst = src`. Errors: lengths differ.
+    pub fn copy(&self, dst: &mut [u8], src: &[u8]) -> Result<(), KernelError> {
+        CpuBackend.copy(dst, src)
+    }
+
+    /// `dst = a op b` element-wise, using only the combine step of `op`
+    /// (`Avg` and `PreMulSum` combine by summing; apply their pre/post steps with
+    /// [`premul`](Self::premul) / [`finalize_avg`](Self::finalize_avg), or use the
+    /// [`Backend`] methods with a [`DevRedOp`]).
+    /// Errors: lengths differ or are not a multiple of `dtype.size()`.
+    pub fn reduce(&self, dst: &mut [u8], a: &[u8], b: &[u8], dtype: DataType, op: &RedOp) -> Result<(), KernelError> {
+        let dev = DevRedOp { dtype, op: *op, combine: op.combine(), pre_mul: None, post_div: None };
+        Backend::reduce(&CpuBackend, dst, a, b, &dev, Pre::None)
+    }
+
+    /// `acc = acc op src` element-wise (combine step only, as [`reduce`](Self::reduce)).
+    pub fn reduce_inplace(&self, acc: &mut [u8], src: &[u8], dtype: DataType, op: &RedOp) -> Result<(), KernelError> {
+        let dev = DevRedOp { dtype, op: *op, combine: op.combine(), pre_mul: None, post_div: None };
+        Backend::reduce_inplace(&CpuBackend, acc, src, &dev, Pre::None)
+    }
+
+    /// `dst = src * scalar` element-wise (wrapping for integers; 16-bit floats rounded).
+    pub fn premul(&self, dst: &mut [u8], src: &[u8], dtype: DataType, scalar: &Scalar) -> Result<(), KernelError> {
+        check_len("dst", dst.len(), dtype)?;
+        check_same("src", dst.len(), src.len())?;
+        premul_impl::<false>(dst, src, dtype, scalar);
+        Ok(())
+    }
+
+    /// Sum-then-scale average: integers are divided by `nranks` (truncating toward
+    /// zero, as NCCL's `SumPostDiv`); floats are multiplied by `1/nranks` rounded to
+    /// the type. NCCL itself pre-multiplies float inputs instead (see [`DevRedOp`]);
+    /// this is for callers that summed without a pre-op.
+    /// Errors: `nranks == 0`, length not a multiple of `dtype.size()`.
+    pub fn finalize_avg(&self, buf: &mut [u8], dtype: DataType, nranks: u32) -> Result<(), KernelError> {
+        check_len("buf", buf.len(), dtype)?;
+        if nranks == 0 {
+            return Err(KernelError::ZeroRanks);
+        }
+        if dtype.is_float() {
+            let dev = DevRedOp::new(dtype, RedOp::Avg, nranks)?;
+            if let Some(s) = dev.pre_mul {
+                premul_impl::<true>(buf, &[], dtype, &s);
+            }
+        } else if nranks != 1 {
+            div_impl(buf, dtype, nranks);
+        }
+        Ok(())
+    }
+}

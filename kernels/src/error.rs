@@ -1,0 +1,47 @@
+//! Errors of the kernel primitives.
+
+use crate::DataType;
+
+/// What a kernel primitive rejected. Messages say what was expected and found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelError {
+    /// A buffer length is not a multiple of the element size.
+    #[error("{what} buffer is {len} bytes, not a multiple of the {dtype} element size {size}")]
+    Misaligned {
+        /// Which operand (`"dst"`, `"a"`, `"b"`, `"src"`, `"acc"`, `"buf"`).
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The datatype.
+        dtype: DataType,
+        /// `dtype.size()`.
+        size: usize,
+    },
+    /// Operand lengths differ.
+    #[error("{what} buffer is {found} bytes, expected {expected} bytes (same as dst)")]
+    LengthMismatch {
+        /// Which operand.
+        what: &'static str,
+        /// Length of the destination.
+        expected: usize,
+        /// Length of this operand.
+        found: usize,
+    },
+    /// `ncclDataType_t` value outside 0..=9.
+    #[error("unknown ncclDataType_t {0} (expected 0..=9)")]
+    UnknownDataType(i32),
+    /// Datatype name not recognised.
+    #[error(
+        "unknown datatype name {0:?} (expected int8, uint8, int32, uint32, int64, uint64, half, float, double, bfloat16)"
+    )]
+    UnknownDataTypeName(String),
+    /// Built-in `ncclRedOp_t` value outside 0..=4.
+    #[error("unknown built-in ncclRedOp_t {0} (expected 0..=4: sum, prod, max, min, avg)")]
+    UnknownRedOp(i32),
+    /// Reduction op name not recognised.
+    #[error("unknown reduction op name {0:?} (expected sum, prod, max, min, avg, premulsum)")]
+    UnknownRedOpName(String),
+    /// Average over zero ranks.
+    #[error("average over nranks = 0")]
+    ZeroRanks,
+}
