@@ -12,6 +12,7 @@
 //! * [`log`] — calling NCCL's C-variadic logger from Rust.
 
 pub mod abi;
+pub mod export;
 pub mod log;
 pub mod sdk;
 

@@ -1,0 +1,156 @@
+//! Exporting plugins to NCCL: the `#[unsafe(no_mangle)]` data symbols
+//! (`ncclNetPlugin_vN`, `ncclTunerPlugin_vN`, `ncclProfiler_vN`) built from one
+//! safe SDK implementation.
+//!
+//! * [`export_net_plugin!`](crate::export_net_plugin)`(MyNet)` — `ncclNetPlugin_v6` … `_v12`
+//!   from one [`sdk::Net`](crate::sdk::Net) impl.
+//! * [`export_tuner_plugin!`](crate::export_tuner_plugin)`(MyTuner)` — `ncclTunerPlugin_v2` … `_v6`.
+//! * [`export_profiler_plugin!`](crate::export_profiler_plugin)`(MyProfiler)` — `ncclProfiler_v6`.
+//!
+//! The macros are thin: the shim logic lives in generic `extern "C"` functions
+//! in [`net`], [`tuner`] and [`profiler`], instantiated for the plugin type;
+//! every shim runs inside `catch_unwind` so no panic crosses the C ABI.
+
+pub mod net;
+pub mod profiler;
+pub mod props;
+pub mod tuner;
+
+use std::ffi::CStr;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use crate::abi::{self, ncclResult_t};
+use crate::sdk::NetResult;
+
+/// Marker for the immutable `#[repr(C)]` vtable structs that may be exported as
+/// `static`s (sealed: implemented for every `ncclNet_vN_t`, `ncclCollNet_vN_t`,
+/// `ncclTuner_vN_t`, `ncclProfiler_vN_t`, `ncclEnv_vN_t`).
+pub trait VTable: sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! vtables {
+    ($($t:ident),* $(,)?) => { $( impl sealed::Sealed for abi::$t {} impl VTable for abi::$t {} )* };
+}
+vtables!(
+    ncclNet_v6_t, ncclNet_v7_t, ncclNet_v8_t, ncclNet_v9_t, ncclNet_v10_t, ncclNet_v11_t, ncclNet_v12_t,
+    ncclCollNet_v6_t, ncclCollNet_v7_t, ncclCollNet_v8_t, ncclCollNet_v9_t, ncclCollNet_v10_t, ncclCollNet_v11_t,
+    ncclCollNet_v12_t, ncclTuner_v2_t, ncclTuner_v3_t, ncclTuner_v4_t, ncclTuner_v5_t, ncclTuner_v6_t,
+    ncclProfiler_v1_t, ncclProfiler_v2_t, ncclProfiler_v3_t, ncclProfiler_v4_t, ncclProfiler_v5_t,
+    ncclProfiler_v6_t, ncclEnv_v1_t, ncclEnv_v2_t,
+);
+
+/// A vtable as an exportable `static`: `#[repr(transparent)]`, so the exported
+/// symbol's bytes are exactly the C struct NCCL `dlsym`s.
+#[repr(transparent)]
+#[derive(Debug)]
+pub struct Exported<T: VTable>(pub T);
+
+// SAFETY: a vtable is immutable after construction and holds only function pointers
+// and a pointer to a `'static` C string, all of which may be read from any thread.
+unsafe impl<T: VTable> Sync for Exported<T> {}
+
+impl<T: VTable> std::ops::Deref for Exported<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+/// The message of a panic payload (`&str` or `String`), else a placeholder.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "<non-string panic payload>".to_owned()
+    }
+}
+
+/// Runs one shim body: `Ok` → `ncclSuccess`; `Err(e)` → logged at WARN through
+/// NCCL's logger with `e`'s message and returned as [`NetError::code`](crate::NetError::code);
+/// a panic → logged at WARN with its message and returned as `ncclInternalError`.
+pub fn guard(plugin: &CStr, what: &str, f: impl FnOnce() -> NetResult<()>) -> ncclResult_t {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => ncclResult_t::ncclSuccess,
+        Ok(Err(e)) => {
+            let code = e.code();
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                crate::net_warn!("NET/{} : {what} failed: {e}", plugin.to_string_lossy());
+            }));
+            code
+        }
+        Err(payload) => {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                crate::net_warn!(
+                    "NET/{} : {what} panicked: {}",
+                    plugin.to_string_lossy(),
+                    panic_message(payload.as_ref())
+                );
+            }));
+            // Dropping the payload could itself panic; leak it instead.
+            std::mem::forget(payload);
+            ncclResult_t::ncclInternalError
+        }
+    }
+}
+
+/// Implements [`net::NetExport`] for a [`Net`](crate::sdk::Net) type by declaring the
+/// `static` holding its state. Use this (instead of [`export_net_plugin!`](crate::export_net_plugin))
+/// to build vtables with [`net::net_v12`] etc. without exporting symbols, e.g. for
+/// several plugin types in one test binary.
+#[macro_export]
+macro_rules! net_plugin_state {
+    ($ty:ty) => {
+        const _: () = {
+            static STATE: $crate::export::net::NetState<$ty> = $crate::export::net::NetState::new();
+            impl $crate::export::net::NetExport for $ty {
+                fn state() -> &'static $crate::export::net::NetState<Self> {
+                    &STATE
+                }
+            }
+        };
+    };
+}
+
+/// Exports `ncclNetPlugin_v6` … `ncclNetPlugin_v12` (data symbols: the vtable structs)
+/// from one [`sdk::Net`](crate::sdk::Net) implementation. Invoke once per cdylib, at
+/// module level:
+///
+/// ```ignore
+/// struct MyNet;
+/// impl ferroccl_plugin_api::sdk::Net for MyNet { /* ... */ }
+/// ferroccl_plugin_api::export_net_plugin!(MyNet);
+/// ```
+#[macro_export]
+macro_rules! export_net_plugin {
+    ($ty:ty) => {
+        $crate::net_plugin_state!($ty);
+        $crate::__export_net_symbols!($ty;
+            ncclNetPlugin_v6: ncclNet_v6_t = net_v6,
+            ncclNetPlugin_v7: ncclNet_v7_t = net_v7,
+            ncclNetPlugin_v8: ncclNet_v8_t = net_v8,
+            ncclNetPlugin_v9: ncclNet_v9_t = net_v9,
+            ncclNetPlugin_v10: ncclNet_v10_t = net_v10,
+            ncclNetPlugin_v11: ncclNet_v11_t = net_v11,
+            ncclNetPlugin_v12: ncclNet_v12_t = net_v12,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_net_symbols {
+    ($ty:ty; $($sym:ident : $t:ident = $f:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("`", stringify!($sym), "`: the `", stringify!($t), "` vtable NCCL looks up.")]
+            #[unsafe(no_mangle)]
+            #[allow(non_upper_case_globals)]
+            pub static $sym: $crate::export::Exported<$crate::abi::$t> =
+                $crate::export::Exported($crate::export::net::$f::<$ty>());
+        )*
+    };
+}
