@@ -1,2 +1,199 @@
-//! TCP network plugin (`libnccl-net-socket.so`).
+//! TCP network plugin for NCCL and ferroccl (`libnccl-net-socket.so`).
+//!
+//! The vtable name is **`FerrocclSocket`**, so it can be told apart from NCCL's
+//! internal `Socket` transport: select it with
+//! `NCCL_NET_PLUGIN=socket` (or the path of the `.so`) and `NCCL_NET=FerrocclSocket`.
+//!
+//! * [`proto`] — the wire protocol as a pure state machine (handshake, framing,
+//!   task splitting, tag matching), with unit and property tests.
+//! * [`io`] — sockets, non-blocking connection setup, helper threads.
+//! * [`dev`] — interfaces as devices (`NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`).
+//! * [`config`] — the `NCCL_SOCKET_*` parameters.
+//!
+//! Differences from NCCL's socket transport: helper threads and data streams by
+//! default ([`config::AUTO_NTHREADS`] × [`config::AUTO_NSOCKS_PERTHREAD`]) instead
+//! of none; grouped receives of up to 8 buffers with tag matching (`maxRecvs` = 8);
+//! requests may be tested in any order; 64-bit message sizes; `iflush` is a no-op
+//! rather than an error; a handshake with a per-connection id, so concurrent
+//! connects to one listen socket and stray TCP connections cannot mix streams.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::sync::Mutex;
+
+use ferroccl_plugin_api::sdk::{
+    Buf, CommConfig, CommMut, Handle, MAX_RECVS, Net, NetError, NetResult, Properties, PtrType, RecvBuf, TestStatus,
+};
+
+pub mod config;
+pub mod dev;
+pub mod io;
 pub mod proto;
+
+pub use config::Config;
+pub use io::{Listener, RecvComm, Request, SendComm};
+
+/// Largest message size advertised (`maxP2pBytes`): NCCL's cap, 2^40 bytes
+/// (sizes are 64-bit on the wire).
+pub const MAX_P2P_BYTES: usize = 1 << 40;
+/// `maxCollBytes` advertised, bytes (NCCL's value).
+pub const MAX_COLL_BYTES: usize = 1 << 29;
+
+/// A registration: the socket plugin needs none, so it only remembers the range.
+#[derive(Debug, Clone, Copy)]
+pub struct SocketMr {
+    /// Start address.
+    pub addr: usize,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+/// The plugin: its configuration, its devices, and the connects in progress.
+pub struct SocketNet {
+    cfg: Config,
+    devs: Vec<dev::Iface>,
+    connects: Mutex<HashMap<u64, io::Connecting>>,
+}
+
+impl std::fmt::Debug for SocketNet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SocketNet").field("cfg", &self.cfg).field("devs", &self.devs).finish()
+    }
+}
+
+impl SocketNet {
+    /// A plugin with an explicit configuration (tests, embedding); [`Net::new`]
+    /// uses [`Config::from_env`].
+    pub fn with_config(cfg: Config) -> SocketNet {
+        let all = dev::system_interfaces(cfg.family);
+        let devs = dev::select(&all, cfg.ifname.as_deref());
+        for (i, d) in devs.iter().enumerate() {
+            ferroccl_plugin_api::net_info!(
+                ferroccl_plugin_api::log::NCCL_INIT | ferroccl_plugin_api::log::NCCL_NET,
+                "NET/FerrocclSocket: device {i}: {} {}",
+                d.name,
+                d.ip
+            );
+        }
+        SocketNet { cfg, devs, connects: Mutex::new(HashMap::new()) }
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The selected interfaces, in device order.
+    pub fn interfaces(&self) -> &[dev::Iface] {
+        &self.devs
+    }
+
+    fn dev(&self, dev: usize) -> NetResult<&dev::Iface> {
+        self.devs.get(dev).ok_or_else(|| {
+            NetError::InvalidArgument(format!("NET/FerrocclSocket: device {dev} (expected < {})", self.devs.len()))
+        })
+    }
+}
+
+impl Net for SocketNet {
+    const NAME: &'static CStr = c"FerrocclSocket";
+    type Ctx = ();
+    type ListenComm = Listener;
+    type SendComm = SendComm;
+    type RecvComm = RecvComm;
+    type Mr = SocketMr;
+    type Request = Request;
+
+    fn new() -> NetResult<Self> {
+        Ok(SocketNet::with_config(Config::from_env().clone()))
+    }
+
+    fn init(&self, _comm_id: u64, _config: &CommConfig) -> NetResult<()> {
+        Ok(())
+    }
+
+    fn devices(&self) -> NetResult<usize> {
+        Ok(self.devs.len())
+    }
+
+    fn properties(&self, dev: usize) -> NetResult<Properties> {
+        let d = self.dev(dev)?;
+        Ok(Properties {
+            name: d.name.clone(),
+            pci_path: dev::pci_path(&d.name),
+            guid: dev as u64,
+            ptr_support: ferroccl_plugin_api::abi::NCCL_PTR_HOST,
+            reg_is_global: true,
+            force_flush: false,
+            speed: dev::speed_mbps(&d.name),
+            port: 0,
+            latency: 0.0,
+            max_comms: 65_536,
+            max_recvs: MAX_RECVS as i32,
+            vdevs: vec![dev as i32],
+            max_p2p_bytes: MAX_P2P_BYTES,
+            max_coll_bytes: MAX_COLL_BYTES,
+            max_multi_request_size: 1,
+            ..Properties::default()
+        })
+    }
+
+    fn listen(&self, _ctx: &(), dev: usize, handle: &mut Handle) -> NetResult<Listener> {
+        let d = self.dev(dev)?;
+        let l = Listener::bind(&self.cfg, d.ip, d.scope_id)?;
+        l.info().encode(handle);
+        Ok(l)
+    }
+
+    fn connect(&self, _ctx: &(), _dev: usize, handle: &mut Handle, _config: &CommConfig) -> NetResult<Option<SendComm>> {
+        let mut reg = self.connects.lock().unwrap_or_else(|p| p.into_inner());
+        let token = match proto::scratch_token(handle).filter(|t| reg.contains_key(t)) {
+            Some(t) => t,
+            None => {
+                let info = proto::HandleInfo::decode(handle).map_err(|e| NetError::InvalidArgument(e.to_string()))?;
+                let mut t = io::random_u64();
+                while reg.contains_key(&t) {
+                    t = t.wrapping_add(1);
+                }
+                reg.insert(t, io::Connecting::new(info, &self.cfg));
+                proto::set_scratch_token(handle, Some(t));
+                t
+            }
+        };
+        let res = reg.get_mut(&token).expect("inserted above").progress();
+        if !matches!(res, Ok(None)) {
+            reg.remove(&token);
+            proto::set_scratch_token(handle, None);
+        }
+        res
+    }
+
+    fn accept(&self, listen: &mut Listener) -> NetResult<Option<RecvComm>> {
+        listen.accept()
+    }
+
+    fn reg_mr(&self, _comm: CommMut<'_, Self>, buf: Buf, ty: PtrType) -> NetResult<SocketMr> {
+        match ty {
+            PtrType::Host => Ok(SocketMr { addr: buf.ptr as usize, len: buf.len }),
+            other => Err(NetError::InvalidUsage(format!(
+                "NET/FerrocclSocket: regMr of {other:?} memory refused: ptrSupport is NCCL_PTR_HOST only"
+            ))),
+        }
+    }
+
+    fn isend(&self, comm: &mut SendComm, buf: Buf, tag: i32, _mr: Option<&SocketMr>) -> NetResult<Option<Request>> {
+        comm.isend(buf, tag)
+    }
+
+    fn irecv(&self, comm: &mut RecvComm, bufs: &[RecvBuf<'_, SocketMr>]) -> NetResult<Option<Request>> {
+        let v: Vec<(Buf, i32)> = bufs.iter().map(|b| (b.buf, b.tag)).collect();
+        comm.irecv(&v)
+    }
+
+    fn test(&self, req: &mut Request) -> NetResult<TestStatus> {
+        req.test()
+    }
+}
+
+#[cfg(any())] // enabled once plugin-api's export_net_plugin! lands
+ferroccl_plugin_api::export_net_plugin!(SocketNet);

@@ -1,0 +1,177 @@
+//! `NCCL_*` parameters of the socket plugin, read once per process.
+//!
+//! Names, defaults and syntax follow NCCL's socket transport
+//! (`src/transport/net_socket.cc`, reference §6.1): integers are parsed like
+//! `strtoll(s, 0)` (decimal, `0x` hex, leading-`0` octal), an empty value means
+//! the default. Where NCCL's automatic choice is "no data sockets", ours is
+//! [`AUTO_NTHREADS`] × [`AUTO_NSOCKS_PERTHREAD`].
+
+use std::sync::OnceLock;
+
+use ferroccl_plugin_api::log::NCCL_INIT;
+use ferroccl_plugin_api::net_info;
+
+use crate::proto::{DEFAULT_MAGIC, MAX_STREAMS};
+
+/// Helper threads per connection when `NCCL_SOCKET_NTHREADS` is unset (-2).
+pub const AUTO_NTHREADS: usize = 2;
+/// Data streams per helper thread when `NCCL_NSOCKS_PERTHREAD` is unset (-2).
+pub const AUTO_NSOCKS_PERTHREAD: usize = 1;
+/// NCCL's `MAX_THREADS`.
+pub const MAX_THREADS: usize = 16;
+
+/// Address family restriction from `NCCL_SOCKET_FAMILY`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// `AF_INET`
+    V4,
+    /// `AF_INET6`
+    V6,
+}
+
+/// The plugin's parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// `NCCL_SOCKET_IFNAME` (values of length ≤ 1 are dropped: auto-selection).
+    pub ifname: Option<String>,
+    /// `NCCL_SOCKET_FAMILY` (`AF_INET` / `AF_INET6`; anything else: none).
+    pub family: Option<Family>,
+    /// Helper threads per connection (`NCCL_SOCKET_NTHREADS`, resolved, 1 ..= 16; 0 if no data streams).
+    pub nthreads: usize,
+    /// Data streams per connection (`NCCL_SOCKET_NTHREADS` × `NCCL_NSOCKS_PERTHREAD`, ≤ 64).
+    pub nstreams: usize,
+    /// `NCCL_SOCKET_INLINE`: messages of at most this many bytes go on the control stream (default 128).
+    pub inline: usize,
+    /// `NCCL_SOCKET_MIN_TASKSIZE`: smallest chunk per data stream, bytes (default 65536).
+    pub min_task: usize,
+    /// `NCCL_SOCKET_RETRY_CNT`: connect retries on transient errors (default 34).
+    pub retry_cnt: u32,
+    /// `NCCL_SOCKET_RETRY_SLEEP_MSEC`: retry *n* waits n × this (default 100).
+    pub retry_sleep_ms: u64,
+    /// `NCCL_SOCKET_SNDBUF` (bytes; ≤ 0 = system default).
+    pub sndbuf: i64,
+    /// `NCCL_SOCKET_RCVBUF` (bytes; ≤ 0 = system default).
+    pub rcvbuf: i64,
+    /// `NCCL_SOCKET_MAGIC` (default 0x564ab9f2fc4b9d6c).
+    pub magic: u64,
+}
+
+/// Parses an integer like C's `strtoll(s, NULL, 0)`; `None` for empty or invalid text.
+pub fn parse_int(s: &str) -> Option<i64> {
+    let t = s.trim();
+    let (neg, t) = match t.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        u64::from_str_radix(h, 16).ok()? as i64
+    } else if t.len() > 1 && t.starts_with('0') {
+        i64::from_str_radix(&t[1..], 8).ok()?
+    } else {
+        t.parse::<i64>().ok()?
+    };
+    Some(if neg { v.wrapping_neg() } else { v })
+}
+
+impl Config {
+    /// Builds the configuration from a variable lookup (the environment, or a map in tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
+        let int = |name: &str, default: i64| get(name).and_then(|v| parse_int(&v)).unwrap_or(default);
+        let mut nthreads = int("NCCL_SOCKET_NTHREADS", -2);
+        let mut nsocks = int("NCCL_NSOCKS_PERTHREAD", -2);
+        if nthreads == -2 {
+            nthreads = AUTO_NTHREADS as i64;
+        }
+        if nsocks == -2 {
+            nsocks = AUTO_NSOCKS_PERTHREAD as i64;
+        }
+        let mut nthreads = nthreads.clamp(0, MAX_THREADS as i64) as usize;
+        let mut nsocks = nsocks.clamp(0, MAX_STREAMS as i64) as usize;
+        if nthreads * nsocks > MAX_STREAMS {
+            nsocks = MAX_STREAMS / nthreads;
+        }
+        if nsocks == 0 {
+            nthreads = 0;
+        }
+        Config {
+            ifname: get("NCCL_SOCKET_IFNAME").filter(|s| s.len() > 1),
+            family: match get("NCCL_SOCKET_FAMILY").as_deref() {
+                Some("AF_INET") => Some(Family::V4),
+                Some("AF_INET6") => Some(Family::V6),
+                _ => None,
+            },
+            nthreads,
+            nstreams: nthreads * nsocks,
+            inline: int("NCCL_SOCKET_INLINE", 128).max(0) as usize,
+            min_task: int("NCCL_SOCKET_MIN_TASKSIZE", 65536).max(1) as usize,
+            retry_cnt: int("NCCL_SOCKET_RETRY_CNT", 34).clamp(0, u32::MAX as i64) as u32,
+            retry_sleep_ms: int("NCCL_SOCKET_RETRY_SLEEP_MSEC", 100).max(0) as u64,
+            sndbuf: int("NCCL_SOCKET_SNDBUF", -1),
+            rcvbuf: int("NCCL_SOCKET_RCVBUF", -1),
+            magic: get("NCCL_SOCKET_MAGIC").and_then(|v| parse_int(&v)).map_or(DEFAULT_MAGIC, |v| v as u64),
+        }
+    }
+
+    /// The process-wide configuration from the environment, read and logged (INFO) once.
+    pub fn from_env() -> &'static Config {
+        static CFG: OnceLock<Config> = OnceLock::new();
+        CFG.get_or_init(|| {
+            let c = Config::from_lookup(|n| std::env::var(n).ok());
+            c.log();
+            c
+        })
+    }
+
+    /// Logs the parameters at INFO (`NCCL_INIT`).
+    pub fn log(&self) {
+        net_info!(
+            NCCL_INIT,
+            "NET/FerrocclSocket: NCCL_SOCKET_IFNAME={:?} NCCL_SOCKET_FAMILY={:?} NCCL_SOCKET_NTHREADS={} \
+             data streams={} NCCL_SOCKET_INLINE={} NCCL_SOCKET_MIN_TASKSIZE={} NCCL_SOCKET_RETRY_CNT={} \
+             NCCL_SOCKET_RETRY_SLEEP_MSEC={} NCCL_SOCKET_SNDBUF={} NCCL_SOCKET_RCVBUF={} NCCL_SOCKET_MAGIC={:#x}",
+            self.ifname,
+            self.family,
+            self.nthreads,
+            self.nstreams,
+            self.inline,
+            self.min_task,
+            self.retry_cnt,
+            self.retry_sleep_ms,
+            self.sndbuf,
+            self.rcvbuf,
+            self.magic
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(vars: &[(&str, &str)]) -> Config {
+        Config::from_lookup(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()))
+    }
+
+    #[test]
+    fn strtoll_like_parsing() {
+        assert_eq!(parse_int("0x10"), Some(16));
+        assert_eq!(parse_int("010"), Some(8));
+        assert_eq!(parse_int("-2"), Some(-2));
+        assert_eq!(parse_int("0"), Some(0));
+        assert_eq!(parse_int(""), None);
+        assert_eq!(parse_int("abc"), None);
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = cfg(&[]);
+        assert_eq!((c.nthreads, c.nstreams, c.inline, c.min_task), (AUTO_NTHREADS, AUTO_NTHREADS * AUTO_NSOCKS_PERTHREAD, 128, 65536));
+        assert_eq!(c.magic, DEFAULT_MAGIC);
+        let c = cfg(&[("NCCL_SOCKET_NTHREADS", "0")]);
+        assert_eq!((c.nthreads, c.nstreams), (0, 0));
+        let c = cfg(&[("NCCL_SOCKET_NTHREADS", "16"), ("NCCL_NSOCKS_PERTHREAD", "8")]);
+        assert_eq!((c.nthreads, c.nstreams), (16, 64));
+        let c = cfg(&[("NCCL_SOCKET_IFNAME", "e"), ("NCCL_SOCKET_FAMILY", "AF_INET6"), ("NCCL_SOCKET_MAGIC", "0x1234")]);
+        assert_eq!((c.ifname, c.family, c.magic), (None, Some(Family::V6), 0x1234));
+    }
+}

@@ -1,0 +1,998 @@
+//! The thin I/O layer: sockets, the non-blocking listen/connect/accept state
+//! machines, and helper threads that move data-stream chunks. All protocol
+//! decisions are made by [`crate::proto`].
+//!
+//! Threads: the control stream is non-blocking and progressed by whoever calls
+//! `isend`/`irecv`/`test` (so small messages never wait for a thread wake-up).
+//! Data streams are blocking sockets owned by lazily started helper threads
+//! (stream *s* belongs to thread `s mod nthreads`), each with a FIFO task queue;
+//! they count finished bytes into the request's counter. Closing a comm stops the
+//! threads, shuts the sockets down (unblocking any read/write in progress), joins
+//! the threads and closes the sockets, so no buffer is touched after `close`.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
+use std::io::{self, IoSlice, Read};
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ferroccl_plugin_api::log::NCCL_NET;
+use ferroccl_plugin_api::sdk::{Buf, MAX_RECVS, NetError, NetResult, TestStatus};
+use ferroccl_plugin_api::{net_info, net_warn};
+use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
+
+use crate::config::Config;
+use crate::proto::{self, HELLO_LEN, HandleInfo, Hello, Need, ProtoError, Receiver, Sender};
+
+/// `NCCL_NET_MAX_REQUESTS`: outstanding requests per comm.
+pub const MAX_REQUESTS: usize = 32;
+/// Outstanding `isend`s per send comm (`MAX_REQUESTS` × `maxRecvs`).
+pub const MAX_SEND_REQUESTS: usize = MAX_REQUESTS * MAX_RECVS;
+/// How long an accepted TCP connection may take to send its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connection may wait for the rest of its streams at the listener.
+pub const GROUP_TIMEOUT: Duration = Duration::from_secs(120);
+/// TCP keepalive: idle time before the first probe.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+/// TCP keepalive: interval between probes.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+/// TCP keepalive: unanswered probes before the connection is dropped.
+pub const KEEPALIVE_COUNT: u32 = 6;
+/// `TCP_USER_TIMEOUT`: unacknowledged data older than this drops the connection.
+pub const USER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Listen backlog (NCCL's value).
+pub const LISTEN_BACKLOG: i32 = 16384;
+const STAGE_LEN: usize = 16 * 1024;
+
+fn is_peer_gone(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionAborted
+    )
+}
+
+/// Maps an I/O failure on a connection with `peer` to the plugin error.
+fn io_err(what: &str, peer: SocketAddr, e: &io::Error) -> NetError {
+    if is_peer_gone(e) {
+        NetError::Remote(format!("NET/FerrocclSocket: {what} with peer {peer}: connection closed or reset by the peer ({e})"))
+    } else {
+        NetError::System(format!("NET/FerrocclSocket: {what} with peer {peer} failed: {e}"))
+    }
+}
+
+fn clone_err(e: &NetError) -> NetError {
+    match e {
+        NetError::System(s) => NetError::System(s.clone()),
+        NetError::Remote(s) => NetError::Remote(s.clone()),
+        NetError::Internal(s) => NetError::Internal(s.clone()),
+        NetError::InvalidArgument(s) => NetError::InvalidArgument(s.clone()),
+        NetError::InvalidUsage(s) => NetError::InvalidUsage(s.clone()),
+        NetError::Timeout(s) => NetError::Timeout(s.clone()),
+    }
+}
+
+fn proto_err(peer: SocketAddr, e: ProtoError) -> NetError {
+    match e {
+        ProtoError::Truncated { .. } => NetError::InvalidUsage(format!("NET/FerrocclSocket: peer {peer}: {e}")),
+        _ => NetError::Remote(format!("NET/FerrocclSocket: peer {peer}: {e}")),
+    }
+}
+
+/// Applies NCCL's socket options: `TCP_NODELAY`, keepalive, `TCP_USER_TIMEOUT`,
+/// and `NCCL_SOCKET_SNDBUF`/`RCVBUF` when > 0.
+fn tune(s: &Socket, cfg: &Config) -> io::Result<()> {
+    s.set_tcp_nodelay(true)?;
+    s.set_tcp_keepalive(
+        &TcpKeepalive::new().with_time(KEEPALIVE_IDLE).with_interval(KEEPALIVE_INTERVAL).with_retries(KEEPALIVE_COUNT),
+    )?;
+    s.set_tcp_user_timeout(Some(USER_TIMEOUT))?;
+    if cfg.sndbuf > 0 {
+        s.set_send_buffer_size(cfg.sndbuf as usize)?;
+    }
+    if cfg.rcvbuf > 0 {
+        s.set_recv_buffer_size(cfg.rcvbuf as usize)?;
+    }
+    Ok(())
+}
+
+/// A random 64-bit id (per-connection id of the handshake, connect tokens).
+pub fn random_u64() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: getrandom writes at most 8 bytes into `v`.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, libc::GRND_NONBLOCK) };
+    if n != 8 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(Instant::now().elapsed().as_nanos() ^ std::process::id() as u128);
+        v = h.finish();
+    }
+    v
+}
+
+fn read_nb(s: &Socket, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    loop {
+        match (&*s).read(buf) {
+            Ok(n) => return Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+// ---------------------------------------------------------------- helper threads
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    Send,
+    Recv,
+}
+
+struct Task {
+    stream: usize,
+    buf: Buf,
+    done: Arc<AtomicUsize>,
+}
+
+#[derive(Default)]
+struct QState {
+    tasks: VecDeque<Task>,
+    stop: bool,
+}
+
+#[derive(Default)]
+struct WorkQueue {
+    m: Mutex<QState>,
+    cv: Condvar,
+}
+
+struct Worker {
+    q: Arc<WorkQueue>,
+    join: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct PoolShared {
+    failed: AtomicBool,
+    error: Mutex<Option<NetError>>,
+}
+
+/// The data streams of one comm and their helper threads.
+struct Pool {
+    dir: Dir,
+    peer: SocketAddr,
+    nthreads: usize,
+    streams: Vec<Arc<Socket>>,
+    workers: Vec<Option<Worker>>,
+    shared: Arc<PoolShared>,
+}
+
+impl Pool {
+    fn new(dir: Dir, peer: SocketAddr, nthreads: usize, streams: Vec<Socket>) -> Pool {
+        let nthreads = nthreads.clamp(1, streams.len().max(1));
+        Pool {
+            dir,
+            peer,
+            nthreads,
+            streams: streams.into_iter().map(Arc::new).collect(),
+            workers: (0..nthreads).map(|_| None).collect(),
+            shared: Arc::default(),
+        }
+    }
+
+    fn submit(&mut self, stream: usize, buf: Buf, done: Arc<AtomicUsize>) -> NetResult<()> {
+        let t = stream % self.nthreads;
+        if self.workers[t].is_none() {
+            let q = Arc::new(WorkQueue::default());
+            let mine: Vec<Option<Arc<Socket>>> = self
+                .streams
+                .iter()
+                .enumerate()
+                .map(|(s, sock)| (s % self.nthreads == t).then(|| sock.clone()))
+                .collect();
+            let (dir, peer, shared, q2) = (self.dir, self.peer, self.shared.clone(), q.clone());
+            let join = std::thread::Builder::new()
+                .name(format!("ferroccl-sock{t}"))
+                .spawn(move || worker_loop(dir, peer, mine, q2, shared))
+                .map_err(|e| NetError::System(format!("NET/FerrocclSocket: cannot start a helper thread: {e}")))?;
+            self.workers[t] = Some(Worker { q, join: Some(join) });
+        }
+        let w = self.workers[t].as_ref().expect("started above");
+        w.q.m.lock().unwrap_or_else(|p| p.into_inner()).tasks.push_back(Task { stream, buf, done });
+        w.q.cv.notify_one();
+        Ok(())
+    }
+
+    fn error(&self) -> Option<NetError> {
+        if !self.shared.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.shared.error.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(clone_err)
+    }
+
+    fn shutdown(&mut self) {
+        for w in self.workers.iter().flatten() {
+            w.q.m.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
+            w.q.cv.notify_all();
+        }
+        for s in &self.streams {
+            let _ = s.shutdown(Shutdown::Both);
+        }
+        for w in self.workers.iter_mut().flatten() {
+            if let Some(j) = w.join.take() {
+                let _ = j.join();
+            }
+        }
+        self.workers.iter_mut().for_each(|w| *w = None);
+        self.streams.clear();
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn worker_loop(
+    dir: Dir,
+    peer: SocketAddr,
+    streams: Vec<Option<Arc<Socket>>>,
+    q: Arc<WorkQueue>,
+    shared: Arc<PoolShared>,
+) {
+    loop {
+        let task = {
+            let mut g = q.m.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                if g.stop {
+                    return;
+                }
+                if let Some(t) = g.tasks.pop_front() {
+                    break t;
+                }
+                g = q.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        let Some(sock) = streams.get(task.stream).and_then(|s| s.as_ref()) else { return };
+        let res = match dir {
+            // SAFETY: the buffer stays valid and unaliased until its request completes
+            // or the comm is closed; close joins this thread first.
+            Dir::Send => send_all(sock, unsafe { task.buf.as_slice() }),
+            // SAFETY: as above; nobody else writes this part of the receive buffer.
+            Dir::Recv => recv_all(sock, unsafe { task.buf.as_mut_slice() }),
+        };
+        match res {
+            Ok(()) => {
+                task.done.fetch_add(task.buf.len, Ordering::AcqRel);
+            }
+            Err(e) => {
+                if !q.m.lock().unwrap_or_else(|p| p.into_inner()).stop {
+                    let what = format!("data stream {} ({})", task.stream, if dir == Dir::Send { "send" } else { "recv" });
+                    let err = io_err(&what, peer, &e);
+                    net_warn!("{err}");
+                    let mut slot = shared.error.lock().unwrap_or_else(|p| p.into_inner());
+                    slot.get_or_insert(err);
+                    shared.failed.store(true, Ordering::Release);
+                }
+                return;
+            }
+        }
+    }
+}
+
+fn send_all(s: &Socket, mut b: &[u8]) -> io::Result<()> {
+    while !b.is_empty() {
+        match s.send_with_flags(b, libc::MSG_NOSIGNAL) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => b = &b[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn recv_all(s: &Socket, b: &mut [u8]) -> io::Result<()> {
+    let mut off = 0;
+    while off < b.len() {
+        match (&*s).read(&mut b[off..]) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed by peer")),
+            Ok(n) => off += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- listen / accept
+
+struct Incoming {
+    sock: Socket,
+    peer: SocketAddr,
+    buf: [u8; HELLO_LEN],
+    got: usize,
+    deadline: Instant,
+}
+
+struct PartialConn {
+    peer: SocketAddr,
+    ctrl: Option<Socket>,
+    data: Vec<Option<Socket>>,
+    have: usize,
+    since: Instant,
+}
+
+/// A listening endpoint (`listenComm`).
+pub struct Listener {
+    sock: Socket,
+    info: HandleInfo,
+    cfg: Config,
+    pending: Vec<Incoming>,
+    groups: HashMap<u64, PartialConn>,
+}
+
+impl Listener {
+    /// Binds `ip` port 0 and listens; returns the listener and what goes in the handle.
+    pub fn bind(cfg: &Config, ip: std::net::IpAddr, scope_id: u32) -> NetResult<Listener> {
+        let addr = match ip {
+            std::net::IpAddr::V4(v4) => SocketAddr::new(v4.into(), 0),
+            std::net::IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(v6, 0, 0, scope_id)),
+        };
+        let fail = |e: io::Error| NetError::System(format!("NET/FerrocclSocket: cannot listen on {addr}: {e}"));
+        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
+        sock.set_nonblocking(true).map_err(fail)?;
+        sock.bind(&SockAddr::from(addr)).map_err(fail)?;
+        sock.listen(LISTEN_BACKLOG).map_err(fail)?;
+        let local = sock.local_addr().map_err(fail)?.as_socket().ok_or_else(|| fail(io::ErrorKind::Other.into()))?;
+        let info = HandleInfo {
+            addr: local,
+            magic: cfg.magic,
+            nstreams: cfg.nstreams as u32,
+            nthreads: cfg.nthreads as u32,
+            min_task: cfg.min_task as u64,
+        };
+        Ok(Listener { sock, info, cfg: cfg.clone(), pending: Vec::new(), groups: HashMap::new() })
+    }
+
+    /// What a connecting peer needs.
+    pub fn info(&self) -> &HandleInfo {
+        &self.info
+    }
+
+    /// Accepts TCP connections, reads their handshakes without blocking, rejects
+    /// strays with a log line, and returns a receive comm once all streams of one
+    /// connection have arrived.
+    pub fn accept(&mut self) -> NetResult<Option<RecvComm>> {
+        let me = self.info.addr;
+        loop {
+            match self.sock.accept() {
+                Ok((s, a)) => {
+                    let peer = a.as_socket().unwrap_or(me);
+                    if let Err(e) = s.set_nonblocking(true).and_then(|()| tune(&s, &self.cfg)) {
+                        net_warn!("NET/FerrocclSocket: dropping connection from {peer} on {me}: {e}");
+                        continue;
+                    }
+                    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+                    self.pending.push(Incoming { sock: s, peer, buf: [0; HELLO_LEN], got: 0, deadline });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => {}
+                Err(e) => return Err(NetError::System(format!("NET/FerrocclSocket: accept on {me} failed: {e}"))),
+            }
+        }
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let inc = &mut self.pending[i];
+            match read_nb(&inc.sock, &mut inc.buf[inc.got..]) {
+                Ok(Some(0)) => {
+                    net_info!(NCCL_NET, "NET/FerrocclSocket: connection from {} on {me} closed after {} of {HELLO_LEN} handshake bytes; ignored", inc.peer, inc.got);
+                    self.pending.swap_remove(i);
+                }
+                Ok(Some(n)) => {
+                    inc.got += n;
+                    if inc.got == HELLO_LEN {
+                        let inc = self.pending.swap_remove(i);
+                        self.file(inc);
+                    }
+                }
+                Ok(None) if now >= inc.deadline => {
+                    net_warn!(
+                        "NET/FerrocclSocket: rejecting connection from {} on {me}: sent {} of {HELLO_LEN} handshake bytes in {:?}",
+                        inc.peer,
+                        inc.got,
+                        HANDSHAKE_TIMEOUT
+                    );
+                    self.pending.swap_remove(i);
+                }
+                Ok(None) => i += 1,
+                Err(e) => {
+                    net_info!(NCCL_NET, "NET/FerrocclSocket: connection from {} on {me} failed during handshake: {e}", inc.peer);
+                    self.pending.swap_remove(i);
+                }
+            }
+        }
+        let want = self.info.nstreams as usize + 1;
+        self.groups.retain(|id, g| {
+            let keep = g.have == want || now.duration_since(g.since) < GROUP_TIMEOUT;
+            if !keep {
+                net_warn!("NET/FerrocclSocket: dropping connection {id:#x} from {}: only {} of {want} streams arrived in {:?}", g.peer, g.have, GROUP_TIMEOUT);
+            }
+            keep
+        });
+        let Some(id) = self.groups.iter().find(|(_, g)| g.have == want).map(|(k, _)| *k) else { return Ok(None) };
+        let g = self.groups.remove(&id).expect("found above");
+        let ctrl = g.ctrl.expect("complete group has a control stream");
+        let mut data = Vec::with_capacity(g.data.len());
+        for s in g.data {
+            let s = s.expect("complete group has all data streams");
+            s.set_nonblocking(false).map_err(|e| io_err("accept", g.peer, &e))?;
+            data.push(s);
+        }
+        net_info!(NCCL_NET, "NET/FerrocclSocket: accepted connection {id:#x} from {} on {me} ({} data streams)", g.peer, data.len());
+        Ok(Some(RecvComm::new(g.peer, ctrl, data, &self.info)))
+    }
+
+    fn file(&mut self, inc: Incoming) {
+        let me = self.info.addr;
+        let h = match Hello::decode(&inc.buf, self.info.magic, self.info.nstreams) {
+            Ok(h) => h,
+            Err(e) => {
+                net_warn!("NET/FerrocclSocket: rejecting connection from {} on {me}: {e}", inc.peer);
+                return;
+            }
+        };
+        let n = self.info.nstreams as usize;
+        let g = self.groups.entry(h.conn_id).or_insert_with(|| PartialConn {
+            peer: inc.peer,
+            ctrl: None,
+            data: (0..n).map(|_| None).collect(),
+            have: 0,
+            since: Instant::now(),
+        });
+        let slot = if h.index as usize == n { &mut g.ctrl } else { &mut g.data[h.index as usize] };
+        if slot.is_some() {
+            net_warn!("NET/FerrocclSocket: rejecting connection from {} on {me}: stream {} of connection {:#x} arrived twice", inc.peer, h.index, h.conn_id);
+            return;
+        }
+        *slot = Some(inc.sock);
+        g.have += 1;
+    }
+}
+
+// ---------------------------------------------------------------- connect
+
+#[derive(Debug, Clone, Copy)]
+enum CState {
+    Start,
+    InProgress,
+    Hello,
+    Done,
+    Wait(Instant),
+}
+
+struct ConnSock {
+    sock: Option<Socket>,
+    state: CState,
+    hello: [u8; HELLO_LEN],
+    sent: usize,
+}
+
+/// A `connect` in progress (kept between calls in the plugin's registry).
+pub struct Connecting {
+    info: HandleInfo,
+    cfg: Config,
+    conn_id: u64,
+    retries: u32,
+    socks: Vec<ConnSock>,
+}
+
+impl Connecting {
+    /// Starts connecting to the listener described by `info`.
+    pub fn new(info: HandleInfo, cfg: &Config) -> Connecting {
+        let conn_id = random_u64();
+        let n = info.nstreams as usize;
+        let socks = (0..=n)
+            .map(|i| ConnSock {
+                sock: None,
+                state: CState::Start,
+                hello: Hello {
+                    magic: info.magic,
+                    sock_type: proto::SOCKET_TYPE_NET,
+                    version: proto::PROTO_VERSION,
+                    conn_id,
+                    index: i as u16,
+                    nstreams: n as u16,
+                }
+                .encode(),
+                sent: 0,
+            })
+            .collect();
+        Connecting { info, cfg: cfg.clone(), conn_id, retries: 0, socks }
+    }
+
+    /// Advances every stream without blocking; the send comm once all handshakes are sent.
+    pub fn progress(&mut self) -> NetResult<Option<SendComm>> {
+        let addr = self.info.addr;
+        for i in 0..self.socks.len() {
+            loop {
+                let cs = &mut self.socks[i];
+                let step: io::Result<bool> = match cs.state {
+                    CState::Done => break,
+                    CState::Wait(t) if Instant::now() < t => break,
+                    CState::Start | CState::Wait(_) => (|| {
+                        let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+                        s.set_nonblocking(true)?;
+                        tune(&s, &self.cfg)?;
+                        let r = s.connect(&SockAddr::from(addr));
+                        cs.sock = Some(s);
+                        cs.sent = 0;
+                        match r {
+                            Ok(()) => cs.state = CState::Hello,
+                            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => cs.state = CState::InProgress,
+                            Err(e) => return Err(e),
+                        }
+                        Ok(true)
+                    })(),
+                    CState::InProgress => (|| {
+                        let s = cs.sock.as_ref().expect("socket exists while connecting");
+                        let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+                        // SAFETY: one valid pollfd, zero timeout.
+                        let r = unsafe { libc::poll(&mut p, 1, 0) };
+                        if r <= 0 {
+                            return Ok(false);
+                        }
+                        if let Some(e) = s.take_error()? {
+                            return Err(e);
+                        }
+                        cs.state = CState::Hello;
+                        Ok(true)
+                    })(),
+                    CState::Hello => {
+                        let s = cs.sock.as_ref().expect("socket exists while connecting");
+                        match s.send_with_flags(&cs.hello[cs.sent..], libc::MSG_NOSIGNAL) {
+                            Ok(n) => {
+                                cs.sent += n;
+                                if cs.sent == HELLO_LEN {
+                                    cs.state = CState::Done;
+                                }
+                                Ok(true)
+                            }
+                            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
+                                Ok(false)
+                            }
+                            Err(e) => Err(e),
+                        }
+                    }
+                };
+                match step {
+                    Ok(true) => continue,
+                    Ok(false) => break,
+                    Err(e) => {
+                        if self.retries >= self.cfg.retry_cnt {
+                            return Err(NetError::System(format!(
+                                "NET/FerrocclSocket: connect to {addr} failed after {} retries (NCCL_SOCKET_RETRY_CNT): {e}",
+                                self.retries
+                            )));
+                        }
+                        self.retries += 1;
+                        let wait = Duration::from_millis(self.cfg.retry_sleep_ms * self.retries as u64);
+                        net_info!(NCCL_NET, "NET/FerrocclSocket: connect to {addr} (stream {i}): {e}; retry {} in {wait:?}", self.retries);
+                        let cs = &mut self.socks[i];
+                        cs.sock = None;
+                        cs.state = CState::Wait(Instant::now() + wait);
+                        break;
+                    }
+                }
+            }
+        }
+        if !self.socks.iter().all(|c| matches!(c.state, CState::Done)) {
+            return Ok(None);
+        }
+        let mut socks: Vec<Socket> = self.socks.iter_mut().map(|c| c.sock.take().expect("done streams have sockets")).collect();
+        let ctrl = socks.pop().expect("control stream is last");
+        for s in &socks {
+            s.set_nonblocking(false).map_err(|e| io_err("connect", addr, &e))?;
+        }
+        net_info!(NCCL_NET, "NET/FerrocclSocket: connected {:#x} to {addr} ({} data streams)", self.conn_id, socks.len());
+        Ok(Some(SendComm::new(addr, ctrl, socks, &self.info, self.cfg.inline)))
+    }
+}
+
+// ---------------------------------------------------------------- send comm
+
+struct CtrlOut {
+    req: u64,
+    hdr: [u8; proto::HDR_LEN],
+    off: usize,
+    payload: Buf,
+}
+
+struct SendReq {
+    size: usize,
+    ctrl_done: bool,
+    data_expected: usize,
+    data_done: Arc<AtomicUsize>,
+}
+
+/// State of a send comm, shared with its requests.
+pub struct SendInner {
+    peer: SocketAddr,
+    ctrl: Option<Socket>,
+    proto: Sender,
+    out: VecDeque<CtrlOut>,
+    reqs: HashMap<u64, SendReq>,
+    next_id: u64,
+    pool: Pool,
+    failed: Option<NetError>,
+}
+
+/// The sending side of a connection (`sendComm`).
+pub struct SendComm {
+    inner: Arc<Mutex<SendInner>>,
+}
+
+/// An outstanding `isend` or `irecv`.
+pub enum Request {
+    /// A send.
+    Send(Arc<Mutex<SendInner>>, u64),
+    /// A (grouped) receive.
+    Recv(Arc<Mutex<RecvInner>>, u64),
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SendComm {
+    fn new(peer: SocketAddr, ctrl: Socket, data: Vec<Socket>, info: &HandleInfo, inline: usize) -> SendComm {
+        let n = data.len();
+        SendComm {
+            inner: Arc::new(Mutex::new(SendInner {
+                peer,
+                ctrl: Some(ctrl),
+                proto: Sender::new(n, info.min_task as usize, inline),
+                out: VecDeque::new(),
+                reqs: HashMap::new(),
+                next_id: 0,
+                pool: Pool::new(Dir::Send, peer, info.nthreads as usize, data),
+                failed: None,
+            })),
+        }
+    }
+
+    /// Address of the receiving peer.
+    pub fn peer(&self) -> SocketAddr {
+        lock(&self.inner).peer
+    }
+
+    /// Posts a send; `Ok(None)` when [`MAX_SEND_REQUESTS`] are outstanding.
+    pub fn isend(&mut self, buf: Buf, tag: i32) -> NetResult<Option<Request>> {
+        let mut g = lock(&self.inner);
+        if let Some(e) = &g.failed {
+            return Err(clone_err(e));
+        }
+        if g.reqs.len() >= MAX_SEND_REQUESTS {
+            return Ok(None);
+        }
+        let plan = g.proto.plan(buf.len, tag);
+        let id = g.next_id;
+        g.next_id += 1;
+        let data_done = Arc::new(AtomicUsize::new(0));
+        let mut data_expected = 0;
+        for ch in &plan.chunks {
+            data_expected += ch.len;
+            let sub = Buf::new(buf.ptr.wrapping_add(ch.offset), ch.len);
+            if let Err(e) = g.pool.submit(ch.stream, sub, data_done.clone()) {
+                g.failed = Some(clone_err(&e));
+                return Err(e);
+            }
+        }
+        let payload = if plan.payload_on_ctrl { buf } else { Buf::new(buf.ptr, 0) };
+        g.out.push_back(CtrlOut { req: id, hdr: plan.header, off: 0, payload });
+        g.reqs.insert(id, SendReq { size: buf.len, ctrl_done: false, data_expected, data_done });
+        g.progress()?;
+        Ok(Some(Request::Send(self.inner.clone(), id)))
+    }
+
+    /// Stops the helper threads and closes every socket (requests still out fail).
+    pub fn close(self) {}
+}
+
+impl Drop for SendComm {
+    fn drop(&mut self) {
+        let mut g = lock(&self.inner);
+        g.pool.shutdown();
+        g.ctrl = None;
+        g.out.clear();
+        g.failed.get_or_insert(NetError::Internal("NET/FerrocclSocket: request tested after its send comm was closed".into()));
+    }
+}
+
+impl SendInner {
+    fn progress(&mut self) -> NetResult<()> {
+        let r = self.progress_inner();
+        if let Err(e) = &r {
+            self.failed.get_or_insert(clone_err(e));
+        }
+        r
+    }
+
+    fn progress_inner(&mut self) -> NetResult<()> {
+        let Some(ctrl) = self.ctrl.as_ref() else { return Ok(()) };
+        while let Some(o) = self.out.front_mut() {
+            let hl = proto::HDR_LEN;
+            let total = hl + o.payload.len;
+            // SAFETY: the payload stays valid until its request completes (NCCL contract).
+            let pay = unsafe { o.payload.as_slice() };
+            let res = if o.off < hl {
+                ctrl.send_vectored_with_flags(&[IoSlice::new(&o.hdr[o.off..]), IoSlice::new(pay)], libc::MSG_NOSIGNAL)
+            } else {
+                ctrl.send_with_flags(&pay[o.off - hl..], libc::MSG_NOSIGNAL)
+            };
+            match res {
+                Ok(n) => {
+                    o.off += n;
+                    if o.off < total {
+                        continue;
+                    }
+                    let id = o.req;
+                    self.out.pop_front();
+                    if let Some(r) = self.reqs.get_mut(&id) {
+                        r.ctrl_done = true;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_err("control stream (send)", self.peer, &e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn test(&mut self, id: u64) -> NetResult<TestStatus> {
+        if let Some(e) = &self.failed {
+            return Err(clone_err(e));
+        }
+        self.progress()?;
+        let Some(r) = self.reqs.get(&id) else {
+            return Err(NetError::Internal(format!("NET/FerrocclSocket: test of unknown send request {id}")));
+        };
+        if r.ctrl_done && r.data_done.load(Ordering::Acquire) == r.data_expected {
+            let size = r.size;
+            self.reqs.remove(&id);
+            return Ok(TestStatus::done1(size));
+        }
+        if let Some(e) = self.pool.error() {
+            self.failed.get_or_insert(clone_err(&e));
+            return Err(e);
+        }
+        Ok(TestStatus::Pending)
+    }
+}
+
+// ---------------------------------------------------------------- recv comm
+
+struct RecvReq {
+    bufs: Vec<Buf>,
+    data_done: Arc<AtomicUsize>,
+}
+
+/// State of a receive comm, shared with its requests.
+pub struct RecvInner {
+    peer: SocketAddr,
+    ctrl: Option<Socket>,
+    proto: Receiver,
+    stage: Box<[u8]>,
+    st_lo: usize,
+    st_hi: usize,
+    hdr: [u8; proto::HDR_LEN],
+    hdr_got: usize,
+    reqs: HashMap<u64, RecvReq>,
+    pool: Pool,
+    failed: Option<NetError>,
+}
+
+/// The receiving side of a connection (`recvComm`).
+pub struct RecvComm {
+    inner: Arc<Mutex<RecvInner>>,
+}
+
+impl RecvComm {
+    fn new(peer: SocketAddr, ctrl: Socket, data: Vec<Socket>, info: &HandleInfo) -> RecvComm {
+        let n = data.len();
+        RecvComm {
+            inner: Arc::new(Mutex::new(RecvInner {
+                peer,
+                ctrl: Some(ctrl),
+                proto: Receiver::new(n, info.min_task as usize),
+                stage: vec![0u8; STAGE_LEN].into_boxed_slice(),
+                st_lo: 0,
+                st_hi: 0,
+                hdr: [0; proto::HDR_LEN],
+                hdr_got: 0,
+                reqs: HashMap::new(),
+                pool: Pool::new(Dir::Recv, peer, info.nthreads as usize, data),
+                failed: None,
+            })),
+        }
+    }
+
+    /// Address of the sending peer.
+    pub fn peer(&self) -> SocketAddr {
+        lock(&self.inner).peer
+    }
+
+    /// Posts a (grouped) receive of `(buffer, tag)` pairs, 1 ..= [`MAX_RECVS`];
+    /// `Ok(None)` when [`MAX_REQUESTS`] are outstanding.
+    pub fn irecv(&mut self, bufs: &[(Buf, i32)]) -> NetResult<Option<Request>> {
+        if bufs.is_empty() || bufs.len() > MAX_RECVS {
+            return Err(NetError::InvalidArgument(format!(
+                "NET/FerrocclSocket: irecv of {} buffers (expected 1 ..= {MAX_RECVS})",
+                bufs.len()
+            )));
+        }
+        let mut g = lock(&self.inner);
+        if let Some(e) = &g.failed {
+            return Err(clone_err(e));
+        }
+        if g.reqs.len() >= MAX_REQUESTS {
+            return Ok(None);
+        }
+        let spec: Vec<(usize, i32)> = bufs.iter().map(|(b, t)| (b.len, *t)).collect();
+        let id = g.proto.post(&spec);
+        g.reqs.insert(
+            id,
+            RecvReq { bufs: bufs.iter().map(|(b, _)| *b).collect(), data_done: Arc::new(AtomicUsize::new(0)) },
+        );
+        g.progress()?;
+        Ok(Some(Request::Recv(self.inner.clone(), id)))
+    }
+
+    /// Stops the helper threads and closes every socket (requests still out fail).
+    pub fn close(self) {}
+}
+
+impl Drop for RecvComm {
+    fn drop(&mut self) {
+        let mut g = lock(&self.inner);
+        g.pool.shutdown();
+        g.ctrl = None;
+        g.failed.get_or_insert(NetError::Internal("NET/FerrocclSocket: request tested after its recv comm was closed".into()));
+    }
+}
+
+impl RecvInner {
+    fn progress(&mut self) -> NetResult<()> {
+        let r = self.progress_inner();
+        if let Err(e) = &r {
+            self.failed.get_or_insert(clone_err(e));
+        }
+        r
+    }
+
+    /// Reads into the staging buffer; `false` if nothing is available now.
+    fn fill_stage(&mut self) -> NetResult<bool> {
+        let ctrl = self.ctrl.as_ref().expect("checked by caller");
+        match read_nb(ctrl, &mut self.stage) {
+            Ok(Some(0)) => Err(io_err("control stream (recv)", self.peer, &io::ErrorKind::UnexpectedEof.into())),
+            Ok(Some(n)) => {
+                self.st_lo = 0;
+                self.st_hi = n;
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(io_err("control stream (recv)", self.peer, &e)),
+        }
+    }
+
+    fn dispatch(&mut self, m: proto::Matched) -> NetResult<()> {
+        let r = self.reqs.get(&m.req).expect("matched receives are posted");
+        let base = r.bufs[m.idx];
+        for ch in &m.chunks {
+            let sub = Buf::new(base.ptr.wrapping_add(ch.offset), ch.len);
+            self.pool.submit(ch.stream, sub, r.data_done.clone())?;
+        }
+        Ok(())
+    }
+
+    fn progress_inner(&mut self) -> NetResult<()> {
+        if self.ctrl.is_none() {
+            return Ok(());
+        }
+        let peer = self.peer;
+        loop {
+            if let Some(m) = self.proto.match_stashed().map_err(|e| proto_err(peer, e))? {
+                self.dispatch(m)?;
+                continue;
+            }
+            match self.proto.need() {
+                Need::Idle => return Ok(()),
+                Need::Header => {
+                    if self.st_lo == self.st_hi && !self.fill_stage()? {
+                        return Ok(());
+                    }
+                    let k = (proto::HDR_LEN - self.hdr_got).min(self.st_hi - self.st_lo);
+                    self.hdr[self.hdr_got..self.hdr_got + k].copy_from_slice(&self.stage[self.st_lo..self.st_lo + k]);
+                    self.st_lo += k;
+                    self.hdr_got += k;
+                    if self.hdr_got == proto::HDR_LEN {
+                        self.hdr_got = 0;
+                        let h = self.hdr;
+                        if let Some(m) = self.proto.on_header(&h).map_err(|e| proto_err(peer, e))? {
+                            self.dispatch(m)?;
+                        }
+                    }
+                }
+                Need::Payload { req, idx, offset, len } => {
+                    let b = self.reqs.get(&req).expect("matched receives are posted").bufs[idx];
+                    let dst = Buf::new(b.ptr.wrapping_add(offset), len);
+                    // SAFETY: the receive buffer is valid for `b.len ≥ offset + len` bytes
+                    // until the request completes, and only this thread writes this range.
+                    let dst = unsafe { dst.as_mut_slice() };
+                    if self.st_lo < self.st_hi {
+                        let k = len.min(self.st_hi - self.st_lo);
+                        dst[..k].copy_from_slice(&self.stage[self.st_lo..self.st_lo + k]);
+                        self.st_lo += k;
+                        self.proto.on_payload(k);
+                    } else if len >= STAGE_LEN {
+                        let ctrl = self.ctrl.as_ref().expect("checked above");
+                        match read_nb(ctrl, dst) {
+                            Ok(Some(0)) => {
+                                return Err(io_err("control stream (recv)", peer, &io::ErrorKind::UnexpectedEof.into()));
+                            }
+                            Ok(Some(n)) => self.proto.on_payload(n),
+                            Ok(None) => return Ok(()),
+                            Err(e) => return Err(io_err("control stream (recv)", peer, &e)),
+                        }
+                    } else if !self.fill_stage()? {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    fn test(&mut self, id: u64) -> NetResult<TestStatus> {
+        if let Some(e) = &self.failed {
+            return Err(clone_err(e));
+        }
+        if !self.reqs.contains_key(&id) {
+            return Err(NetError::Internal(format!("NET/FerrocclSocket: test of unknown receive request {id}")));
+        }
+        self.progress()?;
+        if let Some((sizes, expected)) = self.proto.ctrl_complete(id) {
+            let r = &self.reqs[&id];
+            if r.data_done.load(Ordering::Acquire) == expected {
+                self.proto.remove(id);
+                self.reqs.remove(&id);
+                let mut out = [0usize; MAX_RECVS];
+                out[..sizes.len()].copy_from_slice(&sizes);
+                return Ok(TestStatus::Done { n: sizes.len(), sizes: out });
+            }
+        }
+        if let Some(e) = self.pool.error() {
+            self.failed.get_or_insert(clone_err(&e));
+            return Err(e);
+        }
+        Ok(TestStatus::Pending)
+    }
+}
+
+impl Request {
+    /// Tests the request: progresses its comm's control stream and reports completion.
+    pub fn test(&mut self) -> NetResult<TestStatus> {
+        match self {
+            Request::Send(c, id) => lock(c).test(*id),
+            Request::Recv(c, id) => lock(c).test(*id),
+        }
+    }
+}
