@@ -195,5 +195,4 @@ impl Net for SocketNet {
     }
 }
 
-#[cfg(any())] // enabled once plugin-api's export_net_plugin! lands
 ferroccl_plugin_api::export_net_plugin!(SocketNet);
