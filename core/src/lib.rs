@@ -1,1 +1,2 @@
 //! ferroccl: a collective-communication runtime in the NCCL mould (see DESIGN.md).
+pub mod bootstrap;
