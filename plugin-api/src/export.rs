@@ -154,3 +154,43 @@ macro_rules! __export_net_symbols {
         )*
     };
 }
+
+/// Exports `ncclTunerPlugin_v2` … `ncclTunerPlugin_v6` from one
+/// [`sdk::Tuner`](crate::sdk::Tuner) implementation (once per cdylib, module level):
+/// `ferroccl_plugin_api::export_tuner_plugin!(MyTuner);`
+#[macro_export]
+macro_rules! export_tuner_plugin {
+    ($ty:ty) => {
+        $crate::__export_symbols!(tuner, $ty;
+            ncclTunerPlugin_v2: ncclTuner_v2_t = tuner_v2,
+            ncclTunerPlugin_v3: ncclTuner_v3_t = tuner_v3,
+            ncclTunerPlugin_v4: ncclTuner_v4_t = tuner_v4,
+            ncclTunerPlugin_v5: ncclTuner_v5_t = tuner_v5,
+            ncclTunerPlugin_v6: ncclTuner_v6_t = tuner_v6,
+        );
+    };
+}
+
+/// Exports `ncclProfiler_v6` from one [`sdk::Profiler`](crate::sdk::Profiler)
+/// implementation (once per cdylib, module level):
+/// `ferroccl_plugin_api::export_profiler_plugin!(MyProfiler);`
+#[macro_export]
+macro_rules! export_profiler_plugin {
+    ($ty:ty) => {
+        $crate::__export_symbols!(profiler, $ty; ncclProfiler_v6: ncclProfiler_v6_t = profiler_v6);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_symbols {
+    ($m:ident, $ty:ty; $($sym:ident : $t:ident = $f:ident),* $(,)?) => {
+        $(
+            #[doc = concat!("`", stringify!($sym), "`: the `", stringify!($t), "` vtable NCCL looks up.")]
+            #[unsafe(no_mangle)]
+            #[allow(non_upper_case_globals)]
+            pub static $sym: $crate::export::Exported<$crate::abi::$t> =
+                $crate::export::Exported($crate::export::$m::$f::<$ty>());
+        )*
+    };
+}

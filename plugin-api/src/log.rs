@@ -62,7 +62,16 @@ pub fn log(level: Level, flags: u64, file: &str, line: u32, msg: std::fmt::Argum
     let file = CString::new(file.replace('\0', "")).unwrap_or_default();
     // SAFETY: `f` is a valid logger; "%s" consumes exactly one `char*` argument,
     // which is a NUL-terminated string alive for the call.
-    unsafe { f(level as c_int, flags as c_ulong, file.as_ptr(), line as c_int, c"%s".as_ptr(), text.as_ptr()) }
+    unsafe {
+        f(
+            level as c_int,
+            flags as c_ulong,
+            file.as_ptr(),
+            line as c_int,
+            c"%s".as_ptr(),
+            text.as_ptr(),
+        )
+    }
 }
 
 /// Subsystem flag `NCCL_INIT` (0x1).

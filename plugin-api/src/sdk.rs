@@ -18,6 +18,12 @@ use std::ffi::CStr;
 
 use crate::abi;
 
+pub mod profiler;
+pub mod tuner;
+
+pub use profiler::{Profiler, ProfilerInit};
+pub use tuner::{CostTable, Tuner, TunerInit};
+
 /// Handle buffer NCCL passes to `listen`/`connect` (`NCCL_NET_HANDLE_MAXSIZE` = 128 bytes).
 pub type Handle = [u8; abi::NCCL_NET_HANDLE_MAXSIZE];
 
@@ -171,7 +177,9 @@ pub struct CommConfig {
 
 impl Default for CommConfig {
     fn default() -> Self {
-        CommConfig { traffic_class: abi::NCCL_NET_TRAFFIC_CLASS_UNDEF }
+        CommConfig {
+            traffic_class: abi::NCCL_NET_TRAFFIC_CLASS_UNDEF,
+        }
     }
 }
 
@@ -322,7 +330,13 @@ pub trait Net: Sized + Send + Sync + 'static {
     /// Connects to the peer described by `handle` (`connect`). Must not block:
     /// returns `Ok(None)` until the connection is ready; NCCL calls again with
     /// the same `handle` buffer, which the plugin may use as scratch space.
-    fn connect(&self, ctx: &Self::Ctx, dev: usize, handle: &mut Handle, config: &CommConfig) -> NetResult<Option<Self::SendComm>>;
+    fn connect(
+        &self,
+        ctx: &Self::Ctx,
+        dev: usize,
+        handle: &mut Handle,
+        config: &CommConfig,
+    ) -> NetResult<Option<Self::SendComm>>;
 
     /// Accepts one connection on `listen` (`accept`). Must not block: `Ok(None)`
     /// until a connection is ready.
@@ -338,7 +352,14 @@ pub trait Net: Sized + Send + Sync + 'static {
     fn reg_mr(&self, comm: CommMut<'_, Self>, buf: Buf, ty: PtrType) -> NetResult<Self::Mr>;
 
     /// Registers a DMA-BUF (`regMrDmaBuf`). Default: unsupported (`ncclInternalError`).
-    fn reg_mr_dmabuf(&self, comm: CommMut<'_, Self>, buf: Buf, ty: PtrType, offset: u64, fd: i32) -> NetResult<Self::Mr> {
+    fn reg_mr_dmabuf(
+        &self,
+        comm: CommMut<'_, Self>,
+        buf: Buf,
+        ty: PtrType,
+        offset: u64,
+        fd: i32,
+    ) -> NetResult<Self::Mr> {
         let _ = (comm, buf, ty, offset, fd);
         Err(NetError::Internal("regMrDmaBuf is not supported by this plugin".into()))
     }
@@ -352,7 +373,13 @@ pub trait Net: Sized + Send + Sync + 'static {
 
     /// Posts a send of `buf` with `tag` (`isend`). `Ok(None)` means the plugin
     /// cannot take it now; the caller retries later.
-    fn isend(&self, comm: &mut Self::SendComm, buf: Buf, tag: i32, mr: Option<&Self::Mr>) -> NetResult<Option<Self::Request>>;
+    fn isend(
+        &self,
+        comm: &mut Self::SendComm,
+        buf: Buf,
+        tag: i32,
+        mr: Option<&Self::Mr>,
+    ) -> NetResult<Option<Self::Request>>;
 
     /// Posts a receive of `bufs.len()` (1 ..= `max_recvs`) buffers (`irecv`).
     /// A send matching tag `t` lands in the buffer posted with tag `t`; sends and
@@ -387,7 +414,9 @@ pub trait Net: Sized + Send + Sync + 'static {
     /// Default: unsupported (`ncclInvalidUsage`).
     fn make_vdevice(&self, devs: &[i32]) -> NetResult<usize> {
         let _ = devs;
-        Err(NetError::InvalidUsage("makeVDevice is not supported by this plugin".into()))
+        Err(NetError::InvalidUsage(
+            "makeVDevice is not supported by this plugin".into(),
+        ))
     }
 
     /// Per-context network attributes hint (`setNetAttr`, v11+). Default: ignored.
