@@ -35,11 +35,33 @@ macro_rules! vtables {
     ($($t:ident),* $(,)?) => { $( impl sealed::Sealed for abi::$t {} impl VTable for abi::$t {} )* };
 }
 vtables!(
-    ncclNet_v6_t, ncclNet_v7_t, ncclNet_v8_t, ncclNet_v9_t, ncclNet_v10_t, ncclNet_v11_t, ncclNet_v12_t,
-    ncclCollNet_v6_t, ncclCollNet_v7_t, ncclCollNet_v8_t, ncclCollNet_v9_t, ncclCollNet_v10_t, ncclCollNet_v11_t,
-    ncclCollNet_v12_t, ncclTuner_v2_t, ncclTuner_v3_t, ncclTuner_v4_t, ncclTuner_v5_t, ncclTuner_v6_t,
-    ncclProfiler_v1_t, ncclProfiler_v2_t, ncclProfiler_v3_t, ncclProfiler_v4_t, ncclProfiler_v5_t,
-    ncclProfiler_v6_t, ncclEnv_v1_t, ncclEnv_v2_t,
+    ncclNet_v6_t,
+    ncclNet_v7_t,
+    ncclNet_v8_t,
+    ncclNet_v9_t,
+    ncclNet_v10_t,
+    ncclNet_v11_t,
+    ncclNet_v12_t,
+    ncclCollNet_v6_t,
+    ncclCollNet_v7_t,
+    ncclCollNet_v8_t,
+    ncclCollNet_v9_t,
+    ncclCollNet_v10_t,
+    ncclCollNet_v11_t,
+    ncclCollNet_v12_t,
+    ncclTuner_v2_t,
+    ncclTuner_v3_t,
+    ncclTuner_v4_t,
+    ncclTuner_v5_t,
+    ncclTuner_v6_t,
+    ncclProfiler_v1_t,
+    ncclProfiler_v2_t,
+    ncclProfiler_v3_t,
+    ncclProfiler_v4_t,
+    ncclProfiler_v5_t,
+    ncclProfiler_v6_t,
+    ncclEnv_v1_t,
+    ncclEnv_v2_t,
 );
 
 /// A vtable as an exportable `static`: `#[repr(transparent)]`, so the exported

@@ -272,7 +272,7 @@ impl TestStatus {
 
 /// Which kind of comm a registration call targets (`regMr` takes either).
 #[derive(Debug)]
-pub enum CommMut<'a, P: Net + ?Sized> {
+pub enum CommMut<'a, P: Net> {
     /// A send comm from `connect`.
     Send(&'a mut P::SendComm),
     /// A receive comm from `accept`.

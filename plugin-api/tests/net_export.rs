@@ -18,7 +18,9 @@ use ferroccl_plugin_api::sdk::{
 
 type Pipe = Arc<Mutex<VecDeque<(i32, Vec<u8>)>>>;
 
-static LISTENERS: Mutex<Option<HashMap<u64, Arc<Mutex<VecDeque<Pipe>>>>>> = Mutex::new(None);
+type Pending = Arc<Mutex<VecDeque<Pipe>>>;
+
+static LISTENERS: Mutex<Option<HashMap<u64, Pending>>> = Mutex::new(None);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static REQS_DROPPED: AtomicUsize = AtomicUsize::new(0);
 static CTX_ALIVE: AtomicUsize = AtomicUsize::new(0);
@@ -42,7 +44,11 @@ struct Recv {
 struct Mr(#[allow(dead_code)] usize);
 enum Request {
     Send(usize),
-    Recv { pipe: Pipe, bufs: Vec<(Buf, i32)>, got: Vec<Option<usize>> },
+    Recv {
+        pipe: Pipe,
+        bufs: Vec<(Buf, i32)>,
+        got: Vec<Option<usize>>,
+    },
 }
 impl Drop for Request {
     fn drop(&mut self) {
@@ -88,7 +94,11 @@ impl Net for LoopNet {
     fn listen(&self, _ctx: &Ctx, _dev: usize, handle: &mut Handle) -> NetResult<Listen> {
         let id = NEXT_ID.fetch_add(1, Ordering::SeqCst);
         let pending = Arc::new(Mutex::new(VecDeque::new()));
-        LISTENERS.lock().unwrap().get_or_insert_with(HashMap::new).insert(id, pending.clone());
+        LISTENERS
+            .lock()
+            .unwrap()
+            .get_or_insert_with(HashMap::new)
+            .insert(id, pending.clone());
         handle.fill(0);
         handle[..8].copy_from_slice(&id.to_le_bytes());
         Ok(Listen { pending })
@@ -140,7 +150,11 @@ impl Net for LoopNet {
                     if let Some(pos) = q.iter().position(|(t, _)| t == tag) {
                         let (_, data) = q.remove(pos).unwrap();
                         if data.len() > buf.len {
-                            return Err(NetError::InvalidUsage(format!("message of {} > buffer {}", data.len(), buf.len)));
+                            return Err(NetError::InvalidUsage(format!(
+                                "message of {} > buffer {}",
+                                data.len(),
+                                buf.len
+                            )));
                         }
                         // SAFETY: the posted receive buffer is valid and ours until completion.
                         unsafe { buf.as_mut_slice()[..data.len()].copy_from_slice(&data) };
@@ -173,7 +187,14 @@ ferroccl_plugin_api::export_net_plugin!(LoopNet);
 static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Receives exactly what `ferroccl_plugin_api::log::log` passes: fixed args then `"%s", text`.
-extern "C" fn capture(_l: c_int, _f: c_ulong, _file: *const c_char, _line: c_int, _fmt: *const c_char, text: *const c_char) {
+extern "C" fn capture(
+    _l: c_int,
+    _f: c_ulong,
+    _file: *const c_char,
+    _line: c_int,
+    _fmt: *const c_char,
+    text: *const c_char,
+) {
     // SAFETY: the SDK logger always passes a valid NUL-terminated string as the 6th argument.
     let s = unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned();
     LOG.lock().unwrap().push(s);
@@ -221,7 +242,11 @@ fn until_some(mut f: impl FnMut(*mut *mut c_void) -> ncclResult_t) -> *mut c_voi
     panic!("no comm after 100 attempts");
 }
 
-fn test_until_done(test: impl Fn(*mut c_void, *mut c_int, *mut c_int) -> ncclResult_t, req: *mut c_void, sizes: *mut c_int) {
+fn test_until_done(
+    test: impl Fn(*mut c_void, *mut c_int, *mut c_int) -> ncclResult_t,
+    req: *mut c_void,
+    sizes: *mut c_int,
+) {
     let mut done = 0;
     for _ in 0..1000 {
         assert_eq!(test(req, &mut done, sizes), OK);
@@ -253,7 +278,7 @@ fn symbols_are_the_vtables() {
 #[test]
 fn v6_full_roundtrip() {
     let n = &ncclNetPlugin_v6;
-    // SAFETY (whole test): calling the exported vtable with valid pointers, as NCCL does.
+    // SAFETY: (whole test) calling the exported vtable with valid pointers, as NCCL does.
     unsafe {
         assert_eq!(n.init.unwrap()(logger()), OK);
         let mut ndev = 0;
@@ -261,7 +286,10 @@ fn v6_full_roundtrip() {
         assert_eq!(ndev, 2);
         let mut p = abi::ncclNetProperties_v6_t::zeroed();
         assert_eq!(n.getProperties.unwrap()(0, &mut p), OK);
-        assert_eq!((cstr(p.name).as_str(), p.guid, p.maxRecvs, p.speed), ("loop0", 0xabc, 4, 1000));
+        assert_eq!(
+            (cstr(p.name).as_str(), p.guid, p.maxRecvs, p.speed),
+            ("loop0", 0xabc, 4, 1000)
+        );
         assert!(p.pciPath.is_null());
         let mut p2 = abi::ncclNetProperties_v6_t::zeroed();
         assert_eq!(n.getProperties.unwrap()(0, &mut p2), OK);
@@ -279,28 +307,65 @@ fn v6_full_roundtrip() {
         let mut sbuf = *b"hello v6";
         let mut rbuf = [0u8; 16];
         let mut smr = null_mut();
-        assert_eq!(n.regMr.unwrap()(send, sbuf.as_mut_ptr().cast(), 8, abi::NCCL_PTR_HOST, &mut smr), OK);
+        assert_eq!(
+            n.regMr.unwrap()(send, sbuf.as_mut_ptr().cast(), 8, abi::NCCL_PTR_HOST, &mut smr),
+            OK
+        );
         assert!(!smr.is_null());
-        assert_eq!(n.regMr.unwrap()(send, sbuf.as_mut_ptr().cast(), -1, abi::NCCL_PTR_HOST, &mut smr), ncclResult_t::ncclInvalidArgument);
+        assert_eq!(
+            n.regMr.unwrap()(send, sbuf.as_mut_ptr().cast(), -1, abi::NCCL_PTR_HOST, &mut smr),
+            ncclResult_t::ncclInvalidArgument
+        );
         // regMr on a listen comm is detected.
         let mut bad = null_mut();
-        assert_eq!(n.regMr.unwrap()(listen, sbuf.as_mut_ptr().cast(), 8, abi::NCCL_PTR_HOST, &mut bad), ncclResult_t::ncclInternalError);
+        assert_eq!(
+            n.regMr.unwrap()(listen, sbuf.as_mut_ptr().cast(), 8, abi::NCCL_PTR_HOST, &mut bad),
+            ncclResult_t::ncclInternalError
+        );
         // The plugin's own error is passed through (CUDA unsupported → InvalidUsage).
-        assert_eq!(n.regMr.unwrap()(send, sbuf.as_mut_ptr().cast(), 8, abi::NCCL_PTR_CUDA, &mut bad), ncclResult_t::ncclInvalidUsage);
+        assert_eq!(
+            n.regMr.unwrap()(send, sbuf.as_mut_ptr().cast(), 8, abi::NCCL_PTR_CUDA, &mut bad),
+            ncclResult_t::ncclInvalidUsage
+        );
 
         let mut sreq = null_mut();
-        assert_eq!(n.isend.unwrap()(send, sbuf.as_mut_ptr().cast(), 8, 7, smr, &mut sreq), OK);
+        assert_eq!(
+            n.isend.unwrap()(send, sbuf.as_mut_ptr().cast(), 8, 7, smr, &mut sreq),
+            OK
+        );
         assert!(!sreq.is_null());
         let mut data = [rbuf.as_mut_ptr().cast::<c_void>()];
         let mut sizes = [16 as c_int];
         let mut tags = [7 as c_int];
         let mut mhs = [null_mut()];
         let mut rreq = null_mut();
-        assert_eq!(n.irecv.unwrap()(recv, 1, data.as_mut_ptr(), sizes.as_mut_ptr(), tags.as_mut_ptr(), mhs.as_mut_ptr(), &mut rreq), OK);
+        assert_eq!(
+            n.irecv.unwrap()(
+                recv,
+                1,
+                data.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                tags.as_mut_ptr(),
+                mhs.as_mut_ptr(),
+                &mut rreq
+            ),
+            OK
+        );
         assert!(!rreq.is_null());
         // n above maxRecvs (4) is refused.
         let mut r2 = null_mut();
-        assert_eq!(n.irecv.unwrap()(recv, 5, data.as_mut_ptr(), sizes.as_mut_ptr(), tags.as_mut_ptr(), mhs.as_mut_ptr(), &mut r2), ncclResult_t::ncclInternalError);
+        assert_eq!(
+            n.irecv.unwrap()(
+                recv,
+                5,
+                data.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                tags.as_mut_ptr(),
+                mhs.as_mut_ptr(),
+                &mut r2
+            ),
+            ncclResult_t::ncclInternalError
+        );
         assert!(r2.is_null());
 
         let mut got = [0 as c_int; 1];
@@ -310,7 +375,10 @@ fn v6_full_roundtrip() {
         test_until_done(|r, d, s| n.test.unwrap()(r, d, s), sreq, null_mut());
         // A completed request is freed: testing it again is an error, not a crash.
         let mut done = 0;
-        assert_eq!(n.test.unwrap()(sreq, &mut done, null_mut()), ncclResult_t::ncclInternalError);
+        assert_eq!(
+            n.test.unwrap()(sreq, &mut done, null_mut()),
+            ncclResult_t::ncclInternalError
+        );
 
         assert_eq!(n.deregMr.unwrap()(send, smr), OK);
         assert_eq!(n.closeSend.unwrap()(send), OK);
@@ -322,7 +390,7 @@ fn v6_full_roundtrip() {
 #[test]
 fn v9_overwrites_optional_recv_completion_hint() {
     let n = &ncclNetPlugin_v9;
-    // SAFETY (whole test): calling the exported vtable with valid pointers, as NCCL does.
+    // SAFETY: (whole test) calling the exported vtable with valid pointers, as NCCL does.
     unsafe {
         assert_eq!(n.init.unwrap()(logger()), OK);
         let mut p = abi::ncclNetProperties_v9_t::zeroed();
@@ -332,7 +400,7 @@ fn v9_overwrites_optional_recv_completion_hint() {
         let mut handle = [0u8; abi::NCCL_NET_HANDLE_MAXSIZE];
         let mut listen = null_mut();
         assert_eq!(n.listen.unwrap()(0, handle.as_mut_ptr().cast(), &mut listen), OK);
-        let mut dev_comm: *mut abi::ncclNetDeviceHandle_v9_t = 8 as *mut _;
+        let mut dev_comm: *mut abi::ncclNetDeviceHandle_v9_t = std::ptr::dangling_mut();
         let send = until_some(|c| n.connect.unwrap()(0, handle.as_mut_ptr().cast(), c, &mut dev_comm));
         assert!(dev_comm.is_null(), "device handle out-arg set to NULL");
         let recv = until_some(|c| n.accept.unwrap()(listen, c, null_mut()));
@@ -344,13 +412,30 @@ fn v9_overwrites_optional_recv_completion_hint() {
         let mut sizes = [8usize, 8];
         let mut tags = [1 as c_int, 2];
         let mut rreq = abi::NCCL_NET_OPTIONAL_RECV_COMPLETION as *mut c_void;
-        assert_eq!(n.irecv.unwrap()(recv, 2, data.as_mut_ptr(), sizes.as_mut_ptr(), tags.as_mut_ptr(), null_mut(), &mut rreq), OK);
-        assert!(rreq as usize != abi::NCCL_NET_OPTIONAL_RECV_COMPLETION, "hint value left in *request");
+        assert_eq!(
+            n.irecv.unwrap()(
+                recv,
+                2,
+                data.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                tags.as_mut_ptr(),
+                null_mut(),
+                &mut rreq
+            ),
+            OK
+        );
+        assert!(
+            rreq as usize != abi::NCCL_NET_OPTIONAL_RECV_COMPLETION,
+            "hint value left in *request"
+        );
         assert!(!rreq.is_null());
 
         for (tag, msg) in [(2, &b"two"[..]), (1, &b"one!"[..])] {
             let mut req = null_mut();
-            assert_eq!(n.isend.unwrap()(send, msg.as_ptr() as *mut c_void, msg.len(), tag, null_mut(), &mut req), OK);
+            assert_eq!(
+                n.isend.unwrap()(send, msg.as_ptr() as *mut c_void, msg.len(), tag, null_mut(), &mut req),
+                OK
+            );
             test_until_done(|r, d, s| n.test.unwrap()(r, d, s), req, null_mut());
         }
         let mut got = [0 as c_int; 2];
@@ -360,19 +445,36 @@ fn v9_overwrites_optional_recv_completion_hint() {
 
         // Even a failing irecv clears the hint.
         let mut rreq = abi::NCCL_NET_OPTIONAL_RECV_COMPLETION as *mut c_void;
-        assert_eq!(n.irecv.unwrap()(recv, 0, data.as_mut_ptr(), sizes.as_mut_ptr(), tags.as_mut_ptr(), null_mut(), &mut rreq), ncclResult_t::ncclInternalError);
+        assert_eq!(
+            n.irecv.unwrap()(
+                recv,
+                0,
+                data.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                tags.as_mut_ptr(),
+                null_mut(),
+                &mut rreq
+            ),
+            ncclResult_t::ncclInternalError
+        );
         assert!(rreq.is_null());
 
-        let mut dptr = 8 as *mut c_void;
+        let mut dptr = std::ptr::dangling_mut();
         assert_eq!(n.getDeviceMr.unwrap()(send, null_mut(), &mut dptr), OK);
         assert!(dptr.is_null());
         assert_eq!(n.irecvConsumed.unwrap()(recv, 1, null_mut()), OK);
-        let mut vp = abi::ncclNetVDeviceProps_v9_t { ndevs: 2, devs: [0, 1, 0, 0] };
+        let mut vp = abi::ncclNetVDeviceProps_v9_t {
+            ndevs: 2,
+            devs: [0, 1, 0, 0],
+        };
         let mut vd = -1;
         assert_eq!(n.makeVDevice.unwrap()(&mut vd, &mut vp), OK);
         assert_eq!(vd, 102);
         vp.ndevs = 5;
-        assert_eq!(n.makeVDevice.unwrap()(&mut vd, &mut vp), ncclResult_t::ncclInvalidArgument);
+        assert_eq!(
+            n.makeVDevice.unwrap()(&mut vd, &mut vp),
+            ncclResult_t::ncclInvalidArgument
+        );
 
         assert_eq!(n.closeSend.unwrap()(send), OK);
         assert_eq!(n.closeRecv.unwrap()(recv), OK);
@@ -383,14 +485,17 @@ fn v9_overwrites_optional_recv_completion_hint() {
 #[test]
 fn v12_per_comm_context_and_flow() {
     let n = &ncclNetPlugin_v12;
-    // SAFETY (whole test): calling the exported vtable with valid pointers, as NCCL does.
+    // SAFETY: (whole test) calling the exported vtable with valid pointers, as NCCL does.
     unsafe {
         let mut cfg = abi::ncclNetCommConfig_v12_t { trafficClass: 3 };
         let (mut c1, mut c2) = (null_mut(), null_mut());
         assert_eq!(n.init.unwrap()(&mut c1, 11, &mut cfg, logger(), None), OK);
         assert_eq!(n.init.unwrap()(&mut c2, 12, null_mut(), logger(), None), OK);
         assert!(!c1.is_null() && !c2.is_null() && c1 != c2);
-        assert_eq!(n.init.unwrap()(null_mut(), 13, null_mut(), logger(), None), ncclResult_t::ncclInvalidArgument);
+        assert_eq!(
+            n.init.unwrap()(null_mut(), 13, null_mut(), logger(), None),
+            ncclResult_t::ncclInvalidArgument
+        );
 
         let mut p = abi::ncclNetProperties_v12_t::zeroed();
         assert_eq!(n.getProperties.unwrap()(0, &mut p), OK);
@@ -410,15 +515,41 @@ fn v12_per_comm_context_and_flow() {
         let msg = vec![0x5au8; 100_000];
         let mut rbuf = vec![0u8; 100_000];
         let mut rmr = null_mut();
-        assert_eq!(n.regMr.unwrap()(recv, rbuf.as_mut_ptr().cast(), rbuf.len(), abi::NCCL_PTR_HOST, &mut rmr), OK);
+        assert_eq!(
+            n.regMr.unwrap()(recv, rbuf.as_mut_ptr().cast(), rbuf.len(), abi::NCCL_PTR_HOST, &mut rmr),
+            OK
+        );
         let mut data = [rbuf.as_mut_ptr().cast::<c_void>()];
         let mut sizes = [rbuf.len()];
         let mut tags = [0 as c_int];
         let mut mhs = [rmr];
         let mut rreq = null_mut();
-        assert_eq!(n.irecv.unwrap()(recv, 1, data.as_mut_ptr(), sizes.as_mut_ptr(), tags.as_mut_ptr(), mhs.as_mut_ptr(), null_mut(), &mut rreq), OK);
+        assert_eq!(
+            n.irecv.unwrap()(
+                recv,
+                1,
+                data.as_mut_ptr(),
+                sizes.as_mut_ptr(),
+                tags.as_mut_ptr(),
+                mhs.as_mut_ptr(),
+                null_mut(),
+                &mut rreq
+            ),
+            OK
+        );
         let mut sreq = null_mut();
-        assert_eq!(n.isend.unwrap()(send, msg.as_ptr() as *mut c_void, msg.len(), 0, null_mut(), null_mut(), &mut sreq), OK);
+        assert_eq!(
+            n.isend.unwrap()(
+                send,
+                msg.as_ptr() as *mut c_void,
+                msg.len(),
+                0,
+                null_mut(),
+                null_mut(),
+                &mut sreq
+            ),
+            OK
+        );
         let mut got = [0 as c_int];
         test_until_done(|r, d, s| n.test.unwrap()(r, d, s), rreq, got.as_mut_ptr());
         test_until_done(|r, d, s| n.test.unwrap()(r, d, s), sreq, null_mut());
@@ -426,12 +557,25 @@ fn v12_per_comm_context_and_flow() {
         assert!(rbuf == msg);
 
         // iflush on host memory: nothing to do → NULL request.
-        let mut freq = 8 as *mut c_void;
+        let mut freq = std::ptr::dangling_mut();
         let mut fsizes = [100 as c_int];
-        assert_eq!(n.iflush.unwrap()(recv, 1, data.as_mut_ptr(), fsizes.as_mut_ptr(), mhs.as_mut_ptr(), &mut freq), OK);
+        assert_eq!(
+            n.iflush.unwrap()(
+                recv,
+                1,
+                data.as_mut_ptr(),
+                fsizes.as_mut_ptr(),
+                mhs.as_mut_ptr(),
+                &mut freq
+            ),
+            OK
+        );
         assert!(freq.is_null());
 
-        let mut vp = abi::ncclNetVDeviceProps_v12_t { ndevs: 6, devs: [0, 1, 0, 1, 0, 1, 0, 0] };
+        let mut vp = abi::ncclNetVDeviceProps_v12_t {
+            ndevs: 6,
+            devs: [0, 1, 0, 1, 0, 1, 0, 0],
+        };
         let mut vd = -1;
         assert_eq!(n.makeVDevice.unwrap()(&mut vd, &mut vp), OK);
         assert_eq!(vd, 106);
@@ -440,7 +584,10 @@ fn v12_per_comm_context_and_flow() {
         // A deregistered / closed object is detected rather than trusted (the box is
         // freed, so only check the still-live comm with a foreign pointer).
         let fake = [0u64; 4];
-        assert_eq!(n.deregMr.unwrap()(recv, fake.as_ptr() as *mut c_void), ncclResult_t::ncclInternalError);
+        assert_eq!(
+            n.deregMr.unwrap()(recv, fake.as_ptr() as *mut c_void),
+            ncclResult_t::ncclInternalError
+        );
         assert_eq!(n.closeSend.unwrap()(send), OK);
         assert_eq!(n.closeRecv.unwrap()(recv), OK);
         assert_eq!(n.closeListen.unwrap()(listen), OK);
@@ -448,7 +595,10 @@ fn v12_per_comm_context_and_flow() {
         let alive = CTX_ALIVE.load(Ordering::SeqCst);
         assert_eq!(n.finalize.unwrap()(c1), OK);
         assert_eq!(n.finalize.unwrap()(c2), OK);
-        assert!(CTX_ALIVE.load(Ordering::SeqCst) <= alive - 2 + 1, "finalize drops the contexts");
+        assert!(
+            CTX_ALIVE.load(Ordering::SeqCst) <= alive - 2 + 1,
+            "finalize drops the contexts"
+        );
         assert_eq!(n.finalize.unwrap()(null_mut()), ncclResult_t::ncclInvalidArgument);
     }
 }
@@ -463,7 +613,11 @@ fn panics_become_internal_error_and_are_logged() {
         let mut p = abi::ncclNetProperties_v12_t::zeroed();
         assert_eq!(n.getProperties.unwrap()(1, &mut p), ncclResult_t::ncclInternalError);
         if logger().is_some() {
-            assert!(logged("getProperties panicked: boom in properties"), "log: {:?}", LOG.lock().unwrap());
+            assert!(
+                logged("getProperties panicked: boom in properties"),
+                "log: {:?}",
+                LOG.lock().unwrap()
+            );
         }
         assert_eq!(n.finalize.unwrap()(c), OK);
     }
@@ -476,20 +630,44 @@ fn null_and_foreign_pointers_are_rejected() {
     unsafe {
         assert_eq!(n.init.unwrap()(logger()), OK);
         assert_eq!(n.devices.unwrap()(null_mut()), ncclResult_t::ncclInvalidArgument);
-        assert_eq!(n.getProperties.unwrap()(0, null_mut()), ncclResult_t::ncclInvalidArgument);
+        assert_eq!(
+            n.getProperties.unwrap()(0, null_mut()),
+            ncclResult_t::ncclInvalidArgument
+        );
         let mut l = null_mut();
-        assert_eq!(n.listen.unwrap()(0, null_mut(), &mut l), ncclResult_t::ncclInvalidArgument);
+        assert_eq!(
+            n.listen.unwrap()(0, null_mut(), &mut l),
+            ncclResult_t::ncclInvalidArgument
+        );
         let mut h = [0u8; 128];
-        assert_eq!(n.listen.unwrap()(5, h.as_mut_ptr().cast(), &mut l), ncclResult_t::ncclInvalidArgument);
-        assert_eq!(n.listen.unwrap()(0, h.as_mut_ptr().cast(), null_mut()), ncclResult_t::ncclInvalidArgument);
+        assert_eq!(
+            n.listen.unwrap()(5, h.as_mut_ptr().cast(), &mut l),
+            ncclResult_t::ncclInvalidArgument
+        );
+        assert_eq!(
+            n.listen.unwrap()(0, h.as_mut_ptr().cast(), null_mut()),
+            ncclResult_t::ncclInvalidArgument
+        );
         let mut done = 0;
-        assert_eq!(n.test.unwrap()(null_mut(), &mut done, null_mut()), ncclResult_t::ncclInvalidArgument);
+        assert_eq!(
+            n.test.unwrap()(null_mut(), &mut done, null_mut()),
+            ncclResult_t::ncclInvalidArgument
+        );
         let fake = [0u64; 8];
         let fp = fake.as_ptr() as *mut c_void;
-        assert_eq!(n.test.unwrap()(fp, &mut done, null_mut()), ncclResult_t::ncclInternalError);
+        assert_eq!(
+            n.test.unwrap()(fp, &mut done, null_mut()),
+            ncclResult_t::ncclInternalError
+        );
         let mut req = null_mut();
-        assert_eq!(n.isend.unwrap()(fp, null_mut(), 0, 0, null_mut(), &mut req), ncclResult_t::ncclInternalError);
-        assert_eq!(n.isend.unwrap()(null_mut(), null_mut(), 0, 0, null_mut(), &mut req), ncclResult_t::ncclInvalidArgument);
+        assert_eq!(
+            n.isend.unwrap()(fp, null_mut(), 0, 0, null_mut(), &mut req),
+            ncclResult_t::ncclInternalError
+        );
+        assert_eq!(
+            n.isend.unwrap()(null_mut(), null_mut(), 0, 0, null_mut(), &mut req),
+            ncclResult_t::ncclInvalidArgument
+        );
         assert_eq!(n.closeSend.unwrap()(fp), ncclResult_t::ncclInternalError);
         assert_eq!(n.closeRecv.unwrap()(null_mut()), ncclResult_t::ncclInvalidArgument);
         assert_eq!(n.closeListen.unwrap()(fp), ncclResult_t::ncclInternalError);
@@ -502,7 +680,7 @@ fn null_and_foreign_pointers_are_rejected() {
 #[test]
 fn full_request_table_backpressure_and_close_frees_requests() {
     let n = &ncclNetPlugin_v9;
-    // SAFETY (whole test): calling the exported vtable with valid pointers, as NCCL does.
+    // SAFETY: (whole test) calling the exported vtable with valid pointers, as NCCL does.
     unsafe {
         assert_eq!(n.init.unwrap()(logger()), OK);
         let mut handle = [0u8; abi::NCCL_NET_HANDLE_MAXSIZE];
@@ -514,19 +692,31 @@ fn full_request_table_backpressure_and_close_frees_requests() {
         let mut reqs = Vec::new();
         for _ in 0..slots {
             let mut r = null_mut();
-            assert_eq!(n.isend.unwrap()(send, &byte as *const u8 as *mut c_void, 1, 0, null_mut(), &mut r), OK);
+            assert_eq!(
+                n.isend.unwrap()(send, &byte as *const u8 as *mut c_void, 1, 0, null_mut(), &mut r),
+                OK
+            );
             assert!(!r.is_null());
             reqs.push(r);
         }
-        let mut r = 8 as *mut c_void;
-        assert_eq!(n.isend.unwrap()(send, &byte as *const u8 as *mut c_void, 1, 0, null_mut(), &mut r), OK);
+        let mut r = std::ptr::dangling_mut();
+        assert_eq!(
+            n.isend.unwrap()(send, &byte as *const u8 as *mut c_void, 1, 0, null_mut(), &mut r),
+            OK
+        );
         assert!(r.is_null(), "full table must answer *request = NULL");
         test_until_done(|r, d, s| n.test.unwrap()(r, d, s), reqs.pop().unwrap(), null_mut());
-        assert_eq!(n.isend.unwrap()(send, &byte as *const u8 as *mut c_void, 1, 0, null_mut(), &mut r), OK);
+        assert_eq!(
+            n.isend.unwrap()(send, &byte as *const u8 as *mut c_void, 1, 0, null_mut(), &mut r),
+            OK
+        );
         assert!(!r.is_null(), "a freed slot is reused");
         let before = REQS_DROPPED.load(Ordering::SeqCst);
         assert_eq!(n.closeSend.unwrap()(send), OK);
-        assert!(REQS_DROPPED.load(Ordering::SeqCst) >= before + slots, "closing the comm frees its outstanding requests");
+        assert!(
+            REQS_DROPPED.load(Ordering::SeqCst) >= before + slots,
+            "closing the comm frees its outstanding requests"
+        );
         assert_eq!(n.closeListen.unwrap()(listen), OK);
     }
 }

@@ -36,7 +36,15 @@ impl Tuner for RingTuner {
         *n_channels = self.n_ranks as i32;
         Ok(())
     }
-    fn get_chunk_size(&self, _c: abi::ncclFunc_t, _n: usize, _a: i32, _p: i32, _ch: i32, chunk: &mut usize) -> NetResult<()> {
+    fn get_chunk_size(
+        &self,
+        _c: abi::ncclFunc_t,
+        _n: usize,
+        _a: i32,
+        _p: i32,
+        _ch: i32,
+        chunk: &mut usize,
+    ) -> NetResult<()> {
         *chunk = 1 << 20;
         Ok(())
     }
@@ -61,7 +69,12 @@ impl Profiler for CountProfiler {
     fn start_event(&self, d: &abi::ncclProfilerEventDescr_v6_t) -> NetResult<Option<u64>> {
         Ok((d.r#type == abi::ncclProfileColl).then_some(d.r#type))
     }
-    fn record_event_state(&self, _e: &mut u64, _s: i32, _a: Option<&abi::ncclProfilerEventStateArgs_v6_t>) -> NetResult<()> {
+    fn record_event_state(
+        &self,
+        _e: &mut u64,
+        _s: i32,
+        _a: Option<&abi::ncclProfilerEventStateArgs_v6_t>,
+    ) -> NetResult<()> {
         STATES.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -78,25 +91,38 @@ const OK: ncclResult_t = ncclResult_t::ncclSuccess;
 #[test]
 fn tuner_v6_cost_table_chunk_size_and_panic() {
     let t = &ncclTunerPlugin_v6;
-    // SAFETY (whole test): calling the exported vtable with valid pointers, as NCCL does.
+    // SAFETY: (whole test) calling the exported vtable with valid pointers, as NCCL does.
     unsafe {
         let mut ctx = null_mut();
-        let mut nvl = abi::ncclNvlDomainInfo_v5_t { nNvlDomains: 1, minRanksPerNvlDomain: 4, maxRanksPerNvlDomain: 4 };
+        let mut nvl = abi::ncclNvlDomainInfo_v5_t {
+            nNvlDomains: 1,
+            minRanksPerNvlDomain: 4,
+            maxRanksPerNvlDomain: 4,
+        };
         let mut consts = abi::ncclTunerConstants_v5_t::zeroed();
         assert_eq!(t.init.unwrap()(&mut ctx, 9, 4, 1, None, &mut nvl, &mut consts), OK);
         assert_eq!(consts.baseLatencies[0][0], 42.0);
         let mut table = [[1.0f32; 3]; 7];
         let mut nch: c_int = 0;
         let tp = table.as_mut_ptr() as *mut *mut f32;
-        assert_eq!(t.getCollInfo.unwrap()(ctx, abi::ncclFunc_t::ncclFuncAllReduce, 1024, 1, tp, 7, 3, 0, &mut nch), OK);
-        assert_eq!(table[abi::NCCL_ALGO_RING as usize][abi::NCCL_PROTO_SIMPLE as usize], 0.0);
+        assert_eq!(
+            t.getCollInfo.unwrap()(ctx, abi::ncclFunc_t::ncclFuncAllReduce, 1024, 1, tp, 7, 3, 0, &mut nch),
+            OK
+        );
+        assert_eq!(
+            table[abi::NCCL_ALGO_RING as usize][abi::NCCL_PROTO_SIMPLE as usize],
+            0.0
+        );
         assert_eq!(nch, 4);
         assert_eq!(
             t.getCollInfo.unwrap()(ctx, abi::ncclFunc_t::ncclFuncAllReduce, 666, 1, tp, 7, 3, 0, &mut nch),
             ncclResult_t::ncclInternalError
         );
         let mut chunk = 4096usize;
-        assert_eq!(t.getChunkSize.unwrap()(ctx, abi::ncclFunc_t::ncclFuncAllReduce, 1 << 24, 1, 2, 4, &mut chunk), OK);
+        assert_eq!(
+            t.getChunkSize.unwrap()(ctx, abi::ncclFunc_t::ncclFuncAllReduce, 1 << 24, 1, 2, 4, &mut chunk),
+            OK
+        );
         assert_eq!(chunk, 1 << 20);
         assert_eq!(t.finalize.unwrap()(ctx), OK);
         assert_eq!(t.finalize.unwrap()(null_mut()), ncclResult_t::ncclInvalidArgument);
@@ -106,13 +132,23 @@ fn tuner_v6_cost_table_chunk_size_and_panic() {
 #[test]
 fn tuner_v2_reports_lowered_entry() {
     let t = &ncclTunerPlugin_v2;
-    // SAFETY (whole test): calling the exported vtable with valid pointers, as NCCL does.
+    // SAFETY: (whole test) calling the exported vtable with valid pointers, as NCCL does.
     unsafe {
         let mut ctx = null_mut();
         assert_eq!(t.init.unwrap()(8, 2, None, &mut ctx), OK);
         let (mut algo, mut proto, mut nch): (c_int, c_int, c_int) = (-1, -1, 0);
         assert_eq!(
-            t.getCollInfo.unwrap()(ctx, abi::ncclFunc_t::ncclFuncAllReduce, 1024, 0, 0, 1, &mut algo, &mut proto, &mut nch),
+            t.getCollInfo.unwrap()(
+                ctx,
+                abi::ncclFunc_t::ncclFuncAllReduce,
+                1024,
+                0,
+                0,
+                1,
+                &mut algo,
+                &mut proto,
+                &mut nch
+            ),
             OK
         );
         assert_eq!((algo, proto, nch), (abi::NCCL_ALGO_RING, abi::NCCL_PROTO_SIMPLE, 8));
@@ -123,13 +159,19 @@ fn tuner_v2_reports_lowered_entry() {
 #[test]
 fn profiler_v6_event_lifecycle() {
     let p = &ncclProfiler_v6;
-    // SAFETY (whole test): calling the exported vtable with valid pointers, as NCCL does.
+    // SAFETY: (whole test) calling the exported vtable with valid pointers, as NCCL does.
     unsafe {
         let mut ctx = null_mut();
         let mut mask: c_int = 0;
-        assert_eq!(p.init.unwrap()(&mut ctx, 7, &mut mask, c"comm".as_ptr(), 1, 2, 0, None), OK);
+        assert_eq!(
+            p.init.unwrap()(&mut ctx, 7, &mut mask, c"comm".as_ptr(), 1, 2, 0, None),
+            OK
+        );
         assert_eq!(mask as u64, abi::ncclProfileColl | abi::ncclProfileProxyStep);
-        assert_eq!(p.init.unwrap()(&mut null_mut(), 7, &mut mask, null_mut(), 1, 2, -1, None), ncclResult_t::ncclInvalidArgument);
+        assert_eq!(
+            p.init.unwrap()(&mut null_mut(), 7, &mut mask, null_mut(), 1, 2, -1, None),
+            ncclResult_t::ncclInvalidArgument
+        );
 
         let mut d = abi::ncclProfilerEventDescr_v6_t::zeroed();
         d.r#type = abi::ncclProfileColl;
@@ -137,15 +179,21 @@ fn profiler_v6_event_lifecycle() {
         assert_eq!(p.startEvent.unwrap()(ctx, &mut h, &mut d), OK);
         assert!(!h.is_null());
         let mut args = abi::ncclProfilerEventStateArgs_v6_t::zeroed();
-        assert_eq!(p.recordEventState.unwrap()(h, abi::ncclProfilerProxyStepSendWait, &mut args), OK);
-        assert_eq!(p.recordEventState.unwrap()(h, abi::ncclProfilerKernelChStop, null_mut()), OK);
+        assert_eq!(
+            p.recordEventState.unwrap()(h, abi::ncclProfilerProxyStepSendWait, &mut args),
+            OK
+        );
+        assert_eq!(
+            p.recordEventState.unwrap()(h, abi::ncclProfilerKernelChStop, null_mut()),
+            OK
+        );
         let before = EVENTS.load(Ordering::SeqCst);
         assert_eq!(p.stopEvent.unwrap()(h), OK);
         assert_eq!(EVENTS.load(Ordering::SeqCst), before + 1);
         assert!(STATES.load(Ordering::SeqCst) >= 2);
 
         d.r#type = abi::ncclProfileP2p;
-        let mut h2: *mut c_void = 8 as *mut c_void;
+        let mut h2: *mut c_void = std::ptr::dangling_mut();
         assert_eq!(p.startEvent.unwrap()(ctx, &mut h2, &mut d), OK);
         assert!(h2.is_null(), "untracked events get a NULL handle");
         assert_eq!(p.stopEvent.unwrap()(null_mut()), ncclResult_t::ncclInvalidArgument);

@@ -76,7 +76,9 @@ impl<P: Net> NetState<P> {
 
     /// The plugin, if `init` succeeded before.
     pub fn plugin(&'static self) -> NetResult<&'static P> {
-        self.plugin.get().ok_or_else(|| NetError::Internal("plugin used before a successful init".into()))
+        self.plugin
+            .get()
+            .ok_or_else(|| NetError::Internal("plugin used before a successful init".into()))
     }
 
     /// How many times a pre-v11 `init` succeeded (the shared context's reference count).
@@ -85,7 +87,9 @@ impl<P: Net> NetState<P> {
     }
 
     fn shared_ctx(&'static self) -> NetResult<&'static CtxBox<P>> {
-        self.shared.get().ok_or_else(|| NetError::Internal("plugin used before a successful init".into()))
+        self.shared
+            .get()
+            .ok_or_else(|| NetError::Internal("plugin used before a successful init".into()))
     }
 
     fn init_shared(&'static self) -> NetResult<()> {
@@ -95,7 +99,12 @@ impl<P: Net> NetState<P> {
             if self.shared.get().is_none() {
                 let config = CommConfig::default();
                 let ctx = plugin.init(0, &config)?;
-                let _ = self.shared.set(CtxBox { magic: MAGIC, kind: KIND_CTX, config, ctx });
+                let _ = self.shared.set(CtxBox {
+                    magic: MAGIC,
+                    kind: KIND_CTX,
+                    config,
+                    ctx,
+                });
             }
         }
         self.shared_refs.fetch_add(1, Ordering::Relaxed);
@@ -190,7 +199,14 @@ impl<P: Net, C> CommBox<P, C> {
         // SAFETY: `b` was just allocated and is exclusively ours.
         let free_list = unsafe { &raw mut (*b).free };
         let slots = (0..SLOTS_PER_COMM as u32)
-            .map(|index| Slot { magic: MAGIC, kind: KIND_REQ, index, plugin, free_list, req: None })
+            .map(|index| Slot {
+                magic: MAGIC,
+                kind: KIND_REQ,
+                index,
+                plugin,
+                free_list,
+                req: None,
+            })
             .collect();
         // SAFETY: as above.
         unsafe { (*b).slots = slots };
@@ -198,7 +214,9 @@ impl<P: Net, C> CommBox<P, C> {
     }
 
     fn comm(&mut self) -> NetResult<&mut C> {
-        self.comm.as_mut().ok_or_else(|| NetError::Internal("comm already closed".into()))
+        self.comm
+            .as_mut()
+            .ok_or_else(|| NetError::Internal("comm already closed".into()))
     }
 
     /// Stores `req` in slot `idx` and returns the pointer handed to NCCL.
@@ -218,8 +236,10 @@ unsafe fn object<'a, T>(p: *mut c_void, kind: u32) -> NetResult<&'a mut T> {
     if p.is_null() {
         return Err(NetError::InvalidArgument(format!("{what} is NULL")));
     }
-    if (p as usize) % std::mem::align_of::<u64>() != 0 {
-        return Err(NetError::Internal(format!("{what} {p:p} is misaligned: not an object of this plugin")));
+    if !(p as usize).is_multiple_of(std::mem::align_of::<u64>()) {
+        return Err(NetError::Internal(format!(
+            "{what} {p:p} is misaligned: not an object of this plugin"
+        )));
     }
     // SAFETY: non-NULL, aligned, readable per the caller's contract.
     let h = unsafe { &*(p as *const Header) };
@@ -231,7 +251,10 @@ unsafe fn object<'a, T>(p: *mut c_void, kind: u32) -> NetResult<&'a mut T> {
         )));
     }
     if h.kind != kind {
-        return Err(NetError::Internal(format!("{p:p} is a {}, expected a {what}", kind_name(h.kind))));
+        return Err(NetError::Internal(format!(
+            "{p:p} is a {}, expected a {what}",
+            kind_name(h.kind)
+        )));
     }
     // SAFETY: magic and kind identify an SDK box of type `T`, created by this module.
     Ok(unsafe { &mut *(p as *mut T) })
@@ -305,10 +328,17 @@ unsafe fn init_ctx_impl<P: NetExport>(
         return Err(NetError::InvalidArgument("ctx out-pointer is NULL".into()));
     }
     // SAFETY: non-NULL; NCCL passes a valid config or NULL.
-    let config = unsafe { config.as_ref() }.map_or_else(CommConfig::default, |c| CommConfig { traffic_class: c.trafficClass });
+    let config = unsafe { config.as_ref() }.map_or_else(CommConfig::default, |c| CommConfig {
+        traffic_class: c.trafficClass,
+    });
     let plugin = P::state().plugin_or_init()?;
     let c = plugin.init(comm_id, &config)?;
-    let b = Box::into_raw(Box::new(CtxBox::<P> { magic: MAGIC, kind: KIND_CTX, config, ctx: c }));
+    let b = Box::into_raw(Box::new(CtxBox::<P> {
+        magic: MAGIC,
+        kind: KIND_CTX,
+        config,
+        ctx: c,
+    }));
     // SAFETY: checked non-NULL above.
     unsafe { ctx.write(b as *mut c_void) };
     Ok(())
@@ -360,9 +390,17 @@ unsafe fn listen_impl<P: NetExport>(
     let plugin = P::state().plugin()?;
     let d = dev_index(plugin, dev)?;
     let handle = handle_mut(handle)?;
-    let max_recvs = plugin.properties(d).map_or(1, |p| p.max_recvs.clamp(1, MAX_RECVS as i32) as usize);
+    let max_recvs = plugin
+        .properties(d)
+        .map_or(1, |p| p.max_recvs.clamp(1, MAX_RECVS as i32) as usize);
     let l = plugin.listen(&ctx.ctx, d, handle)?;
-    let b = Box::into_raw(Box::new(ListenBox::<P> { magic: MAGIC, kind: KIND_LISTEN, plugin, max_recvs, listen: Some(l) }));
+    let b = Box::into_raw(Box::new(ListenBox::<P> {
+        magic: MAGIC,
+        kind: KIND_LISTEN,
+        plugin,
+        max_recvs,
+        listen: Some(l),
+    }));
     // SAFETY: checked non-NULL above.
     unsafe { listen.write(b as *mut c_void) };
     Ok(())
@@ -408,7 +446,10 @@ unsafe fn accept_impl<P: NetExport>(
     // SAFETY: `listen` comes from our `listen`.
     let lb: &mut ListenBox<P> = unsafe { object(listen, KIND_LISTEN)? };
     let plugin = lb.plugin;
-    let l = lb.listen.as_mut().ok_or_else(|| NetError::Internal("listenComm already closed".into()))?;
+    let l = lb
+        .listen
+        .as_mut()
+        .ok_or_else(|| NetError::Internal("listenComm already closed".into()))?;
     if let Some(c) = plugin.accept(l)? {
         let b = CommBox::<P, P::RecvComm>::new(KIND_RECV, plugin, lb.max_recvs, c);
         // SAFETY: checked non-NULL above.
@@ -433,7 +474,11 @@ unsafe fn with_comm<P: Net, R>(
         .map(|_| KIND_SEND)
         // SAFETY: as above.
         .or_else(|_| unsafe { object::<Header>(comm, KIND_RECV) }.map(|_| KIND_RECV))
-        .map_err(|_| NetError::Internal(format!("comm {comm:p} is neither a live sendComm nor recvComm of this plugin")))?;
+        .map_err(|_| {
+            NetError::Internal(format!(
+                "comm {comm:p} is neither a live sendComm nor recvComm of this plugin"
+            ))
+        })?;
     if kind == KIND_SEND {
         // SAFETY: header checked.
         let b: &mut CommBox<P, P::SendComm> = unsafe { object(comm, KIND_SEND)? };
@@ -466,7 +511,11 @@ unsafe fn reg_mr_impl<P: NetExport>(
             Some((offset, fd)) => plugin.reg_mr_dmabuf(c, buf, ty, offset, fd),
         })?
     };
-    let b = Box::into_raw(Box::new(MrBox::<P> { magic: MAGIC, kind: KIND_MR, mr }));
+    let b = Box::into_raw(Box::new(MrBox::<P> {
+        magic: MAGIC,
+        kind: KIND_MR,
+        mr,
+    }));
     // SAFETY: checked non-NULL above.
     unsafe { mhandle.write(b as *mut c_void) };
     Ok(())
@@ -502,7 +551,10 @@ unsafe fn isend_impl<P: NetExport>(
     let mr = unsafe { mr_ref::<P>(mhandle)? };
     let Some(idx) = b.free.pop() else { return Ok(()) };
     let plugin = b.plugin;
-    match b.comm().and_then(|c| plugin.isend(c, Buf::new(data as *mut u8, size), tag, mr)) {
+    match b
+        .comm()
+        .and_then(|c| plugin.isend(c, Buf::new(data as *mut u8, size), tag, mr))
+    {
         Ok(Some(req)) => {
             let r = b.post(idx, req);
             // SAFETY: checked non-NULL above.
@@ -560,16 +612,30 @@ unsafe fn irecv_impl<P: NetExport>(
             (
                 *data.add(i),
                 if tags.is_null() { 0 } else { *tags.add(i) },
-                if mhandles.is_null() { null_mut() } else { *mhandles.add(i) },
+                if mhandles.is_null() {
+                    null_mut()
+                } else {
+                    *mhandles.add(i)
+                },
             )
         };
         // SAFETY: `mh` is NULL or from our regMr.
         let mr = unsafe { mr_ref::<P>(mh)? };
-        bufs.push(RecvBuf { buf: Buf::new(ptr as *mut u8, size(i)?), tag, mr });
+        bufs.push(RecvBuf {
+            buf: Buf::new(ptr as *mut u8, size(i)?),
+            tag,
+            mr,
+        });
     }
     let Some(idx) = b.free.pop() else { return Ok(()) };
     let plugin = b.plugin;
-    let r = b.comm().and_then(|c| if flush { plugin.iflush(c, &bufs) } else { plugin.irecv(c, &bufs) });
+    let r = b.comm().and_then(|c| {
+        if flush {
+            plugin.iflush(c, &bufs)
+        } else {
+            plugin.irecv(c, &bufs)
+        }
+    });
     match r {
         Ok(Some(req)) => {
             let r = b.post(idx, req);
@@ -595,7 +661,9 @@ unsafe fn test_impl<P: NetExport>(request: *mut c_void, done: *mut c_int, sizes:
     // SAFETY: `request` comes from our isend/irecv/iflush.
     let slot: &mut Slot<P> = unsafe { object(request, KIND_REQ)? };
     let Some(req) = slot.req.as_mut() else {
-        return Err(NetError::Internal(format!("request {request:p} was already completed and freed")));
+        return Err(NetError::Internal(format!(
+            "request {request:p} was already completed and freed"
+        )));
     };
     let r = slot.plugin.test(req);
     let finished = !matches!(r, Ok(TestStatus::Pending));
@@ -656,7 +724,11 @@ unsafe fn close_listen_impl<P: NetExport>(listen: *mut c_void) -> NetResult<()> 
     }
 }
 
-unsafe fn get_device_mr_impl<P: NetExport>(comm: *mut c_void, mhandle: *mut c_void, dptr: *mut *mut c_void) -> NetResult<()> {
+unsafe fn get_device_mr_impl<P: NetExport>(
+    comm: *mut c_void,
+    mhandle: *mut c_void,
+    dptr: *mut *mut c_void,
+) -> NetResult<()> {
     // SAFETY: NULL checked; NCCL passes a valid void**.
     unsafe { put(dptr, null_mut(), "dptr_mhandle")? };
     // SAFETY: pointers come from our connect/accept/regMr.
@@ -686,7 +758,8 @@ unsafe fn set_net_attr_impl<P: NetExport>(ctx: *mut c_void, attr: *mut abi::nccl
     // SAFETY: `ctx` comes from our init.
     let c: &mut CtxBox<P> = unsafe { object(ctx, KIND_CTX)? };
     // SAFETY: NCCL passes a valid attribute struct or NULL.
-    let attr = unsafe { attr.as_ref() }.ok_or_else(|| NetError::InvalidArgument("setNetAttr: netAttr is NULL".into()))?;
+    let attr =
+        unsafe { attr.as_ref() }.ok_or_else(|| NetError::InvalidArgument("setNetAttr: netAttr is NULL".into()))?;
     P::state().plugin()?.set_net_attr(&c.ctx, attr)
 }
 
@@ -762,18 +835,18 @@ shim!(fn connect_v7<P>(dev: c_int, handle: Vp, send: Vpp, dev_comm: DevH) => "co
     // SAFETY: C API contract.
     unsafe { connect_impl::<P>(P::state().shared_ctx()?, dev, None, handle, send, dev_comm) });
 shim!(fn connect_v10<P>(dev: c_int, config: *mut abi::ncclNetCommConfig_v10_t, handle: Vp, send: Vpp,
-    dev_comm: DevH) => "connect",
-    // SAFETY: C API contract.
-    unsafe {
-        let cfg = config.as_ref().map_or_else(CommConfig::default, |c| CommConfig { traffic_class: c.trafficClass });
-        connect_impl::<P>(P::state().shared_ctx()?, dev, Some(cfg), handle, send, dev_comm)
-    });
+dev_comm: DevH) => "connect",
+// SAFETY: C API contract.
+unsafe {
+    let cfg = config.as_ref().map_or_else(CommConfig::default, |c| CommConfig { traffic_class: c.trafficClass });
+    connect_impl::<P>(P::state().shared_ctx()?, dev, Some(cfg), handle, send, dev_comm)
+});
 shim!(fn connect_v11<P>(ctx: Vp, dev: c_int, handle: Vp, send: Vpp, dev_comm: DevH) => "connect",
-    // SAFETY: C API contract; `ctx` is from our init and lives until finalize.
-    unsafe {
-        let ctx = &*(object::<CtxBox<P>>(ctx, KIND_CTX)? as *const CtxBox<P>);
-        connect_impl::<P>(ctx, dev, None, handle, send, dev_comm)
-    });
+// SAFETY: C API contract; `ctx` is from our init and lives until finalize.
+unsafe {
+    let ctx = &*(object::<CtxBox<P>>(ctx, KIND_CTX)? as *const CtxBox<P>);
+    connect_impl::<P>(ctx, dev, None, handle, send, dev_comm)
+});
 shim!(fn accept_v6<P>(listen: Vp, recv: Vpp) => "accept",
     // SAFETY: C API contract.
     unsafe { accept_impl::<P>(listen, recv, null_mut()) });
@@ -835,17 +908,17 @@ shim!(fn get_device_mr<P>(comm: Vp, mhandle: Vp, dptr: Vpp) => "getDeviceMr",
     unsafe { get_device_mr_impl::<P>(comm, mhandle, dptr) });
 shim!(fn irecv_consumed<P>(_comm: Vp, _n: c_int, _request: Vp) => "irecvConsumed", Ok(()));
 shim!(fn make_vdevice_v9<P>(d: *mut c_int, props: *mut abi::ncclNetVDeviceProps_v9_t) => "makeVDevice",
-    // SAFETY: C API contract.
-    unsafe {
-        let p = props.as_ref().ok_or_else(|| NetError::InvalidArgument("makeVDevice: props is NULL".into()))?;
-        make_vdevice_impl::<P>(d, p.ndevs, &p.devs)
-    });
+// SAFETY: C API contract.
+unsafe {
+    let p = props.as_ref().ok_or_else(|| NetError::InvalidArgument("makeVDevice: props is NULL".into()))?;
+    make_vdevice_impl::<P>(d, p.ndevs, &p.devs)
+});
 shim!(fn make_vdevice_v12<P>(d: *mut c_int, props: *mut abi::ncclNetVDeviceProps_v12_t) => "makeVDevice",
-    // SAFETY: C API contract.
-    unsafe {
-        let p = props.as_ref().ok_or_else(|| NetError::InvalidArgument("makeVDevice: props is NULL".into()))?;
-        make_vdevice_impl::<P>(d, p.ndevs, &p.devs)
-    });
+// SAFETY: C API contract.
+unsafe {
+    let p = props.as_ref().ok_or_else(|| NetError::InvalidArgument("makeVDevice: props is NULL".into()))?;
+    make_vdevice_impl::<P>(d, p.ndevs, &p.devs)
+});
 shim!(fn set_net_attr<P>(ctx: Vp, attr: *mut abi::ncclNetAttr_v12_t) => "setNetAttr",
     // SAFETY: C API contract.
     unsafe { set_net_attr_impl::<P>(ctx, attr) });

@@ -32,7 +32,9 @@ unsafe fn boxed<'a, T>(p: *mut c_void, magic: u64, what: &str) -> NetResult<&'a 
     }
     // SAFETY: non-NULL, readable per the caller's contract.
     if unsafe { *(p as *const u64) } != magic {
-        return Err(NetError::Internal(format!("{p:p} is not a live {what} of this profiler")));
+        return Err(NetError::Internal(format!(
+            "{p:p} is not a live {what} of this profiler"
+        )));
     }
     // SAFETY: the magic identifies a box of type `T` created in this module.
     Ok(unsafe { &mut *(p as *mut T) })
@@ -58,16 +60,27 @@ pub unsafe extern "C" fn init_v5<P: Profiler>(
     g::<P>("init", || {
         crate::log::set_logger(logger);
         if ctx.is_null() || mask.is_null() {
-            return Err(NetError::InvalidArgument("init: context or eActivationMask is NULL".into()));
+            return Err(NetError::InvalidArgument(
+                "init: context or eActivationMask is NULL".into(),
+            ));
         }
         // SAFETY: `comm_name` is NULL or a C string NCCL keeps alive for the call; `ctx`/`mask`
         // are non-NULL out-pointers.
         unsafe {
             ctx.write(null_mut());
             let comm_name = (!comm_name.is_null()).then(|| CStr::from_ptr(comm_name));
-            let info = ProfilerInit { comm_id, comm_name, n_nodes, n_ranks, rank };
+            let info = ProfilerInit {
+                comm_id,
+                comm_name,
+                n_nodes,
+                n_ranks,
+                rank,
+            };
             let p = P::init(info, &mut *mask)?;
-            ctx.write(Box::into_raw(Box::new(ProfBox { magic: MAGIC, prof: Some(p) })) as *mut c_void);
+            ctx.write(Box::into_raw(Box::new(ProfBox {
+                magic: MAGIC,
+                prof: Some(p),
+            })) as *mut c_void);
         }
         Ok(())
     })
@@ -83,13 +96,24 @@ pub unsafe extern "C" fn start_event_v6<P: Profiler>(
     g::<P>("startEvent", || {
         // SAFETY: pointers per the C API (validated for NULL; ctx by magic).
         unsafe {
-            let handle = handle.as_mut().ok_or_else(|| NetError::InvalidArgument("eHandle is NULL".into()))?;
+            let handle = handle
+                .as_mut()
+                .ok_or_else(|| NetError::InvalidArgument("eHandle is NULL".into()))?;
             *handle = null_mut();
             let b: &mut ProfBox<P> = boxed(ctx, MAGIC, "profiler context")?;
-            let prof = b.prof.as_ref().ok_or_else(|| NetError::Internal("profiler finalized".into()))?;
-            let descr = descr.as_ref().ok_or_else(|| NetError::InvalidArgument("eDescr is NULL".into()))?;
+            let prof = b
+                .prof
+                .as_ref()
+                .ok_or_else(|| NetError::Internal("profiler finalized".into()))?;
+            let descr = descr
+                .as_ref()
+                .ok_or_else(|| NetError::InvalidArgument("eDescr is NULL".into()))?;
             if let Some(ev) = prof.start_event(descr)? {
-                let e = EventBox::<P> { magic: EVENT_MAGIC, prof: prof as *const P, event: Some(ev) };
+                let e = EventBox::<P> {
+                    magic: EVENT_MAGIC,
+                    prof: prof as *const P,
+                    event: Some(ev),
+                };
                 *handle = Box::into_raw(Box::new(e)) as *mut c_void;
             }
         }

@@ -26,7 +26,9 @@ impl Default for CStrInterner {
 impl CStrInterner {
     /// An empty interner (usable in a `static`).
     pub const fn new() -> Self {
-        CStrInterner { map: Mutex::new(BTreeMap::new()) }
+        CStrInterner {
+            map: Mutex::new(BTreeMap::new()),
+        }
     }
 
     /// The interned copy of `s`; interior NUL bytes are dropped.
@@ -65,7 +67,10 @@ impl PropStrings {
     pub fn of(p: &Properties, interner: &CStrInterner) -> Self {
         PropStrings {
             name: interner.intern(&p.name).as_ptr() as *mut c_char,
-            pci_path: p.pci_path.as_deref().map_or(std::ptr::null_mut(), |s| interner.intern(s).as_ptr() as *mut c_char),
+            pci_path: p
+                .pci_path
+                .as_deref()
+                .map_or(std::ptr::null_mut(), |s| interner.intern(s).as_ptr() as *mut c_char),
         }
     }
 }
@@ -257,7 +262,10 @@ mod tests {
         let name = |ptr: *mut c_char| unsafe { CStr::from_ptr(ptr) }.to_str().unwrap().to_owned();
 
         let v6 = props_v6(&p, s);
-        assert_eq!((name(v6.name), v6.guid, v6.speed, v6.port, v6.maxRecvs), ("eth0".into(), 0x1234, 100_000, 2, 8));
+        assert_eq!(
+            (name(v6.name), v6.guid, v6.speed, v6.port, v6.maxRecvs),
+            ("eth0".into(), 0x1234, 100_000, 2, 8)
+        );
         assert_eq!(name(v6.pciPath), "/sys/devices/pci0000:00/0000:00:03.0");
         let v7 = props_v7(&p, s);
         assert_eq!((v7.netDeviceType, v7.netDeviceVersion), (abi::NCCL_NET_DEVICE_HOST, 0));
@@ -265,11 +273,20 @@ mod tests {
         assert_eq!((v8.regIsGlobal, v8.latency, v8.maxComms), (1, 1.5, 1000));
         let v9 = props_v9(&p, 5, s).unwrap();
         assert_eq!((v9.forceFlush, v9.maxP2pBytes, v9.maxCollBytes), (1, 1 << 35, 1 << 33));
-        assert_eq!(v9.vProps, abi::ncclNetVDeviceProps_v9_t { ndevs: 1, devs: [5, 0, 0, 0] });
+        assert_eq!(
+            v9.vProps,
+            abi::ncclNetVDeviceProps_v9_t {
+                ndevs: 1,
+                devs: [5, 0, 0, 0]
+            }
+        );
         let v11 = props_v11(&p, 5, s).unwrap();
         assert_eq!((v11.maxMultiRequestSize, v11.maxP2pBytes), (4, 1 << 35));
         let v12 = props_v12(&p, 5, s).unwrap();
-        assert_eq!((v12.railId, v12.planeId, v12.maxMultiRequestSize, v12.maxCollBytes), (3, 1, 4, 1 << 33));
+        assert_eq!(
+            (v12.railId, v12.planeId, v12.maxMultiRequestSize, v12.maxCollBytes),
+            (3, 1, 4, 1 << 33)
+        );
         assert_eq!(v12.vProps.ndevs, 1);
     }
 
@@ -289,6 +306,12 @@ mod tests {
         p.vdevs = vec![0; 9];
         assert!(props_v12(&p, 0, s).is_err());
         p.vdevs = vec![7, 9];
-        assert_eq!(props_v9(&p, 0, s).unwrap().vProps, abi::ncclNetVDeviceProps_v9_t { ndevs: 2, devs: [7, 9, 0, 0] });
+        assert_eq!(
+            props_v9(&p, 0, s).unwrap().vProps,
+            abi::ncclNetVDeviceProps_v9_t {
+                ndevs: 2,
+                devs: [7, 9, 0, 0]
+            }
+        );
     }
 }

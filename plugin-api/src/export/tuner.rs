@@ -29,13 +29,19 @@ unsafe fn tuner<'a, T: Tuner>(ctx: *mut c_void) -> NetResult<&'a mut TunerBox<T>
     }
     // SAFETY: non-NULL, readable per the caller's contract.
     if unsafe { *(ctx as *const u64) } != MAGIC {
-        return Err(NetError::Internal(format!("{ctx:p} is not a live context of this tuner")));
+        return Err(NetError::Internal(format!(
+            "{ctx:p} is not a live context of this tuner"
+        )));
     }
     // SAFETY: the magic identifies a box created by `init_impl`.
     Ok(unsafe { &mut *(ctx as *mut TunerBox<T>) })
 }
 
-unsafe fn init_impl<T: Tuner>(ctx: *mut *mut c_void, info: TunerInit<'_>, logger: abi::ncclDebugLogger_t) -> NetResult<()> {
+unsafe fn init_impl<T: Tuner>(
+    ctx: *mut *mut c_void,
+    info: TunerInit<'_>,
+    logger: abi::ncclDebugLogger_t,
+) -> NetResult<()> {
     crate::log::set_logger(logger);
     if ctx.is_null() {
         return Err(NetError::InvalidArgument("context out-pointer is NULL".into()));
@@ -43,7 +49,10 @@ unsafe fn init_impl<T: Tuner>(ctx: *mut *mut c_void, info: TunerInit<'_>, logger
     // SAFETY: checked non-NULL.
     unsafe { ctx.write(null_mut()) };
     let t = T::init(info)?;
-    let b = Box::into_raw(Box::new(TunerBox { magic: MAGIC, tuner: Some(t) }));
+    let b = Box::into_raw(Box::new(TunerBox {
+        magic: MAGIC,
+        tuner: Some(t),
+    }));
     // SAFETY: checked non-NULL.
     unsafe { ctx.write(b as *mut c_void) };
     Ok(())
@@ -71,9 +80,14 @@ unsafe fn coll_info_impl<T: Tuner>(
     n_channels: *mut c_int,
 ) -> NetResult<()> {
     // SAFETY: `ctx` comes from our init.
-    let t = unsafe { tuner::<T>(ctx)? }.tuner.as_ref().ok_or_else(|| NetError::Internal("tuner finalized".into()))?;
+    let t = unsafe { tuner::<T>(ctx)? }
+        .tuner
+        .as_ref()
+        .ok_or_else(|| NetError::Internal("tuner finalized".into()))?;
     if table.is_null() || n_channels.is_null() {
-        return Err(NetError::InvalidArgument("getCollInfo: collCostTable or nChannels is NULL".into()));
+        return Err(NetError::InvalidArgument(
+            "getCollInfo: collCostTable or nChannels is NULL".into(),
+        ));
     }
     let (na, np) = (num_algo.max(0) as usize, num_proto.max(0) as usize);
     // SAFETY: NCCL passes a flat float[numAlgo][numProto] cast to float** (reference §3.1).
@@ -97,7 +111,9 @@ unsafe fn coll_info_v2_impl<T: Tuner>(
     n_channels: *mut c_int,
 ) -> NetResult<()> {
     if algorithm.is_null() || protocol.is_null() {
-        return Err(NetError::InvalidArgument("getCollInfo: algorithm or protocol is NULL".into()));
+        return Err(NetError::InvalidArgument(
+            "getCollInfo: algorithm or protocol is NULL".into(),
+        ));
     }
     let (na, np) = (abi::NCCL_NUM_ALGORITHMS, abi::NCCL_NUM_PROTOCOLS);
     let mut table = vec![1.0f32; na * np];
@@ -114,7 +130,9 @@ unsafe fn coll_info_v2_impl<T: Tuner>(
     let t = {
         // SAFETY: `ctx` comes from our init.
         let b = unsafe { tuner::<T>(ctx)? };
-        b.tuner.as_ref().ok_or_else(|| NetError::Internal("tuner finalized".into()))?
+        b.tuner
+            .as_ref()
+            .ok_or_else(|| NetError::Internal("tuner finalized".into()))?
     };
     let mut costs = CostTable::new(&mut table, na, np)?;
     let mut nch = 0;
@@ -145,8 +163,19 @@ type Vpp = *mut *mut c_void;
 
 /// `init` of v2–v4.
 #[doc(hidden)]
-pub unsafe extern "C" fn init_v2<T: Tuner>(n_ranks: usize, n_nodes: usize, logger: abi::ncclDebugLogger_t, ctx: Vpp) -> ncclResult_t {
-    let info = TunerInit { comm_id: 0, n_ranks, n_nodes, nvl_domain: None, constants: None };
+pub unsafe extern "C" fn init_v2<T: Tuner>(
+    n_ranks: usize,
+    n_nodes: usize,
+    logger: abi::ncclDebugLogger_t,
+    ctx: Vpp,
+) -> ncclResult_t {
+    let info = TunerInit {
+        comm_id: 0,
+        n_ranks,
+        n_nodes,
+        nvl_domain: None,
+        constants: None,
+    };
     // SAFETY: C API contract.
     g::<T>("init", || unsafe { init_impl::<T>(ctx, info, logger) })
 }
@@ -164,7 +193,15 @@ pub unsafe extern "C" fn init_v5<T: Tuner>(
 ) -> ncclResult_t {
     g::<T>("init", || {
         // SAFETY: NCCL passes valid structs or NULL.
-        let info = unsafe { TunerInit { comm_id, n_ranks, n_nodes, nvl_domain: nvl.as_ref().copied(), constants: constants.as_mut() } };
+        let info = unsafe {
+            TunerInit {
+                comm_id,
+                n_ranks,
+                n_nodes,
+                nvl_domain: nvl.as_ref().copied(),
+                constants: constants.as_mut(),
+            }
+        };
         // SAFETY: C API contract.
         unsafe { init_impl::<T>(ctx, info, logger) }
     })
@@ -186,7 +223,17 @@ pub unsafe extern "C" fn coll_info_v2<T: Tuner>(
 ) -> ncclResult_t {
     // SAFETY: C API contract.
     g::<T>("getCollInfo", || unsafe {
-        coll_info_v2_impl::<T>(ctx, coll, n_bytes, collnet, nvls, num_pipe_ops, algorithm, protocol, n_channels)
+        coll_info_v2_impl::<T>(
+            ctx,
+            coll,
+            n_bytes,
+            collnet,
+            nvls,
+            num_pipe_ops,
+            algorithm,
+            protocol,
+            n_channels,
+        )
     })
 }
 
@@ -205,7 +252,17 @@ pub unsafe extern "C" fn coll_info_v3<T: Tuner>(
 ) -> ncclResult_t {
     // SAFETY: C API contract.
     g::<T>("getCollInfo", || unsafe {
-        coll_info_impl::<T>(ctx, coll, n_bytes, num_pipe_ops, table, num_algo, num_proto, 0, n_channels)
+        coll_info_impl::<T>(
+            ctx,
+            coll,
+            n_bytes,
+            num_pipe_ops,
+            table,
+            num_algo,
+            num_proto,
+            0,
+            n_channels,
+        )
     })
 }
 
@@ -225,7 +282,17 @@ pub unsafe extern "C" fn coll_info_v4<T: Tuner>(
 ) -> ncclResult_t {
     // SAFETY: C API contract.
     g::<T>("getCollInfo", || unsafe {
-        coll_info_impl::<T>(ctx, coll, n_bytes, num_pipe_ops, table, num_algo, num_proto, reg_buff, n_channels)
+        coll_info_impl::<T>(
+            ctx,
+            coll,
+            n_bytes,
+            num_pipe_ops,
+            table,
+            num_algo,
+            num_proto,
+            reg_buff,
+            n_channels,
+        )
     })
 }
 
@@ -250,8 +317,13 @@ pub unsafe extern "C" fn chunk_size<T: Tuner>(
     g::<T>("getChunkSize", || {
         // SAFETY: `ctx` comes from our init; `chunk` is NCCL's in/out size_t or NULL.
         unsafe {
-            let t = tuner::<T>(ctx)?.tuner.as_ref().ok_or_else(|| NetError::Internal("tuner finalized".into()))?;
-            let chunk = chunk.as_mut().ok_or_else(|| NetError::InvalidArgument("chunkSize is NULL".into()))?;
+            let t = tuner::<T>(ctx)?
+                .tuner
+                .as_ref()
+                .ok_or_else(|| NetError::Internal("tuner finalized".into()))?;
+            let chunk = chunk
+                .as_mut()
+                .ok_or_else(|| NetError::InvalidArgument("chunkSize is NULL".into()))?;
             t.get_chunk_size(coll, n_bytes, algo, proto, n_channels, chunk)
         }
     })

@@ -25,7 +25,11 @@ impl<'a> CostTable<'a> {
                 table.len()
             )));
         }
-        Ok(CostTable { table, num_algo, num_proto })
+        Ok(CostTable {
+            table,
+            num_algo,
+            num_proto,
+        })
     }
     /// Number of algorithms (rows).
     pub fn num_algo(&self) -> usize {
