@@ -328,7 +328,7 @@ fn root_loop(local: SocketAddr, rx: mpsc::Receiver<(RankInfo, SocketAddr)>, p: &
         if let Some(t0) = first
             && t0.elapsed() >= p.timeout
         {
-            let out = st.time_out(t0.elapsed());
+            let out = st.time_out(p.timeout);
             if let Some(f) = st.failure() {
                 tracing::error!(target: "ferroccl::bootstrap", "{f}");
             }
