@@ -13,7 +13,11 @@ use ferroccl::bootstrap::{
 };
 
 /// Runs the given ranks of an `nranks` bootstrap as threads and returns each result.
-fn join_some(id: UniqueId, ranks: &[(usize, usize)], c: &ferroccl::bootstrap::BootstrapConfig) -> Vec<Result<(), BootstrapError>> {
+fn join_some(
+    id: UniqueId,
+    ranks: &[(usize, usize)],
+    c: &ferroccl::bootstrap::BootstrapConfig,
+) -> Vec<Result<(), BootstrapError>> {
     let hs: Vec<_> = ranks
         .iter()
         .map(|&(r, n)| {
@@ -36,10 +40,16 @@ fn a_rank_that_never_joins_is_named() {
         let e = r.expect_err("must fail");
         let m = e.to_string();
         assert!(matches!(e, BootstrapError::Root(_)), "{m}");
-        assert!(m.contains("timed out after 2 s waiting for 4 ranks; rank 2 never connected"), "{m}");
+        assert!(
+            m.contains("timed out after 2 s waiting for 4 ranks; rank 2 never connected"),
+            "{m}"
+        );
     }
     // Root deadline is `timeout` after the first arrival; allow for a slow machine.
-    assert!(took >= timeout && took < timeout * 2 + Duration::from_secs(10), "took {took:?}");
+    assert!(
+        took >= timeout && took < timeout * 2 + Duration::from_secs(10),
+        "took {took:?}"
+    );
 }
 
 fn stray(addr: SocketAddr, bytes: Vec<u8>) -> TcpStream {
@@ -71,7 +81,13 @@ fn strays_for(addr: SocketAddr, magic: u64) -> Vec<TcpStream> {
         // Garbage.
         stray(addr, b"GET / HTTP/1.0\r\n\r\n".to_vec()),
         // Wrong magic, right type.
-        stray(addr, with(hs(magic ^ 1, SOCKET_TYPE_BOOTSTRAP), &(EXT_INFO_BYTES as u32).to_ne_bytes())),
+        stray(
+            addr,
+            with(
+                hs(magic ^ 1, SOCKET_TYPE_BOOTSTRAP),
+                &(EXT_INFO_BYTES as u32).to_ne_bytes(),
+            ),
+        ),
         // Right magic, wrong type (Proxy = 2).
         stray(addr, hs(magic, 2)),
         // Right handshake, oversize length.
@@ -79,7 +95,13 @@ fn strays_for(addr: SocketAddr, magic: u64) -> Vec<TcpStream> {
         // Right handshake, then silence.
         stray(addr, hs(magic, SOCKET_TYPE_BOOTSTRAP)),
         // Right handshake and length, malformed extInfo.
-        stray(addr, with(with(hs(magic, SOCKET_TYPE_BOOTSTRAP), &(EXT_INFO_BYTES as u32).to_ne_bytes()), &bad_info)),
+        stray(
+            addr,
+            with(
+                with(hs(magic, SOCKET_TYPE_BOOTSTRAP), &(EXT_INFO_BYTES as u32).to_ne_bytes()),
+                &bad_info,
+            ),
+        ),
         // Half a handshake.
         stray(addr, magic.to_ne_bytes()[..5].to_vec()),
     ]
@@ -101,7 +123,11 @@ fn strays_at_the_root_are_rejected_and_do_not_block_init() {
         exercise(bs, "strays");
         drop(mine);
     });
-    assert!(t0.elapsed() < Duration::from_secs(30), "init blocked by strays: {:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "init blocked by strays: {:?}",
+        t0.elapsed()
+    );
     drop(held);
 }
 
@@ -153,5 +179,8 @@ fn an_absent_root_fails_after_the_retries() {
     c.retry_sleep = Duration::from_millis(10);
     let e = Bootstrap::init(&id, 0, 2, &c).unwrap_err();
     let m = e.to_string();
-    assert!(m.contains("connecting to the bootstrap root") && m.contains("after 3 retries"), "{m}");
+    assert!(
+        m.contains("connecting to the bootstrap root") && m.contains("after 3 retries"),
+        "{m}"
+    );
 }

@@ -43,7 +43,14 @@ fn child_role() {
     }
 }
 
-fn spawn_rank(role: &str, id: &UniqueId, rank: usize, nranks: usize, timeout: Duration, comm_id: Option<&str>) -> Child {
+fn spawn_rank(
+    role: &str,
+    id: &UniqueId,
+    rank: usize,
+    nranks: usize,
+    timeout: Duration,
+    comm_id: Option<&str>,
+) -> Child {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(exe);
     cmd.args(["--exact", "child_role", "--nocapture", "--test-threads=1"])
@@ -74,8 +81,13 @@ fn wait_all(children: Vec<Child>, limit: Duration) {
             match ch.try_wait().expect("try_wait") {
                 Some(_) => {
                     let out = slot.take().unwrap().wait_with_output().expect("output");
-                    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-                    let ok_line = text.contains(&format!("rank {r} pid")) || text.contains(&format!("rank {r} got the expected"));
+                    let text = format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&out.stdout),
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    let ok_line =
+                        text.contains(&format!("rank {r} pid")) || text.contains(&format!("rank {r} got the expected"));
                     if !out.status.success() || !ok_line {
                         failures.push(format!("child {r} ({}):\n{text}", out.status));
                     }
@@ -113,13 +125,19 @@ fn ranks_as_processes_1_2_3_8() {
 
 #[test]
 fn processes_with_nccl_comm_id() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let comm_id = format!("127.0.0.1:{port}");
     let mut c = cfg(OK_TIMEOUT);
     c.comm_id = Some(comm_id.clone());
     let id = get_unique_id(&c).unwrap();
     // Start the non-root ranks first: they must retry until rank 0 brings the root up.
-    let mut children: Vec<Child> = (1..3).map(|r| spawn_rank("ok", &id, r, 3, OK_TIMEOUT, Some(&comm_id))).collect();
+    let mut children: Vec<Child> = (1..3)
+        .map(|r| spawn_rank("ok", &id, r, 3, OK_TIMEOUT, Some(&comm_id)))
+        .collect();
     std::thread::sleep(Duration::from_millis(100));
     children.insert(0, spawn_rank("ok", &id, 0, 3, OK_TIMEOUT, Some(&comm_id)));
     wait_all(children, Duration::from_secs(120));
@@ -131,7 +149,9 @@ fn a_process_that_never_joins_is_named() {
     let id = get_unique_id(&cfg(timeout)).unwrap();
     let n = 3;
     let t0 = Instant::now();
-    let children = (0..n - 1).map(|r| spawn_rank("missing", &id, r, n, timeout, None)).collect();
+    let children = (0..n - 1)
+        .map(|r| spawn_rank("missing", &id, r, n, timeout, None))
+        .collect();
     wait_all(children, Duration::from_secs(60));
     assert!(t0.elapsed() < Duration::from_secs(30));
 }

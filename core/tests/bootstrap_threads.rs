@@ -46,7 +46,10 @@ fn nccl_comm_id_rank0_starts_root() {
     let id = get_unique_id(&c).unwrap();
     assert_eq!(id.magic(), NCCL_MAGIC);
     assert_eq!(id.root_addr().unwrap(), format!("127.0.0.1:{port}").parse().unwrap());
-    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "no root may listen yet");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "no root may listen yet"
+    );
     run_threads(id, 3, &c, |bs| exercise(bs, "commid"));
 }
 
@@ -106,8 +109,14 @@ fn peer_close_fails_a_waiting_recv_promptly() {
 fn invalid_arguments() {
     let c = cfg(OK_TIMEOUT);
     let id = new_id(&c);
-    assert!(matches!(Bootstrap::init(&id, 2, 2, &c), Err(BootstrapError::InvalidArgument(_))));
-    assert!(matches!(Bootstrap::init(&id, 0, 0, &c), Err(BootstrapError::InvalidArgument(_))));
+    assert!(matches!(
+        Bootstrap::init(&id, 2, 2, &c),
+        Err(BootstrapError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        Bootstrap::init(&id, 0, 0, &c),
+        Err(BootstrapError::InvalidArgument(_))
+    ));
     let mut bad = c.clone();
     bad.ifname = Some("=no_such_interface0".into());
     let e = get_unique_id(&bad).unwrap_err();

@@ -101,7 +101,9 @@ impl Bootstrap {
     /// [`BootstrapError::Aborted`]; socket errors.
     pub fn init(id: &UniqueId, rank: usize, nranks: usize, config: &BootstrapConfig) -> Result<Self> {
         if nranks == 0 || rank >= nranks || nranks > i32::MAX as usize {
-            return Err(BootstrapError::InvalidArgument(format!("rank {rank} is not in 0..nranks (nranks {nranks})")));
+            return Err(BootstrapError::InvalidArgument(format!(
+                "rank {rank} is not in 0..nranks (nranks {nranks})"
+            )));
         }
         let root_addr = id.root_addr()?;
         let magic = id.magic();
@@ -116,7 +118,12 @@ impl Bootstrap {
             let listener = wire::listen(root_addr)?;
             root::spawn_root(
                 listener,
-                root::RootParams { magic, timeout: config.timeout, retry, abort: abort.clone() },
+                root::RootParams {
+                    magic,
+                    timeout: config.timeout,
+                    retry,
+                    abort: abort.clone(),
+                },
             )?;
         }
 
@@ -125,8 +132,9 @@ impl Bootstrap {
 
         // Ring / point-to-point listener.
         let ring_listener = wire::listen(bind)?;
-        let listen_addr =
-            ring_listener.local_addr().map_err(|e| BootstrapError::io("ring listener address", e))?;
+        let listen_addr = ring_listener
+            .local_addr()
+            .map_err(|e| BootstrapError::io("ring listener address", e))?;
         let inner = Arc::new(Inner {
             rank,
             nranks,
@@ -168,15 +176,19 @@ impl Bootstrap {
 
         // Root-reply listener.
         let reply_listener = wire::listen(bind)?;
-        let reply_addr =
-            reply_listener.local_addr().map_err(|e| BootstrapError::io("root-reply listener address", e))?;
+        let reply_addr = reply_listener
+            .local_addr()
+            .map_err(|e| BootstrapError::io("root-reply listener address", e))?;
         let reply_stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<Reply>();
         let tx = Mutex::new(tx);
         let (h_abort, h_stop, timeout) = (abort.clone(), reply_stop.clone(), config.timeout);
         let reply_handler: wire::Handler = Arc::new(move |mut s: TcpStream, from: SocketAddr| {
             let dl = Deadline::after(timeout);
-            let flags = Flags { abort: &h_abort, stop: Some(&h_stop) };
+            let flags = Flags {
+                abort: &h_abort,
+                stop: Some(&h_stop),
+            };
             let what = || format!("the root's reply over the connection from {from}");
             match wire::read_frame(&mut s, MAX_REPLY_BYTES, &dl, flags, &what).map(|b| Reply::decode(&b)) {
                 Ok(Ok(r)) => {
@@ -236,13 +248,23 @@ impl Bootstrap {
         config: &BootstrapConfig,
     ) -> Result<SocketAddr> {
         let i = &self.inner;
-        let info = RankInfo { rank: i.rank, nranks: i.nranks, reply_addr, ring_addr: i.listen_addr };
-        let flags = Flags { abort: &i.abort, stop: None };
+        let info = RankInfo {
+            rank: i.rank,
+            nranks: i.nranks,
+            reply_addr,
+            ring_addr: i.listen_addr,
+        };
+        let flags = Flags {
+            abort: &i.abort,
+            stop: None,
+        };
         let what = || format!("connecting to the bootstrap root at {root_addr}");
         let dl = Deadline::after(config.timeout);
         let mut s = wire::connect_bootstrap(root_addr, i.magic, i.retry, &dl, flags, &what)?;
         let _ = s.set_write_timeout(Some(config.timeout));
-        wire::write_frame(&mut s, &info.encode(), &|| format!("sending rank {}'s info to the root at {root_addr}", i.rank))?;
+        wire::write_frame(&mut s, &info.encode(), &|| {
+            format!("sending rank {}'s info to the root at {root_addr}", i.rank)
+        })?;
         drop(s);
         let dl = Deadline::after(config.timeout + config.timeout / 2);
         let what = || format!("the root's reply from {root_addr}");
@@ -276,7 +298,13 @@ impl Bootstrap {
 
     /// Every rank's bootstrap listen address, indexed by rank.
     pub fn peer_addresses(&self) -> Vec<SocketAddr> {
-        self.inner.addrs.lock().expect("addrs lock").iter().map(|a| a.expect("filled by init")).collect()
+        self.inner
+            .addrs
+            .lock()
+            .expect("addrs lock")
+            .iter()
+            .map(|a| a.expect("filled by init"))
+            .collect()
     }
 
     /// The abort flag (the one from the config): raising it makes every blocked wait
@@ -308,7 +336,9 @@ impl Bootstrap {
     /// Tagged point-to-point receive (`bootstrapRecv`): the oldest message from `peer`
     /// with `tag`; messages with other tags stay queued. Bounded by the timeout.
     pub fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>> {
-        self.inner.recv_kind(peer, KIND_USER, tag, &|| format!("a message with tag {tag} from rank {peer}"))
+        self.inner.recv_kind(peer, KIND_USER, tag, &|| {
+            format!("a message with tag {tag} from rank {peer}")
+        })
     }
 
     /// Ring all-gather (`bootstrapAllGather`) of one blob per rank (sizes may differ).
@@ -343,7 +373,9 @@ impl Bootstrap {
             let to = (i.rank + mask) % n;
             let from = (i.rank + n - mask) % n;
             i.send_kind(to, KIND_BARRIER, mask as u32, &[])?;
-            i.recv_kind(from, KIND_BARRIER, mask as u32, &|| format!("barrier: round {mask} from rank {from}"))?;
+            i.recv_kind(from, KIND_BARRIER, mask as u32, &|| {
+                format!("barrier: round {mask} from rank {from}")
+            })?;
             mask <<= 1;
         }
         Ok(())
@@ -354,7 +386,10 @@ impl Bootstrap {
     pub fn broadcast(&self, root: usize, data: &[u8]) -> Result<Vec<u8>> {
         let i = &self.inner;
         if root >= i.nranks {
-            return Err(BootstrapError::InvalidArgument(format!("broadcast root {root} >= nranks {}", i.nranks)));
+            return Err(BootstrapError::InvalidArgument(format!(
+                "broadcast root {root} >= nranks {}",
+                i.nranks
+            )));
         }
         let _g = i.coll.lock().expect("coll lock");
         if i.rank == root {
@@ -363,7 +398,9 @@ impl Bootstrap {
             }
             Ok(data.to_vec())
         } else {
-            i.recv_kind(root, KIND_BROADCAST, root as u32, &|| format!("broadcast data from root rank {root}"))
+            i.recv_kind(root, KIND_BROADCAST, root as u32, &|| {
+                format!("broadcast data from root rank {root}")
+            })
         }
     }
 }
@@ -377,13 +414,19 @@ impl Drop for Bootstrap {
 impl Inner {
     fn check_peer(&self, peer: usize) -> Result<()> {
         if peer >= self.nranks {
-            return Err(BootstrapError::InvalidArgument(format!("peer {peer} >= nranks {}", self.nranks)));
+            return Err(BootstrapError::InvalidArgument(format!(
+                "peer {peer} >= nranks {}",
+                self.nranks
+            )));
         }
         Ok(())
     }
 
     fn flags(&self) -> Flags<'_> {
-        Flags { abort: &self.abort, stop: None }
+        Flags {
+            abort: &self.abort,
+            stop: None,
+        }
     }
 
     fn shutdown(&self) {
@@ -409,9 +452,8 @@ impl Inner {
     fn connection(&self, peer: usize) -> Result<std::sync::MutexGuard<'_, Option<TcpStream>>> {
         let mut g = self.out[peer].lock().expect("out lock");
         if g.is_none() {
-            let addr = self.addrs.lock().expect("addrs lock")[peer].ok_or_else(|| {
-                BootstrapError::InvalidArgument(format!("rank {peer}'s address is not known yet"))
-            })?;
+            let addr = self.addrs.lock().expect("addrs lock")[peer]
+                .ok_or_else(|| BootstrapError::InvalidArgument(format!("rank {peer}'s address is not known yet")))?;
             let what = || format!("connecting to rank {peer} at {addr}");
             let dl = Deadline::after(self.timeout);
             let mut s = wire::connect_bootstrap(addr, self.magic, self.retry, &dl, self.flags(), &what)?;
@@ -429,7 +471,9 @@ impl Inner {
         self.check_peer(peer)?;
         if self.stop.load(Ordering::Relaxed) {
             return Err(if self.abort.load(Ordering::Relaxed) {
-                BootstrapError::Aborted { what: format!("sending to rank {peer}") }
+                BootstrapError::Aborted {
+                    what: format!("sending to rank {peer}"),
+                }
             } else {
                 BootstrapError::Closed
             });
@@ -467,7 +511,10 @@ impl Inner {
                 return Ok(m);
             }
             if let Some(why) = &st.closed[peer] {
-                return Err(BootstrapError::PeerClosed { peer, what: format!("{} ({why})", what()) });
+                return Err(BootstrapError::PeerClosed {
+                    peer,
+                    what: format!("{} ({why})", what()),
+                });
             }
             if self.stop.load(Ordering::Relaxed) && !self.abort.load(Ordering::Relaxed) {
                 return Err(BootstrapError::Closed);
@@ -479,7 +526,10 @@ impl Inner {
 
     /// Runs on the acceptor's per-connection thread: hello, then deliver messages.
     fn serve_peer(self: Arc<Self>, mut s: TcpStream, from: SocketAddr) {
-        let flags = Flags { abort: &self.abort, stop: Some(&self.stop) };
+        let flags = Flags {
+            abort: &self.abort,
+            stop: Some(&self.stop),
+        };
         let dl = Deadline::after(self.timeout);
         let hello = match wire::read_frame(&mut s, HELLO_BYTES, &dl, flags, &|| format!("the hello from {from}")) {
             Ok(h) if h.len() == HELLO_BYTES => h,
@@ -525,7 +575,10 @@ impl Inner {
                     let kind = m[0];
                     let tag = u32::from_ne_bytes(m[1..HEADER].try_into().expect("4 bytes"));
                     let mut st = self.mail.st.lock().expect("mail lock");
-                    st.queues.entry((peer, kind, tag)).or_default().push_back(m[HEADER..].to_vec());
+                    st.queues
+                        .entry((peer, kind, tag))
+                        .or_default()
+                        .push_back(m[HEADER..].to_vec());
                     drop(st);
                     self.mail.cv.notify_all();
                 }

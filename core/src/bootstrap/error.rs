@@ -79,7 +79,7 @@ pub type Result<T, E = BootstrapError> = std::result::Result<T, E>;
 /// Formats a duration as NCCL-ish human text: "30 s", "1.5 s", "250 ms".
 pub(crate) fn fmt_duration(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms >= 1000 && ms % 1000 == 0 {
+    if ms >= 1000 && ms.is_multiple_of(1000) {
         format!("{} s", ms / 1000)
     } else if ms >= 1000 {
         format!("{:.1} s", d.as_secs_f64())
@@ -90,6 +90,9 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
 
 impl BootstrapError {
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        BootstrapError::Io { what: what.into(), source }
+        BootstrapError::Io {
+            what: what.into(),
+            source,
+        }
     }
 }

@@ -178,7 +178,10 @@ impl fmt::Display for UniqueId {
 
 impl fmt::Debug for UniqueId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let addr = self.root_addr().map(|a| a.to_string()).unwrap_or_else(|e| e.to_string());
+        let addr = self
+            .root_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|e| e.to_string());
         write!(f, "UniqueId {{ magic: {:#018x}, root: {addr} }}", self.magic())
     }
 }
@@ -194,12 +197,19 @@ impl FromStr for UniqueId {
 /// `[<ipv6>%<ifname>]:<port>` (link-local, scope from the interface index).
 /// Host names are resolved (first address). Port 0 is rejected.
 pub fn parse_comm_id(value: &str) -> Result<SocketAddr> {
-    let bad = |reason: &str| BootstrapError::InvalidCommId { value: value.to_string(), reason: reason.to_string() };
+    let bad = |reason: &str| BootstrapError::InvalidCommId {
+        value: value.to_string(),
+        reason: reason.to_string(),
+    };
     let v = value.trim();
     let (host, port) = if let Some(rest) = v.strip_prefix('[') {
-        let close = rest.find(']').ok_or_else(|| bad("missing ']' after the IPv6 address"))?;
+        let close = rest
+            .find(']')
+            .ok_or_else(|| bad("missing ']' after the IPv6 address"))?;
         let host = &rest[..close];
-        let port = rest[close + 1..].strip_prefix(':').ok_or_else(|| bad("missing ':<port>' after ']'"))?;
+        let port = rest[close + 1..]
+            .strip_prefix(':')
+            .ok_or_else(|| bad("missing ':<port>' after ']'"))?;
         (host, port)
     } else {
         let colon = v.rfind(':').ok_or_else(|| bad("missing ':<port>'"))?;
@@ -231,7 +241,9 @@ pub fn parse_comm_id(value: &str) -> Result<SocketAddr> {
     if scope.is_some() {
         return Err(bad("'%<ifname>' is only valid after an IPv6 address"));
     }
-    let mut it = (host_only, port).to_socket_addrs().map_err(|e| bad(&format!("cannot resolve host: {e}")))?;
+    let mut it = (host_only, port)
+        .to_socket_addrs()
+        .map_err(|e| bad(&format!("cannot resolve host: {e}")))?;
     it.next().ok_or_else(|| bad("host resolved to no address"))
 }
 
@@ -246,10 +258,16 @@ fn if_index(name: &str) -> Option<u32> {
 /// entropy if the device cannot be read).
 pub fn random_magic() -> u64 {
     let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_ok()
+    {
         return u64::from_ne_bytes(b);
     }
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     let local = 0u8;
     (t as u64) ^ ((std::process::id() as u64) << 32) ^ (&local as *const u8 as u64).rotate_left(17)
 }
@@ -296,10 +314,21 @@ mod tests {
 
     #[test]
     fn comm_id_parsing() {
-        assert_eq!(parse_comm_id("127.0.0.1:5000").unwrap(), "127.0.0.1:5000".parse().unwrap());
+        assert_eq!(
+            parse_comm_id("127.0.0.1:5000").unwrap(),
+            "127.0.0.1:5000".parse().unwrap()
+        );
         assert_eq!(parse_comm_id("[::1]:5000").unwrap(), "[::1]:5000".parse().unwrap());
         assert!(parse_comm_id("localhost:5000").is_ok());
-        for bad in ["127.0.0.1", "127.0.0.1:0", "127.0.0.1:x", "[::1:5000", "[::1]5000", ":5000", "[::1%nosuchif9]:5"] {
+        for bad in [
+            "127.0.0.1",
+            "127.0.0.1:0",
+            "127.0.0.1:x",
+            "[::1:5000",
+            "[::1]5000",
+            ":5000",
+            "[::1%nosuchif9]:5",
+        ] {
             let e = parse_comm_id(bad).unwrap_err();
             assert!(matches!(e, BootstrapError::InvalidCommId { .. }), "{bad}: {e}");
         }

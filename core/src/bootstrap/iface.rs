@@ -89,7 +89,13 @@ impl IfnameFilter {
 
     /// Whether interface `name` passes this filter.
     pub fn matches(&self, name: &str) -> bool {
-        let hit = self.names.iter().any(|e| if self.exact { name == e } else { name.starts_with(e.as_str()) });
+        let hit = self.names.iter().any(|e| {
+            if self.exact {
+                name == e
+            } else {
+                name.starts_with(e.as_str())
+            }
+        });
         hit != self.exclude
     }
 }
@@ -112,9 +118,15 @@ pub fn list_interfaces(family: SocketFamily) -> Result<Vec<Interface>> {
             continue;
         }
         // SAFETY: ifa_addr is non-null and points to a sockaddr of the family it names.
-        let Some(addr) = (unsafe { sockaddr_ip(ifa.ifa_addr) }) else { continue };
-        // SAFETY: same as above for the netmask (may be null).
-        let netmask = if ifa.ifa_netmask.is_null() { None } else { unsafe { sockaddr_ip(ifa.ifa_netmask) } };
+        let Some(addr) = (unsafe { sockaddr_ip(ifa.ifa_addr) }) else {
+            continue;
+        };
+        let netmask = if ifa.ifa_netmask.is_null() {
+            None
+        } else {
+            // SAFETY: ifa_netmask is non-null and points to a sockaddr of the family it names.
+            unsafe { sockaddr_ip(ifa.ifa_netmask) }
+        };
         if !family.allows(&addr) {
             continue;
         }
@@ -124,7 +136,9 @@ pub fn list_interfaces(family: SocketFamily) -> Result<Vec<Interface>> {
             continue;
         }
         // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+            .to_string_lossy()
+            .into_owned();
         if out.iter().any(|i| i.name == name) {
             continue;
         }
@@ -178,7 +192,11 @@ fn same_subnet(iface: &Interface, target: &IpAddr) -> bool {
 /// else (if `comm_id` is given) the interface in the same subnet as it; else all but
 /// `docker*`/`lo*`/`virbr*`; else `docker*`; else `lo*`; else `virbr*`. At most
 /// [`MAX_IFS`] are returned.
-pub fn select_interfaces(candidates: &[Interface], ifname: Option<&str>, comm_id: Option<&SocketAddr>) -> Vec<Interface> {
+pub fn select_interfaces(
+    candidates: &[Interface],
+    ifname: Option<&str>,
+    comm_id: Option<&SocketAddr>,
+) -> Vec<Interface> {
     let pick = |f: &dyn Fn(&Interface) -> bool| -> Vec<Interface> {
         candidates.iter().filter(|i| f(i)).take(MAX_IFS).cloned().collect()
     };
@@ -252,7 +270,11 @@ mod tests {
     use super::*;
 
     fn iface(name: &str, addr: &str, mask: &str) -> Interface {
-        Interface { name: name.into(), addr: addr.parse().unwrap(), netmask: mask.parse().unwrap() }
+        Interface {
+            name: name.into(),
+            addr: addr.parse().unwrap(),
+            netmask: mask.parse().unwrap(),
+        }
     }
 
     fn names(v: &[Interface]) -> Vec<&str> {
@@ -290,10 +312,19 @@ mod tests {
         assert_eq!(names(&select_interfaces(&no_ib, None, Some(&cid))), vec!["eth1"]);
         let cid_lo: SocketAddr = "127.0.0.1:1234".parse().unwrap();
         assert_eq!(names(&select_interfaces(&no_ib, None, Some(&cid_lo))), vec!["lo"]);
-        assert_eq!(names(&select_interfaces(&[lo.clone(), d.clone()], None, None)), vec!["docker0"]);
-        assert_eq!(names(&select_interfaces(std::slice::from_ref(&lo), None, None)), vec!["lo"]);
+        assert_eq!(
+            names(&select_interfaces(&[lo.clone(), d.clone()], None, None)),
+            vec!["docker0"]
+        );
+        assert_eq!(
+            names(&select_interfaces(std::slice::from_ref(&lo), None, None)),
+            vec!["lo"]
+        );
         assert_eq!(names(&select_interfaces(&all, Some("lo"), None)), vec!["lo"]);
-        assert_eq!(names(&select_interfaces(&all, Some("^eth,ib"), None)), vec!["lo", "docker0"]);
+        assert_eq!(
+            names(&select_interfaces(&all, Some("^eth,ib"), None)),
+            vec!["lo", "docker0"]
+        );
         assert!(select_interfaces(&all, Some("=eth"), None).is_empty());
     }
 

@@ -70,7 +70,8 @@ pub struct BootstrapConfig {
     /// `NCCL_SOCKET_RETRY_SLEEP_MSEC`: retry *n* sleeps `n × retry_sleep`.
     pub retry_sleep: Duration,
     /// Abort flag: once true, every blocked wait returns [`BootstrapError::Aborted`]
-    /// within ~50 ms. Share it with the communicator's abort flag.
+    /// within ~50 ms. Share it with the communicator's abort flag; clones of the
+    /// config share the same flag.
     pub abort: Arc<AtomicBool>,
 }
 
@@ -102,7 +103,10 @@ impl BootstrapConfig {
     }
 
     pub(crate) fn retry(&self) -> wire::Retry {
-        wire::Retry { count: self.retry_count, sleep: self.retry_sleep }
+        wire::Retry {
+            count: self.retry_count,
+            sleep: self.retry_sleep,
+        }
     }
 
     /// The parsed `comm_id`, if set.
@@ -150,10 +154,17 @@ pub fn get_unique_id(config: &BootstrapConfig) -> Result<UniqueId> {
     }
     let magic = config.magic.unwrap_or_else(id::random_magic);
     let listener = wire::listen(config.bind_address()?)?;
-    let addr = listener.local_addr().map_err(|e| BootstrapError::io("root listener address", e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| BootstrapError::io("root listener address", e))?;
     root::spawn_root(
         listener,
-        root::RootParams { magic, timeout: config.timeout, retry: config.retry(), abort: config.abort.clone() },
+        root::RootParams {
+            magic,
+            timeout: config.timeout,
+            retry: config.retry(),
+            abort: config.abort.clone(),
+        },
     )?;
     tracing::info!(target: "ferroccl::bootstrap", "bootstrap root listening on {addr}");
     Ok(UniqueId::new(magic, addr))

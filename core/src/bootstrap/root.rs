@@ -60,11 +60,18 @@ impl RankInfo {
             return Err(format!("rank {rank} / nranks {nranks} out of range"));
         }
         if iroot != 0 || nroots != 1 {
-            return Err(format!("multi-root bootstrap (iroot {iroot}, nroots {nroots}) is not supported"));
+            return Err(format!(
+                "multi-root bootstrap (iroot {iroot}, nroots {nroots}) is not supported"
+            ));
         }
         let reply_addr = decode_socket_address(&b[20..48]).map_err(|e| format!("listenRootAddress: {e}"))?;
         let ring_addr = decode_socket_address(&b[48..76]).map_err(|e| format!("connectInfo: {e}"))?;
-        Ok(RankInfo { rank: rank as usize, nranks: nranks as usize, reply_addr, ring_addr })
+        Ok(RankInfo {
+            rank: rank as usize,
+            nranks: nranks as usize,
+            reply_addr,
+            ring_addr,
+        })
     }
 }
 
@@ -99,9 +106,9 @@ impl Reply {
     /// Parses [`Reply::encode`]'s output.
     pub fn decode(b: &[u8]) -> std::result::Result<Self, String> {
         match b.first() {
-            Some(&REPLY_OK) if b.len() == 1 + CONNECT_INFO_BYTES => {
-                decode_socket_address(&b[1..]).map(Reply::Successor).map_err(|e| e.to_string())
-            }
+            Some(&REPLY_OK) if b.len() == 1 + CONNECT_INFO_BYTES => decode_socket_address(&b[1..])
+                .map(Reply::Successor)
+                .map_err(|e| e.to_string()),
             Some(&REPLY_ERR) => Ok(Reply::Error(String::from_utf8_lossy(&b[1..]).into_owned())),
             _ => Err(format!("malformed root reply of {} bytes", b.len())),
         }
@@ -159,7 +166,12 @@ impl RootGather {
 
     /// Ranks that have not arrived (empty before the first arrival).
     pub fn missing(&self) -> Vec<usize> {
-        self.arrived.iter().enumerate().filter(|(_, a)| a.is_none()).map(|(r, _)| r).collect()
+        self.arrived
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.is_none())
+            .map(|(r, _)| r)
+            .collect()
     }
 
     /// Every rank arrived and was told its successor.
@@ -178,10 +190,18 @@ impl RootGather {
             .arrived
             .iter()
             .flatten()
-            .map(|(i, _)| Outgoing { rank: i.rank, to: i.reply_addr, reply: Reply::Error(msg.clone()) })
+            .map(|(i, _)| Outgoing {
+                rank: i.rank,
+                to: i.reply_addr,
+                reply: Reply::Error(msg.clone()),
+            })
             .collect();
         if let Some(i) = extra {
-            out.push(Outgoing { rank: i.rank, to: i.reply_addr, reply: Reply::Error(msg) });
+            out.push(Outgoing {
+                rank: i.rank,
+                to: i.reply_addr,
+                reply: Reply::Error(msg),
+            });
         }
         out
     }
@@ -192,7 +212,11 @@ impl RootGather {
     /// mismatch; an error to this rank alone if the bootstrap had already failed.
     pub fn arrive(&mut self, info: RankInfo, from: SocketAddr) -> Vec<Outgoing> {
         if let Some(f) = &self.failure {
-            return vec![Outgoing { rank: info.rank, to: info.reply_addr, reply: Reply::Error(f.clone()) }];
+            return vec![Outgoing {
+                rank: info.rank,
+                to: info.reply_addr,
+                reply: Reply::Error(f.clone()),
+            }];
         }
         if self.complete {
             let msg = format!(
@@ -200,7 +224,11 @@ impl RootGather {
                 info.rank,
                 self.nranks.unwrap_or(0)
             );
-            return vec![Outgoing { rank: info.rank, to: info.reply_addr, reply: Reply::Error(msg) }];
+            return vec![Outgoing {
+                rank: info.rank,
+                to: info.reply_addr,
+                reply: Reply::Error(msg),
+            }];
         }
         if info.rank >= info.nranks {
             let msg = format!(
@@ -245,7 +273,11 @@ impl RootGather {
             .map(|r| {
                 let me = self.arrived[r].as_ref().expect("all arrived").0;
                 let succ = self.arrived[(r + 1) % n].as_ref().expect("all arrived").0;
-                Outgoing { rank: r, to: me.reply_addr, reply: Reply::Successor(succ.ring_addr) }
+                Outgoing {
+                    rank: r,
+                    to: me.reply_addr,
+                    reply: Reply::Successor(succ.ring_addr),
+                }
             })
             .collect()
     }
@@ -278,14 +310,19 @@ pub(crate) struct RootParams {
 /// the first rank's arrival; the root ends once every rank got its reply, or (after a
 /// failure) when that deadline passes.
 pub(crate) fn spawn_root(listener: TcpListener, p: RootParams) -> Result<()> {
-    let local = listener.local_addr().map_err(|e| BootstrapError::io("root listener address", e))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| BootstrapError::io("root listener address", e))?;
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel::<(RankInfo, SocketAddr)>();
     let tx = std::sync::Mutex::new(tx);
     let (abort_h, stop_h, timeout) = (p.abort.clone(), stop.clone(), p.timeout);
     let handler: wire::Handler = Arc::new(move |mut s: TcpStream, from: SocketAddr| {
         let dl = Deadline::after(timeout);
-        let flags = Flags { abort: &abort_h, stop: Some(&stop_h) };
+        let flags = Flags {
+            abort: &abort_h,
+            stop: Some(&stop_h),
+        };
         let what = || format!("extInfo from {from}");
         match wire::read_frame(&mut s, EXT_INFO_BYTES, &dl, flags, &what) {
             Ok(b) => match RankInfo::decode(&b) {
@@ -359,8 +396,14 @@ fn send_replies(local: SocketAddr, out: Vec<Outgoing>, p: &RootParams) {
     for o in out {
         let what = || format!("bootstrap root {local}: sending rank {}'s reply to {}", o.rank, o.to);
         let dl = Deadline::after(p.timeout.min(Duration::from_secs(10)));
-        let flags = Flags { abort: &p.abort, stop: None };
-        let retry = Retry { count: p.retry.count.min(3), sleep: p.retry.sleep };
+        let flags = Flags {
+            abort: &p.abort,
+            stop: None,
+        };
+        let retry = Retry {
+            count: p.retry.count.min(3),
+            sleep: p.retry.sleep,
+        };
         let r = wire::connect_bootstrap(o.to, p.magic, retry, &dl, flags, &what).and_then(|mut s| {
             let _ = s.set_write_timeout(Some(p.timeout));
             wire::write_frame(&mut s, &o.reply.encode(), &what)
@@ -437,7 +480,14 @@ mod tests {
     fn single_rank_is_its_own_successor() {
         let mut g = RootGather::new();
         let out = g.arrive(info(0, 1), from(1));
-        assert_eq!(out, vec![Outgoing { rank: 0, to: info(0, 1).reply_addr, reply: Reply::Successor(info(0, 1).ring_addr) }]);
+        assert_eq!(
+            out,
+            vec![Outgoing {
+                rank: 0,
+                to: info(0, 1).reply_addr,
+                reply: Reply::Successor(info(0, 1).ring_addr)
+            }]
+        );
     }
 
     #[test]
@@ -448,7 +498,9 @@ mod tests {
         let out = g.arrive(info(1, 3), from(3));
         assert_eq!(out.len(), 3);
         for o in &out {
-            let Reply::Error(m) = &o.reply else { panic!("expected error") };
+            let Reply::Error(m) = &o.reply else {
+                panic!("expected error")
+            };
             assert!(m.contains("rank 1 joined twice"), "{m}");
             assert!(m.contains("127.0.0.1:2") && m.contains("127.0.0.1:3"), "{m}");
         }
@@ -464,7 +516,10 @@ mod tests {
         let out = g.arrive(info(1, 3), from(2));
         assert_eq!(out.len(), 2);
         let Reply::Error(m) = &out[0].reply else { panic!() };
-        assert!(m.contains("nranks mismatch") && m.contains("nranks=3") && m.contains("nranks=4"), "{m}");
+        assert!(
+            m.contains("nranks mismatch") && m.contains("nranks=3") && m.contains("nranks=4"),
+            "{m}"
+        );
 
         let mut g = RootGather::new();
         let out = g.arrive(info(5, 4), from(1));
@@ -479,10 +534,17 @@ mod tests {
         let out = g.time_out(Duration::from_secs(30));
         assert_eq!(out.len(), 2);
         let m = g.failure().unwrap();
-        assert_eq!(m, "bootstrap root: timed out after 30 s waiting for 4 ranks; ranks 2, 3 never connected");
+        assert_eq!(
+            m,
+            "bootstrap root: timed out after 30 s waiting for 4 ranks; ranks 2, 3 never connected"
+        );
         let mut g = RootGather::new();
         g.arrive(info(0, 2), from(1));
         g.time_out(Duration::from_millis(1500));
-        assert!(g.failure().unwrap().ends_with("rank 1 never connected"), "{:?}", g.failure());
+        assert!(
+            g.failure().unwrap().ends_with("rank 1 never connected"),
+            "{:?}",
+            g.failure()
+        );
     }
 }

@@ -42,10 +42,16 @@ pub(crate) struct Deadline {
 impl Deadline {
     pub fn after(timeout: Duration) -> Self {
         let start = Instant::now();
-        Deadline { start, end: Some(start + timeout) }
+        Deadline {
+            start,
+            end: Some(start + timeout),
+        }
     }
     pub fn never() -> Self {
-        Deadline { start: Instant::now(), end: None }
+        Deadline {
+            start: Instant::now(),
+            end: None,
+        }
     }
     /// Remaining time capped to one poll slice; `None` when expired.
     pub fn slice(&self) -> Option<Duration> {
@@ -67,7 +73,10 @@ pub(crate) fn next_slice(dl: &Deadline, flags: Flags<'_>, what: &dyn Fn() -> Str
     if flags.raised() {
         return Err(BootstrapError::Aborted { what: what() });
     }
-    dl.slice().ok_or_else(|| BootstrapError::Timeout { what: what(), waited: dl.waited() })
+    dl.slice().ok_or_else(|| BootstrapError::Timeout {
+        what: what(),
+        waited: dl.waited(),
+    })
 }
 
 /// Reads exactly `buf.len()` bytes, giving up at the deadline or when a flag is raised.
@@ -82,7 +91,8 @@ pub(crate) fn read_exact_bounded(
     let mut got = 0;
     while got < buf.len() {
         let slice = next_slice(dl, flags, what)?;
-        s.set_read_timeout(Some(slice)).map_err(|e| BootstrapError::io(what(), e))?;
+        s.set_read_timeout(Some(slice))
+            .map_err(|e| BootstrapError::io(what(), e))?;
         match s.read(&mut buf[got..]) {
             Ok(0) => {
                 return Err(BootstrapError::io(
@@ -91,7 +101,11 @@ pub(crate) fn read_exact_bounded(
                 ));
             }
             Ok(n) => got += n,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
             Err(e) => return Err(BootstrapError::io(what(), e)),
         }
     }
@@ -114,7 +128,9 @@ pub fn check_handshake(b: &[u8; HANDSHAKE_BYTES], magic: u64) -> std::result::Re
         return Err(format!("wrong magic {got_magic:#018x} (expected {magic:#018x})"));
     }
     if got_type != SOCKET_TYPE_BOOTSTRAP {
-        return Err(format!("wrong socket type {got_type} (expected {SOCKET_TYPE_BOOTSTRAP} = Bootstrap)"));
+        return Err(format!(
+            "wrong socket type {got_type} (expected {SOCKET_TYPE_BOOTSTRAP} = Bootstrap)"
+        ));
     }
     Ok(())
 }
@@ -145,7 +161,10 @@ pub(crate) fn read_frame(
     if len > max_len {
         return Err(BootstrapError::Protocol {
             peer: peer_name(s),
-            detail: format!("message length {len} exceeds the limit of {max_len} bytes while {}", what()),
+            detail: format!(
+                "message length {len} exceeds the limit of {max_len} bytes while {}",
+                what()
+            ),
         });
     }
     let mut buf = vec![0u8; len];
@@ -154,7 +173,9 @@ pub(crate) fn read_frame(
 }
 
 pub(crate) fn peer_name(s: &TcpStream) -> String {
-    s.peer_addr().map(|a| a.to_string()).unwrap_or_else(|_| "<unknown peer>".into())
+    s.peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "<unknown peer>".into())
 }
 
 /// Connect retry policy (`NCCL_SOCKET_RETRY_CNT`, `NCCL_SOCKET_RETRY_SLEEP_MSEC`).
@@ -168,7 +189,10 @@ fn transient(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
         Some(libc::ECONNREFUSED | libc::ETIMEDOUT | libc::EHOSTUNREACH | libc::EAGAIN | libc::EINTR | libc::ECONNRESET)
-    ) || matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::TimedOut | ErrorKind::Interrupted)
+    ) || matches!(
+        e.kind(),
+        ErrorKind::ConnectionRefused | ErrorKind::TimedOut | ErrorKind::Interrupted
+    )
 }
 
 /// Connects to `addr`, retrying transient errors up to `retry.count` times with a
@@ -185,7 +209,10 @@ pub(crate) fn connect_bootstrap(
     let mut attempt: u32 = 0;
     loop {
         next_slice(dl, flags, what)?;
-        let remaining = dl.end.map(|e| e.saturating_duration_since(Instant::now())).unwrap_or(Duration::from_secs(60));
+        let remaining = dl
+            .end
+            .map(|e| e.saturating_duration_since(Instant::now()))
+            .unwrap_or(Duration::from_secs(60));
         let ct = remaining.clamp(Duration::from_millis(1), Duration::from_secs(60));
         match TcpStream::connect_timeout(&addr, ct) {
             Ok(mut s) => {
@@ -218,7 +245,11 @@ pub(crate) fn listen(addr: SocketAddr) -> Result<TcpListener> {
 
 /// Waits until `fd` is readable or `timeout` elapses (EINTR counts as a timeout).
 fn poll_readable(fd: i32, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
     let r = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
     r > 0
@@ -241,7 +272,9 @@ pub(crate) fn spawn_acceptor(
     abort: Arc<AtomicBool>,
     handler: Handler,
 ) -> Result<JoinHandle<()>> {
-    listener.set_nonblocking(true).map_err(|e| BootstrapError::io(format!("{name}: set_nonblocking"), e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| BootstrapError::io(format!("{name}: set_nonblocking"), e))?;
     let thread_err = format!("{name}: spawning the accept thread");
     std::thread::Builder::new()
         .name("ferroccl-bs-accept".into())
@@ -298,7 +331,10 @@ fn handle_connection(
     let _ = s.set_nodelay(true);
     let dl = Deadline::after(handshake_timeout);
     let mut hs = [0u8; HANDSHAKE_BYTES];
-    let flags = Flags { abort, stop: Some(stop) };
+    let flags = Flags {
+        abort,
+        stop: Some(stop),
+    };
     match read_exact_bounded(&mut s, &mut hs, &dl, flags, &|| format!("the handshake from {from}")) {
         Ok(()) => {}
         Err(BootstrapError::Aborted { .. }) => return,

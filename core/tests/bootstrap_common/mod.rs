@@ -83,7 +83,11 @@ pub fn exercise(bs: &Bootstrap, salt: &str) {
     }
     for p in (0..n).rev() {
         for tag in [3u32, 2, 1] {
-            assert_eq!(bs.recv(p, tag).expect("recv"), p2p(salt, p, r, tag, 0), "rank {r} from {p} tag {tag}");
+            assert_eq!(
+                bs.recv(p, tag).expect("recv"),
+                p2p(salt, p, r, tag, 0),
+                "rank {r} from {p} tag {tag}"
+            );
         }
         assert_eq!(bs.recv(p, 1).expect("recv second"), p2p(salt, p, r, 1, 1));
     }
@@ -94,7 +98,11 @@ pub fn exercise(bs: &Bootstrap, salt: &str) {
     bs.send(next, 77, &big).expect("send big");
     let got = bs.recv(prev, 77).expect("recv big");
     assert_eq!(got.len(), big.len());
-    assert!(got.iter().enumerate().all(|(i, &b)| b == (i as u32 * 31 + prev as u32) as u8));
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i as u32 * 31 + prev as u32) as u8)
+    );
 
     bs.barrier().expect("barrier");
     let root = n - 1;
