@@ -1,2 +1,3 @@
 //! ferroccl: a collective-communication runtime in the NCCL mould (see DESIGN.md).
 pub mod bootstrap;
+pub mod plugin;

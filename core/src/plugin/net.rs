@@ -54,11 +54,13 @@ raw_handle!(
 /// What was loaded, for logs, `ferroccl-info` and the cross-rank agreement check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetInfo {
-    /// The vtable's `name` field (e.g. `"Socket"`, `"IB"`).
+    /// The vtable's `name` field as read before `init` (NCCL's built-ins: `"Socket"`,
+    /// `"IB"`; ferroccl's in-tree plugins: `"FerrocclSocket"`, `"FerrocclIB"`).
     pub name: String,
     /// The `ncclNetPlugin_vN` version found (6 … 12).
     pub version: u32,
-    /// The file the library was loaded from (resolved path where known).
+    /// The file the library was loaded from (resolved with `dladdr` on the vtable
+    /// symbol, so a bare name shows the real path).
     pub path: PathBuf,
     /// The `ncclCollNetPlugin_vN` version, if the library exports one.
     pub collnet_version: Option<u32>,
@@ -85,11 +87,17 @@ pub struct RecvSlot {
 pub trait NetPlugin: Send + Sync {
     /// Name, version and file of the plugin.
     fn info(&self) -> &NetInfo;
-    /// A per-communicator context (`init` for v11+, shared refcounted init before).
+    /// A per-communicator context: v11+ call the plugin's `init(&ctx, comm_id,
+    /// config, logger, profCb)` every time; v6–v10 call `init` only the first time
+    /// per loaded library and return a synthetic context (NULL, or for v10 a copy of
+    /// `config` that `connect` receives). The host's variadic logger
+    /// ([`crate::plugin::logger::nccl_logger`]) is passed as `ncclDebugLogger_t`.
     fn init_ctx(&self, comm_id: u64, config: &CommConfig) -> NetResult<RawCtx>;
-    /// Releases a context (`finalize`).
+    /// Releases a context (`finalize(ctx)` for v11+; for v6–v10 only the host's
+    /// refcount drops: the plugin's one `init` is never repeated, and the library
+    /// stays loaded).
     fn finalize_ctx(&self, ctx: RawCtx) -> NetResult<()>;
-    /// Number of devices.
+    /// Number of devices (`devices`).
     fn devices(&self) -> NetResult<usize>;
     /// Properties of `dev`, converted to the newest layout (pre-v9 fields get
     /// NCCL's assumed values: `maxP2pBytes` 2^30, `maxCollBytes` 2^29, …).
@@ -122,4 +130,28 @@ pub trait NetPlugin: Send + Sync {
     fn close_listen(&self, listen: RawComm) -> NetResult<()>;
     /// Whether `regMrDmaBuf` is present (slot non-NULL).
     fn has_dmabuf(&self) -> bool;
+    /// `regMrDmaBuf` (NULL slot → `Internal`). Default: unsupported.
+    fn reg_mr_dmabuf(&self, comm: RawComm, data: *mut u8, size: usize, ty: PtrType, offset: u64, fd: i32) -> NetResult<RawMr> {
+        let _ = (comm, data, size, ty, offset, fd);
+        Err(NetError::Internal("regMrDmaBuf is not supported by this plugin".into()))
+    }
+    /// `irecvConsumed(recvComm, n, request)` (v7+; a NULL slot or an older version
+    /// makes it a no-op, as in NCCL). Default: no-op.
+    fn irecv_consumed(&self, comm: RawComm, n: usize, req: RawRequest) -> NetResult<()> {
+        let _ = (comm, n, req);
+        Ok(())
+    }
+    /// `makeVDevice` (v9+): fuses `devs` into a virtual device and returns its
+    /// index. At most 4 devices before v12, 8 for v12. NULL slot or an older
+    /// version → `InvalidUsage`. Default: unsupported.
+    fn make_vdevice(&self, devs: &[i32]) -> NetResult<usize> {
+        let _ = devs;
+        Err(NetError::InvalidUsage("makeVDevice is not supported by this plugin".into()))
+    }
+    /// `setNetAttr(ctx, attr)` (v11+; NULL slot or older version → ignored, as in
+    /// NCCL). Default: ignored.
+    fn set_net_attr(&self, ctx: RawCtx, attr: &ferroccl_plugin_api::abi::ncclNetAttr_v12_t) -> NetResult<()> {
+        let _ = (ctx, attr);
+        Ok(())
+    }
 }
