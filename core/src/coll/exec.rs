@@ -1,0 +1,150 @@
+//! Carrying out one [`SliceOp`] on host memory with the CPU kernels.
+//!
+//! User buffers are only ever touched through short-lived slices built here, and
+//! an input and an output slice of user memory are never alive at the same time
+//! (in-place operations alias them): results are computed into a FIFO slot first
+//! and copied out with `ptr::copy` (memmove semantics).
+
+use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, Pre};
+
+use super::schedule::{Prim, SliceOp};
+use crate::Error;
+use crate::transport::{RecvConn, SendConn};
+
+static BACKEND: CpuBackend = CpuBackend;
+
+fn kerr(e: ferroccl_kernels::KernelError) -> Error {
+    Error::Internal(format!("kernel: {e}"))
+}
+
+/// Copies `bytes` from `src` to `dst` (may overlap; no-op when equal).
+///
+/// # Safety
+/// Both ranges must be valid for `bytes` bytes.
+unsafe fn memmove(dst: *mut u8, src: *const u8, bytes: usize) {
+    if !std::ptr::eq(dst, src) && bytes > 0 {
+        // SAFETY: caller guarantees both ranges are valid.
+        unsafe { std::ptr::copy(src, dst, bytes) };
+    }
+}
+
+/// Tries to perform `op`. Returns `Ok(false)` when it must wait (no data yet or no
+/// free send slot), `Ok(true)` when done.
+///
+/// # Safety
+/// The user addresses in `op` must be valid for `op.bytes` bytes (the enqueue contract).
+pub(crate) unsafe fn try_run(
+    op: &SliceOp,
+    send: Option<&mut SendConn>,
+    recv: Option<&mut RecvConn>,
+) -> Result<bool, Error> {
+    let n = op.bytes;
+    let prim = op.prim;
+    if prim == Prim::LocalCopy {
+        // SAFETY: user buffers valid for `n` bytes by contract.
+        unsafe { local_copy(op) }?;
+        return Ok(true);
+    }
+    let recvd = if prim.recvs() {
+        let r = recv.as_ref().ok_or_else(|| Error::Internal("step needs a receive connection".into()))?;
+        let Some((ptr, size)) = r.peek() else { return Ok(false) };
+        if size != n {
+            return Err(Error::Remote(format!(
+                "rank {} sent a {size}-byte step where this rank's schedule expects {n} bytes \
+                 (mismatched operation, count, datatype or NCCL_BUFFSIZE across ranks?)",
+                r.peer
+            )));
+        }
+        Some(ptr)
+    } else {
+        None
+    };
+    let slot = if prim.sends() {
+        let s = send.as_ref().ok_or_else(|| Error::Internal("step needs a send connection".into()))?;
+        if !s.can_push() {
+            return Ok(false);
+        }
+        debug_assert!(n <= s.step_size());
+        Some(s.next_slot())
+    } else {
+        None
+    };
+    // SAFETY (for the slices below): FIFO slots hold at least `n` bytes (checked
+    // by the schedule's slicing and the size check above), are owned by this
+    // executor, and never overlap user memory; user addresses are valid by contract.
+    unsafe {
+        let user_in = || std::slice::from_raw_parts(op.src, n);
+        match prim {
+            Prim::Send => {
+                let out = std::slice::from_raw_parts_mut(slot.expect("send slot"), n);
+                match &op.red {
+                    Some(red) if red.has_pre_op() => BACKEND.pre_op(out, user_in(), red).map_err(kerr)?,
+                    _ => out.copy_from_slice(user_in()),
+                }
+            }
+            Prim::CopySend => {
+                std::ptr::copy_nonoverlapping(op.src, slot.expect("send slot"), n);
+                memmove(op.dst, op.src, n);
+            }
+            Prim::Recv => {
+                std::ptr::copy_nonoverlapping(recvd.expect("recv slot"), op.dst, n);
+            }
+            Prim::RecvCopySend => {
+                let r = recvd.expect("recv slot");
+                std::ptr::copy_nonoverlapping(r, slot.expect("send slot"), n);
+                std::ptr::copy_nonoverlapping(r, op.dst, n);
+            }
+            Prim::RecvReduceSend | Prim::RecvReduceCopySend => {
+                let red = op.red.as_ref().ok_or_else(|| Error::Internal("reduce step without an op".into()))?;
+                let out = std::slice::from_raw_parts_mut(slot.expect("send slot"), n);
+                let inp = std::slice::from_raw_parts(recvd.expect("recv slot"), n);
+                BACKEND.reduce(out, inp, user_in(), red, Pre::B).map_err(kerr)?;
+                if prim == Prim::RecvReduceCopySend {
+                    if red.has_post_op() {
+                        BACKEND.post_op(out, red).map_err(kerr)?;
+                    }
+                    std::ptr::copy_nonoverlapping(out.as_ptr(), op.dst, n);
+                }
+            }
+            Prim::RecvReduceCopy => {
+                let red = op.red.as_ref().ok_or_else(|| Error::Internal("reduce step without an op".into()))?;
+                let acc = std::slice::from_raw_parts_mut(recvd.expect("recv slot"), n);
+                BACKEND.reduce_inplace(acc, user_in(), red, Pre::B).map_err(kerr)?;
+                if red.has_post_op() {
+                    BACKEND.post_op(acc, red).map_err(kerr)?;
+                }
+                std::ptr::copy_nonoverlapping(acc.as_ptr(), op.dst, n);
+            }
+            Prim::LocalCopy => unreachable!("handled above"),
+        }
+    }
+    if slot.is_some() {
+        send.expect("send conn").push(n);
+    }
+    if recvd.is_some() {
+        recv.expect("recv conn").pop();
+    }
+    Ok(true)
+}
+
+/// `dst = post(pre(src))`, or a plain memmove without a reduction.
+///
+/// # Safety
+/// `op.src`/`op.dst` valid for `op.bytes` bytes.
+unsafe fn local_copy(op: &SliceOp) -> Result<(), Error> {
+    let n = op.bytes;
+    match &op.red {
+        Some(red) if red.has_pre_op() || red.has_post_op() => {
+            let red: &DevRedOp = red;
+            // SAFETY: valid by contract; copied out first so in-place aliasing is harmless.
+            let mut tmp = unsafe { std::slice::from_raw_parts(op.src, n) }.to_vec();
+            BACKEND.pre_op_inplace(&mut tmp, red).map_err(kerr)?;
+            BACKEND.post_op(&mut tmp, red).map_err(kerr)?;
+            // SAFETY: `dst` valid for `n` bytes; `tmp` is our own allocation.
+            unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), op.dst, n) };
+        }
+        // SAFETY: valid by contract.
+        _ => unsafe { memmove(op.dst, op.src, n) },
+    }
+    Ok(())
+}

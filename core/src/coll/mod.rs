@@ -1,0 +1,83 @@
+//! Collective operations: what the user asked for ([`CollArgs`]), how each becomes
+//! per-channel step schedules over the ring ([`schedule`]), and how one slice step
+//! is carried out on host memory ([`exec`]).
+//!
+//! Algorithms follow NCCL's ring collectives (`src/device/all_reduce.h`,
+//! `all_gather.h`, `reduce_scatter.h`, `broadcast.h`, `reduce.h`, `sendrecv.h`):
+//! data is cut per channel, each channel loops over the buffer in chunks of
+//! `nranks × chunkSize`, and every chunk primitive (`send`, `recvReduceSend`,
+//! `directRecvReduceCopySend`, …) moves data in slices of one FIFO step.
+
+pub mod check;
+pub(crate) mod exec;
+pub(crate) mod schedule;
+
+use ferroccl_kernels::{DataType, RedOp};
+
+/// Which operation (NCCL's `ncclFunc_t` subset run on the host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CollKind {
+    /// `ncclAllReduce`: `count` elements in, `count` out.
+    AllReduce,
+    /// `ncclAllGather`: `count` (sendcount) in, `nranks × count` out.
+    AllGather,
+    /// `ncclReduceScatter`: `nranks × count` in, `count` (recvcount) out.
+    ReduceScatter,
+    /// `ncclBroadcast` from `root`: `count` elements.
+    Broadcast {
+        /// Source rank.
+        root: usize,
+    },
+    /// `ncclReduce` to `root`: `count` elements.
+    Reduce {
+        /// Destination rank.
+        root: usize,
+    },
+    /// `ncclSend` of `count` elements to `peer`.
+    Send {
+        /// Destination rank.
+        peer: usize,
+    },
+    /// `ncclRecv` of `count` elements from `peer`.
+    Recv {
+        /// Source rank.
+        peer: usize,
+    },
+}
+
+impl CollKind {
+    /// NCCL-style name for logs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CollKind::AllReduce => "AllReduce",
+            CollKind::AllGather => "AllGather",
+            CollKind::ReduceScatter => "ReduceScatter",
+            CollKind::Broadcast { .. } => "Broadcast",
+            CollKind::Reduce { .. } => "Reduce",
+            CollKind::Send { .. } => "Send",
+            CollKind::Recv { .. } => "Recv",
+        }
+    }
+}
+
+/// One enqueued operation: raw buffer addresses as NCCL takes them.
+///
+/// `send`/`recv` must stay valid until the stream the operation was enqueued on
+/// has been synchronized (the caller's promise in the `unsafe` enqueue API).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CollArgs {
+    pub kind: CollKind,
+    pub send: *const u8,
+    pub recv: *mut u8,
+    pub count: usize,
+    pub dtype: DataType,
+    pub op: RedOp,
+}
+
+// SAFETY: the addresses are the caller's buffers, which the enqueue API's contract
+// keeps valid and untouched by the caller until the stream is synchronized; the
+// executor thread is the only one touching them meanwhile.
+unsafe impl Send for CollArgs {}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,390 @@
+//! Step schedules: each [`CollArgs`] becomes a list of slice steps per lane
+//! (ring channel or p2p peer), computed identically on every rank so sender and
+//! receiver agree on every message size without negotiating.
+
+use ferroccl_kernels::{DataType, DevRedOp};
+
+use super::{CollArgs, CollKind};
+use crate::Error;
+
+/// What one slice step does (NCCL's primitives, `src/device/prims_simple.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Prim {
+    /// `send`: send slot = pre(input).
+    Send,
+    /// `recv`: output = received.
+    Recv,
+    /// `recvReduceSend`: send slot = received ⊕ pre(input).
+    RecvReduceSend,
+    /// `directRecvReduceCopySend`: send slot = post(received ⊕ pre(input)); output = send slot.
+    RecvReduceCopySend,
+    /// `recvReduceCopy`: output = post(received ⊕ pre(input)).
+    RecvReduceCopy,
+    /// `recvCopySend`: output = received; send slot = received.
+    RecvCopySend,
+    /// `copySend`: output = input (unless the same address); send slot = input.
+    CopySend,
+    /// Local only: output = post(pre(input)) (one rank, or a send/recv to self).
+    LocalCopy,
+}
+
+impl Prim {
+    /// Whether the step consumes a received slot.
+    pub(crate) fn recvs(self) -> bool {
+        matches!(self, Prim::Recv | Prim::RecvReduceSend | Prim::RecvReduceCopySend | Prim::RecvReduceCopy | Prim::RecvCopySend)
+    }
+
+    /// Whether the step fills a send slot.
+    pub(crate) fn sends(self) -> bool {
+        matches!(self, Prim::Send | Prim::RecvReduceSend | Prim::RecvReduceCopySend | Prim::RecvCopySend | Prim::CopySend)
+    }
+}
+
+/// Which connections a task drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Lane {
+    /// Ring channel `c`: send to ring next, receive from ring prev.
+    Ring(usize),
+    /// P2P send connection to a peer.
+    P2pSend(usize),
+    /// P2P receive connection from a peer.
+    P2pRecv(usize),
+    /// No connection (local copies).
+    Local,
+}
+
+/// One slice step with resolved addresses.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SliceOp {
+    pub prim: Prim,
+    /// Input address (user send buffer), null when unused.
+    pub src: *const u8,
+    /// Output address (user receive buffer), null when unused.
+    pub dst: *mut u8,
+    /// Bytes moved by this step (> 0).
+    pub bytes: usize,
+    /// Reduction (for reducing prims and `Send` of a reduction's input).
+    pub red: Option<DevRedOp>,
+    /// Index of the [`CollArgs`] in the plan (for messages).
+    pub coll: usize,
+}
+
+/// The ordered slice steps of one lane.
+#[derive(Debug)]
+pub(crate) struct Task {
+    pub lane: Lane,
+    pub ops: Vec<SliceOp>,
+    pub pos: usize,
+}
+
+// SAFETY: raw addresses of user buffers and FIFO slots, valid by the enqueue
+// contract; only the executor thread dereferences them.
+unsafe impl Send for SliceOp {}
+
+/// Fixed parameters of a schedule.
+#[derive(Debug, Clone)]
+pub(crate) struct SchedParams {
+    pub rank: usize,
+    pub nranks: usize,
+    /// Ring order: `ring[i]` is the rank at ring position `i`.
+    pub ring: Vec<usize>,
+    /// Channels available.
+    pub nchannels: usize,
+    /// Bytes per FIFO step of ring connections.
+    pub ring_step: usize,
+    /// Bytes per FIFO step of p2p connections.
+    pub p2p_step: usize,
+    /// Slices per chunk (NCCL: `ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS`).
+    pub chunk_slices: usize,
+    /// Minimum bytes per channel before another channel is used.
+    pub min_channel_bytes: usize,
+}
+
+impl SchedParams {
+    fn ring_index(&self) -> usize {
+        self.ring.iter().position(|&r| r == self.rank).unwrap_or(0)
+    }
+}
+
+fn div_up(a: usize, b: usize) -> usize {
+    a.div_ceil(b)
+}
+
+/// Splits `total` elements into contiguous per-channel parts `(channel, start, len)`.
+pub(crate) fn channel_parts(total: usize, esize: usize, p: &SchedParams) -> Vec<(usize, usize, usize)> {
+    if total == 0 {
+        return Vec::new();
+    }
+    let min_elems = (p.min_channel_bytes / esize).max(1);
+    let used = div_up(total, min_elems).clamp(1, p.nchannels.max(1));
+    let per = div_up(total, used);
+    (0..used).filter_map(|c| {
+        let start = c * per;
+        (start < total).then(|| (c, start, per.min(total - start)))
+    }).collect()
+}
+
+struct Builder<'a> {
+    p: &'a SchedParams,
+    tasks: Vec<Task>,
+    coll: usize,
+}
+
+impl Builder<'_> {
+    fn lane(&mut self, lane: Lane) -> &mut Vec<SliceOp> {
+        if let Some(i) = self.tasks.iter().position(|t| t.lane == lane) {
+            return &mut self.tasks[i].ops;
+        }
+        self.tasks.push(Task { lane, ops: Vec::new(), pos: 0 });
+        &mut self.tasks.last_mut().expect("just pushed").ops
+    }
+
+    /// Appends `prim` over `bytes` bytes cut in slices of `slice` bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn prim(&mut self, lane: Lane, prim: Prim, src: *const u8, dst: *mut u8, bytes: usize, slice: usize, red: Option<DevRedOp>) {
+        let coll = self.coll;
+        let ops = self.lane(lane);
+        let mut off = 0;
+        while off < bytes {
+            let n = slice.min(bytes - off);
+            // SAFETY (address arithmetic only): `off < bytes`, inside the user's buffers by the enqueue contract.
+            let s = if src.is_null() { src } else { src.wrapping_add(off) };
+            let d = if dst.is_null() { dst } else { dst.wrapping_add(off) };
+            ops.push(SliceOp { prim, src: s, dst: d, bytes: n, red, coll });
+            off += n;
+        }
+    }
+}
+
+/// Builds the tasks of a plan (the operations of one group on one communicator).
+pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<Vec<Task>, Error> {
+    let mut b = Builder { p, tasks: Vec::new(), coll: 0 };
+    let mut self_sends: Vec<(usize, &CollArgs)> = Vec::new();
+    let mut self_recvs: Vec<(usize, &CollArgs)> = Vec::new();
+    for (i, a) in colls.iter().enumerate() {
+        b.coll = i;
+        let esize = a.dtype.size();
+        let red = match a.kind {
+            CollKind::AllReduce | CollKind::ReduceScatter | CollKind::Reduce { .. } => Some(
+                DevRedOp::new(a.dtype, a.op, p.nranks as u32).map_err(|e| Error::InvalidArgument(e.to_string()))?,
+            ),
+            _ => None,
+        };
+        match a.kind {
+            CollKind::Send { peer } | CollKind::Recv { peer } if peer >= p.nranks => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} peer {peer} out of range for a communicator of {} ranks",
+                    a.kind.name(),
+                    p.nranks
+                )));
+            }
+            CollKind::Broadcast { root } | CollKind::Reduce { root } if root >= p.nranks => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} root {root} out of range for a communicator of {} ranks",
+                    a.kind.name(),
+                    p.nranks
+                )));
+            }
+            _ => {}
+        }
+        if a.count == 0 {
+            continue;
+        }
+        match a.kind {
+            CollKind::Send { peer } if peer == p.rank => self_sends.push((i, a)),
+            CollKind::Recv { peer } if peer == p.rank => self_recvs.push((i, a)),
+            CollKind::Send { peer } => {
+                let bytes = a.count * esize;
+                b.prim(Lane::P2pSend(peer), Prim::Send, a.send, std::ptr::null_mut(), bytes, p.p2p_step, None);
+            }
+            CollKind::Recv { peer } => {
+                let bytes = a.count * esize;
+                b.prim(Lane::P2pRecv(peer), Prim::Recv, std::ptr::null(), a.recv, bytes, p.p2p_step, None);
+            }
+            _ if p.nranks == 1 => local_coll(&mut b, a, red),
+            CollKind::AllReduce => all_reduce(&mut b, a, red.expect("reduction")),
+            CollKind::ReduceScatter => reduce_scatter(&mut b, a, red.expect("reduction")),
+            CollKind::AllGather => all_gather(&mut b, a),
+            CollKind::Broadcast { root } => broadcast(&mut b, a, root),
+            CollKind::Reduce { root } => reduce(&mut b, a, root, red.expect("reduction")),
+        }
+    }
+    if self_sends.len() != self_recvs.len() {
+        return Err(Error::InvalidUsage(format!(
+            "a group has {} send(s) to self but {} receive(s) from self on rank {}",
+            self_sends.len(),
+            self_recvs.len(),
+            p.rank
+        )));
+    }
+    for ((si, s), (_, r)) in self_sends.iter().zip(&self_recvs) {
+        let (sb, rb) = (s.count * s.dtype.size(), r.count * r.dtype.size());
+        if sb != rb {
+            return Err(Error::InvalidUsage(format!(
+                "send to self of {sb} bytes matched with a receive from self of {rb} bytes on rank {}",
+                p.rank
+            )));
+        }
+        b.coll = *si;
+        b.prim(Lane::Local, Prim::LocalCopy, s.send, r.recv, sb, usize::MAX, None);
+    }
+    Ok(b.tasks)
+}
+
+fn local_coll(b: &mut Builder<'_>, a: &CollArgs, red: Option<DevRedOp>) {
+    let bytes = a.count * a.dtype.size();
+    // AllGather / ReduceScatter of one rank: the single chunk is the whole buffer.
+    b.prim(Lane::Local, Prim::LocalCopy, a.send, a.recv, bytes, usize::MAX, red);
+}
+
+/// Chunks of one loop iteration: `(first element, elements)` of ring chunk `c`.
+fn loop_chunk(region: usize, nranks: usize, chunk_elems: usize, c: usize) -> (usize, usize) {
+    let csz = chunk_elems.min(div_up(region, nranks)).max(1);
+    let start = c * csz;
+    if start >= region { (region, 0) } else { (start, csz.min(region - start)) }
+}
+
+fn all_reduce(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
+    let p = b.p;
+    let (n, idx) = (p.nranks, p.ring_index());
+    let es = a.dtype.size();
+    let slice = p.ring_step / es * es;
+    let chunk_elems = slice / es * p.chunk_slices;
+    for (ch, cs, cl) in channel_parts(a.count, es, p) {
+        let lane = Lane::Ring(ch);
+        let loop_elems = n * chunk_elems;
+        let mut base = 0;
+        while base < cl {
+            let region = loop_elems.min(cl - base);
+            let at = |c: usize| {
+                let (s, l) = loop_chunk(region, n, chunk_elems, c);
+                ((cs + base + s) * es, l * es)
+            };
+            let src = |off: usize| a.send.wrapping_add(off);
+            let dst = |off: usize| a.recv.wrapping_add(off);
+            // Reduce-scatter phase.
+            let (o, l) = at((idx + n - 1) % n);
+            b.prim(lane, Prim::Send, src(o), std::ptr::null_mut(), l, slice, Some(red));
+            for j in 2..n {
+                let (o, l) = at((idx + n - j) % n);
+                b.prim(lane, Prim::RecvReduceSend, src(o), std::ptr::null_mut(), l, slice, Some(red));
+            }
+            let (o, l) = at(idx);
+            b.prim(lane, Prim::RecvReduceCopySend, src(o), dst(o), l, slice, Some(red));
+            // All-gather phase.
+            for j in 1..n - 1 {
+                let (o, l) = at((idx + n - j) % n);
+                b.prim(lane, Prim::RecvCopySend, std::ptr::null(), dst(o), l, slice, None);
+            }
+            let (o, l) = at((idx + 1) % n);
+            b.prim(lane, Prim::Recv, std::ptr::null(), dst(o), l, slice, None);
+            base += region;
+        }
+    }
+}
+
+/// Per (channel, loop) sub-range `[start, start+len)` of each rank's block of `count` elements.
+fn block_ranges(count: usize, es: usize, p: &SchedParams) -> Vec<(usize, usize, usize)> {
+    let slice = p.ring_step / es * es;
+    let chunk_elems = slice / es * p.chunk_slices;
+    let mut out = Vec::new();
+    for (ch, cs, cl) in channel_parts(count, es, p) {
+        let mut base = 0;
+        while base < cl {
+            let len = chunk_elems.min(cl - base);
+            out.push((ch, cs + base, len));
+            base += len;
+        }
+    }
+    out
+}
+
+fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
+    let p = b.p;
+    let (n, idx) = (p.nranks, p.ring_index());
+    let es = a.dtype.size();
+    let slice = p.ring_step / es * es;
+    let block = a.count * es;
+    for (ch, s, l) in block_ranges(a.count, es, p) {
+        let lane = Lane::Ring(ch);
+        let (off, len) = (s * es, l * es);
+        let src = |pos: usize| a.send.wrapping_add(p.ring[pos] * block + off);
+        b.prim(lane, Prim::Send, src((idx + n - 1) % n), std::ptr::null_mut(), len, slice, Some(red));
+        for j in 2..n {
+            b.prim(lane, Prim::RecvReduceSend, src((idx + n - j) % n), std::ptr::null_mut(), len, slice, Some(red));
+        }
+        b.prim(lane, Prim::RecvReduceCopy, src(idx), a.recv.wrapping_add(off), len, slice, Some(red));
+    }
+}
+
+fn all_gather(b: &mut Builder<'_>, a: &CollArgs) {
+    let p = b.p;
+    let (n, idx) = (p.nranks, p.ring_index());
+    let es = a.dtype.size();
+    let slice = p.ring_step / es * es;
+    let block = a.count * es;
+    for (ch, s, l) in block_ranges(a.count, es, p) {
+        let lane = Lane::Ring(ch);
+        let (off, len) = (s * es, l * es);
+        let dst = |pos: usize| a.recv.wrapping_add(p.ring[pos] * block + off);
+        b.prim(lane, Prim::CopySend, a.send.wrapping_add(off), dst(idx), len, slice, None);
+        for j in 1..n - 1 {
+            b.prim(lane, Prim::RecvCopySend, std::ptr::null(), dst((idx + n - j) % n), len, slice, None);
+        }
+        b.prim(lane, Prim::Recv, std::ptr::null(), dst((idx + 1) % n), len, slice, None);
+    }
+}
+
+fn broadcast(b: &mut Builder<'_>, a: &CollArgs, root: usize) {
+    let p = b.p;
+    let n = p.nranks;
+    let idx = p.ring_index();
+    let root_idx = p.ring.iter().position(|&r| r == root).unwrap_or(0);
+    let es = a.dtype.size();
+    let slice = p.ring_step / es * es;
+    for (ch, s, l) in block_ranges(a.count, es, p) {
+        let lane = Lane::Ring(ch);
+        let (off, len) = (s * es, l * es);
+        let dst = a.recv.wrapping_add(off);
+        if idx == root_idx {
+            b.prim(lane, Prim::CopySend, a.send.wrapping_add(off), dst, len, slice, None);
+        } else if (idx + 1) % n == root_idx {
+            b.prim(lane, Prim::Recv, std::ptr::null(), dst, len, slice, None);
+        } else {
+            b.prim(lane, Prim::RecvCopySend, std::ptr::null(), dst, len, slice, None);
+        }
+    }
+}
+
+fn reduce(b: &mut Builder<'_>, a: &CollArgs, root: usize, red: DevRedOp) {
+    let p = b.p;
+    let n = p.nranks;
+    let idx = p.ring_index();
+    let root_idx = p.ring.iter().position(|&r| r == root).unwrap_or(0);
+    let es = a.dtype.size();
+    let slice = p.ring_step / es * es;
+    for (ch, s, l) in block_ranges(a.count, es, p) {
+        let lane = Lane::Ring(ch);
+        let (off, len) = (s * es, l * es);
+        let src = a.send.wrapping_add(off);
+        if idx == root_idx {
+            b.prim(lane, Prim::RecvReduceCopy, src, a.recv.wrapping_add(off), len, slice, Some(red));
+        } else if idx == (root_idx + 1) % n {
+            b.prim(lane, Prim::Send, src, std::ptr::null_mut(), len, slice, Some(red));
+        } else {
+            b.prim(lane, Prim::RecvReduceSend, src, std::ptr::null_mut(), len, slice, Some(red));
+        }
+    }
+}
+
+/// Bytes a `CollArgs` reads from its send buffer and writes to its receive buffer.
+pub(crate) fn buffer_bytes(kind: CollKind, count: usize, dtype: DataType, nranks: usize) -> (usize, usize) {
+    let b = count * dtype.size();
+    match kind {
+        CollKind::AllReduce | CollKind::Broadcast { .. } | CollKind::Reduce { .. } => (b, b),
+        CollKind::AllGather => (b, b * nranks),
+        CollKind::ReduceScatter => (b * nranks, b),
+        CollKind::Send { .. } => (b, 0),
+        CollKind::Recv { .. } => (0, b),
+    }
+}

@@ -1,0 +1,476 @@
+//! Communicators (`ncclComm_t`): init by rank, finalize, destroy, abort, queries,
+//! and the collective entry points (enqueued on a [`Stream`]).
+//!
+//! Init follows NCCL's `ncclCommInitRank` order (`src/init.cc`): parameters →
+//! net plugin (`ncclNetInit`, before the bootstrap) → bootstrap → all ranks
+//! all-gather which plugin they loaded (name, API version, file and its hash) and
+//! their transport parameters, and every rank fails with the same per-rank report
+//! if they disagree → rings and channels ([`crate::graph`]) → per-channel net
+//! connections to the ring successor/predecessor through the plugin → proxy
+//! thread ([`crate::proxy`]) → ready.
+
+mod error;
+mod params;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ferroccl_kernels::{DataType, RedOp};
+
+pub use error::{Error, Result};
+pub use params::{CommConfig, PreloadedNet};
+pub(crate) use params::CommParams;
+
+use crate::bootstrap::{Bootstrap, UniqueId};
+use crate::coll::schedule::SchedParams;
+use crate::coll::{CollArgs, CollKind};
+use crate::plugin::net::{NetInfo, NetPlugin, RawCtx};
+use crate::proxy::{Proxy, Shared, Work};
+use crate::stream::{Completion, Stream};
+use crate::transport::setup::{self, ConnSpec, Oob};
+use crate::transport::{NCCL_STEPS, RecvConn, SendConn};
+
+/// Bootstrap tag of ring connection handles (plus the channel index).
+const TAG_RING_HANDLE: u32 = 0x5249_4e00;
+
+struct BootstrapOob(Arc<Bootstrap>);
+
+impl Oob for BootstrapOob {
+    fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
+        self.0.send(peer, tag, data).map_err(|e| Error::Bootstrap(e.to_string()))
+    }
+    fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>> {
+        self.0.recv(peer, tag).map_err(|e| Error::Bootstrap(e.to_string()))
+    }
+}
+
+pub(crate) struct CommInner {
+    rank: usize,
+    nranks: usize,
+    nchannels: usize,
+    shared: Arc<Shared>,
+    tx: Mutex<Option<Sender<Work>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    bootstrap: Arc<Bootstrap>,
+    net: Arc<dyn NetPlugin>,
+    ctx: Mutex<Option<RawCtx>>,
+    info: NetInfo,
+    /// Last work enqueued (finalize waits for it).
+    last: Mutex<Option<Arc<Completion>>>,
+    closed: AtomicBool,
+}
+
+/// A communicator: one rank's membership in a group of `nranks` ranks that run
+/// collectives together (`ncclComm_t`).
+///
+/// Operations are enqueued asynchronously on a [`Stream`] and executed in order by
+/// the communicator's proxy thread. Dropping the communicator destroys it
+/// (`ncclCommDestroy`; queued work is finished first unless the communicator
+/// has failed, in which case it is aborted).
+pub struct Comm {
+    pub(crate) inner: Arc<CommInner>,
+}
+
+impl std::fmt::Debug for Comm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Comm")
+            .field("rank", &self.inner.rank)
+            .field("nranks", &self.inner.nranks)
+            .field("nchannels", &self.inner.nchannels)
+            .field("net", &self.inner.info.name)
+            .finish()
+    }
+}
+
+/// What every rank contributes to the init agreement.
+fn agreement_record(loaded: &std::result::Result<(Arc<dyn NetPlugin>, NetInfo), String>, p: &CommParams) -> String {
+    let net = match loaded {
+        Ok((_, info)) => format!(
+            "net={} v{} file={} hash={:016x}",
+            info.name,
+            info.version,
+            info.path.display(),
+            file_hash(&info.path)
+        ),
+        Err(e) => format!("net=<failed to load: {e}>"),
+    };
+    format!("{net}\nbuffsize={} p2p_chunksize={}\nnchannels={}", p.buffsize, p.p2p_chunksize, p.nchannels)
+}
+
+/// FNV-1a 64 of a file's bytes (0 when unreadable).
+fn file_hash(path: &std::path::Path) -> u64 {
+    let Ok(bytes) = std::fs::read(path) else { return 0 };
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+impl Comm {
+    /// `ncclCommInitRank`: joins communicator `id` as `rank` of `nranks`; blocks until
+    /// every rank has joined and all connections are up.
+    ///
+    /// Errors: invalid rank/nranks; [`Error::Bootstrap`] (e.g. naming ranks that
+    /// never joined within the timeout); [`Error::PluginLoad`] /
+    /// [`Error::PluginMismatch`] when ranks could not load or disagree on the net
+    /// plugin (every rank fails, with every rank's plugin listed);
+    /// [`Error::Config`] for invalid or inconsistent parameters; plugin errors
+    /// while connecting.
+    pub fn init_rank(nranks: usize, id: &UniqueId, rank: usize, config: CommConfig) -> Result<Comm> {
+        if nranks == 0 || rank >= nranks {
+            return Err(Error::InvalidArgument(format!("rank {rank} is not in 0..{nranks}")));
+        }
+        let params = CommParams::resolve(&config)?;
+        crate::comm::params::set_log_rank(rank);
+        let t0 = Instant::now();
+        // 1. Net plugin (before the bootstrap, as NCCL does).
+        let loaded = params::load_net(&config);
+        // 2. Bootstrap.
+        let mut bcfg = params.bootstrap.clone();
+        let abort = bcfg.abort.clone();
+        bcfg.timeout = params.timeout;
+        let bootstrap = Arc::new(
+            Bootstrap::init(id, rank, nranks, &bcfg).map_err(|e| Error::Bootstrap(format!("rank {rank}: {e}")))?,
+        );
+        // 3. Agreement on plugin and parameters.
+        let mine = agreement_record(&loaded, &params);
+        let all = bootstrap.allgather(mine.as_bytes()).map_err(|e| Error::Bootstrap(e.to_string()))?;
+        let all: Vec<String> = all.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
+        let net_line = |s: &str| s.lines().next().unwrap_or("").to_string();
+        let net_ok = all.iter().all(|s| net_line(s) == net_line(&all[0]) && !s.starts_with("net=<failed"));
+        if !net_ok {
+            let report: Vec<String> = all.iter().enumerate().map(|(r, s)| format!("  rank {r}: {}", net_line(s))).collect();
+            let report = report.join("\n");
+            bootstrap.close();
+            if let Err(e) = &loaded {
+                if all.iter().all(|s| net_line(s) == net_line(&all[0])) {
+                    return Err(Error::PluginLoad(format!("{e}\n{report}")));
+                }
+            }
+            return Err(Error::PluginMismatch(report));
+        }
+        if all.iter().any(|s| s.lines().nth(1) != all[0].lines().nth(1)) {
+            let report: Vec<String> =
+                all.iter().enumerate().map(|(r, s)| format!("  rank {r}: {}", s.lines().nth(1).unwrap_or(""))).collect();
+            bootstrap.close();
+            return Err(Error::Config(format!(
+                "ranks disagree on NCCL_BUFFSIZE / NCCL_P2P_NET_CHUNKSIZE:\n{}",
+                report.join("\n")
+            )));
+        }
+        // Channels: the smallest count any rank asked for.
+        let nchannels = all
+            .iter()
+            .filter_map(|s| s.lines().nth(2)?.strip_prefix("nchannels=")?.parse::<usize>().ok())
+            .min()
+            .unwrap_or(params.nchannels)
+            .max(1);
+        let (net, info) = loaded.map_err(Error::PluginLoad)?;
+        // 4. Plugin context and ring connections.
+        let comm_hash = file_hash_bytes(id.as_bytes());
+        let ctx = net
+            .init_ctx(comm_hash, &crate::plugin::net::CommConfig::default())
+            .map_err(|e| Error::net("plugin init", e))?;
+        let ndev = match net.devices() {
+            Ok(n) if n > 0 => n,
+            Ok(_) => {
+                let _ = net.finalize_ctx(ctx);
+                return Err(Error::Net(format!("plugin {} reports no devices", info.name)));
+            }
+            Err(e) => {
+                let _ = net.finalize_ctx(ctx);
+                return Err(Error::net("devices", e));
+            }
+        };
+        let ring = crate::graph::Ring::rank_order(nranks);
+        let (prev, next) = (ring.prev(rank), ring.next(rank));
+        let ring_step = params.buffsize / NCCL_STEPS;
+        let oob: Arc<dyn Oob> = Arc::new(BootstrapOob(bootstrap.clone()));
+        let mut ring_send = Vec::new();
+        let mut ring_recv = Vec::new();
+        if nranks > 1 {
+            let sends: Vec<ConnSpec> = (0..nchannels)
+                .map(|c| ConnSpec { peer: next, dev: c % ndev, tag: TAG_RING_HANDLE + c as u32 })
+                .collect();
+            let recvs: Vec<ConnSpec> = (0..nchannels)
+                .map(|c| ConnSpec { peer: prev, dev: c % ndev, tag: TAG_RING_HANDLE + c as u32 })
+                .collect();
+            let deadline = Instant::now() + params.timeout;
+            let r = setup::connect_all(&net, ctx, &*oob, &sends, &recvs, deadline, &abort);
+            let (s, rc) = match r {
+                Ok(v) => v,
+                Err(e) => {
+                    let _ = net.finalize_ctx(ctx);
+                    bootstrap.abort();
+                    return Err(e);
+                }
+            };
+            let mut fail = None;
+            for c in s {
+                match SendConn::new(net.clone(), c, ring_step, rank as i32, next) {
+                    Ok(c) => ring_send.push(c),
+                    Err(e) => fail = Some(e),
+                }
+            }
+            for c in rc {
+                match RecvConn::new(net.clone(), c, ring_step, prev as i32, prev) {
+                    Ok(c) => ring_recv.push(c),
+                    Err(e) => fail = Some(e),
+                }
+            }
+            if let Some(e) = fail {
+                drop(ring_send);
+                drop(ring_recv);
+                let _ = net.finalize_ctx(ctx);
+                bootstrap.abort();
+                return Err(e);
+            }
+        }
+        // 5. Proxy thread.
+        let shared = Arc::new(Shared { abort: abort.clone(), error: Mutex::new(None) });
+        let proxy = Proxy {
+            net: net.clone(),
+            ctx,
+            oob,
+            params: SchedParams {
+                rank,
+                nranks,
+                ring: ring.ranks.clone(),
+                nchannels,
+                ring_step,
+                p2p_step: params.p2p_chunksize,
+                chunk_slices: params.chunk_slices,
+                min_channel_bytes: params.min_channel_bytes,
+            },
+            ring_send,
+            ring_recv,
+            p2p_send: BTreeMap::new(),
+            p2p_recv: BTreeMap::new(),
+            shared: shared.clone(),
+            timeout: params.timeout,
+            p2p_dev: 0,
+        };
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("ferroccl-proxy-r{rank}"))
+            .spawn(move || proxy.run(rx))
+            .map_err(|e| Error::Internal(format!("spawning the proxy thread: {e}")))?;
+        tracing::info!(
+            target: "ferroccl::init",
+            "comm rank {rank} nranks {nranks} net {} v{} ({}) nchannels {nchannels} buffsize {} ready in {:.1} ms",
+            info.name,
+            info.version,
+            info.path.display(),
+            params.buffsize,
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        Ok(Comm {
+            inner: Arc::new(CommInner {
+                rank,
+                nranks,
+                nchannels,
+                shared,
+                tx: Mutex::new(Some(tx)),
+                thread: Mutex::new(Some(thread)),
+                bootstrap,
+                net,
+                ctx: Mutex::new(Some(ctx)),
+                info,
+                last: Mutex::new(None),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// This rank (`ncclCommUserRank`).
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Number of ranks (`ncclCommCount`).
+    pub fn nranks(&self) -> usize {
+        self.inner.nranks
+    }
+
+    /// Channels (rings) in use.
+    pub fn nchannels(&self) -> usize {
+        self.inner.nchannels
+    }
+
+    /// The network plugin in use.
+    pub fn net_info(&self) -> &NetInfo {
+        &self.inner.info
+    }
+
+    /// `ncclCommGetAsyncError`: the first error an operation of this communicator hit
+    /// (`None` while healthy). Once set, every later operation fails with it.
+    pub fn async_error(&self) -> Option<Error> {
+        self.inner.shared.error()
+    }
+
+    /// `ncclCommFinalize`: waits (bounded by the communicator's watchdog) until all
+    /// enqueued work has finished, then synchronizes with the other ranks.
+    /// Errors: the communicator's asynchronous error, or a bootstrap failure.
+    pub fn finalize(&self) -> Result<()> {
+        self.inner.finalize()
+    }
+
+    /// `ncclCommDestroy`: finalizes (if not done) and releases every resource.
+    /// A communicator that has failed is aborted instead.
+    pub fn destroy(self) -> Result<()> {
+        let r = if self.inner.shared.error().is_some() {
+            self.inner.abort();
+            Ok(())
+        } else {
+            let r = self.inner.finalize_local();
+            self.inner.close();
+            r
+        };
+        r
+    }
+
+    /// `ncclCommAbort`: stops all operations in flight (they complete with
+    /// [`Error::Aborted`]), closes every connection and returns promptly.
+    pub fn abort(&self) {
+        self.inner.abort();
+    }
+
+    /// Enqueues a collective (or adds it to the current group).
+    pub(crate) fn enqueue(&self, args: CollArgs, stream: &Stream) -> Result<()> {
+        crate::enqueue::enqueue(&self.inner, args, stream)
+    }
+}
+
+fn file_hash_bytes(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+impl CommInner {
+    pub(crate) fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub(crate) fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Hands `colls` (one group's operations on this communicator) to the proxy thread.
+    pub(crate) fn submit(&self, colls: Vec<CollArgs>, streams: &[&Stream], what: String) -> Result<()> {
+        if let Some(e) = self.shared.error() {
+            return Err(e);
+        }
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Error::InvalidUsage("communicator already finalized or destroyed".into()));
+        }
+        let done = Completion::new();
+        let mut deps = Vec::new();
+        for s in streams {
+            if let Some(d) = s.push(done.clone(), what.clone()) {
+                deps.push(d);
+            }
+        }
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(tx) = tx.as_ref() else {
+            let e = Error::InvalidUsage("communicator already destroyed".into());
+            done.complete(Err(e.clone()));
+            return Err(e);
+        };
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(done.clone());
+        if tx.send(Work { colls, done: done.clone(), deps, what }).is_err() {
+            let e = self.shared.error().unwrap_or_else(|| Error::Aborted("proxy thread has exited".into()));
+            done.complete(Err(e.clone()));
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn finalize_local(&self) -> Result<()> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(last) = last {
+            let shared = self.shared.clone();
+            last.wait(None, &|| !shared.abort.load(Ordering::Relaxed));
+        }
+        if let Some(e) = self.shared.error() {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn finalize(&self) -> Result<()> {
+        self.finalize_local()?;
+        if self.nranks > 1 {
+            self.bootstrap.barrier().map_err(|e| Error::Bootstrap(e.to_string()))?;
+        }
+        self.closed.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn stop_thread(&self) {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+
+    fn release(&self) {
+        if let Some(ctx) = self.ctx.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = self.net.finalize_ctx(ctx);
+        }
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.stop_thread();
+        self.bootstrap.close();
+        self.release();
+    }
+
+    fn abort(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.shared.abort.store(true, Ordering::SeqCst);
+        self.bootstrap.abort();
+        self.stop_thread();
+        self.release();
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        if self.inner.shared.error().is_some() || self.inner.shared.abort.load(Ordering::Relaxed) {
+            self.inner.abort();
+        } else {
+            let _ = self.inner.finalize_local();
+            self.inner.close();
+        }
+    }
+}
+
+/// Validates arguments common to the enqueue entry points.
+pub(crate) fn check_ptrs(kind: CollKind, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, nranks: usize) -> Result<()> {
+    let (sb, rb) = crate::coll::schedule::buffer_bytes(kind, count, dtype, nranks);
+    if sb > 0 && send.is_null() {
+        return Err(Error::InvalidArgument(format!("{}: send buffer is NULL with {sb} bytes to read", kind.name())));
+    }
+    if rb > 0 && recv.is_null() {
+        return Err(Error::InvalidArgument(format!("{}: receive buffer is NULL with {rb} bytes to write", kind.name())));
+    }
+    count
+        .checked_mul(dtype.size())
+        .and_then(|b| b.checked_mul(nranks))
+        .ok_or_else(|| Error::InvalidArgument(format!("{}: count {count} overflows", kind.name())))?;
+    Ok(())
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn is<T: Send + Sync>() {}
+    is::<Comm>();
+    let _ = Duration::ZERO;
+    let _: Option<RedOp> = None;
+}

@@ -1,0 +1,357 @@
+//! The net transport's connectors: FIFOs of [`NCCL_STEPS`] slots over one plugin
+//! sendComm/recvComm, progressed with `isend`/`irecv`/`test` (the work NCCL's
+//! proxy does in `sendProxyProgress`/`recvProxyProgress`, `src/transport/net.cc`).
+//!
+//! Each connector owns one buffer of `NCCL_STEPS × step_size` bytes registered once
+//! with `regMr`; step `s` uses slot `s % NCCL_STEPS`. Steps are posted and tested in
+//! order (the socket plugin requires requests to be tested in posting order).
+//!
+//! Sizes reported by the peer are never trusted: a received size that differs
+//! from what the schedule expects is an error ([`crate::Error::Remote`]).
+
+use std::sync::Arc;
+
+use crate::Error;
+use crate::plugin::net::{NetPlugin, PtrType, RawComm, RawMr, RawRequest, RecvSlot};
+
+use super::NCCL_STEPS;
+
+/// A host buffer aligned to 4 KiB (page), owned by a connector.
+pub(crate) struct AlignedBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is plain owned memory; access discipline is that of the
+// connector holding it (one thread at a time).
+unsafe impl Send for AlignedBuf {}
+
+impl AlignedBuf {
+    const ALIGN: usize = 4096;
+
+    /// Zeroed buffer of `len` bytes (`len` > 0).
+    pub(crate) fn new(len: usize) -> AlignedBuf {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), Self::ALIGN).expect("buffer layout");
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        AlignedBuf { ptr, len }
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len.max(1), Self::ALIGN).expect("buffer layout");
+        // SAFETY: allocated in `new` with this very layout.
+        unsafe { std::alloc::dealloc(self.ptr, layout) };
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SendSlot {
+    /// Free for the producer.
+    Empty,
+    /// Filled with `size` bytes, `isend` not accepted yet.
+    Filled(usize),
+    /// `isend` posted.
+    InFlight(RawRequest),
+}
+
+/// Send side of a connection (NCCL's send connector + its proxy state).
+pub(crate) struct SendConn {
+    net: Arc<dyn NetPlugin>,
+    comm: Option<RawComm>,
+    mr: Option<RawMr>,
+    buf: AlignedBuf,
+    step_size: usize,
+    tag: i32,
+    /// Next step the producer fills.
+    head: u64,
+    /// Oldest step not yet completed.
+    tail: u64,
+    slots: [SendSlot; NCCL_STEPS],
+    /// Peer rank (for messages).
+    pub(crate) peer: usize,
+}
+
+impl SendConn {
+    /// Wraps a connected sendComm; allocates and registers the FIFO buffer.
+    pub(crate) fn new(
+        net: Arc<dyn NetPlugin>,
+        comm: RawComm,
+        step_size: usize,
+        tag: i32,
+        peer: usize,
+    ) -> Result<SendConn, Error> {
+        let buf = AlignedBuf::new(step_size * NCCL_STEPS);
+        let mr = match net.reg_mr(comm, buf.ptr(), step_size * NCCL_STEPS, PtrType::Host) {
+            Ok(mr) => mr,
+            Err(e) => {
+                let _ = net.close_send(comm);
+                return Err(Error::net(format!("regMr of the send FIFO to rank {peer}"), e));
+            }
+        };
+        Ok(SendConn {
+            net,
+            comm: Some(comm),
+            mr: Some(mr),
+            buf,
+            step_size,
+            tag,
+            head: 0,
+            tail: 0,
+            slots: [SendSlot::Empty; NCCL_STEPS],
+            peer,
+        })
+    }
+
+    /// Bytes one step (slot) holds.
+    pub(crate) fn step_size(&self) -> usize {
+        self.step_size
+    }
+
+    /// Whether the producer may fill the next step.
+    pub(crate) fn can_push(&self) -> bool {
+        self.head - self.tail < NCCL_STEPS as u64
+    }
+
+    /// Address of the slot of the next step (valid while `can_push()`).
+    pub(crate) fn next_slot(&self) -> *mut u8 {
+        let i = (self.head % NCCL_STEPS as u64) as usize;
+        // SAFETY: `i * step_size` is inside the buffer of NCCL_STEPS × step_size bytes.
+        unsafe { self.buf.ptr().add(i * self.step_size) }
+    }
+
+    /// Marks the next step filled with `size` bytes; it is sent by `progress`.
+    pub(crate) fn push(&mut self, size: usize) {
+        debug_assert!(self.can_push() && size <= self.step_size);
+        let i = (self.head % NCCL_STEPS as u64) as usize;
+        self.slots[i] = SendSlot::Filled(size);
+        self.head += 1;
+    }
+
+    /// Whether every pushed step has completed.
+    pub(crate) fn idle(&self) -> bool {
+        self.head == self.tail
+    }
+
+    /// Posts filled steps (in order) and tests in-flight ones. Returns whether
+    /// anything moved.
+    pub(crate) fn progress(&mut self) -> Result<bool, Error> {
+        let Some(comm) = self.comm else {
+            return Err(Error::Internal(format!("send connection to rank {} is closed", self.peer)));
+        };
+        let mut moved = false;
+        let mut step = self.tail;
+        while step < self.head {
+            let i = (step % NCCL_STEPS as u64) as usize;
+            match self.slots[i] {
+                SendSlot::Empty => {}
+                SendSlot::Filled(size) => {
+                    // SAFETY: slot `i` lies inside the registered FIFO buffer.
+                    let data = unsafe { self.buf.ptr().add(i * self.step_size) };
+                    match self.net.isend(comm, data, size, self.tag, self.mr) {
+                        Ok(Some(req)) => {
+                            self.slots[i] = SendSlot::InFlight(req);
+                            moved = true;
+                        }
+                        Ok(None) => break,
+                        Err(e) => return Err(Error::net(format!("isend of {size} bytes to rank {}", self.peer), e)),
+                    }
+                }
+                SendSlot::InFlight(_) => {}
+            }
+            step += 1;
+        }
+        // Test in posting order; retire completed steps from the tail.
+        while self.tail < self.head {
+            let i = (self.tail % NCCL_STEPS as u64) as usize;
+            let SendSlot::InFlight(req) = self.slots[i] else { break };
+            match self.net.test(req, &mut []) {
+                Ok(true) => {
+                    self.slots[i] = SendSlot::Empty;
+                    self.tail += 1;
+                    moved = true;
+                }
+                Ok(false) => break,
+                Err(e) => return Err(Error::net(format!("test of a send to rank {}", self.peer), e)),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Deregisters and closes the sendComm (requests in flight are abandoned,
+    /// as NCCL does on abort).
+    pub(crate) fn close(&mut self) {
+        if let Some(comm) = self.comm.take() {
+            if let Some(mr) = self.mr.take() {
+                let _ = self.net.dereg_mr(comm, mr);
+            }
+            let _ = self.net.close_send(comm);
+        }
+    }
+}
+
+impl Drop for SendConn {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum RecvState {
+    /// Not posted.
+    Empty,
+    /// `irecv` posted.
+    Posted(RawRequest),
+    /// Completed with `size` bytes, waiting for the consumer.
+    Ready(usize),
+}
+
+/// Receive side of a connection (NCCL's recv connector + its proxy state).
+///
+/// Receives are posted ahead for every free slot, so a sender never waits for the
+/// consumer to reach an operation before its data can land.
+pub(crate) struct RecvConn {
+    net: Arc<dyn NetPlugin>,
+    comm: Option<RawComm>,
+    mr: Option<RawMr>,
+    buf: AlignedBuf,
+    step_size: usize,
+    tag: i32,
+    /// Next step the consumer takes.
+    tail: u64,
+    /// Next step to post an `irecv` for.
+    posted: u64,
+    slots: [RecvState; NCCL_STEPS],
+    /// Peer rank (for messages).
+    pub(crate) peer: usize,
+}
+
+impl RecvConn {
+    /// Wraps an accepted recvComm; allocates and registers the FIFO buffer.
+    pub(crate) fn new(
+        net: Arc<dyn NetPlugin>,
+        comm: RawComm,
+        step_size: usize,
+        tag: i32,
+        peer: usize,
+    ) -> Result<RecvConn, Error> {
+        let buf = AlignedBuf::new(step_size * NCCL_STEPS);
+        let mr = match net.reg_mr(comm, buf.ptr(), step_size * NCCL_STEPS, PtrType::Host) {
+            Ok(mr) => mr,
+            Err(e) => {
+                let _ = net.close_recv(comm);
+                return Err(Error::net(format!("regMr of the receive FIFO from rank {peer}"), e));
+            }
+        };
+        Ok(RecvConn {
+            net,
+            comm: Some(comm),
+            mr: Some(mr),
+            buf,
+            step_size,
+            tag,
+            tail: 0,
+            posted: 0,
+            slots: [RecvState::Empty; NCCL_STEPS],
+            peer,
+        })
+    }
+
+    /// Bytes one step (slot) holds.
+    pub(crate) fn step_size(&self) -> usize {
+        self.step_size
+    }
+
+    /// The next step's data if it has arrived: `(address, size)`. The address stays
+    /// valid (and exclusively the consumer's) until [`RecvConn::pop`].
+    pub(crate) fn peek(&self) -> Option<(*mut u8, usize)> {
+        let i = (self.tail % NCCL_STEPS as u64) as usize;
+        match self.slots[i] {
+            // SAFETY: slot `i` lies inside the FIFO buffer.
+            RecvState::Ready(size) if self.tail < self.posted => {
+                Some((unsafe { self.buf.ptr().add(i * self.step_size) }, size))
+            }
+            _ => None,
+        }
+    }
+
+    /// Releases the consumed step; its slot is re-posted by `progress`.
+    pub(crate) fn pop(&mut self) {
+        let i = (self.tail % NCCL_STEPS as u64) as usize;
+        debug_assert!(matches!(self.slots[i], RecvState::Ready(_)));
+        self.slots[i] = RecvState::Empty;
+        self.tail += 1;
+    }
+
+    /// Posts receives into free slots and tests posted ones, in order.
+    pub(crate) fn progress(&mut self) -> Result<bool, Error> {
+        let Some(comm) = self.comm else {
+            return Err(Error::Internal(format!("receive connection from rank {} is closed", self.peer)));
+        };
+        let mut moved = false;
+        // Test posted receives in posting order.
+        let mut step = self.tail;
+        while step < self.posted {
+            let i = (step % NCCL_STEPS as u64) as usize;
+            if let RecvState::Posted(req) = self.slots[i] {
+                let mut sizes = [0usize; 1];
+                match self.net.test(req, &mut sizes) {
+                    Ok(true) => {
+                        if sizes[0] > self.step_size {
+                            return Err(Error::Remote(format!(
+                                "rank {} sent {} bytes into a {}-byte FIFO slot",
+                                self.peer, sizes[0], self.step_size
+                            )));
+                        }
+                        self.slots[i] = RecvState::Ready(sizes[0]);
+                        moved = true;
+                    }
+                    Ok(false) => break,
+                    Err(e) => return Err(Error::net(format!("test of a receive from rank {}", self.peer), e)),
+                }
+            }
+            step += 1;
+        }
+        // Post receives for free slots.
+        while self.posted < self.tail + NCCL_STEPS as u64 {
+            let i = (self.posted % NCCL_STEPS as u64) as usize;
+            // SAFETY: slot `i` lies inside the registered FIFO buffer.
+            let data = unsafe { self.buf.ptr().add(i * self.step_size) };
+            let slot = RecvSlot { data, size: self.step_size, tag: self.tag, mr: self.mr };
+            match self.net.irecv(comm, &[slot], false) {
+                Ok(Some(req)) => {
+                    self.slots[i] = RecvState::Posted(req);
+                    self.posted += 1;
+                    moved = true;
+                }
+                Ok(None) => break,
+                Err(e) => return Err(Error::net(format!("irecv from rank {}", self.peer), e)),
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Deregisters and closes the recvComm.
+    pub(crate) fn close(&mut self) {
+        if let Some(comm) = self.comm.take() {
+            if let Some(mr) = self.mr.take() {
+                let _ = self.net.dereg_mr(comm, mr);
+            }
+            let _ = self.net.close_recv(comm);
+        }
+    }
+}
+
+impl Drop for RecvConn {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
