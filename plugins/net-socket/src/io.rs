@@ -775,6 +775,9 @@ impl SendInner {
             self.failed.get_or_insert(clone_err(&e));
             return Err(e);
         }
+        // Callers poll `test` in a loop; on a busy machine, let the helper threads
+        // and the peer run instead of spinning.
+        std::thread::yield_now();
         Ok(TestStatus::Pending)
     }
 }
@@ -983,6 +986,9 @@ impl RecvInner {
             self.failed.get_or_insert(clone_err(&e));
             return Err(e);
         }
+        // Callers poll `test` in a loop; on a busy machine, let the helper threads
+        // and the peer run instead of spinning.
+        std::thread::yield_now();
         Ok(TestStatus::Pending)
     }
 }

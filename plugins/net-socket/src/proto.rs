@@ -14,8 +14,8 @@
 //! # Messages (sender-driven, receiver-side tag matching)
 //! Each `isend` writes a [`MsgHeader`] of [`HDR_LEN`] bytes on the control stream:
 //! size (`u64`), tag (`i32`), flags. With [`FLAG_CTRL_PAYLOAD`] the payload follows
-//! the header on the control stream (messages ≤ `NCCL_SOCKET_INLINE` bytes, and all
-//! messages when there are no data streams). Otherwise the payload is cut into
+//! the header on the control stream (messages ≤ `NCCL_SOCKET_INLINE` bytes, messages
+//! smaller than one task, and all messages when there are no data streams). Otherwise the payload is cut into
 //! tasks of `max(NCCL_SOCKET_MIN_TASKSIZE, ceil(size / nstreams))` bytes
 //! ([`split`]); task *k* of the connection's life goes on data stream
 //! `k mod nstreams`. Both ends advance that counter in message order, so every data
@@ -366,7 +366,9 @@ impl Sender {
 
     /// Plans the next message of `size` bytes with `tag`.
     pub fn plan(&mut self, size: usize, tag: i32) -> SendPlan {
-        let on_ctrl = size <= self.inline || self.nstreams == 0;
+        // One task would go on one data stream anyway: the control stream is as
+        // good and needs no helper-thread hand-off.
+        let on_ctrl = size <= self.inline || self.nstreams == 0 || size < self.min_task;
         let header =
             MsgHeader { size: size as u64, tag, flags: if on_ctrl { FLAG_CTRL_PAYLOAD } else { 0 } }.encode();
         let chunks =
