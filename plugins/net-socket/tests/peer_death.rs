@@ -125,6 +125,10 @@ fn sender_process_killed_during_64mib_receive() {
         assert!(t0.elapsed() < BOUND, "peer never connected");
     };
     expect_line(&mut out, "PEER-SENDING");
+    // Freeze the sender: only what already sits in its socket buffers (a few MiB,
+    // far below 64 MiB) can still arrive, so the receive cannot complete.
+    // SAFETY: plain kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) }, 0);
     let mut dst = vec![0u8; SIZE];
     let mut req = post(|| net.irecv(&mut r, &[rb(&mut dst, 0)]));
     for _ in 0..100 {
