@@ -78,6 +78,7 @@ pub(crate) struct Proxy {
 impl Proxy {
     /// Thread body: runs work until the queue closes or the comm is aborted.
     pub(crate) fn run(mut self, rx: Receiver<Work>) {
+        crate::log::set_rank(Some(self.params.rank as i32));
         loop {
             let work = match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(w) => w,

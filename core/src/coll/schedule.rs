@@ -65,8 +65,6 @@ pub(crate) struct SliceOp {
     pub bytes: usize,
     /// Reduction (for reducing prims and `Send` of a reduction's input).
     pub red: Option<DevRedOp>,
-    /// Index of the [`CollArgs`] in the plan (for messages).
-    pub coll: usize,
 }
 
 /// The ordered slice steps of one lane.
@@ -127,7 +125,6 @@ pub(crate) fn channel_parts(total: usize, esize: usize, p: &SchedParams) -> Vec<
 struct Builder<'a> {
     p: &'a SchedParams,
     tasks: Vec<Task>,
-    coll: usize,
 }
 
 impl Builder<'_> {
@@ -142,7 +139,6 @@ impl Builder<'_> {
     /// Appends `prim` over `bytes` bytes cut in slices of `slice` bytes.
     #[allow(clippy::too_many_arguments)]
     fn prim(&mut self, lane: Lane, prim: Prim, src: *const u8, dst: *mut u8, bytes: usize, slice: usize, red: Option<DevRedOp>) {
-        let coll = self.coll;
         let ops = self.lane(lane);
         let mut off = 0;
         while off < bytes {
@@ -150,7 +146,7 @@ impl Builder<'_> {
             // SAFETY (address arithmetic only): `off < bytes`, inside the user's buffers by the enqueue contract.
             let s = if src.is_null() { src } else { src.wrapping_add(off) };
             let d = if dst.is_null() { dst } else { dst.wrapping_add(off) };
-            ops.push(SliceOp { prim, src: s, dst: d, bytes: n, red, coll });
+            ops.push(SliceOp { prim, src: s, dst: d, bytes: n, red });
             off += n;
         }
     }
@@ -158,11 +154,10 @@ impl Builder<'_> {
 
 /// Builds the tasks of a plan (the operations of one group on one communicator).
 pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<Vec<Task>, Error> {
-    let mut b = Builder { p, tasks: Vec::new(), coll: 0 };
+    let mut b = Builder { p, tasks: Vec::new() };
     let mut self_sends: Vec<(usize, &CollArgs)> = Vec::new();
     let mut self_recvs: Vec<(usize, &CollArgs)> = Vec::new();
     for (i, a) in colls.iter().enumerate() {
-        b.coll = i;
         let esize = a.dtype.size();
         let red = match a.kind {
             CollKind::AllReduce | CollKind::ReduceScatter | CollKind::Reduce { .. } => Some(
@@ -217,7 +212,7 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<Vec<Task>, Er
             p.rank
         )));
     }
-    for ((si, s), (_, r)) in self_sends.iter().zip(&self_recvs) {
+    for ((_, s), (_, r)) in self_sends.iter().zip(&self_recvs) {
         let (sb, rb) = (s.count * s.dtype.size(), r.count * r.dtype.size());
         if sb != rb {
             return Err(Error::InvalidUsage(format!(
@@ -225,7 +220,6 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<Vec<Task>, Er
                 p.rank
             )));
         }
-        b.coll = *si;
         b.prim(Lane::Local, Prim::LocalCopy, s.send, r.recv, sb, usize::MAX, None);
     }
     Ok(b.tasks)

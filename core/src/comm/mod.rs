@@ -122,7 +122,7 @@ impl Comm {
             return Err(Error::InvalidArgument(format!("rank {rank} is not in 0..{nranks}")));
         }
         let params = CommParams::resolve(&config)?;
-        crate::comm::params::set_log_rank(rank);
+        params::init_logging(rank);
         let t0 = Instant::now();
         // 1. Net plugin (before the bootstrap, as NCCL does).
         let loaded = params::load_net(&config);
@@ -347,16 +347,8 @@ fn file_hash_bytes(b: &[u8]) -> u64 {
 }
 
 impl CommInner {
-    pub(crate) fn rank(&self) -> usize {
-        self.rank
-    }
-
     pub(crate) fn nranks(&self) -> usize {
         self.nranks
-    }
-
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
     }
 
     /// Hands `colls` (one group's operations on this communicator) to the proxy thread.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::{Error, Result};
 use crate::bootstrap::BootstrapConfig;
+use crate::config::{Config, params};
 use crate::plugin::net::{NetInfo, NetPlugin};
 use crate::plugin::options::LoadOptions;
 
@@ -15,9 +16,9 @@ use crate::plugin::options::LoadOptions;
 #[derive(Debug, Clone, Default)]
 pub struct CommConfig {
     /// Bound on every wait: bootstrap (ranks that never join), connection setup,
-    /// and the proxy's no-progress watchdog (`FERROCCL_TIMEOUT`, seconds; default 300).
+    /// and the proxy's no-progress watchdog (`FERROCCL_TIMEOUT_SEC`, default 300 s).
     pub timeout: Option<Duration>,
-    /// Channels (rings) to open (`NCCL_MIN_NCHANNELS` ..= `NCCL_MAX_NCHANNELS`; default 2).
+    /// Channels (rings) to open (default 2, clamped to `NCCL_MIN_NCHANNELS` ..= `NCCL_MAX_NCHANNELS`).
     pub nchannels: Option<usize>,
     /// Per-connection FIFO bytes (`NCCL_BUFFSIZE`, default 4 MiB), cut in `NCCL_STEPS` slots.
     pub buffsize: Option<usize>,
@@ -52,50 +53,44 @@ pub(crate) struct CommParams {
     pub bootstrap: BootstrapConfig,
 }
 
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
+fn cfg_err(e: crate::config::ConfigError) -> Error {
+    Error::Config(e.to_string())
 }
 
-/// An integer parameter parsed like NCCL (`strtoll(s, NULL, 0)`: decimal, `0x` hex,
-/// leading-`0` octal), checked against `lo..=hi`.
+/// Integer parameter from the process [`Config`] (environment over `nccl.conf`),
+/// parsed like NCCL (`strtoll(s, NULL, 0)`) and checked against `lo..=hi`.
 fn int_param(name: &str, default: i64, lo: i64, hi: i64) -> Result<i64> {
-    let Some(v) = env(name) else { return Ok(default) };
-    let t = v.trim();
-    let (neg, t) = match t.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, t),
-    };
-    let parsed = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        i64::from_str_radix(h, 16)
-    } else if t.len() > 1 && t.starts_with('0') {
-        i64::from_str_radix(&t[1..], 8)
-    } else {
-        t.parse::<i64>()
-    };
-    let n = parsed.map_err(|_| Error::Config(format!("{name}={v} is not an integer (expected {lo}..={hi})")))?;
-    let n = if neg { -n } else { n };
-    if n < lo || n > hi {
-        return Err(Error::Config(format!("{name}={v} is out of range (expected {lo}..={hi})")));
-    }
-    Ok(n)
+    Config::global().get_int(name, default, lo..=hi).map_err(cfg_err)
+}
+
+fn str_param(name: &str) -> Option<String> {
+    Config::global().get_str(name).filter(|v| !v.is_empty()).map(str::to_string)
 }
 
 impl CommParams {
     pub(crate) fn resolve(c: &CommConfig) -> Result<CommParams> {
+        let cfg = Config::global();
         let timeout = match c.timeout {
             Some(t) => t,
-            None => Duration::from_secs(int_param("FERROCCL_TIMEOUT", 300, 1, 86_400 * 7)? as u64),
+            None => Duration::from_secs(params::TIMEOUT_SEC.get(cfg).map_err(cfg_err)? as u64),
         };
-        let min_ch = int_param("NCCL_MIN_NCHANNELS", 1, 1, 64)? as usize;
-        let max_ch = int_param("NCCL_MAX_NCHANNELS", 2, 1, 64)? as usize;
+        let min_ch = params::MIN_NCHANNELS.get(cfg).map_err(cfg_err)? as usize;
+        let max_ch = params::MAX_NCHANNELS.get(cfg).map_err(cfg_err)? as usize;
+        if min_ch > max_ch {
+            return Err(Error::Config(format!(
+                "NCCL_MIN_NCHANNELS={min_ch} is larger than NCCL_MAX_NCHANNELS={max_ch}"
+            )));
+        }
         let nchannels = match c.nchannels {
             Some(n) if (1..=64).contains(&n) => n,
             Some(n) => return Err(Error::Config(format!("nchannels {n} is out of range (expected 1..=64)"))),
-            None => max_ch.max(min_ch),
+            // Two rings suit a socket network (NCCL's default for net transports),
+            // within NCCL_MIN_NCHANNELS ..= NCCL_MAX_NCHANNELS.
+            None => DEFAULT_NCHANNELS.clamp(min_ch, max_ch),
         };
         let buffsize = match c.buffsize {
             Some(b) => b,
-            None => int_param("NCCL_BUFFSIZE", 4 << 20, 64 << 10, 1 << 30)? as usize,
+            None => params::BUFFSIZE.get(cfg).map_err(cfg_err)? as usize,
         };
         if buffsize < NCCL_STEPS_MIN_BYTES || buffsize % 64 != 0 {
             return Err(Error::Config(format!(
@@ -107,11 +102,11 @@ impl CommParams {
         let mut bootstrap = match &c.bootstrap {
             Some(b) => b.clone(),
             None => BootstrapConfig {
-                ifname: env("NCCL_SOCKET_IFNAME"),
-                family: crate::bootstrap::SocketFamily::from_nccl(env("NCCL_SOCKET_FAMILY").as_deref()),
-                comm_id: env("NCCL_COMM_ID"),
-                retry_count: int_param("NCCL_SOCKET_RETRY_CNT", 34, 0, 1 << 20)? as u32,
-                retry_sleep: Duration::from_millis(int_param("NCCL_SOCKET_RETRY_SLEEP_MSEC", 100, 0, 60_000)? as u64),
+                ifname: str_param("NCCL_SOCKET_IFNAME"),
+                family: crate::bootstrap::SocketFamily::from_nccl(str_param("NCCL_SOCKET_FAMILY").as_deref()),
+                comm_id: str_param("NCCL_COMM_ID"),
+                retry_count: params::SOCKET_RETRY_CNT.get(cfg).map_err(cfg_err)? as u32,
+                retry_sleep: Duration::from_millis(params::SOCKET_RETRY_SLEEP_MSEC.get(cfg).map_err(cfg_err)? as u64),
                 ..Default::default()
             },
         };
@@ -129,6 +124,8 @@ impl CommParams {
 }
 
 const NCCL_STEPS_MIN_BYTES: usize = 8 * 4096;
+/// Channels opened when nothing else is asked for.
+const DEFAULT_NCHANNELS: usize = 2;
 
 /// Loads the net plugin for a communicator; the error is kept as text so it can be
 /// shared with the other ranks during the init agreement.
@@ -139,12 +136,23 @@ pub(crate) fn load_net(c: &super::CommConfig) -> std::result::Result<(Arc<dyn Ne
     let opts = c.net.clone().unwrap_or_else(LoadOptions::from_env);
     match crate::plugin::load_net(&opts) {
         Ok(l) => {
-            let info = l.info().clone();
-            Ok((l.net(), info))
+            let info = l.plugin.info().clone();
+            Ok((l.plugin, info))
         }
         Err(e) => Err(e.to_string()),
     }
 }
 
-/// Tags this thread's log lines with `rank` (NCCL's `[rank]` field).
-pub(crate) fn set_log_rank(_rank: usize) {}
+/// Initialises logging from the process config (first call only), echoes the
+/// `NCCL_*` settings once at INFO, and tags this thread's lines with `rank`.
+pub(crate) fn init_logging(rank: usize) {
+    static ECHO: std::sync::Once = std::sync::Once::new();
+    let cfg = Config::global();
+    crate::log::init_from_config(cfg);
+    crate::log::set_rank(Some(rank as i32));
+    ECHO.call_once(|| {
+        for line in cfg.echo() {
+            crate::nccl_info!(ENV, "{line}");
+        }
+    });
+}

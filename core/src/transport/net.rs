@@ -265,11 +265,6 @@ impl RecvConn {
         })
     }
 
-    /// Bytes one step (slot) holds.
-    pub(crate) fn step_size(&self) -> usize {
-        self.step_size
-    }
-
     /// The next step's data if it has arrived: `(address, size)`. The address stays
     /// valid (and exclusively the consumer's) until [`RecvConn::pop`].
     pub(crate) fn peek(&self) -> Option<(*mut u8, usize)> {
