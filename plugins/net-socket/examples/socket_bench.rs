@@ -82,7 +82,10 @@ fn establish(net: &SocketNet, listen: &mut nccl_net_socket::Listener, peer_handl
             r = net.accept(listen).unwrap();
         }
     }
-    Comms { s: s.unwrap(), r: r.unwrap() }
+    Comms {
+        s: s.unwrap(),
+        r: r.unwrap(),
+    }
 }
 
 fn send_stream(net: &SocketNet, c: &mut Comms, src: &mut [u8], iters: usize, window: usize) {
@@ -92,7 +95,10 @@ fn send_stream(net: &SocketNet, c: &mut Comms, src: &mut [u8], iters: usize, win
             wait(net, q.front_mut().unwrap());
             q.pop_front();
         }
-        q.push_back(post(|| net.isend(&mut c.s, Buf::new(src.as_mut_ptr(), src.len()), 0, None).unwrap()));
+        q.push_back(post(|| {
+            net.isend(&mut c.s, Buf::new(src.as_mut_ptr(), src.len()), 0, None)
+                .unwrap()
+        }));
     }
     for mut r in q {
         wait(net, &mut r);
@@ -108,7 +114,11 @@ fn recv_stream(net: &SocketNet, c: &mut Comms, bufs: &mut [Vec<u8>], iters: usiz
             q.pop_front();
         }
         let b = &mut bufs[i % window];
-        let rb = [RecvBuf { buf: Buf::new(b.as_mut_ptr(), b.len()), tag: 0, mr: None }];
+        let rb = [RecvBuf {
+            buf: Buf::new(b.as_mut_ptr(), b.len()),
+            tag: 0,
+            mr: None,
+        }];
         q.push_back(post(|| net.irecv(&mut c.r, &rb).unwrap()));
     }
     for mut r in q {
@@ -122,7 +132,11 @@ fn small(net: &SocketNet, c: &mut Comms, send: bool) {
         let mut r = post(|| net.isend(&mut c.s, Buf::new(b.as_mut_ptr(), 8), 0, None).unwrap());
         wait(net, &mut r);
     } else {
-        let rb = [RecvBuf { buf: Buf::new(b.as_mut_ptr(), 8), tag: 0, mr: None }];
+        let rb = [RecvBuf {
+            buf: Buf::new(b.as_mut_ptr(), 8),
+            tag: 0,
+            mr: None,
+        }];
         let mut r = post(|| net.irecv(&mut c.r, &rb).unwrap());
         wait(net, &mut r);
     }
@@ -206,7 +220,10 @@ fn main() {
     let (mut raw, _) = raw_l.accept().unwrap();
     raw.set_nodelay(true).unwrap();
 
-    println!("{:>10} {:>7} {:>6} {:>14} {:>14} {:>7}", "size", "iters", "window", "plugin GB/s", "raw TCP GB/s", "ratio");
+    println!(
+        "{:>10} {:>7} {:>6} {:>14} {:>14} {:>7}",
+        "size", "iters", "window", "plugin GB/s", "raw TCP GB/s", "ratio"
+    );
     for (size, iters, window) in schedule(quick) {
         let mut src = vec![0x5Au8; size];
         let t0 = Instant::now();
@@ -244,6 +261,9 @@ fn main() {
         raw.read_exact(&mut b).unwrap();
     }
     let rp = t0.elapsed().as_secs_f64() / PINGS as f64 * 1e6;
-    println!("8-byte ping-pong round trip: plugin {pp:.2} us, raw TCP {rp:.2} us, ratio {:.2}", pp / rp);
+    println!(
+        "8-byte ping-pong round trip: plugin {pp:.2} us, raw TCP {rp:.2} us, ratio {:.2}",
+        pp / rp
+    );
     child.wait().unwrap();
 }

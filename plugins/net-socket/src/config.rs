@@ -108,7 +108,9 @@ impl Config {
             retry_sleep_ms: int("NCCL_SOCKET_RETRY_SLEEP_MSEC", 100).max(0) as u64,
             sndbuf: int("NCCL_SOCKET_SNDBUF", -1),
             rcvbuf: int("NCCL_SOCKET_RCVBUF", -1),
-            magic: get("NCCL_SOCKET_MAGIC").and_then(|v| parse_int(&v)).map_or(DEFAULT_MAGIC, |v| v as u64),
+            magic: get("NCCL_SOCKET_MAGIC")
+                .and_then(|v| parse_int(&v))
+                .map_or(DEFAULT_MAGIC, |v| v as u64),
         }
     }
 
@@ -165,13 +167,20 @@ mod tests {
     #[test]
     fn defaults_and_overrides() {
         let c = cfg(&[]);
-        assert_eq!((c.nthreads, c.nstreams, c.inline, c.min_task), (AUTO_NTHREADS, AUTO_NTHREADS * AUTO_NSOCKS_PERTHREAD, 128, 65536));
+        assert_eq!(
+            (c.nthreads, c.nstreams, c.inline, c.min_task),
+            (AUTO_NTHREADS, AUTO_NTHREADS * AUTO_NSOCKS_PERTHREAD, 128, 65536)
+        );
         assert_eq!(c.magic, DEFAULT_MAGIC);
         let c = cfg(&[("NCCL_SOCKET_NTHREADS", "0")]);
         assert_eq!((c.nthreads, c.nstreams), (0, 0));
         let c = cfg(&[("NCCL_SOCKET_NTHREADS", "16"), ("NCCL_NSOCKS_PERTHREAD", "8")]);
         assert_eq!((c.nthreads, c.nstreams), (16, 64));
-        let c = cfg(&[("NCCL_SOCKET_IFNAME", "e"), ("NCCL_SOCKET_FAMILY", "AF_INET6"), ("NCCL_SOCKET_MAGIC", "0x1234")]);
+        let c = cfg(&[
+            ("NCCL_SOCKET_IFNAME", "e"),
+            ("NCCL_SOCKET_FAMILY", "AF_INET6"),
+            ("NCCL_SOCKET_MAGIC", "0x1234"),
+        ]);
         assert_eq!((c.ifname, c.family, c.magic), (None, Some(Family::V6), 0x1234));
     }
 }

@@ -131,7 +131,9 @@ pub fn speed_mbps(ifname: &str) -> i32 {
 
 /// Real path of `/sys/class/net/<if>/device` (the PCI device), `None` for virtual interfaces.
 pub fn pci_path(ifname: &str) -> Option<String> {
-    std::fs::canonicalize(format!("/sys/class/net/{ifname}/device")).ok().map(|p| p.to_string_lossy().into_owned())
+    std::fs::canonicalize(format!("/sys/class/net/{ifname}/device"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]
@@ -139,7 +141,14 @@ mod tests {
     use super::*;
 
     fn ifs(names: &[&str]) -> Vec<Iface> {
-        names.iter().map(|n| Iface { name: n.to_string(), ip: IpAddr::V4(Ipv4Addr::LOCALHOST), scope_id: 0 }).collect()
+        names
+            .iter()
+            .map(|n| Iface {
+                name: n.to_string(),
+                ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                scope_id: 0,
+            })
+            .collect()
     }
     fn names(v: Vec<Iface>) -> Vec<String> {
         v.into_iter().map(|i| i.name).collect()
@@ -152,7 +161,10 @@ mod tests {
         assert_eq!(names(select(&all, Some("=eth1"))), Vec::<String>::new());
         assert_eq!(names(select(&all, Some("=eth0,lo"))), ["lo", "eth0"]);
         assert_eq!(names(select(&all, Some("^eth,lo"))), ["docker0", "enp1s0"]);
-        assert_eq!(names(select(&all, Some("^=eth0"))), ["lo", "eth10", "docker0", "enp1s0"]);
+        assert_eq!(
+            names(select(&all, Some("^=eth0"))),
+            ["lo", "eth10", "docker0", "enp1s0"]
+        );
         assert_eq!(names(select(&all, Some("eth0:1"))), ["eth0"]);
     }
 

@@ -61,7 +61,9 @@ fn is_peer_gone(e: &io::Error) -> bool {
 /// Maps an I/O failure on a connection with `peer` to the plugin error.
 fn io_err(what: &str, peer: SocketAddr, e: &io::Error) -> NetError {
     if is_peer_gone(e) {
-        NetError::Remote(format!("NET/FerrocclSocket: {what} with peer {peer}: connection closed or reset by the peer ({e})"))
+        NetError::Remote(format!(
+            "NET/FerrocclSocket: {what} with peer {peer}: connection closed or reset by the peer ({e})"
+        ))
     } else {
         NetError::System(format!("NET/FerrocclSocket: {what} with peer {peer} failed: {e}"))
     }
@@ -90,7 +92,10 @@ fn proto_err(peer: SocketAddr, e: ProtoError) -> NetError {
 fn tune(s: &Socket, cfg: &Config) -> io::Result<()> {
     s.set_tcp_nodelay(true)?;
     s.set_tcp_keepalive(
-        &TcpKeepalive::new().with_time(KEEPALIVE_IDLE).with_interval(KEEPALIVE_INTERVAL).with_retries(KEEPALIVE_COUNT),
+        &TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_COUNT),
     )?;
     s.set_tcp_user_timeout(Some(USER_TIMEOUT))?;
     if cfg.sndbuf > 0 {
@@ -204,7 +209,11 @@ impl Pool {
             self.workers[t] = Some(Worker { q, join: Some(join) });
         }
         let w = self.workers[t].as_ref().expect("started above");
-        w.q.m.lock().unwrap_or_else(|p| p.into_inner()).tasks.push_back(Task { stream, buf, done });
+        w.q.m
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .tasks
+            .push_back(Task { stream, buf, done });
         w.q.cv.notify_one();
         Ok(())
     }
@@ -213,7 +222,12 @@ impl Pool {
         if !self.shared.failed.load(Ordering::Acquire) {
             return None;
         }
-        self.shared.error.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(clone_err)
+        self.shared
+            .error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(clone_err)
     }
 
     fn shutdown(&mut self) {
@@ -260,7 +274,9 @@ fn worker_loop(
                 g = q.cv.wait(g).unwrap_or_else(|p| p.into_inner());
             }
         };
-        let Some(sock) = streams.get(task.stream).and_then(|s| s.as_ref()) else { return };
+        let Some(sock) = streams.get(task.stream).and_then(|s| s.as_ref()) else {
+            return;
+        };
         let res = match dir {
             // SAFETY: the buffer stays valid and unaliased until its request completes
             // or the comm is closed; close joins this thread first.
@@ -274,7 +290,11 @@ fn worker_loop(
             }
             Err(e) => {
                 if !q.m.lock().unwrap_or_else(|p| p.into_inner()).stop {
-                    let what = format!("data stream {} ({})", task.stream, if dir == Dir::Send { "send" } else { "recv" });
+                    let what = format!(
+                        "data stream {} ({})",
+                        task.stream,
+                        if dir == Dir::Send { "send" } else { "recv" }
+                    );
                     let err = io_err(&what, peer, &e);
                     net_warn!("{err}");
                     let mut slot = shared.error.lock().unwrap_or_else(|p| p.into_inner());
@@ -303,7 +323,12 @@ fn recv_all(s: &Socket, b: &mut [u8]) -> io::Result<()> {
     let mut off = 0;
     while off < b.len() {
         match (&*s).read(&mut b[off..]) {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed by peer")),
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "connection closed by peer",
+                ));
+            }
             Ok(n) => off += n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
@@ -351,7 +376,11 @@ impl Listener {
         sock.set_nonblocking(true).map_err(fail)?;
         sock.bind(&SockAddr::from(addr)).map_err(fail)?;
         sock.listen(LISTEN_BACKLOG).map_err(fail)?;
-        let local = sock.local_addr().map_err(fail)?.as_socket().ok_or_else(|| fail(io::ErrorKind::Other.into()))?;
+        let local = sock
+            .local_addr()
+            .map_err(fail)?
+            .as_socket()
+            .ok_or_else(|| fail(io::ErrorKind::Other.into()))?;
         let info = HandleInfo {
             addr: local,
             magic: cfg.magic,
@@ -359,7 +388,13 @@ impl Listener {
             nthreads: cfg.nthreads as u32,
             min_task: cfg.min_task as u64,
         };
-        Ok(Listener { sock, info, cfg: cfg.clone(), pending: Vec::new(), groups: HashMap::new() })
+        Ok(Listener {
+            sock,
+            info,
+            cfg: cfg.clone(),
+            pending: Vec::new(),
+            groups: HashMap::new(),
+        })
     }
 
     /// What a connecting peer needs.
@@ -381,11 +416,21 @@ impl Listener {
                         continue;
                     }
                     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-                    self.pending.push(Incoming { sock: s, peer, buf: [0; HELLO_LEN], got: 0, deadline });
+                    self.pending.push(Incoming {
+                        sock: s,
+                        peer,
+                        buf: [0; HELLO_LEN],
+                        got: 0,
+                        deadline,
+                    });
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => {}
-                Err(e) => return Err(NetError::System(format!("NET/FerrocclSocket: accept on {me} failed: {e}"))),
+                Err(e) => {
+                    return Err(NetError::System(format!(
+                        "NET/FerrocclSocket: accept on {me} failed: {e}"
+                    )));
+                }
             }
         }
         let now = Instant::now();
@@ -394,7 +439,12 @@ impl Listener {
             let inc = &mut self.pending[i];
             match read_nb(&inc.sock, &mut inc.buf[inc.got..]) {
                 Ok(Some(0)) => {
-                    net_info!(NCCL_NET, "NET/FerrocclSocket: connection from {} on {me} closed after {} of {HELLO_LEN} handshake bytes; ignored", inc.peer, inc.got);
+                    net_info!(
+                        NCCL_NET,
+                        "NET/FerrocclSocket: connection from {} on {me} closed after {} of {HELLO_LEN} handshake bytes; ignored",
+                        inc.peer,
+                        inc.got
+                    );
                     self.pending.swap_remove(i);
                 }
                 Ok(Some(n)) => {
@@ -415,7 +465,11 @@ impl Listener {
                 }
                 Ok(None) => i += 1,
                 Err(e) => {
-                    net_info!(NCCL_NET, "NET/FerrocclSocket: connection from {} on {me} failed during handshake: {e}", inc.peer);
+                    net_info!(
+                        NCCL_NET,
+                        "NET/FerrocclSocket: connection from {} on {me} failed during handshake: {e}",
+                        inc.peer
+                    );
                     self.pending.swap_remove(i);
                 }
             }
@@ -428,7 +482,9 @@ impl Listener {
             }
             keep
         });
-        let Some(id) = self.groups.iter().find(|(_, g)| g.have == want).map(|(k, _)| *k) else { return Ok(None) };
+        let Some(id) = self.groups.iter().find(|(_, g)| g.have == want).map(|(k, _)| *k) else {
+            return Ok(None);
+        };
         let g = self.groups.remove(&id).expect("found above");
         let ctrl = g.ctrl.expect("complete group has a control stream");
         let mut data = Vec::with_capacity(g.data.len());
@@ -437,7 +493,12 @@ impl Listener {
             s.set_nonblocking(false).map_err(|e| io_err("accept", g.peer, &e))?;
             data.push(s);
         }
-        net_info!(NCCL_NET, "NET/FerrocclSocket: accepted connection {id:#x} from {} on {me} ({} data streams)", g.peer, data.len());
+        net_info!(
+            NCCL_NET,
+            "NET/FerrocclSocket: accepted connection {id:#x} from {} on {me} ({} data streams)",
+            g.peer,
+            data.len()
+        );
         Ok(Some(RecvComm::new(g.peer, ctrl, data, &self.info)))
     }
 
@@ -446,7 +507,10 @@ impl Listener {
         let h = match Hello::decode(&inc.buf, self.info.magic, self.info.nstreams) {
             Ok(h) => h,
             Err(e) => {
-                net_warn!("NET/FerrocclSocket: rejecting connection from {} on {me}: {e}", inc.peer);
+                net_warn!(
+                    "NET/FerrocclSocket: rejecting connection from {} on {me}: {e}",
+                    inc.peer
+                );
                 return;
             }
         };
@@ -458,9 +522,18 @@ impl Listener {
             have: 0,
             since: Instant::now(),
         });
-        let slot = if h.index as usize == n { &mut g.ctrl } else { &mut g.data[h.index as usize] };
+        let slot = if h.index as usize == n {
+            &mut g.ctrl
+        } else {
+            &mut g.data[h.index as usize]
+        };
         if slot.is_some() {
-            net_warn!("NET/FerrocclSocket: rejecting connection from {} on {me}: stream {} of connection {:#x} arrived twice", inc.peer, h.index, h.conn_id);
+            net_warn!(
+                "NET/FerrocclSocket: rejecting connection from {} on {me}: stream {} of connection {:#x} arrived twice",
+                inc.peer,
+                h.index,
+                h.conn_id
+            );
             return;
         }
         *slot = Some(inc.sock);
@@ -516,7 +589,13 @@ impl Connecting {
                 sent: 0,
             })
             .collect();
-        Connecting { info, cfg: cfg.clone(), conn_id, retries: 0, socks }
+        Connecting {
+            info,
+            cfg: cfg.clone(),
+            conn_id,
+            retries: 0,
+            socks,
+        }
     }
 
     /// Advances every stream without blocking; the send comm once all handshakes are sent.
@@ -544,7 +623,11 @@ impl Connecting {
                     })(),
                     CState::InProgress => (|| {
                         let s = cs.sock.as_ref().expect("socket exists while connecting");
-                        let mut p = libc::pollfd { fd: s.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+                        let mut p = libc::pollfd {
+                            fd: s.as_raw_fd(),
+                            events: libc::POLLOUT,
+                            revents: 0,
+                        };
                         // SAFETY: one valid pollfd, zero timeout.
                         let r = unsafe { libc::poll(&mut p, 1, 0) };
                         if r <= 0 {
@@ -585,7 +668,11 @@ impl Connecting {
                         }
                         self.retries += 1;
                         let wait = Duration::from_millis(self.cfg.retry_sleep_ms * self.retries as u64);
-                        net_info!(NCCL_NET, "NET/FerrocclSocket: connect to {addr} (stream {i}): {e}; retry {} in {wait:?}", self.retries);
+                        net_info!(
+                            NCCL_NET,
+                            "NET/FerrocclSocket: connect to {addr} (stream {i}): {e}; retry {} in {wait:?}",
+                            self.retries
+                        );
                         let cs = &mut self.socks[i];
                         cs.sock = None;
                         cs.state = CState::Wait(Instant::now() + wait);
@@ -597,12 +684,21 @@ impl Connecting {
         if !self.socks.iter().all(|c| matches!(c.state, CState::Done)) {
             return Ok(None);
         }
-        let mut socks: Vec<Socket> = self.socks.iter_mut().map(|c| c.sock.take().expect("done streams have sockets")).collect();
+        let mut socks: Vec<Socket> = self
+            .socks
+            .iter_mut()
+            .map(|c| c.sock.take().expect("done streams have sockets"))
+            .collect();
         let ctrl = socks.pop().expect("control stream is last");
         for s in &socks {
             s.set_nonblocking(false).map_err(|e| io_err("connect", addr, &e))?;
         }
-        net_info!(NCCL_NET, "NET/FerrocclSocket: connected {:#x} to {addr} ({} data streams)", self.conn_id, socks.len());
+        net_info!(
+            NCCL_NET,
+            "NET/FerrocclSocket: connected {:#x} to {addr} ({} data streams)",
+            self.conn_id,
+            socks.len()
+        );
         Ok(Some(SendComm::new(addr, ctrl, socks, &self.info, self.cfg.inline)))
     }
 }
@@ -696,9 +792,26 @@ impl SendComm {
                 return Err(e);
             }
         }
-        let payload = if plan.payload_on_ctrl { buf } else { Buf::new(buf.ptr, 0) };
-        g.out.push_back(CtrlOut { req: id, hdr: plan.header, off: 0, payload });
-        g.reqs.insert(id, SendReq { size: buf.len, ctrl_done: false, data_expected, data_done });
+        let payload = if plan.payload_on_ctrl {
+            buf
+        } else {
+            Buf::new(buf.ptr, 0)
+        };
+        g.out.push_back(CtrlOut {
+            req: id,
+            hdr: plan.header,
+            off: 0,
+            payload,
+        });
+        g.reqs.insert(
+            id,
+            SendReq {
+                size: buf.len,
+                ctrl_done: false,
+                data_expected,
+                data_done,
+            },
+        );
         g.progress()?;
         Ok(Some(Request::Send(self.inner.clone(), id)))
     }
@@ -713,7 +826,9 @@ impl Drop for SendComm {
         g.pool.shutdown();
         g.ctrl = None;
         g.out.clear();
-        g.failed.get_or_insert(NetError::Internal("NET/FerrocclSocket: request tested after its send comm was closed".into()));
+        g.failed.get_or_insert(NetError::Internal(
+            "NET/FerrocclSocket: request tested after its send comm was closed".into(),
+        ));
     }
 }
 
@@ -764,7 +879,9 @@ impl SendInner {
         }
         self.progress()?;
         let Some(r) = self.reqs.get(&id) else {
-            return Err(NetError::Internal(format!("NET/FerrocclSocket: test of unknown send request {id}")));
+            return Err(NetError::Internal(format!(
+                "NET/FerrocclSocket: test of unknown send request {id}"
+            )));
         };
         if r.ctrl_done && r.data_done.load(Ordering::Acquire) == r.data_expected {
             let size = r.size;
@@ -854,7 +971,10 @@ impl RecvComm {
         let id = g.proto.post(&spec);
         g.reqs.insert(
             id,
-            RecvReq { bufs: bufs.iter().map(|(b, _)| *b).collect(), data_done: Arc::new(AtomicUsize::new(0)) },
+            RecvReq {
+                bufs: bufs.iter().map(|(b, _)| *b).collect(),
+                data_done: Arc::new(AtomicUsize::new(0)),
+            },
         );
         g.progress()?;
         Ok(Some(Request::Recv(self.inner.clone(), id)))
@@ -869,7 +989,9 @@ impl Drop for RecvComm {
         let mut g = lock(&self.inner);
         g.pool.shutdown();
         g.ctrl = None;
-        g.failed.get_or_insert(NetError::Internal("NET/FerrocclSocket: request tested after its recv comm was closed".into()));
+        g.failed.get_or_insert(NetError::Internal(
+            "NET/FerrocclSocket: request tested after its recv comm was closed".into(),
+        ));
     }
 }
 
@@ -886,7 +1008,11 @@ impl RecvInner {
     fn fill_stage(&mut self) -> NetResult<bool> {
         let ctrl = self.ctrl.as_ref().expect("checked by caller");
         match read_nb(ctrl, &mut self.stage) {
-            Ok(Some(0)) => Err(io_err("control stream (recv)", self.peer, &io::ErrorKind::UnexpectedEof.into())),
+            Ok(Some(0)) => Err(io_err(
+                "control stream (recv)",
+                self.peer,
+                &io::ErrorKind::UnexpectedEof.into(),
+            )),
             Ok(Some(n)) => {
                 self.st_lo = 0;
                 self.st_hi = n;
@@ -950,7 +1076,11 @@ impl RecvInner {
                         let ctrl = self.ctrl.as_ref().expect("checked above");
                         match read_nb(ctrl, dst) {
                             Ok(Some(0)) => {
-                                return Err(io_err("control stream (recv)", peer, &io::ErrorKind::UnexpectedEof.into()));
+                                return Err(io_err(
+                                    "control stream (recv)",
+                                    peer,
+                                    &io::ErrorKind::UnexpectedEof.into(),
+                                ));
                             }
                             Ok(Some(n)) => self.proto.on_payload(n),
                             Ok(None) => return Ok(()),
@@ -969,7 +1099,9 @@ impl RecvInner {
             return Err(clone_err(e));
         }
         if !self.reqs.contains_key(&id) {
-            return Err(NetError::Internal(format!("NET/FerrocclSocket: test of unknown receive request {id}")));
+            return Err(NetError::Internal(format!(
+                "NET/FerrocclSocket: test of unknown receive request {id}"
+            )));
         }
         self.progress()?;
         if let Some((sizes, expected)) = self.proto.ctrl_complete(id) {
@@ -979,7 +1111,10 @@ impl RecvInner {
                 self.reqs.remove(&id);
                 let mut out = [0usize; MAX_RECVS];
                 out[..sizes.len()].copy_from_slice(&sizes);
-                return Ok(TestStatus::Done { n: sizes.len(), sizes: out });
+                return Ok(TestStatus::Done {
+                    n: sizes.len(),
+                    sizes: out,
+                });
             }
         }
         if let Some(e) = self.pool.error() {

@@ -57,7 +57,10 @@ pub struct SocketNet {
 
 impl std::fmt::Debug for SocketNet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SocketNet").field("cfg", &self.cfg).field("devs", &self.devs).finish()
+        f.debug_struct("SocketNet")
+            .field("cfg", &self.cfg)
+            .field("devs", &self.devs)
+            .finish()
     }
 }
 
@@ -75,7 +78,11 @@ impl SocketNet {
                 d.ip
             );
         }
-        SocketNet { cfg, devs, connects: Mutex::new(HashMap::new()) }
+        SocketNet {
+            cfg,
+            devs,
+            connects: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The configuration in use.
@@ -90,7 +97,10 @@ impl SocketNet {
 
     fn dev(&self, dev: usize) -> NetResult<&dev::Iface> {
         self.devs.get(dev).ok_or_else(|| {
-            NetError::InvalidArgument(format!("NET/FerrocclSocket: device {dev} (expected < {})", self.devs.len()))
+            NetError::InvalidArgument(format!(
+                "NET/FerrocclSocket: device {dev} (expected < {})",
+                self.devs.len()
+            ))
         })
     }
 }
@@ -145,7 +155,13 @@ impl Net for SocketNet {
         Ok(l)
     }
 
-    fn connect(&self, _ctx: &(), _dev: usize, handle: &mut Handle, _config: &CommConfig) -> NetResult<Option<SendComm>> {
+    fn connect(
+        &self,
+        _ctx: &(),
+        _dev: usize,
+        handle: &mut Handle,
+        _config: &CommConfig,
+    ) -> NetResult<Option<SendComm>> {
         let mut reg = self.connects.lock().unwrap_or_else(|p| p.into_inner());
         let token = match proto::scratch_token(handle).filter(|t| reg.contains_key(t)) {
             Some(t) => t,
@@ -174,7 +190,10 @@ impl Net for SocketNet {
 
     fn reg_mr(&self, _comm: CommMut<'_, Self>, buf: Buf, ty: PtrType) -> NetResult<SocketMr> {
         match ty {
-            PtrType::Host => Ok(SocketMr { addr: buf.ptr as usize, len: buf.len }),
+            PtrType::Host => Ok(SocketMr {
+                addr: buf.ptr as usize,
+                len: buf.len,
+            }),
             other => Err(NetError::InvalidUsage(format!(
                 "NET/FerrocclSocket: regMr of {other:?} memory refused: ptrSupport is NCCL_PTR_HOST only"
             ))),

@@ -68,7 +68,9 @@ pub const SCRATCH_MARKER: u64 = 0x6665_7272_6f63_6f6e; // "ferrocon"
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtoError {
     /// The peer sent more bytes than the receive buffer it matched can hold.
-    #[error("message truncated: the peer sent {size} bytes with tag {tag}, the matching receive buffer holds {cap} bytes")]
+    #[error(
+        "message truncated: the peer sent {size} bytes with tag {tag}, the matching receive buffer holds {cap} bytes"
+    )]
     Truncated {
         /// Bytes the sender sent.
         size: u64,
@@ -162,7 +164,11 @@ impl HandleInfo {
                 let ip: [u8; 16] = h[4..20].try_into().expect("16 bytes");
                 SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::from(ip), port, 0, u32_at(h, 20)))
             }
-            f => return Err(ProtoError::BadHandle(format!("address family byte {f} (expected 4 or 6)"))),
+            f => {
+                return Err(ProtoError::BadHandle(format!(
+                    "address family byte {f} (expected 4 or 6)"
+                )));
+            }
         };
         let info = HandleInfo {
             addr,
@@ -257,7 +263,10 @@ impl Hello {
             )));
         }
         if h.version != PROTO_VERSION {
-            return Err(ProtoError::BadHello(format!("protocol version {}, expected {PROTO_VERSION}", h.version)));
+            return Err(ProtoError::BadHello(format!(
+                "protocol version {}, expected {PROTO_VERSION}",
+                h.version
+            )));
         }
         if h.nstreams as u32 != nstreams || h.index as u32 > nstreams {
             return Err(ProtoError::BadHello(format!(
@@ -295,7 +304,11 @@ impl MsgHeader {
     /// # Errors
     /// [`ProtoError::BadHeader`] for unknown flags.
     pub fn decode(b: &[u8; HDR_LEN]) -> Result<Self, ProtoError> {
-        let h = MsgHeader { size: u64_at(b, 0), tag: u32_at(b, 8) as i32, flags: u32_at(b, 12) };
+        let h = MsgHeader {
+            size: u64_at(b, 0),
+            tag: u32_at(b, 8) as i32,
+            flags: u32_at(b, 12),
+        };
         if h.flags & !FLAG_CTRL_PAYLOAD != 0 {
             return Err(ProtoError::BadHeader { flags: h.flags });
         }
@@ -330,7 +343,11 @@ pub fn split(size: usize, nstreams: usize, min_task: usize, next_stream: &mut us
     let mut offset = 0;
     while offset < size {
         let len = task.min(size - offset);
-        out.push(Chunk { stream: *next_stream, offset, len });
+        out.push(Chunk {
+            stream: *next_stream,
+            offset,
+            len,
+        });
         *next_stream = (*next_stream + 1) % nstreams;
         offset += len;
     }
@@ -361,7 +378,12 @@ impl Sender {
     /// A sender over `nstreams` data streams with the listener's task size and
     /// this side's inline threshold (`NCCL_SOCKET_INLINE`, bytes).
     pub fn new(nstreams: usize, min_task: usize, inline: usize) -> Self {
-        Sender { nstreams, min_task: min_task.max(1), inline, next_stream: 0 }
+        Sender {
+            nstreams,
+            min_task: min_task.max(1),
+            inline,
+            next_stream: 0,
+        }
     }
 
     /// Plans the next message of `size` bytes with `tag`.
@@ -369,11 +391,22 @@ impl Sender {
         // One task would go on one data stream anyway: the control stream is as
         // good and needs no helper-thread hand-off.
         let on_ctrl = size <= self.inline || self.nstreams == 0 || size < self.min_task;
-        let header =
-            MsgHeader { size: size as u64, tag, flags: if on_ctrl { FLAG_CTRL_PAYLOAD } else { 0 } }.encode();
-        let chunks =
-            if on_ctrl { Vec::new() } else { split(size, self.nstreams, self.min_task, &mut self.next_stream) };
-        SendPlan { header, payload_on_ctrl: on_ctrl, chunks }
+        let header = MsgHeader {
+            size: size as u64,
+            tag,
+            flags: if on_ctrl { FLAG_CTRL_PAYLOAD } else { 0 },
+        }
+        .encode();
+        let chunks = if on_ctrl {
+            Vec::new()
+        } else {
+            split(size, self.nstreams, self.min_task, &mut self.next_stream)
+        };
+        SendPlan {
+            header,
+            payload_on_ctrl: on_ctrl,
+            chunks,
+        }
     }
 }
 
@@ -461,7 +494,12 @@ impl Receiver {
         let id = self.next_id;
         self.next_id += 1;
         let slots: Vec<Slot> = bufs.iter().map(|&(cap, tag)| Slot { cap, tag, size: None }).collect();
-        self.groups.push_back(Group { id, unmatched: slots.len(), slots, data_bytes: 0 });
+        self.groups.push_back(Group {
+            id,
+            unmatched: slots.len(),
+            slots,
+            data_bytes: 0,
+        });
         id
     }
 
@@ -504,14 +542,21 @@ impl Receiver {
                 return None;
             }
             let single = g.slots.len() == 1;
-            g.slots.iter().position(|s| s.size.is_none() && (single || s.tag == h.tag)).map(|si| (gi, si))
+            g.slots
+                .iter()
+                .position(|s| s.size.is_none() && (single || s.tag == h.tag))
+                .map(|si| (gi, si))
         });
         let Some((gi, si)) = found else { return Ok(None) };
         self.stashed = None;
         let g = &mut self.groups[gi];
         let slot = &mut g.slots[si];
         if h.size > slot.cap as u64 {
-            return Err(ProtoError::Truncated { size: h.size, cap: slot.cap, tag: h.tag });
+            return Err(ProtoError::Truncated {
+                size: h.size,
+                cap: slot.cap,
+                tag: h.tag,
+            });
         }
         let size = h.size as usize;
         slot.size = Some(size);
@@ -525,14 +570,23 @@ impl Receiver {
             g.data_bytes += size;
             split(size, self.nstreams, self.min_task, &mut self.next_stream)
         };
-        Ok(Some(Matched { req: g.id, idx: si, size, chunks }))
+        Ok(Some(Matched {
+            req: g.id,
+            idx: si,
+            size,
+            chunks,
+        }))
     }
 
     /// Records `n` payload bytes stored as asked by [`Need::Payload`].
     pub fn on_payload(&mut self, n: usize) {
         if let Some((req, idx, offset, len)) = self.payload {
             debug_assert!(n <= len);
-            self.payload = if n >= len { None } else { Some((req, idx, offset + n, len - n)) };
+            self.payload = if n >= len {
+                None
+            } else {
+                Some((req, idx, offset + n, len - n))
+            };
         }
     }
 
@@ -582,13 +636,25 @@ mod tests {
 
     #[test]
     fn hello_validation() {
-        let h = Hello { magic: 7, sock_type: SOCKET_TYPE_NET, version: PROTO_VERSION, conn_id: 5, index: 2, nstreams: 2 };
+        let h = Hello {
+            magic: 7,
+            sock_type: SOCKET_TYPE_NET,
+            version: PROTO_VERSION,
+            conn_id: 5,
+            index: 2,
+            nstreams: 2,
+        };
         assert_eq!(Hello::decode(&h.encode(), 7, 2).unwrap(), h);
         let e = Hello::decode(&h.encode(), 8, 2).unwrap_err().to_string();
         assert!(e.contains("magic"), "{e}");
         assert!(Hello::decode(&h.encode(), 7, 1).is_err());
         let bad = Hello { sock_type: 1, ..h };
-        assert!(Hello::decode(&bad.encode(), 7, 2).unwrap_err().to_string().contains("socket type"));
+        assert!(
+            Hello::decode(&bad.encode(), 7, 2)
+                .unwrap_err()
+                .to_string()
+                .contains("socket type")
+        );
         assert!(Hello::decode(&[0x55; HELLO_LEN], 7, 2).is_err());
     }
 
@@ -599,8 +665,22 @@ mod tests {
         let mut next = 1;
         let c = split(200_000, 2, 65536, &mut next);
         assert_eq!(c.len(), 2);
-        assert_eq!(c[0], Chunk { stream: 1, offset: 0, len: 100_000 });
-        assert_eq!(c[1], Chunk { stream: 0, offset: 100_000, len: 100_000 });
+        assert_eq!(
+            c[0],
+            Chunk {
+                stream: 1,
+                offset: 0,
+                len: 100_000
+            }
+        );
+        assert_eq!(
+            c[1],
+            Chunk {
+                stream: 0,
+                offset: 100_000,
+                len: 100_000
+            }
+        );
         assert_eq!(next, 1);
         assert!(split(0, 3, 1, &mut next).is_empty());
     }
@@ -613,7 +693,15 @@ mod tests {
         let p = tx.plan(10, 0);
         let m = rx.on_header(&p.header).unwrap().unwrap();
         assert_eq!((m.req, m.idx, m.size), (r, 0, 10));
-        assert_eq!(rx.need(), Need::Payload { req: r, idx: 0, offset: 0, len: 10 });
+        assert_eq!(
+            rx.need(),
+            Need::Payload {
+                req: r,
+                idx: 0,
+                offset: 0,
+                len: 10
+            }
+        );
         rx.on_payload(4);
         rx.on_payload(6);
         assert_eq!(rx.ctrl_complete(r), Some((vec![10], 0)));
@@ -621,7 +709,14 @@ mod tests {
         assert_eq!(rx.need(), Need::Idle);
         rx.post(&[(5, 0)]);
         let p = tx.plan(6, 0);
-        assert_eq!(rx.on_header(&p.header), Err(ProtoError::Truncated { size: 6, cap: 5, tag: 0 }));
+        assert_eq!(
+            rx.on_header(&p.header),
+            Err(ProtoError::Truncated {
+                size: 6,
+                cap: 5,
+                tag: 0
+            })
+        );
     }
 
     #[test]
@@ -675,7 +770,15 @@ mod proptests {
     }
 
     fn size_strategy() -> impl Strategy<Value = usize> {
-        prop_oneof![Just(0usize), Just(1), 2usize..40, 40usize..600, Just(127), Just(128), Just(129)]
+        prop_oneof![
+            Just(0usize),
+            Just(1),
+            2usize..40,
+            40usize..600,
+            Just(127),
+            Just(128),
+            Just(129)
+        ]
     }
 
     fn case_strategy() -> impl Strategy<Value = Case> {
@@ -683,7 +786,10 @@ mod proptests {
             0usize..5,
             1usize..64,
             0usize..40,
-            prop::collection::vec(prop::collection::vec((size_strategy(), prop_oneof![Just(0usize), 1usize..50]), 1..=8), 1..12),
+            prop::collection::vec(
+                prop::collection::vec((size_strategy(), prop_oneof![Just(0usize), 1usize..50]), 1..=8),
+                1..12,
+            ),
             prop::collection::vec(any::<u64>(), 12),
             prop::collection::vec((any::<u8>(), 1usize..300), 0..400),
         )
@@ -702,7 +808,9 @@ mod proptests {
     }
 
     /// Runs the case; returns the received buffers and sizes per group.
-    fn run(c: &Case) -> Result<Vec<(Vec<Vec<u8>>, Vec<usize>)>, ProtoError> {
+    type Delivered = Vec<(Vec<Vec<u8>>, Vec<usize>)>;
+
+    fn run(c: &Case) -> Result<Delivered, ProtoError> {
         let mut tx = Sender::new(c.nstreams, c.min_task, c.inline);
         let mut rx = Receiver::new(c.nstreams, c.min_task);
         // Sends in posting order: (group, index in group).
@@ -726,15 +834,30 @@ mod proptests {
         let mut data_done = vec![0usize; c.groups.len()];
         let mut hdr = Vec::new();
         let (mut next_send, mut next_post) = (0, 0);
-        let mut steps = c.steps.iter().copied().chain(std::iter::repeat((0u8, 1000)).enumerate().map(|(i, (_, n))| ((i % 4) as u8, n)));
+        let mut steps = c.steps.iter().copied().chain(
+            std::iter::repeat((0u8, 1000))
+                .enumerate()
+                .map(|(i, (_, n))| ((i % 4) as u8, n)),
+        );
         let mut idle_rounds = 0;
         while done.iter().any(|d| d.is_none()) {
             let (choice, n) = steps.next().expect("infinite");
-            let before = (next_send, next_post, ctrl.len(), data.iter().map(|d| d.len()).sum::<usize>(), hdr.len(), done.iter().filter(|d| d.is_some()).count());
+            let before = (
+                next_send,
+                next_post,
+                ctrl.len(),
+                data.iter().map(|d| d.len()).sum::<usize>(),
+                hdr.len(),
+                done.iter().filter(|d| d.is_some()).count(),
+            );
             match choice % 4 {
                 0 if next_post < c.groups.len() => {
                     let g = &c.groups[next_post];
-                    let spec: Vec<(usize, i32)> = g.iter().enumerate().map(|(i, &(s, x))| (s + x, i as i32 * 3 + 1)).collect();
+                    let spec: Vec<(usize, i32)> = g
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &(s, x))| (s + x, i as i32 * 3 + 1))
+                        .collect();
                     bufs.push(spec.iter().map(|&(cap, _)| vec![0u8; cap]).collect());
                     ids.push(rx.post(&spec));
                     next_post += 1;
@@ -809,16 +932,22 @@ mod proptests {
                 }
             }
             for (g, &id) in ids.iter().enumerate() {
-                if done[g].is_none() {
-                    if let Some((sizes, data_bytes)) = rx.ctrl_complete(id) {
-                        if data_done[g] == data_bytes {
-                            done[g] = Some(sizes);
-                            rx.remove(id);
-                        }
-                    }
+                if done[g].is_none()
+                    && let Some((sizes, data_bytes)) = rx.ctrl_complete(id)
+                    && data_done[g] == data_bytes
+                {
+                    done[g] = Some(sizes);
+                    rx.remove(id);
                 }
             }
-            let after = (next_send, next_post, ctrl.len(), data.iter().map(|d| d.len()).sum::<usize>(), hdr.len(), done.iter().filter(|d| d.is_some()).count());
+            let after = (
+                next_send,
+                next_post,
+                ctrl.len(),
+                data.iter().map(|d| d.len()).sum::<usize>(),
+                hdr.len(),
+                done.iter().filter(|d| d.is_some()).count(),
+            );
             idle_rounds = if before == after { idle_rounds + 1 } else { 0 };
             assert!(idle_rounds < 10_000, "no progress: {c:?}");
         }

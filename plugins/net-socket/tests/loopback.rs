@@ -60,7 +60,9 @@ fn grouped_receive_with_permuted_tags() {
     let (mut s, mut r) = pair(&net);
     for round in 0..4u64 {
         let n = 8;
-        let sizes: Vec<usize> = (0..n).map(|i| [0, 5, 128, 129, 70_000, 300_000, 1, 4096][(i + round as usize) % 8]).collect();
+        let sizes: Vec<usize> = (0..n)
+            .map(|i| [0, 5, 128, 129, 70_000, 300_000, 1, 4096][(i + round as usize) % 8])
+            .collect();
         let tags: Vec<i32> = (0..n as i32).map(|i| 100 + i * 3).collect();
         let mut srcs: Vec<Vec<u8>> = (0..n).map(|i| pattern(round * 100 + i as u64, sizes[i])).collect();
         let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&sz| vec![0u8; sz + 10]).collect();
@@ -74,7 +76,11 @@ fn grouped_receive_with_permuted_tags() {
         let got = wait_all(&net, &mut reqs);
         assert_eq!(got[0], sizes, "grouped receive reports per-buffer sizes");
         for i in 0..n {
-            assert!(dsts[i][..sizes[i]] == srcs[i][..], "round {round} buffer {i} (tag {})", tags[i]);
+            assert!(
+                dsts[i][..sizes[i]] == srcs[i][..],
+                "round {round} buffer {i} (tag {})",
+                tags[i]
+            );
         }
     }
 }
@@ -88,13 +94,24 @@ fn thirty_two_requests_in_flight_tested_in_any_order() {
     let mut dsts: Vec<Vec<u8>> = (0..32).map(|i| vec![0u8; size + i as usize]).collect();
     let mut rreqs = Vec::new();
     for d in dsts.iter_mut() {
-        rreqs.push(net.irecv(&mut r, &[rb(d, 0)]).unwrap().expect("32 receives are accepted"));
+        rreqs.push(
+            net.irecv(&mut r, &[rb(d, 0)])
+                .unwrap()
+                .expect("32 receives are accepted"),
+        );
     }
     let mut extra = vec![0u8; 8];
-    assert!(net.irecv(&mut r, &[rb(&mut extra, 0)]).unwrap().is_none(), "33rd receive gets a NULL request");
+    assert!(
+        net.irecv(&mut r, &[rb(&mut extra, 0)]).unwrap().is_none(),
+        "33rd receive gets a NULL request"
+    );
     let mut sreqs = Vec::new();
     for src in srcs.iter_mut() {
-        sreqs.push(net.isend(&mut s, buf(src), 0, None).unwrap().expect("32 sends are accepted"));
+        sreqs.push(
+            net.isend(&mut s, buf(src), 0, None)
+                .unwrap()
+                .expect("32 sends are accepted"),
+        );
     }
     // Test in reverse posting order.
     rreqs.reverse();
@@ -114,9 +131,16 @@ fn send_side_accepts_32_times_max_recvs() {
     let mut b = [1u8; 4];
     let mut reqs = Vec::new();
     for _ in 0..256 {
-        reqs.push(net.isend(&mut s, buf(&mut b), 0, None).unwrap().expect("256 sends are accepted"));
+        reqs.push(
+            net.isend(&mut s, buf(&mut b), 0, None)
+                .unwrap()
+                .expect("256 sends are accepted"),
+        );
     }
-    assert!(net.isend(&mut s, buf(&mut b), 0, None).unwrap().is_none(), "257th send gets a NULL request");
+    assert!(
+        net.isend(&mut s, buf(&mut b), 0, None).unwrap().is_none(),
+        "257th send gets a NULL request"
+    );
     net.close_send(s).unwrap();
 }
 
@@ -129,7 +153,10 @@ fn truncation_is_invalid_usage() {
     let mut rr = post(|| net.irecv(&mut r, &[rb(&mut dst, 0)]));
     let _sr = post(|| net.isend(&mut s, buf(&mut src), 0, None));
     let e = wait(&net, &mut rr).unwrap_err();
-    assert!(matches!(e, NetError::InvalidUsage(ref m) if m.contains("truncated")), "{e}");
+    assert!(
+        matches!(e, NetError::InvalidUsage(ref m) if m.contains("truncated")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -170,8 +197,10 @@ fn stray_connections_do_not_disturb_the_real_one() {
     let (mut s, mut r) = (s.unwrap(), r.unwrap());
     let mut src = pattern(9, 1 << 20);
     let mut dst = vec![0u8; 1 << 20];
-    let mut reqs =
-        vec![post(|| net.irecv(&mut r, &[rb(&mut dst, 0)])), post(|| net.isend(&mut s, buf(&mut src), 0, None))];
+    let mut reqs = vec![
+        post(|| net.irecv(&mut r, &[rb(&mut dst, 0)])),
+        post(|| net.isend(&mut s, buf(&mut src), 0, None)),
+    ];
     wait_all(&net, &mut reqs);
     assert!(dst == src);
     assert!(net.accept(&mut l).unwrap().is_none());
@@ -241,8 +270,14 @@ fn close_with_requests_in_flight_frees_everything() {
     let (mut s, mut r) = pair(&net);
     let mut srcs: Vec<Vec<u8>> = (0..32).map(|i| pattern(i, 1 << 20)).collect();
     let mut dsts: Vec<Vec<u8>> = (0..16).map(|_| vec![0u8; 1 << 20]).collect();
-    let mut sreqs: Vec<_> = srcs.iter_mut().map(|b| post(|| net.isend(&mut s, buf(b), 0, None))).collect();
-    let rreqs: Vec<_> = dsts.iter_mut().map(|b| post(|| net.irecv(&mut r, &[rb(b, 0)]))).collect();
+    let mut sreqs: Vec<_> = srcs
+        .iter_mut()
+        .map(|b| post(|| net.isend(&mut s, buf(b), 0, None)))
+        .collect();
+    let rreqs: Vec<_> = dsts
+        .iter_mut()
+        .map(|b| post(|| net.irecv(&mut r, &[rb(b, 0)])))
+        .collect();
     let _ = net.test(&mut sreqs[0]);
     let t0 = Instant::now();
     net.close_recv(r).unwrap();
@@ -250,7 +285,10 @@ fn close_with_requests_in_flight_frees_everything() {
     assert!(t0.elapsed() < BOUND);
     // Abandoned requests fail cleanly instead of touching freed resources.
     let e = net.test(&mut sreqs[31]).unwrap_err();
-    assert!(matches!(e, NetError::Internal(_) | NetError::Remote(_) | NetError::System(_)), "{e}");
+    assert!(
+        matches!(e, NetError::Internal(_) | NetError::Remote(_) | NetError::System(_)),
+        "{e}"
+    );
     drop(rreqs);
 }
 
@@ -284,7 +322,9 @@ fn properties_and_registration() {
     let mut b = [0u8; 64];
     let mr = net.reg_mr(CommMut::Send(&mut s), buf(&mut b), PtrType::Host).unwrap();
     net.dereg_mr(CommMut::Send(&mut s), mr).unwrap();
-    let e = net.reg_mr(CommMut::Recv(&mut r), Buf::new(b.as_mut_ptr(), 64), PtrType::Cuda).unwrap_err();
+    let e = net
+        .reg_mr(CommMut::Recv(&mut r), Buf::new(b.as_mut_ptr(), 64), PtrType::Cuda)
+        .unwrap_err();
     assert!(e.to_string().contains("NCCL_PTR_HOST"), "{e}");
     assert!(net.iflush(&mut r, &[rb(&mut b, 0)]).unwrap().is_none());
     assert!(matches!(net.irecv(&mut r, &[]), Err(NetError::InvalidArgument(_))));

@@ -48,7 +48,10 @@ fn expect_line(out: &mut BufReader<ChildStdout>, prefix: &str) -> String {
     let mut line = String::new();
     loop {
         line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "peer exited before printing {prefix}");
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "peer exited before printing {prefix}"
+        );
         // libtest may print "test child_role ... " on the same line first.
         if let Some(at) = line.find(prefix) {
             return line[at + prefix.len()..].trim().to_string();
@@ -107,7 +110,10 @@ fn child_role() {
 fn assert_fails_in_time(res: Result<Vec<usize>, NetError>, t0: Instant) {
     let e = res.expect_err("the transfer cannot complete: the peer was killed mid-transfer");
     assert!(matches!(e, NetError::Remote(_) | NetError::System(_)), "{e}");
-    assert!(e.to_string().contains("127.0.0.1"), "the error names the peer address: {e}");
+    assert!(
+        e.to_string().contains("127.0.0.1"),
+        "the error names the peer address: {e}"
+    );
     assert!(t0.elapsed() < DETECT, "error after {:?}", t0.elapsed());
 }
 

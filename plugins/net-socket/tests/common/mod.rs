@@ -64,10 +64,10 @@ pub fn wait_all(net: &SocketNet, reqs: &mut [Request]) -> Vec<Vec<usize>> {
     while out.iter().any(|o| o.is_none()) {
         assert!(t0.elapsed() < BOUND, "requests did not complete within {BOUND:?}");
         for (i, r) in reqs.iter_mut().enumerate() {
-            if out[i].is_none() {
-                if let TestStatus::Done { n, sizes } = net.test(r).unwrap() {
-                    out[i] = Some(sizes[..n].to_vec());
-                }
+            if out[i].is_none()
+                && let TestStatus::Done { n, sizes } = net.test(r).unwrap()
+            {
+                out[i] = Some(sizes[..n].to_vec());
             }
         }
     }
@@ -94,7 +94,11 @@ pub fn buf(v: &mut [u8]) -> Buf {
 
 /// A single receive buffer with a tag.
 pub fn rb(v: &mut [u8], tag: i32) -> RecvBuf<'static, nccl_net_socket::SocketMr> {
-    RecvBuf { buf: buf(v), tag, mr: None }
+    RecvBuf {
+        buf: buf(v),
+        tag,
+        mr: None,
+    }
 }
 
 /// Posts, retrying while the plugin returns a NULL request (bounded).
