@@ -438,6 +438,9 @@ pub mod params {
     );
     /// `NCCL_DEBUG_FILE`: log file, `%h` = host, `%p` = pid; default stdout.
     pub static DEBUG_FILE: StrParam = s("NCCL_DEBUG_FILE", None, "log file path (%h host name, %p pid); default stdout");
+    /// `NCCL_CONF_FILE`: the user config file read instead of `~/.nccl.conf`.
+    pub static CONF_FILE: StrParam =
+        s("NCCL_CONF_FILE", None, "config file read instead of ~/.nccl.conf (environment only)");
     /// `NCCL_COMM_ID`: `host:port` of the bootstrap root.
     pub static COMM_ID: StrParam =
         s("NCCL_COMM_ID", None, "bootstrap root address host:port (rank 0 listens there)");
@@ -522,6 +525,7 @@ pub static PARAMS: &[Param] = &[
     Param::Str(&params::DEBUG),
     Param::Str(&params::DEBUG_SUBSYS),
     Param::Str(&params::DEBUG_FILE),
+    Param::Str(&params::CONF_FILE),
     Param::Str(&params::COMM_ID),
     Param::Str(&params::SOCKET_IFNAME),
     Param::Str(&params::SOCKET_FAMILY),
