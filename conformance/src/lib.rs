@@ -1,1 +1,32 @@
-//! Conformance suite for any `ncclNet` plugin.
+//! Conformance suite for any `ncclNet` plugin (issue 5): an executable
+//! specification of the contract in `shared/reference/nccl-plugin-abi.md` §1
+//! (§1.5 in particular) and `net-plugin-conformance-checklist.md`.
+//!
+//! * [`registry`] — every check: id, one-line rule, reference section, required
+//!   or advisory, quick or full tier, API versions.
+//! * [`runner`] — probes the library's exported `ncclNetPlugin_vN` symbols, then
+//!   runs each selected check for each selected version in its own worker process
+//!   (the CLI binary in its hidden `--worker` mode) under a deadline.
+//! * [`watch`] — the in-worker watchdog every plugin call runs under.
+//! * [`cx`] — the context checks drive the plugin through: the runtime's own
+//!   `ferroccl::plugin::NetPlugin` (loaded by `ferroccl::plugin::load_net_from`),
+//!   every call checked, timed and watched.
+//! * [`peer`] — the peer process of cross-process checks.
+//! * [`report`] — text, JSON and JUnit output.
+//!
+//! Plugin authors: see `conformance/README.md`.
+
+pub mod checks;
+pub mod cx;
+pub mod loader;
+pub mod outcome;
+pub mod peer;
+pub mod registry;
+pub mod report;
+pub mod runner;
+pub mod watch;
+pub mod worker;
+
+pub use outcome::{CheckOutcome, Status};
+pub use registry::{Check, Filter, Level, Tier, all_checks};
+pub use runner::{CheckResult, Report, SuiteConfig, parse_api, run};

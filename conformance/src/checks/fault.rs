@@ -1,0 +1,360 @@
+//! Teardown and faults: close orders, close with requests in flight, leaks, a
+//! killed peer process, a stray client on the listen port; and the stress run.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use ferroccl::plugin::net::RawRequest;
+
+use super::conn::context;
+use crate::cx::{Cx, Pair, fd_count, fill, max_requests, thread_count, verify};
+use crate::outcome::Res;
+use crate::peer::{Peer, Role, from_hex, to_hex};
+use crate::registry::Registry;
+use crate::watch::Call;
+use crate::{ensure, fail, skip};
+
+/// How long after a peer's death an error must show up.
+const DEAD_PEER_DEADLINE: Duration = Duration::from_secs(15);
+
+pub(crate) fn register(r: &mut Registry) {
+    r.add("teardown.close_order", "checklist", "comms can be closed in any order (listen first, send first, recv first), with the peer comm still open", close_order);
+    r.add("teardown.close_inflight", "checklist", "deregMr and close with NCCL_NET_MAX_REQUESTS x 1 MiB requests in flight neither crash nor hang", close_inflight);
+    r.add("teardown.no_leaks", "checklist", "20 connect/transfer/close cycles leave no file descriptors and no threads behind", no_leaks);
+    r.add("fault.peer_killed_recv", "checklist", "a pending receive gets an error within 15 s when the sending process is killed mid-transfer", peer_killed_recv).timeout(90);
+    r.add("fault.peer_killed_send", "checklist", "a pending send gets an error within 15 s when the receiving process is killed", peer_killed_send).timeout(90);
+    r.add("fault.stray_client", "§6.1", "garbage from a stray client on the listen port is dropped; real connections still work", stray_client);
+    r.add("stress.random", "checklist", "100 000 messages of random sizes over 4 comms arrive intact; no fds or threads leak", stress).full().timeout(600);
+}
+
+fn close_order(cx: &mut Cx, _: u64) -> Res {
+    // (listen, send, recv) orders, by index: 0 = listen, 1 = send, 2 = recv.
+    for order in [[0, 1, 2], [2, 1, 0], [1, 0, 2], [0, 2, 1]] {
+        let p = cx.pair()?;
+        cx.roundtrip(&p, 2048, 2048, 1)?;
+        let what = format!("close order {}", order.iter().map(|i| ["closeListen", "closeSend", "closeRecv"][*i]).collect::<Vec<_>>().join(", "));
+        for i in order {
+            let r = match i {
+                0 => cx.call(Call::CloseListen, &what, |n| n.close_listen(p.listen.expect("open"))),
+                1 => cx.call(Call::CloseSend, &what, |n| n.close_send(p.send)),
+                _ => cx.call(Call::CloseRecv, &what, |n| n.close_recv(p.recv)),
+            };
+            r?;
+        }
+    }
+    Ok(())
+}
+
+fn close_inflight(cx: &mut Cx, _: u64) -> Res {
+    let n = max_requests(cx.version);
+    let p = cx.pair()?;
+    let mut sbuf = vec![0u8; 1 << 20];
+    let mut rbufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; 1 << 20]).collect();
+    let smr = cx.reg_mr(p.send, &mut sbuf)?;
+    let mut rmrs = Vec::new();
+    for b in rbufs.iter_mut() {
+        rmrs.push(cx.reg_mr(p.recv, b)?);
+    }
+    let mut posted = 0;
+    for (b, mr) in rbufs.iter_mut().zip(&rmrs) {
+        if cx.irecv(p.recv, b, 0, Some(*mr))?.is_some() {
+            posted += 1;
+        }
+    }
+    for _ in 0..n {
+        if cx.isend(p.send, &mut sbuf, 0, Some(smr))?.is_some() {
+            posted += 1;
+        }
+    }
+    cx.notes.push(format!("{posted} requests in flight at close"));
+    // Teardown without waiting, in NCCL's order; errors are allowed, crashes and hangs are not.
+    let _ = cx.dereg_mr(p.send, smr);
+    for mr in rmrs {
+        let _ = cx.dereg_mr(p.recv, mr);
+    }
+    if let Some(l) = p.listen {
+        cx.call(Call::CloseListen, "closeListen with requests in flight", |n| n.close_listen(l))?;
+    }
+    let _ = cx.call(Call::CloseSend, "closeSend with requests in flight", |n| n.close_send(p.send));
+    let _ = cx.call(Call::CloseRecv, "closeRecv with requests in flight", |n| n.close_recv(p.recv));
+    // The plugin must still work afterwards.
+    let p = cx.pair()?;
+    cx.roundtrip(&p, 4096, 4096, 3).map_err(|e| context(e, "a new connection after closing one with requests in flight"))?;
+    cx.close_pair(p)
+}
+
+fn cycle(cx: &mut Cx, i: u64) -> Res {
+    let p = cx.pair()?;
+    cx.roundtrip(&p, 100_000, 100_000, i)?;
+    cx.close_pair(p)
+}
+
+fn no_leaks(cx: &mut Cx, _: u64) -> Res {
+    cycle(cx, 0)?; // warm-up: lazily created plugin state may stay
+    let (fds, threads) = (fd_count(), thread_count());
+    for i in 1..=20 {
+        cycle(cx, i)?;
+    }
+    // Give exiting helper threads a moment to be reaped.
+    let end = Instant::now() + Duration::from_secs(2);
+    while thread_count() > threads && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (fds2, threads2) = (fd_count(), thread_count());
+    ensure!(fds2 <= fds, "closeSend/closeRecv/closeListen release every file descriptor", "{} file descriptors more after 20 connect/close cycles ({fds} -> {fds2})", fds2 - fds);
+    ensure!(threads2 <= threads, "closing comms ends the threads they started", "{} threads more after 20 connect/close cycles ({threads} -> {threads2})", threads2 - threads);
+    Ok(())
+}
+
+/// Tests `r` until it errors (pass), completes (fail) or the deadline passes (fail).
+fn expect_error(cx: &mut Cx, r: RawRequest, what: &str) -> Res {
+    let start = Instant::now();
+    loop {
+        let mut s = [0usize];
+        match cx.test(r, &mut s) {
+            Err(crate::outcome::Stop::Fail { observed, .. }) => {
+                cx.notes.push(format!("error after {:.0?}: {observed}", start.elapsed()));
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+            Ok(true) => {
+                return Err(fail!(
+                    format!("{what} fails once the peer process is dead"),
+                    "{what} completed (size {}) although the peer was killed before finishing it",
+                    s[0]
+                ));
+            }
+            Ok(false) => {}
+        }
+        ensure!(
+            start.elapsed() < DEAD_PEER_DEADLINE,
+            "a dead peer gives an error within a bounded time, never a hang (checklist: teardown and errors)",
+            "{what}: test kept returning 'not done' for {} s after the peer process was killed",
+            DEAD_PEER_DEADLINE.as_secs()
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn accept_from(cx: &mut Cx, l: ferroccl::plugin::net::RawComm) -> Res<ferroccl::plugin::net::RawComm> {
+    let start = Instant::now();
+    loop {
+        if let Some(c) = cx.call(Call::Accept, "accept from the peer process", |n| n.accept(l))? {
+            return Ok(c);
+        }
+        ensure!(start.elapsed() < crate::cx::CONNECT_DEADLINE, "accept completes", "accept still NULL after 10 s");
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+fn peer_killed_recv(cx: &mut Cx, _: u64) -> Res {
+    let (l, h) = cx.listen()?;
+    let mut peer = Peer::spawn(cx, Role::StallSender, &[])?;
+    peer.send_line(&to_hex(&h))?;
+    let recv = accept_from(cx, l)?;
+    let mut first = vec![0u8; 4096];
+    let r = cx.post("irecv", |cx| cx.irecv(recv, &mut first, 0, None))?;
+    cx.wait_all("first message from the peer", &[r])?;
+    peer.expect("sent", Duration::from_secs(30))?;
+    let mut big = vec![0u8; 64 << 20];
+    let r = cx.post("irecv of 64 MiB", |cx| cx.irecv(recv, &mut big, 0, None))?;
+    for _ in 0..20 {
+        if cx.test(r, &mut [0])? {
+            return Err(skip!("the peer's 64 MiB message completed before the peer could be killed"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    peer.kill();
+    expect_error(cx, r, "a 64 MiB irecv from the killed sender")?;
+    let _ = cx.call(Call::CloseRecv, "closeRecv after the peer died", |n| n.close_recv(recv));
+    let _ = cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l));
+    Ok(())
+}
+
+fn peer_killed_send(cx: &mut Cx, _: u64) -> Res {
+    let mut peer = Peer::spawn(cx, Role::StallReceiver, &[])?;
+    let hex = peer.expect("handle ", Duration::from_secs(30))?;
+    let mut h = from_hex(&hex).ok_or_else(|| fail!("the peer prints its handle", "bad handle {hex:?}"))?;
+    let (ctx, dev) = (cx.ctx, cx.dev);
+    let start = Instant::now();
+    let send = loop {
+        if let Some(c) = cx.call(Call::Connect, "connect to the peer process", |n| n.connect(ctx, dev, &mut h))? {
+            break c;
+        }
+        ensure!(start.elapsed() < crate::cx::CONNECT_DEADLINE, "connect completes", "connect still NULL after 10 s");
+        std::thread::sleep(Duration::from_micros(100));
+    };
+    let mut first = vec![0u8; 4096];
+    fill(&mut first, 0);
+    let r = cx.post("isend", |cx| cx.isend(send, &mut first, 0, None))?;
+    cx.wait_all("first message to the peer", &[r])?;
+    peer.expect("received", Duration::from_secs(30))?;
+    let mut big = vec![0u8; 64 << 20];
+    let r = cx.post("isend of 64 MiB", |cx| cx.isend(send, &mut big, 0, None))?;
+    for _ in 0..20 {
+        if cx.test(r, &mut [0])? {
+            return Err(skip!("the 64 MiB send completed into socket buffers before the peer could be killed"));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    peer.kill();
+    expect_error(cx, r, "a 64 MiB isend to the killed receiver")?;
+    let _ = cx.call(Call::CloseSend, "closeSend after the peer died", |n| n.close_send(send));
+    Ok(())
+}
+
+/// The listening address in a handle, when its first bytes are a sockaddr_in/in6
+/// (as in NCCL's socket and IB plugins).
+fn handle_addr(h: &[u8; 128]) -> Option<SocketAddr> {
+    let family = u16::from_ne_bytes([h[0], h[1]]);
+    let port = u16::from_be_bytes([h[2], h[3]]);
+    if port == 0 {
+        return None;
+    }
+    match family as i32 {
+        libc::AF_INET => {
+            let ip = std::net::Ipv4Addr::new(h[4], h[5], h[6], h[7]);
+            (!ip.is_unspecified()).then_some(SocketAddr::from((ip, port)))
+        }
+        libc::AF_INET6 => {
+            let b: [u8; 16] = h[8..24].try_into().ok()?;
+            let ip = std::net::Ipv6Addr::from(b);
+            (!ip.is_unspecified()).then_some(SocketAddr::from((ip, port)))
+        }
+        _ => None,
+    }
+}
+
+fn stray_client(cx: &mut Cx, _: u64) -> Res {
+    let (l, mut h) = cx.listen()?;
+    let Some(addr) = handle_addr(&h) else {
+        let _ = cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l));
+        return Err(skip!("the handle does not start with a sockaddr_in/sockaddr_in6, so the listen port is unknown"));
+    };
+    // Three strays: garbage then close, connect-and-close, a burst of 0xff.
+    for garbage in [&b"GET / HTTP/1.0\r\n\r\nthis is not a ferroccl peer"[..], &[][..], &[0xffu8; 4096][..]] {
+        let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .map_err(|e| skip!("could not connect to the handle's address {addr}: {e}"))?;
+        let _ = s.write_all(garbage);
+        drop(s);
+    }
+    // Give the plugin a chance to see them before the real peer.
+    for _ in 0..20 {
+        let r = cx.call(Call::Accept, "accept with only stray clients pending", |n| n.accept(l))?;
+        if let Some(c) = r {
+            let _ = cx.call(Call::CloseRecv, "closeRecv", |n| n.close_recv(c));
+            return Err(fail!(
+                "connections that fail the plugin's handshake are dropped, never returned by accept",
+                "accept returned a recvComm for a stray client that sent garbage to {addr}"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (send, recv) = cx.establish(l, &mut h).map_err(|e| context(e, &format!("after three stray clients on {addr}")))?;
+    let p = Pair { listen: Some(l), send, recv };
+    cx.roundtrip(&p, 4096, 4096, 1).map_err(|e| context(e, "after stray clients"))?;
+    cx.roundtrip(&p, 1 << 20, 1 << 20, 2).map_err(|e| context(e, "after stray clients"))?;
+    cx.close_pair(p)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn size(&mut self) -> usize {
+        let r = self.next();
+        match r % 100 {
+            0..=69 => (r >> 8) as usize % 4096,
+            70..=94 => 4096 + (r >> 8) as usize % (60 << 10),
+            _ => (64 << 10) + (r >> 8) as usize % (192 << 10),
+        }
+    }
+}
+
+fn stress(cx: &mut Cx, _: u64) -> Res {
+    const TOTAL: usize = 100_000;
+    const COMMS: usize = 4;
+    const DEPTH: usize = 8;
+    let (fds, threads) = (fd_count(), thread_count());
+    let mut pairs = Vec::new();
+    for _ in 0..COMMS {
+        pairs.push(cx.pair()?);
+    }
+    let mut rng = Rng(0x5eed_1234_abcd_ef01);
+    let cap = 256 << 10;
+    struct Slot {
+        seed: u64,
+        len: usize,
+        sreq: RawRequest,
+        rreq: RawRequest,
+        sdone: bool,
+        rsize: Option<usize>,
+        sbuf: Vec<u8>,
+        rbuf: Vec<u8>,
+    }
+    let mut inflight: Vec<std::collections::VecDeque<Slot>> = (0..COMMS).map(|_| Default::default()).collect();
+    let mut sent = 0usize;
+    let mut verified = 0usize;
+    let mut bytes = 0u64;
+    let start = Instant::now();
+    let mut last_progress = Instant::now();
+    while verified < TOTAL {
+        for c in 0..COMMS {
+            let p = pairs[c];
+            while inflight[c].len() < DEPTH && sent < TOTAL {
+                let len = rng.size();
+                let seed = sent as u64;
+                let mut sbuf = vec![0u8; len];
+                fill(&mut sbuf, seed);
+                let mut rbuf = vec![0u8; cap];
+                let rreq = cx.post("stress irecv", |cx| cx.irecv(p.recv, &mut rbuf, 0, None))?;
+                let sreq = cx.post("stress isend", |cx| cx.isend(p.send, &mut sbuf, 0, None))?;
+                inflight[c].push_back(Slot { seed, len, sreq, rreq, sdone: false, rsize: None, sbuf, rbuf });
+                sent += 1;
+            }
+            // Test in posting order; retire completed heads.
+            for s in inflight[c].iter_mut() {
+                if !s.sdone {
+                    s.sdone = cx.test(s.sreq, &mut [0])?;
+                }
+                if s.rsize.is_none() {
+                    let mut z = [0usize];
+                    if cx.test(s.rreq, &mut z)? {
+                        s.rsize = Some(z[0]);
+                    }
+                }
+            }
+            while inflight[c].front().is_some_and(|s| s.sdone && s.rsize.is_some()) {
+                let s = inflight[c].pop_front().expect("front");
+                let got = s.rsize.unwrap_or(0);
+                ensure!(got == s.len, "test reports the size sent", "stress message {} on comm {c}: size {got}, sent {}", s.seed, s.len);
+                if let Err(at) = verify(&s.rbuf[..s.len], s.seed) {
+                    return Err(fail!("received bytes equal the sent bytes", "stress message {} ({} bytes) on comm {c}: wrong byte at offset {at}", s.seed, s.len));
+                }
+                drop(s.sbuf);
+                verified += 1;
+                bytes += s.len as u64;
+                last_progress = Instant::now();
+            }
+        }
+        ensure!(last_progress.elapsed() < crate::cx::REQUEST_DEADLINE, "stress traffic keeps completing", "no message completed for 20 s ({verified} of {TOTAL} verified)");
+    }
+    for p in pairs {
+        cx.close_pair(p)?;
+    }
+    let end = Instant::now() + Duration::from_secs(2);
+    while thread_count() > threads && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (fds2, threads2) = (fd_count(), thread_count());
+    ensure!(fds2 <= fds, "no file descriptors leak", "{fds} fds before, {fds2} after the stress run");
+    ensure!(threads2 <= threads, "no threads leak", "{threads} threads before, {threads2} after the stress run");
+    let secs = start.elapsed().as_secs_f64();
+    cx.notes.push(format!("{TOTAL} messages, {:.1} MiB in {secs:.1} s over {COMMS} comms", bytes as f64 / (1 << 20) as f64));
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! `ferroccl-conformance`: runs the ncclNet conformance suite against a plugin.
+//!
+//! ```text
+//! ferroccl-conformance [NAME|PATH] [--api v6..v12|all] [--filter GLOB] [--device N]
+//!                      [--format text|json|junit] [--output FILE] [--quick|--full] [--list]
+//! ```
+//! Exit status: 0 when every required check passed, 1 when one failed, 2 on a usage error.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use ferroccl_conformance::peer::Role;
+use ferroccl_conformance::registry::Filter;
+use ferroccl_conformance::runner::{SuiteConfig, parse_api, run};
+use ferroccl_conformance::worker::{Target, probe_main, setup, worker_main};
+use ferroccl_conformance::{peer, report};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+    Junit,
+}
+
+/// Conformance suite for ncclNet plugins: loads the plugin through ferroccl's
+/// host, runs every check for every exported API version, each in its own
+/// process under a watchdog, and reports what the contract says, what the plugin
+/// did, and how to reproduce each failure.
+#[derive(Debug, Parser)]
+#[command(name = "ferroccl-conformance", version)]
+struct Cli {
+    /// Plugin to test: a path (contains '/'), a file name on the loader path, or a
+    /// short name resolved like NCCL_NET_PLUGIN (`socket` -> libnccl-net-socket.so).
+    plugin: Option<String>,
+    /// API versions: all, v9, v6..v12, or a comma list. Versions the library does
+    /// not export are skipped.
+    #[arg(long, default_value = "all")]
+    api: String,
+    /// Only checks whose id matches: globs (`transfer.size.*`), comma-separated; a
+    /// bare prefix selects a group (`transfer`).
+    #[arg(long)]
+    filter: Option<String>,
+    /// Test only this device (default: device 0 for traffic, every device for properties).
+    #[arg(long)]
+    device: Option<usize>,
+    /// Report format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    /// Write the report to FILE instead of stdout.
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Quick tier (default): minutes at most.
+    #[arg(long, conflicts_with = "full")]
+    quick: bool,
+    /// Full tier: adds the stress run (100 000 messages), maxP2pBytes and the large perf sweep.
+    #[arg(long)]
+    full: bool,
+    /// List every check with its level, tier, versions, reference section and rule.
+    #[arg(long)]
+    list: bool,
+    /// Internal: run one check in this process and print its result.
+    #[arg(long, hide = true)]
+    worker: Option<String>,
+    /// Internal: probe the library's exported symbols.
+    #[arg(long, hide = true)]
+    probe: bool,
+    /// Internal: act as the peer process of a cross-process check.
+    #[arg(long, hide = true, value_enum)]
+    peer: Option<Role>,
+    /// Internal: message sizes for `--peer`.
+    #[arg(long, hide = true, value_delimiter = ',')]
+    sizes: Vec<usize>,
+}
+
+fn main() {
+    std::process::exit(real_main());
+}
+
+fn real_main() -> i32 {
+    let cli = Cli::parse();
+    if cli.list {
+        print!("{}", report::list());
+        return 0;
+    }
+    let Some(plugin) = cli.plugin.clone() else {
+        eprintln!("ferroccl-conformance: name the plugin to test (a path, a file name, or e.g. `socket`); --help for usage");
+        return 2;
+    };
+    let versions = match parse_api(&cli.api) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("ferroccl-conformance: {e}");
+            return 2;
+        }
+    };
+    if cli.probe {
+        return probe_main(&plugin);
+    }
+    let target = Target { plugin: plugin.clone(), version: *versions.last().unwrap_or(&12), device: cli.device, full: cli.full };
+    if let Some(id) = &cli.worker {
+        return worker_main(id, &target);
+    }
+    if let Some(role) = cli.peer {
+        return match setup(&target) {
+            Ok(mut cx) => peer::run_peer(&mut cx, role, &cli.sizes),
+            Err(e) => {
+                println!("error {e}");
+                1
+            }
+        };
+    }
+    let filter = match cli.filter.as_deref().map(Filter::new).transpose() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("ferroccl-conformance: {e}");
+            return 2;
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ferroccl-conformance: cannot locate my own executable to start workers: {e}");
+            return 2;
+        }
+    };
+    let cfg = SuiteConfig { plugin, versions, filter, device: cli.device, full: cli.full, exe, progress: true };
+    let rep = run(&cfg);
+    let text = match cli.format {
+        Format::Text => report::text(&rep),
+        Format::Json => report::json(&rep),
+        Format::Junit => report::junit(&rep),
+    };
+    match &cli.output {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &text) {
+                eprintln!("ferroccl-conformance: cannot write {}: {e}", path.display());
+                return 2;
+            }
+            if cli.format != Format::Text {
+                // Keep a one-line summary on the terminal / CI log.
+                let (p, f, k) = rep.counts();
+                eprintln!("ferroccl-conformance: {p} passed, {f} failed ({} required), {k} skipped; report in {}", rep.required_failures(), path.display());
+            }
+        }
+        None => {
+            let mut o = std::io::stdout().lock();
+            let _ = o.write_all(text.as_bytes());
+        }
+    }
+    rep.exit_code()
+}
