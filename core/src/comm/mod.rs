@@ -330,6 +330,12 @@ impl Comm {
         r
     }
 
+    /// Host-side barrier over the bootstrap network (not ordered with enqueued work:
+    /// synchronize streams first). Errors: bootstrap failures and timeouts.
+    pub fn barrier(&self) -> Result<()> {
+        self.inner.bootstrap.barrier().map_err(|e| Error::Bootstrap(e.to_string()))
+    }
+
     /// `ncclCommAbort`: stops all operations in flight (they complete with
     /// [`Error::Aborted`]), closes every connection and returns promptly.
     pub fn abort(&self) {
