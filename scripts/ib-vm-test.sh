@@ -29,12 +29,15 @@ if [[ "${1:-}" == "--guest" ]]; then
             fail=$((fail + 1))
         fi
     }
-    lib_bin=$1 vm_bin=$2 noverbs_bin=$3
+    lib_bin=$1 vm_bin=$2 noverbs_bin=$3 versions_bin=${4:-}
     export IB_VM_REQUIRE=1 NCCL_IB_TIMEOUT=14 NCCL_IB_RETRY_CNT=7
     check rxe-device sh -c "ibv_devinfo -d ${RXE_DEV:-rxe0} | grep -q PORT_ACTIVE"
     check sans-io-unit "$lib_bin" --quiet
     check exchange-1qp env NCCL_IB_QPS_PER_CONNECTION=1 "$vm_bin" --nocapture --test-threads=1
     check exchange-4qp env NCCL_IB_QPS_PER_CONNECTION=4 "$vm_bin" --nocapture --test-threads=1
+    if [[ -n "$versions_bin" ]]; then
+        check dlopen-v6-to-v12 "$versions_bin" --nocapture --test-threads=1
+    fi
     check exchange-hca-exact env NCCL_IB_HCA="=${RXE_DEV:-rxe0}:1" NCCL_IB_GID_INDEX="${RXE_GID_INDEX:-1}" \
         "$vm_bin" --nocapture --test-threads=1
     check hca-excluded-init-fails sh -c "NCCL_IB_HCA='^${RXE_DEV:-rxe0}' IB_VM_REQUIRE= '$vm_bin' --nocapture 2>&1 | grep -q 'not selected by NCCL_IB_HCA'"
@@ -75,6 +78,7 @@ exe() { # target name
 lib_bin=$(exe nccl_net_ib)
 vm_bin=$(exe vm_exchange)
 noverbs_bin=$(exe no_verbs)
+versions_bin=$(exe vm_versions)
 if [[ -z "$lib_bin" || -z "$vm_bin" || -z "$noverbs_bin" ]]; then
     echo "could not find the test executables (lib=$lib_bin vm=$vm_bin no_verbs=$noverbs_bin)"
     echo "0 passed, 1 failed"
@@ -84,7 +88,7 @@ fi
 export RXE_VM_SHARE="$ROOT:$CARGO_TARGET_DIR"
 export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-1200}
 export RXE_VM_ENV="${RXE_VM_ENV:-} IB_VM_PERF"
-out=$("$VMDIR/run-in-vm.sh" bash "$ROOT/scripts/ib-vm-test.sh" --guest "$lib_bin" "$vm_bin" "$noverbs_bin" 2>&1)
+out=$("$VMDIR/run-in-vm.sh" bash "$ROOT/scripts/ib-vm-test.sh" --guest "$lib_bin" "$vm_bin" "$noverbs_bin" "$versions_bin" 2>&1)
 rc=$?
 out=$(printf '%s\n' "$out" | tr -d '\r')
 printf '%s\n' "$out"

@@ -108,7 +108,11 @@ fn spawn_async_thread(name: String, ctx: Arc<Context>, stop: Arc<AtomicBool>) ->
         .name(format!("ib-async-{name}"))
         .spawn(move || {
             while !stop.load(Ordering::Acquire) {
-                let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
                 // SAFETY: one valid pollfd.
                 let n = unsafe { libc::poll(&mut p, 1, 100) };
                 if n <= 0 {
@@ -157,7 +161,10 @@ impl IbDev {
             return Ok(IbMr { entry: e });
         }
         cache.retain(|_, w| w.strong_count() > 0);
-        let mr = self.pd.reg_mr(start as *mut u8, end - start).map_err(NetError::System)?;
+        let mr = self
+            .pd
+            .reg_mr(start as *mut u8, end - start)
+            .map_err(NetError::System)?;
         let entry = Arc::new(MrEntry { mr, _dev: self.clone() });
         cache.insert((start, end), Arc::downgrade(&entry));
         Ok(IbMr { entry })
@@ -203,8 +210,10 @@ impl IbNet {
         let v = Verbs::get()?;
         let infos = verbs::list_devices(v)?;
         if infos.is_empty() {
-            return Err("ibv_get_device_list found no RDMA devices (no HCA, or the rdma_rxe/mlx5_ib module is not loaded)"
-                .into());
+            return Err(
+                "ibv_get_device_list found no RDMA devices (no HCA, or the rdma_rxe/mlx5_ib module is not loaded)"
+                    .into(),
+            );
         }
         let mut out = Vec::new();
         let mut skipped = Vec::new();
@@ -220,7 +229,11 @@ impl IbNet {
             let pd = Arc::new(Pd::new(&ctx)?);
             let stop = Arc::new(AtomicBool::new(false));
             let thread = spawn_async_thread(info.name.clone(), ctx.clone(), stop.clone());
-            let devctx = Arc::new(DevCtx { stop, thread: Mutex::new(thread), ctx: ctx.clone() });
+            let devctx = Arc::new(DevCtx {
+                stop,
+                thread: Mutex::new(thread),
+                ctx: ctx.clone(),
+            });
             for port in 1..=dattr.phys_port_cnt {
                 let pa = ctx.query_port(port)?;
                 if pa.state != sys::ibv_port_state::IBV_PORT_ACTIVE {
@@ -251,7 +264,10 @@ impl IbNet {
                         }
                     }
                 } else {
-                    (params.gid_index.max(0) as u32, "InfiniBand: LID routing, GID for GRH only".to_string())
+                    (
+                        params.gid_index.max(0) as u32,
+                        "InfiniBand: LID routing, GID for GRH only".to_string(),
+                    )
                 };
                 let gid = ctx.query_gid(port, gid_index as i32).unwrap_or([0; 16]);
                 let dev = IbDev {
@@ -287,7 +303,11 @@ impl IbNet {
             return Err(format!(
                 "no usable RDMA port among {} device(s): {}",
                 infos.len(),
-                if skipped.is_empty() { "none found".to_string() } else { skipped.join("; ") }
+                if skipped.is_empty() {
+                    "none found".to_string()
+                } else {
+                    skipped.join("; ")
+                }
             ));
         }
         Ok(out)
@@ -372,7 +392,12 @@ impl Conn {
 
     fn fail(&mut self, e: NetError) -> NetError {
         if self.failed.is_none() {
-            net_warn!("NET/FerrocclIB: connection to {} on {}:{} failed: {e}", self.peer, self.dev.name, self.dev.port);
+            net_warn!(
+                "NET/FerrocclIB: connection to {} on {}:{} failed: {e}",
+                self.peer,
+                self.dev.name,
+                self.dev.port
+            );
             self.failed = Some(e.clone_err());
         }
         e
@@ -449,7 +474,9 @@ impl Conn {
                 self.check_peer(pending)?;
                 Ok(TestStatus::Pending)
             }
-            None => Err(NetError::Internal(format!("request {id} is not outstanding on this comm"))),
+            None => Err(NetError::Internal(format!(
+                "request {id} is not outstanding on this comm"
+            ))),
         }
     }
 }
@@ -498,7 +525,12 @@ impl<T: Copy> ProtoBuf<T> {
                 return Err(NetError::System(e));
             }
         };
-        Ok(ProtoBuf { mr: std::mem::ManuallyDrop::new(mr), ptr, len, layout })
+        Ok(ProtoBuf {
+            mr: std::mem::ManuallyDrop::new(mr),
+            ptr,
+            len,
+            layout,
+        })
     }
 
     fn addr(&self, i: usize) -> u64 {
@@ -578,7 +610,10 @@ fn closed() -> NetError {
 static PSN_SEED: AtomicU64 = AtomicU64::new(0);
 
 fn random_psn() -> u32 {
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     let x = (t as u64) ^ (u64::from(std::process::id()) << 20) ^ PSN_SEED.fetch_add(0x9e37_79b9, Ordering::Relaxed);
     (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as u32 & 0xff_ffff
 }
@@ -640,7 +675,11 @@ fn connect_qps(conn: &Conn, p: &IbParams, psns: &[u32], peer: &proto::ConnMeta, 
 fn pump(sock: &mut TcpStream, hs: &mut Handshake, peer: SocketAddr) -> NetResult<Vec<proto::Event>> {
     while !hs.outgoing().is_empty() {
         match sock.write(hs.outgoing()) {
-            Ok(0) => return Err(NetError::Remote(format!("peer {peer} closed the side channel during connection setup"))),
+            Ok(0) => {
+                return Err(NetError::Remote(format!(
+                    "peer {peer} closed the side channel during connection setup"
+                )));
+            }
             Ok(n) => hs.sent(n),
             Err(e) if e.kind() == ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -655,13 +694,19 @@ fn pump(sock: &mut TcpStream, hs: &mut Handshake, peer: SocketAddr) -> NetResult
                 if hs.is_done() {
                     break;
                 }
-                return Err(NetError::Remote(format!("peer {peer} closed the side channel during connection setup")));
+                return Err(NetError::Remote(format!(
+                    "peer {peer} closed the side channel during connection setup"
+                )));
             }
             Ok(n) => {
-                let mut ev = hs.received(&buf[..n]).map_err(|e| NetError::Remote(format!("peer {peer}: {e}")))?;
+                let mut ev = hs
+                    .received(&buf[..n])
+                    .map_err(|e| NetError::Remote(format!("peer {peer}: {e}")))?;
                 while let Some(e) = ev {
                     events.push(e);
-                    ev = hs.received(&[]).map_err(|e| NetError::Remote(format!("peer {peer}: {e}")))?;
+                    ev = hs
+                        .received(&[])
+                        .map_err(|e| NetError::Remote(format!("peer {peer}: {e}")))?;
                 }
                 if !events.is_empty() {
                     break;
@@ -692,18 +737,27 @@ impl SendInner {
         let mut wcs: [sys::ibv_wc; 16] = // SAFETY: all-zero is a valid ibv_wc (plain data).
             unsafe { std::mem::zeroed() };
         loop {
-            let n = self.conn.cq.poll(&mut wcs).map_err(|e| self.conn.fail(NetError::System(e)))?;
+            let n = self
+                .conn
+                .cq
+                .poll(&mut wcs)
+                .map_err(|e| self.conn.fail(NetError::System(e)))?;
             for wc in &wcs[..n] {
                 if wc.status != sys::ibv_wc_status::IBV_WC_SUCCESS {
                     let e = self.conn.wc_error(wc, "RDMA write of send data");
                     return Err(self.conn.fail(e));
                 }
-                let Some(q) = self.conn.qp_index(wc.qp_num) else { continue };
+                let Some(q) = self.conn.qp_index(wc.qp_num) else {
+                    continue;
+                };
                 if let Some(c) = self.conn.sq_batches[q].pop_front() {
                     self.conn.sq_free[q] += c;
                 }
                 let seq = wc.wr_id & ((1 << WR_KIND_SHIFT) - 1);
-                let done = self.matcher.on_completion(seq).map_err(|e| self.conn.fail(NetError::Internal(e.to_string())))?;
+                let done = self
+                    .matcher
+                    .on_completion(seq)
+                    .map_err(|e| self.conn.fail(NetError::Internal(e.to_string())))?;
                 for id in done {
                     if let Some(ReqState::Pending { size }) = self.conn.reqs.get(&id).cloned() {
                         let mut sizes = [0; MAX_RECVS];
@@ -721,7 +775,9 @@ impl SendInner {
     fn isend(&mut self, buf: Buf, tag: i32, mr: Option<&IbMr>) -> NetResult<Option<u64>> {
         self.conn.check_failed()?;
         if buf.len > 0 && mr.is_none() {
-            return Err(NetError::InvalidArgument("isend of a non-empty buffer without an mhandle".into()));
+            return Err(NetError::InvalidArgument(
+                "isend of a non-empty buffer without an mhandle".into(),
+            ));
         }
         let seq = self.matcher.seq();
         let base = (seq as usize % FIFO_SLOTS) * MAX_RECVS;
@@ -791,8 +847,14 @@ impl SendInner {
         let imm = proto::imm_for(&sizes);
         let (imm_addr, imm_rkey) = (sends[0].remote_addr, sends[0].rkey);
         for (q, work) in per_qp.iter().enumerate() {
-            let mut sges: Vec<sys::ibv_sge> =
-                work.iter().map(|w| sys::ibv_sge { addr: w.0, length: w.1, lkey: w.2 }).collect();
+            let mut sges: Vec<sys::ibv_sge> = work
+                .iter()
+                .map(|w| sys::ibv_sge {
+                    addr: w.0,
+                    length: w.1,
+                    lkey: w.2,
+                })
+                .collect();
             // SAFETY: all-zero is a valid ibv_send_wr (NULL pointers, zero fields).
             let mut wrs: Vec<sys::ibv_send_wr> = (0..=work.len()).map(|_| unsafe { std::mem::zeroed() }).collect();
             for (i, w) in work.iter().enumerate() {
@@ -800,19 +862,27 @@ impl SendInner {
                 wrs[i].opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
                 wrs[i].sg_list = &mut sges[i];
                 wrs[i].num_sge = 1;
-                wrs[i].wr.rdma = sys::rdma_t { remote_addr: w.3, rkey: w.4 };
+                wrs[i].wr.rdma = sys::rdma_t {
+                    remote_addr: w.3,
+                    rkey: w.4,
+                };
             }
             let last = work.len();
             wrs[last].wr_id = (WR_DATA << WR_KIND_SHIFT) | seq;
             wrs[last].opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
             wrs[last].send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
             wrs[last].imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-            wrs[last].wr.rdma = sys::rdma_t { remote_addr: imm_addr, rkey: imm_rkey };
+            wrs[last].wr.rdma = sys::rdma_t {
+                remote_addr: imm_addr,
+                rkey: imm_rkey,
+            };
             for i in 0..last {
                 let next: *mut sys::ibv_send_wr = &mut wrs[i + 1];
                 wrs[i].next = next;
             }
-            self.conn.qps[q].post_send(&mut wrs[0]).map_err(|e| self.conn.fail(NetError::System(e)))?;
+            self.conn.qps[q]
+                .post_send(&mut wrs[0])
+                .map_err(|e| self.conn.fail(NetError::System(e)))?;
             self.conn.sq_free[q] -= wrs.len();
             self.conn.sq_batches[q].push_back(wrs.len());
         }
@@ -837,15 +907,25 @@ impl RecvInner {
         let mut wcs: [sys::ibv_wc; 16] = // SAFETY: all-zero is a valid ibv_wc (plain data).
             unsafe { std::mem::zeroed() };
         loop {
-            let n = self.conn.cq.poll(&mut wcs).map_err(|e| self.conn.fail(NetError::System(e)))?;
+            let n = self
+                .conn
+                .cq
+                .poll(&mut wcs)
+                .map_err(|e| self.conn.fail(NetError::System(e)))?;
             for wc in &wcs[..n] {
                 let kind = wc.wr_id >> WR_KIND_SHIFT;
                 if wc.status != sys::ibv_wc_status::IBV_WC_SUCCESS {
-                    let what = if kind == WR_CTS { "RDMA write of a CTS FIFO entry" } else { "receive of send data" };
+                    let what = if kind == WR_CTS {
+                        "RDMA write of a CTS FIFO entry"
+                    } else {
+                        "receive of send data"
+                    };
                     let e = self.conn.wc_error(wc, what);
                     return Err(self.conn.fail(e));
                 }
-                let Some(q) = self.conn.qp_index(wc.qp_num) else { continue };
+                let Some(q) = self.conn.qp_index(wc.qp_num) else {
+                    continue;
+                };
                 if kind == WR_CTS {
                     if let Some(c) = self.conn.sq_batches[q].pop_front() {
                         self.conn.sq_free[q] += c;
@@ -854,7 +934,10 @@ impl RecvInner {
                 }
                 // SAFETY: receive completions with immediate carry `imm_data`.
                 let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
-                let done = self.tracker.on_imm(q, imm).map_err(|e| self.conn.fail(NetError::Remote(e.to_string())))?;
+                let done = self
+                    .tracker
+                    .on_imm(q, imm)
+                    .map_err(|e| self.conn.fail(NetError::Remote(e.to_string())))?;
                 if let Some(d) = done {
                     let mut sizes = [0usize; MAX_RECVS];
                     match d.imm_size {
@@ -879,7 +962,10 @@ impl RecvInner {
     fn irecv(&mut self, bufs: &[RecvBuf<'_, IbMr>]) -> NetResult<Option<u64>> {
         self.conn.check_failed()?;
         if bufs.is_empty() || bufs.len() > MAX_RECVS {
-            return Err(NetError::InvalidArgument(format!("irecv of {} buffers, expected 1..=8", bufs.len())));
+            return Err(NetError::InvalidArgument(format!(
+                "irecv of {} buffers, expected 1..=8",
+                bufs.len()
+            )));
         }
         if !self.tracker.can_post() {
             return Ok(None);
@@ -893,12 +979,16 @@ impl RecvInner {
         let mut list = Vec::with_capacity(bufs.len());
         for b in bufs {
             if b.buf.len > 0 && b.mr.is_none() {
-                return Err(NetError::InvalidArgument("irecv of a non-empty buffer without an mhandle".into()));
+                return Err(NetError::InvalidArgument(
+                    "irecv of a non-empty buffer without an mhandle".into(),
+                ));
             }
             list.push((b.buf.ptr as u64, b.buf.len as u64, b.mr.map_or(0, IbMr::rkey), b.tag));
         }
         let id = self.conn.next_req;
-        let Some((seq, entries)) = self.tracker.post(id, &list) else { return Ok(None) };
+        let Some((seq, entries)) = self.tracker.post(id, &list) else {
+            return Ok(None);
+        };
         self.conn.next_req += 1;
         self.conn.reqs.insert(id, ReqState::Pending { size: 0 });
         for (q, qp) in self.conn.qps.iter().enumerate() {
@@ -926,7 +1016,9 @@ impl RecvInner {
             remote_addr: self.remote_fifo.0 + (slot * proto::FIFO_SLOT_BYTES) as u64,
             rkey: self.remote_fifo.1,
         };
-        self.conn.qps[0].post_send(&mut wr).map_err(|e| self.conn.fail(NetError::System(e)))?;
+        self.conn.qps[0]
+            .post_send(&mut wr)
+            .map_err(|e| self.conn.fail(NetError::System(e)))?;
         self.conn.sq_free[0] -= 1;
         self.conn.sq_batches[0].push_back(1);
         Ok(Some(id))
@@ -969,7 +1061,9 @@ fn oob_ip(dev: &IbDev) -> std::net::IpAddr {
                 continue;
             }
             // SAFETY: ifa_name is a NUL-terminated string.
-            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
+                .to_string_lossy()
+                .into_owned();
             let ok = match &want {
                 Some(w) if w.starts_with('^') => !w[1..].split(',').any(|x| name.starts_with(x)),
                 Some(w) => w.trim_start_matches('=').split(',').any(|x| name.starts_with(x)),
@@ -1003,7 +1097,9 @@ impl Net for IbNet {
     fn new() -> NetResult<Self> {
         let params = IbParams::from_env().map_err(|e| NetError::InvalidUsage(e.to_string()))?;
         if params.disable {
-            return Err(NetError::InvalidUsage("NET/FerrocclIB disabled by NCCL_IB_DISABLE=1".into()));
+            return Err(NetError::InvalidUsage(
+                "NET/FerrocclIB disabled by NCCL_IB_DISABLE=1".into(),
+            ));
         }
         let devs = Self::discover(&params).map_err(|e| NetError::System(format!("NET/FerrocclIB: {e}")))?;
         net_info!(
@@ -1027,7 +1123,10 @@ impl Net for IbNet {
     }
 
     fn properties(&self, dev: usize) -> NetResult<Properties> {
-        let d = self.devs.get(dev).ok_or_else(|| NetError::InvalidArgument(format!("device {dev} out of range")))?;
+        let d = self
+            .devs
+            .get(dev)
+            .ok_or_else(|| NetError::InvalidArgument(format!("device {dev} out of range")))?;
         Ok(Properties {
             name: d.name.clone(),
             pci_path: d.pci_path.clone(),
@@ -1045,13 +1144,25 @@ impl Net for IbNet {
     }
 
     fn listen(&self, ctx: &Self::Ctx, dev: usize, handle: &mut Handle) -> NetResult<Self::ListenComm> {
-        let d = self.devs.get(dev).ok_or_else(|| NetError::InvalidArgument(format!("device {dev} out of range")))?;
+        let d = self
+            .devs
+            .get(dev)
+            .ok_or_else(|| NetError::InvalidArgument(format!("device {dev} out of range")))?;
         let ip = oob_ip(d);
         let listener = TcpListener::bind((ip, 0)).map_err(|e| sys_err(format!("bind side channel on {ip}: {e}")))?;
         listener.set_nonblocking(true).map_err(sys_err)?;
         let addr = listener.local_addr().map_err(sys_err)?;
-        proto::ListenHandle { addr, magic: proto::MAGIC }.encode(handle);
-        Ok(IbListen { dev: d.clone(), listener, pending: None, tc: ctx.traffic_class })
+        proto::ListenHandle {
+            addr,
+            magic: proto::MAGIC,
+        }
+        .encode(handle);
+        Ok(IbListen {
+            dev: d.clone(),
+            listener,
+            pending: None,
+            tc: ctx.traffic_class,
+        })
     }
 
     fn connect(
@@ -1061,24 +1172,58 @@ impl Net for IbNet {
         handle: &mut Handle,
         config: &CommConfig,
     ) -> NetResult<Option<Self::SendComm>> {
-        let stage = u64::from_le_bytes(handle[proto::HANDLE_STAGE_OFF..proto::HANDLE_STAGE_OFF + 8].try_into().expect("8"));
-        let ptr = u64::from_le_bytes(handle[proto::HANDLE_PTR_OFF..proto::HANDLE_PTR_OFF + 8].try_into().expect("8"));
+        let stage = u64::from_le_bytes(
+            handle[proto::HANDLE_STAGE_OFF..proto::HANDLE_STAGE_OFF + 8]
+                .try_into()
+                .expect("8"),
+        );
+        let ptr = u64::from_le_bytes(
+            handle[proto::HANDLE_PTR_OFF..proto::HANDLE_PTR_OFF + 8]
+                .try_into()
+                .expect("8"),
+        );
         let clear = |h: &mut Handle| h[proto::HANDLE_STAGE_OFF..proto::HANDLE_PTR_OFF + 8].fill(0);
         let mut st: Box<Connecting> = if stage == 1 && ptr != 0 {
             // SAFETY: stage 1 means `ptr` is the Box we leaked into this handle below.
             unsafe { Box::from_raw(ptr as *mut Connecting) }
         } else {
-            let d = self.devs.get(dev).ok_or_else(|| NetError::InvalidArgument(format!("device {dev} out of range")))?;
+            let d = self
+                .devs
+                .get(dev)
+                .ok_or_else(|| NetError::InvalidArgument(format!("device {dev} out of range")))?;
             let lh = proto::ListenHandle::decode(handle).map_err(|e| NetError::InvalidArgument(e.to_string()))?;
             let sock = TcpStream::connect_timeout(&lh.addr, CONNECT_TIMEOUT)
                 .map_err(|e| NetError::System(format!("side-channel connect to {}: {e}", lh.addr)))?;
             sock.set_nonblocking(true).map_err(sys_err)?;
             let _ = sock.set_nodelay(true);
-            let tc_cfg = if config.traffic_class >= 0 { config.traffic_class } else { ctx.traffic_class };
+            let tc_cfg = if config.traffic_class >= 0 {
+                config.traffic_class
+            } else {
+                ctx.traffic_class
+            };
             let (tc, sl) = (self.params.effective_tc(tc_cfg), self.params.effective_sl(tc_cfg));
-            let res = SendInner::new(d.clone(), self.params.qps_per_conn, sock.try_clone().map_err(sys_err)?, lh.addr)?;
-            let meta = own_meta(d, &res.conn.qps, &res.psns, (res.fifo.addr(0), res.fifo.mr.rkey()), tc, sl);
-            Box::new(Connecting { sock, peer: lh.addr, hs: Handshake::new(Role::Connector, Some(&meta)), res: Some(res), tc, sl })
+            let res = SendInner::new(
+                d.clone(),
+                self.params.qps_per_conn,
+                sock.try_clone().map_err(sys_err)?,
+                lh.addr,
+            )?;
+            let meta = own_meta(
+                d,
+                &res.conn.qps,
+                &res.psns,
+                (res.fifo.addr(0), res.fifo.mr.rkey()),
+                tc,
+                sl,
+            );
+            Box::new(Connecting {
+                sock,
+                peer: lh.addr,
+                hs: Handshake::new(Role::Connector, Some(&meta)),
+                res: Some(res),
+                tc,
+                sl,
+            })
         };
         let result = (|| -> NetResult<Option<SendInner>> {
             let peer = st.peer;
@@ -1096,8 +1241,15 @@ impl Net for IbNet {
         match result {
             Ok(Some(inner)) => {
                 clear(handle);
-                net_info!(NCCL_NET, "NET/FerrocclIB: connected to {} ({} QP(s))", inner.conn.peer, inner.conn.qps.len());
-                Ok(Some(IbSendComm { inner: Arc::new(Mutex::new(Some(inner))) }))
+                net_info!(
+                    NCCL_NET,
+                    "NET/FerrocclIB: connected to {} ({} QP(s))",
+                    inner.conn.peer,
+                    inner.conn.qps.len()
+                );
+                Ok(Some(IbSendComm {
+                    inner: Arc::new(Mutex::new(Some(inner))),
+                }))
             }
             Ok(None) => {
                 handle[proto::HANDLE_STAGE_OFF..proto::HANDLE_STAGE_OFF + 8].copy_from_slice(&1u64.to_le_bytes());
@@ -1118,7 +1270,12 @@ impl Net for IbNet {
                 Ok((sock, peer)) => {
                     sock.set_nonblocking(true).map_err(sys_err)?;
                     let _ = sock.set_nodelay(true);
-                    listen.pending = Some(Accepting { sock, peer, hs: Handshake::new(Role::Acceptor, None), res: None });
+                    listen.pending = Some(Accepting {
+                        sock,
+                        peer,
+                        hs: Handshake::new(Role::Acceptor, None),
+                        res: None,
+                    });
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
                 Err(e) => return Err(sys_err(format!("side-channel accept: {e}"))),
@@ -1131,12 +1288,19 @@ impl Net for IbNet {
             for ev in pump(&mut a.sock, &mut a.hs, a.peer)? {
                 match ev {
                     proto::Event::PeerMeta(m) => {
-                        let mut res = RecvInner::new(dev.clone(), m.qpns.len(), a.sock.try_clone().map_err(sys_err)?, a.peer)?;
+                        let mut res =
+                            RecvInner::new(dev.clone(), m.qpns.len(), a.sock.try_clone().map_err(sys_err)?, a.peer)?;
                         let (tc, sl) = (self.params.effective_tc(tc_cfg), self.params.effective_sl(tc_cfg));
                         connect_qps(&res.conn, &self.params, &res.psns, &m, tc, sl)?;
                         res.remote_fifo = (m.buf_addr, m.buf_rkey);
-                        let meta =
-                            own_meta(&dev, &res.conn.qps, &res.psns, (res.records.addr(0), res.records.mr.rkey()), tc, sl);
+                        let meta = own_meta(
+                            &dev,
+                            &res.conn.qps,
+                            &res.psns,
+                            (res.records.addr(0), res.records.mr.rkey()),
+                            tc,
+                            sl,
+                        );
                         a.hs.queue_meta(&meta);
                         a.res = Some(res);
                         pump(&mut a.sock, &mut a.hs, a.peer)?;
@@ -1150,8 +1314,15 @@ impl Net for IbNet {
             Ok(true) => {
                 let a = listen.pending.take().expect("pending");
                 let inner = a.res.expect("resources created before ready");
-                net_info!(NCCL_NET, "NET/FerrocclIB: accepted {} ({} QP(s))", inner.conn.peer, inner.conn.qps.len());
-                Ok(Some(IbRecvComm { inner: Arc::new(Mutex::new(Some(inner))) }))
+                net_info!(
+                    NCCL_NET,
+                    "NET/FerrocclIB: accepted {} ({} QP(s))",
+                    inner.conn.peer,
+                    inner.conn.qps.len()
+                );
+                Ok(Some(IbRecvComm {
+                    inner: Arc::new(Mutex::new(Some(inner))),
+                }))
             }
             Ok(false) => Ok(None),
             Err(e) => {
@@ -1183,14 +1354,22 @@ impl Net for IbNet {
         mr: Option<&Self::Mr>,
     ) -> NetResult<Option<Self::Request>> {
         let mut g = lock(&comm.inner);
-        let inner = g.as_mut().ok_or_else(|| NetError::Internal("isend on a closed comm".into()))?;
-        Ok(inner.isend(buf, tag, mr)?.map(|id| IbRequest(ReqOwner::Send(comm.inner.clone(), id))))
+        let inner = g
+            .as_mut()
+            .ok_or_else(|| NetError::Internal("isend on a closed comm".into()))?;
+        Ok(inner
+            .isend(buf, tag, mr)?
+            .map(|id| IbRequest(ReqOwner::Send(comm.inner.clone(), id))))
     }
 
     fn irecv(&self, comm: &mut Self::RecvComm, bufs: &[RecvBuf<'_, Self::Mr>]) -> NetResult<Option<Self::Request>> {
         let mut g = lock(&comm.inner);
-        let inner = g.as_mut().ok_or_else(|| NetError::Internal("irecv on a closed comm".into()))?;
-        Ok(inner.irecv(bufs)?.map(|id| IbRequest(ReqOwner::Recv(comm.inner.clone(), id))))
+        let inner = g
+            .as_mut()
+            .ok_or_else(|| NetError::Internal("irecv on a closed comm".into()))?;
+        Ok(inner
+            .irecv(bufs)?
+            .map(|id| IbRequest(ReqOwner::Recv(comm.inner.clone(), id))))
     }
 
     fn test(&self, req: &mut Self::Request) -> NetResult<TestStatus> {

@@ -97,7 +97,11 @@ fn int_param(
         expected: format!("an integer in {lo} ..= {hi}"),
     })?;
     if v < lo || v > hi {
-        return Err(ParamError { var, value: raw, expected: format!("an integer in {lo} ..= {hi}") });
+        return Err(ParamError {
+            var,
+            value: raw,
+            expected: format!("an integer in {lo} ..= {hi}"),
+        });
     }
     Ok(v)
 }
@@ -259,13 +263,21 @@ impl HcaFilter {
             f.entries.push(HcaEntry { name, port });
         }
         if f.entries.len() > 32 {
-            return Err(ParamError { var: "NCCL_IB_HCA", value: raw.into(), expected: "at most 32 entries".into() });
+            return Err(ParamError {
+                var: "NCCL_IB_HCA",
+                value: raw.into(),
+                expected: "at most 32 entries".into(),
+            });
         }
         Ok(f)
     }
 
     fn matches_entry(&self, e: &HcaEntry, dev: &str, port: u32) -> bool {
-        let name_ok = if self.exact { e.name == dev } else { dev.starts_with(&e.name) };
+        let name_ok = if self.exact {
+            e.name == dev
+        } else {
+            dev.starts_with(&e.name)
+        };
         name_ok && e.port.is_none_or(|p| p == port)
     }
 
@@ -302,11 +314,19 @@ pub fn gid_ip(gid: &[u8; 16]) -> IpAddr {
 fn in_range(ip: IpAddr, range: (IpAddr, u8)) -> bool {
     match (ip, range.0) {
         (IpAddr::V4(a), IpAddr::V4(b)) => {
-            let mask = if range.1 == 0 { 0 } else { u32::MAX << (32 - u32::from(range.1)) };
+            let mask = if range.1 == 0 {
+                0
+            } else {
+                u32::MAX << (32 - u32::from(range.1))
+            };
             u32::from(a) & mask == u32::from(b) & mask
         }
         (IpAddr::V6(a), IpAddr::V6(b)) => {
-            let mask = if range.1 == 0 { 0 } else { u128::MAX << (128 - u32::from(range.1)) };
+            let mask = if range.1 == 0 {
+                0
+            } else {
+                u128::MAX << (128 - u32::from(range.1))
+            };
             u128::from(a) & mask == u128::from(b) & mask
         }
         _ => false,
@@ -324,7 +344,11 @@ pub fn select_gid(cands: &[GidCandidate], p: &IbParams) -> Result<(u32, String),
     if p.gid_index >= 0 {
         return match cands.iter().find(|c| c.index == p.gid_index as u32) {
             Some(c) => Ok((c.index, format!("NCCL_IB_GID_INDEX={} forces it", p.gid_index))),
-            None => Err(format!("NCCL_IB_GID_INDEX={} is not in the GID table ({} entries)", p.gid_index, cands.len())),
+            None => Err(format!(
+                "NCCL_IB_GID_INDEX={} is not in the GID table ({} entries)",
+                p.gid_index,
+                cands.len()
+            )),
         };
     }
     if nonzero.is_empty() {
@@ -342,16 +366,35 @@ pub fn select_gid(cands: &[GidCandidate], p: &IbParams) -> Result<(u32, String),
         AddrFamily::Inet6 => "AF_INET6 (not link-local)",
     };
     if let Some(c) = nonzero.iter().find(|c| fam_ok(c) && ver_ok(c) && range_ok(c)) {
-        let range = p.addr_range.map(|(a, l)| format!(", in NCCL_IB_ADDR_RANGE {a}/{l}")).unwrap_or_default();
+        let range = p
+            .addr_range
+            .map(|(a, l)| format!(", in NCCL_IB_ADDR_RANGE {a}/{l}"))
+            .unwrap_or_default();
         return Ok((
             c.index,
-            format!("automatic: first RoCE v{} GID with address family {fam}{range} ({})", p.roce_version, gid_ip(&c.gid)),
+            format!(
+                "automatic: first RoCE v{} GID with address family {fam}{range} ({})",
+                p.roce_version,
+                gid_ip(&c.gid)
+            ),
         ));
     }
     if let Some(c) = nonzero.iter().find(|c| ver_ok(c) && fam_ok(c)) {
-        return Ok((c.index, format!("fallback: no GID in NCCL_IB_ADDR_RANGE; first {fam} RoCE v{} GID", p.roce_version)));
+        return Ok((
+            c.index,
+            format!(
+                "fallback: no GID in NCCL_IB_ADDR_RANGE; first {fam} RoCE v{} GID",
+                p.roce_version
+            ),
+        ));
     }
-    Ok((0, format!("fallback: no RoCE v{} GID with family {fam}; using index 0", p.roce_version)))
+    Ok((
+        0,
+        format!(
+            "fallback: no RoCE v{} GID with family {fam}; using index 0",
+            p.roce_version
+        ),
+    ))
 }
 
 /// Port speed in Mbps from `ibv_port_attr.active_width` × `active_speed`
@@ -360,7 +403,13 @@ pub fn select_gid(cands: &[GidCandidate], p: &IbParams) -> Result<(u32, String),
 pub fn port_speed_mbps(active_width: u8, active_speed: u8) -> i32 {
     const WIDTHS: [i32; 5] = [1, 4, 8, 12, 2];
     const SPEEDS: [i32; 9] = [2_500, 5_000, 10_000, 10_000, 14_000, 25_000, 50_000, 100_000, 200_000];
-    let first_bit = |v: u8, n: usize| if v == 0 { 0 } else { (v.trailing_zeros() as usize).min(n - 1) };
+    let first_bit = |v: u8, n: usize| {
+        if v == 0 {
+            0
+        } else {
+            (v.trailing_zeros() as usize).min(n - 1)
+        }
+    };
     WIDTHS[first_bit(active_width, WIDTHS.len())] * SPEEDS[first_bit(active_speed, SPEEDS.len())]
 }
 
@@ -390,13 +439,21 @@ mod tests {
         let e = params(&[("NCCL_IB_TIMEOUT", "32")]).unwrap_err();
         assert_eq!(e.var, "NCCL_IB_TIMEOUT");
         assert!(e.to_string().contains("1 ..= 31"), "{e}");
-        assert!(params(&[("NCCL_IB_TIMEOUT", "0")]).is_err(), "0 = infinite must be refused");
+        assert!(
+            params(&[("NCCL_IB_TIMEOUT", "0")]).is_err(),
+            "0 = infinite must be refused"
+        );
         let e = params(&[("NCCL_IB_RETRY_CNT", "8")]).unwrap_err();
         assert!(e.to_string().contains("NCCL_IB_RETRY_CNT") && e.to_string().contains("0 ..= 7"));
         assert!(params(&[("NCCL_IB_QPS_PER_CONNECTION", "129")]).is_err());
         assert!(params(&[("NCCL_IB_SL", "16")]).is_err());
         assert!(params(&[("NCCL_IB_TC", "abc")]).is_err());
-        assert_eq!(params(&[("NCCL_IB_TIMEOUT", "14"), ("NCCL_IB_RETRY_CNT", "2")]).unwrap().timeout, 14);
+        assert_eq!(
+            params(&[("NCCL_IB_TIMEOUT", "14"), ("NCCL_IB_RETRY_CNT", "2")])
+                .unwrap()
+                .timeout,
+            14
+        );
         assert!(params(&[("NCCL_IB_ADDR_FAMILY", "AF_UNIX")]).is_err());
         assert!(params(&[("NCCL_IB_ADDR_RANGE", "10.0.0.0/33")]).is_err());
     }
@@ -446,9 +503,21 @@ mod tests {
         site[1] = 0xc0;
         site[15] = 2;
         let t = [
-            GidCandidate { index: 0, gid: ll, roce_version: Some(2) },
-            GidCandidate { index: 1, gid: v4mapped([10, 0, 2, 15]), roce_version: Some(2) },
-            GidCandidate { index: 2, gid: site, roce_version: Some(2) },
+            GidCandidate {
+                index: 0,
+                gid: ll,
+                roce_version: Some(2),
+            },
+            GidCandidate {
+                index: 1,
+                gid: v4mapped([10, 0, 2, 15]),
+                roce_version: Some(2),
+            },
+            GidCandidate {
+                index: 2,
+                gid: site,
+                roce_version: Some(2),
+            },
         ];
         let p = params(&[]).unwrap();
         let (i, why) = select_gid(&t, &p).unwrap();

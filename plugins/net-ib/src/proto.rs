@@ -194,22 +194,35 @@ impl SendMatcher {
         }
         let nreqs = slot[0].nreqs as usize;
         if nreqs == 0 || nreqs > MAX_RECVS {
-            return Err(ProtoError::BadFifo { seq: self.seq, what: format!("nreqs {nreqs} not in 1..=8") });
+            return Err(ProtoError::BadFifo {
+                seq: self.seq,
+                what: format!("nreqs {nreqs} not in 1..=8"),
+            });
         }
         if slot[..nreqs].iter().any(|e| e.idx != want) {
             // Entries of a slot are written in one RDMA write; wait until all landed.
             return Ok(SendMatch::NotReady);
         }
-        let Some(entry) =
-            (0..nreqs).find(|&i| slot[i].tag == tag && !self.matched.iter().any(|m| m.entry == i))
-        else {
+        let Some(entry) = (0..nreqs).find(|&i| slot[i].tag == tag && !self.matched.iter().any(|m| m.entry == i)) else {
             return Ok(SendMatch::NotReady);
         };
         let e = slot[entry];
         if size > e.size {
-            return Err(ProtoError::Truncated { send: size, recv: e.size, tag });
+            return Err(ProtoError::Truncated {
+                send: size,
+                recv: e.size,
+                tag,
+            });
         }
-        self.matched.push(MatchedSend { req, entry, addr, size, lkey, remote_addr: e.addr, rkey: e.rkey });
+        self.matched.push(MatchedSend {
+            req,
+            entry,
+            addr,
+            size,
+            lkey,
+            remote_addr: e.addr,
+            rkey: e.rkey,
+        });
         if self.matched.len() < nreqs {
             return Ok(SendMatch::Partial);
         }
@@ -236,10 +249,15 @@ impl SendMatcher {
     /// request ids that are now complete (all QPs done for that slot).
     pub fn on_completion(&mut self, seq: u64) -> Result<Vec<u64>, ProtoError> {
         let Some(front) = self.inflight.front_mut() else {
-            return Err(ProtoError::Unexpected(format!("send completion for seq {seq} with nothing in flight")));
+            return Err(ProtoError::Unexpected(format!(
+                "send completion for seq {seq} with nothing in flight"
+            )));
         };
         if front.0 != seq {
-            return Err(ProtoError::Unexpected(format!("send completion for seq {seq}, expected {}", front.0)));
+            return Err(ProtoError::Unexpected(format!(
+                "send completion for seq {seq}, expected {}",
+                front.0
+            )));
         }
         front.2 -= 1;
         if front.2 == 0 {
@@ -279,7 +297,12 @@ pub struct RecvDone {
 impl RecvTracker {
     /// A tracker for a connection with `nqps` data QPs.
     pub fn new(nqps: usize) -> Self {
-        RecvTracker { nqps: nqps.max(1), seq: 0, per_qp: vec![0; nqps.max(1)], inflight: VecDeque::new() }
+        RecvTracker {
+            nqps: nqps.max(1),
+            seq: 0,
+            per_qp: vec![0; nqps.max(1)],
+            inflight: VecDeque::new(),
+        }
     }
 
     /// Receive requests in flight.
@@ -322,12 +345,16 @@ impl RecvTracker {
     /// Returns the receive it finished, if that was its last QP.
     pub fn on_imm(&mut self, qp: usize, imm: u32) -> Result<Option<RecvDone>, ProtoError> {
         let Some(count) = self.per_qp.get_mut(qp) else {
-            return Err(ProtoError::Unexpected(format!("immediate completion on unknown QP index {qp}")));
+            return Err(ProtoError::Unexpected(format!(
+                "immediate completion on unknown QP index {qp}"
+            )));
         };
         let seq = *count;
         *count += 1;
         let Some(pos) = self.inflight.iter().position(|s| s.0 == seq) else {
-            return Err(ProtoError::Unexpected(format!("immediate completion for seq {seq} on QP {qp}, not posted")));
+            return Err(ProtoError::Unexpected(format!(
+                "immediate completion for seq {seq} on QP {qp}, not posted"
+            )));
         };
         let slot = &mut self.inflight[pos];
         if slot.3.is_none() {
@@ -406,13 +433,22 @@ impl ListenHandle {
         let ip: std::net::IpAddr = match fam {
             2 => std::net::Ipv4Addr::new(h[4], h[5], h[6], h[7]).into(),
             10 => std::net::Ipv6Addr::from(<[u8; 16]>::try_from(&h[4..20]).expect("16 bytes")).into(),
-            f => return Err(ProtoError::Handshake(format!("handle address family {f}, expected 2 or 10"))),
+            f => {
+                return Err(ProtoError::Handshake(format!(
+                    "handle address family {f}, expected 2 or 10"
+                )));
+            }
         };
         let magic = u64::from_le_bytes(h[32..40].try_into().expect("8 bytes"));
         if magic != MAGIC {
-            return Err(ProtoError::Handshake(format!("handle magic {magic:#x}, expected {MAGIC:#x}")));
+            return Err(ProtoError::Handshake(format!(
+                "handle magic {magic:#x}, expected {MAGIC:#x}"
+            )));
         }
-        Ok(ListenHandle { addr: (ip, port).into(), magic })
+        Ok(ListenHandle {
+            addr: (ip, port).into(),
+            magic,
+        })
     }
 }
 
@@ -474,7 +510,9 @@ impl ConnMeta {
         let mut r = Reader { b, pos: 0 };
         let magic = r.u64().ok_or_else(|| bad("short frame".into()))?;
         if magic != MAGIC {
-            return Err(bad(format!("magic {magic:#x}, expected {MAGIC:#x} (not a ferroccl IB peer?)")));
+            return Err(bad(format!(
+                "magic {magic:#x}, expected {MAGIC:#x} (not a ferroccl IB peer?)"
+            )));
         }
         let ver = r.u32().ok_or_else(|| bad("short frame".into()))?;
         if ver != PROTO_VERSION {
@@ -495,13 +533,30 @@ impl ConnMeta {
         if !(1..=5).contains(&mtu) {
             return Err(bad(format!("MTU code {mtu}, expected 1..=5")));
         }
-        let gid: [u8; 16] = r.take(16).ok_or_else(|| bad("short frame".into()))?.try_into().expect("16 bytes");
+        let gid: [u8; 16] = r
+            .take(16)
+            .ok_or_else(|| bad("short frame".into()))?
+            .try_into()
+            .expect("16 bytes");
         let buf_addr = r.u64().ok_or_else(|| bad("short frame".into()))?;
         let buf_rkey = r.u32().ok_or_else(|| bad("short frame".into()))?;
         if r.pos != b.len() {
             return Err(bad(format!("{} trailing bytes", b.len() - r.pos)));
         }
-        Ok(ConnMeta { qpns, psns, lid, port, link_layer, mtu, gid_index, gid, buf_addr, buf_rkey, tc, sl })
+        Ok(ConnMeta {
+            qpns,
+            psns,
+            lid,
+            port,
+            link_layer,
+            mtu,
+            gid_index,
+            gid,
+            buf_addr,
+            buf_rkey,
+            tc,
+            sl,
+        })
     }
 }
 
@@ -580,7 +635,13 @@ impl Handshake {
     /// A handshake in `role`; the connector passes its metadata right away.
     pub fn new(role: Role, own: Option<&ConnMeta>) -> Self {
         let out = own.map(ConnMeta::encode).unwrap_or_default();
-        Handshake { role, stage: Stage::AwaitPeerMeta, inbuf: Vec::new(), out, ready_queued: false }
+        Handshake {
+            role,
+            stage: Stage::AwaitPeerMeta,
+            inbuf: Vec::new(),
+            out,
+            ready_queued: false,
+        }
     }
 
     /// Current stage.
@@ -628,7 +689,9 @@ impl Handshake {
                 }
                 let len = u32::from_le_bytes(self.inbuf[..4].try_into().expect("4")) as usize;
                 if len > MAX_FRAME {
-                    return Err(ProtoError::Handshake(format!("frame of {len} bytes, at most {MAX_FRAME}")));
+                    return Err(ProtoError::Handshake(format!(
+                        "frame of {len} bytes, at most {MAX_FRAME}"
+                    )));
                 }
                 if self.inbuf.len() < 4 + len {
                     return Ok(None);
@@ -688,14 +751,20 @@ mod tests {
 
     #[test]
     fn handle_roundtrip_and_magic() {
-        let h = ListenHandle { addr: "10.0.2.15:4242".parse().unwrap(), magic: MAGIC };
+        let h = ListenHandle {
+            addr: "10.0.2.15:4242".parse().unwrap(),
+            magic: MAGIC,
+        };
         let mut b = [0xffu8; 128];
         h.encode(&mut b);
         assert_eq!(&b[40..56], &[0u8; 16], "connect scratch zeroed");
         assert_eq!(ListenHandle::decode(&b).unwrap(), h);
         b[32] ^= 1;
         assert!(ListenHandle::decode(&b).unwrap_err().to_string().contains("magic"));
-        let h6 = ListenHandle { addr: "[fd00::1]:7".parse().unwrap(), magic: MAGIC };
+        let h6 = ListenHandle {
+            addr: "[fd00::1]:7".parse().unwrap(),
+            magic: MAGIC,
+        };
         h6.encode(&mut b);
         assert_eq!(ListenHandle::decode(&b).unwrap(), h6);
     }
@@ -735,7 +804,15 @@ mod tests {
         assert!(sm.on_completion(0).is_err());
         assert_eq!(rt.on_imm(0, imm_for(&[100])).unwrap(), None);
         let d = rt.on_imm(1, imm_for(&[100])).unwrap().unwrap();
-        assert_eq!(d, RecvDone { req: 10, seq: 0, n: 1, imm_size: Some(100) });
+        assert_eq!(
+            d,
+            RecvDone {
+                req: 10,
+                seq: 0,
+                n: 1,
+                imm_size: Some(100)
+            }
+        );
         assert!(rt.on_imm(1, 0).is_err(), "nothing posted for seq 1");
     }
 
@@ -756,7 +833,10 @@ mod tests {
         for i in 0..MAX_REQUESTS as u64 {
             assert!(rt.post(i, &[(0, 0, 0, 0)]).is_some());
         }
-        assert!(rt.post(99, &[(0, 0, 0, 0)]).is_none(), "33rd receive must be refused (NULL request)");
+        assert!(
+            rt.post(99, &[(0, 0, 0, 0)]).is_none(),
+            "33rd receive must be refused (NULL request)"
+        );
         let done = rt.on_imm(0, 0).unwrap().unwrap();
         assert_eq!(done.req, 0);
         assert!(rt.post(99, &[(0, 0, 0, 0)]).is_some());

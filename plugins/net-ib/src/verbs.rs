@@ -35,7 +35,8 @@ type FnAllocPd = unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd;
 type FnDeallocPd = unsafe extern "C" fn(*mut ibv_pd) -> c_int;
 type FnRegMr = unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr;
 type FnDeregMr = unsafe extern "C" fn(*mut ibv_mr) -> c_int;
-type FnCreateCq = unsafe extern "C" fn(*mut ibv_context, c_int, *mut c_void, *mut ibv_comp_channel, c_int) -> *mut ibv_cq;
+type FnCreateCq =
+    unsafe extern "C" fn(*mut ibv_context, c_int, *mut c_void, *mut ibv_comp_channel, c_int) -> *mut ibv_cq;
 type FnDestroyCq = unsafe extern "C" fn(*mut ibv_cq) -> c_int;
 type FnCreateQp = unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp;
 type FnDestroyQp = unsafe extern "C" fn(*mut ibv_qp) -> c_int;
@@ -185,7 +186,9 @@ pub fn list_devices(v: &'static Verbs) -> Result<Vec<DeviceInfo>, String> {
         // SAFETY: `list` has `n` valid entries.
         let dev = unsafe { *list.add(i) };
         // SAFETY: `dev` is a valid device; the name is a static C string of it.
-        let name = unsafe { CStr::from_ptr((v.get_device_name)(dev)) }.to_string_lossy().into_owned();
+        let name = unsafe { CStr::from_ptr((v.get_device_name)(dev)) }
+            .to_string_lossy()
+            .into_owned();
         // SAFETY: `dev` is valid.
         let guid = u64::from_be(unsafe { (v.get_device_guid)(dev) });
         out.push(DeviceInfo { name, guid, index: i });
@@ -236,7 +239,10 @@ impl Context {
         // SAFETY: valid context and out pointer.
         let rc = unsafe { (self.v.query_device)(self.raw, &mut a) };
         if rc != 0 {
-            return Err(format!("ibv_query_device failed: {}", std::io::Error::from_raw_os_error(rc)));
+            return Err(format!(
+                "ibv_query_device failed: {}",
+                std::io::Error::from_raw_os_error(rc)
+            ));
         }
         Ok(a)
     }
@@ -248,7 +254,10 @@ impl Context {
         // SAFETY: valid context; `a` is the full current struct, a superset of the compat one.
         let rc = unsafe { (self.v.query_port)(self.raw, port, &mut a) };
         if rc != 0 {
-            return Err(format!("ibv_query_port(port {port}) failed: {}", std::io::Error::from_raw_os_error(rc)));
+            return Err(format!(
+                "ibv_query_port(port {port}) failed: {}",
+                std::io::Error::from_raw_os_error(rc)
+            ));
         }
         Ok(a)
     }
@@ -491,7 +500,10 @@ impl Qp {
         // SAFETY: valid PD and attr.
         let raw = unsafe { (pd.v.create_qp)(pd.raw, &mut a) };
         if raw.is_null() {
-            return Err(format!("ibv_create_qp(RC, {max_send_wr}/{max_recv_wr} WRs) failed: {}", errno()));
+            return Err(format!(
+                "ibv_create_qp(RC, {max_send_wr}/{max_recv_wr} WRs) failed: {}",
+                errno()
+            ));
         }
         Ok(Qp { v: pd.v, raw })
     }
@@ -506,7 +518,10 @@ impl Qp {
         // SAFETY: valid QP and attribute struct.
         let rc = unsafe { (self.v.modify_qp)(self.raw, a, mask.0 as c_int) };
         if rc != 0 {
-            return Err(format!("ibv_modify_qp to {what} failed: {}", std::io::Error::from_raw_os_error(rc)));
+            return Err(format!(
+                "ibv_modify_qp to {what} failed: {}",
+                std::io::Error::from_raw_os_error(rc)
+            ));
         }
         Ok(())
     }
@@ -520,10 +535,13 @@ impl Qp {
         a.qp_state = sys::ibv_qp_state::IBV_QPS_INIT;
         a.pkey_index = s.pkey_index;
         a.port_num = s.port;
-        a.qp_access_flags = (sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE
-            | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ)
-            .0;
-        self.modify(&mut a, M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS, "INIT")?;
+        a.qp_access_flags =
+            (sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ).0;
+        self.modify(
+            &mut a,
+            M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
+            "INIT",
+        )?;
 
         let mut a = zero();
         a.qp_state = sys::ibv_qp_state::IBV_QPS_RTR;
@@ -587,19 +605,30 @@ impl Qp {
         // SAFETY: valid QP; `wr` and its chain/SGEs are valid for the call.
         let rc = unsafe { sys::ibv_post_send(self.raw, wr, &mut bad) };
         if rc != 0 {
-            return Err(format!("ibv_post_send failed: {}", std::io::Error::from_raw_os_error(rc)));
+            return Err(format!(
+                "ibv_post_send failed: {}",
+                std::io::Error::from_raw_os_error(rc)
+            ));
         }
         Ok(())
     }
 
     /// Posts one zero-SGE receive WR with `wr_id`.
     pub fn post_recv0(&self, wr_id: u64) -> Result<(), String> {
-        let mut wr = sys::ibv_recv_wr { wr_id, next: std::ptr::null_mut(), sg_list: std::ptr::null_mut(), num_sge: 0 };
+        let mut wr = sys::ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: std::ptr::null_mut(),
+            num_sge: 0,
+        };
         let mut bad: *mut sys::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: valid QP and WR.
         let rc = unsafe { sys::ibv_post_recv(self.raw, &mut wr, &mut bad) };
         if rc != 0 {
-            return Err(format!("ibv_post_recv failed: {}", std::io::Error::from_raw_os_error(rc)));
+            return Err(format!(
+                "ibv_post_recv failed: {}",
+                std::io::Error::from_raw_os_error(rc)
+            ));
         }
         Ok(())
     }

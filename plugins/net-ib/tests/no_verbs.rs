@@ -21,7 +21,10 @@ fn init_fails_cleanly_without_libibverbs() {
     unsafe { std::env::set_var("NCCL_IB_VERBS_LIB", "libibverbs-missing-for-test.so.1") };
     let err = IbNet::new().expect_err("init must fail without libibverbs");
     let msg = err.to_string();
-    assert!(msg.contains("libibverbs-missing-for-test.so.1") && msg.contains("cannot load"), "{msg}");
+    assert!(
+        msg.contains("libibverbs-missing-for-test.so.1") && msg.contains("cannot load"),
+        "{msg}"
+    );
 
     // The built cdylib: dlopen succeeds (no link-time libibverbs dependency),
     // ncclNetPlugin_v12.init fails with an error code.

@@ -21,7 +21,9 @@ const INFLIGHT: usize = 32;
 const INFLIGHT_SIZE: usize = 65_536;
 
 fn pattern(seed: usize, len: usize) -> Vec<u8> {
-    (0..len).map(|i| ((i.wrapping_mul(31) ^ seed.wrapping_mul(0x9e37)) >> 3) as u8).collect()
+    (0..len)
+        .map(|i| ((i.wrapping_mul(31) ^ seed.wrapping_mul(0x9e37)) >> 3) as u8)
+        .collect()
 }
 
 fn wait(net: &IbNet, req: &mut <IbNet as Net>::Request, what: &str) -> Result<TestStatus, NetError> {
@@ -40,13 +42,18 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn new_net() -> Option<IbNet> {
     match IbNet::new() {
         Ok(n) => Some(n),
-        Err(e) if std::env::var("IB_VM_REQUIRE").is_ok_and(|v| !v.is_empty()) => panic!("IB_VM_REQUIRE set but IbNet::new failed: {e}"),
+        Err(e) if std::env::var("IB_VM_REQUIRE").is_ok_and(|v| !v.is_empty()) => {
+            panic!("IB_VM_REQUIRE set but IbNet::new failed: {e}")
+        }
         Err(e) => {
             eprintln!("skipping: no usable RDMA here: {e}");
             None
@@ -71,9 +78,18 @@ fn sender(handle_hex: &str) {
     // Phase 1: sizes.
     for &size in SIZES {
         let mut data = pattern(size, size.max(1));
-        let mr = net.reg_mr(CommMut::Send(&mut comm), Buf::new(data.as_mut_ptr(), data.len()), PtrType::Host).unwrap();
+        let mr = net
+            .reg_mr(
+                CommMut::Send(&mut comm),
+                Buf::new(data.as_mut_ptr(), data.len()),
+                PtrType::Host,
+            )
+            .unwrap();
         let mut req = loop {
-            if let Some(r) = net.isend(&mut comm, Buf::new(data.as_mut_ptr(), size), 7, Some(&mr)).unwrap() {
+            if let Some(r) = net
+                .isend(&mut comm, Buf::new(data.as_mut_ptr(), size), 7, Some(&mr))
+                .unwrap()
+            {
                 break r;
             }
         };
@@ -83,14 +99,31 @@ fn sender(handle_hex: &str) {
     }
     println!("CHILD sizes done");
     // Phase 2: grouped receive, sent in reverse tag order.
-    let mut bufs: Vec<Vec<u8>> = GROUP_SIZES.iter().enumerate().map(|(i, &s)| pattern(100 + i, s.max(1))).collect();
+    let mut bufs: Vec<Vec<u8>> = GROUP_SIZES
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| pattern(100 + i, s.max(1)))
+        .collect();
     let mut reqs = Vec::new();
     let mut mrs = Vec::new();
     for i in (0..3).rev() {
         let b = &mut bufs[i];
-        let mr = net.reg_mr(CommMut::Send(&mut comm), Buf::new(b.as_mut_ptr(), b.len()), PtrType::Host).unwrap();
+        let mr = net
+            .reg_mr(
+                CommMut::Send(&mut comm),
+                Buf::new(b.as_mut_ptr(), b.len()),
+                PtrType::Host,
+            )
+            .unwrap();
         let r = loop {
-            if let Some(r) = net.isend(&mut comm, Buf::new(b.as_mut_ptr(), GROUP_SIZES[i]), GROUP_TAGS[i], Some(&mr)).unwrap()
+            if let Some(r) = net
+                .isend(
+                    &mut comm,
+                    Buf::new(b.as_mut_ptr(), GROUP_SIZES[i]),
+                    GROUP_TAGS[i],
+                    Some(&mr),
+                )
+                .unwrap()
             {
                 break r;
             }
@@ -104,7 +137,13 @@ fn sender(handle_hex: &str) {
     println!("CHILD group done");
     // Phase 3: 32 sends in flight from one registered buffer.
     let mut big = pattern(999, INFLIGHT * INFLIGHT_SIZE);
-    let mr = net.reg_mr(CommMut::Send(&mut comm), Buf::new(big.as_mut_ptr(), big.len()), PtrType::Host).unwrap();
+    let mr = net
+        .reg_mr(
+            CommMut::Send(&mut comm),
+            Buf::new(big.as_mut_ptr(), big.len()),
+            PtrType::Host,
+        )
+        .unwrap();
     let mut reqs = Vec::new();
     for i in 0..INFLIGHT {
         // SAFETY: in bounds of `big`.
@@ -172,15 +211,28 @@ fn two_process_exchange() {
 
     // Phase 1: every size, verified byte for byte.
     let mut rbuf = vec![0u8; 16 << 20];
-    let mr = net.reg_mr(CommMut::Recv(&mut comm), Buf::new(rbuf.as_mut_ptr(), rbuf.len()), PtrType::Host).unwrap();
+    let mr = net
+        .reg_mr(
+            CommMut::Recv(&mut comm),
+            Buf::new(rbuf.as_mut_ptr(), rbuf.len()),
+            PtrType::Host,
+        )
+        .unwrap();
     for &size in SIZES {
         let n = size.min(rbuf.len());
         rbuf[..n].fill(0xEE);
-        let rb = [RecvBuf { buf: Buf::new(rbuf.as_mut_ptr(), rbuf.len()), tag: 7, mr: Some(&mr) }];
+        let rb = [RecvBuf {
+            buf: Buf::new(rbuf.as_mut_ptr(), rbuf.len()),
+            tag: 7,
+            mr: Some(&mr),
+        }];
         let mut req = net.irecv(&mut comm, &rb).unwrap().expect("irecv slot");
         let st = wait(&net, &mut req, "irecv").unwrap();
         assert_eq!(st, TestStatus::done1(size), "size {size}");
-        assert!(rbuf[..size] == pattern(size, size.max(1))[..size], "data mismatch at size {size}");
+        assert!(
+            rbuf[..size] == pattern(size, size.max(1))[..size],
+            "data mismatch at size {size}"
+        );
         println!("PARENT size {size} ok");
     }
     expect_line("sizes done");
@@ -189,45 +241,86 @@ fn two_process_exchange() {
     let mut gb: Vec<Vec<u8>> = GROUP_SIZES.iter().map(|&s| vec![0u8; s + 4096]).collect();
     let gmrs: Vec<_> = gb
         .iter_mut()
-        .map(|b| net.reg_mr(CommMut::Recv(&mut comm), Buf::new(b.as_mut_ptr(), b.len()), PtrType::Host).unwrap())
+        .map(|b| {
+            net.reg_mr(
+                CommMut::Recv(&mut comm),
+                Buf::new(b.as_mut_ptr(), b.len()),
+                PtrType::Host,
+            )
+            .unwrap()
+        })
         .collect();
     let rbs: Vec<RecvBuf<'_, _>> = gb
         .iter_mut()
         .zip(&gmrs)
         .enumerate()
-        .map(|(i, (b, m))| RecvBuf { buf: Buf::new(b.as_mut_ptr(), b.len()), tag: GROUP_TAGS[i], mr: Some(m) })
+        .map(|(i, (b, m))| RecvBuf {
+            buf: Buf::new(b.as_mut_ptr(), b.len()),
+            tag: GROUP_TAGS[i],
+            mr: Some(m),
+        })
         .collect();
     let mut req = net.irecv(&mut comm, &rbs).unwrap().expect("grouped irecv");
-    let TestStatus::Done { n, sizes } = wait(&net, &mut req, "grouped irecv").unwrap() else { unreachable!() };
+    let TestStatus::Done { n, sizes } = wait(&net, &mut req, "grouped irecv").unwrap() else {
+        unreachable!()
+    };
     assert_eq!(n, 3);
     assert_eq!(&sizes[..3], &GROUP_SIZES);
     for (i, &s) in GROUP_SIZES.iter().enumerate() {
-        assert!(gb[i][..s] == pattern(100 + i, s.max(1))[..s], "grouped buffer {i} (tag {}) wrong", GROUP_TAGS[i]);
+        assert!(
+            gb[i][..s] == pattern(100 + i, s.max(1))[..s],
+            "grouped buffer {i} (tag {}) wrong",
+            GROUP_TAGS[i]
+        );
     }
     println!("PARENT grouped ok");
     expect_line("group done");
 
     // Phase 3: 32 receives in flight; the 33rd is refused (NULL request).
     let mut big = vec![0u8; INFLIGHT * INFLIGHT_SIZE];
-    let bmr = net.reg_mr(CommMut::Recv(&mut comm), Buf::new(big.as_mut_ptr(), big.len()), PtrType::Host).unwrap();
+    let bmr = net
+        .reg_mr(
+            CommMut::Recv(&mut comm),
+            Buf::new(big.as_mut_ptr(), big.len()),
+            PtrType::Host,
+        )
+        .unwrap();
     let mut reqs = Vec::new();
     for i in 0..INFLIGHT {
         // SAFETY: in bounds of `big`.
         let p = unsafe { big.as_mut_ptr().add(i * INFLIGHT_SIZE) };
-        let rb = [RecvBuf { buf: Buf::new(p, INFLIGHT_SIZE), tag: 1, mr: Some(&bmr) }];
+        let rb = [RecvBuf {
+            buf: Buf::new(p, INFLIGHT_SIZE),
+            tag: 1,
+            mr: Some(&bmr),
+        }];
         reqs.push(net.irecv(&mut comm, &rb).unwrap().expect("one of 32 receives"));
     }
-    let extra = [RecvBuf { buf: Buf::new(rbuf.as_mut_ptr(), 16), tag: 1, mr: Some(&mr) }];
-    assert!(net.irecv(&mut comm, &extra).unwrap().is_none(), "33rd receive must return a NULL request");
+    let extra = [RecvBuf {
+        buf: Buf::new(rbuf.as_mut_ptr(), 16),
+        tag: 1,
+        mr: Some(&mr),
+    }];
+    assert!(
+        net.irecv(&mut comm, &extra).unwrap().is_none(),
+        "33rd receive must return a NULL request"
+    );
     for r in &mut reqs {
-        assert_eq!(wait(&net, r, "inflight irecv").unwrap(), TestStatus::done1(INFLIGHT_SIZE));
+        assert_eq!(
+            wait(&net, r, "inflight irecv").unwrap(),
+            TestStatus::done1(INFLIGHT_SIZE)
+        );
     }
     assert!(big == pattern(999, INFLIGHT * INFLIGHT_SIZE), "32-in-flight data wrong");
     println!("PARENT inflight ok");
     expect_line("inflight done");
 
     // Phase 4: kill the sender while a receive is outstanding: an error, not a hang.
-    let rb = [RecvBuf { buf: Buf::new(rbuf.as_mut_ptr(), 1 << 20), tag: 7, mr: Some(&mr) }];
+    let rb = [RecvBuf {
+        buf: Buf::new(rbuf.as_mut_ptr(), 1 << 20),
+        tag: 7,
+        mr: Some(&mr),
+    }];
     let mut req = net.irecv(&mut comm, &rb).unwrap().expect("irecv");
     child.kill().unwrap();
     let _ = child.wait();
