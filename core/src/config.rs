@@ -136,7 +136,9 @@ pub fn parse_conf(contents: &str) -> Vec<(String, String)> {
         if line.starts_with('#') {
             continue;
         }
-        let Some((name, value)) = line.split_once('=') else { continue };
+        let Some((name, value)) = line.split_once('=') else {
+            continue;
+        };
         if name.is_empty() {
             continue; // setenv("") fails with EINVAL in NCCL
         }
@@ -168,7 +170,11 @@ pub fn parse_int(s: &str) -> Option<i64> {
     }
     let mag = u64::from_str_radix(digits, radix).ok()?;
     if neg {
-        if mag == 1 << 63 { Some(i64::MIN) } else { i64::try_from(mag).ok().map(|v| -v) }
+        if mag == 1 << 63 {
+            Some(i64::MIN)
+        } else {
+            i64::try_from(mag).ok().map(|v| -v)
+        }
     } else {
         i64::try_from(mag).ok()
     }
@@ -187,7 +193,9 @@ impl Config {
         let env = std::env::vars_os()
             .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
             .collect::<Vec<_>>();
-        Config::load(env, |p| std::fs::read(p).ok().map(|b| String::from_utf8_lossy(&b).into_owned()))
+        Config::load(env, |p| {
+            std::fs::read(p).ok().map(|b| String::from_utf8_lossy(&b).into_owned())
+        })
     }
 
     /// Builds a configuration from an explicit environment, choosing files exactly as
@@ -209,8 +217,10 @@ impl Config {
             }
         }
         files.push(PathBuf::from("/etc/nccl.conf"));
-        let contents: Vec<(PathBuf, String)> =
-            files.into_iter().filter_map(|p| read_file(&p).map(|c| (p, c))).collect();
+        let contents: Vec<(PathBuf, String)> = files
+            .into_iter()
+            .filter_map(|p| read_file(&p).map(|c| (p, c)))
+            .collect();
         Config::from_sources(env, contents.iter().map(|(p, c)| (p.as_path(), c.as_str())))
     }
 
@@ -223,11 +233,17 @@ impl Config {
     ) -> Config {
         let mut vars = HashMap::new();
         for (k, v) in env {
-            vars.entry(k).or_insert(Setting { value: v, source: Source::Env });
+            vars.entry(k).or_insert(Setting {
+                value: v,
+                source: Source::Env,
+            });
         }
         for (path, text) in files {
             for (k, v) in parse_conf(text) {
-                vars.entry(k).or_insert_with(|| Setting { value: v, source: Source::File(path.to_path_buf()) });
+                vars.entry(k).or_insert_with(|| Setting {
+                    value: v,
+                    source: Source::File(path.to_path_buf()),
+                });
             }
         }
         Config { vars }
@@ -256,7 +272,9 @@ impl Config {
     /// Integer parameter: `default` if unset or empty, else the value parsed with
     /// [`parse_int`], which must lie in `range`.
     pub fn get_int(&self, name: &str, default: i64, range: RangeInclusive<i64>) -> Result<i64, ConfigError> {
-        let Some(s) = self.setting(name).filter(|s| !s.value.is_empty()) else { return Ok(default) };
+        let Some(s) = self.setting(name).filter(|s| !s.value.is_empty()) else {
+            return Ok(default);
+        };
         let (min, max) = (*range.start(), *range.end());
         let v = parse_int(&s.value).ok_or_else(|| ConfigError::NotAnInteger {
             name: name.to_string(),
@@ -266,7 +284,13 @@ impl Config {
             max,
         })?;
         if !range.contains(&v) {
-            return Err(ConfigError::OutOfRange { name: name.to_string(), value: v, origin: s.source.clone(), min, max });
+            return Err(ConfigError::OutOfRange {
+                name: name.to_string(),
+                value: v,
+                origin: s.source.clone(),
+                min,
+                max,
+            });
         }
         Ok(v)
     }
@@ -274,14 +298,20 @@ impl Config {
     /// Boolean parameter: `default` if unset or empty; integers (non-zero = true) or
     /// `true/false/yes/no/on/off` (ASCII case-insensitive).
     pub fn get_bool(&self, name: &str, default: bool) -> Result<bool, ConfigError> {
-        let Some(s) = self.setting(name).filter(|s| !s.value.is_empty()) else { return Ok(default) };
+        let Some(s) = self.setting(name).filter(|s| !s.value.is_empty()) else {
+            return Ok(default);
+        };
         if let Some(v) = parse_int(&s.value) {
             return Ok(v != 0);
         }
         match s.value.trim().to_ascii_lowercase().as_str() {
             "true" | "yes" | "on" => Ok(true),
             "false" | "no" | "off" => Ok(false),
-            _ => Err(ConfigError::NotABool { name: name.to_string(), value: s.value.clone(), origin: s.source.clone() }),
+            _ => Err(ConfigError::NotABool {
+                name: name.to_string(),
+                value: s.value.clone(),
+                origin: s.source.clone(),
+            }),
         }
     }
 
@@ -294,7 +324,9 @@ impl Config {
                 v.insert(k.as_str(), s);
             }
         }
-        v.into_iter().map(|(k, s)| (k, s, PARAMS.iter().any(|p| p.name() == k))).collect()
+        v.into_iter()
+            .map(|(k, s)| (k, s, PARAMS.iter().any(|p| p.name() == k)))
+            .collect()
     }
 
     /// The echo NCCL prints at `NCCL_DEBUG=INFO` (`"%s set by environment to %s."`),
@@ -366,15 +398,16 @@ impl StrParam {
 
     /// Like [`get`](Self::get), but checks the value against `choices`.
     pub fn get_checked<'a>(&self, cfg: &'a Config) -> Result<Option<&'a str>, ConfigError> {
-        if let (Some(s), false) = (cfg.setting(self.name).filter(|s| !s.value.is_empty()), self.choices.is_empty()) {
-            if !self.choices.iter().any(|c| c.eq_ignore_ascii_case(&s.value)) {
-                return Err(ConfigError::BadChoice {
-                    name: self.name.to_string(),
-                    value: s.value.clone(),
-                    origin: s.source.clone(),
-                    expected: self.choices.join(", "),
-                });
-            }
+        let set = cfg.setting(self.name).filter(|s| !s.value.is_empty());
+        if let Some(s) =
+            set.filter(|s| !self.choices.is_empty() && !self.choices.iter().any(|c| c.eq_ignore_ascii_case(&s.value)))
+        {
+            return Err(ConfigError::BadChoice {
+                name: self.name.to_string(),
+                value: s.value.clone(),
+                origin: s.source.clone(),
+                expected: self.choices.join(", "),
+            });
         }
         Ok(self.get(cfg))
     }
@@ -420,7 +453,12 @@ pub mod params {
     use super::{IntParam, MAXCHANNELS, StrParam};
 
     const fn s(name: &'static str, default: Option<&'static str>, description: &'static str) -> StrParam {
-        StrParam { name, default, choices: &[], description }
+        StrParam {
+            name,
+            default,
+            choices: &[],
+            description,
+        }
     }
 
     /// `NCCL_DEBUG`: log level (VERSION, WARN, INFO, ABORT, TRACE); unset = no output.
@@ -437,16 +475,29 @@ pub mod params {
         "subsystems logged at INFO/TRACE, comma separated; a leading ^ excludes them",
     );
     /// `NCCL_DEBUG_FILE`: log file, `%h` = host, `%p` = pid; default stdout.
-    pub static DEBUG_FILE: StrParam = s("NCCL_DEBUG_FILE", None, "log file path (%h host name, %p pid); default stdout");
+    pub static DEBUG_FILE: StrParam = s(
+        "NCCL_DEBUG_FILE",
+        None,
+        "log file path (%h host name, %p pid); default stdout",
+    );
     /// `NCCL_CONF_FILE`: the user config file read instead of `~/.nccl.conf`.
-    pub static CONF_FILE: StrParam =
-        s("NCCL_CONF_FILE", None, "config file read instead of ~/.nccl.conf (environment only)");
+    pub static CONF_FILE: StrParam = s(
+        "NCCL_CONF_FILE",
+        None,
+        "config file read instead of ~/.nccl.conf (environment only)",
+    );
     /// `NCCL_COMM_ID`: `host:port` of the bootstrap root.
-    pub static COMM_ID: StrParam =
-        s("NCCL_COMM_ID", None, "bootstrap root address host:port (rank 0 listens there)");
+    pub static COMM_ID: StrParam = s(
+        "NCCL_COMM_ID",
+        None,
+        "bootstrap root address host:port (rank 0 listens there)",
+    );
     /// `NCCL_SOCKET_IFNAME`: interface selection (`^` exclude, `=` exact).
-    pub static SOCKET_IFNAME: StrParam =
-        s("NCCL_SOCKET_IFNAME", None, "network interfaces to use: prefix list, ^ excludes, = exact match");
+    pub static SOCKET_IFNAME: StrParam = s(
+        "NCCL_SOCKET_IFNAME",
+        None,
+        "network interfaces to use: prefix list, ^ excludes, = exact match",
+    );
     /// `NCCL_SOCKET_FAMILY`: `AF_INET` or `AF_INET6`.
     pub static SOCKET_FAMILY: StrParam = StrParam {
         name: "NCCL_SOCKET_FAMILY",
@@ -455,8 +506,11 @@ pub mod params {
         description: "address family for sockets: AF_INET or AF_INET6 (default: any)",
     };
     /// `NCCL_NET_PLUGIN`: net plugin library name(s).
-    pub static NET_PLUGIN: StrParam =
-        s("NCCL_NET_PLUGIN", None, "net plugin library: name, suffix or path; comma list; \"none\" disables");
+    pub static NET_PLUGIN: StrParam = s(
+        "NCCL_NET_PLUGIN",
+        None,
+        "net plugin library: name, suffix or path; comma list; \"none\" disables",
+    );
     /// `NCCL_NET`: name of the network to use (plugin `name` field).
     pub static NET: StrParam = s("NCCL_NET", None, "name of the network to use (e.g. Socket, IB)");
     /// `NCCL_TUNER_PLUGIN`.
@@ -464,9 +518,17 @@ pub mod params {
     /// `NCCL_PROFILER_PLUGIN`.
     pub static PROFILER_PLUGIN: StrParam = s("NCCL_PROFILER_PLUGIN", None, "profiler plugin library");
     /// `NCCL_PROTO` (accepted and echoed; only Simple exists).
-    pub static PROTO: StrParam = s("NCCL_PROTO", None, "protocols allowed (accepted and echoed; ferroccl uses Simple)");
+    pub static PROTO: StrParam = s(
+        "NCCL_PROTO",
+        None,
+        "protocols allowed (accepted and echoed; ferroccl uses Simple)",
+    );
     /// `NCCL_ALGO` (accepted and echoed; only Ring exists).
-    pub static ALGO: StrParam = s("NCCL_ALGO", None, "algorithms allowed (accepted and echoed; ferroccl uses Ring)");
+    pub static ALGO: StrParam = s(
+        "NCCL_ALGO",
+        None,
+        "algorithms allowed (accepted and echoed; ferroccl uses Ring)",
+    );
 
     /// `NCCL_MIN_NCHANNELS`: at least this many channels (default 2 on CPU).
     pub static MIN_NCHANNELS: IntParam = IntParam {

@@ -107,7 +107,10 @@ pub mod subsys {
 
     /// The flag of a subsystem name (ASCII case-insensitive).
     pub fn from_name(name: &str) -> Option<u64> {
-        NAMES.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|&(_, f)| f)
+        NAMES
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|&(_, f)| f)
     }
 }
 
@@ -335,14 +338,23 @@ pub struct NcclLayer {
 
 impl std::fmt::Debug for NcclLayer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NcclLayer").field("settings", &self.settings).field("host", &self.host).finish()
+        f.debug_struct("NcclLayer")
+            .field("settings", &self.settings)
+            .field("host", &self.host)
+            .finish()
     }
 }
 
 impl NcclLayer {
     /// A layer with explicit settings writing to `writer` (`settings.file` is ignored).
     pub fn new(settings: LogSettings, writer: Box<dyn Write + Send>) -> NcclLayer {
-        NcclLayer { settings, writer: Mutex::new(writer), host: hostname(), pid: std::process::id(), start: Instant::now() }
+        NcclLayer {
+            settings,
+            writer: Mutex::new(writer),
+            host: hostname(),
+            pid: std::process::id(),
+            start: Instant::now(),
+        }
     }
 
     /// A layer for `cfg`: writes to `NCCL_DEBUG_FILE` (created/truncated, as NCCL's
@@ -390,7 +402,9 @@ impl<S: Subscriber> Layer<S> for NcclLayer {
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let meta = event.metadata();
-        let Some((mut level, mut flags)) = classify(meta) else { return };
+        let Some((mut level, mut flags)) = classify(meta) else {
+            return;
+        };
         let mut fields = Fields::default();
         event.record(&mut fields);
         if let Some(l) = fields.level {
@@ -403,7 +417,9 @@ impl<S: Subscriber> Layer<S> for NcclLayer {
             return;
         }
         let file = fields.file.unwrap_or_else(|| {
-            meta.file().map(|f| f.rsplit('/').next().unwrap_or(f).to_string()).unwrap_or_default()
+            meta.file()
+                .map(|f| f.rsplit('/').next().unwrap_or(f).to_string())
+                .unwrap_or_default()
         });
         let line = fields.line.or(meta.line().map(u64::from)).unwrap_or(0);
         let mut msg = fields.message;
@@ -448,7 +464,11 @@ pub fn init_from_config(cfg: &Config) -> InitOutcome {
         };
         (settings, outcome)
     });
-    if first { *outcome } else { InitOutcome::AlreadyInitialized }
+    if first {
+        *outcome
+    } else {
+        InitOutcome::AlreadyInitialized
+    }
 }
 
 /// The settings installed by [`init_from_config`], if it ran.

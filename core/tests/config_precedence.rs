@@ -40,7 +40,10 @@ fn precedence_env_then_user_file_then_etc() {
     assert_eq!(cfg.raw("NCCL_X"), Some("env"));
     assert_eq!(cfg.raw("NCCL_Y"), Some("home"));
     assert_eq!(cfg.raw("NCCL_Z"), Some("etc"));
-    assert_eq!(cfg.setting("NCCL_Y").unwrap().source, Source::File("/home/u/.nccl.conf".into()));
+    assert_eq!(
+        cfg.setting("NCCL_Y").unwrap().source,
+        Source::File("/home/u/.nccl.conf".into())
+    );
     // NCCL_CONF_FILE replaces ~/.nccl.conf
     let cfg = Config::load(env(&[("HOME", "/home/u"), ("NCCL_CONF_FILE", "/custom.conf")]), read);
     assert_eq!(cfg.raw("NCCL_Y"), Some("custom"));
@@ -56,7 +59,9 @@ fn real_files_are_read() {
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("nccl.conf");
     std::fs::write(&f, "NCCL_BUFFSIZE=0x100000\n").unwrap();
-    let cfg = Config::load(env(&[("NCCL_CONF_FILE", f.to_str().unwrap())]), |p| std::fs::read_to_string(p).ok());
+    let cfg = Config::load(env(&[("NCCL_CONF_FILE", f.to_str().unwrap())]), |p| {
+        std::fs::read_to_string(p).ok()
+    });
     assert_eq!(params::BUFFSIZE.get(&cfg).unwrap(), 1 << 20);
     assert_eq!(
         cfg.echo(),
@@ -86,24 +91,42 @@ fn strtoll_syntax() {
 #[test]
 fn typed_params_and_errors() {
     let cfg = Config::from_sources(
-        env(&[("NCCL_BUFFSIZE", "12"), ("NCCL_MIN_NCHANNELS", "two"), ("NCCL_MAX_NCHANNELS", ""), ("B", "off")]),
+        env(&[
+            ("NCCL_BUFFSIZE", "12"),
+            ("NCCL_MIN_NCHANNELS", "two"),
+            ("NCCL_MAX_NCHANNELS", ""),
+            ("B", "off"),
+        ]),
         [],
     );
     let e = params::BUFFSIZE.get(&cfg).unwrap_err();
-    assert!(matches!(e, ConfigError::OutOfRange { value: 12, min: 4096, .. }));
+    assert!(matches!(
+        e,
+        ConfigError::OutOfRange {
+            value: 12,
+            min: 4096,
+            ..
+        }
+    ));
     assert_eq!(
         e.to_string(),
         "NCCL_BUFFSIZE=12 (from environment) is out of range; expected an integer in [4096, 1073741824]"
     );
     let e = params::MIN_NCHANNELS.get(&cfg).unwrap_err();
-    assert!(e.to_string().contains("NCCL_MIN_NCHANNELS=\"two\"") && e.to_string().contains("[1, 64]"), "{e}");
+    assert!(
+        e.to_string().contains("NCCL_MIN_NCHANNELS=\"two\"") && e.to_string().contains("[1, 64]"),
+        "{e}"
+    );
     assert_eq!(params::MAX_NCHANNELS.get(&cfg).unwrap(), 64, "empty means default");
     assert_eq!(cfg.get_int("UNSET", 7, 0..=10).unwrap(), 7);
     assert!(!cfg.get_bool("B", true).unwrap());
     assert!(cfg.get_bool("UNSET", true).unwrap());
     assert_eq!(cfg.validate().unwrap_err().len(), 2);
     let cfg = Config::from_sources(env(&[("NCCL_SOCKET_FAMILY", "AF_UNIX")]), []);
-    assert!(matches!(params::SOCKET_FAMILY.get_checked(&cfg), Err(ConfigError::BadChoice { .. })));
+    assert!(matches!(
+        params::SOCKET_FAMILY.get_checked(&cfg),
+        Err(ConfigError::BadChoice { .. })
+    ));
     assert_eq!(params::DEBUG_SUBSYS.get(&cfg), Some("INIT,BOOTSTRAP,ENV"));
 }
 

@@ -73,9 +73,15 @@ fn subsystem_filtering() {
         log::log_raw(Level::Info, subsys::NET | subsys::COLL, "plugin.c", 12, "raw net");
     };
     let msgs = |env: &[(&str, &str)]| -> Vec<String> {
-        capture(env, emit).iter().map(|l| l.rsplit(" NCCL ").next().unwrap().to_string()).collect()
+        capture(env, emit)
+            .iter()
+            .map(|l| l.rsplit(" NCCL ").next().unwrap().to_string())
+            .collect()
     };
-    assert_eq!(msgs(&[("NCCL_DEBUG", "INFO")]), ["INFO init", "INFO bootstrap", "WARN warn"]);
+    assert_eq!(
+        msgs(&[("NCCL_DEBUG", "INFO")]),
+        ["INFO init", "INFO bootstrap", "WARN warn"]
+    );
     assert_eq!(
         msgs(&[("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "NET")]),
         ["INFO net", "WARN warn", "INFO raw net"]
@@ -86,19 +92,28 @@ fn subsystem_filtering() {
         ["INFO bootstrap", "WARN warn", "INFO raw net"]
     );
     assert_eq!(msgs(&[("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "ALL")]).len(), 5);
-    assert_eq!(msgs(&[("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "^ALL")]), ["WARN warn"]);
+    assert_eq!(
+        msgs(&[("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "^ALL")]),
+        ["WARN warn"]
+    );
     assert_eq!(parse_subsys(Some("init,coll")), subsys::INIT | subsys::COLL);
     assert_eq!(parse_subsys(None), subsys::INIT | subsys::BOOTSTRAP | subsys::ENV);
 }
 
 #[test]
 fn debug_file_substitution_and_writing() {
-    assert_eq!(expand_debug_file("/tmp/nccl.%h.%p.log", "node1", 42), "/tmp/nccl.node1.42.log");
+    assert_eq!(
+        expand_debug_file("/tmp/nccl.%h.%p.log", "node1", 42),
+        "/tmp/nccl.node1.42.log"
+    );
     assert_eq!(expand_debug_file("a%%b%x%", "h", 1), "a%b%x%");
     let dir = std::env::temp_dir();
     let pattern = dir.join("ferroccl-log-%h-%p.txt");
     let cfg = Config::from_sources(
-        [("NCCL_DEBUG".to_string(), "WARN".to_string()), ("NCCL_DEBUG_FILE".to_string(), pattern.display().to_string())],
+        [
+            ("NCCL_DEBUG".to_string(), "WARN".to_string()),
+            ("NCCL_DEBUG_FILE".to_string(), pattern.display().to_string()),
+        ],
         [],
     );
     let layer = NcclLayer::from_config(&cfg);
@@ -117,7 +132,10 @@ fn debug_file_substitution_and_writing() {
 fn init_is_idempotent() {
     let cfg = Config::from_sources([], []);
     let first = log::init_from_config(&cfg);
-    assert!(matches!(first, log::InitOutcome::Installed | log::InitOutcome::ExistingSubscriber));
+    assert!(matches!(
+        first,
+        log::InitOutcome::Installed | log::InitOutcome::ExistingSubscriber
+    ));
     assert_eq!(log::init_from_config(&cfg), log::InitOutcome::AlreadyInitialized);
     assert!(!log::enabled(Level::Warn, subsys::ALL));
 }

@@ -182,7 +182,11 @@ fn binary<T: Lane, const N: usize, const INPLACE: bool, const PA: bool, const PB
             body(d, &tmp[..cb], bb);
         }
     } else {
-        for ((d, aa), bb) in dst[..full].chunks_exact_mut(cb).zip(a[..full].chunks_exact(cb)).zip(b[..full].chunks_exact(cb)) {
+        for ((d, aa), bb) in dst[..full]
+            .chunks_exact_mut(cb)
+            .zip(a[..full].chunks_exact(cb))
+            .zip(b[..full].chunks_exact(cb))
+        {
             body(d, aa, bb);
         }
     }
@@ -286,7 +290,7 @@ macro_rules! dispatch {
 
 pub(crate) fn check_len(what: &'static str, len: usize, dtype: DataType) -> Result<(), KernelError> {
     let size = dtype.size();
-    if len % size != 0 {
+    if !len.is_multiple_of(size) {
         return Err(KernelError::Misaligned { what, len, dtype, size });
     }
     Ok(())
@@ -413,13 +417,25 @@ impl Reducer {
     /// [`Backend`] methods with a [`DevRedOp`]).
     /// Errors: lengths differ or are not a multiple of `dtype.size()`.
     pub fn reduce(&self, dst: &mut [u8], a: &[u8], b: &[u8], dtype: DataType, op: &RedOp) -> Result<(), KernelError> {
-        let dev = DevRedOp { dtype, op: *op, combine: op.combine(), pre_mul: None, post_div: None };
+        let dev = DevRedOp {
+            dtype,
+            op: *op,
+            combine: op.combine(),
+            pre_mul: None,
+            post_div: None,
+        };
         Backend::reduce(&CpuBackend, dst, a, b, &dev, Pre::None)
     }
 
     /// `acc = acc op src` element-wise (combine step only, as [`reduce`](Self::reduce)).
     pub fn reduce_inplace(&self, acc: &mut [u8], src: &[u8], dtype: DataType, op: &RedOp) -> Result<(), KernelError> {
-        let dev = DevRedOp { dtype, op: *op, combine: op.combine(), pre_mul: None, post_div: None };
+        let dev = DevRedOp {
+            dtype,
+            op: *op,
+            combine: op.combine(),
+            pre_mul: None,
+            post_div: None,
+        };
         Backend::reduce_inplace(&CpuBackend, acc, src, &dev, Pre::None)
     }
 

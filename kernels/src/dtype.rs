@@ -59,7 +59,10 @@ impl DataType {
 
     /// From an `ncclDataType_t` value (0..=9).
     pub fn from_nccl(v: i32) -> Result<DataType, KernelError> {
-        DataType::ALL.get(usize::try_from(v).map_err(|_| KernelError::UnknownDataType(v))?).copied().ok_or(KernelError::UnknownDataType(v))
+        DataType::ALL
+            .get(usize::try_from(v).map_err(|_| KernelError::UnknownDataType(v))?)
+            .copied()
+            .ok_or(KernelError::UnknownDataType(v))
     }
 
     /// The `ncclDataType_t` value.
@@ -86,7 +89,10 @@ impl DataType {
 
     /// Floating-point type (float16, bfloat16, float32, float64)?
     pub const fn is_float(self) -> bool {
-        matches!(self, DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Bfloat16)
+        matches!(
+            self,
+            DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Bfloat16
+        )
     }
 
     /// Signed integer type?

@@ -205,7 +205,13 @@ impl DevRedOp {
             RedOp::Avg => (None, Some(nranks)),
             _ => (None, None),
         };
-        Ok(DevRedOp { dtype, op, combine: op.combine(), pre_mul, post_div })
+        Ok(DevRedOp {
+            dtype,
+            op,
+            combine: op.combine(),
+            pre_mul,
+            post_div,
+        })
     }
 
     /// Whether a rank's own input must go through the pre-op.

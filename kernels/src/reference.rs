@@ -142,7 +142,7 @@ pub fn scalar(dtype: DataType, s: &Scalar) -> Value {
 /// Panics on bad lengths.
 pub fn reduce(dst: &mut [u8], a: &[u8], b: &[u8], op: &DevRedOp, pre: Pre) {
     let t = op.dtype;
-    assert!(dst.len() == a.len() && dst.len() == b.len() && dst.len() % t.size() == 0);
+    assert!(dst.len() == a.len() && dst.len() == b.len() && dst.len().is_multiple_of(t.size()));
     for i in 0..dst.len() / t.size() {
         let mut x = get(a, t, i);
         let mut y = get(b, t, i);

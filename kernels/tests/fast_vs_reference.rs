@@ -6,7 +6,14 @@ use proptest::prelude::*;
 
 fn ops(dtype: DataType, s: f64) -> Vec<RedOp> {
     let _ = dtype;
-    vec![RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg, RedOp::PreMulSum(Scalar::from_f64(dtype, s))]
+    vec![
+        RedOp::Sum,
+        RedOp::Prod,
+        RedOp::Max,
+        RedOp::Min,
+        RedOp::Avg,
+        RedOp::PreMulSum(Scalar::from_f64(dtype, s)),
+    ]
 }
 
 /// Equal bytes, except that two NaNs of a float type count as equal (payloads may differ).
@@ -17,7 +24,9 @@ fn same(dtype: DataType, x: &[u8], y: &[u8]) -> bool {
     (0..x.len() / dtype.size()).all(|i| {
         let (a, b) = (reference::get(x, dtype, i), reference::get(y, dtype, i));
         match (a, b) {
-            (reference::Value::F(a), reference::Value::F(b)) => a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            (reference::Value::F(a), reference::Value::F(b)) => {
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+            }
             _ => a == b,
         }
     })

@@ -13,7 +13,10 @@ fn integer_sum_and_prod_wrap() {
     let b = bytes([1i8, -1, 100], |x| x.to_ne_bytes().to_vec());
     let mut d = vec![0u8; 3];
     Reducer.reduce(&mut d, &a, &b, DataType::Int8, &RedOp::Sum).unwrap();
-    assert_eq!(d.iter().map(|&x| x as i8).collect::<Vec<_>>(), vec![i8::MIN, i8::MAX, -56]);
+    assert_eq!(
+        d.iter().map(|&x| x as i8).collect::<Vec<_>>(),
+        vec![i8::MIN, i8::MAX, -56]
+    );
     let a = u64::MAX.to_ne_bytes();
     let b = 2u64.to_ne_bytes();
     let mut d = [0u8; 8];
@@ -40,11 +43,20 @@ fn avg_lowering_matches_nccl() {
     let d = DevRedOp::new(DataType::Int32, RedOp::Avg, 4).unwrap();
     assert_eq!((d.pre_mul, d.post_div), (None, Some(4)));
     let d = DevRedOp::new(DataType::Float32, RedOp::Avg, 3).unwrap();
-    assert_eq!(d.pre_mul, Some(Scalar::from_f64(DataType::Float32, f64::from((1.0f64 / 3.0) as f32))));
+    assert_eq!(
+        d.pre_mul,
+        Some(Scalar::from_f64(DataType::Float32, f64::from((1.0f64 / 3.0) as f32)))
+    );
     assert_eq!(d.post_div, None);
     let d = DevRedOp::new(DataType::Float16, RedOp::Avg, 3).unwrap();
-    assert_eq!(d.pre_mul.unwrap().bytes(DataType::Float16), f16::from_f32((1.0f64 / 3.0) as f32).to_ne_bytes());
-    assert_eq!(DevRedOp::new(DataType::Int8, RedOp::Avg, 0), Err(KernelError::ZeroRanks));
+    assert_eq!(
+        d.pre_mul.unwrap().bytes(DataType::Float16),
+        f16::from_f32((1.0f64 / 3.0) as f32).to_ne_bytes()
+    );
+    assert_eq!(
+        DevRedOp::new(DataType::Int8, RedOp::Avg, 0),
+        Err(KernelError::ZeroRanks)
+    );
 }
 
 #[test]
@@ -52,7 +64,10 @@ fn integer_avg_truncates_toward_zero() {
     let op = DevRedOp::new(DataType::Int32, RedOp::Avg, 4).unwrap();
     let mut buf = bytes([-7i32, 7, -8, i32::MIN], |x| x.to_ne_bytes().to_vec());
     CpuBackend.post_op(&mut buf, &op).unwrap();
-    let v: Vec<i32> = buf.chunks(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap())).collect();
+    let v: Vec<i32> = buf
+        .chunks(4)
+        .map(|c| i32::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
     assert_eq!(v, vec![-1, 1, -2, i32::MIN / 4]);
     // uint8 with more ranks than the type can count.
     let op = DevRedOp::new(DataType::Uint8, RedOp::Avg, 200).unwrap();
@@ -82,11 +97,22 @@ fn premulsum_rounds_after_the_multiply_for_half() {
 #[test]
 fn bad_lengths_are_errors_and_write_nothing() {
     let mut d = vec![7u8; 6];
-    let e = Reducer.reduce(&mut d, &[0; 6], &[0; 6], DataType::Float32, &RedOp::Sum).unwrap_err();
+    let e = Reducer
+        .reduce(&mut d, &[0; 6], &[0; 6], DataType::Float32, &RedOp::Sum)
+        .unwrap_err();
     assert!(matches!(e, KernelError::Misaligned { len: 6, size: 4, .. }), "{e}");
     assert!(e.to_string().contains("not a multiple"));
-    let e = Reducer.reduce(&mut d, &[0; 6], &[0; 4], DataType::Int8, &RedOp::Sum).unwrap_err();
-    assert!(matches!(e, KernelError::LengthMismatch { expected: 6, found: 4, .. }));
+    let e = Reducer
+        .reduce(&mut d, &[0; 6], &[0; 4], DataType::Int8, &RedOp::Sum)
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        KernelError::LengthMismatch {
+            expected: 6,
+            found: 4,
+            ..
+        }
+    ));
     assert_eq!(d, vec![7u8; 6]);
     assert!(Reducer.copy(&mut d, &[1; 5]).is_err());
 }
@@ -112,7 +138,10 @@ fn dtype_names_and_values() {
 fn finalize_avg_sum_then_scale() {
     let mut buf = bytes([6.0f64, -3.0], |x| x.to_ne_bytes().to_vec());
     Reducer.finalize_avg(&mut buf, DataType::Float64, 3).unwrap();
-    let v: Vec<f64> = buf.chunks(8).map(|c| f64::from_ne_bytes(c.try_into().unwrap())).collect();
+    let v: Vec<f64> = buf
+        .chunks(8)
+        .map(|c| f64::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
     assert_eq!(v, vec![6.0 * (1.0 / 3.0), -3.0 * (1.0 / 3.0)]);
     let mut buf = bytes([-7i64, 9], |x| x.to_ne_bytes().to_vec());
     Reducer.finalize_avg(&mut buf, DataType::Int64, 2).unwrap();
