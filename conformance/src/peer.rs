@@ -20,7 +20,7 @@ pub enum Role {
     Sender,
     /// Listens, prints `handle <hex>`, accepts, receives and verifies `--sizes`, prints `ok` or `bad <why>`.
     Receiver,
-    /// Reads a handle, connects, sends one 4 KiB message, prints `sent`, then sends 64 MiB forever (to be killed).
+    /// Reads a handle, connects, sends one 4 KiB message, prints `sent`, starts a 64 MiB send, prints `partial`, then idles (to be killed).
     StallSender,
     /// Listens, prints `handle <hex>`, accepts, receives one 4 KiB message, prints `received`, then idles (to be killed).
     StallReceiver,
@@ -211,11 +211,16 @@ fn peer_body(cx: &mut Cx, role: Role, sizes: &[usize]) -> Res {
                 let r = cx.post("peer isend", |cx| cx.isend(send, &mut buf, 0, None))?;
                 cx.wait_all("peer isend", &[r])?;
                 say("sent");
+                // Start a 64 MiB message, push a little of it, then stop driving it:
+                // the receiver sees a transfer that stops midway, then the process dies.
                 let mut big = vec![0u8; 64 << 20];
                 let r = cx.post("peer isend", |cx| cx.isend(send, &mut big, 0, None))?;
-                loop {
+                for _ in 0..3 {
                     let _ = cx.test(r, &mut [0])?;
-                    std::thread::sleep(Duration::from_micros(200));
+                }
+                say("partial");
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
                 }
             }
             let _ = cx.call(crate::watch::Call::CloseSend, "closeSend", |n| n.close_send(send));

@@ -159,6 +159,7 @@ fn peer_killed_recv(cx: &mut Cx, _: u64) -> Res {
     peer.expect("sent", Duration::from_secs(30))?;
     let mut big = vec![0u8; 64 << 20];
     let r = cx.post("irecv of 64 MiB", |cx| cx.irecv(recv, &mut big, 0, None))?;
+    peer.expect("partial", Duration::from_secs(30))?;
     for _ in 0..20 {
         if cx.test(r, &mut [0])? {
             return Err(skip!("the peer's 64 MiB message completed before the peer could be killed"));
