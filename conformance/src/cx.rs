@@ -65,7 +65,10 @@ pub fn max_requests(version: u32) -> usize {
 
 fn word(seed: u64, k: u64) -> u64 {
     // splitmix64 of (seed, word index): cheap and different for every message.
-    let mut z = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(k.wrapping_mul(0xBF58_476D_1CE4_E5B9)) ^ 0x94D0_49BB_1331_11EB;
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(k.wrapping_mul(0xBF58_476D_1CE4_E5B9))
+        ^ 0x94D0_49BB_1331_11EB;
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -114,7 +117,12 @@ pub fn size_str(n: usize) -> String {
 impl Cx {
     /// Runs one plugin call under the watchdog, timing it and turning an error
     /// into a failure that names the call and `what` it was doing.
-    pub fn call<T>(&mut self, call: Call, what: &str, f: impl FnOnce(&dyn NetPlugin) -> ferroccl::plugin::net::NetResult<T>) -> Res<T> {
+    pub fn call<T>(
+        &mut self,
+        call: Call,
+        what: &str,
+        f: impl FnOnce(&dyn NetPlugin) -> ferroccl::plugin::net::NetResult<T>,
+    ) -> Res<T> {
         let g = watch::enter(call);
         let r = f(&*self.net);
         let took = g.elapsed();
@@ -136,7 +144,10 @@ impl Cx {
         let (ctx, dev) = (self.ctx, self.dev);
         let l = self.call(Call::Listen, "listen", |n| n.listen(ctx, dev, &mut h))?;
         if l.0.is_null() {
-            return Err(fail!("listen returns a non-NULL listenComm on success (§1.5)", "listen succeeded with listenComm == NULL"));
+            return Err(fail!(
+                "listen returns a non-NULL listenComm on success (§1.5)",
+                "listen succeeded with listenComm == NULL"
+            ));
         }
         Ok((l, h))
     }
@@ -169,14 +180,21 @@ impl Cx {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
-        Ok((s.unwrap_or(RawComm(std::ptr::null_mut())), r.unwrap_or(RawComm(std::ptr::null_mut()))))
+        Ok((
+            s.unwrap_or(RawComm(std::ptr::null_mut())),
+            r.unwrap_or(RawComm(std::ptr::null_mut())),
+        ))
     }
 
     /// `listen` + [`Cx::establish`]; the listenComm stays open.
     pub fn pair(&mut self) -> Res<Pair> {
         let (l, mut h) = self.listen()?;
         let (send, recv) = self.establish(l, &mut h)?;
-        Ok(Pair { listen: Some(l), send, recv })
+        Ok(Pair {
+            listen: Some(l),
+            send,
+            recv,
+        })
     }
 
     /// Closes every comm of `p` (listen first, as NCCL does).
@@ -198,7 +216,12 @@ impl Cx {
 
     /// `irecv` of one buffer once (`None` = back-pressure).
     pub fn irecv(&mut self, comm: RawComm, buf: &mut [u8], tag: i32, mr: Option<RawMr>) -> Res<Option<RawRequest>> {
-        let slot = RecvSlot { data: buf.as_mut_ptr(), size: buf.len(), tag, mr };
+        let slot = RecvSlot {
+            data: buf.as_mut_ptr(),
+            size: buf.len(),
+            tag,
+            mr,
+        };
         let what = format!("irecv of {}", human(buf.len()));
         self.call(Call::Irecv, &what, |n| n.irecv(comm, &[slot], false))
     }

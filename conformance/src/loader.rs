@@ -31,7 +31,12 @@ pub struct Probe {
 
 /// Load options that make the host load exactly `spec` with versions ≤ `version`.
 pub fn options(version: u32) -> LoadOptions {
-    LoadOptions { max_net_version: version, in_tree: false, strict: true, ..LoadOptions::default() }
+    LoadOptions {
+        max_net_version: version,
+        in_tree: false,
+        strict: true,
+        ..LoadOptions::default()
+    }
 }
 
 /// Opens `spec` (a name resolved like NCCL's `openPluginLib()`, or a path) and
@@ -39,7 +44,11 @@ pub fn options(version: u32) -> LoadOptions {
 pub fn probe(spec: &str) -> Result<Probe, String> {
     let dirs = search_dirs(&options(12));
     let out = open_plugin_lib(spec, "libnccl-net", &dirs);
-    let tried: Vec<String> = out.attempts.iter().map(|a| format!("{} ({:?})", a.file, a.result)).collect();
+    let tried: Vec<String> = out
+        .attempts
+        .iter()
+        .map(|a| format!("{} ({:?})", a.file, a.result))
+        .collect();
     let Some(lib) = out.lib else {
         return Err(format!("could not open plugin '{spec}': tried {}", tried.join("; ")));
     };
@@ -47,10 +56,17 @@ pub fn probe(spec: &str) -> Result<Probe, String> {
     let mut versions: Vec<ExportedVersion> = syms
         .iter()
         .filter(|s| s.ty == PluginType::Net)
-        .map(|s| ExportedVersion { version: s.version, name: s.name.clone() })
+        .map(|s| ExportedVersion {
+            version: s.version,
+            name: s.name.clone(),
+        })
         .collect();
     versions.sort_by(|a, b| b.version.cmp(&a.version));
-    let collnet_versions = syms.iter().filter(|s| s.ty == PluginType::CollNet).map(|s| s.version).collect();
+    let collnet_versions = syms
+        .iter()
+        .filter(|s| s.ty == PluginType::CollNet)
+        .map(|s| s.version)
+        .collect();
     let path = syms
         .iter()
         .find_map(|s| {
@@ -59,7 +75,11 @@ pub fn probe(spec: &str) -> Result<Probe, String> {
         })
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| lib.opened_as().to_owned());
-    Ok(Probe { path, versions, collnet_versions })
+    Ok(Probe {
+        path,
+        versions,
+        collnet_versions,
+    })
 }
 
 /// Loads `spec` for API version `version` through the host (init, devices and the
@@ -68,7 +88,9 @@ pub fn load(spec: &str, version: u32) -> Result<Arc<dyn NetPlugin>, String> {
     let loaded = ferroccl::plugin::load_net_from(spec, &options(version)).map_err(|e| e.to_string())?;
     let got = loaded.plugin.info().version;
     if got != version {
-        return Err(format!("the host loaded ncclNetPlugin_v{got}, not v{version} (is v{version} exported?)"));
+        return Err(format!(
+            "the host loaded ncclNetPlugin_v{got}, not v{version} (is v{version} exported?)"
+        ));
     }
     Ok(loaded.plugin)
 }

@@ -84,7 +84,9 @@ fn real_main() -> i32 {
         return 0;
     }
     let Some(plugin) = cli.plugin.clone() else {
-        eprintln!("ferroccl-conformance: name the plugin to test (a path, a file name, or e.g. `socket`); --help for usage");
+        eprintln!(
+            "ferroccl-conformance: name the plugin to test (a path, a file name, or e.g. `socket`); --help for usage"
+        );
         return 2;
     };
     let versions = match parse_api(&cli.api) {
@@ -97,7 +99,12 @@ fn real_main() -> i32 {
     if cli.probe {
         return probe_main(&plugin);
     }
-    let target = Target { plugin: plugin.clone(), version: *versions.last().unwrap_or(&12), device: cli.device, full: cli.full };
+    let target = Target {
+        plugin: plugin.clone(),
+        version: *versions.last().unwrap_or(&12),
+        device: cli.device,
+        full: cli.full,
+    };
     if let Some(id) = &cli.worker {
         return worker_main(id, &target);
     }
@@ -124,7 +131,15 @@ fn real_main() -> i32 {
             return 2;
         }
     };
-    let cfg = SuiteConfig { plugin, versions, filter, device: cli.device, full: cli.full, exe, progress: true };
+    let cfg = SuiteConfig {
+        plugin,
+        versions,
+        filter,
+        device: cli.device,
+        full: cli.full,
+        exe,
+        progress: true,
+    };
     let rep = run(&cfg);
     let text = match cli.format {
         Format::Text => report::text(&rep),
@@ -140,7 +155,11 @@ fn real_main() -> i32 {
             if cli.format != Format::Text {
                 // Keep a one-line summary on the terminal / CI log.
                 let (p, f, k) = rep.counts();
-                eprintln!("ferroccl-conformance: {p} passed, {f} failed ({} required), {k} skipped; report in {}", rep.required_failures(), path.display());
+                eprintln!(
+                    "ferroccl-conformance: {p} passed, {f} failed ({} required), {k} skipped; report in {}",
+                    rep.required_failures(),
+                    path.display()
+                );
             }
         }
         None => {

@@ -58,7 +58,11 @@ impl CheckOutcome {
 
     /// A skip with its reason.
     pub fn skip(reason: impl Into<String>) -> Self {
-        CheckOutcome { status: Status::Skip, message: reason.into(), ..Self::pass() }
+        CheckOutcome {
+            status: Status::Skip,
+            message: reason.into(),
+            ..Self::pass()
+        }
     }
 }
 

@@ -58,8 +58,11 @@ pub struct Peer {
 impl Peer {
     /// Starts `ROLE` with the same plugin, API version and device as `cx`.
     pub fn spawn(cx: &Cx, role: Role, sizes: &[usize]) -> Res<Peer> {
-        let exe = std::env::current_exe().map_err(|e| skip!("cannot find the suite's own executable to start a peer: {e}"))?;
-        let role_name = clap::ValueEnum::to_possible_value(&role).map(|v| v.get_name().to_owned()).unwrap_or_default();
+        let exe = std::env::current_exe()
+            .map_err(|e| skip!("cannot find the suite's own executable to start a peer: {e}"))?;
+        let role_name = clap::ValueEnum::to_possible_value(&role)
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default();
         let sizes: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
         let mut cmd = Command::new(exe);
         cmd.arg("--peer")
@@ -69,12 +72,18 @@ impl Peer {
             .arg("--device")
             .arg(cx.dev.to_string())
             .arg("--sizes")
-            .arg(if sizes.is_empty() { "0".to_owned() } else { sizes.join(",") })
+            .arg(if sizes.is_empty() {
+                "0".to_owned()
+            } else {
+                sizes.join(",")
+            })
             .arg(&cx.plugin)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().map_err(|e| fail!("the suite can start its peer process", "spawning the peer failed: {e}"))?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| fail!("the suite can start its peer process", "spawning the peer failed: {e}"))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = channel();
         std::thread::spawn(move || {
@@ -85,7 +94,11 @@ impl Peer {
                 }
             }
         });
-        Ok(Peer { stdin: child.stdin.take(), child, lines: rx })
+        Ok(Peer {
+            stdin: child.stdin.take(),
+            child,
+            lines: rx,
+        })
     }
 
     /// The next line starting with `prefix` (other lines, e.g. plugin prints, are skipped).
@@ -96,7 +109,11 @@ impl Peer {
             match self.lines.recv_timeout(left) {
                 Ok(l) if l.starts_with(prefix) => return Ok(l[prefix.len()..].trim().to_owned()),
                 Ok(l) if l.starts_with("error ") => {
-                    return Err(fail!(format!("the peer process reports '{prefix}'"), "peer process: {}", &l[6..]));
+                    return Err(fail!(
+                        format!("the peer process reports '{prefix}'"),
+                        "peer process: {}",
+                        &l[6..]
+                    ));
                 }
                 Ok(_) => continue,
                 Err(RecvTimeoutError::Timeout) => {
@@ -108,7 +125,10 @@ impl Peer {
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     let st = self.child.wait().map(|s| s.to_string()).unwrap_or_default();
-                    return Err(fail!(format!("the peer process reports '{prefix}'"), "the peer process exited ({st}) before reporting '{prefix}'"));
+                    return Err(fail!(
+                        format!("the peer process reports '{prefix}'"),
+                        "the peer process exited ({st}) before reporting '{prefix}'"
+                    ));
                 }
             }
         }
@@ -116,10 +136,16 @@ impl Peer {
 
     /// Sends one line to the peer.
     pub fn send_line(&mut self, line: &str) -> Res {
-        let r = self.stdin.as_mut().map(|s| writeln!(s, "{line}").and_then(|_| s.flush()));
+        let r = self
+            .stdin
+            .as_mut()
+            .map(|s| writeln!(s, "{line}").and_then(|_| s.flush()));
         match r {
             Some(Ok(())) => Ok(()),
-            _ => Err(fail!("the peer process is alive", "could not write to the peer process")),
+            _ => Err(fail!(
+                "the peer process is alive",
+                "could not write to the peer process"
+            )),
         }
     }
 
@@ -192,7 +218,11 @@ fn peer_body(cx: &mut Cx, role: Role, sizes: &[usize]) -> Res {
                     break c;
                 }
                 if start.elapsed() > crate::cx::CONNECT_DEADLINE {
-                    return Err(fail!("connect completes", "connect still NULL after {:?}", start.elapsed()));
+                    return Err(fail!(
+                        "connect completes",
+                        "connect still NULL after {:?}",
+                        start.elapsed()
+                    ));
                 }
                 std::thread::sleep(Duration::from_micros(100));
             };
@@ -235,17 +265,27 @@ fn peer_body(cx: &mut Cx, role: Role, sizes: &[usize]) -> Res {
                     break c;
                 }
                 if start.elapsed() > crate::cx::CONNECT_DEADLINE {
-                    return Err(fail!("accept completes", "accept still NULL after {:?}", start.elapsed()));
+                    return Err(fail!(
+                        "accept completes",
+                        "accept still NULL after {:?}",
+                        start.elapsed()
+                    ));
                 }
                 std::thread::sleep(Duration::from_micros(100));
             };
-            let list: Vec<usize> = if role == Role::Receiver { sizes.to_vec() } else { vec![4096] };
+            let list: Vec<usize> = if role == Role::Receiver {
+                sizes.to_vec()
+            } else {
+                vec![4096]
+            };
             for (i, &len) in list.iter().enumerate() {
                 let mut buf = vec![0u8; len.max(1)];
                 let r = cx.post("peer irecv", |cx| cx.irecv(recv, &mut buf, 0, None))?;
                 let got = cx.wait_all("peer irecv", &[r])?[0];
                 if got != len {
-                    say(&format!("bad message {i}: test reported {got} bytes, the sender sent {len}"));
+                    say(&format!(
+                        "bad message {i}: test reported {got} bytes, the sender sent {len}"
+                    ));
                     return Ok(());
                 }
                 if let Err(at) = verify(&buf[..len], i as u64) {

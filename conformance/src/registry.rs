@@ -64,7 +64,11 @@ pub struct Check {
 
 impl std::fmt::Debug for Check {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Check").field("id", &self.id).field("level", &self.level).field("tier", &self.tier).finish()
+        f.debug_struct("Check")
+            .field("id", &self.id)
+            .field("level", &self.level)
+            .field("tier", &self.tier)
+            .finish()
     }
 }
 
@@ -93,7 +97,13 @@ pub struct Registry {
 
 impl Registry {
     /// Adds a loaded check (required, quick, every version, 60 s deadline); returns it for tweaks.
-    pub fn add(&mut self, id: impl Into<String>, section: &'static str, rule: impl Into<String>, f: fn(&mut Cx, u64) -> Res) -> &mut Check {
+    pub fn add(
+        &mut self,
+        id: impl Into<String>,
+        section: &'static str,
+        rule: impl Into<String>,
+        f: fn(&mut Cx, u64) -> Res,
+    ) -> &mut Check {
         self.add_arg(id, section, rule, f, 0)
     }
 
@@ -182,14 +192,19 @@ impl Filter {
     pub fn new(spec: &str) -> Result<Self, String> {
         let mut b = globset::GlobSetBuilder::new();
         for pat in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let g = globset::GlobBuilder::new(pat).literal_separator(false).build().map_err(|e| format!("--filter {pat:?}: {e}"))?;
+            let g = globset::GlobBuilder::new(pat)
+                .literal_separator(false)
+                .build()
+                .map_err(|e| format!("--filter {pat:?}: {e}"))?;
             b.add(g);
             if !pat.contains(['*', '?', '[']) {
                 let sub = format!("{pat}.*");
                 b.add(globset::Glob::new(&sub).map_err(|e| format!("--filter {pat:?}: {e}"))?);
             }
         }
-        Ok(Filter { set: b.build().map_err(|e| format!("--filter: {e}"))? })
+        Ok(Filter {
+            set: b.build().map_err(|e| format!("--filter: {e}"))?,
+        })
     }
 
     /// Whether `id` is selected.

@@ -14,13 +14,31 @@ use crate::runner::Report;
 /// then skip reasons, notes and the performance table.
 pub fn text(r: &Report) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "ferroccl-conformance: {} ({})", r.plugin, r.path.as_deref().unwrap_or("not opened"));
+    let _ = writeln!(
+        s,
+        "ferroccl-conformance: {} ({})",
+        r.plugin,
+        r.path.as_deref().unwrap_or("not opened")
+    );
     let _ = writeln!(
         s,
         "exports ncclNet {}{}; tested {}; tier {}",
-        if r.exported.is_empty() { "none".into() } else { r.exported.iter().map(|v| format!("v{v}")).collect::<Vec<_>>().join(" ") },
-        if r.collnet_exported.is_empty() { String::new() } else { format!(", ncclCollNet {:?}", r.collnet_exported) },
-        r.requested.iter().filter(|v| r.exported.contains(v)).map(|v| format!("v{v}")).collect::<Vec<_>>().join(" "),
+        if r.exported.is_empty() {
+            "none".into()
+        } else {
+            r.exported.iter().map(|v| format!("v{v}")).collect::<Vec<_>>().join(" ")
+        },
+        if r.collnet_exported.is_empty() {
+            String::new()
+        } else {
+            format!(", ncclCollNet {:?}", r.collnet_exported)
+        },
+        r.requested
+            .iter()
+            .filter(|v| r.exported.contains(v))
+            .map(|v| format!("v{v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
         r.tier
     );
     let versions: Vec<u32> = {
@@ -43,8 +61,21 @@ pub fn text(r: &Report) -> String {
         }
         s.push('\n');
         for id in &ids {
-            let level = r.results.iter().find(|x| x.id == *id).map(|x| x.level).unwrap_or(Level::Required);
-            let _ = write!(s, "{id:w$}  {:8}", if level == Level::Required { "required" } else { "advisory" });
+            let level = r
+                .results
+                .iter()
+                .find(|x| x.id == *id)
+                .map(|x| x.level)
+                .unwrap_or(Level::Required);
+            let _ = write!(
+                s,
+                "{id:w$}  {:8}",
+                if level == Level::Required {
+                    "required"
+                } else {
+                    "advisory"
+                }
+            );
             for v in &versions {
                 let cell = match r.get(id, *v).map(|x| x.outcome.status) {
                     Some(Status::Pass) => "pass",
@@ -61,8 +92,16 @@ pub fn text(r: &Report) -> String {
     if !fails.is_empty() {
         let _ = writeln!(s, "\nFailures:");
         for f in fails {
-            let lvl = if f.level == Level::Required { "required" } else { "advisory" };
-            let ver = if f.version > 0 { format!("v{} ", f.version) } else { String::new() };
+            let lvl = if f.level == Level::Required {
+                "required"
+            } else {
+                "advisory"
+            };
+            let ver = if f.version > 0 {
+                format!("v{} ", f.version)
+            } else {
+                String::new()
+            };
             let _ = writeln!(s, "\nFAIL [{lvl}] {ver}{} ({})", f.id, f.section);
             let _ = writeln!(s, "  rule:      {}", f.rule);
             if let Some(e) = &f.outcome.expected {
@@ -103,7 +142,11 @@ pub fn text(r: &Report) -> String {
             }
         }
     }
-    for x in r.results.iter().filter(|x| x.id == "perf.sweep" && x.outcome.status == Status::Pass) {
+    for x in r
+        .results
+        .iter()
+        .filter(|x| x.id == "perf.sweep" && x.outcome.status == Status::Pass)
+    {
         let _ = writeln!(s, "\nPerformance (v{}, advisory):", x.version);
         for n in &x.outcome.notes {
             let _ = writeln!(s, "  {}", n.replace('\n', "\n  "));
@@ -115,7 +158,11 @@ pub fn text(r: &Report) -> String {
         "\n{p} passed, {f} failed ({} required), {k} skipped in {:.1} s — {}",
         r.required_failures(),
         r.duration_s,
-        if r.exit_code() == 0 { "CONFORMANT" } else { "NOT CONFORMANT" }
+        if r.exit_code() == 0 {
+            "CONFORMANT"
+        } else {
+            "NOT CONFORMANT"
+        }
     );
     s
 }
@@ -146,20 +193,41 @@ pub fn junit(r: &Report) -> String {
     for v in versions {
         let rs: Vec<_> = r.results.iter().filter(|x| x.version == v).collect();
         let mut suite = BytesStart::new("testsuite");
-        let name = if v == 0 { "load".to_owned() } else { format!("ncclNet_v{v}") };
+        let name = if v == 0 {
+            "load".to_owned()
+        } else {
+            format!("ncclNet_v{v}")
+        };
         suite.push_attribute(("name", name.as_str()));
         suite.push_attribute(("tests", rs.len().to_string().as_str()));
         suite.push_attribute((
             "failures",
-            rs.iter().filter(|x| x.outcome.status == Status::Fail && x.level == Level::Required).count().to_string().as_str(),
+            rs.iter()
+                .filter(|x| x.outcome.status == Status::Fail && x.level == Level::Required)
+                .count()
+                .to_string()
+                .as_str(),
         ));
-        suite.push_attribute(("skipped", rs.iter().filter(|x| x.outcome.status == Status::Skip).count().to_string().as_str()));
-        suite.push_attribute(("time", format!("{:.3}", rs.iter().map(|x| x.duration_ms).sum::<u64>() as f64 / 1000.0).as_str()));
+        suite.push_attribute((
+            "skipped",
+            rs.iter()
+                .filter(|x| x.outcome.status == Status::Skip)
+                .count()
+                .to_string()
+                .as_str(),
+        ));
+        suite.push_attribute((
+            "time",
+            format!("{:.3}", rs.iter().map(|x| x.duration_ms).sum::<u64>() as f64 / 1000.0).as_str(),
+        ));
         let _ = w.write_event(Event::Start(suite));
         for x in rs {
             let mut tc = BytesStart::new("testcase");
             tc.push_attribute(("name", x.id.as_str()));
-            tc.push_attribute(("classname", format!("{name}.{}", x.id.split('.').next().unwrap_or("check")).as_str()));
+            tc.push_attribute((
+                "classname",
+                format!("{name}.{}", x.id.split('.').next().unwrap_or("check")).as_str(),
+            ));
             tc.push_attribute(("time", format!("{:.3}", x.duration_ms as f64 / 1000.0).as_str()));
             let _ = w.write_event(Event::Start(tc));
             let detail = format!(
@@ -168,7 +236,11 @@ pub fn junit(r: &Report) -> String {
                 x.section,
                 x.outcome.expected.as_deref().unwrap_or("-"),
                 x.outcome.observed.as_deref().unwrap_or("-"),
-                x.outcome.notes.iter().map(|n| format!("note: {n}\n")).collect::<String>(),
+                x.outcome
+                    .notes
+                    .iter()
+                    .map(|n| format!("note: {n}\n"))
+                    .collect::<String>(),
                 x.reproduce
             );
             match (x.outcome.status, x.level) {
@@ -224,8 +296,16 @@ pub fn list() -> String {
             s,
             "{:w$}  {:8}  {:5}  {:9}  {:9}  {}",
             c.id,
-            if c.level == Level::Required { "required" } else { "advisory" },
-            if c.tier == crate::registry::Tier::Quick { "quick" } else { "full" },
+            if c.level == Level::Required {
+                "required"
+            } else {
+                "advisory"
+            },
+            if c.tier == crate::registry::Tier::Quick {
+                "quick"
+            } else {
+                "full"
+            },
             c.versions(),
             c.section,
             c.rule

@@ -85,7 +85,10 @@ pub struct Report {
 impl Report {
     /// Required checks that failed.
     pub fn required_failures(&self) -> usize {
-        self.results.iter().filter(|r| r.outcome.status == Status::Fail && r.level == Level::Required).count()
+        self.results
+            .iter()
+            .filter(|r| r.outcome.status == Status::Fail && r.level == Level::Required)
+            .count()
     }
 
     /// Counts (pass, fail, skip).
@@ -117,36 +120,55 @@ struct WorkerRun {
 fn spawn_worker(exe: &PathBuf, args: &[String], deadline: Duration) -> WorkerRun {
     let start = Instant::now();
     let mut cmd = Command::new(exe);
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
     // Workers log nothing unless asked; keep their environment otherwise.
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
-            return WorkerRun { outcome: None, status: None, timed_out: false, stderr: format!("cannot start {}: {e}", exe.display()), elapsed: start.elapsed() };
+            return WorkerRun {
+                outcome: None,
+                status: None,
+                timed_out: false,
+                stderr: format!("cannot start {}: {e}", exe.display()),
+                elapsed: start.elapsed(),
+            };
         }
     };
     let pid = child.id() as i32;
     let out = Arc::new(Mutex::new(Vec::new()));
     let err = Arc::new(Mutex::new(Vec::new()));
-    let readers: Vec<_> = [(child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), out.clone()), (child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>), err.clone())]
-        .into_iter()
-        .filter_map(|(s, buf)| {
-            let mut s = s?;
-            Some(std::thread::spawn(move || {
-                let mut chunk = [0u8; 8192];
-                while let Ok(n) = s.read(&mut chunk) {
-                    if n == 0 {
-                        break;
-                    }
-                    let mut b = buf.lock().unwrap_or_else(|e| e.into_inner());
-                    // Keep the output bounded (a chatty plugin must not eat memory).
-                    if b.len() < 4 << 20 {
-                        b.extend_from_slice(&chunk[..n]);
-                    }
+    let readers: Vec<_> = [
+        (
+            child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+            out.clone(),
+        ),
+        (
+            child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>),
+            err.clone(),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(s, buf)| {
+        let mut s = s?;
+        Some(std::thread::spawn(move || {
+            let mut chunk = [0u8; 8192];
+            while let Ok(n) = s.read(&mut chunk) {
+                if n == 0 {
+                    break;
                 }
-            }))
-        })
-        .collect();
+                let mut b = buf.lock().unwrap_or_else(|e| e.into_inner());
+                // Keep the output bounded (a chatty plugin must not eat memory).
+                if b.len() < 4 << 20 {
+                    b.extend_from_slice(&chunk[..n]);
+                }
+            }
+        }))
+    })
+    .collect();
     let mut timed_out = false;
     let status = loop {
         match child.try_wait() {
@@ -174,7 +196,13 @@ fn spawn_worker(exe: &PathBuf, args: &[String], deadline: Duration) -> WorkerRun
         .filter_map(|l| l.strip_prefix(RESULT_MARKER))
         .last()
         .and_then(|j| serde_json::from_str::<CheckOutcome>(j).ok());
-    WorkerRun { outcome, status, timed_out, stderr, elapsed: start.elapsed() }
+    WorkerRun {
+        outcome,
+        status,
+        timed_out,
+        stderr,
+        elapsed: start.elapsed(),
+    }
 }
 
 fn signal_name(sig: i32) -> &'static str {
@@ -199,15 +227,35 @@ fn tail(s: &str, lines: usize) -> String {
 /// Turns a worker run without a result line into a failure.
 fn worker_failure(run: &WorkerRun, deadline: Duration) -> CheckOutcome {
     use std::os::unix::process::ExitStatusExt;
-    let during = run.stderr.lines().filter_map(|l| l.strip_prefix(CRASH_MARKER)).last().map(|s| s.trim().to_owned());
+    let during = run
+        .stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix(CRASH_MARKER))
+        .last()
+        .map(|s| s.trim().to_owned());
     let observed = if run.timed_out {
-        format!("the worker running this check did not finish within {} s and was killed (a plugin call or a loop of calls never made progress)", deadline.as_secs())
+        format!(
+            "the worker running this check did not finish within {} s and was killed (a plugin call or a loop of calls never made progress)",
+            deadline.as_secs()
+        )
     } else if let Some(sig) = run.status.and_then(|s| s.signal()) {
-        format!("the worker crashed with {} ({sig}){}", signal_name(sig), during.map(|d| format!(" — {d}")).unwrap_or_default())
+        format!(
+            "the worker crashed with {} ({sig}){}",
+            signal_name(sig),
+            during.map(|d| format!(" — {d}")).unwrap_or_default()
+        )
     } else {
-        format!("the worker exited ({}) without a result", run.status.map(|s| s.to_string()).unwrap_or_else(|| "unknown status".into()))
+        format!(
+            "the worker exited ({}) without a result",
+            run.status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "unknown status".into())
+        )
     };
-    let mut out = CheckOutcome::fail("plugin calls return, without crashing the process (every call runs under a watchdog)", observed);
+    let mut out = CheckOutcome::fail(
+        "plugin calls return, without crashing the process (every call runs under a watchdog)",
+        observed,
+    );
     let t = tail(&run.stderr, 8);
     if !t.is_empty() {
         out.notes.push(format!("worker stderr (last lines):\n{t}"));
@@ -226,7 +274,11 @@ fn quote(s: &str) -> String {
 
 /// The command line that runs only `check` on `version`.
 pub fn reproduce(cfg: &SuiteConfig, check: &Check, version: u32) -> String {
-    let mut s = format!("ferroccl-conformance {} --api v{version} --filter {}", quote(&cfg.plugin), quote(&check.id));
+    let mut s = format!(
+        "ferroccl-conformance {} --api v{version} --filter {}",
+        quote(&cfg.plugin),
+        quote(&check.id)
+    );
     if let Some(d) = cfg.device {
         s.push_str(&format!(" --device {d}"));
     }
@@ -238,11 +290,17 @@ pub fn reproduce(cfg: &SuiteConfig, check: &Check, version: u32) -> String {
 
 /// Probes the library in a worker (its constructors run there, not here).
 pub fn probe(cfg: &SuiteConfig) -> Result<Probe, String> {
-    let run = spawn_worker(&cfg.exe, &["--probe".into(), cfg.plugin.clone()], Duration::from_secs(30));
+    let run = spawn_worker(
+        &cfg.exe,
+        &["--probe".into(), cfg.plugin.clone()],
+        Duration::from_secs(30),
+    );
     match &run.outcome {
-        Some(o) if o.status == Status::Pass => {
-            o.metrics.clone().and_then(|m| serde_json::from_value(m).ok()).ok_or_else(|| "probe returned no symbol list".to_owned())
-        }
+        Some(o) if o.status == Status::Pass => o
+            .metrics
+            .clone()
+            .and_then(|m| serde_json::from_value(m).ok())
+            .ok_or_else(|| "probe returned no symbol list".to_owned()),
         Some(o) => Err(o.message.clone()),
         None => Err(worker_failure(&run, Duration::from_secs(30)).message),
     }
@@ -288,7 +346,12 @@ pub fn run(cfg: &SuiteConfig) -> Report {
     report.exported = probe.versions.iter().map(|v| v.version).collect();
     report.exported.sort();
     report.collnet_exported = probe.collnet_versions.clone();
-    let versions: Vec<u32> = cfg.versions.iter().copied().filter(|v| report.exported.contains(v)).collect();
+    let versions: Vec<u32> = cfg
+        .versions
+        .iter()
+        .copied()
+        .filter(|v| report.exported.contains(v))
+        .collect();
     if versions.is_empty() {
         report.results.push(CheckResult {
             id: "load.symbols".into(),
@@ -298,14 +361,20 @@ pub fn run(cfg: &SuiteConfig) -> Report {
             section: "§5.2".into(),
             rule: "the library exports ncclNetPlugin_vN for a requested version".into(),
             outcome: CheckOutcome::fail(
-                format!("one of ncclNetPlugin_v{{{}}} is exported", cfg.versions.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+                format!(
+                    "one of ncclNetPlugin_v{{{}}} is exported",
+                    cfg.versions.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                ),
                 format!("{} exports {:?}", probe.path, report.exported),
             ),
             duration_ms: 0,
             reproduce: format!("ferroccl-conformance {} --filter load.symbols", quote(&cfg.plugin)),
         });
     }
-    let jobs: Vec<(u32, &Check)> = versions.iter().flat_map(|&v| checks.iter().filter(move |c| c.applies_to(v)).map(move |c| (v, c))).collect();
+    let jobs: Vec<(u32, &Check)> = versions
+        .iter()
+        .flat_map(|&v| checks.iter().filter(move |c| c.applies_to(v)).map(move |c| (v, c)))
+        .collect();
     let show = cfg.progress && std::io::stderr().is_terminal();
     for (i, (v, check)) in jobs.iter().enumerate() {
         if show {
@@ -322,7 +391,10 @@ pub fn run(cfg: &SuiteConfig) -> Report {
         }
         args.push(cfg.plugin.clone());
         let run = spawn_worker(&cfg.exe, &args, check.timeout);
-        let outcome = run.outcome.clone().unwrap_or_else(|| worker_failure(&run, check.timeout));
+        let outcome = run
+            .outcome
+            .clone()
+            .unwrap_or_else(|| worker_failure(&run, check.timeout));
         report.results.push(CheckResult {
             id: check.id.clone(),
             version: *v,
@@ -346,8 +418,16 @@ pub fn run(cfg: &SuiteConfig) -> Report {
 pub fn parse_api(spec: &str) -> Result<Vec<u32>, String> {
     let mut out = Vec::new();
     let num = |s: &str| -> Result<u32, String> {
-        let n: u32 = s.trim().trim_start_matches(['v', 'V']).parse().map_err(|_| format!("--api: {s:?} is not a version like v9"))?;
-        if (6..=12).contains(&n) { Ok(n) } else { Err(format!("--api: v{n} is outside v6..v12")) }
+        let n: u32 = s
+            .trim()
+            .trim_start_matches(['v', 'V'])
+            .parse()
+            .map_err(|_| format!("--api: {s:?} is not a version like v9"))?;
+        if (6..=12).contains(&n) {
+            Ok(n)
+        } else {
+            Err(format!("--api: v{n} is outside v6..v12"))
+        }
     };
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if part.eq_ignore_ascii_case("all") {

@@ -51,8 +51,23 @@ pub enum Call {
 }
 
 const NAMES: [&str; 17] = [
-    "", "init", "finalize", "devices", "getProperties", "listen", "connect", "accept", "regMr", "deregMr", "isend",
-    "irecv", "iflush", "test", "closeSend", "closeRecv", "closeListen",
+    "",
+    "init",
+    "finalize",
+    "devices",
+    "getProperties",
+    "listen",
+    "connect",
+    "accept",
+    "regMr",
+    "deregMr",
+    "isend",
+    "irecv",
+    "iflush",
+    "test",
+    "closeSend",
+    "closeRecv",
+    "closeListen",
 ];
 
 impl Call {
@@ -65,14 +80,18 @@ impl Call {
     /// rule it breaks.
     pub fn limit(self) -> (Duration, &'static str) {
         match self {
-            Call::Connect | Call::Accept | Call::Listen => {
-                (Duration::from_secs(5), "must never block: return with a NULL comm and be called again (§1.5)")
-            }
+            Call::Connect | Call::Accept | Call::Listen => (
+                Duration::from_secs(5),
+                "must never block: return with a NULL comm and be called again (§1.5)",
+            ),
             Call::Isend | Call::Irecv | Call::Test | Call::Iflush => (
                 Duration::from_secs(10),
                 "must not block: progress happens across repeated calls, and a dead peer must give an error (§1.5)",
             ),
-            _ => (Duration::from_secs(20), "must return (a plugin call that never returns hangs NCCL)"),
+            _ => (
+                Duration::from_secs(20),
+                "must return (a plugin call that never returns hangs NCCL)",
+            ),
         }
     }
 }
@@ -126,7 +145,10 @@ pub const RESULT_MARKER: &str = "@@ferroccl-conformance-result ";
 /// Prints `outcome` as the worker's result line with raw `write(2)`s (usable from
 /// the watchdog thread while the main thread is stuck inside the plugin).
 pub fn emit_result(outcome: &CheckOutcome) {
-    let line = format!("\n{RESULT_MARKER}{}\n", serde_json::to_string(outcome).unwrap_or_default());
+    let line = format!(
+        "\n{RESULT_MARKER}{}\n",
+        serde_json::to_string(outcome).unwrap_or_default()
+    );
     write_all_fd(1, line.as_bytes());
 }
 
@@ -165,7 +187,10 @@ pub fn start(check_id: &str) {
                     let name = call.name();
                     let out = CheckOutcome::fail(
                         format!("{name} returns within {} s: {name} {rule}", limit.as_secs()),
-                        format!("{name} did not return within {} s (the worker was stopped)", limit.as_secs()),
+                        format!(
+                            "{name} did not return within {} s (the worker was stopped)",
+                            limit.as_secs()
+                        ),
                     );
                     emit_result(&out);
                     // SAFETY: terminating the worker without running destructors is

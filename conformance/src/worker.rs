@@ -29,11 +29,13 @@ pub fn setup(t: &Target) -> Result<Cx, String> {
     let cap = LogCapture::start();
     let net = {
         let _g = watch::enter(Call::Init);
-        crate::loader::load(&t.plugin, t.version).map_err(|e| format!("loading the plugin for v{} failed: {e}", t.version))?
+        crate::loader::load(&t.plugin, t.version)
+            .map_err(|e| format!("loading the plugin for v{} failed: {e}", t.version))?
     };
     let ctx = {
         let _g = watch::enter(Call::Init);
-        net.init_ctx(0, &CommConfig::default()).map_err(|e| format!("init failed: {e}"))?
+        net.init_ctx(0, &CommConfig::default())
+            .map_err(|e| format!("init failed: {e}"))?
     };
     let ndev = {
         let _g = watch::enter(Call::Devices);
@@ -48,7 +50,8 @@ pub fn setup(t: &Target) -> Result<Cx, String> {
     }
     let props = {
         let _g = watch::enter(Call::GetProperties);
-        net.properties(dev).map_err(|e| format!("getProperties({dev}) failed: {e}"))?
+        net.properties(dev)
+            .map_err(|e| format!("getProperties({dev}) failed: {e}"))?
     };
     let init_log_lines = cap.lines().len();
     Ok(Cx {
@@ -88,7 +91,8 @@ pub fn run_check(id: &str, t: &Target) -> CheckOutcome {
                 let mut out = to_outcome(r);
                 for (name, d) in &cx.slowest {
                     if *d >= SLOW_CALL {
-                        out.notes.push(format!("slowest {name} call took {d:.1?} (advisory limit 100 ms)"));
+                        out.notes
+                            .push(format!("slowest {name} call took {d:.1?} (advisory limit 100 ms)"));
                     }
                 }
                 out.notes.append(&mut cx.notes);
@@ -98,8 +102,15 @@ pub fn run_check(id: &str, t: &Target) -> CheckOutcome {
         },
     }));
     r.unwrap_or_else(|p| {
-        let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-        CheckOutcome::fail("the check runs to completion", format!("the conformance suite itself panicked: {msg}"))
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        CheckOutcome::fail(
+            "the check runs to completion",
+            format!("the conformance suite itself panicked: {msg}"),
+        )
     })
 }
 
@@ -126,7 +137,10 @@ pub fn probe_main(plugin: &str) -> i32 {
     // SAFETY: as in `worker_main`.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
     let out = match crate::loader::probe(plugin) {
-        Ok(p) => CheckOutcome { metrics: serde_json::to_value(&p).ok(), ..CheckOutcome::pass() },
+        Ok(p) => CheckOutcome {
+            metrics: serde_json::to_value(&p).ok(),
+            ..CheckOutcome::pass()
+        },
         Err(e) => CheckOutcome::fail("the plugin library opens", e),
     };
     watch::emit_result(&out);

@@ -10,13 +10,49 @@ use crate::watch::Call;
 use crate::{ensure, fail};
 
 pub(crate) fn register(r: &mut Registry) {
-    r.add("conn.listen", "§1.5", "listen returns a non-NULL listenComm and writes at most NCCL_NET_HANDLE_MAXSIZE (128) bytes of handle", listen);
-    r.add("conn.nonblocking", "§1.5", "connect and accept never block: no single call takes 1 s or more (NULL comm = call again, same handle buffer)", nonblocking);
-    r.add("conn.fast_calls", "checklist", "no single listen/connect/accept call takes 100 ms or more", fast_calls).advisory();
-    r.add("conn.reuse_listen", "checklist", "one listenComm accepts several connections, each delivering to its own recvComm", reuse_listen);
-    r.add("conn.close_listen_early", "checklist", "closeListen right after accept leaves the connected comms working (NCCL does this)", close_listen_early);
-    r.add("conn.many_comms", "checklist", "min(maxComms, 64) connections at once on one device all work", many_comms);
-    r.add("conn.cross_process", "§1.5", "connections work across two processes with the handle passed out of band, both directions", cross_process);
+    r.add(
+        "conn.listen",
+        "§1.5",
+        "listen returns a non-NULL listenComm and writes at most NCCL_NET_HANDLE_MAXSIZE (128) bytes of handle",
+        listen,
+    );
+    r.add(
+        "conn.nonblocking",
+        "§1.5",
+        "connect and accept never block: no single call takes 1 s or more (NULL comm = call again, same handle buffer)",
+        nonblocking,
+    );
+    r.add(
+        "conn.fast_calls",
+        "checklist",
+        "no single listen/connect/accept call takes 100 ms or more",
+        fast_calls,
+    )
+    .advisory();
+    r.add(
+        "conn.reuse_listen",
+        "checklist",
+        "one listenComm accepts several connections, each delivering to its own recvComm",
+        reuse_listen,
+    );
+    r.add(
+        "conn.close_listen_early",
+        "checklist",
+        "closeListen right after accept leaves the connected comms working (NCCL does this)",
+        close_listen_early,
+    );
+    r.add(
+        "conn.many_comms",
+        "checklist",
+        "min(maxComms, 64) connections at once on one device all work",
+        many_comms,
+    );
+    r.add(
+        "conn.cross_process",
+        "§1.5",
+        "connections work across two processes with the handle passed out of band, both directions",
+        cross_process,
+    );
 }
 
 fn listen(cx: &mut Cx, _: u64) -> Res {
@@ -26,7 +62,11 @@ fn listen(cx: &mut Cx, _: u64) -> Res {
         let h: &mut [u8; 128] = (&mut buf[..128]).try_into().expect("128 bytes");
         cx.call(Call::Listen, "listen", |n| n.listen(ctx, dev, h))?
     };
-    ensure!(!l.0.is_null(), "listen returns a non-NULL listenComm on success (§1.5)", "listen succeeded with listenComm == NULL");
+    ensure!(
+        !l.0.is_null(),
+        "listen returns a non-NULL listenComm on success (§1.5)",
+        "listen succeeded with listenComm == NULL"
+    );
     if let Some(at) = buf[128..].iter().position(|b| *b != 0xA5) {
         return Err(fail!(
             "the handle fits NCCL_NET_HANDLE_MAXSIZE = 128 bytes",
@@ -58,7 +98,11 @@ fn fast_calls(cx: &mut Cx, _: u64) -> Res {
     let p = cx.pair()?;
     cx.close_pair(p)?;
     for (name, d) in cx.slowest.clone() {
-        ensure!(d < crate::cx::SLOW_CALL, format!("each {name} call takes < 100 ms"), "one {name} call took {d:.1?}");
+        ensure!(
+            d < crate::cx::SLOW_CALL,
+            format!("each {name} call takes < 100 ms"),
+            "one {name} call took {d:.1?}"
+        );
     }
     Ok(())
 }
@@ -68,10 +112,15 @@ fn reuse_listen(cx: &mut Cx, _: u64) -> Res {
     let mut pairs = Vec::new();
     for _ in 0..4 {
         let (send, recv) = cx.establish(l, &mut h)?;
-        pairs.push(Pair { listen: None, send, recv });
+        pairs.push(Pair {
+            listen: None,
+            send,
+            recv,
+        });
     }
     for (i, p) in pairs.iter().enumerate() {
-        cx.roundtrip(p, 1000 + i, 4096, 100 + i as u64).map_err(|e| context(e, &format!("connection {i} of 4 on one listenComm")))?;
+        cx.roundtrip(p, 1000 + i, 4096, 100 + i as u64)
+            .map_err(|e| context(e, &format!("connection {i} of 4 on one listenComm")))?;
     }
     cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l))?;
     for p in pairs {
@@ -85,8 +134,10 @@ fn close_listen_early(cx: &mut Cx, _: u64) -> Res {
     if let Some(l) = p.listen.take() {
         cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l))?;
     }
-    cx.roundtrip(&p, 4096, 4096, 1).map_err(|e| context(e, "after closeListen"))?;
-    cx.roundtrip(&p, 1 << 20, 1 << 20, 2).map_err(|e| context(e, "after closeListen"))?;
+    cx.roundtrip(&p, 4096, 4096, 1)
+        .map_err(|e| context(e, "after closeListen"))?;
+    cx.roundtrip(&p, 1 << 20, 1 << 20, 2)
+        .map_err(|e| context(e, "after closeListen"))?;
     cx.close_pair(p)
 }
 
@@ -95,11 +146,18 @@ fn many_comms(cx: &mut Cx, _: u64) -> Res {
     let (l, mut h) = cx.listen()?;
     let mut pairs = Vec::new();
     for i in 0..n {
-        let (send, recv) = cx.establish(l, &mut h).map_err(|e| context(e, &format!("connection {} of {n}", i + 1)))?;
-        pairs.push(Pair { listen: None, send, recv });
+        let (send, recv) = cx
+            .establish(l, &mut h)
+            .map_err(|e| context(e, &format!("connection {} of {n}", i + 1)))?;
+        pairs.push(Pair {
+            listen: None,
+            send,
+            recv,
+        });
     }
     for (i, p) in pairs.iter().enumerate() {
-        cx.roundtrip(p, 512 + i, 1024, i as u64).map_err(|e| context(e, &format!("connection {} of {n}", i + 1)))?;
+        cx.roundtrip(p, 512 + i, 1024, i as u64)
+            .map_err(|e| context(e, &format!("connection {} of {n}", i + 1)))?;
     }
     cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l))?;
     for p in pairs {
@@ -112,9 +170,10 @@ fn many_comms(cx: &mut Cx, _: u64) -> Res {
 /// Prefixes a failure's observation with where it happened.
 pub(crate) fn context(e: crate::outcome::Stop, what: &str) -> crate::outcome::Stop {
     match e {
-        crate::outcome::Stop::Fail { expected, observed } => {
-            crate::outcome::Stop::Fail { expected, observed: format!("{what}: {observed}") }
-        }
+        crate::outcome::Stop::Fail { expected, observed } => crate::outcome::Stop::Fail {
+            expected,
+            observed: format!("{what}: {observed}"),
+        },
         s => s,
     }
 }
@@ -129,10 +188,16 @@ fn cross_process(cx: &mut Cx, _: u64) -> Res {
     let (ctx, dev) = (cx.ctx, cx.dev);
     let start = std::time::Instant::now();
     let send = loop {
-        if let Some(c) = cx.call(Call::Connect, "connect to the peer process", |n| n.connect(ctx, dev, &mut h))? {
+        if let Some(c) = cx.call(Call::Connect, "connect to the peer process", |n| {
+            n.connect(ctx, dev, &mut h)
+        })? {
             break c;
         }
-        ensure!(start.elapsed() < crate::cx::CONNECT_DEADLINE, "connect to another process completes", "connect still NULL after 10 s");
+        ensure!(
+            start.elapsed() < crate::cx::CONNECT_DEADLINE,
+            "connect to another process completes",
+            "connect still NULL after 10 s"
+        );
         std::thread::sleep(Duration::from_micros(100));
     };
     for (i, &len) in XSIZES.iter().enumerate() {
@@ -142,7 +207,11 @@ fn cross_process(cx: &mut Cx, _: u64) -> Res {
         cx.wait_all("isend to the peer process", &[r])?;
     }
     let verdict = peer.expect("", Duration::from_secs(30))?;
-    ensure!(verdict == "ok", "the peer process receives every message intact", "peer (receiver) says: {verdict}");
+    ensure!(
+        verdict == "ok",
+        "the peer process receives every message intact",
+        "peer (receiver) says: {verdict}"
+    );
     drop(peer);
     cx.call(Call::CloseSend, "closeSend", |n| n.close_send(send))?;
 
@@ -155,16 +224,27 @@ fn cross_process(cx: &mut Cx, _: u64) -> Res {
         if let Some(c) = cx.call(Call::Accept, "accept from the peer process", |n| n.accept(l))? {
             break c;
         }
-        ensure!(start.elapsed() < crate::cx::CONNECT_DEADLINE, "accept of another process's connection completes", "accept still NULL after 10 s");
+        ensure!(
+            start.elapsed() < crate::cx::CONNECT_DEADLINE,
+            "accept of another process's connection completes",
+            "accept still NULL after 10 s"
+        );
         std::thread::sleep(Duration::from_micros(100));
     };
     for (i, &len) in XSIZES.iter().enumerate() {
         let mut buf = vec![0u8; len.max(1)];
         let r = cx.post("irecv from the peer process", |cx| cx.irecv(recv, &mut buf, 0, None))?;
         let got = cx.wait_all("irecv from the peer process", &[r])?[0];
-        ensure!(got == len, "test reports the size the peer sent", "message {i}: test reported {got}, the peer sent {len}");
+        ensure!(
+            got == len,
+            "test reports the size the peer sent",
+            "message {i}: test reported {got}, the peer sent {len}"
+        );
         if let Err(at) = crate::cx::verify(&buf[..len], i as u64) {
-            return Err(fail!("received bytes equal the sent bytes", "message {i} ({len} bytes) from the peer: wrong byte at offset {at}"));
+            return Err(fail!(
+                "received bytes equal the sent bytes",
+                "message {i} ({len} bytes) from the peer: wrong byte at offset {at}"
+            ));
         }
     }
     peer.expect("done", Duration::from_secs(30))?;

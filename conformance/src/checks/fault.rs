@@ -19,13 +19,52 @@ use crate::{ensure, fail, skip};
 const DEAD_PEER_DEADLINE: Duration = Duration::from_secs(15);
 
 pub(crate) fn register(r: &mut Registry) {
-    r.add("teardown.close_order", "checklist", "comms can be closed in any order (listen first, send first, recv first), with the peer comm still open", close_order);
-    r.add("teardown.close_inflight", "checklist", "deregMr and close with NCCL_NET_MAX_REQUESTS x 1 MiB requests in flight neither crash nor hang", close_inflight);
-    r.add("teardown.no_leaks", "checklist", "20 connect/transfer/close cycles leave no file descriptors and no threads behind", no_leaks);
-    r.add("fault.peer_killed_recv", "checklist", "a pending receive gets an error within 15 s when the sending process is killed mid-transfer", peer_killed_recv).timeout(90);
-    r.add("fault.peer_killed_send", "checklist", "a pending send gets an error within 15 s when the receiving process is killed", peer_killed_send).timeout(90);
-    r.add("fault.stray_client", "§6.1", "garbage from a stray client on the listen port is dropped; real connections still work", stray_client);
-    r.add("stress.random", "checklist", "100 000 messages of random sizes over 4 comms arrive intact; no fds or threads leak", stress).full().timeout(600);
+    r.add(
+        "teardown.close_order",
+        "checklist",
+        "comms can be closed in any order (listen first, send first, recv first), with the peer comm still open",
+        close_order,
+    );
+    r.add(
+        "teardown.close_inflight",
+        "checklist",
+        "deregMr and close with NCCL_NET_MAX_REQUESTS x 1 MiB requests in flight neither crash nor hang",
+        close_inflight,
+    );
+    r.add(
+        "teardown.no_leaks",
+        "checklist",
+        "20 connect/transfer/close cycles leave no file descriptors and no threads behind",
+        no_leaks,
+    );
+    r.add(
+        "fault.peer_killed_recv",
+        "checklist",
+        "a pending receive gets an error within 15 s when the sending process is killed mid-transfer",
+        peer_killed_recv,
+    )
+    .timeout(90);
+    r.add(
+        "fault.peer_killed_send",
+        "checklist",
+        "a pending send gets an error within 15 s when the receiving process is killed",
+        peer_killed_send,
+    )
+    .timeout(90);
+    r.add(
+        "fault.stray_client",
+        "§6.1",
+        "garbage from a stray client on the listen port is dropped; real connections still work",
+        stray_client,
+    );
+    r.add(
+        "stress.random",
+        "checklist",
+        "100 000 messages of random sizes over 4 comms arrive intact; no fds or threads leak",
+        stress,
+    )
+    .full()
+    .timeout(600);
 }
 
 fn close_order(cx: &mut Cx, _: u64) -> Res {
@@ -33,7 +72,14 @@ fn close_order(cx: &mut Cx, _: u64) -> Res {
     for order in [[0, 1, 2], [2, 1, 0], [1, 0, 2], [0, 2, 1]] {
         let p = cx.pair()?;
         cx.roundtrip(&p, 2048, 2048, 1)?;
-        let what = format!("close order {}", order.iter().map(|i| ["closeListen", "closeSend", "closeRecv"][*i]).collect::<Vec<_>>().join(", "));
+        let what = format!(
+            "close order {}",
+            order
+                .iter()
+                .map(|i| ["closeListen", "closeSend", "closeRecv"][*i])
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         for i in order {
             let r = match i {
                 0 => cx.call(Call::CloseListen, &what, |n| n.close_listen(p.listen.expect("open"))),
@@ -74,13 +120,20 @@ fn close_inflight(cx: &mut Cx, _: u64) -> Res {
         let _ = cx.dereg_mr(p.recv, mr);
     }
     if let Some(l) = p.listen {
-        cx.call(Call::CloseListen, "closeListen with requests in flight", |n| n.close_listen(l))?;
+        cx.call(Call::CloseListen, "closeListen with requests in flight", |n| {
+            n.close_listen(l)
+        })?;
     }
-    let _ = cx.call(Call::CloseSend, "closeSend with requests in flight", |n| n.close_send(p.send));
-    let _ = cx.call(Call::CloseRecv, "closeRecv with requests in flight", |n| n.close_recv(p.recv));
+    let _ = cx.call(Call::CloseSend, "closeSend with requests in flight", |n| {
+        n.close_send(p.send)
+    });
+    let _ = cx.call(Call::CloseRecv, "closeRecv with requests in flight", |n| {
+        n.close_recv(p.recv)
+    });
     // The plugin must still work afterwards.
     let p = cx.pair()?;
-    cx.roundtrip(&p, 4096, 4096, 3).map_err(|e| context(e, "a new connection after closing one with requests in flight"))?;
+    cx.roundtrip(&p, 4096, 4096, 3)
+        .map_err(|e| context(e, "a new connection after closing one with requests in flight"))?;
     cx.close_pair(p)
 }
 
@@ -102,8 +155,18 @@ fn no_leaks(cx: &mut Cx, _: u64) -> Res {
         std::thread::sleep(Duration::from_millis(20));
     }
     let (fds2, threads2) = (fd_count(), thread_count());
-    ensure!(fds2 <= fds, "closeSend/closeRecv/closeListen release every file descriptor", "{} file descriptors more after 20 connect/close cycles ({fds} -> {fds2})", fds2 - fds);
-    ensure!(threads2 <= threads, "closing comms ends the threads they started", "{} threads more after 20 connect/close cycles ({threads} -> {threads2})", threads2 - threads);
+    ensure!(
+        fds2 <= fds,
+        "closeSend/closeRecv/closeListen release every file descriptor",
+        "{} file descriptors more after 20 connect/close cycles ({fds} -> {fds2})",
+        fds2 - fds
+    );
+    ensure!(
+        threads2 <= threads,
+        "closing comms ends the threads they started",
+        "{} threads more after 20 connect/close cycles ({threads} -> {threads2})",
+        threads2 - threads
+    );
     Ok(())
 }
 
@@ -114,7 +177,8 @@ fn expect_error(cx: &mut Cx, r: RawRequest, what: &str) -> Res {
         let mut s = [0usize];
         match cx.test(r, &mut s) {
             Err(crate::outcome::Stop::Fail { observed, .. }) => {
-                cx.notes.push(format!("error after {:.0?}: {observed}", start.elapsed()));
+                cx.notes
+                    .push(format!("error after {:.0?}: {observed}", start.elapsed()));
                 return Ok(());
             }
             Err(e) => return Err(e),
@@ -143,7 +207,11 @@ fn accept_from(cx: &mut Cx, l: ferroccl::plugin::net::RawComm) -> Res<ferroccl::
         if let Some(c) = cx.call(Call::Accept, "accept from the peer process", |n| n.accept(l))? {
             return Ok(c);
         }
-        ensure!(start.elapsed() < crate::cx::CONNECT_DEADLINE, "accept completes", "accept still NULL after 10 s");
+        ensure!(
+            start.elapsed() < crate::cx::CONNECT_DEADLINE,
+            "accept completes",
+            "accept still NULL after 10 s"
+        );
         std::thread::sleep(Duration::from_micros(100));
     }
 }
@@ -162,7 +230,9 @@ fn peer_killed_recv(cx: &mut Cx, _: u64) -> Res {
     peer.expect("partial", Duration::from_secs(30))?;
     for _ in 0..20 {
         if cx.test(r, &mut [0])? {
-            return Err(skip!("the peer's 64 MiB message completed before the peer could be killed"));
+            return Err(skip!(
+                "the peer's 64 MiB message completed before the peer could be killed"
+            ));
         }
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -180,10 +250,16 @@ fn peer_killed_send(cx: &mut Cx, _: u64) -> Res {
     let (ctx, dev) = (cx.ctx, cx.dev);
     let start = Instant::now();
     let send = loop {
-        if let Some(c) = cx.call(Call::Connect, "connect to the peer process", |n| n.connect(ctx, dev, &mut h))? {
+        if let Some(c) = cx.call(Call::Connect, "connect to the peer process", |n| {
+            n.connect(ctx, dev, &mut h)
+        })? {
             break c;
         }
-        ensure!(start.elapsed() < crate::cx::CONNECT_DEADLINE, "connect completes", "connect still NULL after 10 s");
+        ensure!(
+            start.elapsed() < crate::cx::CONNECT_DEADLINE,
+            "connect completes",
+            "connect still NULL after 10 s"
+        );
         std::thread::sleep(Duration::from_micros(100));
     };
     let mut first = vec![0u8; 4096];
@@ -195,7 +271,9 @@ fn peer_killed_send(cx: &mut Cx, _: u64) -> Res {
     let r = cx.post("isend of 64 MiB", |cx| cx.isend(send, &mut big, 0, None))?;
     for _ in 0..20 {
         if cx.test(r, &mut [0])? {
-            return Err(skip!("the 64 MiB send completed into socket buffers before the peer could be killed"));
+            return Err(skip!(
+                "the 64 MiB send completed into socket buffers before the peer could be killed"
+            ));
         }
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -231,10 +309,16 @@ fn stray_client(cx: &mut Cx, _: u64) -> Res {
     let (l, mut h) = cx.listen()?;
     let Some(addr) = handle_addr(&h) else {
         let _ = cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l));
-        return Err(skip!("the handle does not start with a sockaddr_in/sockaddr_in6, so the listen port is unknown"));
+        return Err(skip!(
+            "the handle does not start with a sockaddr_in/sockaddr_in6, so the listen port is unknown"
+        ));
     };
     // Three strays: garbage then close, connect-and-close, a burst of 0xff.
-    for garbage in [&b"GET / HTTP/1.0\r\n\r\nthis is not a ferroccl peer"[..], &[][..], &[0xffu8; 4096][..]] {
+    for garbage in [
+        &b"GET / HTTP/1.0\r\n\r\nthis is not a ferroccl peer"[..],
+        &[][..],
+        &[0xffu8; 4096][..],
+    ] {
         let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
             .map_err(|e| skip!("could not connect to the handle's address {addr}: {e}"))?;
         let _ = s.write_all(garbage);
@@ -252,10 +336,18 @@ fn stray_client(cx: &mut Cx, _: u64) -> Res {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let (send, recv) = cx.establish(l, &mut h).map_err(|e| context(e, &format!("after three stray clients on {addr}")))?;
-    let p = Pair { listen: Some(l), send, recv };
-    cx.roundtrip(&p, 4096, 4096, 1).map_err(|e| context(e, "after stray clients"))?;
-    cx.roundtrip(&p, 1 << 20, 1 << 20, 2).map_err(|e| context(e, "after stray clients"))?;
+    let (send, recv) = cx
+        .establish(l, &mut h)
+        .map_err(|e| context(e, &format!("after three stray clients on {addr}")))?;
+    let p = Pair {
+        listen: Some(l),
+        send,
+        recv,
+    };
+    cx.roundtrip(&p, 4096, 4096, 1)
+        .map_err(|e| context(e, "after stray clients"))?;
+    cx.roundtrip(&p, 1 << 20, 1 << 20, 2)
+        .map_err(|e| context(e, "after stray clients"))?;
     cx.close_pair(p)
 }
 
@@ -315,7 +407,16 @@ fn stress(cx: &mut Cx, _: u64) -> Res {
                 let mut rbuf = vec![0u8; cap];
                 let rreq = cx.post("stress irecv", |cx| cx.irecv(p.recv, &mut rbuf, 0, None))?;
                 let sreq = cx.post("stress isend", |cx| cx.isend(p.send, &mut sbuf, 0, None))?;
-                inflight[c].push_back(Slot { seed, len, sreq, rreq, sdone: false, rsize: None, sbuf, rbuf });
+                inflight[c].push_back(Slot {
+                    seed,
+                    len,
+                    sreq,
+                    rreq,
+                    sdone: false,
+                    rsize: None,
+                    sbuf,
+                    rbuf,
+                });
                 sent += 1;
             }
             // Test in posting order; retire completed heads.
@@ -333,9 +434,20 @@ fn stress(cx: &mut Cx, _: u64) -> Res {
             while inflight[c].front().is_some_and(|s| s.sdone && s.rsize.is_some()) {
                 let s = inflight[c].pop_front().expect("front");
                 let got = s.rsize.unwrap_or(0);
-                ensure!(got == s.len, "test reports the size sent", "stress message {} on comm {c}: size {got}, sent {}", s.seed, s.len);
+                ensure!(
+                    got == s.len,
+                    "test reports the size sent",
+                    "stress message {} on comm {c}: size {got}, sent {}",
+                    s.seed,
+                    s.len
+                );
                 if let Err(at) = verify(&s.rbuf[..s.len], s.seed) {
-                    return Err(fail!("received bytes equal the sent bytes", "stress message {} ({} bytes) on comm {c}: wrong byte at offset {at}", s.seed, s.len));
+                    return Err(fail!(
+                        "received bytes equal the sent bytes",
+                        "stress message {} ({} bytes) on comm {c}: wrong byte at offset {at}",
+                        s.seed,
+                        s.len
+                    ));
                 }
                 drop(s.sbuf);
                 verified += 1;
@@ -343,7 +455,11 @@ fn stress(cx: &mut Cx, _: u64) -> Res {
                 last_progress = Instant::now();
             }
         }
-        ensure!(last_progress.elapsed() < crate::cx::REQUEST_DEADLINE, "stress traffic keeps completing", "no message completed for 20 s ({verified} of {TOTAL} verified)");
+        ensure!(
+            last_progress.elapsed() < crate::cx::REQUEST_DEADLINE,
+            "stress traffic keeps completing",
+            "no message completed for 20 s ({verified} of {TOTAL} verified)"
+        );
     }
     for p in pairs {
         cx.close_pair(p)?;
@@ -353,9 +469,20 @@ fn stress(cx: &mut Cx, _: u64) -> Res {
         std::thread::sleep(Duration::from_millis(20));
     }
     let (fds2, threads2) = (fd_count(), thread_count());
-    ensure!(fds2 <= fds, "no file descriptors leak", "{fds} fds before, {fds2} after the stress run");
-    ensure!(threads2 <= threads, "no threads leak", "{threads} threads before, {threads2} after the stress run");
+    ensure!(
+        fds2 <= fds,
+        "no file descriptors leak",
+        "{fds} fds before, {fds2} after the stress run"
+    );
+    ensure!(
+        threads2 <= threads,
+        "no threads leak",
+        "{threads} threads before, {threads2} after the stress run"
+    );
     let secs = start.elapsed().as_secs_f64();
-    cx.notes.push(format!("{TOTAL} messages, {:.1} MiB in {secs:.1} s over {COMMS} comms", bytes as f64 / (1 << 20) as f64));
+    cx.notes.push(format!(
+        "{TOTAL} messages, {:.1} MiB in {secs:.1} s over {COMMS} comms",
+        bytes as f64 / (1 << 20) as f64
+    ));
     Ok(())
 }

@@ -10,12 +10,44 @@ use crate::watch::Call;
 use crate::{ensure, fail};
 
 pub(crate) fn register(r: &mut Registry) {
-    r.add_probe("load.symbols", "§5.2", "the library exports ncclNetPlugin_vN for the version under test (reported: every version found)", symbols);
-    r.add_probe("load.name", "§1.3", "the vtable name is a non-NULL, non-empty C string without spaces", name);
-    r.add("load.init", "§1.5", "init succeeds with the host's ncclDebugLogger_t and devices() reports at least 1 device", init);
-    r.add("load.logger", "§4.3", "the plugin logs through the logger passed to init (messages arrive)", logger).advisory();
-    r.add("load.ctx_cycles", "§1.5", "init(ctx)/finalize(ctx) can be repeated per communicator, and each ctx works", ctx_cycles).since(11);
-    r.add("load.reload", "§5.2", "finalize, then loading the library again, works (devices and properties again)", reload);
+    r.add_probe(
+        "load.symbols",
+        "§5.2",
+        "the library exports ncclNetPlugin_vN for the version under test (reported: every version found)",
+        symbols,
+    );
+    r.add_probe(
+        "load.name",
+        "§1.3",
+        "the vtable name is a non-NULL, non-empty C string without spaces",
+        name,
+    );
+    r.add(
+        "load.init",
+        "§1.5",
+        "init succeeds with the host's ncclDebugLogger_t and devices() reports at least 1 device",
+        init,
+    );
+    r.add(
+        "load.logger",
+        "§4.3",
+        "the plugin logs through the logger passed to init (messages arrive)",
+        logger,
+    )
+    .advisory();
+    r.add(
+        "load.ctx_cycles",
+        "§1.5",
+        "init(ctx)/finalize(ctx) can be repeated per communicator, and each ctx works",
+        ctx_cycles,
+    )
+    .since(11);
+    r.add(
+        "load.reload",
+        "§5.2",
+        "finalize, then loading the library again, works (devices and properties again)",
+        reload,
+    );
 }
 
 fn symbols(p: &Probe, v: u32) -> Res {
@@ -25,15 +57,26 @@ fn symbols(p: &Probe, v: u32) -> Res {
         format!("symbol ncclNetPlugin_v{v} is exported"),
         "{} exports {}",
         p.path,
-        if found.is_empty() { "no ncclNetPlugin_vN symbol".to_owned() } else { found.join(", ") }
+        if found.is_empty() {
+            "no ncclNetPlugin_vN symbol".to_owned()
+        } else {
+            found.join(", ")
+        }
     );
     Ok(())
 }
 
 fn name(p: &Probe, v: u32) -> Res {
-    let entry = p.versions.iter().find(|x| x.version == v).ok_or_else(|| fail!(format!("ncclNetPlugin_v{v} is exported"), "not exported"))?;
+    let entry = p
+        .versions
+        .iter()
+        .find(|x| x.version == v)
+        .ok_or_else(|| fail!(format!("ncclNetPlugin_v{v} is exported"), "not exported"))?;
     match &entry.name {
-        None => Err(fail!("name is a non-NULL C string (NCCL matches NCCL_NET against it and prints it)", "ncclNetPlugin_v{v}.name is NULL")),
+        None => Err(fail!(
+            "name is a non-NULL C string (NCCL matches NCCL_NET against it and prints it)",
+            "ncclNetPlugin_v{v}.name is NULL"
+        )),
         Some(n) if n.is_empty() => Err(fail!("name is non-empty", "ncclNetPlugin_v{v}.name is an empty string")),
         Some(n) if n.chars().any(char::is_whitespace) => Err(fail!(
             "name has no spaces (NCCL_NET=<name> selects it)",
@@ -44,9 +87,19 @@ fn name(p: &Probe, v: u32) -> Res {
 }
 
 fn init(cx: &mut Cx, _: u64) -> Res {
-    ensure!(cx.ndev >= 1, "devices() >= 1 after a successful init (0 devices disables the plugin, §1.5)", "devices() = {}", cx.ndev);
+    ensure!(
+        cx.ndev >= 1,
+        "devices() >= 1 after a successful init (0 devices disables the plugin, §1.5)",
+        "devices() = {}",
+        cx.ndev
+    );
     let n = cx.call(Call::Devices, "devices", |n| n.devices())?;
-    ensure!(n == cx.ndev, "devices() is stable", "devices() returned {} at load, {n} now", cx.ndev);
+    ensure!(
+        n == cx.ndev,
+        "devices() is stable",
+        "devices() returned {} at load, {n} now",
+        cx.ndev
+    );
     cx.notes.push(format!("{} device(s)", n));
     Ok(())
 }
@@ -63,7 +116,9 @@ fn logger(cx: &mut Cx, _: u64) -> Res {
 
 fn ctx_cycles(cx: &mut Cx, _: u64) -> Res {
     for i in 0..4u64 {
-        let ctx = cx.call(Call::Init, "init (per-communicator)", |n| n.init_ctx(0x1000 + i, &CommConfig::default()))?;
+        let ctx = cx.call(Call::Init, "init (per-communicator)", |n| {
+            n.init_ctx(0x1000 + i, &CommConfig::default())
+        })?;
         let saved = cx.ctx;
         cx.ctx = ctx;
         let r = cx.pair().and_then(|p| {
@@ -85,11 +140,20 @@ fn reload(cx: &mut Cx, _: u64) -> Res {
     drop(g);
     let net = again.map_err(|e| fail!("the plugin loads again after finalize", "second load failed: {e}"))?;
     cx.net = net;
-    cx.ctx = cx.call(Call::Init, "init (after reload)", |n| n.init_ctx(1, &CommConfig::default()))?;
+    cx.ctx = cx.call(Call::Init, "init (after reload)", |n| {
+        n.init_ctx(1, &CommConfig::default())
+    })?;
     let n = cx.call(Call::Devices, "devices (after reload)", |n| n.devices())?;
-    ensure!(n == cx.ndev, "the same device count after reloading", "{} devices first, {n} after reload", cx.ndev);
+    ensure!(
+        n == cx.ndev,
+        "the same device count after reloading",
+        "{} devices first, {n} after reload",
+        cx.ndev
+    );
     let dev = cx.dev;
-    cx.call(Call::GetProperties, "getProperties (after reload)", |n| n.properties(dev))?;
+    cx.call(Call::GetProperties, "getProperties (after reload)", |n| {
+        n.properties(dev)
+    })?;
     let p = cx.pair()?;
     cx.roundtrip(&p, 1000, 1000, 7)?;
     cx.close_pair(p)

@@ -6,11 +6,36 @@ use crate::registry::Registry;
 use crate::{ensure, fail, skip};
 
 pub(crate) fn register(r: &mut Registry) {
-    r.add("memory.reg_host", "checklist", "regMr/deregMr of host memory work on send and recv comms, and registered buffers transfer", reg_host);
-    r.add("memory.reg_twice", "checklist", "the same host buffer can be registered twice on one comm and deregistered in any order", reg_twice);
-    r.add("memory.reg_subrange", "§1.2", "sub-ranges of a buffer transfer: through the whole buffer's mhandle if regIsGlobal, else through their own", reg_subrange);
-    r.add("memory.cuda", "§4.1", "CUDA buffers register and transfer when ptrSupport claims NCCL_PTR_CUDA (needs a GPU)", cuda);
-    r.add("memory.dmabuf", "§1.5", "regMrDmaBuf works when ptrSupport claims NCCL_PTR_DMABUF (needs a GPU)", dmabuf);
+    r.add(
+        "memory.reg_host",
+        "checklist",
+        "regMr/deregMr of host memory work on send and recv comms, and registered buffers transfer",
+        reg_host,
+    );
+    r.add(
+        "memory.reg_twice",
+        "checklist",
+        "the same host buffer can be registered twice on one comm and deregistered in any order",
+        reg_twice,
+    );
+    r.add(
+        "memory.reg_subrange",
+        "§1.2",
+        "sub-ranges of a buffer transfer: through the whole buffer's mhandle if regIsGlobal, else through their own",
+        reg_subrange,
+    );
+    r.add(
+        "memory.cuda",
+        "§4.1",
+        "CUDA buffers register and transfer when ptrSupport claims NCCL_PTR_CUDA (needs a GPU)",
+        cuda,
+    );
+    r.add(
+        "memory.dmabuf",
+        "§1.5",
+        "regMrDmaBuf works when ptrSupport claims NCCL_PTR_DMABUF (needs a GPU)",
+        dmabuf,
+    );
 }
 
 fn reg_host(cx: &mut Cx, _: u64) -> Res {
@@ -25,7 +50,10 @@ fn reg_host(cx: &mut Cx, _: u64) -> Res {
     let sizes = cx.wait_all("registered 1 MiB message", &[sr, rr])?;
     ensure!(sizes[1] == 1 << 20, "test reports the size", "size {}", sizes[1]);
     if let Err(at) = verify(&rbuf, 77) {
-        return Err(fail!("received bytes equal the sent bytes", "registered buffers: wrong byte at offset {at}"));
+        return Err(fail!(
+            "received bytes equal the sent bytes",
+            "registered buffers: wrong byte at offset {at}"
+        ));
     }
     cx.dereg_mr(p.send, smr)?;
     cx.dereg_mr(p.recv, rmr)?;
@@ -37,7 +65,9 @@ fn reg_twice(cx: &mut Cx, _: u64) -> Res {
     let mut buf = vec![0u8; 64 << 10];
     for comm in [p.send, p.recv] {
         let a = cx.reg_mr(comm, &mut buf)?;
-        let b = cx.reg_mr(comm, &mut buf).map_err(|e| crate::checks::conn::context(e, "second registration of the same buffer"))?;
+        let b = cx
+            .reg_mr(comm, &mut buf)
+            .map_err(|e| crate::checks::conn::context(e, "second registration of the same buffer"))?;
         cx.dereg_mr(comm, a)?;
         cx.dereg_mr(comm, b)?;
     }
@@ -59,14 +89,29 @@ fn reg_subrange(cx: &mut Cx, _: u64) -> Res {
         let b = cx.reg_mr(p.recv, &mut rbuf[off..off + len])?;
         (a, b)
     };
-    let rr = cx.post("irecv into a sub-range", |cx| cx.irecv(p.recv, &mut rbuf[off..off + len], 0, Some(rmr2)))?;
-    let sr = cx.post("isend from a sub-range", |cx| cx.isend(p.send, &mut sbuf[off..off + len], 0, Some(smr2)))?;
+    let rr = cx.post("irecv into a sub-range", |cx| {
+        cx.irecv(p.recv, &mut rbuf[off..off + len], 0, Some(rmr2))
+    })?;
+    let sr = cx.post("isend from a sub-range", |cx| {
+        cx.isend(p.send, &mut sbuf[off..off + len], 0, Some(smr2))
+    })?;
     cx.wait_all("sub-range message", &[sr, rr])?;
     if let Err(at) = verify(&rbuf[off..off + len], 31) {
-        return Err(fail!("received bytes equal the sent bytes", "sub-range at offset {off}: wrong byte at offset {at}"));
+        return Err(fail!(
+            "received bytes equal the sent bytes",
+            "sub-range at offset {off}: wrong byte at offset {at}"
+        ));
     }
-    ensure!(rbuf[..off].iter().all(|b| *b == 0), "bytes outside the posted sub-range stay untouched", "the plugin wrote before the receive buffer");
-    ensure!(rbuf[off + len..].iter().all(|b| *b == 0), "bytes outside the posted sub-range stay untouched", "the plugin wrote past the receive buffer");
+    ensure!(
+        rbuf[..off].iter().all(|b| *b == 0),
+        "bytes outside the posted sub-range stay untouched",
+        "the plugin wrote before the receive buffer"
+    );
+    ensure!(
+        rbuf[off + len..].iter().all(|b| *b == 0),
+        "bytes outside the posted sub-range stay untouched",
+        "the plugin wrote past the receive buffer"
+    );
     if !cx.props.reg_is_global {
         cx.dereg_mr(p.send, smr2)?;
         cx.dereg_mr(p.recv, rmr2)?;
@@ -83,23 +128,40 @@ fn gpu_present() -> bool {
 
 fn cuda(cx: &mut Cx, _: u64) -> Res {
     if cx.props.ptr_support & 2 == 0 {
-        return Err(skip!("ptrSupport ({:#x}) does not claim NCCL_PTR_CUDA", cx.props.ptr_support));
+        return Err(skip!(
+            "ptrSupport ({:#x}) does not claim NCCL_PTR_CUDA",
+            cx.props.ptr_support
+        ));
     }
     if !gpu_present() {
-        return Err(skip!("ptrSupport claims NCCL_PTR_CUDA but no GPU is present on this machine"));
+        return Err(skip!(
+            "ptrSupport claims NCCL_PTR_CUDA but no GPU is present on this machine"
+        ));
     }
-    Err(skip!("ptrSupport claims NCCL_PTR_CUDA and a GPU is present, but this build of the suite allocates no CUDA memory yet"))
+    Err(skip!(
+        "ptrSupport claims NCCL_PTR_CUDA and a GPU is present, but this build of the suite allocates no CUDA memory yet"
+    ))
 }
 
 fn dmabuf(cx: &mut Cx, _: u64) -> Res {
     if cx.props.ptr_support & 4 == 0 {
-        return Err(skip!("ptrSupport ({:#x}) does not claim NCCL_PTR_DMABUF", cx.props.ptr_support));
+        return Err(skip!(
+            "ptrSupport ({:#x}) does not claim NCCL_PTR_DMABUF",
+            cx.props.ptr_support
+        ));
     }
     if !cx.net.has_dmabuf() {
-        return Err(fail!("a plugin claiming NCCL_PTR_DMABUF provides regMrDmaBuf", "ptrSupport has DMABUF but the regMrDmaBuf slot is NULL"));
+        return Err(fail!(
+            "a plugin claiming NCCL_PTR_DMABUF provides regMrDmaBuf",
+            "ptrSupport has DMABUF but the regMrDmaBuf slot is NULL"
+        ));
     }
     if !gpu_present() {
-        return Err(skip!("ptrSupport claims NCCL_PTR_DMABUF but no GPU is present on this machine"));
+        return Err(skip!(
+            "ptrSupport claims NCCL_PTR_DMABUF but no GPU is present on this machine"
+        ));
     }
-    Err(skip!("ptrSupport claims NCCL_PTR_DMABUF and a GPU is present, but this build of the suite exports no DMA-BUF yet"))
+    Err(skip!(
+        "ptrSupport claims NCCL_PTR_DMABUF and a GPU is present, but this build of the suite exports no DMA-BUF yet"
+    ))
 }

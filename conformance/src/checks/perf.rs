@@ -9,7 +9,14 @@ use crate::outcome::Res;
 use crate::registry::Registry;
 
 pub(crate) fn register(r: &mut Registry) {
-    r.add("perf.sweep", "checklist", "bandwidth and latency sweep, 8 B .. 4 MiB (64 MiB with --full); reported, never fatal", sweep).advisory().timeout(300);
+    r.add(
+        "perf.sweep",
+        "checklist",
+        "bandwidth and latency sweep, 8 B .. 4 MiB (64 MiB with --full); reported, never fatal",
+        sweep,
+    )
+    .advisory()
+    .timeout(300);
 }
 
 fn sweep(cx: &mut Cx, _: u64) -> Res {
@@ -34,13 +41,23 @@ fn sweep(cx: &mut Cx, _: u64) -> Res {
             cx.stream(&p, size, bw_iters, 8)?;
             let secs = t.elapsed().as_secs_f64();
             let gbps = (size * bw_iters) as f64 / secs / 1e9;
-            table.push(format!("dev {dev}  {:>10}  {:>10.1} us  {:>8.3} GB/s", size_str(size), lat_us, gbps));
-            rows.push(json!({"device": dev, "size": size, "latency_us": lat_us, "busbw_gbps": gbps, "iters": bw_iters}));
+            table.push(format!(
+                "dev {dev}  {:>10}  {:>10.1} us  {:>8.3} GB/s",
+                size_str(size),
+                lat_us,
+                gbps
+            ));
+            rows.push(
+                json!({"device": dev, "size": size, "latency_us": lat_us, "busbw_gbps": gbps, "iters": bw_iters}),
+            );
             size *= 8;
         }
         cx.close_pair(p)?;
     }
-    cx.notes.push(format!("device  size  latency  bandwidth (one-way, in-process)\n{}", table.join("\n")));
+    cx.notes.push(format!(
+        "device  size  latency  bandwidth (one-way, in-process)\n{}",
+        table.join("\n")
+    ));
     cx.metrics = Some(json!({"sweep": rows}));
     Ok(())
 }

@@ -9,23 +9,76 @@ use crate::watch::Call;
 use crate::{ensure, fail};
 
 pub(crate) fn register(r: &mut Registry) {
-    r.add("props.name", "§1.2", "getProperties succeeds and name is a non-empty string", name);
-    r.add("props.pci_path", "§1.2", "pciPath is NULL (virtual device) or an existing sysfs path", pci_path);
+    r.add(
+        "props.name",
+        "§1.2",
+        "getProperties succeeds and name is a non-empty string",
+        name,
+    );
+    r.add(
+        "props.pci_path",
+        "§1.2",
+        "pciPath is NULL (virtual device) or an existing sysfs path",
+        pci_path,
+    );
     r.add("props.speed", "§1.2", "speed (Mbps) is > 0", speed);
-    r.add("props.ptr_support", "§1.2", "ptrSupport includes NCCL_PTR_HOST (0x1) and no unknown bits", ptr_support);
+    r.add(
+        "props.ptr_support",
+        "§1.2",
+        "ptrSupport includes NCCL_PTR_HOST (0x1) and no unknown bits",
+        ptr_support,
+    );
     r.add("props.max_comms", "§1.2", "maxComms >= 1", max_comms);
-    r.add("props.max_recvs", "§1.2", "maxRecvs >= 1 (and <= 8, NCCL_NET_IB_MAX_RECVS)", max_recvs);
-    r.add("props.latency", "§1.2", "latency (us) is finite, >= 0 and below 1 s", latency).advisory();
-    r.add("props.device_type", "§1.5", "netDeviceType is HOST (0), or UNPACK (1) with netDeviceVersion 7", device_type);
-    r.add("props.max_bytes", "§1.2", "maxP2pBytes and maxCollBytes are > 0 and <= 2^40 (NCCL_MAX_NET_SIZE_BYTES)", max_bytes).since(9);
-    r.add("props.multi_request", "§1.2", "maxMultiRequestSize >= 1", multi_request).since(11);
-    r.add("props.rail_plane", "§1.2", "railId and planeId are -1 (undefined) or >= 0", rail_plane).since(12).advisory();
-    r.add("props.guid", "§1.2", "devices on different NICs report different guids (two ports of one NIC share one)", guid).advisory();
+    r.add(
+        "props.max_recvs",
+        "§1.2",
+        "maxRecvs >= 1 (and <= 8, NCCL_NET_IB_MAX_RECVS)",
+        max_recvs,
+    );
+    r.add(
+        "props.latency",
+        "§1.2",
+        "latency (us) is finite, >= 0 and below 1 s",
+        latency,
+    )
+    .advisory();
+    r.add(
+        "props.device_type",
+        "§1.5",
+        "netDeviceType is HOST (0), or UNPACK (1) with netDeviceVersion 7",
+        device_type,
+    );
+    r.add(
+        "props.max_bytes",
+        "§1.2",
+        "maxP2pBytes and maxCollBytes are > 0 and <= 2^40 (NCCL_MAX_NET_SIZE_BYTES)",
+        max_bytes,
+    )
+    .since(9);
+    r.add("props.multi_request", "§1.2", "maxMultiRequestSize >= 1", multi_request)
+        .since(11);
+    r.add(
+        "props.rail_plane",
+        "§1.2",
+        "railId and planeId are -1 (undefined) or >= 0",
+        rail_plane,
+    )
+    .since(12)
+    .advisory();
+    r.add(
+        "props.guid",
+        "§1.2",
+        "devices on different NICs report different guids (two ports of one NIC share one)",
+        guid,
+    )
+    .advisory();
 }
 
 fn each(cx: &mut Cx, f: impl Fn(usize, &Properties) -> Res) -> Res {
     for dev in cx.devices.clone() {
-        let p = cx.call(Call::GetProperties, &format!("getProperties({dev})"), |n| n.properties(dev))?;
+        let p = cx.call(Call::GetProperties, &format!("getProperties({dev})"), |n| {
+            n.properties(dev)
+        })?;
         f(dev, &p)?;
     }
     Ok(())
@@ -33,7 +86,11 @@ fn each(cx: &mut Cx, f: impl Fn(usize, &Properties) -> Res) -> Res {
 
 fn name(cx: &mut Cx, _: u64) -> Res {
     each(cx, |d, p| {
-        ensure!(!p.name.is_empty(), "props.name is a non-empty string", "device {d}: name is empty (or NULL)");
+        ensure!(
+            !p.name.is_empty(),
+            "props.name is a non-empty string",
+            "device {d}: name is empty (or NULL)"
+        );
         Ok(())
     })
 }
@@ -53,29 +110,54 @@ fn pci_path(cx: &mut Cx, _: u64) -> Res {
 
 fn speed(cx: &mut Cx, _: u64) -> Res {
     each(cx, |d, p| {
-        ensure!(p.speed > 0, "speed > 0 (Mbps; NCCL's bandwidth model divides by it)", "device {d}: speed = {}", p.speed);
+        ensure!(
+            p.speed > 0,
+            "speed > 0 (Mbps; NCCL's bandwidth model divides by it)",
+            "device {d}: speed = {}",
+            p.speed
+        );
         Ok(())
     })
 }
 
 fn ptr_support(cx: &mut Cx, _: u64) -> Res {
     each(cx, |d, p| {
-        ensure!(p.ptr_support & 1 != 0, "ptrSupport includes NCCL_PTR_HOST (0x1)", "device {d}: ptrSupport = {:#x}", p.ptr_support);
-        ensure!(p.ptr_support & !0x7 == 0, "ptrSupport only uses HOST|CUDA|DMABUF (0x7)", "device {d}: ptrSupport = {:#x}", p.ptr_support);
+        ensure!(
+            p.ptr_support & 1 != 0,
+            "ptrSupport includes NCCL_PTR_HOST (0x1)",
+            "device {d}: ptrSupport = {:#x}",
+            p.ptr_support
+        );
+        ensure!(
+            p.ptr_support & !0x7 == 0,
+            "ptrSupport only uses HOST|CUDA|DMABUF (0x7)",
+            "device {d}: ptrSupport = {:#x}",
+            p.ptr_support
+        );
         Ok(())
     })
 }
 
 fn max_comms(cx: &mut Cx, _: u64) -> Res {
     each(cx, |d, p| {
-        ensure!(p.max_comms >= 1, "maxComms >= 1", "device {d}: maxComms = {}", p.max_comms);
+        ensure!(
+            p.max_comms >= 1,
+            "maxComms >= 1",
+            "device {d}: maxComms = {}",
+            p.max_comms
+        );
         Ok(())
     })
 }
 
 fn max_recvs(cx: &mut Cx, _: u64) -> Res {
     each(cx, |d, p| {
-        ensure!((1..=8).contains(&p.max_recvs), "1 <= maxRecvs <= 8", "device {d}: maxRecvs = {}", p.max_recvs);
+        ensure!(
+            (1..=8).contains(&p.max_recvs),
+            "1 <= maxRecvs <= 8",
+            "device {d}: maxRecvs = {}",
+            p.max_recvs
+        );
         Ok(())
     })
 }
@@ -105,22 +187,43 @@ fn device_type(cx: &mut Cx, _: u64) -> Res {
 fn max_bytes(cx: &mut Cx, _: u64) -> Res {
     each(cx, |d, p| {
         let lim = 1usize << 40;
-        ensure!(p.max_p2p_bytes > 0 && p.max_p2p_bytes <= lim, "0 < maxP2pBytes <= 2^40", "device {d}: maxP2pBytes = {}", p.max_p2p_bytes);
-        ensure!(p.max_coll_bytes > 0 && p.max_coll_bytes <= lim, "0 < maxCollBytes <= 2^40", "device {d}: maxCollBytes = {}", p.max_coll_bytes);
+        ensure!(
+            p.max_p2p_bytes > 0 && p.max_p2p_bytes <= lim,
+            "0 < maxP2pBytes <= 2^40",
+            "device {d}: maxP2pBytes = {}",
+            p.max_p2p_bytes
+        );
+        ensure!(
+            p.max_coll_bytes > 0 && p.max_coll_bytes <= lim,
+            "0 < maxCollBytes <= 2^40",
+            "device {d}: maxCollBytes = {}",
+            p.max_coll_bytes
+        );
         Ok(())
     })
 }
 
 fn multi_request(cx: &mut Cx, _: u64) -> Res {
     each(cx, |d, p| {
-        ensure!(p.max_multi_request_size >= 1, "maxMultiRequestSize >= 1", "device {d}: maxMultiRequestSize = {}", p.max_multi_request_size);
+        ensure!(
+            p.max_multi_request_size >= 1,
+            "maxMultiRequestSize >= 1",
+            "device {d}: maxMultiRequestSize = {}",
+            p.max_multi_request_size
+        );
         Ok(())
     })
 }
 
 fn rail_plane(cx: &mut Cx, _: u64) -> Res {
     each(cx, |d, p| {
-        ensure!(p.rail_id >= -1 && p.plane_id >= -1, "railId/planeId are -1 or >= 0", "device {d}: railId {}, planeId {}", p.rail_id, p.plane_id);
+        ensure!(
+            p.rail_id >= -1 && p.plane_id >= -1,
+            "railId/planeId are -1 or >= 0",
+            "device {d}: railId {}, planeId {}",
+            p.rail_id,
+            p.plane_id
+        );
         Ok(())
     })
 }
@@ -128,7 +231,9 @@ fn rail_plane(cx: &mut Cx, _: u64) -> Res {
 fn guid(cx: &mut Cx, _: u64) -> Res {
     let mut seen: Vec<(usize, Properties)> = Vec::new();
     for dev in 0..cx.ndev {
-        let p = cx.call(Call::GetProperties, &format!("getProperties({dev})"), |n| n.properties(dev))?;
+        let p = cx.call(Call::GetProperties, &format!("getProperties({dev})"), |n| {
+            n.properties(dev)
+        })?;
         for (other, q) in &seen {
             let same_nic = match (&p.pci_path, &q.pci_path) {
                 (Some(a), Some(b)) => a.rsplit_once('.').map(|x| x.0) == b.rsplit_once('.').map(|x| x.0),

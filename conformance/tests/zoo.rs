@@ -1,0 +1,152 @@
+//! The suite must be able to fail: every deliberately broken zoo plugin
+//! (testing/zoo-*, built from conformance/zoo/zoo_net.c) is caught by the check
+//! meant for it with a clear message, the correct control passes, and the suite
+//! neither hangs nor crashes on any of them.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{config, plugin_so};
+use ferroccl_conformance::{Level, Status, run};
+
+/// Runs `check` on zoo plugin `zoo` (v8) and returns its result's (status, observed, reproduce).
+fn run_one(zoo: &str, check: &str) -> (Status, String, String) {
+    let so = plugin_so(&format!("nccl_net_zoo_{zoo}"));
+    let start = Instant::now();
+    let rep = run(&config(&so, Some(check)));
+    assert!(
+        start.elapsed() < Duration::from_secs(120),
+        "the suite took {:?} on zoo-{zoo}",
+        start.elapsed()
+    );
+    assert_eq!(rep.exported, vec![8], "zoo plugins export ncclNetPlugin_v8 only");
+    let r = rep
+        .get(check, 8)
+        .unwrap_or_else(|| panic!("{check} did not run on zoo-{zoo}: {rep:#?}"));
+    (
+        r.outcome.status,
+        r.outcome.observed.clone().unwrap_or_default(),
+        r.reproduce.clone(),
+    )
+}
+
+#[test]
+fn good_control_passes_the_quick_tier() {
+    let so = plugin_so("nccl_net_zoo_good");
+    let rep = run(&config(&so, None));
+    let fails: Vec<_> = rep
+        .results
+        .iter()
+        .filter(|r| r.outcome.status == Status::Fail)
+        .collect();
+    assert!(fails.is_empty(), "zoo-good failed: {fails:#?}");
+    assert_eq!(rep.exit_code(), 0);
+    assert!(rep.counts().0 > 35, "most checks ran: {:?}", rep.counts());
+}
+
+#[test]
+fn blocking_connect_is_caught_by_the_watchdog() {
+    let (st, obs, repro) = run_one("block_connect", "conn.nonblocking");
+    assert_eq!(st, Status::Fail);
+    assert!(obs.contains("connect did not return within 5 s"), "{obs}");
+    assert!(repro.contains("--api v8 --filter conn.nonblocking"), "{repro}");
+}
+
+#[test]
+fn wrong_sizes_are_caught() {
+    let (st, obs, _) = run_one("wrong_sizes", "transfer.recv_larger");
+    assert_eq!(st, Status::Fail);
+    assert!(
+        obs.contains("4097-byte message into a 16384-byte buffer completed with size 16384"),
+        "{obs}"
+    );
+}
+
+#[test]
+fn reordered_completions_are_caught() {
+    let (st, obs, _) = run_one("reorder", "transfer.order");
+    assert_eq!(st, Status::Fail);
+    assert!(obs.contains("receive 0 completed with size"), "{obs}");
+}
+
+#[test]
+fn corruption_past_1mib_is_caught_and_1mib_itself_passes() {
+    let (st, obs, _) = run_one("corrupt", "transfer.size.64MiB");
+    assert_eq!(st, Status::Fail);
+    assert!(obs.contains("offset 1048579"), "{obs}");
+    assert_eq!(run_one("corrupt", "transfer.size.1MiB").0, Status::Pass);
+}
+
+#[test]
+fn null_name_is_caught() {
+    let (st, obs, _) = run_one("null_name", "load.name");
+    assert_eq!(st, Status::Fail);
+    assert!(obs.contains("name is NULL"), "{obs}");
+}
+
+#[test]
+fn leaked_fds_are_caught() {
+    let (st, obs, _) = run_one("leak_fd", "teardown.no_leaks");
+    assert_eq!(st, Status::Fail);
+    assert!(
+        obs.contains("file descriptors more after 20 connect/close cycles"),
+        "{obs}"
+    );
+}
+
+#[test]
+fn hang_on_peer_death_is_caught() {
+    let (st, obs, _) = run_one("hang_peer_death", "fault.peer_killed_send");
+    assert_eq!(st, Status::Fail);
+    assert!(
+        obs.contains("kept returning 'not done' for 15 s after the peer process was killed"),
+        "{obs}"
+    );
+}
+
+#[test]
+fn cli_exit_status_and_report() {
+    let exe = env!("CARGO_BIN_EXE_ferroccl-conformance");
+    let bad = plugin_so("nccl_net_zoo_wrong_sizes");
+    let out = std::process::Command::new(exe)
+        .arg(&bad)
+        .args(["--filter", "transfer.recv_larger,props.*", "--api", "all"])
+        .output()
+        .expect("run the CLI");
+    assert_eq!(out.status.code(), Some(1), "required failure => exit 1");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("FAIL [required] v8 transfer.recv_larger (§1.5)"),
+        "{text}"
+    );
+    assert!(text.contains("reproduce: ferroccl-conformance"), "{text}");
+    assert!(!text.contains("props.name") || text.contains("props.name"));
+    let good = plugin_so("nccl_net_zoo_good");
+    let out = std::process::Command::new(exe)
+        .arg(&good)
+        .args(["--filter", "props", "--format", "junit"])
+        .output()
+        .expect("run the CLI");
+    assert_eq!(out.status.code(), Some(0));
+    let xml = String::from_utf8_lossy(&out.stdout);
+    assert!(xml.contains("<testsuite name=\"ncclNet_v8\""), "{xml}");
+    let out = std::process::Command::new(exe)
+        .arg("--list")
+        .output()
+        .expect("run the CLI");
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        list.contains("transfer.size.4096") && list.contains("required"),
+        "{list}"
+    );
+}
+
+#[test]
+fn advisory_failures_do_not_fail_the_run() {
+    let so = plugin_so("nccl_net_zoo_block_connect");
+    let rep = run(&config(&so, Some("conn.fast_calls")));
+    let r = rep.get("conn.fast_calls", 8).expect("ran");
+    assert_eq!((r.outcome.status, r.level), (Status::Fail, Level::Advisory));
+    assert_eq!(rep.exit_code(), 0);
+}
