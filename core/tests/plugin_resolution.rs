@@ -13,13 +13,14 @@ use std::sync::{Arc, Mutex};
 use ferroccl::plugin::library::AttemptResult;
 use ferroccl::plugin::logger::LogCapture;
 use ferroccl::plugin::tuner_profiler::{AuxKind, AuxLoader};
-use ferroccl::plugin::{
-    CandidateKind, LoadOptions, Outcome, PluginError, Rejection, load_net, load_net_from,
-};
+use ferroccl::plugin::{CandidateKind, LoadOptions, Outcome, PluginError, Rejection, load_net, load_net_from};
 use plugin_common::*;
 
 fn with(net_plugin: &str) -> LoadOptions {
-    LoadOptions { net_plugin: Some(net_plugin.into()), ..opts() }
+    LoadOptions {
+        net_plugin: Some(net_plugin.into()),
+        ..opts()
+    }
 }
 
 fn report_of(e: &PluginError) -> &str {
@@ -83,7 +84,10 @@ fn unset_report_as_data() {
     // Unset NCCL_NET_PLUGIN with the default library present only in a plugin dir.
     let dir = TempDir::new("unset");
     std::os::unix::fs::symlink(lib("libnccl-net-cv6.so"), dir.0.join("libnccl-net.so")).unwrap();
-    let o = LoadOptions { plugin_path: vec![dir.0.clone()], ..opts() };
+    let o = LoadOptions {
+        plugin_path: vec![dir.0.clone()],
+        ..opts()
+    };
     let loaded = load_net(&o).unwrap();
     let c = loaded.report.chosen().unwrap();
     assert_eq!(c.requested, "libnccl-net.so");
@@ -104,7 +108,10 @@ fn bare_name_tries_name_then_prefixed_name() {
     assert_eq!(files[1], "libnccl-net-cv6.so");
     // `cargo test` puts target/<profile> on LD_LIBRARY_PATH, so the loader may find
     // it; otherwise ferroccl's plugin directories (the exe's parent) do.
-    assert!(files.len() == 2 || (files.len() == 3 && c.attempts[2].from_search_dir), "{files:?}");
+    assert!(
+        files.len() == 2 || (files.len() == 3 && c.attempts[2].from_search_dir),
+        "{files:?}"
+    );
     assert_eq!(c.net_version, Some(6));
     assert_eq!(c.name.as_deref(), Some("CV6"));
     assert!(c.file.as_ref().unwrap().ends_with("libnccl-net-cv6.so"));
@@ -116,17 +123,36 @@ fn plugin_dirs_find_bare_names_in_nccl_and_cargo_spelling() {
     // Copies (new inodes) under names the loader's path does not have.
     std::fs::copy(lib("libnccl-net-cv6.so"), dir.0.join("libnccl-net-cv6dash.so")).unwrap();
     std::fs::copy(lib("libnccl-net-cv6.so"), dir.0.join("libnccl_net_cv6under.so")).unwrap();
-    let o = LoadOptions { plugin_path: vec![dir.0.clone()], search_exe_dirs: false, ..opts() };
+    let o = LoadOptions {
+        plugin_path: vec![dir.0.clone()],
+        search_exe_dirs: false,
+        ..opts()
+    };
     for name in ["cv6dash", "cv6under"] {
-        let loaded = load_net(&LoadOptions { net_plugin: Some(name.into()), ..o.clone() }).unwrap();
+        let loaded = load_net(&LoadOptions {
+            net_plugin: Some(name.into()),
+            ..o.clone()
+        })
+        .unwrap();
         let c = loaded.report.chosen().unwrap();
         let files: Vec<&str> = c.attempts.iter().map(|a| a.file.as_str()).collect();
-        assert_eq!(files[..2], [name.to_string(), format!("libnccl-net-{name}.so")], "{files:?}");
-        assert!(c.attempts[2].from_search_dir && files[2].starts_with(dir.0.to_str().unwrap()), "{files:?}");
+        assert_eq!(
+            files[..2],
+            [name.to_string(), format!("libnccl-net-{name}.so")],
+            "{files:?}"
+        );
+        assert!(
+            c.attempts[2].from_search_dir && files[2].starts_with(dir.0.to_str().unwrap()),
+            "{files:?}"
+        );
         assert_eq!(c.attempts[2].result, AttemptResult::Opened);
     }
     // Without the directory the same names are not found.
-    let e = load_net(&LoadOptions { net_plugin: Some("cv6dash".into()), search_exe_dirs: false, ..opts() });
+    let e = load_net(&LoadOptions {
+        net_plugin: Some("cv6dash".into()),
+        search_exe_dirs: false,
+        ..opts()
+    });
     assert!(report_of(&e.unwrap_err()).contains("not found"));
 }
 
@@ -155,7 +181,12 @@ fn comma_list_falls_back_in_order_and_reports_each() {
 
 #[test]
 fn none_disables_external_plugins_then_in_tree_order_is_ib_then_socket() {
-    assert!(load_net(&with("none")).unwrap_err().to_string().contains("failed to initialize any NET plugin"));
+    assert!(
+        load_net(&with("none"))
+            .unwrap_err()
+            .to_string()
+            .contains("failed to initialize any NET plugin")
+    );
     // Stand-in in-tree plugins in a plugin dir (the real ones are tested by their crates).
     let dir = TempDir::new("intree");
     std::os::unix::fs::symlink(lib("libnccl-net-cv6.so"), dir.0.join("libnccl_net_socket.so")).unwrap();
@@ -189,7 +220,10 @@ fn missing_dependency_dlerror_reaches_report_and_log() {
     let (r, log) = logged(|| load_net(&with("missingdep")));
     let e = r.unwrap_err();
     assert!(report_of(&e).contains("libferroccl_missing.so"), "{e}");
-    assert!(log.contains("libferroccl_missing.so"), "dlerror text in the INFO log:\n{log}");
+    assert!(
+        log.contains("libferroccl_missing.so"),
+        "dlerror text in the INFO log:\n{log}"
+    );
     assert!(log.contains("dlopen failed"), "{log}");
     let e = load_net_from("missingdep", &opts()).unwrap_err();
     match e {
@@ -223,13 +257,19 @@ fn init_failure_is_reported_with_code_and_plugin_log() {
     let cap = LogCapture::start();
     let e = load_net_from(&copy, &opts()).unwrap_err();
     match &e {
-        PluginError::Call { call: "init", plugin, .. } => assert_eq!(plugin, "CV6InitFail"),
+        PluginError::Call {
+            call: "init", plugin, ..
+        } => assert_eq!(plugin, "CV6InitFail"),
         other => panic!("expected init Call error, got {other}"),
     }
     assert!(e.to_string().contains("ncclSystemError (2)"), "{e}");
     let needle = "CV6InitFail init failing on purpose (code 2)";
     let n_after_first = cap.lines_containing(needle).len();
-    assert!(n_after_first >= 1, "the plugin's WARN reached the host logger: {:?}", cap.lines());
+    assert!(
+        n_after_first >= 1,
+        "the plugin's WARN reached the host logger: {:?}",
+        cap.lines()
+    );
     // Disabled for the process: a second attempt does not call init again.
     let e2 = load_net_from(&copy, &opts()).unwrap_err();
     assert!(e2.to_string().contains("init failed earlier"), "{e2}");
@@ -247,13 +287,23 @@ fn zero_devices() {
 
 #[test]
 fn nccl_net_selects_by_name_case_insensitively_and_disables_fallback() {
-    let o = LoadOptions { net: Some("cv6".into()), ..with("cv6zerodev,cv6late,cv6") };
+    let o = LoadOptions {
+        net: Some("cv6".into()),
+        ..with("cv6zerodev,cv6late,cv6")
+    };
     let loaded = load_net(&o).unwrap();
     let cs = &loaded.report.candidates;
-    assert!(matches!(cs[1].rejection(), Some(Rejection::NameMismatch { .. })), "{}", loaded.report);
+    assert!(
+        matches!(cs[1].rejection(), Some(Rejection::NameMismatch { .. })),
+        "{}",
+        loaded.report
+    );
     assert_eq!(loaded.plugin.info().name, "CV6");
 
-    let o = LoadOptions { net: Some("NoSuchNet".into()), ..with("cv6,cv6late") };
+    let o = LoadOptions {
+        net: Some("NoSuchNet".into()),
+        ..with("cv6,cv6late")
+    };
     let e = load_net(&o).unwrap_err();
     let r = report_of(&e);
     assert!(r.contains("is not NCCL_NET=NoSuchNet"), "{r}");
@@ -261,7 +311,10 @@ fn nccl_net_selects_by_name_case_insensitively_and_disables_fallback() {
 
 #[test]
 fn strict_mode_refuses_to_fall_back() {
-    let o = LoadOptions { strict: true, ..with("cv6zerodev,cv6") };
+    let o = LoadOptions {
+        strict: true,
+        ..with("cv6zerodev,cv6")
+    };
     match load_net(&o).unwrap_err() {
         PluginError::Strict { candidate, why } => {
             assert_eq!(candidate, "cv6zerodev");
@@ -272,20 +325,37 @@ fn strict_mode_refuses_to_fall_back() {
     // Without strict the same list falls back.
     assert_eq!(load_net(&with("cv6zerodev,cv6")).unwrap().plugin.info().name, "CV6");
     // Name-mismatch skips are not fallbacks.
-    let o = LoadOptions { strict: true, net: Some("CV6".into()), ..with("cv6late,cv6") };
+    let o = LoadOptions {
+        strict: true,
+        net: Some("CV6".into()),
+        ..with("cv6late,cv6")
+    };
     assert_eq!(load_net(&o).unwrap().plugin.info().name, "CV6");
 }
 
 #[test]
 fn version_cap() {
-    let o = LoadOptions { max_net_version: 9, ..with(&sdk_lib()) };
+    let o = LoadOptions {
+        max_net_version: 9,
+        ..with(&sdk_lib())
+    };
     let loaded = load_net(&o).unwrap();
     assert_eq!(loaded.plugin.info().version, 9);
     // A library exporting only v7, capped at 6: "no symbol" naming what it has.
-    let o = LoadOptions { max_net_version: 6, ..opts() };
-    let e = load_net(&LoadOptions { net_plugin: Some("cv6unpack".into()), ..o.clone() }).unwrap_err();
+    let o = LoadOptions {
+        max_net_version: 6,
+        ..opts()
+    };
+    let e = load_net(&LoadOptions {
+        net_plugin: Some("cv6unpack".into()),
+        ..o.clone()
+    })
+    .unwrap_err();
     assert!(report_of(&e).contains("exports only versions [7]"), "{e}");
-    let bad = LoadOptions { max_net_version: 13, ..opts() };
+    let bad = LoadOptions {
+        max_net_version: 13,
+        ..opts()
+    };
     assert!(matches!(load_net(&bad), Err(PluginError::InvalidOption { .. })));
 }
 
@@ -300,7 +370,10 @@ fn options_from_an_environment_map() {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let o = LoadOptions { in_tree: false, ..LoadOptions::from_env_map(&env) };
+    let o = LoadOptions {
+        in_tree: false,
+        ..LoadOptions::from_env_map(&env)
+    };
     let loaded = load_net(&o).unwrap();
     assert_eq!(loaded.report.candidates.len(), 2);
     assert_eq!(loaded.plugin.info().name, "CV6");
@@ -310,17 +383,26 @@ fn options_from_an_environment_map() {
 fn resolution_is_logged_at_info() {
     let (r, log) = logged(|| load_net(&with("ferroccl-absent,cv6")));
     r.unwrap();
-    assert!(log.contains("external 'ferroccl-absent'") && log.contains("rejected, not found"), "{log}");
+    assert!(
+        log.contains("external 'ferroccl-absent'") && log.contains("rejected, not found"),
+        "{log}"
+    );
     assert!(log.contains("NET/Plugin: using 'CV6' (ncclNet v6) from"), "{log}");
 }
 
 #[test]
 fn tuner_none_not_found_sticky_and_fallback_into_net_library() {
     let l = AuxLoader::new(AuxKind::Tuner);
-    let o = LoadOptions { tuner_plugin: Some("none".into()), ..opts() };
+    let o = LoadOptions {
+        tuner_plugin: Some("none".into()),
+        ..opts()
+    };
     assert!(matches!(l.load(&o, None), Err(PluginError::Disabled { .. })));
     // Sticky: even a valid setting is not retried in this process.
-    let o2 = LoadOptions { tuner_plugin: Some(sdk_lib()), ..opts() };
+    let o2 = LoadOptions {
+        tuner_plugin: Some(sdk_lib()),
+        ..opts()
+    };
     assert!(matches!(l.load(&o2, None), Err(PluginError::StickyFailure { .. })));
 
     let l = AuxLoader::new(AuxKind::Tuner);
@@ -341,5 +423,8 @@ fn tuner_none_not_found_sticky_and_fallback_into_net_library() {
     // A net library without a profiler: "no symbol", then sticky.
     let l = AuxLoader::new(AuxKind::Profiler);
     assert!(matches!(l.load(&opts(), Some(&net)), Err(PluginError::NoSymbol { .. })));
-    assert!(matches!(l.load(&opts(), Some(&net)), Err(PluginError::StickyFailure { .. })));
+    assert!(matches!(
+        l.load(&opts(), Some(&net)),
+        Err(PluginError::StickyFailure { .. })
+    ));
 }

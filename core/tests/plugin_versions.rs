@@ -13,7 +13,10 @@ use plugin_common::*;
 const PANIC_TAG: i32 = 0x0BAD_F00D;
 
 fn capped(v: u32) -> LoadOptions {
-    LoadOptions { max_net_version: v, ..opts() }
+    LoadOptions {
+        max_net_version: v,
+        ..opts()
+    }
 }
 
 #[test]
@@ -23,7 +26,11 @@ fn sdk_plugin_driven_through_each_version() {
         let net = &*loaded.plugin;
         assert_eq!(net.info().version, v, "cap {v} selects ncclNetPlugin_v{v}");
         assert_eq!(net.info().name, "SdkLoop");
-        assert!(net.info().path.ends_with("libferroccl_test_net_sdk.so"), "{:?}", net.info().path);
+        assert!(
+            net.info().path.ends_with("libferroccl_test_net_sdk.so"),
+            "{:?}",
+            net.info().path
+        );
         drive_roundtrip(net, 0x1000 + u64::from(v));
     }
 }
@@ -63,8 +70,18 @@ fn grouped_receive_matches_tags() {
         let mut da = vec![0u8; 64];
         let mut db = vec![0u8; 64];
         let slots = [
-            RecvSlot { data: da.as_mut_ptr(), size: 64, tag: 1, mr: None },
-            RecvSlot { data: db.as_mut_ptr(), size: 64, tag: 2, mr: None },
+            RecvSlot {
+                data: da.as_mut_ptr(),
+                size: 64,
+                tag: 1,
+                mr: None,
+            },
+            RecvSlot {
+                data: db.as_mut_ptr(),
+                size: 64,
+                tag: 2,
+                mr: None,
+            },
         ];
         let r = until("irecv", || net.irecv(p.recv, &slots, false).unwrap());
         // Sent in the opposite order of the posted buffers: tags decide.
@@ -92,11 +109,18 @@ fn old_versions_reject_sizes_their_c_int_cannot_carry() {
         // The adapter refuses before calling the plugin, so the buffer is never read.
         let e = net.isend(p.send, buf.as_mut_ptr(), (1 << 30) + 1, 0, None).unwrap_err();
         assert!(matches!(e, NetError::InvalidArgument(_)), "v{v} isend: {e}");
-        let slot = RecvSlot { data: buf.as_mut_ptr(), size: (1 << 30) + 1, tag: 0, mr: None };
+        let slot = RecvSlot {
+            data: buf.as_mut_ptr(),
+            size: (1 << 30) + 1,
+            tag: 0,
+            mr: None,
+        };
         let e = net.irecv(p.recv, &[slot], false).unwrap_err();
         assert!(matches!(e, NetError::InvalidArgument(_)), "v{v} irecv: {e}");
         if v <= 7 {
-            let e = net.reg_mr(p.send, buf.as_mut_ptr(), 1 << 31, PtrType::Host).unwrap_err();
+            let e = net
+                .reg_mr(p.send, buf.as_mut_ptr(), 1 << 31, PtrType::Host)
+                .unwrap_err();
             assert!(matches!(e, NetError::InvalidArgument(_)), "v{v} regMr: {e}");
         }
         net.close_send(p.send).unwrap();
@@ -206,7 +230,12 @@ fn c_table_filled_in_by_init_is_read_after_init() {
 fn unpack_device_type_is_refused_with_a_reason() {
     let e = load_net_from(&lib("libnccl-net-cv6unpack.so"), &opts()).unwrap_err();
     match &e {
-        PluginError::DeviceTypeUnusable { device_type: 1, device_version: 7, why, .. } => {
+        PluginError::DeviceTypeUnusable {
+            device_type: 1,
+            device_version: 7,
+            why,
+            ..
+        } => {
             assert!(why.contains("UNPACK"), "{why}")
         }
         other => panic!("expected DeviceTypeUnusable, got {other}"),

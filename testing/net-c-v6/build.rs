@@ -19,8 +19,22 @@ fn main() {
     let compiler = cc::Build::new().get_compiler();
     let cc_cmd = |args: &[&str], src: &Path, dst: &Path, extra_after: &[&str]| {
         let mut c = compiler.to_command();
-        c.args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror", "-std=c11", "-D_GNU_SOURCE"]);
-        c.args(args).arg(src).arg("-o").arg(dst).args(extra_after).arg("-lpthread");
+        c.args([
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-std=c11",
+            "-D_GNU_SOURCE",
+        ]);
+        c.args(args)
+            .arg(src)
+            .arg("-o")
+            .arg(dst)
+            .args(extra_after)
+            .arg("-lpthread");
         run(c);
     };
     let src = PathBuf::from("csrc/plugin_v6.c");

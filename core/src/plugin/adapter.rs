@@ -151,7 +151,10 @@ unsafe impl Sync for NetAdapter {}
 
 impl std::fmt::Debug for NetAdapter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NetAdapter").field("info", &self.info).field("initialized", &self.table.get().is_some()).finish()
+        f.debug_struct("NetAdapter")
+            .field("info", &self.info)
+            .field("initialized", &self.table.get().is_some())
+            .finish()
     }
 }
 
@@ -183,7 +186,9 @@ unsafe extern "C" fn profiler_callback_noop(
 /// Converts a `usize` argument to the `int` an older version takes, or `InvalidArgument`.
 fn to_int(v: usize, what: &str, limit: usize) -> NetResult<c_int> {
     if v > limit {
-        return Err(NetError::InvalidArgument(format!("{what} {v} exceeds this plugin version's limit of {limit} bytes")));
+        return Err(NetError::InvalidArgument(format!(
+            "{what} {v} exceeds this plugin version's limit of {limit} bytes"
+        )));
     }
     c_int::try_from(v).map_err(|_| NetError::InvalidArgument(format!("{what} {v} does not fit a C int")))
 }
@@ -241,10 +246,18 @@ impl NetAdapter {
         NetAdapter {
             lib,
             sym: SymAddr(sym),
-            info: NetInfo { name, version, path, collnet_version },
+            info: NetInfo {
+                name,
+                version,
+                path,
+                collnet_version,
+            },
             pre,
             table: OnceLock::new(),
-            state: Mutex::new(InitState { shared_init: None, contexts: 0 }),
+            state: Mutex::new(InitState {
+                shared_init: None,
+                contexts: 0,
+            }),
         }
     }
 
@@ -352,7 +365,9 @@ impl NetPlugin for NetAdapter {
             6..=10 => {
                 match &st.shared_init {
                     Some(Err(e)) => {
-                        return Err(NetError::Internal(format!("plugin disabled: its init failed earlier: {e}")));
+                        return Err(NetError::Internal(format!(
+                            "plugin disabled: its init failed earlier: {e}"
+                        )));
                     }
                     Some(Ok(())) => {}
                     None => {
@@ -378,7 +393,9 @@ impl NetPlugin for NetAdapter {
                 }
                 st.contexts += 1;
                 if self.info.version == 10 {
-                    let cfg = Box::new(ncclNetCommConfig_v10_t { trafficClass: config.traffic_class });
+                    let cfg = Box::new(ncclNetCommConfig_v10_t {
+                        trafficClass: config.traffic_class,
+                    });
                     Ok(RawCtx(Box::into_raw(cfg).cast()))
                 } else {
                     Ok(RawCtx(null_mut()))
@@ -387,7 +404,9 @@ impl NetPlugin for NetAdapter {
             _ => {
                 let t = *self.table.get().unwrap_or(&self.pre);
                 let mut ctx: *mut c_void = null_mut();
-                let mut cfg = ncclNetCommConfig_v10_t { trafficClass: config.traffic_class };
+                let mut cfg = ncclNetCommConfig_v10_t {
+                    trafficClass: config.traffic_class,
+                };
                 // SAFETY: v11/v12 init signature; `ctx` and `cfg` outlive the call.
                 let r = unsafe {
                     match &t {
@@ -459,7 +478,11 @@ impl NetPlugin for NetAdapter {
                 Table::V7(t) => {
                     let mut p = abi::ncclNetProperties_v7_t::zeroed();
                     self.check(call, slot!(self, t, getProperties)(d, &mut p))?;
-                    Properties { net_device_type: p.netDeviceType, net_device_version: p.netDeviceVersion, ..base_props!(p) }
+                    Properties {
+                        net_device_type: p.netDeviceType,
+                        net_device_version: p.netDeviceVersion,
+                        ..base_props!(p)
+                    }
                 }
                 Table::V8(t) => {
                     let mut p = abi::ncclNetProperties_v8_t::zeroed();
@@ -552,7 +575,9 @@ impl NetPlugin for NetAdapter {
         let h = handle.as_mut_ptr().cast::<c_void>();
         let mut sc: *mut c_void = null_mut();
         let mut dc: *mut ncclNetDeviceHandle_v7_t = null_mut();
-        let mut default_cfg = ncclNetCommConfig_v10_t { trafficClass: abi::NCCL_NET_TRAFFIC_CLASS_UNDEF };
+        let mut default_cfg = ncclNetCommConfig_v10_t {
+            trafficClass: abi::NCCL_NET_TRAFFIC_CLASS_UNDEF,
+        };
         // SAFETY: per-version connect signatures; every pointer outlives the call. For
         // v10 `ctx` is the config box made by `init_ctx` (or NULL → a default config).
         let r = unsafe {
@@ -562,8 +587,11 @@ impl NetPlugin for NetAdapter {
                 Table::V8(t) => slot!(self, t, connect)(d, h, &mut sc, &mut dc),
                 Table::V9(t) => slot!(self, t, connect)(d, h, &mut sc, &mut dc),
                 Table::V10(t) => {
-                    let cfg =
-                        if ctx.0.is_null() { &mut default_cfg as *mut _ } else { ctx.0.cast::<ncclNetCommConfig_v10_t>() };
+                    let cfg = if ctx.0.is_null() {
+                        &mut default_cfg as *mut _
+                    } else {
+                        ctx.0.cast::<ncclNetCommConfig_v10_t>()
+                    };
                     slot!(self, t, connect)(d, cfg, h, &mut sc, &mut dc)
                 }
                 Table::V11(t) => slot!(self, t, connect)(ctx.0, d, h, &mut sc, &mut dc),
@@ -600,8 +628,12 @@ impl NetPlugin for NetAdapter {
         // SAFETY: per-version regMr signatures; `mh` outlives the call.
         let r = unsafe {
             match self.t()? {
-                Table::V6(t) => slot!(self, t, regMr)(comm.0, p, to_int(size, "regMr size", i32::MAX as usize)?, ty, &mut mh),
-                Table::V7(t) => slot!(self, t, regMr)(comm.0, p, to_int(size, "regMr size", i32::MAX as usize)?, ty, &mut mh),
+                Table::V6(t) => {
+                    slot!(self, t, regMr)(comm.0, p, to_int(size, "regMr size", i32::MAX as usize)?, ty, &mut mh)
+                }
+                Table::V7(t) => {
+                    slot!(self, t, regMr)(comm.0, p, to_int(size, "regMr size", i32::MAX as usize)?, ty, &mut mh)
+                }
                 Table::V8(t) => slot!(self, t, regMr)(comm.0, p, size, ty, &mut mh),
                 Table::V9(t) => slot!(self, t, regMr)(comm.0, p, size, ty, &mut mh),
                 Table::V10(t) => slot!(self, t, regMr)(comm.0, p, size, ty, &mut mh),
@@ -619,16 +651,29 @@ impl NetPlugin for NetAdapter {
         self.check("deregMr", r)
     }
 
-    fn isend(&self, comm: RawComm, data: *mut u8, size: usize, tag: i32, mr: Option<RawMr>) -> NetResult<Option<RawRequest>> {
+    fn isend(
+        &self,
+        comm: RawComm,
+        data: *mut u8,
+        size: usize,
+        tag: i32,
+        mr: Option<RawMr>,
+    ) -> NetResult<Option<RawRequest>> {
         let mut req: *mut c_void = null_mut();
         let p = data.cast::<c_void>();
         let mh = mr_ptr(mr);
         // SAFETY: per-version isend signatures; `req` outlives the call; phandle NULL is allowed.
         let r = unsafe {
             match self.t()? {
-                Table::V6(t) => slot!(self, t, isend)(comm.0, p, to_int(size, "isend size", MAX_NET_SIZE)?, tag, mh, &mut req),
-                Table::V7(t) => slot!(self, t, isend)(comm.0, p, to_int(size, "isend size", MAX_NET_SIZE)?, tag, mh, &mut req),
-                Table::V8(t) => slot!(self, t, isend)(comm.0, p, to_int(size, "isend size", MAX_NET_SIZE)?, tag, mh, &mut req),
+                Table::V6(t) => {
+                    slot!(self, t, isend)(comm.0, p, to_int(size, "isend size", MAX_NET_SIZE)?, tag, mh, &mut req)
+                }
+                Table::V7(t) => {
+                    slot!(self, t, isend)(comm.0, p, to_int(size, "isend size", MAX_NET_SIZE)?, tag, mh, &mut req)
+                }
+                Table::V8(t) => {
+                    slot!(self, t, isend)(comm.0, p, to_int(size, "isend size", MAX_NET_SIZE)?, tag, mh, &mut req)
+                }
                 Table::V9(t) => slot!(self, t, isend)(comm.0, p, size, tag, mh, &mut req),
                 Table::V10(t) => slot!(self, t, isend)(comm.0, p, size, tag, mh, null_mut(), &mut req),
                 Table::V11(t) => slot!(self, t, isend)(comm.0, p, size, tag, mh, null_mut(), &mut req),
@@ -640,10 +685,9 @@ impl NetPlugin for NetAdapter {
     }
 
     fn irecv(&self, comm: RawComm, slots: &[RecvSlot], optional_completion: bool) -> NetResult<Option<RawRequest>> {
-        let n = c_int::try_from(slots.len())
-            .ok()
-            .filter(|&n| n >= 1)
-            .ok_or_else(|| NetError::InvalidArgument(format!("irecv of {} buffers (expected 1 ..= maxRecvs)", slots.len())))?;
+        let n = c_int::try_from(slots.len()).ok().filter(|&n| n >= 1).ok_or_else(|| {
+            NetError::InvalidArgument(format!("irecv of {} buffers (expected 1 ..= maxRecvs)", slots.len()))
+        })?;
         let mut data: Vec<*mut c_void> = slots.iter().map(|s| s.data.cast()).collect();
         let mut tags: Vec<c_int> = slots.iter().map(|s| s.tag).collect();
         let mut mhs: Vec<*mut c_void> = slots.iter().map(|s| mr_ptr(s.mr)).collect();
@@ -653,10 +697,17 @@ impl NetPlugin for NetAdapter {
         let v9plus = self.info.version >= 9;
         let hint = NCCL_NET_OPTIONAL_RECV_COMPLETION as *mut c_void;
         // v6–v8 never see the hint (NCCL's adapters reset *request to NULL).
-        let mut req: *mut c_void = if optional_completion && v9plus { hint } else { null_mut() };
+        let mut req: *mut c_void = if optional_completion && v9plus {
+            hint
+        } else {
+            null_mut()
+        };
         let mut isizes: Vec<c_int> = Vec::new();
         if !v9plus {
-            isizes = sizes.iter().map(|&s| to_int(s, "irecv size", MAX_NET_SIZE)).collect::<NetResult<_>>()?;
+            isizes = sizes
+                .iter()
+                .map(|&s| to_int(s, "irecv size", MAX_NET_SIZE))
+                .collect::<NetResult<_>>()?;
         }
         let (d, tg, mh, ph) = (data.as_mut_ptr(), tags.as_mut_ptr(), mhs.as_mut_ptr(), phs.as_mut_ptr());
         // SAFETY: per-version irecv signatures; every array has `n` entries and
@@ -688,8 +739,10 @@ impl NetPlugin for NetAdapter {
             .filter(|&n| n >= 1)
             .ok_or_else(|| NetError::InvalidArgument(format!("iflush of {} buffers", slots.len())))?;
         let mut data: Vec<*mut c_void> = slots.iter().map(|s| s.data.cast()).collect();
-        let mut sizes: Vec<c_int> =
-            slots.iter().map(|s| to_int(s.size, "iflush size", i32::MAX as usize)).collect::<NetResult<_>>()?;
+        let mut sizes: Vec<c_int> = slots
+            .iter()
+            .map(|s| to_int(s.size, "iflush size", i32::MAX as usize))
+            .collect::<NetResult<_>>()?;
         let mut mhs: Vec<*mut c_void> = slots.iter().map(|s| mr_ptr(s.mr)).collect();
         let mut req: *mut c_void = null_mut();
         // SAFETY: `iflush` has the same signature in every version; arrays have `n` entries.
@@ -703,7 +756,10 @@ impl NetPlugin for NetAdapter {
     fn test(&self, req: RawRequest, sizes: &mut [usize]) -> NetResult<bool> {
         const MAX: usize = 64;
         if sizes.len() > MAX {
-            return Err(NetError::InvalidArgument(format!("test with {} size slots (at most {MAX})", sizes.len())));
+            return Err(NetError::InvalidArgument(format!(
+                "test with {} size slots (at most {MAX})",
+                sizes.len()
+            )));
         }
         let mut done: c_int = 0;
         let mut buf = [0 as c_int; MAX];
@@ -717,7 +773,10 @@ impl NetPlugin for NetAdapter {
         }
         for (dst, &src) in sizes.iter_mut().zip(buf.iter()) {
             *dst = usize::try_from(src).map_err(|_| {
-                NetError::Internal(format!("plugin '{}' test reported a negative size {src}", self.info.name))
+                NetError::Internal(format!(
+                    "plugin '{}' test reported a negative size {src}",
+                    self.info.name
+                ))
             })?;
         }
         Ok(true)
@@ -742,7 +801,9 @@ impl NetPlugin for NetAdapter {
     }
 
     fn has_dmabuf(&self) -> bool {
-        self.t().map(|t| each!(t, t => t.regMrDmaBuf.is_some())).unwrap_or(false)
+        self.t()
+            .map(|t| each!(t, t => t.regMrDmaBuf.is_some()))
+            .unwrap_or(false)
     }
 
     fn reg_mr_dmabuf(
@@ -757,7 +818,10 @@ impl NetPlugin for NetAdapter {
         let mut mh: *mut c_void = null_mut();
         let f = each!(self.t()?, t => t.regMrDmaBuf);
         let Some(f) = f else {
-            return Err(NetError::Internal(format!("plugin '{}' has no regMrDmaBuf (slot is NULL)", self.info.name)));
+            return Err(NetError::Internal(format!(
+                "plugin '{}' has no regMrDmaBuf (slot is NULL)",
+                self.info.name
+            )));
         };
         // SAFETY: `regMrDmaBuf` has the same signature in every version.
         let r = unsafe { f(comm.0, data.cast(), size, ptr_type(ty), offset, fd, &mut mh) };
@@ -798,7 +862,10 @@ impl NetPlugin for NetAdapter {
                 let f = t.makeVDevice.ok_or_else(unsupported)?;
                 let mut p = ncclNetVDeviceProps_v12_t::zeroed();
                 if devs.len() > p.devs.len() {
-                    return Err(NetError::InvalidArgument(format!("makeVDevice of {} devices (at most 8)", devs.len())));
+                    return Err(NetError::InvalidArgument(format!(
+                        "makeVDevice of {} devices (at most 8)",
+                        devs.len()
+                    )));
                 }
                 p.ndevs = devs.len() as c_int;
                 p.devs[..devs.len()].copy_from_slice(devs);

@@ -9,7 +9,7 @@ use super::net::NetError;
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
     /// No file could be opened for the requested library name.
-    #[error("plugin library '{requested}' not found (tried: {}); set NCCL_NET_PLUGIN to a path or put the library on LD_LIBRARY_PATH or FERROCCL_PLUGIN_PATH", tried.join(", "))]
+    #[error("plugin library '{requested}' not found (tried: {}); give a full path, or put the library's directory on LD_LIBRARY_PATH or FERROCCL_PLUGIN_PATH", tried.join(", "))]
     NotFound {
         /// The name or path as requested.
         requested: String,

@@ -43,7 +43,11 @@ impl PluginLibrary {
         // plugin host, and NCCL does exactly the same.
         let r = unsafe { Library::open(Some(file), RTLD_NOW | RTLD_LOCAL) };
         match r {
-            Ok(lib) => Ok(PluginLibrary { lib: ManuallyDrop::new(lib), opened_as: file.to_owned(), pinned: false.into() }),
+            Ok(lib) => Ok(PluginLibrary {
+                lib: ManuallyDrop::new(lib),
+                opened_as: file.to_owned(),
+                pinned: false.into(),
+            }),
             Err(e) => Err(dl_error_text(&e)),
         }
     }
@@ -89,6 +93,7 @@ impl PluginLibrary {
 
     /// The file the object containing `addr` was loaded from (`dladdr`), e.g. the
     /// resolved path of a library opened by bare name.
+    #[allow(clippy::not_unsafe_ptr_arg_deref)] // dladdr only looks the address up; it never reads through it
     pub fn file_of(addr: *const c_void) -> Option<PathBuf> {
         let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
         // SAFETY: `dladdr` only inspects the address and fills `info`.
@@ -174,23 +179,21 @@ pub fn is_static_plugin(name: &str) -> bool {
 /// Whether NCCL's second try `<prefix>-<name>.so` applies to `name` (non-empty,
 /// no `/`, not of the form `lib*.so`).
 pub fn wants_prefixed_retry(name: &str) -> bool {
-    !name.is_empty() && !name.contains('/') && !(name.starts_with("lib") && name.ends_with(".so"))
+    !(name.is_empty() || name.contains('/') || (name.starts_with("lib") && name.ends_with(".so")))
 }
 
 /// Directories searched after the dynamic loader: `FERROCCL_PLUGIN_PATH` entries,
 /// then (if enabled) the directory of the running executable and its parent.
 pub fn search_dirs(opts: &LoadOptions) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = opts.plugin_path.clone();
-    if opts.search_exe_dirs {
-        if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
-            if let Some(p) = dir.parent() {
-                let p = p.to_path_buf();
-                dirs.push(dir);
-                dirs.push(p);
-            } else {
-                dirs.push(dir);
-            }
-        }
+    if opts.search_exe_dirs
+        && let Some(dir) = std::env::current_exe()
+            .ok()
+            .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        let parent = dir.parent().map(Path::to_path_buf);
+        dirs.push(dir);
+        dirs.extend(parent);
     }
     let mut seen = Vec::new();
     dirs.retain(|d| {
@@ -210,17 +213,29 @@ fn classify(file: &str, dlerror: String) -> AttemptResult {
     let about_itself = dlerror.starts_with(&format!("{file}:"));
     let missing = dlerror.contains("No such file or directory");
     let path_missing = file.contains('/') && !Path::new(file).exists();
-    if path_missing || (about_itself && missing) { AttemptResult::NotFound(dlerror) } else { AttemptResult::Failed(dlerror) }
+    if path_missing || (about_itself && missing) {
+        AttemptResult::NotFound(dlerror)
+    } else {
+        AttemptResult::Failed(dlerror)
+    }
 }
 
 fn try_open(file: &str, from_search_dir: bool, attempts: &mut Vec<OpenAttempt>) -> Option<PluginLibrary> {
     match PluginLibrary::open(file) {
         Ok(lib) => {
-            attempts.push(OpenAttempt { file: file.to_owned(), from_search_dir, result: AttemptResult::Opened });
+            attempts.push(OpenAttempt {
+                file: file.to_owned(),
+                from_search_dir,
+                result: AttemptResult::Opened,
+            });
             Some(lib)
         }
         Err(e) => {
-            attempts.push(OpenAttempt { file: file.to_owned(), from_search_dir, result: classify(file, e) });
+            attempts.push(OpenAttempt {
+                file: file.to_owned(),
+                from_search_dir,
+                result: classify(file, e),
+            });
             None
         }
     }
@@ -229,7 +244,11 @@ fn try_open(file: &str, from_search_dir: bool, attempts: &mut Vec<OpenAttempt>) 
 /// Looks for the first existing `dir/name` over `dirs` × `names` and opens it.
 /// Returns `None` when no such file exists; stops at the first existing file
 /// whether it opens or not (as the dynamic loader would).
-fn open_from_dirs(dirs: &[PathBuf], names: &[String], attempts: &mut Vec<OpenAttempt>) -> Option<Option<PluginLibrary>> {
+fn open_from_dirs(
+    dirs: &[PathBuf],
+    names: &[String],
+    attempts: &mut Vec<OpenAttempt>,
+) -> Option<Option<PluginLibrary>> {
     for dir in dirs {
         for n in names {
             let p = dir.join(n);
@@ -260,15 +279,27 @@ fn cargo_name(n: &str) -> Option<String> {
 ///    [`search_dirs`]. Such a hit is logged at INFO.
 pub fn open_plugin_lib(requested: &str, prefix: &str, dirs: &[PathBuf]) -> OpenOutcome {
     let mut attempts = Vec::new();
-    let first = if requested.is_empty() { format!("{prefix}.so") } else { requested.to_owned() };
+    let first = if requested.is_empty() {
+        format!("{prefix}.so")
+    } else {
+        requested.to_owned()
+    };
     if is_static_plugin(&first) {
         let lib = match PluginLibrary::open_main_program() {
             Ok(l) => {
-                attempts.push(OpenAttempt { file: first, from_search_dir: false, result: AttemptResult::Opened });
+                attempts.push(OpenAttempt {
+                    file: first,
+                    from_search_dir: false,
+                    result: AttemptResult::Opened,
+                });
                 Some(l)
             }
             Err(e) => {
-                attempts.push(OpenAttempt { file: first, from_search_dir: false, result: AttemptResult::Failed(e) });
+                attempts.push(OpenAttempt {
+                    file: first,
+                    from_search_dir: false,
+                    result: AttemptResult::Failed(e),
+                });
                 None
             }
         };
@@ -276,13 +307,19 @@ pub fn open_plugin_lib(requested: &str, prefix: &str, dirs: &[PathBuf]) -> OpenO
     }
     let mut names = vec![first.clone()];
     if let Some(lib) = try_open(&first, false, &mut attempts) {
-        return OpenOutcome { lib: Some(lib), attempts };
+        return OpenOutcome {
+            lib: Some(lib),
+            attempts,
+        };
     }
     if wants_prefixed_retry(requested) {
         let second = format!("{prefix}-{requested}.so");
         names.push(second.clone());
         if let Some(lib) = try_open(&second, false, &mut attempts) {
-            return OpenOutcome { lib: Some(lib), attempts };
+            return OpenOutcome {
+                lib: Some(lib),
+                attempts,
+            };
         }
     }
     let all_missing = attempts.iter().all(|a| matches!(a.result, AttemptResult::NotFound(_)));
@@ -296,14 +333,20 @@ pub fn open_plugin_lib(requested: &str, prefix: &str, dirs: &[PathBuf]) -> OpenO
                     "'{requested}' is not on the dynamic loader's path; loaded {} from a ferroccl plugin directory",
                     lib.opened_as()
                 );
-                return OpenOutcome { lib: Some(lib), attempts };
+                return OpenOutcome {
+                    lib: Some(lib),
+                    attempts,
+                };
             }
             Some(None) => {}
             None => attempts.push(OpenAttempt {
                 file: format!(
                     "{} in [{}]",
                     with_cargo.join(" | "),
-                    dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+                    dirs.iter()
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
                 from_search_dir: true,
                 result: AttemptResult::NotFound("no such file in the ferroccl plugin directories".into()),
@@ -326,7 +369,10 @@ pub fn open_in_tree(short: &str, dirs: &[PathBuf]) -> OpenOutcome {
             file: format!(
                 "{} in [{}]",
                 names.join(" | "),
-                dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+                dirs.iter()
+                    .map(|d| d.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             from_search_dir: true,
             result: AttemptResult::NotFound("no such file in the ferroccl plugin directories".into()),
@@ -365,7 +411,12 @@ mod tests {
         assert!(o.lib.is_none());
         let files: Vec<_> = o.attempts.iter().map(|a| a.file.as_str()).collect();
         assert_eq!(files[..2], ["ferroccl-no-such", "libnccl-net-ferroccl-no-such.so"]);
-        assert!(o.attempts.iter().all(|a| matches!(a.result, AttemptResult::NotFound(_))), "{o:?}");
+        assert!(
+            o.attempts
+                .iter()
+                .all(|a| matches!(a.result, AttemptResult::NotFound(_))),
+            "{o:?}"
+        );
     }
 
     #[test]

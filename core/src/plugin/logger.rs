@@ -87,7 +87,10 @@ impl LogCapture {
 
     /// Captured lines whose message contains `needle`.
     pub fn lines_containing(&self, needle: &str) -> Vec<PluginLogLine> {
-        self.lines().into_iter().filter(|l| l.message.contains(needle)).collect()
+        self.lines()
+            .into_iter()
+            .filter(|l| l.message.contains(needle))
+            .collect()
     }
 }
 
@@ -115,6 +118,7 @@ extern "C" fn sink(level: c_int, flags: c_ulong, file: *const c_char, line: c_in
         let file = lossy(file);
         let message = lossy(msg);
         let message = message.trim_end_matches('\n');
+        #[allow(clippy::unnecessary_cast)] // c_ulong is u32 on some targets
         let flags = flags as u64;
         match level {
             2 | 4 => {
@@ -151,7 +155,17 @@ mod tests {
         let cap = LogCapture::start();
         let log = nccl_logger();
         // SAFETY: valid format string and matching arguments.
-        unsafe { log(3, 0x10, c"net.c".as_ptr(), 42, c"unit-test %d %s".as_ptr(), 7 as c_int, c"seven".as_ptr()) };
+        unsafe {
+            log(
+                3,
+                0x10,
+                c"net.c".as_ptr(),
+                42,
+                c"unit-test %d %s".as_ptr(),
+                7 as c_int,
+                c"seven".as_ptr(),
+            )
+        };
         let lines = cap.lines_containing("unit-test 7 seven");
         assert_eq!(lines.len(), 1, "{:?}", cap.lines());
         assert_eq!(lines[0].level, 3);

@@ -113,7 +113,10 @@ pub struct LoadedNet {
 
 impl std::fmt::Debug for LoadedNet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedNet").field("info", self.plugin.info()).field("report", &self.report).finish()
+        f.debug_struct("LoadedNet")
+            .field("info", self.plugin.info())
+            .field("report", &self.report)
+            .finish()
     }
 }
 
@@ -121,7 +124,9 @@ impl LoadedNet {
     /// Whether the chosen plugin is an external one (an `NCCL_NET_PLUGIN` entry or
     /// a directly loaded library), as opposed to ferroccl's in-tree IB/Socket.
     pub fn is_external(&self) -> bool {
-        self.report.chosen().is_some_and(|c| matches!(c.kind, CandidateKind::External | CandidateKind::Direct))
+        self.report
+            .chosen()
+            .is_some_and(|c| matches!(c.kind, CandidateKind::External | CandidateKind::Direct))
     }
 }
 
@@ -161,13 +166,15 @@ fn evaluate(
 ) -> Result<Arc<NetAdapter>, Rejection> {
     c.attempts = outcome.attempts;
     let Some(lib) = outcome.lib else {
-        return Err(match c.attempts.iter().find_map(|a| match &a.result {
-            AttemptResult::Failed(e) => Some((a.file.clone(), e.clone())),
-            _ => None,
-        }) {
-            Some((file, dlerror)) => Rejection::DlOpenFailed { file, dlerror },
-            None => Rejection::NotFound,
-        });
+        return Err(
+            match c.attempts.iter().find_map(|a| match &a.result {
+                AttemptResult::Failed(e) => Some((a.file.clone(), e.clone())),
+                _ => None,
+            }) {
+                Some((file, dlerror)) => Rejection::DlOpenFailed { file, dlerror },
+                None => Rejection::NotFound,
+            },
+        );
     };
     c.file = Some(PathBuf::from(lib.opened_as()));
     let cap = opts.max_net_version;
@@ -196,18 +203,23 @@ fn evaluate(
     };
     let name = adapter.info().name.clone();
     c.name = Some(name.clone());
-    if check_name {
-        if let Some(wanted) = &opts.net {
-            if !name_matches(wanted, &name, c.kind) {
-                return Err(Rejection::NameMismatch { name, wanted: wanted.clone() });
-            }
-        }
+    if check_name
+        && let Some(wanted) = &opts.net
+        && !name_matches(wanted, &name, c.kind)
+    {
+        return Err(Rejection::NameMismatch {
+            name,
+            wanted: wanted.clone(),
+        });
     }
     // From here on plugin code runs; the adapter pins the library in init_ctx.
     let first_time = !adapter.library().is_pinned();
     let ctx = adapter
         .init_ctx(0, &CommConfig::default())
-        .map_err(|e| Rejection::InitFailed { code: Some(e.code().0), error: e.to_string() });
+        .map_err(|e| Rejection::InitFailed {
+            code: Some(e.code().0),
+            error: e.to_string(),
+        });
     if first_time || ctx.is_ok() {
         let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
         if !reg.iter().any(|a| Arc::ptr_eq(a, &adapter)) {
@@ -232,7 +244,9 @@ fn check_initialised(a: &NetAdapter) -> Result<(), Rejection> {
     if n == 0 {
         return Err(Rejection::NoDevices);
     }
-    let p = a.properties(0).map_err(|e| Rejection::PropertiesFailed(e.to_string()))?;
+    let p = a
+        .properties(0)
+        .map_err(|e| Rejection::PropertiesFailed(e.to_string()))?;
     let (ty, ver) = (p.net_device_type, p.net_device_version);
     if ty == NCCL_NET_DEVICE_HOST {
         return Ok(());
@@ -244,7 +258,11 @@ fn check_initialised(a: &NetAdapter) -> Result<(), Rejection> {
     } else {
         "a net plugin may only report NCCL_NET_DEVICE_HOST (0) or NCCL_NET_DEVICE_UNPACK (1)".to_owned()
     };
-    Err(Rejection::DeviceTypeUnusable { device_type: ty, device_version: ver, why })
+    Err(Rejection::DeviceTypeUnusable {
+        device_type: ty,
+        device_version: ver,
+        why,
+    })
 }
 
 fn log_candidate(c: &CandidateReport) {
@@ -269,8 +287,10 @@ fn log_candidate(c: &CandidateReport) {
 pub fn load_net(opts: &LoadOptions) -> Result<LoadedNet, PluginError> {
     check_cap(opts)?;
     let dirs = search_dirs(opts);
-    let mut todo: Vec<(String, CandidateKind)> =
-        net_plugin_list(opts.net_plugin.as_deref()).into_iter().map(|n| (n, CandidateKind::External)).collect();
+    let mut todo: Vec<(String, CandidateKind)> = net_plugin_list(opts.net_plugin.as_deref())
+        .into_iter()
+        .map(|n| (n, CandidateKind::External))
+        .collect();
     if opts.in_tree {
         todo.push(("ib".into(), CandidateKind::InTreeIb));
         todo.push(("socket".into(), CandidateKind::InTreeSocket));
@@ -297,7 +317,10 @@ pub fn load_net(opts: &LoadOptions) -> Result<LoadedNet, PluginError> {
                 c.outcome = Outcome::Chosen;
                 log_candidate(&c);
                 report.candidates.push(c);
-                return Ok(LoadedNet { plugin: adapter, report });
+                return Ok(LoadedNet {
+                    plugin: adapter,
+                    report,
+                });
             }
             Err(rej) => {
                 let silent = matches!(rej, Rejection::NameMismatch { .. })
@@ -308,7 +331,10 @@ pub fn load_net(opts: &LoadOptions) -> Result<LoadedNet, PluginError> {
                 if opts.strict && !silent {
                     tracing::warn!(target: "ferroccl::plugin",
                         "NET/Plugin: FERROCCL_NET_STRICT=1 and candidate '{requested}' was rejected ({rej}); not falling back");
-                    return Err(PluginError::Strict { candidate: requested, why: rej.to_string() });
+                    return Err(PluginError::Strict {
+                        candidate: requested,
+                        why: rej.to_string(),
+                    });
                 }
             }
         }
@@ -356,7 +382,10 @@ pub fn load_net_from(name_or_path: &str, opts: &LoadOptions) -> Result<LoadedNet
     match evaluate(&mut c, outcome, opts, false) {
         Ok(adapter) => {
             log_candidate(&c);
-            Ok(LoadedNet { plugin: adapter, report: LoadReport { candidates: vec![c] } })
+            Ok(LoadedNet {
+                plugin: adapter,
+                report: LoadReport { candidates: vec![c] },
+            })
         }
         Err(rej) => {
             c.outcome = Outcome::Rejected(rej.clone());
@@ -396,19 +425,23 @@ fn rejection_error(c: &CandidateReport, rej: Rejection, cap: u32) -> PluginError
         Rejection::DevicesFailed(e) => call("devices", e),
         Rejection::PropertiesFailed(e) => call("getProperties(0)", e),
         Rejection::NoDevices => PluginError::NoDevices { plugin, version },
-        Rejection::DeviceTypeUnusable { device_type, device_version, why } => {
-            PluginError::DeviceTypeUnusable { plugin, device_type, device_version, why }
-        }
+        Rejection::DeviceTypeUnusable {
+            device_type,
+            device_version,
+            why,
+        } => PluginError::DeviceTypeUnusable {
+            plugin,
+            device_type,
+            device_version,
+            why,
+        },
         Rejection::NameMismatch { name, wanted } => call("name check", format!("'{name}' is not '{wanted}'")),
         Rejection::NotTried(why) => call("load", why),
     }
 }
 
 /// Loads the tuner plugin once per process (see [`tuner_profiler`]).
-pub fn load_tuner(
-    opts: &LoadOptions,
-    net: Option<&LoadedNet>,
-) -> Result<Arc<tuner_profiler::AuxPlugin>, PluginError> {
+pub fn load_tuner(opts: &LoadOptions, net: Option<&LoadedNet>) -> Result<Arc<tuner_profiler::AuxPlugin>, PluginError> {
     tuner_profiler::tuner_loader().load(opts, net)
 }
 

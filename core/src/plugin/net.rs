@@ -113,7 +113,14 @@ pub trait NetPlugin: Send + Sync {
     /// `deregMr`.
     fn dereg_mr(&self, comm: RawComm, mr: RawMr) -> NetResult<()>;
     /// `isend`: `Ok(None)` = plugin busy, retry later.
-    fn isend(&self, comm: RawComm, data: *mut u8, size: usize, tag: i32, mr: Option<RawMr>) -> NetResult<Option<RawRequest>>;
+    fn isend(
+        &self,
+        comm: RawComm,
+        data: *mut u8,
+        size: usize,
+        tag: i32,
+        mr: Option<RawMr>,
+    ) -> NetResult<Option<RawRequest>>;
     /// `irecv` of `slots.len()` buffers. `optional_completion` stores
     /// `NCCL_NET_OPTIONAL_RECV_COMPLETION` in `*request` first (v9+ only; cleared for older).
     fn irecv(&self, comm: RawComm, slots: &[RecvSlot], optional_completion: bool) -> NetResult<Option<RawRequest>>;
@@ -131,7 +138,15 @@ pub trait NetPlugin: Send + Sync {
     /// Whether `regMrDmaBuf` is present (slot non-NULL).
     fn has_dmabuf(&self) -> bool;
     /// `regMrDmaBuf` (NULL slot → `Internal`). Default: unsupported.
-    fn reg_mr_dmabuf(&self, comm: RawComm, data: *mut u8, size: usize, ty: PtrType, offset: u64, fd: i32) -> NetResult<RawMr> {
+    fn reg_mr_dmabuf(
+        &self,
+        comm: RawComm,
+        data: *mut u8,
+        size: usize,
+        ty: PtrType,
+        offset: u64,
+        fd: i32,
+    ) -> NetResult<RawMr> {
         let _ = (comm, data, size, ty, offset, fd);
         Err(NetError::Internal("regMrDmaBuf is not supported by this plugin".into()))
     }
@@ -146,7 +161,9 @@ pub trait NetPlugin: Send + Sync {
     /// version → `InvalidUsage`. Default: unsupported.
     fn make_vdevice(&self, devs: &[i32]) -> NetResult<usize> {
         let _ = devs;
-        Err(NetError::InvalidUsage("makeVDevice is not supported by this plugin".into()))
+        Err(NetError::InvalidUsage(
+            "makeVDevice is not supported by this plugin".into(),
+        ))
     }
     /// `setNetAttr(ctx, attr)` (v11+; NULL slot or older version → ignored, as in
     /// NCCL). Default: ignored.

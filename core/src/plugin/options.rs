@@ -94,7 +94,11 @@ impl LoadOptions {
     /// Empty values count as unset, as in NCCL's `ncclGetEnv` users.
     pub fn try_from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, PluginError> {
         let get = |k: &str| get(k).filter(|v| !v.is_empty());
-        let mut o = LoadOptions { net_plugin: get("NCCL_NET_PLUGIN"), net: get("NCCL_NET"), ..Default::default() };
+        let mut o = LoadOptions {
+            net_plugin: get("NCCL_NET_PLUGIN"),
+            net: get("NCCL_NET"),
+            ..Default::default()
+        };
         if let Some(v) = get("FERROCCL_NET_STRICT") {
             o.strict = parse_bool(&v).ok_or(PluginError::InvalidOption {
                 option: "FERROCCL_NET_STRICT",
@@ -129,7 +133,11 @@ fn parse_version(v: &str) -> Result<u32, PluginError> {
         expected: "an integer from 6 to 12",
     };
     let n: u32 = v.trim().trim_start_matches(['v', 'V']).parse().map_err(|_| bad())?;
-    if (MIN_NET_VERSION..=MAX_NET_VERSION).contains(&n) { Ok(n) } else { Err(bad()) }
+    if (MIN_NET_VERSION..=MAX_NET_VERSION).contains(&n) {
+        Ok(n)
+    } else {
+        Err(bad())
+    }
 }
 
 #[cfg(test)]
@@ -161,7 +169,10 @@ mod tests {
         let m = map(&[("FERROCCL_NET_MAX_VERSION", "5")]);
         assert!(matches!(
             LoadOptions::try_from_lookup(|k| m.get(k).cloned()),
-            Err(PluginError::InvalidOption { option: "FERROCCL_NET_MAX_VERSION", .. })
+            Err(PluginError::InvalidOption {
+                option: "FERROCCL_NET_MAX_VERSION",
+                ..
+            })
         ));
         assert_eq!(LoadOptions::from_env_map(&m).max_net_version, 12);
         let m = map(&[("FERROCCL_NET_MAX_VERSION", "v7"), ("NCCL_NET", "")]);

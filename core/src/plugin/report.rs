@@ -101,11 +101,49 @@ impl fmt::Display for Rejection {
             Rejection::DevicesFailed(e) => write!(f, "devices() failed: {e}"),
             Rejection::NoDevices => f.write_str("0 devices"),
             Rejection::PropertiesFailed(e) => write!(f, "getProperties(0) failed: {e}"),
-            Rejection::DeviceTypeUnusable { device_type, device_version, why } => {
-                write!(f, "device 0 type {device_type} version {device_version} unusable: {why}")
+            Rejection::DeviceTypeUnusable {
+                device_type,
+                device_version,
+                why,
+            } => {
+                write!(
+                    f,
+                    "device 0 type {device_type} version {device_version} unusable: {why}"
+                )
             }
             Rejection::NotTried(why) => write!(f, "not tried: {why}"),
         }
+    }
+}
+
+impl Rejection {
+    /// What an operator can do about it.
+    pub fn hint(&self) -> Option<&'static str> {
+        Some(match self {
+            Rejection::NotFound => {
+                "give NCCL_NET_PLUGIN a full path, or put the library's directory on LD_LIBRARY_PATH or FERROCCL_PLUGIN_PATH"
+            }
+            Rejection::DlOpenFailed { .. } => {
+                "the file exists but cannot be loaded: run `ldd` on it to find missing dependencies, and check its architecture"
+            }
+            Rejection::NoSymbol { above_cap, .. } if !above_cap.is_empty() => {
+                "raise FERROCCL_NET_MAX_VERSION (or unset it) to use the versions the library exports"
+            }
+            Rejection::NoSymbol { .. } => {
+                "not an NCCL net plugin, or one older than ncclNet v6 (NCCL 2.13): list its symbols with `nm -D`"
+            }
+            Rejection::NameMismatch { .. } => {
+                "NCCL_NET selects plugins by their vtable name; unset it or use that name"
+            }
+            Rejection::NullSlot(_) => "the plugin's vtable is incomplete; it would crash NCCL too",
+            Rejection::InitFailed { .. } => "the plugin's own log lines (NCCL_DEBUG=INFO) say why its init failed",
+            Rejection::DevicesFailed(_) | Rejection::NoDevices => {
+                "the plugin found no usable NIC: check its interface/HCA selection (e.g. NCCL_SOCKET_IFNAME, NCCL_IB_HCA) and link state"
+            }
+            Rejection::PropertiesFailed(_) => "the plugin cannot describe device 0; see its log lines",
+            Rejection::DeviceTypeUnusable { .. } => "ferroccl drives host-side (NCCL_NET_DEVICE_HOST) plugins only",
+            Rejection::NotTried(_) => return None,
+        })
     }
 }
 
@@ -174,7 +212,11 @@ impl fmt::Display for CandidateReport {
                 AttemptResult::NotFound(e) => format!("not found ({e})"),
                 AttemptResult::Failed(e) => format!("dlopen failed: {e}"),
             };
-            let dir = if a.from_search_dir { " (ferroccl plugin dir)" } else { "" };
+            let dir = if a.from_search_dir {
+                " (ferroccl plugin dir)"
+            } else {
+                ""
+            };
             write!(f, "\n      tried {}{dir}: {what}", a.file)?;
         }
         Ok(())

@@ -25,8 +25,13 @@ pub enum PluginType {
 
 impl PluginType {
     /// Every type, in display order.
-    pub const ALL: [PluginType; 5] =
-        [PluginType::Net, PluginType::CollNet, PluginType::Tuner, PluginType::Profiler, PluginType::Env];
+    pub const ALL: [PluginType; 5] = [
+        PluginType::Net,
+        PluginType::CollNet,
+        PluginType::Tuner,
+        PluginType::Profiler,
+        PluginType::Env,
+    ];
 
     /// The symbols NCCL 2.30.7 searches for this type, newest first, with their version.
     pub fn symbols(self) -> &'static [(&'static CStr, u32)] {
@@ -66,7 +71,10 @@ pub struct ExportedSymbol {
 
 /// Finds the first (newest) symbol of `ty` with version ≤ `cap` in `lib`.
 pub fn probe(lib: &PluginLibrary, ty: PluginType, cap: u32) -> Option<(*const c_void, u32)> {
-    ty.symbols().iter().filter(|(_, v)| *v <= cap).find_map(|(s, v)| lib.symbol(s).map(|p| (p, *v)))
+    ty.symbols()
+        .iter()
+        .filter(|(_, v)| *v <= cap)
+        .find_map(|(s, v)| lib.symbol(s).map(|p| (p, *v)))
 }
 
 /// Reads slot 0 (`const char* name`) of a plugin struct.

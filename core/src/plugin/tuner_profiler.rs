@@ -126,7 +126,10 @@ pub fn profiler_loader() -> &'static AuxLoader {
 impl AuxLoader {
     /// A fresh loader (status "ready").
     pub const fn new(kind: AuxKind) -> Self {
-        AuxLoader { kind, status: Mutex::new(Status::Ready) }
+        AuxLoader {
+            kind,
+            status: Mutex::new(Status::Ready),
+        }
     }
 
     /// Loads (once) the plugin selected by `opts.tuner_plugin` / `opts.profiler_plugin`,
@@ -140,7 +143,10 @@ impl AuxLoader {
         match &*st {
             Status::Loaded(p) => return Ok(p.clone()),
             Status::Failed(e) => {
-                return Err(PluginError::StickyFailure { what: self.kind.what(), first_error: e.clone() });
+                return Err(PluginError::StickyFailure {
+                    what: self.kind.what(),
+                    first_error: e.clone(),
+                });
             }
             Status::Ready => {}
         }
@@ -167,31 +173,34 @@ impl AuxLoader {
             AuxKind::Profiler => opts.profiler_plugin.as_deref(),
         };
         if setting.is_some_and(|s| s.eq_ignore_ascii_case("none")) {
-            return Err(PluginError::Disabled { what: kind.what(), variable: kind.variable() });
+            return Err(PluginError::Disabled {
+                what: kind.what(),
+                variable: kind.variable(),
+            });
         }
         let requested = setting.unwrap_or("");
         let dirs = search_dirs(opts);
         let mut outcome = open_plugin_lib(requested, kind.prefix(), &dirs);
         let mut from_net = false;
-        if outcome.lib.is_none() {
-            if let Some(path) = net.filter(|n| n.is_external()).map(|n| n.plugin.info().path.clone()) {
-                let file = path.to_string_lossy().into_owned();
-                match PluginLibrary::open(&file) {
-                    Ok(l) => {
-                        outcome.attempts.push(OpenAttempt {
-                            file,
-                            from_search_dir: false,
-                            result: AttemptResult::Opened,
-                        });
-                        outcome.lib = Some(l);
-                        from_net = true;
-                    }
-                    Err(e) => outcome.attempts.push(OpenAttempt {
+        if outcome.lib.is_none()
+            && let Some(path) = net.filter(|n| n.is_external()).map(|n| n.plugin.info().path.clone())
+        {
+            let file = path.to_string_lossy().into_owned();
+            match PluginLibrary::open(&file) {
+                Ok(l) => {
+                    outcome.attempts.push(OpenAttempt {
                         file,
                         from_search_dir: false,
-                        result: AttemptResult::Failed(e),
-                    }),
+                        result: AttemptResult::Opened,
+                    });
+                    outcome.lib = Some(l);
+                    from_net = true;
                 }
+                Err(e) => outcome.attempts.push(OpenAttempt {
+                    file,
+                    from_search_dir: false,
+                    result: AttemptResult::Failed(e),
+                }),
             }
         }
         let attempts = outcome.attempts.clone();
@@ -202,8 +211,15 @@ impl AuxLoader {
             }) {
                 return Err(PluginError::DlOpen { file, dlerror });
             }
-            let requested = if requested.is_empty() { format!("{}.so", kind.prefix()) } else { requested.to_owned() };
-            return Err(PluginError::NotFound { requested, tried: attempts.iter().map(|a| a.file.clone()).collect() });
+            let requested = if requested.is_empty() {
+                format!("{}.so", kind.prefix())
+            } else {
+                requested.to_owned()
+            };
+            return Err(PluginError::NotFound {
+                requested,
+                tried: attempts.iter().map(|a| a.file.clone()).collect(),
+            });
         };
         let ty = kind.plugin_type();
         let Some((sym, version)) = probe(&lib, ty, u32::MAX) else {
@@ -216,7 +232,11 @@ impl AuxLoader {
                 cap: ty.symbols()[0].1,
             });
         };
-        let symbol = ty.symbols().iter().find(|(_, v)| *v == version).map_or("?", |(s, _)| s.to_str().unwrap_or("?"));
+        let symbol = ty
+            .symbols()
+            .iter()
+            .find(|(_, v)| *v == version)
+            .map_or("?", |(s, _)| s.to_str().unwrap_or("?"));
         Ok(Arc::new(AuxPlugin {
             kind,
             version,

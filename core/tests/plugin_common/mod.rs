@@ -11,7 +11,10 @@ use ferroccl::plugin::net::{CommConfig, NetHandle, NetPlugin, PtrType, RawComm, 
 /// `target/<profile>/`: the test binary lives in `target/<profile>/deps/`.
 pub fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(|d| d.parent()).expect("target/<profile>").to_path_buf()
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>")
+        .to_path_buf()
 }
 
 /// Path of a built plugin library; panics with the fix if it is missing.
@@ -32,7 +35,10 @@ pub fn sdk_lib() -> String {
 
 /// Options independent of the in-tree plugins and of the environment.
 pub fn opts() -> LoadOptions {
-    LoadOptions { in_tree: false, ..LoadOptions::default() }
+    LoadOptions {
+        in_tree: false,
+        ..LoadOptions::default()
+    }
 }
 
 /// Generous bound for every poll loop (in-process loopback completes at once).
@@ -81,12 +87,19 @@ pub fn connect_pair(net: &dyn NetPlugin, comm_id: u64) -> Pair {
         }
         (send.is_some() && recv.is_some()).then_some(())
     });
-    Pair { ctx, listen, send: send.unwrap(), recv: recv.unwrap() }
+    Pair {
+        ctx,
+        listen,
+        send: send.unwrap(),
+        recv: recv.unwrap(),
+    }
 }
 
 /// A byte pattern that differs per `seed`.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 /// Drives init/devices/getProperties/listen/connect/accept/regMr/isend/irecv/test/
@@ -98,16 +111,36 @@ pub fn drive_roundtrip(net: &dyn NetPlugin, comm_id: u64) {
     let p = connect_pair(net, comm_id);
     let mut src = pattern(4096, 7);
     let mut dst = vec![0u8; 8192];
-    let smr = net.reg_mr(p.send, src.as_mut_ptr(), src.len(), PtrType::Host).expect("regMr send");
-    let rmr = net.reg_mr(p.recv, dst.as_mut_ptr(), dst.len(), PtrType::Host).expect("regMr recv");
+    let smr = net
+        .reg_mr(p.send, src.as_mut_ptr(), src.len(), PtrType::Host)
+        .expect("regMr send");
+    let rmr = net
+        .reg_mr(p.recv, dst.as_mut_ptr(), dst.len(), PtrType::Host)
+        .expect("regMr recv");
     // Two messages in flight: the n-th send lands in the n-th receive.
     let mut src2 = pattern(100, 99);
-    let s1 = until("isend", || net.isend(p.send, src.as_mut_ptr(), src.len(), 5, Some(smr)).expect("isend"));
-    let s2 = until("isend", || net.isend(p.send, src2.as_mut_ptr(), src2.len(), 5, None).expect("isend"));
-    let slot = RecvSlot { data: dst.as_mut_ptr(), size: dst.len(), tag: 5, mr: Some(rmr) };
+    let s1 = until("isend", || {
+        net.isend(p.send, src.as_mut_ptr(), src.len(), 5, Some(smr))
+            .expect("isend")
+    });
+    let s2 = until("isend", || {
+        net.isend(p.send, src2.as_mut_ptr(), src2.len(), 5, None)
+            .expect("isend")
+    });
+    let slot = RecvSlot {
+        data: dst.as_mut_ptr(),
+        size: dst.len(),
+        tag: 5,
+        mr: Some(rmr),
+    };
     let r1 = until("irecv", || net.irecv(p.recv, &[slot], false).expect("irecv"));
     let mut dst2 = vec![0u8; 100];
-    let slot2 = RecvSlot { data: dst2.as_mut_ptr(), size: 100, tag: 5, mr: None };
+    let slot2 = RecvSlot {
+        data: dst2.as_mut_ptr(),
+        size: 100,
+        tag: 5,
+        mr: None,
+    };
     // The optional-completion hint must be harmless for every version.
     let r2 = until("irecv", || net.irecv(p.recv, &[slot2], true).expect("irecv hint"));
     assert_eq!(wait(net, s1, 1), vec![4096]);

@@ -9,16 +9,21 @@
 //!   whose tag matches each posted buffer, in order;
 //! * failure hook: an `isend` with tag [`PANIC_TAG`] panics inside the plugin (the
 //!   SDK shim must turn that into `ncclInternalError`, never an abort);
-//! * `init` logs `"SdkLoop init comm <id>"` at INFO through NCCL's logger.
+//! * `init` logs `"SdkLoop init comm <id>"` at INFO through NCCL's logger;
+//! * the library also exports a do-nothing tuner ([`SdkLoopTuner`],
+//!   `ncclTunerPlugin_v2` … `_v6`), to test NCCL's tuner fallback into the net
+//!   plugin's library.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ferroccl_plugin_api::abi::ncclFunc_t;
 use ferroccl_plugin_api::log::NCCL_INIT;
 use ferroccl_plugin_api::sdk::{
-    Buf, CommConfig, CommMut, Handle, MAX_RECVS, Net, NetError, NetResult, Properties, PtrType, RecvBuf, TestStatus,
+    Buf, CommConfig, CommMut, CostTable, Handle, MAX_RECVS, Net, NetError, NetResult, Properties, PtrType, RecvBuf,
+    TestStatus, Tuner, TunerInit,
 };
 
 /// `isend` with this tag panics inside the plugin.
@@ -111,7 +116,9 @@ impl Net for SdkLoop {
     fn listen(&self, _ctx: &Ctx, _dev: usize, handle: &mut Handle) -> NetResult<Listen> {
         let id = NEXT_ID.fetch_add(1, Ordering::SeqCst);
         let pending = Pending::default();
-        let mut reg = LISTENERS.lock().map_err(|_| NetError::Internal("registry poisoned".into()))?;
+        let mut reg = LISTENERS
+            .lock()
+            .map_err(|_| NetError::Internal("registry poisoned".into()))?;
         reg.get_or_insert_with(HashMap::new).insert(id, pending.clone());
         handle.fill(0);
         handle[..8].copy_from_slice(&id.to_le_bytes());
@@ -126,24 +133,31 @@ impl Net for SdkLoop {
         let mut idb = [0u8; 8];
         idb.copy_from_slice(&handle[..8]);
         let id = u64::from_le_bytes(idb);
-        let reg = LISTENERS.lock().map_err(|_| NetError::Internal("registry poisoned".into()))?;
+        let reg = LISTENERS
+            .lock()
+            .map_err(|_| NetError::Internal("registry poisoned".into()))?;
         let l = reg.as_ref().and_then(|m| m.get(&id).cloned());
         let l = l.ok_or_else(|| NetError::Remote(format!("no SdkLoop listener with id {id}")))?;
         let pipe = Pipe::default();
-        l.lock().map_err(|_| NetError::Internal("poisoned".into()))?.push_back(pipe.clone());
+        l.lock()
+            .map_err(|_| NetError::Internal("poisoned".into()))?
+            .push_back(pipe.clone());
         Ok(Some(SendComm { pipe }))
     }
 
     fn accept(&self, listen: &mut Listen) -> NetResult<Option<RecvComm>> {
-        let mut q = listen.pending.lock().map_err(|_| NetError::Internal("poisoned".into()))?;
+        let mut q = listen
+            .pending
+            .lock()
+            .map_err(|_| NetError::Internal("poisoned".into()))?;
         Ok(q.pop_front().map(|pipe| RecvComm { pipe }))
     }
 
     fn close_listen(&self, listen: Listen) -> NetResult<()> {
-        if let Ok(mut reg) = LISTENERS.lock() {
-            if let Some(m) = reg.as_mut() {
-                m.remove(&listen.id);
-            }
+        if let Ok(mut reg) = LISTENERS.lock()
+            && let Some(m) = reg.as_mut()
+        {
+            m.remove(&listen.id);
         }
         Ok(())
     }
@@ -161,7 +175,10 @@ impl Net for SdkLoop {
         }
         // SAFETY: NCCL contract: the buffer is valid until the request completes.
         let data = unsafe { buf.as_slice() }.to_vec();
-        comm.pipe.lock().map_err(|_| NetError::Internal("poisoned".into()))?.push_back((tag, data));
+        comm.pipe
+            .lock()
+            .map_err(|_| NetError::Internal("poisoned".into()))?
+            .push_back((tag, data));
         Ok(Some(Request::Send(buf.len)))
     }
 
@@ -215,3 +232,28 @@ impl Net for SdkLoop {
 }
 
 ferroccl_plugin_api::export_net_plugin!(SdkLoop);
+
+/// A tuner that keeps NCCL's choices, shipped inside the net plugin library.
+pub struct SdkLoopTuner;
+
+impl Tuner for SdkLoopTuner {
+    const NAME: &'static CStr = c"SdkLoopTuner";
+
+    fn init(_info: TunerInit<'_>) -> NetResult<Self> {
+        Ok(SdkLoopTuner)
+    }
+
+    fn get_coll_info(
+        &self,
+        _coll: ncclFunc_t,
+        _n_bytes: usize,
+        _num_pipe_ops: i32,
+        _reg_buff: bool,
+        _costs: &mut CostTable<'_>,
+        _n_channels: &mut i32,
+    ) -> NetResult<()> {
+        Ok(())
+    }
+}
+
+ferroccl_plugin_api::export_tuner_plugin!(SdkLoopTuner);
