@@ -144,6 +144,12 @@ impl Proxy {
         }
         let mut tasks = schedule::build(&work.colls, &self.params)?;
         self.connect_p2p(&tasks)?;
+        for t in &tasks {
+            let steps = t.ops.iter().filter(|op| op.prim.recvs()).count() as u64;
+            if let (_, Some(r)) = self.lane_conns(t.lane) {
+                r.expect(steps);
+            }
+        }
         self.progress_tasks(&mut tasks, &work.what)
     }
 

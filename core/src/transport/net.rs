@@ -216,8 +216,9 @@ enum RecvState {
 
 /// Receive side of a connection (NCCL's recv connector + its proxy state).
 ///
-/// Receives are posted ahead for every free slot, so a sender never waits for the
-/// consumer to reach an operation before its data can land.
+/// Receives are posted ahead into every free slot for the steps scheduled work
+/// will consume ([`RecvConn::expect`]), so a sender never waits for the consumer
+/// to reach a step before its data can land.
 pub(crate) struct RecvConn {
     net: Arc<dyn NetPlugin>,
     comm: Option<RawComm>,
@@ -229,6 +230,10 @@ pub(crate) struct RecvConn {
     tail: u64,
     /// Next step to post an `irecv` for.
     posted: u64,
+    /// Steps the scheduled work will consume; receives are posted only up to here,
+    /// so no receive stays outstanding once an operation is complete (a peer may
+    /// then close its side without this rank seeing an error).
+    limit: u64,
     slots: [RecvState; NCCL_STEPS],
     /// Peer rank (for messages).
     pub(crate) peer: usize,
@@ -260,6 +265,7 @@ impl RecvConn {
             tag,
             tail: 0,
             posted: 0,
+            limit: 0,
             slots: [RecvState::Empty; NCCL_STEPS],
             peer,
         })
@@ -276,6 +282,11 @@ impl RecvConn {
             }
             _ => None,
         }
+    }
+
+    /// Announces `steps` more steps that scheduled work will consume.
+    pub(crate) fn expect(&mut self, steps: u64) {
+        self.limit += steps;
     }
 
     /// Releases the consumed step; its slot is re-posted by `progress`.
@@ -316,7 +327,7 @@ impl RecvConn {
             step += 1;
         }
         // Post receives for free slots.
-        while self.posted < self.tail + NCCL_STEPS as u64 {
+        while self.posted < self.limit && self.posted < self.tail + NCCL_STEPS as u64 {
             let i = (self.posted % NCCL_STEPS as u64) as usize;
             // SAFETY: slot `i` lies inside the registered FIFO buffer.
             let data = unsafe { self.buf.ptr().add(i * self.step_size) };

@@ -1,0 +1,78 @@
+//! Every collective × every datatype × every reduction × in/out of place against a
+//! sequential reference, on 1–4 ranks (full matrix) and 8 ranks (smaller
+//! matrix), each rank its own process, over the real socket plugin on loopback.
+//! Counts include 0, 1, primes and sizes that are not multiples of
+//! channels × ranks; a small `NCCL_BUFFSIZE` and `FERROCCL_MIN_CHANNEL_BYTES`
+//! make even these counts span several slices, loops and both channels.
+
+mod coll_support;
+
+use std::time::Duration;
+
+use coll_support::{assert_all_ok, join, launch, role, run_matrix};
+use ferroccl::{DataType, RedOp};
+
+const WORKER: &str = "matrix_worker";
+const LIMIT: Duration = Duration::from_secs(240);
+
+/// Child entry point (does nothing when run as a normal test).
+#[test]
+fn matrix_worker() {
+    let Some(r) = role("matrix") else { return };
+    let comm = join(&r, Duration::from_secs(60));
+    let small = std::env::var("MATRIX_SMALL").is_ok();
+    let (fails, ran) = if small {
+        run_matrix(
+            &comm,
+            &DataType::ALL,
+            Some(&[RedOp::Sum, RedOp::Avg, RedOp::Min, RedOp::PreMulSum(ferroccl::Scalar::from_f64(DataType::Float32, 2.0))]),
+            &[0, 1, 1031],
+        )
+    } else {
+        run_matrix(&comm, &DataType::ALL, None, &[0, 1, 13, 1031, 6007])
+    };
+    println!("rank {}: {ran} operations, {} failures", r.rank, fails.len());
+    assert!(fails.is_empty(), "{}", fails.join("\n"));
+    comm.destroy().expect("destroy");
+}
+
+fn run(nranks: usize, small: bool) {
+    let mut env = vec![("NCCL_BUFFSIZE", "65536"), ("FERROCCL_MIN_CHANNEL_BYTES", "4096"), ("NCCL_MAX_NCHANNELS", "2")];
+    if small {
+        env.push(("MATRIX_SMALL", "1"));
+    }
+    let ranks: Vec<usize> = (0..nranks).collect();
+    let outs = launch(WORKER, "matrix", nranks, &ranks, &env, |_| Vec::new(), LIMIT);
+    assert_all_ok(&outs, &format!("matrix on {nranks} ranks"));
+    for o in &outs {
+        eprintln!("rank {} ({:?}): {}", o.rank, o.elapsed, o.stdout.lines().filter(|l| l.contains("operations")).collect::<Vec<_>>().join(" "));
+    }
+    for o in &outs {
+        assert!(o.stdout.contains("0 failures"), "rank {} printed no summary:\n{}", o.rank, o.stdout);
+    }
+}
+
+#[test]
+fn matrix_1_rank() {
+    run(1, false);
+}
+
+#[test]
+fn matrix_2_ranks() {
+    run(2, false);
+}
+
+#[test]
+fn matrix_3_ranks() {
+    run(3, false);
+}
+
+#[test]
+fn matrix_4_ranks() {
+    run(4, false);
+}
+
+#[test]
+fn matrix_8_ranks_small() {
+    run(8, true);
+}

@@ -1,0 +1,329 @@
+//! Multi-process harness for the collective tests: the test binary re-executes
+//! itself once per rank (`<exe> <worker test> --exact`) with the rank, the rank
+//! count and the unique id in the environment; each child joins a communicator
+//! over the real socket plugin (found by the host's in-tree search next to the
+//! test binary, `target/<profile>/libnccl_net_socket.so`) on loopback.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ferroccl::bootstrap::{BootstrapConfig, get_unique_id};
+use ferroccl::{Comm, CommConfig, UniqueId};
+
+pub const ENV_ROLE: &str = "FERROCCL_TEST_ROLE";
+pub const ENV_RANK: &str = "FERROCCL_TEST_RANK";
+pub const ENV_NRANKS: &str = "FERROCCL_TEST_NRANKS";
+pub const ENV_ID: &str = "FERROCCL_TEST_ID";
+
+/// What a child process was started as.
+#[derive(Debug, Clone)]
+pub struct Role {
+    pub role: String,
+    pub rank: usize,
+    pub nranks: usize,
+    pub id: UniqueId,
+}
+
+/// The role of this process when it is a child started by [`launch`] for `role`.
+pub fn role(role: &str) -> Option<Role> {
+    let r = std::env::var(ENV_ROLE).ok()?;
+    if r != role {
+        return None;
+    }
+    let rank = std::env::var(ENV_RANK).ok()?.parse().ok()?;
+    let nranks = std::env::var(ENV_NRANKS).ok()?.parse().ok()?;
+    let id = UniqueId::from_hex(&std::env::var(ENV_ID).ok()?).ok()?;
+    Some(Role { role: r, rank, nranks, id })
+}
+
+/// The directory holding the plugin `.so` files (`target/<profile>/`).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent().and_then(|d| d.parent()).expect("target/<profile>").to_path_buf()
+}
+
+/// Fails with a clear message when the socket plugin has not been built.
+pub fn require_socket_plugin() {
+    let d = target_dir();
+    let found = ["libnccl_net_socket.so", "libnccl-net-socket.so"].iter().any(|f| d.join(f).exists());
+    assert!(
+        found,
+        "the socket plugin is not built in {}: run `cargo build --workspace` (scripts/test.sh does) first",
+        d.display()
+    );
+}
+
+/// Communicator config for tests: loopback bootstrap, bounded waits.
+pub fn config(timeout: Duration) -> CommConfig {
+    CommConfig {
+        timeout: Some(timeout),
+        bootstrap: Some(BootstrapConfig::loopback(timeout)),
+        ..Default::default()
+    }
+}
+
+/// Joins the communicator of `role`.
+pub fn join(role: &Role, timeout: Duration) -> Comm {
+    Comm::init_rank(role.nranks, &role.id, role.rank, config(timeout))
+        .unwrap_or_else(|e| panic!("rank {}: init failed: {e}", role.rank))
+}
+
+/// Output of one child.
+#[derive(Debug)]
+pub struct Out {
+    pub rank: usize,
+    pub success: bool,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+/// Starts `ranks` (a subset of `0..nranks`) as children running `test` in role
+/// `role`, with `env` for all and `per_rank(rank)` extra variables each; waits
+/// up to `limit` (then kills them) and returns their outputs.
+pub fn launch(
+    test: &str,
+    role: &str,
+    nranks: usize,
+    ranks: &[usize],
+    env: &[(&str, &str)],
+    per_rank: impl Fn(usize) -> Vec<(String, String)>,
+    limit: Duration,
+) -> Vec<Out> {
+    require_socket_plugin();
+    let id = get_unique_id(&BootstrapConfig::loopback(limit)).expect("unique id");
+    let exe = std::env::current_exe().expect("current exe");
+    let start = Instant::now();
+    let mut children: Vec<(usize, Child)> = ranks
+        .iter()
+        .map(|&r| {
+            let mut c = Command::new(&exe);
+            c.args([test, "--exact", "--nocapture", "--test-threads=1"])
+                .env(ENV_ROLE, role)
+                .env(ENV_RANK, r.to_string())
+                .env(ENV_NRANKS, nranks.to_string())
+                .env(ENV_ID, id.to_hex())
+                .env("NCCL_SOCKET_IFNAME", "lo")
+                .env("NCCL_NET_PLUGIN", "socket")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            for (k, v) in per_rank(r) {
+                c.env(k, v);
+            }
+            (r, c.spawn().expect("spawn rank"))
+        })
+        .collect();
+    // Drain pipes on threads so children never block on a full pipe.
+    let mut readers = HashMap::new();
+    for (r, c) in &mut children {
+        let mut so = c.stdout.take().expect("stdout");
+        let mut se = c.stderr.take().expect("stderr");
+        let a = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut so, &mut s);
+            s
+        });
+        let b = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut se, &mut s);
+            s
+        });
+        readers.insert(*r, (a, b));
+    }
+    let mut outs = Vec::new();
+    let mut done: HashMap<usize, (Option<std::process::ExitStatus>, Duration)> = HashMap::new();
+    while done.len() < children.len() {
+        for (r, c) in &mut children {
+            if done.contains_key(r) {
+                continue;
+            }
+            if let Ok(Some(s)) = c.try_wait() {
+                done.insert(*r, (Some(s), start.elapsed()));
+            } else if start.elapsed() > limit {
+                let _ = c.kill();
+                let _ = c.wait();
+                done.insert(*r, (None, start.elapsed()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for (r, _) in &children {
+        let (a, b) = readers.remove(r).expect("reader");
+        let (status, elapsed) = done[r];
+        outs.push(Out {
+            rank: *r,
+            success: status.is_some_and(|s| s.success()),
+            code: status.and_then(|s| s.code()),
+            stdout: a.join().unwrap_or_default(),
+            stderr: b.join().unwrap_or_default(),
+            elapsed,
+        });
+    }
+    outs
+}
+
+/// Panics with every child's output unless all succeeded.
+pub fn assert_all_ok(outs: &[Out], what: &str) {
+    if outs.iter().all(|o| o.success) {
+        return;
+    }
+    let mut msg = format!("{what}: some ranks failed\n");
+    for o in outs {
+        msg.push_str(&format!(
+            "--- rank {} (success {}, code {:?}, {:?})\nstdout:\n{}\nstderr:\n{}\n",
+            o.rank, o.success, o.code, o.elapsed, o.stdout, o.stderr
+        ));
+    }
+    panic!("{msg}");
+}
+
+use ferroccl::coll::check::{self, TestOp};
+use ferroccl::{DataType, RedOp, Stream, group_end, group_start};
+
+/// Runs one operation on this rank with checked data (seed 1); returns `#wrong`
+/// (0 on ranks whose output is unspecified) or the operation's error.
+pub fn run_op(comm: &Comm, top: TestOp, dtype: DataType, op: RedOp, count: usize, in_place: bool) -> Result<usize, ferroccl::Error> {
+    let (n, r) = (comm.nranks(), comm.rank());
+    let es = dtype.size();
+    let (se, re) = top.buffer_elems(count, n);
+    let mut sendbuf = vec![0u8; se * es];
+    check::fill(&mut sendbuf, dtype, &op, r, 1);
+    let mut recvbuf = vec![0xEEu8; re * es];
+    let s = Stream::new();
+    let (sp, rp): (*const u8, *mut u8) = if in_place {
+        match top {
+            TestOp::AllGather => {
+                recvbuf[r * count * es..(r + 1) * count * es].copy_from_slice(&sendbuf);
+                let p = recvbuf.as_mut_ptr();
+                (p.wrapping_add(r * count * es), p)
+            }
+            TestOp::ReduceScatter => {
+                recvbuf = sendbuf.clone();
+                let p = recvbuf.as_mut_ptr();
+                (p, p.wrapping_add(r * count * es))
+            }
+            _ => {
+                recvbuf = sendbuf.clone();
+                let p = recvbuf.as_mut_ptr();
+                (p, p)
+            }
+        }
+    } else {
+        (sendbuf.as_ptr(), recvbuf.as_mut_ptr())
+    };
+    // SAFETY: the buffers outlive the synchronize below and are not touched meanwhile.
+    unsafe {
+        match top {
+            TestOp::AllReduce => comm.all_reduce(sp, rp, count, dtype, op, &s),
+            TestOp::AllGather => comm.all_gather(sp, rp, count, dtype, &s),
+            TestOp::ReduceScatter => comm.reduce_scatter(sp, rp, count, dtype, op, &s),
+            TestOp::Broadcast { root } => comm.broadcast(sp, rp, count, dtype, root, &s),
+            TestOp::Reduce { root } => comm.reduce(sp, rp, count, dtype, op, root, &s),
+            TestOp::SendRecv => {
+                group_start();
+                let a = comm.send(sp, count, dtype, (r + 1) % n, &s);
+                let b = comm.recv(rp, count, dtype, (r + n - 1) % n, &s);
+                let g = group_end();
+                a.and(b).and(g)
+            }
+            TestOp::AllToAll => {
+                group_start();
+                let mut res = Ok(());
+                for p in 0..n {
+                    let a = comm.send(sp.wrapping_add(p * count * es), count, dtype, p, &s);
+                    let b = comm.recv(rp.wrapping_add(p * count * es), count, dtype, p, &s);
+                    res = res.and(a).and(b);
+                }
+                let g = group_end();
+                res.and(g)
+            }
+        }
+    }?;
+    s.synchronize()?;
+    let got = match top {
+        TestOp::ReduceScatter if in_place => recvbuf[r * count * es..(r + 1) * count * es].to_vec(),
+        _ => recvbuf,
+    };
+    Ok(match check::expected(top, dtype, &op, n, r, count, 1) {
+        Some(want) => check::count_wrong(dtype, &got, &want),
+        None => 0,
+    })
+}
+
+/// Every op for `dtype` (the five built-ins and a PreMulSum by 2).
+pub fn all_ops(dtype: DataType) -> Vec<RedOp> {
+    vec![
+        RedOp::Sum,
+        RedOp::Prod,
+        RedOp::Max,
+        RedOp::Min,
+        RedOp::Avg,
+        RedOp::PreMulSum(ferroccl::Scalar::from_f64(dtype, 2.0)),
+    ]
+}
+
+/// Runs the matrix `tops × dtypes × ops × {out, in place} × counts` on `comm`;
+/// returns a list of failures (empty when all passed) and how many ops ran.
+pub fn run_matrix(comm: &Comm, dtypes: &[DataType], ops: Option<&[RedOp]>, counts: &[usize]) -> (Vec<String>, usize) {
+    let n = comm.nranks();
+    let mut fails = Vec::new();
+    let mut ran = 0;
+    let reducing = [TestOp::AllReduce, TestOp::ReduceScatter, TestOp::Reduce { root: n - 1 }];
+    let moving = [TestOp::AllGather, TestOp::Broadcast { root: n / 2 }, TestOp::SendRecv, TestOp::AllToAll];
+    for &count in counts {
+        for &dtype in dtypes {
+            // A PreMulSum in `ops` is re-encoded as "by 2" in each datatype.
+            let list: Vec<RedOp> = ops
+                .map(|o| {
+                    o.iter()
+                        .map(|op| match op {
+                            RedOp::PreMulSum(_) => RedOp::PreMulSum(ferroccl::Scalar::from_f64(dtype, 2.0)),
+                            other => *other,
+                        })
+                        .collect()
+                })
+                .unwrap_or_else(|| all_ops(dtype));
+            let mut cases: Vec<(TestOp, RedOp)> = Vec::new();
+            for &top in &reducing {
+                for &op in &list {
+                    cases.push((top, op));
+                }
+            }
+            for &top in &moving {
+                cases.push((top, RedOp::Sum));
+            }
+            for (top, op) in cases {
+                for in_place in [false, true] {
+                    // Send/receive in place would overlap the buffer being sent.
+                    if in_place && matches!(top, TestOp::SendRecv | TestOp::AllToAll) {
+                        continue;
+                    }
+                    ran += 1;
+                    match run_op(comm, top, dtype, op, count, in_place) {
+                        Ok(0) => {}
+                        Ok(w) => fails.push(format!(
+                            "rank {}: {top:?} {dtype} {op} count {count} in_place {in_place}: {w} wrong",
+                            comm.rank()
+                        )),
+                        Err(e) => {
+                            fails.push(format!(
+                                "rank {}: {top:?} {dtype} {op} count {count} in_place {in_place}: error {e}",
+                                comm.rank()
+                            ));
+                            return (fails, ran);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (fails, ran)
+}
