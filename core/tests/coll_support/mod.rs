@@ -94,8 +94,24 @@ pub fn launch(
     per_rank: impl Fn(usize) -> Vec<(String, String)>,
     limit: Duration,
 ) -> Vec<Out> {
-    require_socket_plugin();
     let id = get_unique_id(&BootstrapConfig::loopback(limit)).expect("unique id");
+    launch_with_id(&id, test, role, nranks, ranks, env, per_rank, limit)
+}
+
+/// [`launch`] with a unique id made by the caller (e.g. whose root, living in this
+/// process, has a short timeout).
+#[allow(clippy::too_many_arguments)]
+pub fn launch_with_id(
+    id: &UniqueId,
+    test: &str,
+    role: &str,
+    nranks: usize,
+    ranks: &[usize],
+    env: &[(&str, &str)],
+    per_rank: impl Fn(usize) -> Vec<(String, String)>,
+    limit: Duration,
+) -> Vec<Out> {
+    require_socket_plugin();
     let exe = std::env::current_exe().expect("current exe");
     let start = Instant::now();
     let mut children: Vec<(usize, Child)> = ranks
