@@ -438,7 +438,7 @@ impl Conn {
     /// Side-channel liveness: EOF or a socket error means the peer is gone.
     fn check_peer(&mut self, pending: usize) -> NetResult<()> {
         self.polls += 1;
-        if self.polls % 64 != 0 && self.eof_since.is_none() {
+        if !self.polls.is_multiple_of(64) && self.eof_since.is_none() {
             return Ok(());
         }
         let mut b = [0u8; 1];
@@ -560,6 +560,9 @@ impl<T: Copy> Drop for ProtoBuf<T> {
         unsafe { std::alloc::dealloc(self.ptr.cast(), self.layout) };
     }
 }
+
+/// One RDMA write: (local addr, len, lkey, remote addr, rkey).
+type Work = (u64, u32, u32, u64, u32);
 
 /// Send-side state.
 struct SendInner {
@@ -815,7 +818,7 @@ impl SendInner {
         let sizes: Vec<u64> = sends.iter().map(|s| s.size).collect();
         let record = proto::needs_record(&sizes);
         // Build the work per QP: (local addr, len, lkey, remote addr, rkey).
-        let mut per_qp: Vec<Vec<(u64, u32, u32, u64, u32)>> = vec![Vec::new(); nqps];
+        let mut per_qp: Vec<Vec<Work>> = vec![Vec::new(); nqps];
         for s in sends {
             for (q, (off, len)) in proto::chunks(s.size as usize, nqps).into_iter().enumerate() {
                 for (po, pl) in proto::pieces(off, len, max_msg) {
