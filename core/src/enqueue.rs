@@ -46,12 +46,15 @@ pub(crate) fn enqueue(comm: &Arc<CommInner>, args: CollArgs, stream: &Stream) ->
 /// Bytes of `count` elements, checked.
 fn bytes_of(what: &str, buf_len: usize, need: usize) -> Result<(), Error> {
     if buf_len < need {
-        return Err(Error::InvalidArgument(format!("{what} buffer holds {buf_len} bytes, the operation needs {need}")));
+        return Err(Error::InvalidArgument(format!(
+            "{what} buffer holds {buf_len} bytes, the operation needs {need}"
+        )));
     }
     Ok(())
 }
 
 impl Comm {
+    #[allow(clippy::too_many_arguments)]
     fn raw(
         &self,
         kind: CollKind,
@@ -62,7 +65,17 @@ impl Comm {
         op: RedOp,
         stream: &Stream,
     ) -> Result<(), Error> {
-        self.enqueue(CollArgs { kind, send, recv, count, dtype, op }, stream)
+        self.enqueue(
+            CollArgs {
+                kind,
+                send,
+                recv,
+                count,
+                dtype,
+                op,
+            },
+            stream,
+        )
     }
 
     /// `ncclAllReduce`: `recv[i] = send[i]` reduced with `op` over all ranks, for
@@ -133,7 +146,15 @@ impl Comm {
         root: usize,
         stream: &Stream,
     ) -> Result<(), Error> {
-        self.raw(CollKind::Broadcast { root }, send, recv, count, dtype, RedOp::Sum, stream)
+        self.raw(
+            CollKind::Broadcast { root },
+            send,
+            recv,
+            count,
+            dtype,
+            RedOp::Sum,
+            stream,
+        )
     }
 
     /// `ncclReduce`: `root`'s `recv[..count]` = reduction of every rank's `send`
@@ -160,21 +181,53 @@ impl Comm {
     ///
     /// # Safety
     /// `send` readable for `count` elements until `stream` is synchronized.
-    pub unsafe fn send(&self, send: *const u8, count: usize, dtype: DataType, peer: usize, stream: &Stream) -> Result<(), Error> {
-        self.raw(CollKind::Send { peer }, send, std::ptr::null_mut(), count, dtype, RedOp::Sum, stream)
+    pub unsafe fn send(
+        &self,
+        send: *const u8,
+        count: usize,
+        dtype: DataType,
+        peer: usize,
+        stream: &Stream,
+    ) -> Result<(), Error> {
+        self.raw(
+            CollKind::Send { peer },
+            send,
+            std::ptr::null_mut(),
+            count,
+            dtype,
+            RedOp::Sum,
+            stream,
+        )
     }
 
     /// `ncclRecv` of `count` elements from `peer`.
     ///
     /// # Safety
     /// `recv` writable for `count` elements and untouched until `stream` is synchronized.
-    pub unsafe fn recv(&self, recv: *mut u8, count: usize, dtype: DataType, peer: usize, stream: &Stream) -> Result<(), Error> {
-        self.raw(CollKind::Recv { peer }, std::ptr::null(), recv, count, dtype, RedOp::Sum, stream)
+    pub unsafe fn recv(
+        &self,
+        recv: *mut u8,
+        count: usize,
+        dtype: DataType,
+        peer: usize,
+        stream: &Stream,
+    ) -> Result<(), Error> {
+        self.raw(
+            CollKind::Recv { peer },
+            std::ptr::null(),
+            recv,
+            count,
+            dtype,
+            RedOp::Sum,
+            stream,
+        )
     }
 
     fn sync_guard(&self) -> Result<Stream, Error> {
         if group::in_group() {
-            return Err(Error::InvalidUsage("blocking *_sync calls cannot be used inside a group".into()));
+            return Err(Error::InvalidUsage(
+                "blocking *_sync calls cannot be used inside a group".into(),
+            ));
         }
         Ok(Stream::new())
     }
@@ -230,7 +283,14 @@ impl Comm {
     }
 
     /// Safe, blocking [`Comm::reduce`] to `root` (`recv` is written on the root only).
-    pub fn reduce_sync(&self, send: &[u8], recv: &mut [u8], dtype: DataType, op: RedOp, root: usize) -> Result<(), Error> {
+    pub fn reduce_sync(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        dtype: DataType,
+        op: RedOp,
+        root: usize,
+    ) -> Result<(), Error> {
         let s = self.sync_guard()?;
         let count = send.len() / dtype.size();
         bytes_of("receive", recv.len(), count * dtype.size())?;

@@ -12,7 +12,9 @@ pub struct Ring {
 impl Ring {
     /// The ring `0 → 1 → … → nranks-1 → 0`.
     pub fn rank_order(nranks: usize) -> Ring {
-        Ring { ranks: (0..nranks).collect() }
+        Ring {
+            ranks: (0..nranks).collect(),
+        }
     }
 
     fn pos(&self, rank: usize) -> usize {

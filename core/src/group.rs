@@ -41,7 +41,11 @@ pub fn group_end() -> Result<(), Error> {
             return Err(Error::InvalidUsage("ncclGroupEnd without ncclGroupStart".into()));
         }
         g.depth -= 1;
-        Ok(if g.depth == 0 { std::mem::take(&mut g.ops) } else { Vec::new() })
+        Ok(if g.depth == 0 {
+            std::mem::take(&mut g.ops)
+        } else {
+            Vec::new()
+        })
     })?;
     // Partition by communicator, keeping the order of first appearance.
     let mut comms: Vec<(Arc<CommInner>, Vec<CollArgs>, Vec<Stream>)> = Vec::new();

@@ -99,7 +99,10 @@ impl Proxy {
             work.done.complete(r);
         }
         // Fail whatever is still queued.
-        let reason = self.shared.error().unwrap_or_else(|| Error::Aborted("communicator closed".into()));
+        let reason = self
+            .shared
+            .error()
+            .unwrap_or_else(|| Error::Aborted("communicator closed".into()));
         while let Ok(w) = rx.try_recv() {
             w.done.complete(Err(reason.clone()));
         }
@@ -158,12 +161,16 @@ impl Proxy {
         let mut recvs = Vec::new();
         for t in tasks {
             match t.lane {
-                Lane::P2pSend(p) if !self.p2p_send.contains_key(&p) => {
-                    sends.push(ConnSpec { peer: p, dev: self.p2p_dev, tag: TAG_P2P_HANDLE })
-                }
-                Lane::P2pRecv(p) if !self.p2p_recv.contains_key(&p) => {
-                    recvs.push(ConnSpec { peer: p, dev: self.p2p_dev, tag: TAG_P2P_HANDLE })
-                }
+                Lane::P2pSend(p) if !self.p2p_send.contains_key(&p) => sends.push(ConnSpec {
+                    peer: p,
+                    dev: self.p2p_dev,
+                    tag: TAG_P2P_HANDLE,
+                }),
+                Lane::P2pRecv(p) if !self.p2p_recv.contains_key(&p) => recvs.push(ConnSpec {
+                    peer: p,
+                    dev: self.p2p_dev,
+                    tag: TAG_P2P_HANDLE,
+                }),
                 _ => {}
             }
         }
@@ -171,8 +178,15 @@ impl Proxy {
             return Ok(());
         }
         let deadline = Instant::now() + self.timeout;
-        let (s, r) =
-            setup::connect_all(&self.net, self.ctx, &*self.oob, &sends, &recvs, deadline, &self.shared.abort)?;
+        let (s, r) = setup::connect_all(
+            &self.net,
+            self.ctx,
+            &*self.oob,
+            &sends,
+            &recvs,
+            deadline,
+            &self.shared.abort,
+        )?;
         let rank = self.params.rank;
         let step = self.params.p2p_step;
         for (spec, c) in sends.iter().zip(s) {
@@ -239,7 +253,7 @@ impl Proxy {
             }
             self.check_abort()?;
             idle_turns += 1;
-            if idle_turns % 64 == 0 && last_progress.elapsed() >= self.timeout {
+            if idle_turns.is_multiple_of(64) && last_progress.elapsed() >= self.timeout {
                 return Err(Error::Timeout(format!(
                     "{what} made no progress for {:?} on rank {}: {}",
                     self.timeout,

@@ -90,7 +90,10 @@ impl Stream {
 
     /// A new stream whose `synchronize` gives up with [`Error::Timeout`] after `timeout`.
     pub fn with_timeout(timeout: Duration) -> Stream {
-        Stream { inner: Arc::default(), timeout: Some(timeout) }
+        Stream {
+            inner: Arc::default(),
+            timeout: Some(timeout),
+        }
     }
 
     /// Registers new work; returns the work it must wait for (the stream's last).

@@ -25,7 +25,12 @@ fn matrix_worker() {
         run_matrix(
             &comm,
             &DataType::ALL,
-            Some(&[RedOp::Sum, RedOp::Avg, RedOp::Min, RedOp::PreMulSum(ferroccl::Scalar::from_f64(DataType::Float32, 2.0))]),
+            Some(&[
+                RedOp::Sum,
+                RedOp::Avg,
+                RedOp::Min,
+                RedOp::PreMulSum(ferroccl::Scalar::from_f64(DataType::Float32, 2.0)),
+            ]),
             &[0, 1, 1031],
         )
     } else {
@@ -37,7 +42,11 @@ fn matrix_worker() {
 }
 
 fn run(nranks: usize, small: bool) {
-    let mut env = vec![("NCCL_BUFFSIZE", "65536"), ("FERROCCL_MIN_CHANNEL_BYTES", "4096"), ("NCCL_MAX_NCHANNELS", "2")];
+    let mut env = vec![
+        ("NCCL_BUFFSIZE", "65536"),
+        ("FERROCCL_MIN_CHANNEL_BYTES", "4096"),
+        ("NCCL_MAX_NCHANNELS", "2"),
+    ];
     if small {
         env.push(("MATRIX_SMALL", "1"));
     }
@@ -45,10 +54,24 @@ fn run(nranks: usize, small: bool) {
     let outs = launch(WORKER, "matrix", nranks, &ranks, &env, |_| Vec::new(), LIMIT);
     assert_all_ok(&outs, &format!("matrix on {nranks} ranks"));
     for o in &outs {
-        eprintln!("rank {} ({:?}): {}", o.rank, o.elapsed, o.stdout.lines().filter(|l| l.contains("operations")).collect::<Vec<_>>().join(" "));
+        eprintln!(
+            "rank {} ({:?}): {}",
+            o.rank,
+            o.elapsed,
+            o.stdout
+                .lines()
+                .filter(|l| l.contains("operations"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
     }
     for o in &outs {
-        assert!(o.stdout.contains("0 failures"), "rank {} printed no summary:\n{}", o.rank, o.stdout);
+        assert!(
+            o.stdout.contains("0 failures"),
+            "rank {} printed no summary:\n{}",
+            o.rank,
+            o.stdout
+        );
     }
 }
 

@@ -10,11 +10,19 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn mpirun() -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| std::path::Path::new(d).join("mpirun")).find(|p| p.exists())
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| std::path::Path::new(d).join("mpirun"))
+        .find(|p| p.exists())
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 #[test]
@@ -25,29 +33,66 @@ fn mpirun_np4_perf_tool_reports_no_wrong_values() {
     };
     coll_support::require_socket_plugin();
     let perf = coll_support::target_dir().join("ferroccl-perf");
-    assert!(perf.exists(), "{} is not built: run `cargo build --workspace` first", perf.display());
+    assert!(
+        perf.exists(),
+        "{} is not built: run `cargo build --workspace` first",
+        perf.display()
+    );
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    for op in ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "sendrecv", "alltoall"] {
+    for op in [
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "sendrecv",
+        "alltoall",
+    ] {
         let mut c = Command::new(&mpirun);
         if root {
             c.arg("--allow-run-as-root");
         }
         let comm_id = format!("NCCL_COMM_ID=127.0.0.1:{}", free_port());
-        c.args(["--oversubscribe", "-np", "4", "-x", &comm_id, "-x", "NCCL_NET_PLUGIN=socket", "-x", "NCCL_SOCKET_IFNAME=lo"])
-            .args(["-x", "FERROCCL_TIMEOUT_SEC=60", "--mca", "btl", "self,tcp"])
-            .arg(&perf)
-            .args([op, "-b", "8", "-e", "1M", "-f", "32", "-n", "2", "-w", "1", "-c", "1", "-r", "1"]);
+        c.args([
+            "--oversubscribe",
+            "-np",
+            "4",
+            "-x",
+            &comm_id,
+            "-x",
+            "NCCL_NET_PLUGIN=socket",
+            "-x",
+            "NCCL_SOCKET_IFNAME=lo",
+        ])
+        .args(["-x", "FERROCCL_TIMEOUT_SEC=60", "--mca", "btl", "self,tcp"])
+        .arg(&perf)
+        .args([
+            op, "-b", "8", "-e", "1M", "-f", "32", "-n", "2", "-w", "1", "-c", "1", "-r", "1",
+        ]);
         let t = Instant::now();
         let out = c.output().expect("run mpirun");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         println!("{op} ({:?}):\n{stdout}", t.elapsed());
-        assert!(out.status.success(), "mpirun {op} failed ({}):\n{stdout}\n{stderr}", out.status);
-        assert!(stdout.contains("# Out of bounds values : 0 OK"), "{op}: no clean summary:\n{stdout}\n{stderr}");
-        assert!(stdout.contains("nranks 4 (Open MPI)"), "{op}: not launched through Open MPI's environment:\n{stdout}");
+        assert!(
+            out.status.success(),
+            "mpirun {op} failed ({}):\n{stdout}\n{stderr}",
+            out.status
+        );
+        assert!(
+            stdout.contains("# Out of bounds values : 0 OK"),
+            "{op}: no clean summary:\n{stdout}\n{stderr}"
+        );
+        assert!(
+            stdout.contains("nranks 4 (Open MPI)"),
+            "{op}: not launched through Open MPI's environment:\n{stdout}"
+        );
         // Every data row ends with #wrong columns that must all be 0 (or N/A).
-        let rows: Vec<&str> = stdout.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+        let rows: Vec<&str> = stdout
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .collect();
         assert!(rows.len() >= 2, "{op}: expected size rows:\n{stdout}");
         for row in rows {
             let cols: Vec<&str> = row.split_whitespace().collect();

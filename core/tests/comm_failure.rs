@@ -14,7 +14,12 @@ const WORKER: &str = "failure_worker";
 
 fn dump(outs: &[Out]) -> String {
     outs.iter()
-        .map(|o| format!("--- rank {} ({:?}, success {})\n{}\n{}", o.rank, o.elapsed, o.success, o.stdout, o.stderr))
+        .map(|o| {
+            format!(
+                "--- rank {} ({:?}, success {})\n{}\n{}",
+                o.rank, o.elapsed, o.success, o.stdout, o.stderr
+            )
+        })
         .collect::<Vec<_>>()
         .join("\n")
 }
@@ -41,15 +46,30 @@ fn failure_worker() {
         let mut iters = 0;
         let err = loop {
             // SAFETY: buffers outlive the synchronize.
-            let r1 = unsafe { comm.all_reduce(send.as_ptr(), recv.as_mut_ptr(), count, DataType::Float32, RedOp::Sum, &s) };
+            let r1 = unsafe {
+                comm.all_reduce(
+                    send.as_ptr(),
+                    recv.as_mut_ptr(),
+                    count,
+                    DataType::Float32,
+                    RedOp::Sum,
+                    &s,
+                )
+            };
             if let Err(e) = r1.and_then(|_| s.synchronize()) {
                 break e;
             }
             iters += 1;
-            assert!(start.elapsed() < Duration::from_secs(60), "no error after {iters} iterations");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no error after {iters} iterations"
+            );
         };
         let detected = start.elapsed();
-        println!("rank {} got error after {iters} iterations ({detected:?}): {err}", r.rank);
+        println!(
+            "rank {} got error after {iters} iterations ({detected:?}): {err}",
+            r.rank
+        );
         assert!(comm.async_error().is_some(), "async_error must report the failure");
         let t = Instant::now();
         comm.abort();
@@ -63,7 +83,10 @@ fn failure_worker() {
         let res = Comm::init_rank(r.nranks, &r.id, r.rank, config(Duration::from_secs(3)));
         let e = res.expect_err("init must fail when a rank never joins");
         println!("rank {} init failed after {:?}: {e}", r.rank, t.elapsed());
-        assert!(matches!(e, Error::Bootstrap(_)), "expected a bootstrap error, got {e:?}");
+        assert!(
+            matches!(e, Error::Bootstrap(_)),
+            "expected a bootstrap error, got {e:?}"
+        );
         assert!(e.to_string().contains("rank 2"), "error does not name rank 2: {e}");
         return;
     }
@@ -71,36 +94,79 @@ fn failure_worker() {
         let res = Comm::init_rank(r.nranks, &r.id, r.rank, config(Duration::from_secs(20)));
         let e = res.expect_err("init must fail when ranks loaded different plugin versions");
         println!("rank {} init failed: {e}", r.rank);
-        assert!(matches!(e, Error::PluginMismatch(_)), "expected PluginMismatch, got {e:?}");
+        assert!(
+            matches!(e, Error::PluginMismatch(_)),
+            "expected PluginMismatch, got {e:?}"
+        );
         let m = e.to_string();
-        assert!(m.contains("rank 0") && m.contains("rank 1"), "report must list every rank: {m}");
-        assert!(m.contains("v12") && m.contains("v9"), "report must show both versions: {m}");
+        assert!(
+            m.contains("rank 0") && m.contains("rank 1"),
+            "report must list every rank: {m}"
+        );
+        assert!(
+            m.contains("v12") && m.contains("v9"),
+            "report must show both versions: {m}"
+        );
     }
 }
 
 #[test]
 fn killed_rank_mid_allreduce_gives_survivors_an_error_and_abort_returns() {
-    let outs = launch(WORKER, "kill", 3, &[0, 1, 2], &[], |_| Vec::new(), Duration::from_secs(120));
+    let outs = launch(
+        WORKER,
+        "kill",
+        3,
+        &[0, 1, 2],
+        &[],
+        |_| Vec::new(),
+        Duration::from_secs(120),
+    );
     eprintln!("{}", dump(&outs));
     let victim = outs.iter().find(|o| o.rank == 1).expect("victim");
     assert!(!victim.success, "the victim should have been killed:\n{}", dump(&outs));
     for o in outs.iter().filter(|o| o.rank != 1) {
         assert!(o.success, "survivor rank {} failed:\n{}", o.rank, dump(&outs));
-        assert!(o.stdout.contains("got error"), "survivor rank {} saw no error:\n{}", o.rank, dump(&outs));
+        assert!(
+            o.stdout.contains("got error"),
+            "survivor rank {} saw no error:\n{}",
+            o.rank,
+            dump(&outs)
+        );
         // Configured timeout 10 s; allow scheduling slack on a loaded machine.
         let after = o.elapsed.saturating_sub(victim.elapsed);
-        assert!(after < Duration::from_secs(20), "survivor rank {} needed {after:?} after the kill", o.rank);
+        assert!(
+            after < Duration::from_secs(20),
+            "survivor rank {} needed {after:?} after the kill",
+            o.rank
+        );
     }
 }
 
 #[test]
 fn rank_that_never_joins_is_named_in_the_bootstrap_error() {
     // The root lives in this process; give it the ranks' 3 s timeout.
-    let id = ferroccl::get_unique_id(&ferroccl::bootstrap::BootstrapConfig::loopback(Duration::from_secs(3))).expect("id");
-    let outs = launch_with_id(&id, WORKER, "nojoin", 3, &[0, 1], &[], |_| Vec::new(), Duration::from_secs(60));
+    let id =
+        ferroccl::get_unique_id(&ferroccl::bootstrap::BootstrapConfig::loopback(Duration::from_secs(3))).expect("id");
+    let outs = launch_with_id(
+        &id,
+        WORKER,
+        "nojoin",
+        3,
+        &[0, 1],
+        &[],
+        |_| Vec::new(),
+        Duration::from_secs(60),
+    );
     assert_all_ok(&outs, "ranks 0 and 1 without rank 2");
     for o in &outs {
-        eprintln!("{}", o.stdout.lines().filter(|l| l.contains("failed")).collect::<Vec<_>>().join("\n"));
+        eprintln!(
+            "{}",
+            o.stdout
+                .lines()
+                .filter(|l| l.contains("failed"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
     }
 }
 
@@ -112,11 +178,22 @@ fn plugin_version_mismatch_fails_init_on_every_rank() {
         2,
         &[0, 1],
         &[],
-        |r| if r == 1 { vec![("FERROCCL_NET_MAX_VERSION".into(), "9".into())] } else { Vec::new() },
+        |r| {
+            if r == 1 {
+                vec![("FERROCCL_NET_MAX_VERSION".into(), "9".into())]
+            } else {
+                Vec::new()
+            }
+        },
         Duration::from_secs(60),
     );
     assert_all_ok(&outs, "plugin mismatch");
     for o in &outs {
-        assert!(o.elapsed < Duration::from_secs(20), "rank {} took {:?} to fail", o.rank, o.elapsed);
+        assert!(
+            o.elapsed < Duration::from_secs(20),
+            "rank {} took {:?} to fail",
+            o.rank,
+            o.elapsed
+        );
     }
 }

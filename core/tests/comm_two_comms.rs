@@ -19,7 +19,10 @@ fn two_comms_worker() {
     let a = join(&r, timeout);
     // Second id from rank 0, broadcast over the first communicator.
     let mut idb = if r.rank == 0 {
-        get_unique_id(&BootstrapConfig::loopback(timeout)).expect("id").as_bytes().to_vec()
+        get_unique_id(&BootstrapConfig::loopback(timeout))
+            .expect("id")
+            .as_bytes()
+            .to_vec()
     } else {
         vec![0u8; 128]
     };
@@ -39,8 +42,10 @@ fn two_comms_worker() {
     let mut ob = vec![0u8; n * 4];
     // SAFETY: buffers outlive the synchronize.
     unsafe {
-        a.all_reduce(ia.as_ptr(), oa.as_mut_ptr(), n, DataType::Int32, RedOp::Sum, &s).unwrap();
-        b.all_reduce(ones.as_ptr(), ob.as_mut_ptr(), n * 4, DataType::Uint8, RedOp::Sum, &s).unwrap();
+        a.all_reduce(ia.as_ptr(), oa.as_mut_ptr(), n, DataType::Int32, RedOp::Sum, &s)
+            .unwrap();
+        b.all_reduce(ones.as_ptr(), ob.as_mut_ptr(), n * 4, DataType::Uint8, RedOp::Sum, &s)
+            .unwrap();
     }
     s.synchronize().expect("sync");
     for (i, c) in oa.chunks(4).enumerate() {
@@ -52,12 +57,20 @@ fn two_comms_worker() {
     std::thread::scope(|sc| {
         let ta = sc.spawn(|| {
             for top in [TestOp::AllReduce, TestOp::AllGather, TestOp::AllToAll] {
-                assert_eq!(run_op(&a, top, DataType::Float32, RedOp::Sum, 5003, false).unwrap(), 0, "comm a {top:?}");
+                assert_eq!(
+                    run_op(&a, top, DataType::Float32, RedOp::Sum, 5003, false).unwrap(),
+                    0,
+                    "comm a {top:?}"
+                );
             }
         });
         let tb = sc.spawn(|| {
             for top in [TestOp::ReduceScatter, TestOp::Broadcast { root: 0 }, TestOp::SendRecv] {
-                assert_eq!(run_op(&b, top, DataType::Int64, RedOp::Max, 3001, true).unwrap(), 0, "comm b {top:?}");
+                assert_eq!(
+                    run_op(&b, top, DataType::Int64, RedOp::Max, 3001, true).unwrap(),
+                    0,
+                    "comm b {top:?}"
+                );
             }
         });
         ta.join().expect("thread a");
@@ -70,7 +83,15 @@ fn two_comms_worker() {
 
 #[test]
 fn two_communicators_in_one_process() {
-    let outs = launch("two_comms_worker", "two", 3, &[0, 1, 2], &[], |_| Vec::new(), Duration::from_secs(120));
+    let outs = launch(
+        "two_comms_worker",
+        "two",
+        3,
+        &[0, 1, 2],
+        &[],
+        |_| Vec::new(),
+        Duration::from_secs(120),
+    );
     assert_all_ok(&outs, "two communicators");
     assert!(outs.iter().all(|o| o.stdout.contains("ok")));
 }

@@ -53,10 +53,17 @@ impl TestOp {
 
 /// Value of input element `i` of `rank` (see the module docs).
 pub fn input_value(dtype: DataType, op: &RedOp, rank: usize, i: usize, seed: u64) -> Value {
-    let h = (rank as u64).wrapping_mul(7).wrapping_add((i as u64).wrapping_mul(13)).wrapping_add(seed.wrapping_mul(31));
+    let h = (rank as u64)
+        .wrapping_mul(7)
+        .wrapping_add((i as u64).wrapping_mul(13))
+        .wrapping_add(seed.wrapping_mul(31));
     if matches!(op, RedOp::Prod) {
         let v = 1 + (h % 2);
-        return if dtype.is_float() { Value::F(v as f64) } else { Value::U(v) };
+        return if dtype.is_float() {
+            Value::F(v as f64)
+        } else {
+            Value::U(v)
+        };
     }
     let v = (h % 9) as i64 - 4;
     if dtype.is_float() {
@@ -64,7 +71,7 @@ pub fn input_value(dtype: DataType, op: &RedOp, rank: usize, i: usize, seed: u64
     } else if dtype.is_signed_int() {
         Value::I(v)
     } else {
-        Value::U((h % 9) as u64)
+        Value::U(h % 9)
     }
 }
 
@@ -96,7 +103,11 @@ pub fn expected(
     let (se, re) = top.buffer_elems(count, nranks);
     let inputs: Vec<Vec<u8>> = (0..nranks).map(|r| input(dtype, op, r, se, seed)).collect();
     let mut out = vec![0u8; re * es];
-    let red = if top.reduces() { DevRedOp::new(dtype, *op, nranks as u32).ok() } else { None };
+    let red = if top.reduces() {
+        DevRedOp::new(dtype, *op, nranks as u32).ok()
+    } else {
+        None
+    };
     let reduce_block = |out: &mut [u8], from: usize| {
         let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[from * es..(from + count) * es]).collect();
         if count > 0 {
@@ -121,7 +132,8 @@ pub fn expected(
         TestOp::SendRecv => out.copy_from_slice(&inputs[(rank + nranks - 1) % nranks]),
         TestOp::AllToAll => {
             for (j, inp) in inputs.iter().enumerate() {
-                out[j * count * es..(j + 1) * count * es].copy_from_slice(&inp[rank * count * es..(rank + 1) * count * es]);
+                out[j * count * es..(j + 1) * count * es]
+                    .copy_from_slice(&inp[rank * count * es..(rank + 1) * count * es]);
             }
         }
     }

@@ -46,7 +46,9 @@ pub(crate) unsafe fn try_run(
         return Ok(true);
     }
     let recvd = if prim.recvs() {
-        let r = recv.as_ref().ok_or_else(|| Error::Internal("step needs a receive connection".into()))?;
+        let r = recv
+            .as_ref()
+            .ok_or_else(|| Error::Internal("step needs a receive connection".into()))?;
         let Some((ptr, size)) = r.peek() else { return Ok(false) };
         if size != n {
             return Err(Error::Remote(format!(
@@ -60,7 +62,9 @@ pub(crate) unsafe fn try_run(
         None
     };
     let slot = if prim.sends() {
-        let s = send.as_ref().ok_or_else(|| Error::Internal("step needs a send connection".into()))?;
+        let s = send
+            .as_ref()
+            .ok_or_else(|| Error::Internal("step needs a send connection".into()))?;
         if !s.can_push() {
             return Ok(false);
         }
@@ -69,9 +73,9 @@ pub(crate) unsafe fn try_run(
     } else {
         None
     };
-    // SAFETY (for the slices below): FIFO slots hold at least `n` bytes (checked
-    // by the schedule's slicing and the size check above), are owned by this
-    // executor, and never overlap user memory; user addresses are valid by contract.
+    // SAFETY: FIFO slots hold at least `n` bytes (checked by the schedule's
+    // slicing and the size check above), are owned by this executor, and never
+    // overlap user memory; user addresses are valid by the enqueue contract.
     unsafe {
         let user_in = || std::slice::from_raw_parts(op.src, n);
         match prim {
@@ -95,7 +99,10 @@ pub(crate) unsafe fn try_run(
                 std::ptr::copy_nonoverlapping(r, op.dst, n);
             }
             Prim::RecvReduceSend | Prim::RecvReduceCopySend => {
-                let red = op.red.as_ref().ok_or_else(|| Error::Internal("reduce step without an op".into()))?;
+                let red = op
+                    .red
+                    .as_ref()
+                    .ok_or_else(|| Error::Internal("reduce step without an op".into()))?;
                 let out = std::slice::from_raw_parts_mut(slot.expect("send slot"), n);
                 let inp = std::slice::from_raw_parts(recvd.expect("recv slot"), n);
                 BACKEND.reduce(out, inp, user_in(), red, Pre::B).map_err(kerr)?;
@@ -107,7 +114,10 @@ pub(crate) unsafe fn try_run(
                 }
             }
             Prim::RecvReduceCopy => {
-                let red = op.red.as_ref().ok_or_else(|| Error::Internal("reduce step without an op".into()))?;
+                let red = op
+                    .red
+                    .as_ref()
+                    .ok_or_else(|| Error::Internal("reduce step without an op".into()))?;
                 let acc = std::slice::from_raw_parts_mut(recvd.expect("recv slot"), n);
                 BACKEND.reduce_inplace(acc, user_in(), red, Pre::B).map_err(kerr)?;
                 if red.has_post_op() {

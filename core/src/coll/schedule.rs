@@ -31,12 +31,18 @@ pub(crate) enum Prim {
 impl Prim {
     /// Whether the step consumes a received slot.
     pub(crate) fn recvs(self) -> bool {
-        matches!(self, Prim::Recv | Prim::RecvReduceSend | Prim::RecvReduceCopySend | Prim::RecvReduceCopy | Prim::RecvCopySend)
+        matches!(
+            self,
+            Prim::Recv | Prim::RecvReduceSend | Prim::RecvReduceCopySend | Prim::RecvReduceCopy | Prim::RecvCopySend
+        )
     }
 
     /// Whether the step fills a send slot.
     pub(crate) fn sends(self) -> bool {
-        matches!(self, Prim::Send | Prim::RecvReduceSend | Prim::RecvReduceCopySend | Prim::RecvCopySend | Prim::CopySend)
+        matches!(
+            self,
+            Prim::Send | Prim::RecvReduceSend | Prim::RecvReduceCopySend | Prim::RecvCopySend | Prim::CopySend
+        )
     }
 }
 
@@ -116,10 +122,12 @@ pub(crate) fn channel_parts(total: usize, esize: usize, p: &SchedParams) -> Vec<
     let min_elems = (p.min_channel_bytes / esize).max(1);
     let used = div_up(total, min_elems).clamp(1, p.nchannels.max(1));
     let per = div_up(total, used);
-    (0..used).filter_map(|c| {
-        let start = c * per;
-        (start < total).then(|| (c, start, per.min(total - start)))
-    }).collect()
+    (0..used)
+        .filter_map(|c| {
+            let start = c * per;
+            (start < total).then(|| (c, start, per.min(total - start)))
+        })
+        .collect()
 }
 
 struct Builder<'a> {
@@ -132,13 +140,26 @@ impl Builder<'_> {
         if let Some(i) = self.tasks.iter().position(|t| t.lane == lane) {
             return &mut self.tasks[i].ops;
         }
-        self.tasks.push(Task { lane, ops: Vec::new(), pos: 0 });
+        self.tasks.push(Task {
+            lane,
+            ops: Vec::new(),
+            pos: 0,
+        });
         &mut self.tasks.last_mut().expect("just pushed").ops
     }
 
     /// Appends `prim` over `bytes` bytes cut in slices of `slice` bytes.
     #[allow(clippy::too_many_arguments)]
-    fn prim(&mut self, lane: Lane, prim: Prim, src: *const u8, dst: *mut u8, bytes: usize, slice: usize, red: Option<DevRedOp>) {
+    fn prim(
+        &mut self,
+        lane: Lane,
+        prim: Prim,
+        src: *const u8,
+        dst: *mut u8,
+        bytes: usize,
+        slice: usize,
+        red: Option<DevRedOp>,
+    ) {
         let ops = self.lane(lane);
         let mut off = 0;
         while off < bytes {
@@ -146,7 +167,13 @@ impl Builder<'_> {
             // SAFETY (address arithmetic only): `off < bytes`, inside the user's buffers by the enqueue contract.
             let s = if src.is_null() { src } else { src.wrapping_add(off) };
             let d = if dst.is_null() { dst } else { dst.wrapping_add(off) };
-            ops.push(SliceOp { prim, src: s, dst: d, bytes: n, red });
+            ops.push(SliceOp {
+                prim,
+                src: s,
+                dst: d,
+                bytes: n,
+                red,
+            });
             off += n;
         }
     }
@@ -160,9 +187,9 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<Vec<Task>, Er
     for (i, a) in colls.iter().enumerate() {
         let esize = a.dtype.size();
         let red = match a.kind {
-            CollKind::AllReduce | CollKind::ReduceScatter | CollKind::Reduce { .. } => Some(
-                DevRedOp::new(a.dtype, a.op, p.nranks as u32).map_err(|e| Error::InvalidArgument(e.to_string()))?,
-            ),
+            CollKind::AllReduce | CollKind::ReduceScatter | CollKind::Reduce { .. } => {
+                Some(DevRedOp::new(a.dtype, a.op, p.nranks as u32).map_err(|e| Error::InvalidArgument(e.to_string()))?)
+            }
             _ => None,
         };
         match a.kind {
@@ -190,11 +217,27 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<Vec<Task>, Er
             CollKind::Recv { peer } if peer == p.rank => self_recvs.push((i, a)),
             CollKind::Send { peer } => {
                 let bytes = a.count * esize;
-                b.prim(Lane::P2pSend(peer), Prim::Send, a.send, std::ptr::null_mut(), bytes, p.p2p_step, None);
+                b.prim(
+                    Lane::P2pSend(peer),
+                    Prim::Send,
+                    a.send,
+                    std::ptr::null_mut(),
+                    bytes,
+                    p.p2p_step,
+                    None,
+                );
             }
             CollKind::Recv { peer } => {
                 let bytes = a.count * esize;
-                b.prim(Lane::P2pRecv(peer), Prim::Recv, std::ptr::null(), a.recv, bytes, p.p2p_step, None);
+                b.prim(
+                    Lane::P2pRecv(peer),
+                    Prim::Recv,
+                    std::ptr::null(),
+                    a.recv,
+                    bytes,
+                    p.p2p_step,
+                    None,
+                );
             }
             _ if p.nranks == 1 => local_coll(&mut b, a, red),
             CollKind::AllReduce => all_reduce(&mut b, a, red.expect("reduction")),
@@ -235,7 +278,11 @@ fn local_coll(b: &mut Builder<'_>, a: &CollArgs, red: Option<DevRedOp>) {
 fn loop_chunk(region: usize, nranks: usize, chunk_elems: usize, c: usize) -> (usize, usize) {
     let csz = chunk_elems.min(div_up(region, nranks)).max(1);
     let start = c * csz;
-    if start >= region { (region, 0) } else { (start, csz.min(region - start)) }
+    if start >= region {
+        (region, 0)
+    } else {
+        (start, csz.min(region - start))
+    }
 }
 
 fn all_reduce(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
@@ -261,7 +308,15 @@ fn all_reduce(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
             b.prim(lane, Prim::Send, src(o), std::ptr::null_mut(), l, slice, Some(red));
             for j in 2..n {
                 let (o, l) = at((idx + n - j) % n);
-                b.prim(lane, Prim::RecvReduceSend, src(o), std::ptr::null_mut(), l, slice, Some(red));
+                b.prim(
+                    lane,
+                    Prim::RecvReduceSend,
+                    src(o),
+                    std::ptr::null_mut(),
+                    l,
+                    slice,
+                    Some(red),
+                );
             }
             let (o, l) = at(idx);
             b.prim(lane, Prim::RecvReduceCopySend, src(o), dst(o), l, slice, Some(red));
@@ -303,11 +358,35 @@ fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
         let lane = Lane::Ring(ch);
         let (off, len) = (s * es, l * es);
         let src = |pos: usize| a.send.wrapping_add(p.ring[pos] * block + off);
-        b.prim(lane, Prim::Send, src((idx + n - 1) % n), std::ptr::null_mut(), len, slice, Some(red));
+        b.prim(
+            lane,
+            Prim::Send,
+            src((idx + n - 1) % n),
+            std::ptr::null_mut(),
+            len,
+            slice,
+            Some(red),
+        );
         for j in 2..n {
-            b.prim(lane, Prim::RecvReduceSend, src((idx + n - j) % n), std::ptr::null_mut(), len, slice, Some(red));
+            b.prim(
+                lane,
+                Prim::RecvReduceSend,
+                src((idx + n - j) % n),
+                std::ptr::null_mut(),
+                len,
+                slice,
+                Some(red),
+            );
         }
-        b.prim(lane, Prim::RecvReduceCopy, src(idx), a.recv.wrapping_add(off), len, slice, Some(red));
+        b.prim(
+            lane,
+            Prim::RecvReduceCopy,
+            src(idx),
+            a.recv.wrapping_add(off),
+            len,
+            slice,
+            Some(red),
+        );
     }
 }
 
@@ -321,9 +400,25 @@ fn all_gather(b: &mut Builder<'_>, a: &CollArgs) {
         let lane = Lane::Ring(ch);
         let (off, len) = (s * es, l * es);
         let dst = |pos: usize| a.recv.wrapping_add(p.ring[pos] * block + off);
-        b.prim(lane, Prim::CopySend, a.send.wrapping_add(off), dst(idx), len, slice, None);
+        b.prim(
+            lane,
+            Prim::CopySend,
+            a.send.wrapping_add(off),
+            dst(idx),
+            len,
+            slice,
+            None,
+        );
         for j in 1..n - 1 {
-            b.prim(lane, Prim::RecvCopySend, std::ptr::null(), dst((idx + n - j) % n), len, slice, None);
+            b.prim(
+                lane,
+                Prim::RecvCopySend,
+                std::ptr::null(),
+                dst((idx + n - j) % n),
+                len,
+                slice,
+                None,
+            );
         }
         b.prim(lane, Prim::Recv, std::ptr::null(), dst((idx + 1) % n), len, slice, None);
     }
@@ -362,11 +457,27 @@ fn reduce(b: &mut Builder<'_>, a: &CollArgs, root: usize, red: DevRedOp) {
         let (off, len) = (s * es, l * es);
         let src = a.send.wrapping_add(off);
         if idx == root_idx {
-            b.prim(lane, Prim::RecvReduceCopy, src, a.recv.wrapping_add(off), len, slice, Some(red));
+            b.prim(
+                lane,
+                Prim::RecvReduceCopy,
+                src,
+                a.recv.wrapping_add(off),
+                len,
+                slice,
+                Some(red),
+            );
         } else if idx == (root_idx + 1) % n {
             b.prim(lane, Prim::Send, src, std::ptr::null_mut(), len, slice, Some(red));
         } else {
-            b.prim(lane, Prim::RecvReduceSend, src, std::ptr::null_mut(), len, slice, Some(red));
+            b.prim(
+                lane,
+                Prim::RecvReduceSend,
+                src,
+                std::ptr::null_mut(),
+                len,
+                slice,
+                Some(red),
+            );
         }
     }
 }

@@ -120,19 +120,35 @@ fn all_collectives_small_buffers_threads() {
     for n in [1usize, 2, 3, 4] {
         with_comms(n, 64 << 10, 2, move |comm| {
             for count in [0usize, 1, 7, 1031, 20_000] {
-                for dtype in [DataType::Int8, DataType::Float16, DataType::Float32, DataType::Uint64, DataType::Bfloat16] {
+                for dtype in [
+                    DataType::Int8,
+                    DataType::Float16,
+                    DataType::Float32,
+                    DataType::Uint64,
+                    DataType::Bfloat16,
+                ] {
                     let mut list = ops();
                     list.push(RedOp::PreMulSum(Scalar::from_f64(dtype, 2.0)));
                     for op in list {
                         for in_place in [false, true] {
                             for top in [TestOp::AllReduce, TestOp::ReduceScatter, TestOp::Reduce { root: n - 1 }] {
                                 let w = run_op(comm, top, dtype, op, count, in_place);
-                                assert_eq!(w, 0, "{top:?} {dtype} {op} count {count} in_place {in_place} n {n} rank {}", comm.rank());
+                                assert_eq!(
+                                    w,
+                                    0,
+                                    "{top:?} {dtype} {op} count {count} in_place {in_place} n {n} rank {}",
+                                    comm.rank()
+                                );
                             }
                         }
                     }
                     for in_place in [false, true] {
-                        for top in [TestOp::AllGather, TestOp::Broadcast { root: n / 2 }, TestOp::SendRecv, TestOp::AllToAll] {
+                        for top in [
+                            TestOp::AllGather,
+                            TestOp::Broadcast { root: n / 2 },
+                            TestOp::SendRecv,
+                            TestOp::AllToAll,
+                        ] {
                             let w = run_op(comm, top, dtype, RedOp::Sum, count, in_place && top != TestOp::AllToAll);
                             assert_eq!(w, 0, "{top:?} {dtype} count {count} in_place {in_place} n {n}");
                         }

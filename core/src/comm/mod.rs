@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use ferroccl_kernels::{DataType, RedOp};
 
 pub use error::{Error, Result};
-pub use params::{CommConfig, PreloadedNet};
 pub(crate) use params::CommParams;
+pub use params::{CommConfig, PreloadedNet};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::coll::schedule::SchedParams;
@@ -41,7 +41,9 @@ struct BootstrapOob(Arc<Bootstrap>);
 
 impl Oob for BootstrapOob {
     fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
-        self.0.send(peer, tag, data).map_err(|e| Error::Bootstrap(e.to_string()))
+        self.0
+            .send(peer, tag, data)
+            .map_err(|e| Error::Bootstrap(e.to_string()))
     }
     fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>> {
         self.0.recv(peer, tag).map_err(|e| Error::Bootstrap(e.to_string()))
@@ -98,13 +100,18 @@ fn agreement_record(loaded: &std::result::Result<(Arc<dyn NetPlugin>, NetInfo), 
         ),
         Err(e) => format!("net=<failed to load: {e}>"),
     };
-    format!("{net}\nbuffsize={} p2p_chunksize={}\nnchannels={}", p.buffsize, p.p2p_chunksize, p.nchannels)
+    format!(
+        "{net}\nbuffsize={} p2p_chunksize={}\nnchannels={}",
+        p.buffsize, p.p2p_chunksize, p.nchannels
+    )
 }
 
 /// FNV-1a 64 of a file's bytes (0 when unreadable).
 fn file_hash(path: &std::path::Path) -> u64 {
     let Ok(bytes) = std::fs::read(path) else { return 0 };
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 impl Comm {
@@ -135,24 +142,33 @@ impl Comm {
         );
         // 3. Agreement on plugin and parameters.
         let mine = agreement_record(&loaded, &params);
-        let all = bootstrap.allgather(mine.as_bytes()).map_err(|e| Error::Bootstrap(e.to_string()))?;
+        let all = bootstrap
+            .allgather(mine.as_bytes())
+            .map_err(|e| Error::Bootstrap(e.to_string()))?;
         let all: Vec<String> = all.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
         let net_line = |s: &str| s.lines().next().unwrap_or("").to_string();
-        let net_ok = all.iter().all(|s| net_line(s) == net_line(&all[0]) && !s.starts_with("net=<failed"));
+        let net_ok = all
+            .iter()
+            .all(|s| net_line(s) == net_line(&all[0]) && !s.starts_with("net=<failed"));
         if !net_ok {
-            let report: Vec<String> = all.iter().enumerate().map(|(r, s)| format!("  rank {r}: {}", net_line(s))).collect();
+            let report: Vec<String> = all
+                .iter()
+                .enumerate()
+                .map(|(r, s)| format!("  rank {r}: {}", net_line(s)))
+                .collect();
             let report = report.join("\n");
             bootstrap.close();
-            if let Err(e) = &loaded {
-                if all.iter().all(|s| net_line(s) == net_line(&all[0])) {
-                    return Err(Error::PluginLoad(format!("{e}\n{report}")));
-                }
+            if let (Err(e), true) = (&loaded, all.iter().all(|s| net_line(s) == net_line(&all[0]))) {
+                return Err(Error::PluginLoad(format!("{e}\n{report}")));
             }
             return Err(Error::PluginMismatch(report));
         }
         if all.iter().any(|s| s.lines().nth(1) != all[0].lines().nth(1)) {
-            let report: Vec<String> =
-                all.iter().enumerate().map(|(r, s)| format!("  rank {r}: {}", s.lines().nth(1).unwrap_or(""))).collect();
+            let report: Vec<String> = all
+                .iter()
+                .enumerate()
+                .map(|(r, s)| format!("  rank {r}: {}", s.lines().nth(1).unwrap_or("")))
+                .collect();
             bootstrap.close();
             return Err(Error::Config(format!(
                 "ranks disagree on NCCL_BUFFSIZE / NCCL_P2P_NET_CHUNKSIZE:\n{}",
@@ -191,10 +207,18 @@ impl Comm {
         let mut ring_recv = Vec::new();
         if nranks > 1 {
             let sends: Vec<ConnSpec> = (0..nchannels)
-                .map(|c| ConnSpec { peer: next, dev: c % ndev, tag: TAG_RING_HANDLE + c as u32 })
+                .map(|c| ConnSpec {
+                    peer: next,
+                    dev: c % ndev,
+                    tag: TAG_RING_HANDLE + c as u32,
+                })
                 .collect();
             let recvs: Vec<ConnSpec> = (0..nchannels)
-                .map(|c| ConnSpec { peer: prev, dev: c % ndev, tag: TAG_RING_HANDLE + c as u32 })
+                .map(|c| ConnSpec {
+                    peer: prev,
+                    dev: c % ndev,
+                    tag: TAG_RING_HANDLE + c as u32,
+                })
                 .collect();
             let deadline = Instant::now() + params.timeout;
             let r = setup::connect_all(&net, ctx, &*oob, &sends, &recvs, deadline, &abort);
@@ -228,7 +252,10 @@ impl Comm {
             }
         }
         // 5. Proxy thread.
-        let shared = Arc::new(Shared { abort: abort.clone(), error: Mutex::new(None) });
+        let shared = Arc::new(Shared {
+            abort: abort.clone(),
+            error: Mutex::new(None),
+        });
         let proxy = Proxy {
             net: net.clone(),
             ctx,
@@ -319,21 +346,23 @@ impl Comm {
     /// `ncclCommDestroy`: finalizes (if not done) and releases every resource.
     /// A communicator that has failed is aborted instead.
     pub fn destroy(self) -> Result<()> {
-        let r = if self.inner.shared.error().is_some() {
+        if self.inner.shared.error().is_some() {
             self.inner.abort();
             Ok(())
         } else {
             let r = self.inner.finalize_local();
             self.inner.close();
             r
-        };
-        r
+        }
     }
 
     /// Host-side barrier over the bootstrap network (not ordered with enqueued work:
     /// synchronize streams first). Errors: bootstrap failures and timeouts.
     pub fn barrier(&self) -> Result<()> {
-        self.inner.bootstrap.barrier().map_err(|e| Error::Bootstrap(e.to_string()))
+        self.inner
+            .bootstrap
+            .barrier()
+            .map_err(|e| Error::Bootstrap(e.to_string()))
     }
 
     /// `ncclCommAbort`: stops all operations in flight (they complete with
@@ -349,7 +378,9 @@ impl Comm {
 }
 
 fn file_hash_bytes(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 impl CommInner {
@@ -363,7 +394,9 @@ impl CommInner {
             return Err(e);
         }
         if self.closed.load(Ordering::Relaxed) {
-            return Err(Error::InvalidUsage("communicator already finalized or destroyed".into()));
+            return Err(Error::InvalidUsage(
+                "communicator already finalized or destroyed".into(),
+            ));
         }
         let done = Completion::new();
         let mut deps = Vec::new();
@@ -379,8 +412,19 @@ impl CommInner {
             return Err(e);
         };
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(done.clone());
-        if tx.send(Work { colls, done: done.clone(), deps, what }).is_err() {
-            let e = self.shared.error().unwrap_or_else(|| Error::Aborted("proxy thread has exited".into()));
+        if tx
+            .send(Work {
+                colls,
+                done: done.clone(),
+                deps,
+                what,
+            })
+            .is_err()
+        {
+            let e = self
+                .shared
+                .error()
+                .unwrap_or_else(|| Error::Aborted("proxy thread has exited".into()));
             done.complete(Err(e.clone()));
             return Err(e);
         }
@@ -450,13 +494,26 @@ impl Drop for Comm {
 }
 
 /// Validates arguments common to the enqueue entry points.
-pub(crate) fn check_ptrs(kind: CollKind, send: *const u8, recv: *mut u8, count: usize, dtype: DataType, nranks: usize) -> Result<()> {
+pub(crate) fn check_ptrs(
+    kind: CollKind,
+    send: *const u8,
+    recv: *mut u8,
+    count: usize,
+    dtype: DataType,
+    nranks: usize,
+) -> Result<()> {
     let (sb, rb) = crate::coll::schedule::buffer_bytes(kind, count, dtype, nranks);
     if sb > 0 && send.is_null() {
-        return Err(Error::InvalidArgument(format!("{}: send buffer is NULL with {sb} bytes to read", kind.name())));
+        return Err(Error::InvalidArgument(format!(
+            "{}: send buffer is NULL with {sb} bytes to read",
+            kind.name()
+        )));
     }
     if rb > 0 && recv.is_null() {
-        return Err(Error::InvalidArgument(format!("{}: receive buffer is NULL with {rb} bytes to write", kind.name())));
+        return Err(Error::InvalidArgument(format!(
+            "{}: receive buffer is NULL with {rb} bytes to write",
+            kind.name()
+        )));
     }
     count
         .checked_mul(dtype.size())

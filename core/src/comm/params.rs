@@ -64,7 +64,10 @@ fn int_param(name: &str, default: i64, lo: i64, hi: i64) -> Result<i64> {
 }
 
 fn str_param(name: &str) -> Option<String> {
-    Config::global().get_str(name).filter(|v| !v.is_empty()).map(str::to_string)
+    Config::global()
+        .get_str(name)
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
 }
 
 impl CommParams {
@@ -83,7 +86,11 @@ impl CommParams {
         }
         let nchannels = match c.nchannels {
             Some(n) if (1..=64).contains(&n) => n,
-            Some(n) => return Err(Error::Config(format!("nchannels {n} is out of range (expected 1..=64)"))),
+            Some(n) => {
+                return Err(Error::Config(format!(
+                    "nchannels {n} is out of range (expected 1..=64)"
+                )));
+            }
             // Two rings suit a socket network (NCCL's default for net transports),
             // within NCCL_MIN_NCHANNELS ..= NCCL_MAX_NCHANNELS.
             None => DEFAULT_NCHANNELS.clamp(min_ch, max_ch),

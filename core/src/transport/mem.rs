@@ -25,7 +25,13 @@ struct RecvC {
 }
 enum Req {
     Send,
-    Recv { comm: *mut RecvC, data: *mut u8, size: usize, id: u64, done: Option<usize> },
+    Recv {
+        comm: *mut RecvC,
+        data: *mut u8,
+        size: usize,
+        id: u64,
+        done: Option<usize>,
+    },
 }
 
 /// The mock plugin.
@@ -39,7 +45,12 @@ pub(crate) struct MemNet {
 impl MemNet {
     pub(crate) fn new() -> Arc<MemNet> {
         Arc::new(MemNet {
-            info: Some(NetInfo { name: "Mem".into(), version: 12, path: PathBuf::from("<mem>"), collnet_version: None }),
+            info: Some(NetInfo {
+                name: "Mem".into(),
+                version: 12,
+                path: PathBuf::from("<mem>"),
+                collnet_version: None,
+            }),
             ..Default::default()
         })
     }
@@ -85,8 +96,18 @@ impl NetPlugin for MemNet {
     fn accept(&self, listen: RawComm) -> NetResult<Option<RawComm>> {
         // SAFETY: created by `listen`.
         let l = unsafe { &*(listen.0 as *const Listen) };
-        let q = self.listeners.lock().unwrap().get_mut(&l.id).and_then(|v| v.pop_front());
-        Ok(q.map(|q| raw(Box::new(RecvC { q, posted: VecDeque::new() }))))
+        let q = self
+            .listeners
+            .lock()
+            .unwrap()
+            .get_mut(&l.id)
+            .and_then(|v| v.pop_front());
+        Ok(q.map(|q| {
+            raw(Box::new(RecvC {
+                q,
+                posted: VecDeque::new(),
+            }))
+        }))
     }
     fn reg_mr(&self, _: RawComm, _: *mut u8, _: usize, _: PtrType) -> NetResult<RawMr> {
         Ok(RawMr(std::ptr::null_mut()))
@@ -94,9 +115,17 @@ impl NetPlugin for MemNet {
     fn dereg_mr(&self, _: RawComm, _: RawMr) -> NetResult<()> {
         Ok(())
     }
-    fn isend(&self, comm: RawComm, data: *mut u8, size: usize, _: i32, _: Option<RawMr>) -> NetResult<Option<RawRequest>> {
-        // SAFETY: created by `connect`; data valid for size by contract.
+    fn isend(
+        &self,
+        comm: RawComm,
+        data: *mut u8,
+        size: usize,
+        _: i32,
+        _: Option<RawMr>,
+    ) -> NetResult<Option<RawRequest>> {
+        // SAFETY: created by `connect`.
         let c = unsafe { &*(comm.0 as *const SendC) };
+        // SAFETY: data valid for `size` bytes by the isend contract.
         let v = unsafe { std::slice::from_raw_parts(data, size) }.to_vec();
         c.q.lock().unwrap().push_back(v);
         Ok(Some(RawRequest(Box::into_raw(Box::new(Req::Send)) as *mut c_void)))
@@ -106,7 +135,13 @@ impl NetPlugin for MemNet {
         // SAFETY: created by `accept`.
         let c = unsafe { &mut *(comm.0 as *mut RecvC) };
         c.posted.push_back(id);
-        let r = Req::Recv { comm: comm.0 as *mut RecvC, data: slots[0].data, size: slots[0].size, id, done: None };
+        let r = Req::Recv {
+            comm: comm.0 as *mut RecvC,
+            data: slots[0].data,
+            size: slots[0].size,
+            id,
+            done: None,
+        };
         Ok(Some(RawRequest(Box::into_raw(Box::new(r)) as *mut c_void)))
     }
     fn iflush(&self, _: RawComm, _: &[RecvSlot]) -> NetResult<Option<RawRequest>> {
@@ -117,20 +152,29 @@ impl NetPlugin for MemNet {
         let r = unsafe { &mut *(req.0 as *mut Req) };
         let done = match r {
             Req::Send => Some(0),
-            Req::Recv { comm, data, size, id, done } => {
+            Req::Recv {
+                comm,
+                data,
+                size,
+                id,
+                done,
+            } => {
                 if done.is_none() {
                     // SAFETY: the recv comm outlives its requests.
                     let c = unsafe { &mut **comm };
-                    if c.posted.front() == Some(id) {
-                        if let Some(m) = c.q.lock().unwrap().pop_front() {
-                            if m.len() > *size {
-                                return Err(NetError::InvalidUsage("truncated".into()));
-                            }
-                            // SAFETY: posted buffer valid for `size` bytes.
-                            unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), *data, m.len()) };
-                            c.posted.pop_front();
-                            *done = Some(m.len());
+                    let msg = if c.posted.front() == Some(id) {
+                        c.q.lock().unwrap().pop_front()
+                    } else {
+                        None
+                    };
+                    if let Some(m) = msg {
+                        if m.len() > *size {
+                            return Err(NetError::InvalidUsage("truncated".into()));
                         }
+                        // SAFETY: posted buffer valid for `size` bytes.
+                        unsafe { std::ptr::copy_nonoverlapping(m.as_ptr(), *data, m.len()) };
+                        c.posted.pop_front();
+                        *done = Some(m.len());
                     }
                 }
                 *done

@@ -145,7 +145,10 @@ impl SendConn {
     /// anything moved.
     pub(crate) fn progress(&mut self) -> Result<bool, Error> {
         let Some(comm) = self.comm else {
-            return Err(Error::Internal(format!("send connection to rank {} is closed", self.peer)));
+            return Err(Error::Internal(format!(
+                "send connection to rank {} is closed",
+                self.peer
+            )));
         };
         let mut moved = false;
         let mut step = self.tail;
@@ -276,8 +279,8 @@ impl RecvConn {
     pub(crate) fn peek(&self) -> Option<(*mut u8, usize)> {
         let i = (self.tail % NCCL_STEPS as u64) as usize;
         match self.slots[i] {
-            // SAFETY: slot `i` lies inside the FIFO buffer.
             RecvState::Ready(size) if self.tail < self.posted => {
+                // SAFETY: slot `i` lies inside the FIFO buffer.
                 Some((unsafe { self.buf.ptr().add(i * self.step_size) }, size))
             }
             _ => None,
@@ -300,7 +303,10 @@ impl RecvConn {
     /// Posts receives into free slots and tests posted ones, in order.
     pub(crate) fn progress(&mut self) -> Result<bool, Error> {
         let Some(comm) = self.comm else {
-            return Err(Error::Internal(format!("receive connection from rank {} is closed", self.peer)));
+            return Err(Error::Internal(format!(
+                "receive connection from rank {} is closed",
+                self.peer
+            )));
         };
         let mut moved = false;
         // Test posted receives in posting order.
@@ -331,7 +337,12 @@ impl RecvConn {
             let i = (self.posted % NCCL_STEPS as u64) as usize;
             // SAFETY: slot `i` lies inside the registered FIFO buffer.
             let data = unsafe { self.buf.ptr().add(i * self.step_size) };
-            let slot = RecvSlot { data, size: self.step_size, tag: self.tag, mr: self.mr };
+            let slot = RecvSlot {
+                data,
+                size: self.step_size,
+                tag: self.tag,
+                mr: self.mr,
+            };
             match self.net.irecv(comm, &[slot], false) {
                 Ok(Some(req)) => {
                     self.slots[i] = RecvState::Posted(req);

@@ -110,7 +110,10 @@ pub(crate) fn connect_all(
                 return Err(Error::Aborted(format!("while waiting for {}", pending.join(", "))));
             }
             if Instant::now() >= deadline {
-                return Err(Error::Timeout(format!("net connection setup still waiting for {}", pending.join(", "))));
+                return Err(Error::Timeout(format!(
+                    "net connection setup still waiting for {}",
+                    pending.join(", ")
+                )));
             }
             spins += 1;
             if spins < 100 {

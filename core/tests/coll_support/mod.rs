@@ -36,19 +36,29 @@ pub fn role(role: &str) -> Option<Role> {
     let rank = std::env::var(ENV_RANK).ok()?.parse().ok()?;
     let nranks = std::env::var(ENV_NRANKS).ok()?.parse().ok()?;
     let id = UniqueId::from_hex(&std::env::var(ENV_ID).ok()?).ok()?;
-    Some(Role { role: r, rank, nranks, id })
+    Some(Role {
+        role: r,
+        rank,
+        nranks,
+        id,
+    })
 }
 
 /// The directory holding the plugin `.so` files (`target/<profile>/`).
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    exe.parent().and_then(|d| d.parent()).expect("target/<profile>").to_path_buf()
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>")
+        .to_path_buf()
 }
 
 /// Fails with a clear message when the socket plugin has not been built.
 pub fn require_socket_plugin() {
     let d = target_dir();
-    let found = ["libnccl_net_socket.so", "libnccl-net-socket.so"].iter().any(|f| d.join(f).exists());
+    let found = ["libnccl_net_socket.so", "libnccl-net-socket.so"]
+        .iter()
+        .any(|f| d.join(f).exists());
     assert!(
         found,
         "the socket plugin is not built in {}: run `cargo build --workspace` (scripts/test.sh does) first",
@@ -206,7 +216,14 @@ use ferroccl::{DataType, RedOp, Stream, group_end, group_start};
 
 /// Runs one operation on this rank with checked data (seed 1); returns `#wrong`
 /// (0 on ranks whose output is unspecified) or the operation's error.
-pub fn run_op(comm: &Comm, top: TestOp, dtype: DataType, op: RedOp, count: usize, in_place: bool) -> Result<usize, ferroccl::Error> {
+pub fn run_op(
+    comm: &Comm,
+    top: TestOp,
+    dtype: DataType,
+    op: RedOp,
+    count: usize,
+    in_place: bool,
+) -> Result<usize, ferroccl::Error> {
     let (n, r) = (comm.nranks(), comm.rank());
     let es = dtype.size();
     let (se, re) = top.buffer_elems(count, n);
@@ -293,7 +310,12 @@ pub fn run_matrix(comm: &Comm, dtypes: &[DataType], ops: Option<&[RedOp]>, count
     let mut fails = Vec::new();
     let mut ran = 0;
     let reducing = [TestOp::AllReduce, TestOp::ReduceScatter, TestOp::Reduce { root: n - 1 }];
-    let moving = [TestOp::AllGather, TestOp::Broadcast { root: n / 2 }, TestOp::SendRecv, TestOp::AllToAll];
+    let moving = [
+        TestOp::AllGather,
+        TestOp::Broadcast { root: n / 2 },
+        TestOp::SendRecv,
+        TestOp::AllToAll,
+    ];
     for &count in counts {
         for &dtype in dtypes {
             // A PreMulSum in `ops` is re-encoded as "by 2" in each datatype.

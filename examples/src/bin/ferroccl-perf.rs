@@ -34,7 +34,10 @@ const ENV_NRANKS: &str = "FERROCCL_PERF_NRANKS";
 const ENV_ID: &str = "FERROCCL_PERF_ID";
 
 #[derive(Parser, Debug, Clone)]
-#[command(name = "ferroccl-perf", about = "nccl-tests style benchmark and checker for ferroccl collectives")]
+#[command(
+    name = "ferroccl-perf",
+    about = "nccl-tests style benchmark and checker for ferroccl collectives"
+)]
 struct Args {
     /// Operation: all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv, alltoall.
     #[arg(value_name = "OP")]
@@ -85,7 +88,9 @@ fn parse_size(s: &str) -> Result<usize, String> {
         Some('G') => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1),
     };
-    num.parse::<usize>().map(|n| n * mul).map_err(|_| format!("bad size {s:?} (expected e.g. 8, 128K, 64M, 1G)"))
+    num.parse::<usize>()
+        .map(|n| n * mul)
+        .map_err(|_| format!("bad size {s:?} (expected e.g. 8, 128K, 64M, 1G)"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -191,7 +196,11 @@ fn peak_rss_kib() -> u64 {
     // SAFETY: getrusage writes into the zeroed struct we pass.
     unsafe {
         let mut ru: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut ru) == 0 { ru.ru_maxrss.max(0) as u64 } else { 0 }
+        if libc::getrusage(libc::RUSAGE_SELF, &mut ru) == 0 {
+            ru.ru_maxrss.max(0) as u64
+        } else {
+            0
+        }
     }
 }
 
@@ -229,7 +238,11 @@ impl Bench<'_> {
         } else {
             self.send.as_ptr()
         };
-        let rp = if in_place && self.op == Op::ReduceScatter { rp.wrapping_add(r * count * es) } else { rp };
+        let rp = if in_place && self.op == Op::ReduceScatter {
+            rp.wrapping_add(r * count * es)
+        } else {
+            rp
+        };
         let (c, d, o, s) = (self.comm, self.dtype, self.redop, &self.stream);
         // SAFETY: the buffers are owned by `self`, sized for the largest count, and
         // not touched until the stream is synchronized.
@@ -283,7 +296,9 @@ impl Bench<'_> {
         let (n, r) = (self.comm.nranks(), self.comm.rank());
         let es = self.dtype.size();
         let top = self.op.test_op(self.root);
-        let Some(want) = check::expected(top, self.dtype, &self.redop, n, r, count, 7) else { return 0 };
+        let Some(want) = check::expected(top, self.dtype, &self.redop, n, r, count, 7) else {
+            return 0;
+        };
         let got = match self.op {
             Op::ReduceScatter if in_place => &self.recv[r * count * es..(r + 1) * count * es],
             _ => &self.recv[..want.len()],
@@ -294,17 +309,24 @@ impl Bench<'_> {
     /// Sum of a value over all ranks (through the communicator itself).
     fn sum_u64(&self, v: u64) -> Result<u64, ferroccl::Error> {
         let mut out = [0u8; 8];
-        self.comm.all_reduce_sync(&v.to_ne_bytes(), &mut out, DataType::Uint64, RedOp::Sum)?;
+        self.comm
+            .all_reduce_sync(&v.to_ne_bytes(), &mut out, DataType::Uint64, RedOp::Sum)?;
         Ok(u64::from_ne_bytes(out))
     }
 
     fn sum_f64(&self, v: f64) -> Result<f64, ferroccl::Error> {
         let mut out = [0u8; 8];
-        self.comm.all_reduce_sync(&v.to_ne_bytes(), &mut out, DataType::Float64, RedOp::Sum)?;
+        self.comm
+            .all_reduce_sync(&v.to_ne_bytes(), &mut out, DataType::Float64, RedOp::Sum)?;
         Ok(f64::from_ne_bytes(out))
     }
 
-    fn measure(&mut self, count: usize, bytes: usize, in_place: bool) -> Result<(f64, f64, f64, Option<u64>), ferroccl::Error> {
+    fn measure(
+        &mut self,
+        count: usize,
+        bytes: usize,
+        in_place: bool,
+    ) -> Result<(f64, f64, f64, Option<u64>), ferroccl::Error> {
         let n = self.comm.nranks();
         for _ in 0..self.args.warmup {
             self.launch(count, in_place)?;
@@ -334,27 +356,40 @@ impl Bench<'_> {
 }
 
 fn fmt_time(us: f64) -> String {
-    if us >= 10_000.0 { format!("{us:7.0}") } else { format!("{us:7.2}") }
+    if us >= 10_000.0 {
+        format!("{us:7.0}")
+    } else {
+        format!("{us:7.2}")
+    }
 }
 
 fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, launcher: &str) -> Result<bool, String> {
-    let dtype: DataType = args.datatype.parse().map_err(|e| format!("-d {}: {e}", args.datatype))?;
+    let dtype: DataType = args
+        .datatype
+        .parse()
+        .map_err(|e| format!("-d {}: {e}", args.datatype))?;
     let mut redop: RedOp = args.redop.parse().map_err(|e| format!("-o {}: {e}", args.redop))?;
     if let RedOp::PreMulSum(_) = redop {
         redop = RedOp::PreMulSum(Scalar::from_f64(dtype, 2.0));
     }
     if op.has_root() && args.root >= nranks {
-        return Err(format!("-r {}: root must be below the number of ranks ({nranks})", args.root));
+        return Err(format!(
+            "-r {}: root must be below the number of ranks ({nranks})",
+            args.root
+        ));
     }
     let minb = parse_size(&args.minbytes)?;
     let maxb = parse_size(&args.maxbytes)?.max(minb);
     if args.stepfactor < 2 && minb != maxb {
         return Err("-f must be at least 2".into());
     }
-    let comm = Comm::init_rank(nranks, id, rank, CommConfig::default()).map_err(|e| format!("rank {rank}: init: {e}"))?;
+    let comm =
+        Comm::init_rank(nranks, id, rank, CommConfig::default()).map_err(|e| format!("rank {rank}: init: {e}"))?;
     let es = dtype.size();
     let (_, max_total) = op.counts(maxb, es, nranks);
-    let (se, re) = op.test_op(args.root).buffer_elems(op.counts(maxb, es, nranks).0, nranks);
+    let (se, re) = op
+        .test_op(args.root)
+        .buffer_elems(op.counts(maxb, es, nranks).0, nranks);
     let mut bench = Bench {
         comm: &comm,
         op,
@@ -379,7 +414,13 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
             args.check
         );
         let info = comm.net_info();
-        println!("# net plugin: {} (ncclNet v{}) from {}; nchannels {}", info.name, info.version, info.path.display(), comm.nchannels());
+        println!(
+            "# net plugin: {} (ncclNet v{}) from {}; nchannels {}",
+            info.name,
+            info.version,
+            info.path.display(),
+            comm.nchannels()
+        );
         println!("#");
         println!(
             "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",
@@ -387,7 +428,19 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
         );
         println!(
             "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
-            "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"
+            "size",
+            "count",
+            "type",
+            "redop",
+            "root",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong",
+            "time",
+            "algbw",
+            "busbw",
+            "#wrong"
         );
         println!(
             "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
@@ -399,9 +452,15 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
     loop {
         let (count, total) = op.counts(bytes, es, nranks);
         let shown = total * es;
-        let oop = bench.measure(count, shown, false).map_err(|e| format!("rank {rank}: {} {shown} B: {e}", op.name()))?;
+        let oop = bench
+            .measure(count, shown, false)
+            .map_err(|e| format!("rank {rank}: {} {shown} B: {e}", op.name()))?;
         let ip = if op.in_place_supported() {
-            Some(bench.measure(count, shown, true).map_err(|e| format!("rank {rank}: {} {shown} B in place: {e}", op.name()))?)
+            Some(
+                bench
+                    .measure(count, shown, true)
+                    .map_err(|e| format!("rank {rank}: {} {shown} B in place: {e}", op.name()))?,
+            )
         } else {
             None
         };
@@ -420,12 +479,23 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
                 w(oop.3)
             );
             match ip {
-                Some(ip) => line.push_str(&format!("  {}  {:6.2}  {:6.2}  {:>6}", fmt_time(ip.0), ip.1, ip.2, w(ip.3))),
+                Some(ip) => line.push_str(&format!(
+                    "  {}  {:6.2}  {:6.2}  {:>6}",
+                    fmt_time(ip.0),
+                    ip.1,
+                    ip.2,
+                    w(ip.3)
+                )),
                 None => line.push_str(&format!("  {:>7}  {:>6}  {:>6}  {:>6}", "N/A", "N/A", "N/A", "N/A")),
             }
             println!("{line}");
         }
-        rows.push(Row { bytes: shown, count: total, oop, ip });
+        rows.push(Row {
+            bytes: shown,
+            count: total,
+            oop,
+            ip,
+        });
         if bytes >= maxb {
             break;
         }
@@ -434,11 +504,25 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
     // Peak RSS of every rank, gathered through the communicator.
     let mine = peak_rss_kib();
     let mut all = vec![0u8; 8 * nranks];
-    comm.all_gather_sync(&mine.to_ne_bytes(), &mut all, DataType::Uint64).map_err(|e| format!("rank {rank}: {e}"))?;
-    let rss: Vec<u64> = all.chunks(8).map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes"))).collect();
-    let wrong_total: u64 = rows.iter().map(|r| r.oop.3.unwrap_or(0) + r.ip.and_then(|i| i.3).unwrap_or(0)).sum();
-    let busbw: Vec<f64> = rows.iter().flat_map(|r| std::iter::once(r.oop.2).chain(r.ip.map(|i| i.2))).collect();
-    let avg_bus = if busbw.is_empty() { 0.0 } else { busbw.iter().sum::<f64>() / busbw.len() as f64 };
+    comm.all_gather_sync(&mine.to_ne_bytes(), &mut all, DataType::Uint64)
+        .map_err(|e| format!("rank {rank}: {e}"))?;
+    let rss: Vec<u64> = all
+        .chunks(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    let wrong_total: u64 = rows
+        .iter()
+        .map(|r| r.oop.3.unwrap_or(0) + r.ip.and_then(|i| i.3).unwrap_or(0))
+        .sum();
+    let busbw: Vec<f64> = rows
+        .iter()
+        .flat_map(|r| std::iter::once(r.oop.2).chain(r.ip.map(|i| i.2)))
+        .collect();
+    let avg_bus = if busbw.is_empty() {
+        0.0
+    } else {
+        busbw.iter().sum::<f64>() / busbw.len() as f64
+    };
     comm.finalize().map_err(|e| format!("rank {rank}: finalize: {e}"))?;
     if lead {
         if args.json {
@@ -464,9 +548,16 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
             });
             println!("{}", serde_json::to_string_pretty(&j).expect("json"));
         } else {
-            println!("# Out of bounds values : {wrong_total} {}", if wrong_total == 0 { "OK" } else { "FAILED" });
+            println!(
+                "# Out of bounds values : {wrong_total} {}",
+                if wrong_total == 0 { "OK" } else { "FAILED" }
+            );
             println!("# Avg bus bandwidth    : {avg_bus:.4} ");
-            let list: Vec<String> = rss.iter().enumerate().map(|(r, k)| format!("r{r} {:.1}", *k as f64 / 1024.0)).collect();
+            let list: Vec<String> = rss
+                .iter()
+                .enumerate()
+                .map(|(r, k)| format!("r{r} {:.1}", *k as f64 / 1024.0))
+                .collect();
             println!("# Peak RSS per rank (MiB): {}", list.join(", "));
             println!("#");
         }
@@ -478,7 +569,11 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let op_name = args.op_flag.clone().or(args.op_pos.clone()).unwrap_or_else(|| "all_reduce".into());
+    let op_name = args
+        .op_flag
+        .clone()
+        .or(args.op_pos.clone())
+        .unwrap_or_else(|| "all_reduce".into());
     let op = match Op::parse(&op_name) {
         Ok(o) => o,
         Err(e) => {
@@ -487,7 +582,11 @@ fn main() -> ExitCode {
         }
     };
     // Child of `--ranks N`.
-    if let (Ok(r), Ok(n), Ok(id)) = (std::env::var(ENV_RANK), std::env::var(ENV_NRANKS), std::env::var(ENV_ID)) {
+    if let (Ok(r), Ok(n), Ok(id)) = (
+        std::env::var(ENV_RANK),
+        std::env::var(ENV_NRANKS),
+        std::env::var(ENV_ID),
+    ) {
         let (Ok(r), Ok(n)) = (r.parse::<usize>(), n.parse::<usize>()) else {
             eprintln!("ferroccl-perf: bad {ENV_RANK}/{ENV_NRANKS}");
             return ExitCode::from(2);
