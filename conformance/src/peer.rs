@@ -244,6 +244,7 @@ fn peer_body(cx: &mut Cx, role: Role, sizes: &[usize]) -> Res {
                 // Start a 64 MiB message, push a little of it, then stop driving it:
                 // the receiver sees a transfer that stops midway, then the process dies.
                 let mut big = vec![0u8; 64 << 20];
+                fill(&mut big, 1);
                 let r = cx.post("peer isend", |cx| cx.isend(send, &mut big, 0, None))?;
                 for _ in 0..3 {
                     let _ = cx.test(r, &mut [0])?;

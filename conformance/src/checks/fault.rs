@@ -228,16 +228,30 @@ fn peer_killed_recv(cx: &mut Cx, _: u64) -> Res {
     let mut big = vec![0u8; 64 << 20];
     let r = cx.post("irecv of 64 MiB", |cx| cx.irecv(recv, &mut big, 0, None))?;
     peer.expect("partial", Duration::from_secs(30))?;
-    for _ in 0..20 {
+    for _ in 0..3 {
         if cx.test(r, &mut [0])? {
             return Err(skip!(
                 "the peer's 64 MiB message completed before the peer could be killed"
             ));
         }
-        std::thread::sleep(Duration::from_millis(2));
     }
     peer.kill();
-    expect_error(cx, r, "a 64 MiB irecv from the killed sender")?;
+    if let Err(e) = expect_error(cx, r, "a 64 MiB irecv from the killed sender") {
+        // A plugin that progresses in the background may have moved the whole message
+        // before the kill took effect: fine if the data is intact.
+        if matches!(&e, crate::outcome::Stop::Fail { observed, .. } if observed.contains("completed (size 67108864)")) {
+            return match verify(&big, 1) {
+                Ok(()) => Err(skip!(
+                    "the whole 64 MiB message arrived intact before the peer's death took effect (background progress); no pending receive to check"
+                )),
+                Err(at) => Err(fail!(
+                    "a receive the dead peer never finished fails instead of completing",
+                    "the 64 MiB irecv completed after the peer was killed, with wrong data at offset {at}"
+                )),
+            };
+        }
+        return Err(e);
+    }
     let _ = cx.call(Call::CloseRecv, "closeRecv after the peer died", |n| n.close_recv(recv));
     let _ = cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l));
     Ok(())
@@ -305,14 +319,88 @@ fn handle_addr(h: &[u8; 128]) -> Option<SocketAddr> {
     }
 }
 
-fn stray_client(cx: &mut Cx, _: u64) -> Res {
-    let (l, mut h) = cx.listen()?;
-    let Some(addr) = handle_addr(&h) else {
-        let _ = cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l));
-        return Err(skip!(
-            "the handle does not start with a sockaddr_in/sockaddr_in6, so the listen port is unknown"
-        ));
+/// Inodes of this process's sockets (`/proc/self/fd/*` -> `socket:[inode]`).
+fn own_socket_inodes() -> Vec<u64> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
     };
+    dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|t| t.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok())
+        .collect()
+}
+
+/// Decodes `/proc/net/tcp{,6}`'s `HEXIP:HEXPORT` (IP words in host byte order);
+/// an unspecified address becomes loopback.
+fn proc_addr(col: &str) -> Option<SocketAddr> {
+    let (ip, port) = col.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let ip: std::net::IpAddr = if ip.len() == 8 {
+        let v4 = std::net::Ipv4Addr::from(u32::from_str_radix(ip, 16).ok()?.to_ne_bytes());
+        if v4.is_unspecified() {
+            std::net::Ipv4Addr::LOCALHOST.into()
+        } else {
+            v4.into()
+        }
+    } else {
+        let mut b = [0u8; 16];
+        for k in 0..4 {
+            let w = u32::from_str_radix(ip.get(8 * k..8 * k + 8)?, 16).ok()?;
+            b[4 * k..4 * k + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        let v6 = std::net::Ipv6Addr::from(b);
+        if v6.is_unspecified() {
+            std::net::Ipv6Addr::LOCALHOST.into()
+        } else {
+            v6.into()
+        }
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+/// Local addresses of this process's listening TCP sockets (`/proc/net/tcp{,6}`, state 0A).
+fn own_listen_ports() -> Vec<SocketAddr> {
+    let mine = own_socket_inodes();
+    let mut out = Vec::new();
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(f) else { continue };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() < 10 || cols[3] != "0A" {
+                continue;
+            }
+            let port = proc_addr(cols[1]);
+            let inode: Option<u64> = cols[9].parse().ok();
+            if let (Some(port), Some(inode)) = (port, inode) {
+                if mine.contains(&inode) {
+                    out.push(port);
+                }
+            }
+        }
+    }
+    out
+}
+
+fn stray_client(cx: &mut Cx, _: u64) -> Res {
+    let before = own_listen_ports();
+    let (l, mut h) = cx.listen()?;
+    let addr = match handle_addr(&h) {
+        Some(a) => a,
+        None => {
+            // Not a sockaddr: find the TCP port this listen opened.
+            let new: Vec<SocketAddr> = own_listen_ports().into_iter().filter(|p| !before.contains(p)).collect();
+            match new.as_slice() {
+                [a] => *a,
+                _ => {
+                    let _ = cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l));
+                    return Err(skip!(
+                        "the handle does not start with a sockaddr_in/sockaddr_in6 and listen opened {} new TCP listening sockets, so the listen port is unknown",
+                        new.len()
+                    ));
+                }
+            }
+        }
+    };
+    cx.notes.push(format!("stray clients sent garbage to {addr}"));
     // Three strays: garbage then close, connect-and-close, a burst of 0xff.
     for garbage in [
         &b"GET / HTTP/1.0\r\n\r\nthis is not a ferroccl peer"[..],
