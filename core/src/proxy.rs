@@ -258,7 +258,7 @@ impl Proxy {
                     "{what} made no progress for {:?} on rank {}: {}",
                     self.timeout,
                     self.params.rank,
-                    stuck_report(tasks)
+                    stuck_report(tasks, &self.params)
                 )));
             }
             if idle_turns < 2000 {
@@ -270,14 +270,19 @@ impl Proxy {
     }
 }
 
-fn stuck_report(tasks: &[Task]) -> String {
+fn stuck_report(tasks: &[Task], p: &SchedParams) -> String {
+    let n = p.ring.len();
+    let pos = p.ring.iter().position(|&r| r == p.rank).unwrap_or(0);
+    let (prev, next) = (p.ring[(pos + n - 1) % n], p.ring[(pos + 1) % n]);
     let mut parts = Vec::new();
     for t in tasks {
         let left = t.ops.len() - t.pos;
         let waiting = match (t.lane, t.ops.get(t.pos)) {
             (_, None) => "its sends to complete".to_string(),
-            (Lane::Ring(c), Some(op)) if op.prim.recvs() => format!("data from the ring predecessor on channel {c}"),
-            (Lane::Ring(c), Some(_)) => format!("a free slot towards the ring successor on channel {c}"),
+            (Lane::Ring(c), Some(op)) if op.prim.recvs() => {
+                format!("data from ring predecessor rank {prev} on channel {c}")
+            }
+            (Lane::Ring(c), Some(_)) => format!("ring successor rank {next} to drain channel {c}"),
             (Lane::P2pSend(p), _) => format!("rank {p} to receive"),
             (Lane::P2pRecv(p), _) => format!("data from rank {p}"),
             (Lane::Local, _) => "a local copy".to_string(),

@@ -78,6 +78,26 @@ fn failure_worker() {
         assert!(took < Duration::from_secs(5), "abort took {took:?}");
         return;
     }
+    if let Some(r) = role("stall") {
+        let comm = join(&r, Duration::from_secs(2));
+        if r.rank == 1 {
+            // Alive but never calls the collective: only the watchdog can end rank 0's wait.
+            std::thread::sleep(Duration::from_secs(8));
+            comm.abort();
+            return;
+        }
+        let send = vec![0u8; 4096];
+        let mut recv = vec![0u8; 4096];
+        let t = Instant::now();
+        let e = comm
+            .all_reduce_sync(&send, &mut recv, DataType::Float32, RedOp::Sum)
+            .expect_err("must time out");
+        println!("rank 0 got error after {:?}: {e}", t.elapsed());
+        assert!(matches!(e, Error::Timeout(_)), "expected a timeout, got {e:?}");
+        assert!(t.elapsed() < Duration::from_secs(7), "watchdog took {:?}", t.elapsed());
+        comm.abort();
+        return;
+    }
     if let Some(r) = role("nojoin") {
         let t = Instant::now();
         let res = Comm::init_rank(r.nranks, &r.id, r.rank, config(Duration::from_secs(3)));
@@ -140,6 +160,22 @@ fn killed_rank_mid_allreduce_gives_survivors_an_error_and_abort_returns() {
             o.rank
         );
     }
+}
+
+#[test]
+fn stalled_peer_trips_the_watchdog() {
+    let outs = launch(
+        WORKER,
+        "stall",
+        2,
+        &[0, 1],
+        &[],
+        |_| Vec::new(),
+        Duration::from_secs(60),
+    );
+    assert_all_ok(&outs, "stalled peer");
+    eprintln!("{}", outs[0].stdout);
+    assert!(outs[0].stdout.contains("got error"), "{}", dump(&outs));
 }
 
 #[test]
