@@ -141,6 +141,10 @@ fn real_main() -> i32 {
         progress: true,
     };
     let rep = run(&cfg);
+    if rep.results.is_empty() {
+        eprintln!("ferroccl-conformance: no check matched --filter {:?} (see --list)", cli.filter.as_deref().unwrap_or(""));
+        return 2;
+    }
     let text = match cli.format {
         Format::Text => report::text(&rep),
         Format::Json => report::json(&rep),
