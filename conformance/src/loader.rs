@@ -61,7 +61,7 @@ pub fn probe(spec: &str) -> Result<Probe, String> {
             name: s.name.clone(),
         })
         .collect();
-    versions.sort_by(|a, b| b.version.cmp(&a.version));
+    versions.sort_by_key(|v| std::cmp::Reverse(v.version));
     let collnet_versions = syms
         .iter()
         .filter(|s| s.ty == PluginType::CollNet)

@@ -142,7 +142,10 @@ fn real_main() -> i32 {
     };
     let rep = run(&cfg);
     if rep.results.is_empty() {
-        eprintln!("ferroccl-conformance: no check matched --filter {:?} (see --list)", cli.filter.as_deref().unwrap_or(""));
+        eprintln!(
+            "ferroccl-conformance: no check matched --filter {:?} (see --list)",
+            cli.filter.as_deref().unwrap_or("")
+        );
         return 2;
     }
     let text = match cli.format {

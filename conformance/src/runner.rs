@@ -194,7 +194,7 @@ fn spawn_worker(exe: &PathBuf, args: &[String], deadline: Duration) -> WorkerRun
     let outcome = stdout
         .lines()
         .filter_map(|l| l.strip_prefix(RESULT_MARKER))
-        .last()
+        .next_back()
         .and_then(|j| serde_json::from_str::<CheckOutcome>(j).ok());
     WorkerRun {
         outcome,
@@ -231,7 +231,7 @@ fn worker_failure(run: &WorkerRun, deadline: Duration) -> CheckOutcome {
         .stderr
         .lines()
         .filter_map(|l| l.strip_prefix(CRASH_MARKER))
-        .last()
+        .next_back()
         .map(|s| s.trim().to_owned());
     let observed = if run.timed_out {
         format!(

@@ -408,7 +408,7 @@ static struct zoo_req* next_io(struct zoo_comm* c) {
   return best;
 }
 
-static int would_block(ssize_t n) {
+static inline int would_block(ssize_t n) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
 }
 

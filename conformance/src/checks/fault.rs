@@ -370,10 +370,10 @@ fn own_listen_ports() -> Vec<SocketAddr> {
             }
             let port = proc_addr(cols[1]);
             let inode: Option<u64> = cols[9].parse().ok();
-            if let (Some(port), Some(inode)) = (port, inode) {
-                if mine.contains(&inode) {
-                    out.push(port);
-                }
+            if let (Some(port), Some(inode)) = (port, inode)
+                && mine.contains(&inode)
+            {
+                out.push(port);
             }
         }
     }

@@ -24,7 +24,7 @@ pub fn plugin_so(name: &str) -> PathBuf {
 }
 
 /// A config for `so` (all versions, quick tier) running only `filter`.
-pub fn config(so: &PathBuf, filter: Option<&str>) -> SuiteConfig {
+pub fn config(so: &std::path::Path, filter: Option<&str>) -> SuiteConfig {
     SuiteConfig {
         plugin: so.display().to_string(),
         versions: (6..=12).collect(),
