@@ -145,7 +145,7 @@ impl Proxy {
         if work.colls.is_empty() {
             return Ok(());
         }
-        let mut tasks = schedule::build(&work.colls, &self.params)?;
+        let (mut tasks, _scratch) = schedule::build(&work.colls, &self.params)?;
         self.connect_p2p(&tasks)?;
         for t in &tasks {
             let steps = t.ops.iter().filter(|op| op.prim.recvs()).count() as u64;

@@ -34,7 +34,7 @@ fn matrix_worker() {
             &[0, 1, 1031],
         )
     } else {
-        run_matrix(&comm, &DataType::ALL, None, &[0, 1, 13, 1031, 6007])
+        run_matrix(&comm, &DataType::ALL, None, &[0, 1, 13, 1031, 6007, 40009])
     };
     println!("rank {}: {ran} operations, {} failures", r.rank, fails.len());
     assert!(fails.is_empty(), "{}", fails.join("\n"));

@@ -45,6 +45,12 @@ pub(crate) unsafe fn try_run(
         unsafe { local_copy(op) }?;
         return Ok(true);
     }
+    if prim == Prim::ReduceBlocks {
+        // SAFETY: `src` is the plan's scratch of `blocks × n` bytes (ours), `dst` the
+        // user's output, valid for `n` bytes by contract.
+        unsafe { reduce_blocks(op) }?;
+        return Ok(true);
+    }
     let recvd = if prim.recvs() {
         let r = recv
             .as_ref()
@@ -125,7 +131,7 @@ pub(crate) unsafe fn try_run(
                 }
                 std::ptr::copy_nonoverlapping(acc.as_ptr(), op.dst, n);
             }
-            Prim::LocalCopy => unreachable!("handled above"),
+            Prim::LocalCopy | Prim::ReduceBlocks => unreachable!("handled above"),
         }
     }
     if slot.is_some() {
@@ -156,5 +162,33 @@ unsafe fn local_copy(op: &SliceOp) -> Result<(), Error> {
         // SAFETY: valid by contract.
         _ => unsafe { memmove(op.dst, op.src, n) },
     }
+    Ok(())
+}
+
+/// `dst = post(pre(b0) ⊕ pre(b1) ⊕ …)` over `op.blocks` blocks at `op.src`, reduced
+/// in block (= rank) order into block 0 of the scratch.
+///
+/// # Safety
+/// `op.src` valid for `op.blocks × op.bytes` bytes and exclusively ours; `op.dst`
+/// valid for `op.bytes` bytes.
+unsafe fn reduce_blocks(op: &SliceOp) -> Result<(), Error> {
+    let n = op.bytes;
+    let red = op
+        .red
+        .as_ref()
+        .ok_or_else(|| Error::Internal("ReduceBlocks without an op".into()))?;
+    // SAFETY: see the function contract; blocks do not overlap each other.
+    let acc = unsafe { std::slice::from_raw_parts_mut(op.src as *mut u8, n) };
+    BACKEND.pre_op_inplace(acc, red).map_err(kerr)?;
+    for b in 1..op.blocks {
+        // SAFETY: block `b` lies inside the scratch, disjoint from block 0.
+        let other = unsafe { std::slice::from_raw_parts(op.src.add(b * n), n) };
+        BACKEND.reduce_inplace(acc, other, red, Pre::B).map_err(kerr)?;
+    }
+    if red.has_post_op() {
+        BACKEND.post_op(acc, red).map_err(kerr)?;
+    }
+    // SAFETY: `dst` valid for `n` bytes; the scratch never overlaps user memory.
+    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), op.dst, n) };
     Ok(())
 }

@@ -26,7 +26,24 @@ pub(crate) enum Prim {
     CopySend,
     /// Local only: output = post(pre(input)) (one rank, or a send/recv to self).
     LocalCopy,
+    /// Local only: output = post(pre(block 0) ⊕ pre(block 1) ⊕ …) over `blocks`
+    /// consecutive blocks of `bytes` at the input, in rank order (the last step of
+    /// the small-message AllReduce, see [`SMALL_ALLREDUCE_BYTES`]).
+    ReduceBlocks,
 }
+
+/// AllReduces of at most this many bytes all-gather every rank's input (n-1 ring
+/// steps of the whole message) and reduce locally in rank order, instead of the
+/// ring's reduce-scatter + all-gather (2(n-1) steps): fewer round trips where
+/// latency dominates. Every rank reduces the same blocks in the same order, so
+/// results are still identical on every rank.
+pub(crate) const SMALL_ALLREDUCE_BYTES: usize = 16 << 10;
+
+/// Slices are cut so that one primitive call moves at least this many slices
+/// (pipelining along the ring) …
+const MIN_SLICES_PER_PRIM: usize = 4;
+/// … unless slices would drop below this size.
+const MIN_SLICE_BYTES: usize = 32 << 10;
 
 impl Prim {
     /// Whether the step consumes a received slot.
@@ -71,6 +88,8 @@ pub(crate) struct SliceOp {
     pub bytes: usize,
     /// Reduction (for reducing prims and `Send` of a reduction's input).
     pub red: Option<DevRedOp>,
+    /// Number of input blocks ([`Prim::ReduceBlocks`] only).
+    pub blocks: usize,
 }
 
 /// The ordered slice steps of one lane.
@@ -133,6 +152,10 @@ pub(crate) fn channel_parts(total: usize, esize: usize, p: &SchedParams) -> Vec<
 struct Builder<'a> {
     p: &'a SchedParams,
     tasks: Vec<Task>,
+    /// Element size of the operation being built.
+    es: usize,
+    /// Scratch buffers the plan's steps point into.
+    scratch: Vec<Vec<u8>>,
 }
 
 impl Builder<'_> {
@@ -160,6 +183,16 @@ impl Builder<'_> {
         slice: usize,
         red: Option<DevRedOp>,
     ) {
+        // Pipeline: at least MIN_SLICES_PER_PRIM slices per call, none below
+        // MIN_SLICE_BYTES, none above the FIFO step; a function of `bytes` only, so
+        // sender and receiver cut identically.
+        let slice = if slice == usize::MAX {
+            slice
+        } else {
+            let es = self.es.max(1);
+            let want = bytes.div_ceil(MIN_SLICES_PER_PRIM).div_ceil(es) * es;
+            want.max(MIN_SLICE_BYTES).min(slice).max(es)
+        };
         let ops = self.lane(lane);
         let mut off = 0;
         while off < bytes {
@@ -173,6 +206,7 @@ impl Builder<'_> {
                 dst: d,
                 bytes: n,
                 red,
+                blocks: 0,
             });
             off += n;
         }
@@ -180,12 +214,20 @@ impl Builder<'_> {
 }
 
 /// Builds the tasks of a plan (the operations of one group on one communicator).
-pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<Vec<Task>, Error> {
-    let mut b = Builder { p, tasks: Vec::new() };
+/// Returns the tasks and the scratch buffers they point into (keep those alive
+/// until the tasks are done).
+pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<(Vec<Task>, Vec<Vec<u8>>), Error> {
+    let mut b = Builder {
+        p,
+        tasks: Vec::new(),
+        es: 1,
+        scratch: Vec::new(),
+    };
     let mut self_sends: Vec<(usize, &CollArgs)> = Vec::new();
     let mut self_recvs: Vec<(usize, &CollArgs)> = Vec::new();
     for (i, a) in colls.iter().enumerate() {
         let esize = a.dtype.size();
+        b.es = esize;
         let red = match a.kind {
             CollKind::AllReduce | CollKind::ReduceScatter | CollKind::Reduce { .. } => {
                 Some(DevRedOp::new(a.dtype, a.op, p.nranks as u32).map_err(|e| Error::InvalidArgument(e.to_string()))?)
@@ -240,6 +282,9 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<Vec<Task>, Er
                 );
             }
             _ if p.nranks == 1 => local_coll(&mut b, a, red),
+            CollKind::AllReduce if a.count * esize <= SMALL_ALLREDUCE_BYTES => {
+                all_reduce_small(&mut b, a, red.expect("reduction"))
+            }
             CollKind::AllReduce => all_reduce(&mut b, a, red.expect("reduction")),
             CollKind::ReduceScatter => reduce_scatter(&mut b, a, red.expect("reduction")),
             CollKind::AllGather => all_gather(&mut b, a),
@@ -265,7 +310,48 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<Vec<Task>, Er
         }
         b.prim(Lane::Local, Prim::LocalCopy, s.send, r.recv, sb, usize::MAX, None);
     }
-    Ok(b.tasks)
+    Ok((b.tasks, b.scratch))
+}
+
+fn all_reduce_small(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
+    let p = b.p;
+    let (n, idx) = (p.nranks, p.ring_index());
+    let bytes = a.count * a.dtype.size();
+    b.scratch.push(vec![0u8; bytes * n]);
+    let scratch = b.scratch.last_mut().expect("just pushed").as_mut_ptr();
+    let block = |pos: usize| scratch.wrapping_add(p.ring[pos] * bytes);
+    let lane = Lane::Ring(0);
+    let slice = p.ring_step / b.es * b.es;
+    b.prim(lane, Prim::CopySend, a.send, block(idx), bytes, slice, None);
+    for j in 1..n - 1 {
+        b.prim(
+            lane,
+            Prim::RecvCopySend,
+            std::ptr::null(),
+            block((idx + n - j) % n),
+            bytes,
+            slice,
+            None,
+        );
+    }
+    b.prim(
+        lane,
+        Prim::Recv,
+        std::ptr::null(),
+        block((idx + 1) % n),
+        bytes,
+        slice,
+        None,
+    );
+    let ops = b.lane(lane);
+    ops.push(SliceOp {
+        prim: Prim::ReduceBlocks,
+        src: scratch,
+        dst: a.recv,
+        bytes,
+        red: Some(red),
+        blocks: n,
+    });
 }
 
 fn local_coll(b: &mut Builder<'_>, a: &CollArgs, red: Option<DevRedOp>) {
