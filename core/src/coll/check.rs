@@ -82,11 +82,16 @@ pub fn fill(buf: &mut [u8], dtype: DataType, op: &RedOp, rank: usize, seed: u64)
     }
 }
 
-fn input(dtype: DataType, op: &RedOp, rank: usize, elems: usize, seed: u64) -> Vec<u8> {
-    let mut v = vec![0u8; elems * dtype.size()];
-    fill(&mut v, dtype, op, rank, seed);
-    v
+/// Writes rank `rank`'s input elements `from .. from + out.len()/size` into `out`.
+fn input_range(out: &mut [u8], dtype: DataType, op: &RedOp, rank: usize, from: usize, seed: u64) {
+    for i in 0..out.len() / dtype.size() {
+        reference::set(out, dtype, i, input_value(dtype, op, rank, from + i, seed));
+    }
 }
+
+/// Elements generated per rank at a time while reducing, so checking a large
+/// buffer needs memory for a few blocks, not for every rank's whole input.
+const CHECK_BLOCK: usize = 16 << 10;
 
 /// The expected receive buffer of `rank`, or `None` where the operation leaves it
 /// unspecified (Reduce on a non-root rank).
@@ -100,18 +105,27 @@ pub fn expected(
     seed: u64,
 ) -> Option<Vec<u8>> {
     let es = dtype.size();
-    let (se, re) = top.buffer_elems(count, nranks);
-    let inputs: Vec<Vec<u8>> = (0..nranks).map(|r| input(dtype, op, r, se, seed)).collect();
+    let (_, re) = top.buffer_elems(count, nranks);
     let mut out = vec![0u8; re * es];
     let red = if top.reduces() {
         DevRedOp::new(dtype, *op, nranks as u32).ok()
     } else {
         None
     };
+    // Reduction of every rank's elements `from .. from + count` into `out`.
     let reduce_block = |out: &mut [u8], from: usize| {
-        let parts: Vec<&[u8]> = inputs.iter().map(|v| &v[from * es..(from + count) * es]).collect();
-        if count > 0 {
-            reference::reduce_ranks(out, &parts, red.as_ref().expect("reducing op"));
+        let red = red.as_ref().expect("reducing op");
+        let mut parts: Vec<Vec<u8>> = vec![Vec::new(); nranks];
+        let mut done = 0;
+        while done < count {
+            let len = CHECK_BLOCK.min(count - done);
+            for (r, part) in parts.iter_mut().enumerate() {
+                part.resize(len * es, 0);
+                input_range(part, dtype, op, r, from + done, seed);
+            }
+            let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+            reference::reduce_ranks(&mut out[done * es..(done + len) * es], &refs, red);
+            done += len;
         }
     };
     match top {
@@ -124,16 +138,22 @@ pub fn expected(
         }
         TestOp::ReduceScatter => reduce_block(&mut out, rank * count),
         TestOp::AllGather => {
-            for (r, inp) in inputs.iter().enumerate() {
-                out[r * count * es..(r + 1) * count * es].copy_from_slice(inp);
+            for r in 0..nranks {
+                input_range(&mut out[r * count * es..(r + 1) * count * es], dtype, op, r, 0, seed);
             }
         }
-        TestOp::Broadcast { root } => out.copy_from_slice(&inputs[root]),
-        TestOp::SendRecv => out.copy_from_slice(&inputs[(rank + nranks - 1) % nranks]),
+        TestOp::Broadcast { root } => input_range(&mut out, dtype, op, root, 0, seed),
+        TestOp::SendRecv => input_range(&mut out, dtype, op, (rank + nranks - 1) % nranks, 0, seed),
         TestOp::AllToAll => {
-            for (j, inp) in inputs.iter().enumerate() {
-                out[j * count * es..(j + 1) * count * es]
-                    .copy_from_slice(&inp[rank * count * es..(rank + 1) * count * es]);
+            for j in 0..nranks {
+                input_range(
+                    &mut out[j * count * es..(j + 1) * count * es],
+                    dtype,
+                    op,
+                    j,
+                    rank * count,
+                    seed,
+                );
             }
         }
     }
