@@ -1,41 +1,108 @@
 //! Loopback benchmark of the socket plugin against raw TCP, two processes.
 //!
 //! ```text
-//! cargo run --release -p ferroccl-net-socket --example socket_bench [-- --quick]
+//! cargo run --release -p ferroccl-net-socket --example socket_bench -- \
+//!     [--quick] [--reps N] [--pings N] [--only sweep|pingpong] [--csv FILE] [--svg FILE]
 //! ```
 //!
-//! The parent re-executes itself as the peer (`--peer`). Printed, side by side:
-//! * throughput sweep 1 KiB … 64 MiB, one comm, up to 8 messages in flight, vs one
-//!   raw TCP stream writing the same bytes (both timed from the first send to a
-//!   1-byte/8-byte acknowledgement from the receiver);
-//! * 8-byte ping-pong round trip through isend/irecv/test vs raw TCP write/read.
+//! The parent re-executes itself as the peer (`--peer`, same arguments). Measured
+//! side by side in one run, plugin and raw TCP interleaved (the order alternates
+//! between repetitions) so that load from other processes hits both alike:
+//! * for every size 1 KiB … 64 MiB (×2 steps): throughput of one comm with up to 8
+//!   messages in flight vs one raw TCP stream writing the same bytes (both timed
+//!   from the first send to an 8-byte/1-byte acknowledgement from the receiver),
+//!   and the ping-pong round trip of one message of that size;
+//!
+//! Raw TCP uses three connections, each in its best form: a one-way stream for the
+//! throughput data (as the plugin's comms are one-way), a one-way connection back
+//! for its acknowledgement, and one connection used in both directions for the
+//! raw ping-pong (replies carry the ACKs, the fastest raw round trip for small
+//! messages; the plugin, bound by NCCL's API, has one connection per direction).
+//! * the 8-byte ping-pong round trip through isend/irecv/test vs raw TCP write/read.
+//!
+//! Every figure printed is the median over `--reps` repetitions (default 5); the
+//! ratio is the median of the per-repetition ratios (plugin / raw for throughput,
+//! plugin / raw for round trips). `--csv` writes the table, `--svg` a plot of
+//! bandwidth vs size (log2 axis), both series.
 //!
 //! `NCCL_SOCKET_*` variables apply (e.g. `NCCL_SOCKET_NTHREADS`); `NCCL_SOCKET_IFNAME`
-//! defaults to `lo` here.
+//! defaults to `=lo` here.
 
+use std::collections::VecDeque;
+use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ferroccl_plugin_api::sdk::{Buf, CommConfig, Handle, Net, RecvBuf, TestStatus};
 use nccl_net_socket::{RecvComm, Request, SendComm, SocketNet};
 
+const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 const MEM_CAP: usize = 256 * MIB;
+const WINDOW: usize = 8;
 
-fn schedule(quick: bool) -> Vec<(usize, usize, usize)> {
-    // (size, iterations, window)
-    let total = if quick { 64 * MIB } else { 512 * MIB };
+#[derive(Debug, Clone)]
+struct Opts {
+    quick: bool,
+    reps: usize,
+    pings: usize,
+    sweep: bool,
+    pingpong: bool,
+    csv: Option<String>,
+    svg: Option<String>,
+    peer: bool,
+}
+
+fn opts() -> Opts {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let val = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only = val("--only");
+    Opts {
+        quick,
+        reps: val("--reps").map_or(if quick { 3 } else { 5 }, |v| v.parse().expect("--reps N")),
+        pings: val("--pings").map_or(if quick { 5_000 } else { 20_000 }, |v| v.parse().expect("--pings N")),
+        sweep: only.as_deref() != Some("pingpong"),
+        pingpong: only.as_deref() != Some("sweep"),
+        csv: val("--csv"),
+        svg: val("--svg"),
+        peer: args.iter().any(|a| a == "--peer"),
+    }
+}
+
+/// One size of the sweep.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    size: usize,
+    /// Messages per throughput measurement.
+    iters: usize,
+    /// Messages in flight.
+    window: usize,
+    /// Round trips per ping-pong measurement.
+    pings: usize,
+}
+
+fn schedule(o: &Opts) -> Vec<Step> {
+    let total = if o.quick { 32 * MIB } else { 128 * MIB };
     let mut v = Vec::new();
-    let mut size = 1024;
+    let mut size = KIB;
     while size <= 64 * MIB {
-        let iters = (total / size).clamp(16, if quick { 5_000 } else { 40_000 });
-        let window = 8.min((MEM_CAP / size).max(1));
-        v.push((size, iters, window));
-        size *= 4;
+        v.push(Step {
+            size,
+            iters: (total / size).clamp(16, 20_000),
+            window: WINDOW.min((MEM_CAP / size).max(1)),
+            pings: (total / 8 / size).clamp(8, 2_000),
+        });
+        size *= 2;
     }
     v
+}
+
+/// Plugin first in even (rep + index) slots, raw first otherwise.
+fn plugin_first(rep: usize, idx: usize) -> bool {
+    (rep + idx).is_multiple_of(2)
 }
 
 fn hex(h: &Handle) -> String {
@@ -67,12 +134,32 @@ fn post(mut f: impl FnMut() -> Option<Request>) -> Request {
 }
 
 struct Comms {
+    net: SocketNet,
     s: SendComm,
     r: RecvComm,
+    /// Throughput data, parent → peer only.
+    raw_data: TcpStream,
+    /// Throughput acknowledgements, peer → parent only.
+    raw_ack: TcpStream,
+    /// Raw ping-pong, both directions.
+    raw_pp: TcpStream,
+}
+
+/// Opens the three raw connections from the peer, in a fixed order.
+fn raw_connect(port: u16) -> [TcpStream; 3] {
+    [0, 1, 2].map(|_| {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    })
 }
 
 /// Sets up a send comm to `peer_handle` and accepts one from the peer on `listen`.
-fn establish(net: &SocketNet, listen: &mut nccl_net_socket::Listener, peer_handle: &mut Handle) -> Comms {
+fn establish(
+    net: &SocketNet,
+    listen: &mut nccl_net_socket::Listener,
+    peer_handle: &mut Handle,
+) -> (SendComm, RecvComm) {
     let (mut s, mut r) = (None, None);
     while s.is_none() || r.is_none() {
         if s.is_none() {
@@ -82,69 +169,149 @@ fn establish(net: &SocketNet, listen: &mut nccl_net_socket::Listener, peer_handl
             r = net.accept(listen).unwrap();
         }
     }
-    Comms {
-        s: s.unwrap(),
-        r: r.unwrap(),
-    }
+    (s.unwrap(), r.unwrap())
 }
 
-fn send_stream(net: &SocketNet, c: &mut Comms, src: &mut [u8], iters: usize, window: usize) {
-    let mut q: std::collections::VecDeque<Request> = Default::default();
-    for _ in 0..iters {
-        if q.len() == window {
-            wait(net, q.front_mut().unwrap());
-            q.pop_front();
+impl Comms {
+    fn send_stream(&mut self, src: &mut [u8], iters: usize, window: usize) {
+        let mut q: VecDeque<Request> = VecDeque::new();
+        for _ in 0..iters {
+            if q.len() == window {
+                wait(&self.net, q.front_mut().unwrap());
+                q.pop_front();
+            }
+            let b = Buf::new(src.as_mut_ptr(), src.len());
+            q.push_back(post(|| self.net.isend(&mut self.s, b, 0, None).unwrap()));
         }
-        q.push_back(post(|| {
-            net.isend(&mut c.s, Buf::new(src.as_mut_ptr(), src.len()), 0, None)
-                .unwrap()
-        }));
+        for mut r in q {
+            wait(&self.net, &mut r);
+        }
     }
-    for mut r in q {
-        wait(net, &mut r);
-    }
-}
 
-fn recv_stream(net: &SocketNet, c: &mut Comms, bufs: &mut [Vec<u8>], iters: usize) {
-    let window = bufs.len();
-    let mut q: std::collections::VecDeque<Request> = Default::default();
-    for i in 0..iters {
-        if q.len() == window {
-            wait(net, q.front_mut().unwrap());
-            q.pop_front();
+    /// Receives `iters` messages of `size` bytes into `window` slots of `arena`.
+    fn recv_stream(&mut self, arena: &mut [u8], size: usize, window: usize, iters: usize) {
+        assert!(size * window <= arena.len());
+        let mut q: VecDeque<Request> = VecDeque::new();
+        for i in 0..iters {
+            if q.len() == window {
+                wait(&self.net, q.front_mut().unwrap());
+                q.pop_front();
+            }
+            let b = &mut arena[(i % window) * size..][..size];
+            let rb = [RecvBuf {
+                buf: Buf::new(b.as_mut_ptr(), b.len()),
+                tag: 0,
+                mr: None,
+            }];
+            q.push_back(post(|| self.net.irecv(&mut self.r, &rb).unwrap()));
         }
-        let b = &mut bufs[i % window];
+        for mut r in q {
+            wait(&self.net, &mut r);
+        }
+    }
+
+    fn send1(&mut self, b: &mut [u8]) {
+        let b = Buf::new(b.as_mut_ptr(), b.len());
+        let mut r = post(|| self.net.isend(&mut self.s, b, 0, None).unwrap());
+        wait(&self.net, &mut r);
+    }
+
+    fn recv1(&mut self, b: &mut [u8]) {
         let rb = [RecvBuf {
             buf: Buf::new(b.as_mut_ptr(), b.len()),
             tag: 0,
             mr: None,
         }];
-        q.push_back(post(|| net.irecv(&mut c.r, &rb).unwrap()));
+        let mut r = post(|| self.net.irecv(&mut self.r, &rb).unwrap());
+        wait(&self.net, &mut r);
     }
-    for mut r in q {
-        wait(net, &mut r);
+
+    /// Plugin ping-pong: `n` round trips of `b.len()` bytes; the initiator sends first.
+    fn pingpong(&mut self, b: &mut [u8], n: usize, initiator: bool) -> f64 {
+        let t0 = Instant::now();
+        for _ in 0..n {
+            if initiator {
+                self.send1(b);
+                self.recv1(b);
+            } else {
+                self.recv1(b);
+                self.send1(b);
+            }
+        }
+        t0.elapsed().as_secs_f64() / n as f64 * 1e6
+    }
+
+    fn raw_pingpong(&mut self, b: &mut [u8], n: usize, initiator: bool) -> f64 {
+        let t0 = Instant::now();
+        for _ in 0..n {
+            if initiator {
+                self.raw_pp.write_all(b).unwrap();
+                self.raw_pp.read_exact(b).unwrap();
+            } else {
+                self.raw_pp.read_exact(b).unwrap();
+                self.raw_pp.write_all(b).unwrap();
+            }
+        }
+        t0.elapsed().as_secs_f64() / n as f64 * 1e6
+    }
+
+    /// Sender side of one throughput measurement; GB/s.
+    fn plugin_tx(&mut self, src: &mut [u8], st: Step) -> f64 {
+        let t0 = Instant::now();
+        self.send_stream(src, st.iters, st.window);
+        self.recv1(&mut [0u8; 8]);
+        (st.size * st.iters) as f64 / t0.elapsed().as_secs_f64() / 1e9
+    }
+
+    fn raw_tx(&mut self, src: &[u8], st: Step) -> f64 {
+        let t0 = Instant::now();
+        for _ in 0..st.iters {
+            self.raw_data.write_all(src).unwrap();
+        }
+        self.raw_ack.read_exact(&mut [0u8; 1]).unwrap();
+        (st.size * st.iters) as f64 / t0.elapsed().as_secs_f64() / 1e9
+    }
+
+    fn plugin_rx(&mut self, arena: &mut [u8], st: Step) {
+        self.recv_stream(arena, st.size, st.window, st.iters);
+        self.send1(&mut [0u8; 8]);
+    }
+
+    fn raw_rx(&mut self, buf: &mut [u8], st: Step) {
+        for _ in 0..st.iters {
+            self.raw_data.read_exact(buf).unwrap();
+        }
+        self.raw_ack.write_all(&[1]).unwrap();
     }
 }
 
-fn small(net: &SocketNet, c: &mut Comms, send: bool) {
-    let mut b = [0u8; 8];
-    if send {
-        let mut r = post(|| net.isend(&mut c.s, Buf::new(b.as_mut_ptr(), 8), 0, None).unwrap());
-        wait(net, &mut r);
+/// Per-size results of all repetitions.
+#[derive(Debug, Default, Clone)]
+struct Samples {
+    plugin_gbs: Vec<f64>,
+    raw_gbs: Vec<f64>,
+    plugin_us: Vec<f64>,
+    raw_us: Vec<f64>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        s[n / 2]
     } else {
-        let rb = [RecvBuf {
-            buf: Buf::new(b.as_mut_ptr(), 8),
-            tag: 0,
-            mr: None,
-        }];
-        let mut r = post(|| net.irecv(&mut c.r, &rb).unwrap());
-        wait(net, &mut r);
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
     }
 }
 
-const PINGS: usize = 20_000;
+fn ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x / y).collect()
+}
 
-fn peer(quick: bool) {
+fn peer(o: &Opts) {
     let net = SocketNet::new().unwrap();
     let mut ph = unhex(&std::env::var("BENCH_HANDLE").unwrap());
     let raw_port: u16 = std::env::var("BENCH_RAWPORT").unwrap().parse().unwrap();
@@ -152,61 +319,202 @@ fn peer(quick: bool) {
     let mut l = net.listen(&(), 0, &mut h).unwrap();
     println!("HANDLE {}", hex(&h));
     std::io::stdout().flush().unwrap();
-    let mut c = establish(&net, &mut l, &mut ph);
-    let mut raw = TcpStream::connect(("127.0.0.1", raw_port)).unwrap();
-    raw.set_nodelay(true).unwrap();
-    for (size, iters, window) in schedule(quick) {
-        let mut bufs: Vec<Vec<u8>> = (0..window).map(|_| vec![0u8; size]).collect();
-        // plugin
-        recv_stream(&net, &mut c, &mut bufs, iters);
-        small(&net, &mut c, true);
-        // raw
-        let mut left = size * iters;
-        while left > 0 {
-            let k = left.min(size);
-            raw.read_exact(&mut bufs[0][..k]).unwrap();
-            left -= k;
+    let (s, r) = establish(&net, &mut l, &mut ph);
+    let [raw_data, raw_ack, raw_pp] = raw_connect(raw_port);
+    let mut c = Comms {
+        net,
+        s,
+        r,
+        raw_data,
+        raw_ack,
+        raw_pp,
+    };
+    if o.sweep {
+        let steps = schedule(o);
+        // Written once so that no page fault lands in a measurement.
+        let mut arena = vec![1u8; MEM_CAP];
+        for rep in 0..o.reps {
+            for (idx, &st) in steps.iter().enumerate() {
+                let order = if plugin_first(rep, idx) {
+                    [true, false]
+                } else {
+                    [false, true]
+                };
+                for plugin in order {
+                    if plugin {
+                        c.plugin_rx(&mut arena, st);
+                        c.pingpong(&mut arena[..st.size], st.pings, false);
+                    } else {
+                        c.raw_rx(&mut arena[..st.size], st);
+                        c.raw_pingpong(&mut arena[..st.size], st.pings, false);
+                    }
+                }
+            }
         }
-        raw.write_all(&[1]).unwrap();
     }
-    for _ in 0..PINGS {
-        small(&net, &mut c, false);
-        small(&net, &mut c, true);
-    }
-    let mut b = [0u8; 8];
-    for _ in 0..PINGS {
-        raw.read_exact(&mut b).unwrap();
-        raw.write_all(&b).unwrap();
+    if o.pingpong {
+        let mut b = [0u8; 8];
+        for rep in 0..o.reps {
+            let order = if plugin_first(rep, 0) {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for plugin in order {
+                if plugin {
+                    c.pingpong(&mut b, o.pings, false);
+                } else {
+                    c.raw_pingpong(&mut b, o.pings, false);
+                }
+            }
+        }
     }
 }
 
+fn human(size: usize) -> String {
+    if size >= MIB {
+        format!("{}M", size / MIB)
+    } else {
+        format!("{}K", size / KIB)
+    }
+}
+
+/// A plain SVG line plot of bandwidth (GB/s) vs message size (log2 axis), both series.
+fn svg(rows: &[(Step, Samples)], title: &str) -> String {
+    let (w, h) = (900.0, 540.0);
+    let (ml, mr, mt, mb) = (70.0, 30.0, 50.0, 60.0);
+    let (pw, ph) = (w - ml - mr, h - mt - mb);
+    let lx = |s: usize| (s as f64).log2();
+    let (x0, x1) = (lx(rows[0].0.size), lx(rows[rows.len() - 1].0.size));
+    let ymax_data = rows
+        .iter()
+        .flat_map(|(_, s)| [median(&s.plugin_gbs), median(&s.raw_gbs)])
+        .fold(0.0f64, f64::max);
+    let step = [0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0]
+        .into_iter()
+        .find(|st| ymax_data / st <= 8.0)
+        .unwrap_or(20.0);
+    let ymax = ((ymax_data / step).ceil() * step).max(step);
+    let px = |s: usize| ml + (lx(s) - x0) / (x1 - x0) * pw;
+    let py = |g: f64| mt + ph - g / ymax * ph;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(o, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        o,
+        r#"<text x="{}" y="25" text-anchor="middle" font-size="15">{title}</text>"#,
+        w / 2.0
+    );
+    // grid and ticks
+    let mut g = 0.0;
+    while g <= ymax + 1e-9 {
+        let y = py(g);
+        let _ = writeln!(
+            o,
+            r##"<line x1="{ml}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{g:.2}</text>"##,
+            ml + pw,
+            ml - 6.0,
+            y + 4.0
+        );
+        g += step;
+    }
+    for (st, _) in rows {
+        let x = px(st.size);
+        let _ = writeln!(
+            o,
+            r##"<line x1="{x:.1}" y1="{mt}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"##,
+            mt + ph,
+            mt + ph + 16.0,
+            human(st.size)
+        );
+    }
+    let _ = writeln!(
+        o,
+        r#"<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
+    );
+    let _ = writeln!(
+        o,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">message size (bytes, log2 scale)</text>"#,
+        ml + pw / 2.0,
+        h - 18.0
+    );
+    let _ = writeln!(
+        o,
+        r#"<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">throughput (GB/s, median)</text>"#,
+        mt + ph / 2.0,
+        mt + ph / 2.0
+    );
+    type Pick = fn(&Samples) -> &Vec<f64>;
+    let series: [(&str, &str, Pick); 2] = [
+        ("ferroccl socket plugin (1 comm, 8 in flight)", "#1f77b4", |s| {
+            &s.plugin_gbs
+        }),
+        ("raw TCP, one stream", "#ff7f0e", |s| &s.raw_gbs),
+    ];
+    for (i, (name, color, get)) in series.iter().enumerate() {
+        let pts: Vec<String> = rows
+            .iter()
+            .map(|(st, s)| format!("{:.1},{:.1}", px(st.size), py(median(get(s)))))
+            .collect();
+        let _ = writeln!(
+            o,
+            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
+            pts.join(" ")
+        );
+        for p in &pts {
+            let (x, y) = p.split_once(',').unwrap();
+            let _ = writeln!(o, r#"<circle cx="{x}" cy="{y}" r="3" fill="{color}"/>"#);
+        }
+        let ly = mt + 18.0 + 18.0 * i as f64;
+        let _ = writeln!(
+            o,
+            r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{name}</text>"#,
+            ml + 12.0,
+            ml + 36.0,
+            ml + 42.0,
+            ly + 4.0
+        );
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
+    let o = opts();
     if std::env::var_os("NCCL_SOCKET_IFNAME").is_none() {
         // SAFETY: single-threaded at this point; children inherit it.
         unsafe { std::env::set_var("NCCL_SOCKET_IFNAME", "=lo") };
     }
-    if args.iter().any(|a| a == "--peer") {
-        peer(quick);
+    if o.peer {
+        peer(&o);
         return;
     }
     let net = SocketNet::new().unwrap();
-    let cfg = net.config();
-    println!(
-        "# socket_bench: device {} ({} data streams, {} helper threads, inline {} B, min task {} B); peer = second process",
+    let cfg = net.config().clone();
+    let setup = format!(
+        "device {}, {} usable cores, {} data streams, {} helper threads, inline {} B, min task {} B, {} reps",
         net.interfaces()[0].name,
+        cfg.cores,
         cfg.nstreams,
         cfg.nthreads,
         cfg.inline,
-        cfg.min_task
+        cfg.min_task,
+        o.reps
+    );
+    println!(
+        "# socket_bench: {setup}; peer = second process; medians of {} interleaved repetitions",
+        o.reps
     );
     let mut h: Handle = [0; 128];
     let mut l = net.listen(&(), 0, &mut h).unwrap();
     let raw_l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let args: Vec<String> = std::env::args().skip(1).collect();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("--peer")
-        .args(quick.then_some("--quick"))
+        .args(&args)
         .env("BENCH_HANDLE", hex(&h))
         .env("BENCH_RAWPORT", raw_l.local_addr().unwrap().port().to_string())
         .stdout(Stdio::piped())
@@ -216,54 +524,149 @@ fn main() {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     let mut ph = unhex(line.trim().strip_prefix("HANDLE ").expect("peer handle"));
-    let mut c = establish(&net, &mut l, &mut ph);
-    let (mut raw, _) = raw_l.accept().unwrap();
-    raw.set_nodelay(true).unwrap();
+    let (s, r) = establish(&net, &mut l, &mut ph);
+    let [raw_data, raw_ack, raw_pp] = [0, 1, 2].map(|_| {
+        let (s, _) = raw_l.accept().unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    });
+    let mut c = Comms {
+        net,
+        s,
+        r,
+        raw_data,
+        raw_ack,
+        raw_pp,
+    };
 
-    println!(
-        "{:>10} {:>7} {:>6} {:>14} {:>14} {:>7}",
-        "size", "iters", "window", "plugin GB/s", "raw TCP GB/s", "ratio"
-    );
-    for (size, iters, window) in schedule(quick) {
-        let mut src = vec![0x5Au8; size];
-        let t0 = Instant::now();
-        send_stream(&net, &mut c, &mut src, iters, window);
-        small(&net, &mut c, false);
-        let tp = t0.elapsed();
-        let t0 = Instant::now();
-        for _ in 0..iters {
-            raw.write_all(&src).unwrap();
+    let steps = schedule(&o);
+    let mut rows: Vec<(Step, Samples)> = steps.iter().map(|&s| (s, Samples::default())).collect();
+    if o.sweep {
+        let mut src = vec![0x5Au8; 64 * MIB];
+        for rep in 0..o.reps {
+            for (idx, (st, smp)) in rows.iter_mut().enumerate() {
+                let st = *st;
+                let order = if plugin_first(rep, idx) {
+                    [true, false]
+                } else {
+                    [false, true]
+                };
+                for plugin in order {
+                    let b = &mut src[..st.size];
+                    if plugin {
+                        smp.plugin_gbs.push(c.plugin_tx(b, st));
+                        smp.plugin_us.push(c.pingpong(b, st.pings, true));
+                    } else {
+                        smp.raw_gbs.push(c.raw_tx(b, st));
+                        smp.raw_us.push(c.raw_pingpong(b, st.pings, true));
+                    }
+                }
+            }
+            eprintln!("# sweep repetition {} of {} done", rep + 1, o.reps);
         }
-        let mut ack = [0u8; 1];
-        raw.read_exact(&mut ack).unwrap();
-        let tr = t0.elapsed();
-        let gbs = |d: Duration| (size * iters) as f64 / d.as_secs_f64() / 1e9;
         println!(
-            "{:>10} {:>7} {:>6} {:>14.3} {:>14.3} {:>7.2}",
-            size,
-            iters,
-            window,
-            gbs(tp),
-            gbs(tr),
-            gbs(tp) / gbs(tr)
+            "{:>10} {:>6} {:>6} {:>12} {:>12} {:>7} {:>7} {:>7} | {:>11} {:>11} {:>7}",
+            "size",
+            "iters",
+            "window",
+            "plugin GB/s",
+            "raw GB/s",
+            "ratio",
+            "min",
+            "max",
+            "plugin RTT",
+            "raw RTT",
+            "ratio"
+        );
+        for (st, s) in &rows {
+            let r = ratios(&s.plugin_gbs, &s.raw_gbs);
+            let (lo, hi) = r.iter().fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+            println!(
+                "{:>10} {:>6} {:>6} {:>12.3} {:>12.3} {:>7.2} {:>7.2} {:>7.2} | {:>9.1}us {:>9.1}us {:>7.2}",
+                st.size,
+                st.iters,
+                st.window,
+                median(&s.plugin_gbs),
+                median(&s.raw_gbs),
+                median(&r),
+                lo,
+                hi,
+                median(&s.plugin_us),
+                median(&s.raw_us),
+                median(&ratios(&s.plugin_us, &s.raw_us))
+            );
+        }
+    }
+    let mut pp: (Vec<f64>, Vec<f64>) = Default::default();
+    if o.pingpong {
+        let mut b = [7u8; 8];
+        for rep in 0..o.reps {
+            let order = if plugin_first(rep, 0) {
+                [true, false]
+            } else {
+                [false, true]
+            };
+            for plugin in order {
+                if plugin {
+                    pp.0.push(c.pingpong(&mut b, o.pings, true));
+                } else {
+                    pp.1.push(c.raw_pingpong(&mut b, o.pings, true));
+                }
+            }
+        }
+        let r = ratios(&pp.0, &pp.1);
+        println!(
+            "8-byte ping-pong round trip ({} x {} round trips): plugin {:.2} us, raw TCP {:.2} us, ratio {:.2} (per-rep ratios {})",
+            o.reps,
+            o.pings,
+            median(&pp.0),
+            median(&pp.1),
+            median(&r),
+            r.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" ")
         );
     }
-    let t0 = Instant::now();
-    for _ in 0..PINGS {
-        small(&net, &mut c, true);
-        small(&net, &mut c, false);
-    }
-    let pp = t0.elapsed().as_secs_f64() / PINGS as f64 * 1e6;
-    let mut b = [7u8; 8];
-    let t0 = Instant::now();
-    for _ in 0..PINGS {
-        raw.write_all(&b).unwrap();
-        raw.read_exact(&mut b).unwrap();
-    }
-    let rp = t0.elapsed().as_secs_f64() / PINGS as f64 * 1e6;
-    println!(
-        "8-byte ping-pong round trip: plugin {pp:.2} us, raw TCP {rp:.2} us, ratio {:.2}",
-        pp / rp
-    );
     child.wait().unwrap();
+
+    if let Some(path) = &o.csv {
+        let mut f = String::from(
+            "size_bytes,iters,window,plugin_gbps,raw_gbps,ratio,plugin_rtt_us,raw_rtt_us,rtt_ratio,reps\n",
+        );
+        if o.sweep {
+            for (st, s) in &rows {
+                let _ = writeln!(
+                    f,
+                    "{},{},{},{:.4},{:.4},{:.4},{:.2},{:.2},{:.4},{}",
+                    st.size,
+                    st.iters,
+                    st.window,
+                    median(&s.plugin_gbs),
+                    median(&s.raw_gbs),
+                    median(&ratios(&s.plugin_gbs, &s.raw_gbs)),
+                    median(&s.plugin_us),
+                    median(&s.raw_us),
+                    median(&ratios(&s.plugin_us, &s.raw_us)),
+                    o.reps
+                );
+            }
+        }
+        if o.pingpong {
+            // The dedicated 8-byte ping-pong: no throughput figures.
+            let _ = writeln!(
+                f,
+                "8,{},1,,,,{:.2},{:.2},{:.4},{}",
+                o.pings,
+                median(&pp.0),
+                median(&pp.1),
+                median(&ratios(&pp.0, &pp.1)),
+                o.reps
+            );
+        }
+        std::fs::write(path, f).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+        println!("# wrote {path}");
+    }
+    if let (Some(path), true) = (&o.svg, o.sweep) {
+        let title = format!("socket plugin vs raw TCP on loopback ({setup})");
+        std::fs::write(path, svg(&rows, &title)).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+        println!("# wrote {path}");
+    }
 }

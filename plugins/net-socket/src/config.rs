@@ -3,8 +3,15 @@
 //! Names, defaults and syntax follow NCCL's socket transport
 //! (`src/transport/net_socket.cc`, reference §6.1): integers are parsed like
 //! `strtoll(s, 0)` (decimal, `0x` hex, leading-`0` octal), an empty value means
-//! the default. Where NCCL's automatic choice is "no data sockets", ours is
-//! [`AUTO_NTHREADS`] × [`AUTO_NSOCKS_PERTHREAD`].
+//! the default.
+//!
+//! Automatic data streams (each of `NCCL_SOCKET_NTHREADS` / `NCCL_NSOCKS_PERTHREAD`
+//! left unset, i.e. -2, is resolved on its own, as in NCCL): NCCL picks 0 threads ×
+//! 1 socket (no data sockets, everything on the control socket driven by the
+//! caller's thread) except on AWS/GCP NICs. We choose from the machine
+//! ([`auto_streams`]): with at most [`SMALL_MACHINE_CORES`] usable cores, helper
+//! threads only compete with the caller and the peer for the CPU, so we do as NCCL
+//! does (0 × 1); with more cores, [`AUTO_NTHREADS`] × [`AUTO_NSOCKS_PERTHREAD`].
 
 use std::sync::OnceLock;
 
@@ -13,10 +20,34 @@ use ferroccl_plugin_api::net_info;
 
 use crate::proto::{DEFAULT_MAGIC, MAX_STREAMS};
 
-/// Helper threads per connection when `NCCL_SOCKET_NTHREADS` is unset (-2).
+/// Helper threads per connection when `NCCL_SOCKET_NTHREADS` is unset (-2) on a
+/// machine with more than [`SMALL_MACHINE_CORES`] cores.
 pub const AUTO_NTHREADS: usize = 2;
 /// Data streams per helper thread when `NCCL_NSOCKS_PERTHREAD` is unset (-2).
 pub const AUTO_NSOCKS_PERTHREAD: usize = 1;
+/// Machines with at most this many usable cores get no helper threads by default.
+///
+/// Measured on a loaded 2-core machine (`examples/socket_bench.rs`, BENCHMARKS.md):
+/// 2 helper threads per side put 4 busy threads on 2 cores and reached 0.45–0.65×
+/// raw TCP for 4 MiB messages; the caller-driven control stream matches raw TCP.
+pub const SMALL_MACHINE_CORES: usize = 2;
+
+/// Automatic `(NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD)` for a machine with
+/// `cores` usable cores (`std::thread::available_parallelism`, which honours CPU
+/// affinity and cgroup quotas): `(0, 1)` for ≤ [`SMALL_MACHINE_CORES`] cores (NCCL's
+/// own default: no data streams), else `(AUTO_NTHREADS, AUTO_NSOCKS_PERTHREAD)`.
+pub fn auto_streams(cores: usize) -> (usize, usize) {
+    if cores <= SMALL_MACHINE_CORES {
+        (0, 1)
+    } else {
+        (AUTO_NTHREADS, AUTO_NSOCKS_PERTHREAD)
+    }
+}
+
+/// Usable cores of this process (1 if unknown).
+pub fn usable_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 /// NCCL's `MAX_THREADS`.
 pub const MAX_THREADS: usize = 16;
 
@@ -54,6 +85,12 @@ pub struct Config {
     pub rcvbuf: i64,
     /// `NCCL_SOCKET_MAGIC` (default 0x564ab9f2fc4b9d6c).
     pub magic: u64,
+    /// Usable cores seen when the automatic stream counts were chosen.
+    pub cores: usize,
+    /// `NCCL_SOCKET_NTHREADS` was unset and chosen automatically.
+    pub auto_nthreads: bool,
+    /// `NCCL_NSOCKS_PERTHREAD` was unset and chosen automatically.
+    pub auto_nsocks: bool,
 }
 
 /// Parses an integer like C's `strtoll(s, NULL, 0)`; `None` for empty or invalid text.
@@ -74,16 +111,24 @@ pub fn parse_int(s: &str) -> Option<i64> {
 }
 
 impl Config {
-    /// Builds the configuration from a variable lookup (the environment, or a map in tests).
+    /// Builds the configuration from a variable lookup (the environment, or a map in
+    /// tests), with automatic stream counts for this machine's [`usable_cores`].
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Config {
+        Config::from_lookup_cores(get, usable_cores())
+    }
+
+    /// As [`Config::from_lookup`], for a machine with `cores` usable cores.
+    pub fn from_lookup_cores(get: impl Fn(&str) -> Option<String>, cores: usize) -> Config {
         let int = |name: &str, default: i64| get(name).and_then(|v| parse_int(&v)).unwrap_or(default);
         let mut nthreads = int("NCCL_SOCKET_NTHREADS", -2);
         let mut nsocks = int("NCCL_NSOCKS_PERTHREAD", -2);
-        if nthreads == -2 {
-            nthreads = AUTO_NTHREADS as i64;
+        let (auto_nt, auto_ns) = auto_streams(cores);
+        let (auto_nthreads, auto_nsocks) = (nthreads == -2, nsocks == -2);
+        if auto_nthreads {
+            nthreads = auto_nt as i64;
         }
-        if nsocks == -2 {
-            nsocks = AUTO_NSOCKS_PERTHREAD as i64;
+        if auto_nsocks {
+            nsocks = auto_ns as i64;
         }
         let mut nthreads = nthreads.clamp(0, MAX_THREADS as i64) as usize;
         let mut nsocks = nsocks.clamp(0, MAX_STREAMS as i64) as usize;
@@ -111,6 +156,9 @@ impl Config {
             magic: get("NCCL_SOCKET_MAGIC")
                 .and_then(|v| parse_int(&v))
                 .map_or(DEFAULT_MAGIC, |v| v as u64),
+            cores,
+            auto_nthreads,
+            auto_nsocks,
         }
     }
 
@@ -124,8 +172,24 @@ impl Config {
         })
     }
 
-    /// Logs the parameters at INFO (`NCCL_INIT`).
+    /// Logs the parameters at INFO (`NCCL_INIT`), and why the stream counts were chosen.
     pub fn log(&self) {
+        let src = |auto: bool| if auto { "auto" } else { "env" };
+        let why = if self.nstreams == 0 {
+            "no data streams: messages go on the control stream, driven by the thread calling isend/irecv/test"
+        } else {
+            "data streams driven by helper threads"
+        };
+        net_info!(
+            NCCL_INIT,
+            "NET/FerrocclSocket: {} usable cores: NCCL_SOCKET_NTHREADS={} ({}), NCCL_NSOCKS_PERTHREAD ({}) -> {} data \
+             streams; {why}",
+            self.cores,
+            self.nthreads,
+            src(self.auto_nthreads),
+            src(self.auto_nsocks),
+            self.nstreams
+        );
         net_info!(
             NCCL_INIT,
             "NET/FerrocclSocket: NCCL_SOCKET_IFNAME={:?} NCCL_SOCKET_FAMILY={:?} NCCL_SOCKET_NTHREADS={} \
@@ -150,8 +214,37 @@ impl Config {
 mod tests {
     use super::*;
 
+    fn cfg_cores(vars: &[(&str, &str)], cores: usize) -> Config {
+        Config::from_lookup_cores(
+            |n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()),
+            cores,
+        )
+    }
+
     fn cfg(vars: &[(&str, &str)]) -> Config {
-        Config::from_lookup(|n| vars.iter().find(|(k, _)| *k == n).map(|(_, v)| v.to_string()))
+        cfg_cores(vars, 8)
+    }
+
+    #[test]
+    fn automatic_streams_follow_the_core_count() {
+        for cores in [1, 2] {
+            let c = cfg_cores(&[], cores);
+            assert_eq!(
+                (c.nthreads, c.nstreams, c.auto_nthreads, c.auto_nsocks),
+                (0, 0, true, true)
+            );
+            // Each -2 is resolved on its own (NCCL): threads set, sockets auto (1 per thread).
+            let c = cfg_cores(&[("NCCL_SOCKET_NTHREADS", "4")], cores);
+            assert_eq!((c.nthreads, c.nstreams, c.auto_nthreads), (4, 4, false));
+            let c = cfg_cores(&[("NCCL_NSOCKS_PERTHREAD", "4")], cores);
+            assert_eq!((c.nthreads, c.nstreams), (0, 0));
+        }
+        let c = cfg_cores(&[], 3);
+        assert_eq!(
+            (c.nthreads, c.nstreams),
+            (AUTO_NTHREADS, AUTO_NTHREADS * AUTO_NSOCKS_PERTHREAD)
+        );
+        assert!(usable_cores() >= 1);
     }
 
     #[test]

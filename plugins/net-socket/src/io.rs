@@ -9,7 +9,19 @@
 //! they count finished bytes into the request's counter. Closing a comm stops the
 //! threads, shuts the sockets down (unblocking any read/write in progress), joins
 //! the threads and closes the sockets, so no buffer is touched after `close`.
+//!
+//! Waiting: a caller that tests the same request twice in a row with no other
+//! `test` in between (on this thread) is waiting for that request alone. If the
+//! request then waits only on the control stream, `test` makes its first read
+//! (or write) of the control stream a *blocking* one, bounded by [`TEST_WAIT`]
+//! (`SO_RCVTIMEO`/`SO_SNDTIMEO`; every other operation uses `MSG_DONTWAIT`), so
+//! the thread is woken by the kernel exactly when the peer's bytes (or buffer
+//! space) arrive and returns with them in the same system call, as a blocking
+//! `read`/`write` of a plain TCP program would. A caller interleaving several
+//! requests (NCCL's proxy progressing many operations) never sleeps. A repeated
+//! `test` that cannot sleep this way (data streams pending) yields the CPU once.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, IoSlice, Read};
@@ -47,6 +59,23 @@ pub const USER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Listen backlog (NCCL's value).
 pub const LISTEN_BACKLOG: i32 = 16384;
 const STAGE_LEN: usize = 16 * 1024;
+/// Longest sleep of one `test` call in a blocking control-stream read or write
+/// (see the module docs).
+pub const TEST_WAIT: Duration = Duration::from_millis(1);
+
+thread_local! {
+    /// `(comm address, request id + 1)` of this thread's previous `test`; 0 = none.
+    static LAST_TEST: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Puts a connected control stream in its working mode: blocking, with
+/// [`TEST_WAIT`] as the send and receive timeouts (non-blocking progress passes
+/// `MSG_DONTWAIT`).
+fn ctrl_mode(s: &Socket) -> io::Result<()> {
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(TEST_WAIT))?;
+    s.set_write_timeout(Some(TEST_WAIT))
+}
 
 fn is_peer_gone(e: &io::Error) -> bool {
     matches!(
@@ -120,13 +149,21 @@ pub fn random_u64() -> u64 {
     v
 }
 
-fn read_nb(s: &Socket, buf: &mut [u8]) -> io::Result<Option<usize>> {
+/// `recv` of at most `buf.len()` bytes; `Ok(None)` when nothing is available
+/// (`block`: wait up to the socket's receive timeout first; else `MSG_DONTWAIT`).
+fn read_nb(s: &Socket, buf: &mut [u8], block: bool) -> io::Result<Option<usize>> {
+    let flags = if block { 0 } else { libc::MSG_DONTWAIT };
     loop {
-        match (&*s).read(buf) {
-            Ok(n) => return Ok(Some(n)),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the fd is open.
+        let n = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
         }
     }
 }
@@ -437,7 +474,7 @@ impl Listener {
         let mut i = 0;
         while i < self.pending.len() {
             let inc = &mut self.pending[i];
-            match read_nb(&inc.sock, &mut inc.buf[inc.got..]) {
+            match read_nb(&inc.sock, &mut inc.buf[inc.got..], false) {
                 Ok(Some(0)) => {
                     net_info!(
                         NCCL_NET,
@@ -487,6 +524,7 @@ impl Listener {
         };
         let g = self.groups.remove(&id).expect("found above");
         let ctrl = g.ctrl.expect("complete group has a control stream");
+        ctrl_mode(&ctrl).map_err(|e| io_err("accept", g.peer, &e))?;
         let mut data = Vec::with_capacity(g.data.len());
         for s in g.data {
             let s = s.expect("complete group has all data streams");
@@ -690,6 +728,7 @@ impl Connecting {
             .map(|c| c.sock.take().expect("done streams have sockets"))
             .collect();
         let ctrl = socks.pop().expect("control stream is last");
+        ctrl_mode(&ctrl).map_err(|e| io_err("connect", addr, &e))?;
         for s in &socks {
             s.set_nonblocking(false).map_err(|e| io_err("connect", addr, &e))?;
         }
@@ -812,7 +851,7 @@ impl SendComm {
                 data_done,
             },
         );
-        g.progress()?;
+        g.progress(false)?;
         Ok(Some(Request::Send(self.inner.clone(), id)))
     }
 
@@ -833,31 +872,36 @@ impl Drop for SendComm {
 }
 
 impl SendInner {
-    fn progress(&mut self) -> NetResult<()> {
-        let r = self.progress_inner();
+    /// Writes queued headers and control-stream payloads; `block`: the first write
+    /// may wait up to [`TEST_WAIT`] for socket space.
+    fn progress(&mut self, block: bool) -> NetResult<()> {
+        let r = self.progress_inner(block);
         if let Err(e) = &r {
             self.failed.get_or_insert(clone_err(e));
         }
         r
     }
 
-    fn progress_inner(&mut self) -> NetResult<()> {
+    fn progress_inner(&mut self, mut block: bool) -> NetResult<()> {
         let Some(ctrl) = self.ctrl.as_ref() else { return Ok(()) };
         while let Some(o) = self.out.front_mut() {
             let hl = proto::HDR_LEN;
             let total = hl + o.payload.len;
             // SAFETY: the payload stays valid until its request completes (NCCL contract).
             let pay = unsafe { o.payload.as_slice() };
+            let flags = libc::MSG_NOSIGNAL | if block { 0 } else { libc::MSG_DONTWAIT };
+            block = false;
             let res = if o.off < hl {
-                ctrl.send_vectored_with_flags(&[IoSlice::new(&o.hdr[o.off..]), IoSlice::new(pay)], libc::MSG_NOSIGNAL)
+                ctrl.send_vectored_with_flags(&[IoSlice::new(&o.hdr[o.off..]), IoSlice::new(pay)], flags)
             } else {
-                ctrl.send_with_flags(&pay[o.off - hl..], libc::MSG_NOSIGNAL)
+                ctrl.send_with_flags(&pay[o.off - hl..], flags)
             };
             match res {
                 Ok(n) => {
                     o.off += n;
                     if o.off < total {
-                        continue;
+                        // A short write: the socket buffer is full, a retry would say EAGAIN.
+                        break;
                     }
                     let id = o.req;
                     self.out.pop_front();
@@ -873,16 +917,20 @@ impl SendInner {
         Ok(())
     }
 
-    fn test(&mut self, id: u64) -> NetResult<TestStatus> {
+    /// Tests send `id`; `repeat`: the caller waits on this request alone (module docs).
+    fn test(&mut self, id: u64, repeat: bool) -> NetResult<TestStatus> {
         if let Some(e) = &self.failed {
             return Err(clone_err(e));
         }
-        self.progress()?;
         let Some(r) = self.reqs.get(&id) else {
             return Err(NetError::Internal(format!(
                 "NET/FerrocclSocket: test of unknown send request {id}"
             )));
         };
+        // Its header or inline payload is still queued: only socket space helps.
+        let waited = repeat && !r.ctrl_done && self.ctrl.is_some();
+        self.progress(waited)?;
+        let r = &self.reqs[&id];
         if r.ctrl_done && r.data_done.load(Ordering::Acquire) == r.data_expected {
             let size = r.size;
             self.reqs.remove(&id);
@@ -892,9 +940,10 @@ impl SendInner {
             self.failed.get_or_insert(clone_err(&e));
             return Err(e);
         }
-        // Callers poll `test` in a loop; on a busy machine, let the helper threads
-        // and the peer run instead of spinning.
-        std::thread::yield_now();
+        if repeat && !waited {
+            // Waiting on helper threads: let them (and the peer) run instead of spinning.
+            std::thread::yield_now();
+        }
         Ok(TestStatus::Pending)
     }
 }
@@ -976,7 +1025,8 @@ impl RecvComm {
                 data_done: Arc::new(AtomicUsize::new(0)),
             },
         );
-        g.progress()?;
+        // No I/O here: the first `test` reads (saves a read that would find nothing
+        // when the receive is posted ahead of the data, the usual case).
         Ok(Some(Request::Recv(self.inner.clone(), id)))
     }
 
@@ -996,18 +1046,25 @@ impl Drop for RecvComm {
 }
 
 impl RecvInner {
-    fn progress(&mut self) -> NetResult<()> {
-        let r = self.progress_inner();
+    /// Reads and dispatches what the control stream has; `block`: the first read
+    /// may wait up to [`TEST_WAIT`] for bytes.
+    fn progress(&mut self, block: bool) -> NetResult<()> {
+        let r = self.progress_inner(block);
         if let Err(e) = &r {
             self.failed.get_or_insert(clone_err(e));
         }
         r
     }
 
-    /// Reads into the staging buffer; `false` if nothing is available now.
-    fn fill_stage(&mut self) -> NetResult<bool> {
+    /// Reads into the staging buffer; `false` if nothing is available now
+    /// (`*drained`: an earlier read of this progress call came back short;
+    /// `*block`: wait for bytes, once).
+    fn fill_stage(&mut self, drained: &mut bool, block: &mut bool) -> NetResult<bool> {
+        if *drained {
+            return Ok(false);
+        }
         let ctrl = self.ctrl.as_ref().expect("checked by caller");
-        match read_nb(ctrl, &mut self.stage) {
+        match read_nb(ctrl, &mut self.stage, std::mem::take(block)) {
             Ok(Some(0)) => Err(io_err(
                 "control stream (recv)",
                 self.peer,
@@ -1016,6 +1073,7 @@ impl RecvInner {
             Ok(Some(n)) => {
                 self.st_lo = 0;
                 self.st_hi = n;
+                *drained = n < self.stage.len();
                 Ok(true)
             }
             Ok(None) => Ok(false),
@@ -1033,11 +1091,13 @@ impl RecvInner {
         Ok(())
     }
 
-    fn progress_inner(&mut self) -> NetResult<()> {
+    fn progress_inner(&mut self, mut block: bool) -> NetResult<()> {
         if self.ctrl.is_none() {
             return Ok(());
         }
         let peer = self.peer;
+        // A short read means the socket is empty: do not ask again for an EAGAIN.
+        let mut drained = false;
         loop {
             if let Some(m) = self.proto.match_stashed().map_err(|e| proto_err(peer, e))? {
                 self.dispatch(m)?;
@@ -1046,7 +1106,7 @@ impl RecvInner {
             match self.proto.need() {
                 Need::Idle => return Ok(()),
                 Need::Header => {
-                    if self.st_lo == self.st_hi && !self.fill_stage()? {
+                    if self.st_lo == self.st_hi && !self.fill_stage(&mut drained, &mut block)? {
                         return Ok(());
                     }
                     let k = (proto::HDR_LEN - self.hdr_got).min(self.st_hi - self.st_lo);
@@ -1072,9 +1132,9 @@ impl RecvInner {
                         dst[..k].copy_from_slice(&self.stage[self.st_lo..self.st_lo + k]);
                         self.st_lo += k;
                         self.proto.on_payload(k);
-                    } else if len >= STAGE_LEN {
+                    } else if len >= STAGE_LEN && !drained {
                         let ctrl = self.ctrl.as_ref().expect("checked above");
-                        match read_nb(ctrl, dst) {
+                        match read_nb(ctrl, dst, std::mem::take(&mut block)) {
                             Ok(Some(0)) => {
                                 return Err(io_err(
                                     "control stream (recv)",
@@ -1082,11 +1142,14 @@ impl RecvInner {
                                     &io::ErrorKind::UnexpectedEof.into(),
                                 ));
                             }
-                            Ok(Some(n)) => self.proto.on_payload(n),
+                            Ok(Some(n)) => {
+                                drained = n < len;
+                                self.proto.on_payload(n);
+                            }
                             Ok(None) => return Ok(()),
                             Err(e) => return Err(io_err("control stream (recv)", peer, &e)),
                         }
-                    } else if !self.fill_stage()? {
+                    } else if !self.fill_stage(&mut drained, &mut block)? {
                         return Ok(());
                     }
                 }
@@ -1094,7 +1157,8 @@ impl RecvInner {
         }
     }
 
-    fn test(&mut self, id: u64) -> NetResult<TestStatus> {
+    /// Tests receive `id`; `repeat`: the caller waits on this request alone (module docs).
+    fn test(&mut self, id: u64, repeat: bool) -> NetResult<TestStatus> {
         if let Some(e) = &self.failed {
             return Err(clone_err(e));
         }
@@ -1103,7 +1167,14 @@ impl RecvInner {
                 "NET/FerrocclSocket: test of unknown receive request {id}"
             )));
         }
-        self.progress()?;
+        // Headers or payload still to come on the control stream, nothing staged, and
+        // the receiver wants them: only bytes arriving on the socket help.
+        let waited = repeat
+            && self.st_lo == self.st_hi
+            && self.ctrl.is_some()
+            && !matches!(self.proto.need(), Need::Idle)
+            && self.proto.ctrl_complete(id).is_none();
+        self.progress(waited)?;
         if let Some((sizes, expected)) = self.proto.ctrl_complete(id) {
             let r = &self.reqs[&id];
             if r.data_done.load(Ordering::Acquire) == expected {
@@ -1121,19 +1192,28 @@ impl RecvInner {
             self.failed.get_or_insert(clone_err(&e));
             return Err(e);
         }
-        // Callers poll `test` in a loop; on a busy machine, let the helper threads
-        // and the peer run instead of spinning.
-        std::thread::yield_now();
+        if repeat && !waited {
+            // Waiting on helper threads: let them (and the peer) run instead of spinning.
+            std::thread::yield_now();
+        }
         Ok(TestStatus::Pending)
     }
 }
 
 impl Request {
     /// Tests the request: progresses its comm's control stream and reports completion.
+    ///
+    /// Testing the same request twice in a row on one thread may sleep up to
+    /// [`TEST_WAIT`] in `poll()` (see the module docs).
     pub fn test(&mut self) -> NetResult<TestStatus> {
+        let key = match self {
+            Request::Send(c, id) => (Arc::as_ptr(c) as usize, *id + 1),
+            Request::Recv(c, id) => (Arc::as_ptr(c) as usize, *id + 1),
+        };
+        let repeat = LAST_TEST.with(|l| l.replace(key)) == key;
         match self {
-            Request::Send(c, id) => lock(c).test(*id),
-            Request::Recv(c, id) => lock(c).test(*id),
+            Request::Send(c, id) => lock(c).test(*id, repeat),
+            Request::Recv(c, id) => lock(c).test(*id, repeat),
         }
     }
 }

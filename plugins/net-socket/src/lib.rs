@@ -11,8 +11,10 @@
 //! * [`config`] — the `NCCL_SOCKET_*` parameters.
 //!
 //! Differences from NCCL's socket transport: helper threads and data streams by
-//! default ([`config::AUTO_NTHREADS`] × [`config::AUTO_NSOCKS_PERTHREAD`]) instead
-//! of none; grouped receives of up to 8 buffers with tag matching (`maxRecvs` = 8);
+//! default on machines with more than [`config::SMALL_MACHINE_CORES`] cores
+//! ([`config::AUTO_NTHREADS`] × [`config::AUTO_NSOCKS_PERTHREAD`]) instead of none
+//! ([`config::auto_streams`]); a `test` that sleeps in `poll` (bounded by
+//! [`io::TEST_WAIT`]) when its caller waits on that one request alone; grouped receives of up to 8 buffers with tag matching (`maxRecvs` = 8);
 //! requests may be tested in any order; 64-bit message sizes; `iflush` is a no-op
 //! rather than an error; a handshake with a per-connection id, so concurrent
 //! connects to one listen socket and stray TCP connections cannot mix streams.

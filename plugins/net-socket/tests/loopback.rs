@@ -36,6 +36,15 @@ fn sizes_default_streams() {
     sizes_roundtrip(&[], SIZES);
 }
 
+/// The automatic choice on machines with more than 2 cores: 2 helper threads × 1
+/// socket (`NCCL_NSOCKS_PERTHREAD` left automatic), whatever this machine has.
+#[test]
+fn sizes_two_helper_threads() {
+    let net = common::net_with(&[("NCCL_SOCKET_NTHREADS", "2")]);
+    assert_eq!((net.config().nthreads, net.config().nstreams), (2, 2));
+    sizes_roundtrip(&[("NCCL_SOCKET_NTHREADS", "2")], SIZES);
+}
+
 #[test]
 fn sizes_control_stream_only() {
     sizes_roundtrip(&[("NCCL_SOCKET_NTHREADS", "0")], SIZES);
