@@ -405,7 +405,7 @@ fn svg(rows: &[(Step, Samples)], title: &str) -> String {
     let _ = writeln!(o, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
     let _ = writeln!(
         o,
-        r#"<text x="{}" y="25" text-anchor="middle" font-size="15">{title}</text>"#,
+        r#"<text x="{}" y="25" text-anchor="middle" font-size="11">{title}</text>"#,
         w / 2.0
     );
     // grid and ticks
