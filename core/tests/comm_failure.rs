@@ -98,6 +98,28 @@ fn failure_worker() {
         comm.abort();
         return;
     }
+    if let Some(r) = role("badsize") {
+        // The ranks disagree on the count: every rank must get an error naming the
+        // size mismatch (peer data is never trusted), none may crash or hang.
+        let comm = join(&r, Duration::from_secs(10));
+        let mine = 1000 + r.rank;
+        let send = vec![0u8; mine * 4];
+        let mut recv = vec![0u8; mine * 4];
+        let e = comm
+            .all_reduce_sync(&send, &mut recv, DataType::Float32, RedOp::Sum)
+            .expect_err("must fail");
+        println!("rank {} count {mine}: {e}", r.rank);
+        assert!(
+            matches!(e, Error::Remote(_) | Error::Net(_)),
+            "unexpected error kind: {e:?}"
+        );
+        // The communicator is now failed: later operations report the same error.
+        assert!(comm.async_error().is_some());
+        let again = comm.all_reduce_sync(&send, &mut recv, DataType::Float32, RedOp::Sum);
+        assert!(again.is_err(), "a failed communicator must refuse new work");
+        comm.abort();
+        return;
+    }
     if let Some(r) = role("nojoin") {
         let t = Instant::now();
         let res = Comm::init_rank(r.nranks, &r.id, r.rank, config(Duration::from_secs(3)));
@@ -176,6 +198,21 @@ fn stalled_peer_trips_the_watchdog() {
     assert_all_ok(&outs, "stalled peer");
     eprintln!("{}", outs[0].stdout);
     assert!(outs[0].stdout.contains("got error"), "{}", dump(&outs));
+}
+
+#[test]
+fn mismatched_counts_are_an_error_on_every_rank() {
+    let outs = launch(
+        WORKER,
+        "badsize",
+        2,
+        &[0, 1],
+        &[],
+        |_| Vec::new(),
+        Duration::from_secs(60),
+    );
+    eprintln!("{}", dump(&outs));
+    assert_all_ok(&outs, "mismatched counts");
 }
 
 #[test]
