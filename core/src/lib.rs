@@ -1,21 +1,21 @@
 //! ferroccl: a collective-communication runtime in the NCCL mould (see DESIGN.md).
 pub mod bootstrap;
-pub mod plugin;
-pub mod config;
-pub mod log;
 pub mod coll;
 pub mod comm;
+pub mod config;
 pub mod enqueue;
 pub mod graph;
 pub mod group;
+pub mod log;
+pub mod plugin;
 pub mod proxy;
 pub mod stream;
 pub mod transport;
 
+pub use bootstrap::{UniqueId, get_unique_id};
 pub use coll::CollKind;
 pub use coll::check::TestOp;
 pub use comm::{Comm, CommConfig, Error, PreloadedNet};
 pub use ferroccl_kernels::{DataType, RedOp, Scalar};
 pub use group::{group_end, group_start};
 pub use stream::Stream;
-pub use bootstrap::{UniqueId, get_unique_id};
