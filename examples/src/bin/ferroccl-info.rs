@@ -3,6 +3,7 @@
 //! ```text
 //! ferroccl-info plugins            # the full resolution the host does (NCCL_NET_PLUGIN, NCCL_NET, …)
 //! ferroccl-info plugins NAME|PATH  # one library: file, exported symbols, devices and properties
+//! ferroccl-info ib                 # RDMA HCAs: ports, link layer, state, GID table, the GID index the IB plugin picks
 //! ```
 //!
 //! Options: `--max-version N` caps the `ncclNet` version probed (like
@@ -41,6 +42,8 @@ enum Cmd {
         #[arg(long)]
         plugin_path: Vec<std::path::PathBuf>,
     },
+    /// RDMA HCAs as the IB plugin sees them: ports, link layer, state, GID table and chosen GID index.
+    Ib,
 }
 
 const ENV_VARS: [&str; 8] = [
@@ -55,13 +58,14 @@ const ENV_VARS: [&str; 8] = [
 ];
 
 fn main() -> ExitCode {
-    let Cli {
-        cmd: Cmd::Plugins {
+    let (target, max_version, plugin_path) = match Cli::parse().cmd {
+        Cmd::Plugins {
             target,
             max_version,
             plugin_path,
-        },
-    } = Cli::parse();
+        } => (target, max_version, plugin_path),
+        Cmd::Ib => return ib_inventory(),
+    };
     let opts = match LoadOptions::try_from_lookup(|k| std::env::var(k).ok()) {
         Ok(o) => o,
         Err(e) => {
@@ -293,4 +297,91 @@ fn print_props(d: usize, p: &Properties) {
     println!("    maxCollBytes       {}", p.max_coll_bytes);
     println!("    maxMultiRequestSize {}", p.max_multi_request_size);
     println!("    railId / planeId   {} / {}", p.rail_id, p.plane_id);
+}
+
+/// `ferroccl-info ib`: every HCA, port and GID, and what the IB plugin
+/// (`libnccl-net-ib.so`) would pick under the current `NCCL_IB_*` variables.
+/// Exit status 0 when at least one port is usable by the plugin.
+fn ib_inventory() -> ExitCode {
+    use nccl_net_ib::{inventory, params::IbParams};
+    println!("environment:");
+    for k in [
+        "NCCL_IB_HCA",
+        "NCCL_IB_GID_INDEX",
+        "NCCL_IB_ADDR_FAMILY",
+        "NCCL_IB_ADDR_RANGE",
+        "NCCL_IB_ROCE_VERSION_NUM",
+    ] {
+        println!(
+            "  {k:<26} {}",
+            std::env::var(k).map_or_else(|_| "(unset)".into(), |v| format!("{v:?}"))
+        );
+    }
+    let params = match IbParams::from_env() {
+        Ok(p) => p,
+        Err(e) => {
+            println!("IB plugin parameters rejected: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let hcas = match inventory::inventory(&params) {
+        Ok(h) => h,
+        Err(e) => {
+            println!("no libibverbs / no RDMA devices: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if hcas.is_empty() {
+        println!(
+            "no libibverbs / no RDMA devices: ibv_get_device_list found none (no HCA, or rdma_rxe/mlx5_ib not loaded)"
+        );
+        return ExitCode::FAILURE;
+    }
+    let mut usable = 0;
+    for h in &hcas {
+        println!(
+            "HCA {}  guid {:#018x}  pciPath {}",
+            h.name,
+            h.guid,
+            h.pci_path.as_deref().unwrap_or("(none: virtual device)")
+        );
+        let ports = match &h.ports {
+            Ok(p) => p,
+            Err(e) => {
+                println!("  cannot query: {e}");
+                continue;
+            }
+        };
+        for p in ports {
+            println!(
+                "  port {}: state {}, link layer {}, MTU {}, {} Mbps, LID {}",
+                p.port, p.state, p.link_layer, p.mtu, p.speed_mbps, p.lid
+            );
+            let chosen = p.plugin_choice.as_ref().ok().map(|c| c.0);
+            for g in &p.gids {
+                let ver = g.roce_version.map_or_else(String::new, |v| format!("RoCE v{v}"));
+                println!(
+                    "    {} GID[{:>3}] {:<40} {:<8} {}",
+                    if chosen == Some(g.index) { "*" } else { " " },
+                    g.index,
+                    std::net::Ipv6Addr::from(g.gid).to_string(),
+                    ver,
+                    g.ndev.as_deref().unwrap_or("")
+                );
+            }
+            match &p.plugin_choice {
+                Ok((i, why)) => {
+                    usable += 1;
+                    println!("    plugin uses GID index {i}: {why}");
+                }
+                Err(why) => println!("    plugin: {why}"),
+            }
+        }
+    }
+    println!("{usable} port(s) usable by the IB plugin");
+    if usable > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

@@ -7,12 +7,14 @@
 //! * [`params`]: `NCCL_IB_*` parsing/validation, `NCCL_IB_HCA`, GID selection;
 //! * [`verbs`]: libibverbs loaded at run time (libloading) plus the inline
 //!   verbs from `rdma-sys`; thin RAII wrappers;
-//! * [`net`]: [`IbNet`], the `ferroccl_plugin_api::sdk::Net` implementation.
+//! * [`net`]: [`IbNet`], the `ferroccl_plugin_api::sdk::Net` implementation;
+//! * [`inventory`]: read-only HCA/port/GID listing for diagnostics (`ferroccl-info ib`).
 //!
 //! libibverbs is opened with `dlopen("libibverbs.so.1")` inside `init`, so the
 //! plugin itself always loads; without the library or without an active port,
 //! `init` fails with a message saying which.
 
+pub mod inventory;
 pub mod net;
 pub mod params;
 pub mod proto;

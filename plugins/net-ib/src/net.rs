@@ -37,8 +37,62 @@ const RQ_DEPTH: usize = 64;
 /// Time a request may stay pending after the side channel reported EOF before
 /// the comm is declared failed (lets completions already in flight land).
 const EOF_GRACE: Duration = Duration::from_millis(1000);
+/// Side-channel connections a listenComm keeps half-accepted at once.
+const MAX_PENDING_ACCEPTS: usize = 64;
 /// Bound on the blocking TCP connect of the side channel.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Side-channel keepalive: first probe after this many idle seconds…
+const KEEPALIVE_IDLE_S: libc::c_int = 10;
+/// …then one probe every this many seconds…
+const KEEPALIVE_INTVL_S: libc::c_int = 5;
+/// …and the peer is declared gone after this many unanswered probes (≈ 25 s).
+const KEEPALIVE_CNT: libc::c_int = 3;
+/// `TCP_USER_TIMEOUT`: unacknowledged side-channel data fails the socket after this long.
+const USER_TIMEOUT_MS: libc::c_int = 30_000;
+
+/// Turns on TCP keepalive and `TCP_USER_TIMEOUT` on a side-channel socket so a
+/// vanished host (power loss, cable pulled: no FIN, no RST) makes the socket
+/// fail within ≈ 25–30 s; [`Conn::check_peer`] then reports the peer as gone.
+/// Failures are logged, not fatal (the verbs retry timeout still applies).
+fn set_keepalive(sock: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let fd = sock.as_raw_fd();
+    let opts: [(libc::c_int, libc::c_int, libc::c_int, &str); 5] = [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1, "SO_KEEPALIVE"),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, KEEPALIVE_IDLE_S, "TCP_KEEPIDLE"),
+        (
+            libc::IPPROTO_TCP,
+            libc::TCP_KEEPINTVL,
+            KEEPALIVE_INTVL_S,
+            "TCP_KEEPINTVL",
+        ),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, KEEPALIVE_CNT, "TCP_KEEPCNT"),
+        (
+            libc::IPPROTO_TCP,
+            libc::TCP_USER_TIMEOUT,
+            USER_TIMEOUT_MS,
+            "TCP_USER_TIMEOUT",
+        ),
+    ];
+    for (level, name, val, what) in opts {
+        // SAFETY: `fd` is an open socket owned by `sock`; the option value is a c_int of the given size.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&val as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            net_warn!(
+                "NET/FerrocclIB: setsockopt({what}={val}) on the side channel failed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
 
 fn sys_err(e: impl std::fmt::Display) -> NetError {
     NetError::System(e.to_string())
@@ -206,6 +260,34 @@ impl IbNet {
         &self.devs
     }
 
+    /// Advances one pending accept; `true` when its handshake is complete.
+    fn accept_step(&self, dev: &Arc<IbDev>, tc_cfg: i32, a: &mut Accepting) -> NetResult<bool> {
+        for ev in pump(&mut a.sock, &mut a.hs, a.peer)? {
+            match ev {
+                proto::Event::PeerMeta(m) => {
+                    let mut res =
+                        RecvInner::new(dev.clone(), m.qpns.len(), a.sock.try_clone().map_err(sys_err)?, a.peer)?;
+                    let (tc, sl) = (self.params.effective_tc(tc_cfg), self.params.effective_sl(tc_cfg));
+                    connect_qps(&res.conn, &self.params, &res.psns, &m, tc, sl)?;
+                    res.remote_fifo = (m.buf_addr, m.buf_rkey);
+                    let meta = own_meta(
+                        dev,
+                        &res.conn.qps,
+                        &res.psns,
+                        (res.records.addr(0), res.records.mr.rkey()),
+                        tc,
+                        sl,
+                    );
+                    a.hs.queue_meta(&meta);
+                    a.res = Some(res);
+                    pump(&mut a.sock, &mut a.hs, a.peer)?;
+                }
+                proto::Event::Ready => {}
+            }
+        }
+        Ok(a.hs.is_done())
+    }
+
     fn discover(params: &IbParams) -> Result<Vec<Arc<IbDev>>, String> {
         let v = Verbs::get()?;
         let infos = verbs::list_devices(v)?;
@@ -328,7 +410,8 @@ struct Connecting {
 pub struct IbListen {
     dev: Arc<IbDev>,
     listener: TcpListener,
-    pending: Option<Accepting>,
+    /// Side-channel connections accepted and not yet through the handshake.
+    pending: Vec<Accepting>,
     tc: i32,
 }
 
@@ -361,6 +444,12 @@ struct Conn {
     sq_free: Vec<usize>,
     /// WR counts of outstanding signalled batches per QP (credit returned on completion).
     sq_batches: Vec<std::collections::VecDeque<usize>>,
+    /// Registrations made for buffers passed without an mhandle (NULL), held
+    /// by the request until it completes. Dropped after the QPs (field order).
+    req_mrs: HashMap<u64, Vec<IbMr>>,
+    /// The implicit registration of the last `isend` that returned NULL, reused
+    /// when NCCL retries the same buffer (avoids a reg/dereg per poll).
+    implicit_retry: Option<((usize, usize), IbMr)>,
 }
 
 impl Conn {
@@ -383,7 +472,25 @@ impl Conn {
             next_req: 1,
             sq_free: vec![SQ_DEPTH; nqps],
             sq_batches: vec![Default::default(); nqps],
+            req_mrs: HashMap::new(),
+            implicit_retry: None,
         })
+    }
+
+    /// Registers a non-empty buffer that came without an mhandle (NCCL always
+    /// passes one; other hosts and the conformance suite may pass NULL, which the
+    /// socket transport accepts). Uses the device cache, so a buffer that is also
+    /// registered explicitly costs no verbs call.
+    fn implicit_mr(&mut self, buf: &Buf) -> NetResult<IbMr> {
+        let key = (buf.ptr as usize, buf.len);
+        if let Some((k, m)) = &self.implicit_retry
+            && *k == key
+        {
+            return Ok(IbMr { entry: m.entry.clone() });
+        }
+        let m = self.dev.reg(buf.ptr, buf.len)?;
+        self.implicit_retry = Some((key, IbMr { entry: m.entry.clone() }));
+        Ok(m)
     }
 
     fn qp_index(&self, qpn: u32) -> Option<usize> {
@@ -466,6 +573,7 @@ impl Conn {
             Some(ReqState::Done { n, sizes }) => {
                 let st = TestStatus::Done { n: *n, sizes: *sizes };
                 self.reqs.remove(&id);
+                self.req_mrs.remove(&id);
                 Ok(st)
             }
             Some(ReqState::Pending { .. }) => {
@@ -777,11 +885,6 @@ impl SendInner {
 
     fn isend(&mut self, buf: Buf, tag: i32, mr: Option<&IbMr>) -> NetResult<Option<u64>> {
         self.conn.check_failed()?;
-        if buf.len > 0 && mr.is_none() {
-            return Err(NetError::InvalidArgument(
-                "isend of a non-empty buffer without an mhandle".into(),
-            ));
-        }
         let seq = self.matcher.seq();
         let base = (seq as usize % FIFO_SLOTS) * MAX_RECVS;
         let mut slot = [FifoEntry::default(); MAX_RECVS];
@@ -789,8 +892,17 @@ impl SendInner {
             *e = self.fifo.read(base + i);
         }
         std::sync::atomic::fence(Ordering::Acquire);
+        if slot[0].idx != seq + 1 {
+            // No CTS for this slot yet: NULL request, before any registration work.
+            return Ok(None);
+        }
+        let implicit = if buf.len > 0 && mr.is_none() {
+            Some(self.conn.implicit_mr(&buf)?)
+        } else {
+            None
+        };
         let id = self.conn.next_req;
-        let lkey = mr.map_or(0, IbMr::lkey);
+        let lkey = mr.or(implicit.as_ref()).map_or(0, IbMr::lkey);
         let m = self
             .matcher
             .try_match(&slot, id, tag, buf.ptr as u64, buf.len as u64, lkey)
@@ -808,6 +920,10 @@ impl SendInner {
         }
         self.conn.next_req += 1;
         self.conn.reqs.insert(id, ReqState::Pending { size: buf.len });
+        if let Some(m) = implicit {
+            self.conn.implicit_retry = None;
+            self.conn.req_mrs.insert(id, vec![m]);
+        }
         Ok(Some(id))
     }
 
@@ -980,13 +1096,19 @@ impl RecvInner {
             }
         }
         let mut list = Vec::with_capacity(bufs.len());
+        let mut implicit = Vec::new();
         for b in bufs {
-            if b.buf.len > 0 && b.mr.is_none() {
-                return Err(NetError::InvalidArgument(
-                    "irecv of a non-empty buffer without an mhandle".into(),
-                ));
-            }
-            list.push((b.buf.ptr as u64, b.buf.len as u64, b.mr.map_or(0, IbMr::rkey), b.tag));
+            let rkey = match b.mr {
+                Some(m) => m.rkey(),
+                None if b.buf.len > 0 => {
+                    let m = self.conn.dev.reg(b.buf.ptr, b.buf.len)?;
+                    let k = m.rkey();
+                    implicit.push(m);
+                    k
+                }
+                None => 0,
+            };
+            list.push((b.buf.ptr as u64, b.buf.len as u64, rkey, b.tag));
         }
         let id = self.conn.next_req;
         let Some((seq, entries)) = self.tracker.post(id, &list) else {
@@ -994,6 +1116,9 @@ impl RecvInner {
         };
         self.conn.next_req += 1;
         self.conn.reqs.insert(id, ReqState::Pending { size: 0 });
+        if !implicit.is_empty() {
+            self.conn.req_mrs.insert(id, implicit);
+        }
         for (q, qp) in self.conn.qps.iter().enumerate() {
             if let Err(e) = qp.post_recv0((WR_RECV << WR_KIND_SHIFT) | q as u64) {
                 return Err(self.conn.fail(NetError::System(e)));
@@ -1163,7 +1288,7 @@ impl Net for IbNet {
         Ok(IbListen {
             dev: d.clone(),
             listener,
-            pending: None,
+            pending: Vec::new(),
             tc: ctx.traffic_class,
         })
     }
@@ -1199,6 +1324,7 @@ impl Net for IbNet {
                 .map_err(|e| NetError::System(format!("side-channel connect to {}: {e}", lh.addr)))?;
             sock.set_nonblocking(true).map_err(sys_err)?;
             let _ = sock.set_nodelay(true);
+            set_keepalive(&sock);
             let tc_cfg = if config.traffic_class >= 0 {
                 config.traffic_class
             } else {
@@ -1268,71 +1394,62 @@ impl Net for IbNet {
     }
 
     fn accept(&self, listen: &mut Self::ListenComm) -> NetResult<Option<Self::RecvComm>> {
-        if listen.pending.is_none() {
+        // Take every waiting side-channel connection, so a stray client that
+        // sends nothing cannot hold up a real one behind it.
+        while listen.pending.len() < MAX_PENDING_ACCEPTS {
             match listen.listener.accept() {
                 Ok((sock, peer)) => {
                     sock.set_nonblocking(true).map_err(sys_err)?;
                     let _ = sock.set_nodelay(true);
-                    listen.pending = Some(Accepting {
+                    set_keepalive(&sock);
+                    listen.pending.push(Accepting {
                         sock,
                         peer,
                         hs: Handshake::new(Role::Acceptor, None),
                         res: None,
                     });
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(sys_err(format!("side-channel accept: {e}"))),
             }
         }
         let dev = listen.dev.clone();
         let tc_cfg = listen.tc;
-        let a = listen.pending.as_mut().expect("set above");
-        let result = (|| -> NetResult<bool> {
-            for ev in pump(&mut a.sock, &mut a.hs, a.peer)? {
-                match ev {
-                    proto::Event::PeerMeta(m) => {
-                        let mut res =
-                            RecvInner::new(dev.clone(), m.qpns.len(), a.sock.try_clone().map_err(sys_err)?, a.peer)?;
-                        let (tc, sl) = (self.params.effective_tc(tc_cfg), self.params.effective_sl(tc_cfg));
-                        connect_qps(&res.conn, &self.params, &res.psns, &m, tc, sl)?;
-                        res.remote_fifo = (m.buf_addr, m.buf_rkey);
-                        let meta = own_meta(
-                            &dev,
-                            &res.conn.qps,
-                            &res.psns,
-                            (res.records.addr(0), res.records.mr.rkey()),
-                            tc,
-                            sl,
-                        );
-                        a.hs.queue_meta(&meta);
-                        a.res = Some(res);
-                        pump(&mut a.sock, &mut a.hs, a.peer)?;
-                    }
-                    proto::Event::Ready => {}
+        let mut i = 0;
+        while i < listen.pending.len() {
+            match self.accept_step(&dev, tc_cfg, &mut listen.pending[i]) {
+                Ok(true) => {
+                    let a = listen.pending.remove(i);
+                    let inner = a.res.expect("resources created before ready");
+                    net_info!(
+                        NCCL_NET,
+                        "NET/FerrocclIB: accepted {} ({} QP(s))",
+                        inner.conn.peer,
+                        inner.conn.qps.len()
+                    );
+                    return Ok(Some(IbRecvComm {
+                        inner: Arc::new(Mutex::new(Some(inner))),
+                    }));
+                }
+                Ok(false) => i += 1,
+                Err(e) if listen.pending[i].res.is_none() => {
+                    // Not (yet) a peer of ours: a stray client or garbage. Drop it.
+                    net_warn!(
+                        "NET/FerrocclIB: dropping side-channel connection from {} on {}:{}: {e}",
+                        listen.pending[i].peer,
+                        dev.name,
+                        dev.port
+                    );
+                    listen.pending.remove(i);
+                }
+                Err(e) => {
+                    listen.pending.remove(i);
+                    return Err(e);
                 }
             }
-            Ok(a.hs.is_done())
-        })();
-        match result {
-            Ok(true) => {
-                let a = listen.pending.take().expect("pending");
-                let inner = a.res.expect("resources created before ready");
-                net_info!(
-                    NCCL_NET,
-                    "NET/FerrocclIB: accepted {} ({} QP(s))",
-                    inner.conn.peer,
-                    inner.conn.qps.len()
-                );
-                Ok(Some(IbRecvComm {
-                    inner: Arc::new(Mutex::new(Some(inner))),
-                }))
-            }
-            Ok(false) => Ok(None),
-            Err(e) => {
-                listen.pending = None;
-                Err(e)
-            }
         }
+        Ok(None)
     }
 
     fn reg_mr(&self, comm: CommMut<'_, Self>, buf: Buf, ty: PtrType) -> NetResult<Self::Mr> {
@@ -1418,5 +1535,47 @@ pub fn unavailable_reason() -> Option<String> {
     match IbNet::new() {
         Ok(_) => None,
         Err(e) => Some(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keepalive_settings(sock: &TcpStream) -> (i32, i32, i32) {
+        use std::os::fd::AsRawFd;
+        let get = |level: libc::c_int, name: libc::c_int| {
+            let mut v: libc::c_int = -1;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: valid fd, out pointer and length of a c_int.
+            unsafe {
+                libc::getsockopt(
+                    sock.as_raw_fd(),
+                    level,
+                    name,
+                    (&mut v as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            v
+        };
+        (
+            get(libc::SOL_SOCKET, libc::SO_KEEPALIVE),
+            get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE),
+            get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
+        )
+    }
+
+    #[test]
+    fn side_channel_keepalive_is_set() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        assert_eq!(keepalive_settings(&c).0, 0, "keepalive is off by default");
+        set_keepalive(&c);
+        set_keepalive(&a);
+        for s in [&c, &a] {
+            assert_eq!(keepalive_settings(s), (1, KEEPALIVE_IDLE_S, USER_TIMEOUT_MS));
+        }
     }
 }
