@@ -124,6 +124,19 @@ impl Stream {
     /// communicators' watchdogs only).
     pub fn synchronize_timeout(&self, timeout: Option<Duration>) -> Result<(), Error> {
         let deadline = timeout.map(|t| Instant::now() + t);
+        // Wait for the newest operation first: stream order makes it finish after
+        // the others in the common case, so the caller is woken once instead of
+        // once per operation (every wake-up costs a context switch on a busy host).
+        // The loop below then finds the others finished (or waits for stragglers)
+        // and reports the first error in enqueue order.
+        let last = {
+            let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            g.pending.back().cloned()
+        };
+        // On timeout the loop below names the oldest operation still pending.
+        if let Some((c, _)) = last {
+            let _ = c.wait(deadline, &|| true);
+        }
         let mut first_err = None;
         loop {
             let next = {
