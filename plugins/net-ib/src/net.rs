@@ -894,6 +894,8 @@ impl SendInner {
         std::sync::atomic::fence(Ordering::Acquire);
         if slot[0].idx != seq + 1 {
             // No CTS for this slot yet: NULL request, before any registration work.
+            // A receiver that died never posts one: report it rather than NULL forever.
+            self.conn.check_peer(1)?;
             return Ok(None);
         }
         let implicit = if buf.len > 0 && mr.is_none() {
