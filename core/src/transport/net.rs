@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use crate::Error;
-use crate::plugin::net::{NetPlugin, PtrType, RawComm, RawMr, RawRequest, RecvSlot};
+use crate::plugin::net::{NetError, NetPlugin, PtrType, RawComm, RawMr, RawRequest, RecvSlot};
 
 use super::NCCL_STEPS;
 
@@ -63,6 +63,26 @@ enum SendSlot {
     InFlight(RawRequest),
 }
 
+/// Allocates a connection's FIFO (`NCCL_STEPS` slots of `step_size` bytes) and
+/// registers it once with `regMr`. On failure the comm is closed with `close`,
+/// so nothing leaks, and the error names the connection (`what`).
+fn register_fifo(
+    net: &dyn NetPlugin,
+    comm: RawComm,
+    step_size: usize,
+    close: impl FnOnce(&dyn NetPlugin, RawComm) -> Result<(), NetError>,
+    what: impl FnOnce() -> String,
+) -> Result<(AlignedBuf, RawMr), Error> {
+    let buf = AlignedBuf::new(step_size * NCCL_STEPS);
+    match net.reg_mr(comm, buf.ptr(), step_size * NCCL_STEPS, PtrType::Host) {
+        Ok(mr) => Ok((buf, mr)),
+        Err(e) => {
+            let _ = close(net, comm);
+            Err(Error::net(what(), e))
+        }
+    }
+}
+
 /// Send side of a connection (NCCL's send connector + its proxy state).
 pub(crate) struct SendConn {
     net: Arc<dyn NetPlugin>,
@@ -89,14 +109,13 @@ impl SendConn {
         tag: i32,
         peer: usize,
     ) -> Result<SendConn, Error> {
-        let buf = AlignedBuf::new(step_size * NCCL_STEPS);
-        let mr = match net.reg_mr(comm, buf.ptr(), step_size * NCCL_STEPS, PtrType::Host) {
-            Ok(mr) => mr,
-            Err(e) => {
-                let _ = net.close_send(comm);
-                return Err(Error::net(format!("regMr of the send FIFO to rank {peer}"), e));
-            }
-        };
+        let (buf, mr) = register_fifo(
+            &*net,
+            comm,
+            step_size,
+            |n, c| n.close_send(c),
+            || format!("regMr of the send FIFO to rank {peer}"),
+        )?;
         Ok(SendConn {
             net,
             comm: Some(comm),
@@ -251,14 +270,13 @@ impl RecvConn {
         tag: i32,
         peer: usize,
     ) -> Result<RecvConn, Error> {
-        let buf = AlignedBuf::new(step_size * NCCL_STEPS);
-        let mr = match net.reg_mr(comm, buf.ptr(), step_size * NCCL_STEPS, PtrType::Host) {
-            Ok(mr) => mr,
-            Err(e) => {
-                let _ = net.close_recv(comm);
-                return Err(Error::net(format!("regMr of the receive FIFO from rank {peer}"), e));
-            }
-        };
+        let (buf, mr) = register_fifo(
+            &*net,
+            comm,
+            step_size,
+            |n, c| n.close_recv(c),
+            || format!("regMr of the receive FIFO from rank {peer}"),
+        )?;
         Ok(RecvConn {
             net,
             comm: Some(comm),
