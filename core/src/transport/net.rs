@@ -3,8 +3,13 @@
 //! proxy does in `sendProxyProgress`/`recvProxyProgress`, `src/transport/net.cc`).
 //!
 //! Each connector owns one buffer of `NCCL_STEPS × step_size` bytes registered once
-//! with `regMr`; step `s` uses slot `s % NCCL_STEPS`. Steps are posted and tested in
-//! order (the socket plugin requires requests to be tested in posting order).
+//! with `regMr`. Steps are posted and tested in order (the socket plugin requires
+//! requests to be tested in posting order), but a step does not own a fixed slot:
+//! each new step takes the slot freed most recently ([`SlotStack`]), so a workload
+//! that keeps only a few steps in flight cycles through a cache-hot few slots
+//! instead of walking the whole `NCCL_BUFFSIZE` buffer (on loopback, where the
+//! kernel's copies dominate, a cold FIFO cost ~30% of mid-size busbw). Which slot a
+//! step uses is private to each side: the receiver names its own buffer in `irecv`.
 //!
 //! Sizes reported by the peer are never trusted: a received size that differs
 //! from what the schedule expects is an error ([`crate::Error::Remote`]).
@@ -57,10 +62,45 @@ impl Drop for AlignedBuf {
 enum SendSlot {
     /// Free for the producer.
     Empty,
-    /// Filled with `size` bytes, `isend` not accepted yet.
-    Filled(usize),
-    /// `isend` posted.
-    InFlight(RawRequest),
+    /// Buffer slot `.0` filled with `.1` bytes, `isend` not accepted yet.
+    Filled(usize, usize),
+    /// `isend` of buffer slot `.0` posted.
+    InFlight(usize, RawRequest),
+}
+
+/// The free slots of one connector's FIFO, most recently freed on top.
+#[derive(Debug, Clone, Copy)]
+struct SlotStack {
+    idx: [u8; NCCL_STEPS],
+    len: usize,
+}
+
+impl SlotStack {
+    /// All slots free; slot 0 on top.
+    fn full() -> SlotStack {
+        let mut idx = [0u8; NCCL_STEPS];
+        for (i, v) in idx.iter_mut().enumerate() {
+            *v = (NCCL_STEPS - 1 - i) as u8;
+        }
+        SlotStack { idx, len: NCCL_STEPS }
+    }
+
+    /// The slot the next step gets, if any is free.
+    fn top(&self) -> Option<usize> {
+        self.len.checked_sub(1).map(|i| self.idx[i] as usize)
+    }
+
+    fn take(&mut self) -> Option<usize> {
+        let t = self.top()?;
+        self.len -= 1;
+        Some(t)
+    }
+
+    fn give(&mut self, slot: usize) {
+        debug_assert!(self.len < NCCL_STEPS && slot < NCCL_STEPS);
+        self.idx[self.len] = slot as u8;
+        self.len += 1;
+    }
 }
 
 /// Allocates a connection's FIFO (`NCCL_STEPS` slots of `step_size` bytes) and
@@ -95,7 +135,10 @@ pub(crate) struct SendConn {
     head: u64,
     /// Oldest step not yet completed.
     tail: u64,
+    /// State of steps `tail..head`, indexed by step `% NCCL_STEPS`.
     slots: [SendSlot; NCCL_STEPS],
+    /// Free buffer slots.
+    free: SlotStack,
     /// Peer rank (for messages).
     pub(crate) peer: usize,
 }
@@ -126,8 +169,16 @@ impl SendConn {
             head: 0,
             tail: 0,
             slots: [SendSlot::Empty; NCCL_STEPS],
+            free: SlotStack::full(),
             peer,
         })
+    }
+
+    /// Address of buffer slot `slot`.
+    fn slot_ptr(&self, slot: usize) -> *mut u8 {
+        debug_assert!(slot < NCCL_STEPS);
+        // SAFETY: `slot * step_size` is inside the buffer of NCCL_STEPS × step_size bytes.
+        unsafe { self.buf.ptr().add(slot * self.step_size) }
     }
 
     /// Bytes one step (slot) holds.
@@ -137,21 +188,20 @@ impl SendConn {
 
     /// Whether the producer may fill the next step.
     pub(crate) fn can_push(&self) -> bool {
-        self.head - self.tail < NCCL_STEPS as u64
+        self.head - self.tail < NCCL_STEPS as u64 && self.free.top().is_some()
     }
 
     /// Address of the slot of the next step (valid while `can_push()`).
     pub(crate) fn next_slot(&self) -> *mut u8 {
-        let i = (self.head % NCCL_STEPS as u64) as usize;
-        // SAFETY: `i * step_size` is inside the buffer of NCCL_STEPS × step_size bytes.
-        unsafe { self.buf.ptr().add(i * self.step_size) }
+        self.slot_ptr(self.free.top().expect("next_slot without can_push"))
     }
 
     /// Marks the next step filled with `size` bytes; it is sent by `progress`.
     pub(crate) fn push(&mut self, size: usize) {
         debug_assert!(self.can_push() && size <= self.step_size);
+        let slot = self.free.take().expect("push without can_push");
         let i = (self.head % NCCL_STEPS as u64) as usize;
-        self.slots[i] = SendSlot::Filled(size);
+        self.slots[i] = SendSlot::Filled(slot, size);
         self.head += 1;
     }
 
@@ -175,29 +225,29 @@ impl SendConn {
             let i = (step % NCCL_STEPS as u64) as usize;
             match self.slots[i] {
                 SendSlot::Empty => {}
-                SendSlot::Filled(size) => {
-                    // SAFETY: slot `i` lies inside the registered FIFO buffer.
-                    let data = unsafe { self.buf.ptr().add(i * self.step_size) };
+                SendSlot::Filled(slot, size) => {
+                    let data = self.slot_ptr(slot);
                     match self.net.isend(comm, data, size, self.tag, self.mr) {
                         Ok(Some(req)) => {
-                            self.slots[i] = SendSlot::InFlight(req);
+                            self.slots[i] = SendSlot::InFlight(slot, req);
                             moved = true;
                         }
                         Ok(None) => break,
                         Err(e) => return Err(Error::net(format!("isend of {size} bytes to rank {}", self.peer), e)),
                     }
                 }
-                SendSlot::InFlight(_) => {}
+                SendSlot::InFlight(..) => {}
             }
             step += 1;
         }
         // Test in posting order; retire completed steps from the tail.
         while self.tail < self.head {
             let i = (self.tail % NCCL_STEPS as u64) as usize;
-            let SendSlot::InFlight(req) = self.slots[i] else { break };
+            let SendSlot::InFlight(slot, req) = self.slots[i] else { break };
             match self.net.test(req, &mut []) {
                 Ok(true) => {
                     self.slots[i] = SendSlot::Empty;
+                    self.free.give(slot);
                     self.tail += 1;
                     moved = true;
                 }
@@ -230,10 +280,10 @@ impl Drop for SendConn {
 enum RecvState {
     /// Not posted.
     Empty,
-    /// `irecv` posted.
-    Posted(RawRequest),
-    /// Completed with `size` bytes, waiting for the consumer.
-    Ready(usize),
+    /// `irecv` into buffer slot `.0` posted.
+    Posted(usize, RawRequest),
+    /// Buffer slot `.0` completed with `.1` bytes, waiting for the consumer.
+    Ready(usize, usize),
 }
 
 /// Receive side of a connection (NCCL's recv connector + its proxy state).
@@ -256,7 +306,10 @@ pub(crate) struct RecvConn {
     /// so no receive stays outstanding once an operation is complete (a peer may
     /// then close its side without this rank seeing an error).
     limit: u64,
+    /// State of steps `tail..posted`, indexed by step `% NCCL_STEPS`.
     slots: [RecvState; NCCL_STEPS],
+    /// Free buffer slots.
+    free: SlotStack,
     /// Peer rank (for messages).
     pub(crate) peer: usize,
 }
@@ -288,8 +341,16 @@ impl RecvConn {
             posted: 0,
             limit: 0,
             slots: [RecvState::Empty; NCCL_STEPS],
+            free: SlotStack::full(),
             peer,
         })
+    }
+
+    /// Address of buffer slot `slot`.
+    fn slot_ptr(&self, slot: usize) -> *mut u8 {
+        debug_assert!(slot < NCCL_STEPS);
+        // SAFETY: `slot * step_size` is inside the buffer of NCCL_STEPS × step_size bytes.
+        unsafe { self.buf.ptr().add(slot * self.step_size) }
     }
 
     /// The next step's data if it has arrived: `(address, size)`. The address stays
@@ -297,10 +358,7 @@ impl RecvConn {
     pub(crate) fn peek(&self) -> Option<(*mut u8, usize)> {
         let i = (self.tail % NCCL_STEPS as u64) as usize;
         match self.slots[i] {
-            RecvState::Ready(size) if self.tail < self.posted => {
-                // SAFETY: slot `i` lies inside the FIFO buffer.
-                Some((unsafe { self.buf.ptr().add(i * self.step_size) }, size))
-            }
+            RecvState::Ready(slot, size) if self.tail < self.posted => Some((self.slot_ptr(slot), size)),
             _ => None,
         }
     }
@@ -313,8 +371,12 @@ impl RecvConn {
     /// Releases the consumed step; its slot is re-posted by `progress`.
     pub(crate) fn pop(&mut self) {
         let i = (self.tail % NCCL_STEPS as u64) as usize;
-        debug_assert!(matches!(self.slots[i], RecvState::Ready(_)));
+        let RecvState::Ready(slot, _) = self.slots[i] else {
+            debug_assert!(false, "pop of a step that is not ready");
+            return;
+        };
         self.slots[i] = RecvState::Empty;
+        self.free.give(slot);
         self.tail += 1;
     }
 
@@ -331,7 +393,7 @@ impl RecvConn {
         let mut step = self.tail;
         while step < self.posted {
             let i = (step % NCCL_STEPS as u64) as usize;
-            if let RecvState::Posted(req) = self.slots[i] {
+            if let RecvState::Posted(slot, req) = self.slots[i] {
                 let mut sizes = [0usize; 1];
                 match self.net.test(req, &mut sizes) {
                     Ok(true) => {
@@ -341,7 +403,7 @@ impl RecvConn {
                                 self.peer, sizes[0], self.step_size
                             )));
                         }
-                        self.slots[i] = RecvState::Ready(sizes[0]);
+                        self.slots[i] = RecvState::Ready(slot, sizes[0]);
                         moved = true;
                     }
                     Ok(false) => break,
@@ -353,8 +415,8 @@ impl RecvConn {
         // Post receives for free slots.
         while self.posted < self.limit && self.posted < self.tail + NCCL_STEPS as u64 {
             let i = (self.posted % NCCL_STEPS as u64) as usize;
-            // SAFETY: slot `i` lies inside the registered FIFO buffer.
-            let data = unsafe { self.buf.ptr().add(i * self.step_size) };
+            let Some(slot_idx) = self.free.top() else { break };
+            let data = self.slot_ptr(slot_idx);
             let slot = RecvSlot {
                 data,
                 size: self.step_size,
@@ -363,7 +425,8 @@ impl RecvConn {
             };
             match self.net.irecv(comm, &[slot], false) {
                 Ok(Some(req)) => {
-                    self.slots[i] = RecvState::Posted(req);
+                    self.free.take();
+                    self.slots[i] = RecvState::Posted(slot_idx, req);
                     self.posted += 1;
                     moved = true;
                 }
