@@ -9,7 +9,7 @@
 //! and prints
 //!
 //! ```text
-//! IB_BW size=1048576 inflight=8 iters=200 poll_sleep_us=100 qps=1 dev=rxe0 bytes=209715200 secs=S MB/s=X (MB = 2^20, as perftest)
+//! IB_BW size=1048576 inflight=8 iters=200 poll=sleep_us:100 qps=1 dev=rxe0 bytes=209715200 secs=S MB/s=X (MB = 2^20, as perftest)
 //! ```
 //!
 //! Every message's first and last 8 bytes are checked (they carry the message
@@ -18,10 +18,12 @@
 //! error (printed), 2 on a usage error.
 //!
 //! Usage (inside the soft-RoCE VM, see `scripts/ib-vm-test.sh`):
-//! `ib_bw [--size BYTES] [--inflight N] [--iters N] [--warmup N] [--dev N] [--poll-sleep-us US]`
+//! `ib_bw [--size BYTES] [--inflight N] [--iters N] [--warmup N] [--dev N] [--poll-sleep-us US] [--poll-yield]`
 //! (default 1 MiB, 8 in flight, 200 timed after 16 warm-up, device 0, sleep
 //! 100 µs between polls that found nothing: soft-RoCE's kernel threads share the
-//! vCPUs with both processes; `0` spins like the NCCL proxy thread);
+//! vCPUs with both processes; `0` spins; `--poll-yield` calls `sched_yield()`
+//! between polls that found nothing, as NCCL's proxy progress thread does when
+//! no operation progressed — it overrides `--poll-sleep-us`);
 //! `NCCL_IB_*` variables apply as in the plugin.
 
 use std::io::{BufRead, BufReader, Write};
@@ -44,10 +46,11 @@ struct Opts {
     warmup: usize,
     dev: usize,
     poll_sleep_us: u64,
+    poll_yield: bool,
 }
 
 fn usage() -> String {
-    "usage: ib_bw [--size BYTES] [--inflight N (1..=32)] [--iters N] [--warmup N] [--dev N] [--poll-sleep-us US]"
+    "usage: ib_bw [--size BYTES] [--inflight N (1..=32)] [--iters N] [--warmup N] [--dev N] [--poll-sleep-us US] [--poll-yield]"
         .to_string()
 }
 
@@ -59,6 +62,7 @@ fn parse(args: &[String]) -> Result<(Opts, Option<String>), String> {
         warmup: 16,
         dev: 0,
         poll_sleep_us: 100,
+        poll_yield: false,
     };
     let mut send = None;
     let mut it = args.iter();
@@ -75,6 +79,7 @@ fn parse(args: &[String]) -> Result<(Opts, Option<String>), String> {
             "--warmup" => o.warmup = num("--warmup")?,
             "--dev" => o.dev = num("--dev")?,
             "--poll-sleep-us" => o.poll_sleep_us = num("--poll-sleep-us")? as u64,
+            "--poll-yield" => o.poll_yield = true,
             "--send" => send = Some(it.next().ok_or("--send needs a handle")?.clone()),
             "-h" | "--help" => return Err(usage()),
             other => return Err(format!("unknown argument {other:?}\n{}", usage())),
@@ -154,11 +159,14 @@ fn slots(o: &Opts) -> Vec<u8> {
     v
 }
 
-/// Between polls that found nothing to do: sleep `--poll-sleep-us` (0 = spin).
-/// soft-RoCE does its protocol work in kernel threads on the same vCPUs, which
-/// two spinning processes would starve; a real NIC does not need this.
+/// Between polls that found nothing to do: `sched_yield()` with `--poll-yield`
+/// (NCCL's proxy thread yields when no operation progressed), else sleep
+/// `--poll-sleep-us` (0 = spin). soft-RoCE does its protocol work in kernel
+/// context on the same vCPUs; a real NIC does not need this.
 fn idle(o: &Opts) {
-    if o.poll_sleep_us == 0 {
+    if o.poll_yield {
+        std::thread::yield_now();
+    } else if o.poll_sleep_us == 0 {
         std::hint::spin_loop();
     } else {
         std::thread::sleep(Duration::from_micros(o.poll_sleep_us));
@@ -244,8 +252,13 @@ fn receiver(o: Opts) -> Result<(), String> {
         .listen(&ctx, o.dev, &mut handle)
         .map_err(|e| format!("listen: {e}"))?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
-        .args([
+    let mut args: Vec<String> = if o.poll_yield {
+        vec!["--poll-yield".into()]
+    } else {
+        Vec::new()
+    };
+    args.extend(
+        [
             "--size",
             &o.size.to_string(),
             "--inflight",
@@ -260,7 +273,11 @@ fn receiver(o: Opts) -> Result<(), String> {
             &o.poll_sleep_us.to_string(),
             "--send",
             &hex(&handle),
-        ])
+        ]
+        .map(String::from),
+    );
+    let mut child = Command::new(exe)
+        .args(&args)
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("spawn sender: {e}"))?;
@@ -349,11 +366,15 @@ fn receiver(o: Opts) -> Result<(), String> {
         let bytes = timed * o.size as u64;
         let mbs = bytes as f64 / secs / (1u64 << 20) as f64;
         println!(
-            "IB_BW size={} inflight={} iters={} poll_sleep_us={} qps={} dev={} bytes={bytes} secs={secs:.3} MB/s={mbs:.2} (MB = 2^20, as perftest)",
+            "IB_BW size={} inflight={} iters={} poll={} qps={} dev={} bytes={bytes} secs={secs:.3} MB/s={mbs:.2} (MB = 2^20, as perftest)",
             o.size,
             o.inflight,
             o.iters,
-            o.poll_sleep_us,
+            if o.poll_yield {
+                "yield".to_string()
+            } else {
+                format!("sleep_us:{}", o.poll_sleep_us)
+            },
             net.params().qps_per_conn,
             props.name
         );

@@ -331,3 +331,110 @@ fn two_process_exchange() {
     net.close_recv(comm).unwrap();
     println!("PARENT all phases ok");
 }
+
+/// Receiver side of [`dead_receiver_fails_isend`], run in the child process:
+/// listens, prints its handle, accepts, then posts nothing and waits to be killed.
+fn stalled_receiver() {
+    let net = IbNet::new().expect("child: IbNet::new");
+    let ctx = net.init(0, &CommConfig::default()).unwrap();
+    let mut handle = [0u8; 128];
+    let mut listen = net.listen(&ctx, 0, &mut handle).unwrap();
+    println!("CHILD handle {}", hex(&handle));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let _comm = loop {
+        if let Some(c) = net.accept(&mut listen).unwrap() {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "accept timed out");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    println!("CHILD accepted");
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+/// A send whose receiver never posts a receive (no CTS) stays NULL ("try again")
+/// while the receiver lives; once the receiver process is killed, `isend` must
+/// return an error within 15 s instead of NULL forever (conformance check
+/// `fault.peer_killed_send`, checklist "teardown and errors").
+#[test]
+fn dead_receiver_fails_isend() {
+    if std::env::var("IB_CHILD_STALLED_RECV").is_ok() {
+        stalled_receiver();
+        return;
+    }
+    let Some(net) = new_net() else { return };
+    let ctx = net.init(0, &CommConfig::default()).unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "dead_receiver_fails_isend",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("IB_CHILD_STALLED_RECV", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = mpsc::channel::<String>();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            eprintln!("[child] {line}");
+            let _ = tx.send(line);
+        }
+    });
+    let expect_line = |want: &str| -> String {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) if l.contains(want) => return l,
+                Ok(_) => {}
+                Err(e) => panic!("waiting for child line {want:?}: {e}"),
+            }
+        }
+    };
+    let line = expect_line("CHILD handle ");
+    let mut handle = [0u8; 128];
+    handle.copy_from_slice(&unhex(line.rsplit(' ').next().unwrap()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut comm = loop {
+        if let Some(c) = net.connect(&ctx, 0, &mut handle, &CommConfig::default()).unwrap() {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "connect timed out");
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    expect_line("CHILD accepted");
+    let mut data = pattern(3, 1 << 20);
+    // The receiver lives and posted nothing: NULL (no CTS), never an error.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        let r = net.isend(&mut comm, Buf::new(data.as_mut_ptr(), data.len()), 7, None);
+        assert!(
+            matches!(r, Ok(None)),
+            "isend without a CTS from a live receiver: {:?}",
+            r.map(|o| o.is_some())
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    let t0 = Instant::now();
+    let err = loop {
+        match net.isend(&mut comm, Buf::new(data.as_mut_ptr(), data.len()), 7, None) {
+            Ok(None) => {
+                assert!(
+                    t0.elapsed() < Duration::from_secs(15),
+                    "isend to a killed receiver still NULL after 15 s"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Ok(Some(_)) => panic!("isend to a killed receiver that never posted a receive returned a request"),
+            Err(e) => break e,
+        }
+    };
+    println!("PARENT dead receiver -> isend error {err} after {:?}", t0.elapsed());
+    assert!(matches!(err, NetError::Remote(_)), "{err:?}");
+    net.close_send(comm).unwrap();
+}
