@@ -530,10 +530,11 @@ pub mod params {
         "algorithms allowed (accepted and echoed; ferroccl uses Ring)",
     );
 
-    /// `NCCL_MIN_NCHANNELS`: at least this many channels (default 2 on CPU).
+    /// `NCCL_MIN_NCHANNELS`: at least this many channels (default 1: no lower bound
+    /// beyond one, so `NCCL_MAX_NCHANNELS=1` alone is enough to get one ring).
     pub static MIN_NCHANNELS: IntParam = IntParam {
         name: "NCCL_MIN_NCHANNELS",
-        default: 2,
+        default: 1,
         min: 1,
         max: MAXCHANNELS,
         description: "minimum number of channels (rings)",
