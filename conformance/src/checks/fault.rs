@@ -257,6 +257,10 @@ fn peer_killed_recv(cx: &mut Cx, _: u64) -> Res {
     Ok(())
 }
 
+/// How long `peer_killed_send` retries a NULL isend before it treats the plugin as
+/// receiver-driven and kills the stalled receiver with the send unposted.
+const UNPOSTED_SEND_WAIT: Duration = Duration::from_secs(2);
+
 fn peer_killed_send(cx: &mut Cx, _: u64) -> Res {
     let mut peer = Peer::spawn(cx, Role::StallReceiver, &[])?;
     let hex = peer.expect("handle ", Duration::from_secs(30))?;
@@ -282,7 +286,51 @@ fn peer_killed_send(cx: &mut Cx, _: u64) -> Res {
     cx.wait_all("first message to the peer", &[r])?;
     peer.expect("received", Duration::from_secs(30))?;
     let mut big = vec![0u8; 64 << 20];
-    let r = cx.post("isend of 64 MiB", |cx| cx.isend(send, &mut big, 0, None))?;
+    // A receiver-driven plugin (NCCL's IB transport) returns NULL from isend until
+    // the receiver posts its matching irecv (clear-to-send), which the stalled
+    // peer never does: after a short bounded try, kill the peer with the send
+    // still unposted; retried isends must then fail, not stay NULL forever.
+    let posted = Instant::now();
+    let mut first_try = None;
+    while first_try.is_none() && posted.elapsed() < UNPOSTED_SEND_WAIT {
+        first_try = cx.isend(send, &mut big, 0, None)?;
+        if first_try.is_none() {
+            std::thread::yield_now();
+        }
+    }
+    let Some(r) = first_try else {
+        peer.kill();
+        cx.notes.push(format!(
+            "isend stayed NULL for {:?} while the receiver posted nothing (receiver-driven plugin); \
+             peer killed with the send unposted",
+            UNPOSTED_SEND_WAIT
+        ));
+        let killed = Instant::now();
+        loop {
+            match cx.isend(send, &mut big, 0, None) {
+                Err(crate::outcome::Stop::Fail { observed, .. }) => {
+                    cx.notes
+                        .push(format!("isend error after {:.0?}: {observed}", killed.elapsed()));
+                    break;
+                }
+                Err(e) => return Err(e),
+                Ok(Some(r)) => {
+                    expect_error(cx, r, "a 64 MiB isend to the killed receiver")?;
+                    break;
+                }
+                Ok(None) => {}
+            }
+            ensure!(
+                killed.elapsed() < DEAD_PEER_DEADLINE,
+                "a dead peer gives an error within a bounded time, never a hang (checklist: teardown and errors)",
+                "isend to the killed receiver kept returning NULL for {} s after the peer process was killed",
+                DEAD_PEER_DEADLINE.as_secs()
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let _ = cx.call(Call::CloseSend, "closeSend after the peer died", |n| n.close_send(send));
+        return Ok(());
+    };
     for _ in 0..20 {
         if cx.test(r, &mut [0])? {
             return Err(skip!(
