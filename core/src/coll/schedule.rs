@@ -583,4 +583,3 @@ pub(crate) fn buffer_bytes(kind: CollKind, count: usize, dtype: DataType, nranks
         CollKind::Recv { .. } => (0, b),
     }
 }
-

@@ -243,7 +243,9 @@ impl SendConn {
         // Test in posting order; retire completed steps from the tail.
         while self.tail < self.head {
             let i = (self.tail % NCCL_STEPS as u64) as usize;
-            let SendSlot::InFlight(slot, req) = self.slots[i] else { break };
+            let SendSlot::InFlight(slot, req) = self.slots[i] else {
+                break;
+            };
             match self.net.test(req, &mut []) {
                 Ok(true) => {
                     self.slots[i] = SendSlot::Empty;
