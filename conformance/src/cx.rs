@@ -233,18 +233,30 @@ impl Cx {
 
     /// Posts with retries while the plugin answers NULL (back-pressure), testing
     /// nothing in between; fails after [`REQUEST_DEADLINE`].
-    pub fn post(&mut self, what: &str, mut f: impl FnMut(&mut Cx) -> Res<Option<RawRequest>>) -> Res<RawRequest> {
+    pub fn post(&mut self, what: &str, f: impl FnMut(&mut Cx) -> Res<Option<RawRequest>>) -> Res<RawRequest> {
+        self.try_post(REQUEST_DEADLINE, f)?.ok_or_else(|| {
+            fail!(
+                "a NULL request means 'try again later'; a retried post eventually succeeds (§1.5)",
+                "{what} kept returning a NULL request for {} s",
+                REQUEST_DEADLINE.as_secs()
+            )
+        })
+    }
+
+    /// Retries `f` while it returns a NULL request, for at most `wait`; `None` when
+    /// it was still NULL then (errors from `f` end the retries at once).
+    pub fn try_post(
+        &mut self,
+        wait: Duration,
+        mut f: impl FnMut(&mut Cx) -> Res<Option<RawRequest>>,
+    ) -> Res<Option<RawRequest>> {
         let start = Instant::now();
         loop {
             if let Some(r) = f(self)? {
-                return Ok(r);
+                return Ok(Some(r));
             }
-            if start.elapsed() > REQUEST_DEADLINE {
-                return Err(fail!(
-                    "a NULL request means 'try again later'; a retried post eventually succeeds (§1.5)",
-                    "{what} kept returning a NULL request for {} s",
-                    REQUEST_DEADLINE.as_secs()
-                ));
+            if start.elapsed() > wait {
+                return Ok(None);
             }
             std::thread::yield_now();
         }

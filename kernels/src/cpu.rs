@@ -516,19 +516,7 @@ mod simd_tests {
             seed ^= seed << 17;
             seed
         };
-        let dtypes = [
-            DataType::Int8,
-            DataType::Uint8,
-            DataType::Int32,
-            DataType::Uint32,
-            DataType::Int64,
-            DataType::Uint64,
-            DataType::Float16,
-            DataType::Bfloat16,
-            DataType::Float32,
-            DataType::Float64,
-        ];
-        for dt in dtypes {
+        for dt in DataType::ALL {
             let ops = [
                 RedOp::Sum,
                 RedOp::Prod,

@@ -290,15 +290,7 @@ fn peer_killed_send(cx: &mut Cx, _: u64) -> Res {
     // the receiver posts its matching irecv (clear-to-send), which the stalled
     // peer never does: after a short bounded try, kill the peer with the send
     // still unposted; retried isends must then fail, not stay NULL forever.
-    let posted = Instant::now();
-    let mut first_try = None;
-    while first_try.is_none() && posted.elapsed() < UNPOSTED_SEND_WAIT {
-        first_try = cx.isend(send, &mut big, 0, None)?;
-        if first_try.is_none() {
-            std::thread::yield_now();
-        }
-    }
-    let Some(r) = first_try else {
+    let Some(r) = cx.try_post(UNPOSTED_SEND_WAIT, |cx| cx.isend(send, &mut big, 0, None))? else {
         peer.kill();
         cx.notes.push(format!(
             "isend stayed NULL for {:?} while the receiver posted nothing (receiver-driven plugin); \

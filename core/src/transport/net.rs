@@ -48,6 +48,13 @@ impl AlignedBuf {
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
     }
+
+    /// Address of FIFO slot `slot` when the buffer is cut in slots of `step_size` bytes.
+    fn slot(&self, slot: usize, step_size: usize) -> *mut u8 {
+        debug_assert!((slot + 1) * step_size <= self.len);
+        // SAFETY: `slot * step_size` is inside the buffer (NCCL_STEPS × step_size bytes).
+        unsafe { self.ptr.add(slot * step_size) }
+    }
 }
 
 impl Drop for AlignedBuf {
@@ -174,13 +181,6 @@ impl SendConn {
         })
     }
 
-    /// Address of buffer slot `slot`.
-    fn slot_ptr(&self, slot: usize) -> *mut u8 {
-        debug_assert!(slot < NCCL_STEPS);
-        // SAFETY: `slot * step_size` is inside the buffer of NCCL_STEPS × step_size bytes.
-        unsafe { self.buf.ptr().add(slot * self.step_size) }
-    }
-
     /// Bytes one step (slot) holds.
     pub(crate) fn step_size(&self) -> usize {
         self.step_size
@@ -193,7 +193,8 @@ impl SendConn {
 
     /// Address of the slot of the next step (valid while `can_push()`).
     pub(crate) fn next_slot(&self) -> *mut u8 {
-        self.slot_ptr(self.free.top().expect("next_slot without can_push"))
+        self.buf
+            .slot(self.free.top().expect("next_slot without can_push"), self.step_size)
     }
 
     /// Marks the next step filled with `size` bytes; it is sent by `progress`.
@@ -226,7 +227,7 @@ impl SendConn {
             match self.slots[i] {
                 SendSlot::Empty => {}
                 SendSlot::Filled(slot, size) => {
-                    let data = self.slot_ptr(slot);
+                    let data = self.buf.slot(slot, self.step_size);
                     match self.net.isend(comm, data, size, self.tag, self.mr) {
                         Ok(Some(req)) => {
                             self.slots[i] = SendSlot::InFlight(slot, req);
@@ -348,19 +349,14 @@ impl RecvConn {
         })
     }
 
-    /// Address of buffer slot `slot`.
-    fn slot_ptr(&self, slot: usize) -> *mut u8 {
-        debug_assert!(slot < NCCL_STEPS);
-        // SAFETY: `slot * step_size` is inside the buffer of NCCL_STEPS × step_size bytes.
-        unsafe { self.buf.ptr().add(slot * self.step_size) }
-    }
-
     /// The next step's data if it has arrived: `(address, size)`. The address stays
     /// valid (and exclusively the consumer's) until [`RecvConn::pop`].
     pub(crate) fn peek(&self) -> Option<(*mut u8, usize)> {
         let i = (self.tail % NCCL_STEPS as u64) as usize;
         match self.slots[i] {
-            RecvState::Ready(slot, size) if self.tail < self.posted => Some((self.slot_ptr(slot), size)),
+            RecvState::Ready(slot, size) if self.tail < self.posted => {
+                Some((self.buf.slot(slot, self.step_size), size))
+            }
             _ => None,
         }
     }
@@ -418,7 +414,7 @@ impl RecvConn {
         while self.posted < self.limit && self.posted < self.tail + NCCL_STEPS as u64 {
             let i = (self.posted % NCCL_STEPS as u64) as usize;
             let Some(slot_idx) = self.free.top() else { break };
-            let data = self.slot_ptr(slot_idx);
+            let data = self.buf.slot(slot_idx, self.step_size);
             let slot = RecvSlot {
                 data,
                 size: self.step_size,

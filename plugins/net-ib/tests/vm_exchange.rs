@@ -48,6 +48,47 @@ fn unhex(s: &str) -> Vec<u8> {
         .collect()
 }
 
+/// This test binary re-run as a child process for one test (`--exact`), its
+/// stdout lines echoed to stderr and forwarded to the parent.
+struct ChildTest {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl ChildTest {
+    /// Spawns the child running test `name` with `var=value` in its environment.
+    fn spawn(name: &str, var: &str, value: &str) -> ChildTest {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(var, value)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, lines) = mpsc::channel::<String>();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                eprintln!("[child] {line}");
+                let _ = tx.send(line);
+            }
+        });
+        ChildTest { child, lines }
+    }
+
+    /// Waits (at most 120 s) for a child line containing `want` and returns it.
+    fn expect_line(&self, want: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if l.contains(want) => return l,
+                Ok(_) => {}
+                Err(e) => panic!("waiting for child line {want:?}: {e}"),
+            }
+        }
+    }
+}
+
 fn new_net() -> Option<IbNet> {
     match IbNet::new() {
         Ok(n) => Some(n),
@@ -175,30 +216,9 @@ fn two_process_exchange() {
     let ctx = net.init(0, &CommConfig::default()).unwrap();
     let mut handle = [0u8; 128];
     let mut listen = net.listen(&ctx, 0, &mut handle).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["two_process_exchange", "--exact", "--nocapture", "--test-threads=1"])
-        .env("IB_CHILD_HANDLE", hex(&handle))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            eprintln!("[child] {line}");
-            let _ = tx.send(line);
-        }
-    });
+    let mut child = ChildTest::spawn("two_process_exchange", "IB_CHILD_HANDLE", &hex(&handle));
     let expect_line = |want: &str| {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(l) if l.contains(want) => return,
-                Ok(_) => {}
-                Err(e) => panic!("waiting for child line {want:?}: {e}"),
-            }
-        }
+        child.expect_line(want);
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut comm = loop {
@@ -322,8 +342,8 @@ fn two_process_exchange() {
         mr: Some(&mr),
     }];
     let mut req = net.irecv(&mut comm, &rb).unwrap().expect("irecv");
-    child.kill().unwrap();
-    let _ = child.wait();
+    child.child.kill().unwrap();
+    let _ = child.child.wait();
     let t0 = Instant::now();
     let err = wait(&net, &mut req, "irecv from killed peer").expect_err("a receive from a killed peer must fail");
     println!("PARENT dead peer -> {err} after {:?}", t0.elapsed());
@@ -364,36 +384,8 @@ fn dead_receiver_fails_isend() {
     }
     let Some(net) = new_net() else { return };
     let ctx = net.init(0, &CommConfig::default()).unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "dead_receiver_fails_isend",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("IB_CHILD_STALLED_RECV", "1")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    let out = child.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            eprintln!("[child] {line}");
-            let _ = tx.send(line);
-        }
-    });
-    let expect_line = |want: &str| -> String {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(l) if l.contains(want) => return l,
-                Ok(_) => {}
-                Err(e) => panic!("waiting for child line {want:?}: {e}"),
-            }
-        }
-    };
+    let mut child = ChildTest::spawn("dead_receiver_fails_isend", "IB_CHILD_STALLED_RECV", "1");
+    let expect_line = |want: &str| -> String { child.expect_line(want) };
     let line = expect_line("CHILD handle ");
     let mut handle = [0u8; 128];
     handle.copy_from_slice(&unhex(line.rsplit(' ').next().unwrap()));
@@ -418,8 +410,8 @@ fn dead_receiver_fails_isend() {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    child.kill().unwrap();
-    let _ = child.wait();
+    child.child.kill().unwrap();
+    let _ = child.child.wait();
     let t0 = Instant::now();
     let err = loop {
         match net.isend(&mut comm, Buf::new(data.as_mut_ptr(), data.len()), 7, None) {
