@@ -8,7 +8,7 @@ mod plugin_common;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ferroccl::plugin::library::AttemptResult;
 use ferroccl::plugin::logger::LogCapture;
@@ -46,29 +46,45 @@ impl Drop for TempDir {
     }
 }
 
-/// Runs `f` with a tracing subscriber (INFO and up) writing into a string.
+thread_local! {
+    /// Where this thread's log lines go while [`logged`] runs.
+    static CAPTURE: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's INFO-and-up log lines captured into a string.
+///
+/// One process-wide subscriber is installed once and routes each line to the
+/// writing thread's capture buffer (dropped when none). A scoped subscriber per
+/// test (`with_default`) would race the other test threads over tracing's cached
+/// per-callsite interest and sometimes capture nothing.
 fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl Write for Buf {
+    struct ThreadWriter;
+    impl Write for ThreadWriter {
         fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
+            CAPTURE.with(|c| {
+                if let Some(v) = c.borrow_mut().as_mut() {
+                    v.extend_from_slice(b);
+                }
+            });
             Ok(b.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
     }
-    let buf = Buf::default();
-    let w = buf.clone();
-    let sub = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || w.clone())
-        .finish();
-    let r = tracing::subscriber::with_default(sub, f);
-    let text = String::from_utf8_lossy(&buf.0.lock().unwrap()).into_owned();
-    (r, text)
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let sub = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(|| ThreadWriter)
+            .finish();
+        tracing::subscriber::set_global_default(sub).expect("no other global subscriber in this test binary");
+    });
+    CAPTURE.with(|c| *c.borrow_mut() = Some(Vec::new()));
+    let r = f();
+    let text = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    (r, String::from_utf8_lossy(&text).into_owned())
 }
 
 #[test]
