@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::Error;
-use crate::coll::CollArgs;
+use crate::coll::{CollArgs, CollKind};
 use crate::coll::exec;
 use crate::coll::schedule::{self, Lane, SchedParams, Task};
 use crate::plugin::net::{NetPlugin, RawCtx};
@@ -73,6 +73,10 @@ pub(crate) struct Proxy {
     pub timeout: Duration,
     /// Plugin device used for p2p connections.
     pub p2p_dev: usize,
+    /// Operations whose buffers are at least this many bytes send straight from
+    /// registered user memory (`FERROCCL_NET_USER_SEND_MIN`); `None` = always copy
+    /// through the FIFO.
+    pub user_send_min: Option<usize>,
 }
 
 impl Proxy {
@@ -153,7 +157,72 @@ impl Proxy {
                 r.expect(steps);
             }
         }
-        self.progress_tasks(&mut tasks, &work.what)
+        if let Some(min) = self.user_send_min {
+            self.register_user(&work.colls, &tasks, min);
+        }
+        let r = self.progress_tasks(&mut tasks, &work.what);
+        for c in self.ring_send.iter_mut().chain(self.p2p_send.values_mut()) {
+            c.release_user();
+        }
+        r
+    }
+
+    /// Registers the user buffers of `colls` of at least `min` bytes with the send
+    /// connections their tasks use, so steps go on the wire straight from user
+    /// memory (see `exec::user_source`) instead of through a FIFO copy. Outputs are
+    /// always eligible (each output element is written once per operation, before
+    /// it is sent); an input only when no output of this work overlaps it (in
+    /// place, the input is overwritten while a send from it may be in flight).
+    /// Buffers a rank does not touch (`Broadcast` input off the root, `Reduce`
+    /// output off the root) are left alone.
+    fn register_user(&mut self, colls: &[CollArgs], tasks: &[Task], min: usize) {
+        let (rank, nranks) = (self.params.rank, self.params.nranks);
+        let mut inputs = Vec::new();
+        let mut outputs = Vec::new();
+        for a in colls {
+            let (sb, rb) = schedule::buffer_bytes(a.kind, a.count, a.dtype, nranks);
+            let reads = !matches!(a.kind, CollKind::Broadcast { root } if root != rank);
+            let writes = !matches!(a.kind, CollKind::Reduce { root } if root != rank);
+            if reads && !a.send.is_null() && sb >= min {
+                inputs.push((a.kind, a.send, sb));
+            }
+            if writes && !a.recv.is_null() && rb >= min {
+                outputs.push((a.kind, a.recv as *const u8, rb));
+            }
+        }
+        let overlaps = |p: *const u8, n: usize| {
+            colls.iter().any(|a| {
+                let (_, rb) = schedule::buffer_bytes(a.kind, a.count, a.dtype, nranks);
+                !a.recv.is_null() && (p as usize) < a.recv as usize + rb && (a.recv as usize) < p as usize + n
+            })
+        };
+        inputs.retain(|&(_, p, n)| !overlaps(p, n));
+        if inputs.is_empty() && outputs.is_empty() {
+            return;
+        }
+        for t in tasks {
+            match t.lane {
+                Lane::Ring(c) => {
+                    if let Some(conn) = self.ring_send.get_mut(c) {
+                        for &(kind, p, n) in inputs.iter().chain(&outputs) {
+                            if !matches!(kind, CollKind::Send { .. } | CollKind::Recv { .. }) {
+                                conn.register_user(p, n);
+                            }
+                        }
+                    }
+                }
+                Lane::P2pSend(peer) => {
+                    if let Some(conn) = self.p2p_send.get_mut(&peer) {
+                        for &(kind, p, n) in &inputs {
+                            if kind == (CollKind::Send { peer }) {
+                                conn.register_user(p, n);
+                            }
+                        }
+                    }
+                }
+                Lane::P2pRecv(_) | Lane::Local => {}
+            }
+        }
     }
 
     fn connect_p2p(&mut self, tasks: &[Task]) -> Result<(), Error> {

@@ -4,6 +4,10 @@
 //! Counts include 0, 1, primes and sizes that are not multiples of
 //! channels × ranks; a small `NCCL_BUFFSIZE` and `FERROCCL_MIN_CHANNEL_BYTES`
 //! make even these counts span several slices, loops and both channels.
+//! `FERROCCL_NET_USER_SEND_MIN` varies per rank count so both send paths are
+//! checked everywhere: 2 and 8 ranks use the default (larger operations send
+//! from registered user memory, smaller ones copy through the FIFO), 3 ranks send
+//! from user memory whenever a step allows it, 4 ranks always copy.
 
 mod coll_support;
 
@@ -41,7 +45,7 @@ fn matrix_worker() {
     comm.destroy().expect("destroy");
 }
 
-fn run(nranks: usize, small: bool) {
+fn run(nranks: usize, small: bool, user_send_min: Option<&'static str>) {
     let mut env = vec![
         ("NCCL_BUFFSIZE", "65536"),
         ("FERROCCL_MIN_CHANNEL_BYTES", "4096"),
@@ -49,6 +53,9 @@ fn run(nranks: usize, small: bool) {
     ];
     if small {
         env.push(("MATRIX_SMALL", "1"));
+    }
+    if let Some(v) = user_send_min {
+        env.push(("FERROCCL_NET_USER_SEND_MIN", v));
     }
     let ranks: Vec<usize> = (0..nranks).collect();
     let outs = launch(WORKER, "matrix", nranks, &ranks, &env, |_| Vec::new(), LIMIT);
@@ -77,25 +84,25 @@ fn run(nranks: usize, small: bool) {
 
 #[test]
 fn matrix_1_rank() {
-    run(1, false);
+    run(1, false, None);
 }
 
 #[test]
 fn matrix_2_ranks() {
-    run(2, false);
+    run(2, false, None);
 }
 
 #[test]
 fn matrix_3_ranks() {
-    run(3, false);
+    run(3, false, Some("0"));
 }
 
 #[test]
 fn matrix_4_ranks() {
-    run(4, false);
+    run(4, false, Some("-1"));
 }
 
 #[test]
 fn matrix_8_ranks_small() {
-    run(8, true);
+    run(8, true, None);
 }

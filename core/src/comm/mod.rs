@@ -270,6 +270,7 @@ impl Comm {
                 chunk_slices: params.chunk_slices,
                 min_channel_bytes: params.min_channel_bytes,
             },
+            user_send_min: params.user_send_min,
             ring_send,
             ring_recv,
             p2p_send: BTreeMap::new(),

@@ -50,6 +50,8 @@ pub(crate) struct CommParams {
     pub p2p_chunksize: usize,
     pub chunk_slices: usize,
     pub min_channel_bytes: usize,
+    /// `FERROCCL_NET_USER_SEND_MIN` (`None` when -1).
+    pub user_send_min: Option<usize>,
     pub bootstrap: BootstrapConfig,
 }
 
@@ -125,6 +127,12 @@ impl CommParams {
             p2p_chunksize,
             chunk_slices: 2,
             min_channel_bytes: int_param("FERROCCL_MIN_CHANNEL_BYTES", 256 << 10, 1, 1 << 40)? as usize,
+            // Operations with buffers of at least this many bytes send straight from
+            // user memory registered with the plugin for the operation (regMr at
+            // its start, deregMr at its end) instead of copying into the FIFO
+            // first; -1 = never. Below 64 KiB the copy is cheaper than the
+            // registrations.
+            user_send_min: usize::try_from(int_param("FERROCCL_NET_USER_SEND_MIN", 64 << 10, -1, 1 << 40)?).ok(),
             bootstrap,
         })
     }

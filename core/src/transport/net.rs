@@ -65,14 +65,24 @@ impl Drop for AlignedBuf {
     }
 }
 
+/// Where a send step's bytes are.
+#[derive(Clone, Copy, Debug)]
+enum SendSrc {
+    /// FIFO slot `.0` of the connector's own buffer.
+    Slot(usize),
+    /// User memory at address `.0`, registered for the current operation
+    /// ([`SendConn::register_user`]) as mhandle `.1`.
+    User(usize, RawMr),
+}
+
 #[derive(Clone, Copy, Debug)]
 enum SendSlot {
     /// Free for the producer.
     Empty,
-    /// Buffer slot `.0` filled with `.1` bytes, `isend` not accepted yet.
-    Filled(usize, usize),
-    /// `isend` of buffer slot `.0` posted.
-    InFlight(usize, RawRequest),
+    /// Filled with `.1` bytes, `isend` not accepted yet.
+    Filled(SendSrc, usize),
+    /// `isend` posted; a FIFO slot goes back to the free stack when it completes.
+    InFlight(SendSrc, RawRequest),
 }
 
 /// The free slots of one connector's FIFO, most recently freed on top.
@@ -146,6 +156,8 @@ pub(crate) struct SendConn {
     slots: [SendSlot; NCCL_STEPS],
     /// Free buffer slots.
     free: SlotStack,
+    /// User buffers registered for the current operation: `(start, end, mhandle)`.
+    user_mrs: Vec<(usize, usize, RawMr)>,
     /// Peer rank (for messages).
     pub(crate) peer: usize,
 }
@@ -177,8 +189,76 @@ impl SendConn {
             tail: 0,
             slots: [SendSlot::Empty; NCCL_STEPS],
             free: SlotStack::full(),
+            user_mrs: Vec::new(),
             peer,
         })
+    }
+
+    /// Registers user memory `[ptr, ptr + len)` with this sendComm (`regMr`, host
+    /// memory) so that steps can be sent straight from it ([`SendConn::push_user`])
+    /// instead of being copied into a FIFO slot first. Registrations last until
+    /// [`SendConn::release_user`] (the end of the operation: user buffers may be
+    /// freed after that, so nothing is cached across operations). Returns whether
+    /// the plugin accepted it; a refusal only means steps take the FIFO path.
+    pub(crate) fn register_user(&mut self, ptr: *const u8, len: usize) -> bool {
+        let (start, end) = (ptr as usize, ptr as usize + len);
+        if len == 0 || self.user_mrs.iter().any(|&(s, e, _)| s <= start && end <= e) {
+            return len > 0;
+        }
+        let Some(comm) = self.comm else { return false };
+        match self.net.reg_mr(comm, ptr as *mut u8, len, PtrType::Host) {
+            Ok(mr) => {
+                self.user_mrs.push((start, end, mr));
+                true
+            }
+            Err(e) => {
+                tracing::debug!(
+                    target: "ferroccl::net",
+                    "regMr of {len} bytes of user memory for the send to rank {} refused ({e}); using the FIFO",
+                    self.peer
+                );
+                false
+            }
+        }
+    }
+
+    /// The mhandle of a registration covering `[ptr, ptr + len)`, if any.
+    pub(crate) fn user_mr(&self, ptr: *const u8, len: usize) -> Option<RawMr> {
+        let (start, end) = (ptr as usize, ptr as usize + len);
+        self.user_mrs
+            .iter()
+            .find(|&&(s, e, _)| s <= start && end <= e)
+            .map(|&(_, _, mr)| mr)
+    }
+
+    /// Deregisters the user buffers of the finished operation. Must only be called
+    /// once every step has completed ([`SendConn::idle`]); otherwise the
+    /// registrations stay until [`SendConn::close`].
+    pub(crate) fn release_user(&mut self) {
+        if !self.idle() {
+            return;
+        }
+        if let Some(comm) = self.comm {
+            for (_, _, mr) in self.user_mrs.drain(..) {
+                let _ = self.net.dereg_mr(comm, mr);
+            }
+        }
+    }
+
+    /// Whether a step sent from user memory may be pushed (fewer than
+    /// `NCCL_STEPS` steps in flight; no FIFO slot needed).
+    pub(crate) fn can_push_user(&self) -> bool {
+        self.head - self.tail < NCCL_STEPS as u64
+    }
+
+    /// Queues a step of `size` bytes sent straight from registered user memory at
+    /// `ptr` (`mr` from [`SendConn::user_mr`]). The memory must stay unchanged
+    /// until the step completes (the operation's end at the latest).
+    pub(crate) fn push_user(&mut self, ptr: *const u8, size: usize, mr: RawMr) {
+        debug_assert!(self.can_push_user() && size <= self.step_size);
+        let i = (self.head % NCCL_STEPS as u64) as usize;
+        self.slots[i] = SendSlot::Filled(SendSrc::User(ptr as usize, mr), size);
+        self.head += 1;
     }
 
     /// Bytes one step (slot) holds.
@@ -202,7 +282,7 @@ impl SendConn {
         debug_assert!(self.can_push() && size <= self.step_size);
         let slot = self.free.take().expect("push without can_push");
         let i = (self.head % NCCL_STEPS as u64) as usize;
-        self.slots[i] = SendSlot::Filled(slot, size);
+        self.slots[i] = SendSlot::Filled(SendSrc::Slot(slot), size);
         self.head += 1;
     }
 
@@ -226,11 +306,14 @@ impl SendConn {
             let i = (step % NCCL_STEPS as u64) as usize;
             match self.slots[i] {
                 SendSlot::Empty => {}
-                SendSlot::Filled(slot, size) => {
-                    let data = self.buf.slot(slot, self.step_size);
-                    match self.net.isend(comm, data, size, self.tag, self.mr) {
+                SendSlot::Filled(src, size) => {
+                    let (data, mr) = match src {
+                        SendSrc::Slot(slot) => (self.buf.slot(slot, self.step_size), self.mr),
+                        SendSrc::User(ptr, mr) => (ptr as *mut u8, Some(mr)),
+                    };
+                    match self.net.isend(comm, data, size, self.tag, mr) {
                         Ok(Some(req)) => {
-                            self.slots[i] = SendSlot::InFlight(slot, req);
+                            self.slots[i] = SendSlot::InFlight(src, req);
                             moved = true;
                         }
                         Ok(None) => break,
@@ -244,13 +327,15 @@ impl SendConn {
         // Test in posting order; retire completed steps from the tail.
         while self.tail < self.head {
             let i = (self.tail % NCCL_STEPS as u64) as usize;
-            let SendSlot::InFlight(slot, req) = self.slots[i] else {
+            let SendSlot::InFlight(src, req) = self.slots[i] else {
                 break;
             };
             match self.net.test(req, &mut []) {
                 Ok(true) => {
                     self.slots[i] = SendSlot::Empty;
-                    self.free.give(slot);
+                    if let SendSrc::Slot(slot) = src {
+                        self.free.give(slot);
+                    }
                     self.tail += 1;
                     moved = true;
                 }
@@ -265,6 +350,9 @@ impl SendConn {
     /// as NCCL does on abort).
     pub(crate) fn close(&mut self) {
         if let Some(comm) = self.comm.take() {
+            for (_, _, mr) in self.user_mrs.drain(..) {
+                let _ = self.net.dereg_mr(comm, mr);
+            }
             if let Some(mr) = self.mr.take() {
                 let _ = self.net.dereg_mr(comm, mr);
             }
