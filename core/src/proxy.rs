@@ -151,30 +151,36 @@ impl Proxy {
         }
         let (mut tasks, _scratch) = schedule::build(&work.colls, &self.params)?;
         self.connect_p2p(&tasks)?;
-        for t in &tasks {
-            let steps = t.ops.iter().filter(|op| op.prim.recvs()).count() as u64;
-            if let (_, Some(r)) = self.lane_conns(t.lane) {
-                r.expect(steps);
-            }
-        }
         if let Some(min) = self.user_send_min {
             self.register_user(&work.colls, &tasks, min);
+        }
+        for t in &tasks {
+            if let (_, Some(r)) = self.lane_conns(t.lane) {
+                r.expect(t.ops.iter().filter(|op| op.prim.recvs()).map(exec::recv_target));
+            }
         }
         let r = self.progress_tasks(&mut tasks, &work.what);
         for c in self.ring_send.iter_mut().chain(self.p2p_send.values_mut()) {
             c.release_user();
         }
+        for c in self.ring_recv.iter_mut().chain(self.p2p_recv.values_mut()) {
+            c.release_user();
+        }
         r
     }
 
-    /// Registers the user buffers of `colls` of at least `min` bytes with the send
+    /// Registers the user buffers of `colls` of at least `min` bytes with the
     /// connections their tasks use, so steps go on the wire straight from user
-    /// memory (see `exec::user_source`) instead of through a FIFO copy. Outputs are
-    /// always eligible (each output element is written once per operation, before
-    /// it is sent); an input only when no output of this work overlaps it (in
-    /// place, the input is overwritten while a send from it may be in flight).
-    /// Buffers a rank does not touch (`Broadcast` input off the root, `Reduce`
-    /// output off the root) are left alone.
+    /// memory and land straight in it (see `exec::user_source`,
+    /// `exec::recv_target`) instead of through FIFO copies.
+    ///
+    /// Send side: outputs always (each output element is written once per
+    /// operation, before it is sent); an input only when no output of this work
+    /// overlaps it (in place, the input is overwritten while a send from it may
+    /// be in flight). Receive side: an output only when no input of this work
+    /// overlaps it (a receive posted ahead must not clobber data still to be
+    /// read). Buffers a rank does not touch (`Broadcast` input off the root,
+    /// `Reduce` output off the root) are left alone.
     fn register_user(&mut self, colls: &[CollArgs], tasks: &[Task], min: usize) {
         let (rank, nranks) = (self.params.rank, self.params.nranks);
         let mut inputs = Vec::new();
@@ -183,29 +189,42 @@ impl Proxy {
             let (sb, rb) = schedule::buffer_bytes(a.kind, a.count, a.dtype, nranks);
             let reads = !matches!(a.kind, CollKind::Broadcast { root } if root != rank);
             let writes = !matches!(a.kind, CollKind::Reduce { root } if root != rank);
-            if reads && !a.send.is_null() && sb >= min {
+            if reads && !a.send.is_null() && sb > 0 {
                 inputs.push((a.kind, a.send, sb));
             }
-            if writes && !a.recv.is_null() && rb >= min {
+            if writes && !a.recv.is_null() && rb > 0 {
                 outputs.push((a.kind, a.recv as *const u8, rb));
             }
         }
-        let overlaps = |p: *const u8, n: usize| {
-            colls.iter().any(|a| {
-                let (_, rb) = schedule::buffer_bytes(a.kind, a.count, a.dtype, nranks);
-                !a.recv.is_null() && (p as usize) < a.recv as usize + rb && (a.recv as usize) < p as usize + n
-            })
+        let overlaps = |set: &[(CollKind, *const u8, usize)], p: *const u8, n: usize| {
+            set.iter()
+                .any(|&(_, q, m)| (p as usize) < q as usize + m && (q as usize) < p as usize + n)
         };
-        inputs.retain(|&(_, p, n)| !overlaps(p, n));
-        if inputs.is_empty() && outputs.is_empty() {
-            return;
-        }
+        let send_inputs: Vec<_> = inputs
+            .iter()
+            .copied()
+            .filter(|&(_, p, n)| n >= min && !overlaps(&outputs, p, n))
+            .collect();
+        let recv_outputs: Vec<_> = outputs
+            .iter()
+            .copied()
+            .filter(|&(_, p, n)| n >= min && !overlaps(&inputs, p, n))
+            .collect();
+        outputs.retain(|&(_, _, n)| n >= min);
+        let ring = |k: CollKind| !matches!(k, CollKind::Send { .. } | CollKind::Recv { .. });
         for t in tasks {
             match t.lane {
                 Lane::Ring(c) => {
                     if let Some(conn) = self.ring_send.get_mut(c) {
-                        for &(kind, p, n) in inputs.iter().chain(&outputs) {
-                            if !matches!(kind, CollKind::Send { .. } | CollKind::Recv { .. }) {
+                        for &(kind, p, n) in send_inputs.iter().chain(&outputs) {
+                            if ring(kind) {
+                                conn.register_user(p, n);
+                            }
+                        }
+                    }
+                    if let Some(conn) = self.ring_recv.get_mut(c) {
+                        for &(kind, p, n) in &recv_outputs {
+                            if ring(kind) {
                                 conn.register_user(p, n);
                             }
                         }
@@ -213,14 +232,23 @@ impl Proxy {
                 }
                 Lane::P2pSend(peer) => {
                     if let Some(conn) = self.p2p_send.get_mut(&peer) {
-                        for &(kind, p, n) in &inputs {
+                        for &(kind, p, n) in &send_inputs {
                             if kind == (CollKind::Send { peer }) {
                                 conn.register_user(p, n);
                             }
                         }
                     }
                 }
-                Lane::P2pRecv(_) | Lane::Local => {}
+                Lane::P2pRecv(peer) => {
+                    if let Some(conn) = self.p2p_recv.get_mut(&peer) {
+                        for &(kind, p, n) in &recv_outputs {
+                            if kind == (CollKind::Recv { peer }) {
+                                conn.register_user(p, n);
+                            }
+                        }
+                    }
+                }
+                Lane::Local => {}
             }
         }
     }

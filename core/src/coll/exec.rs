@@ -58,6 +58,18 @@ fn user_source(op: &SliceOp, s: &SendConn) -> Option<(*const u8, RawMr)> {
     }
 }
 
+/// Where a receiving step's data may land directly, instead of in a FIFO slot
+/// (the receive connection uses it when the operation registered that memory):
+/// the step's output for `Recv`, `RecvCopySend`, and `RecvReduceCopy` out of
+/// place (which then reduces its input into the output in place).
+pub(crate) fn recv_target(op: &SliceOp) -> Option<(*mut u8, usize)> {
+    match op.prim {
+        Prim::Recv | Prim::RecvCopySend => Some((op.dst, op.bytes)),
+        Prim::RecvReduceCopy if disjoint(op.src, op.dst, op.bytes) => Some((op.dst, op.bytes)),
+        _ => None,
+    }
+}
+
 /// Whether `[a, a + n)` and `[b, b + n)` do not overlap.
 fn disjoint(a: *const u8, b: *const u8, n: usize) -> bool {
     let (a, b) = (a as usize, b as usize);
@@ -148,16 +160,13 @@ pub(crate) unsafe fn try_run(
                 std::ptr::copy_nonoverlapping(op.src, slot.expect("send slot"), n);
                 memmove(op.dst, op.src, n);
             }
-            (Prim::Recv, _) => {
-                std::ptr::copy_nonoverlapping(recvd.expect("recv slot"), op.dst, n);
-            }
-            (Prim::RecvCopySend, true) => {
-                std::ptr::copy_nonoverlapping(recvd.expect("recv slot"), op.dst, n);
-            }
+            // A received step may already sit in the output (`recv_target`):
+            // `memmove` is then a no-op.
+            (Prim::Recv, _) | (Prim::RecvCopySend, true) => memmove(op.dst, recvd.expect("recv slot"), n),
             (Prim::RecvCopySend, false) => {
                 let r = recvd.expect("recv slot");
                 std::ptr::copy_nonoverlapping(r, slot.expect("send slot"), n);
-                std::ptr::copy_nonoverlapping(r, op.dst, n);
+                memmove(op.dst, r, n);
             }
             (Prim::RecvReduceCopySend, true) => {
                 let red = op
@@ -196,7 +205,7 @@ pub(crate) unsafe fn try_run(
                 if red.has_post_op() {
                     BACKEND.post_op(acc, red).map_err(kerr)?;
                 }
-                std::ptr::copy_nonoverlapping(acc.as_ptr(), op.dst, n);
+                memmove(op.dst, acc.as_ptr(), n);
             }
             (Prim::LocalCopy | Prim::ReduceBlocks, _) => unreachable!("handled above"),
         }

@@ -14,6 +14,7 @@
 //! Sizes reported by the peer are never trusted: a received size that differs
 //! from what the schedule expects is an error ([`crate::Error::Remote`]).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::Error;
@@ -120,6 +121,57 @@ impl SlotStack {
     }
 }
 
+/// User buffers registered with one plugin comm for the current operation:
+/// `(start, end, mhandle)`. Registration is per operation (regMr at its start,
+/// deregMr at its end): a user buffer may be freed once the operation is done,
+/// and a registration outliving it could pin stale pages.
+#[derive(Debug, Default)]
+struct UserRegs(Vec<(usize, usize, RawMr)>);
+
+impl UserRegs {
+    /// Registers `[ptr, ptr + len)` unless a registration already covers it;
+    /// returns whether it is covered now. A refusal is logged (DEBUG) and only
+    /// means steps take the FIFO path.
+    fn register(&mut self, net: &dyn NetPlugin, comm: Option<RawComm>, ptr: *const u8, len: usize, peer: usize) -> bool {
+        if len == 0 || self.find(ptr, len).is_some() {
+            return len > 0;
+        }
+        let Some(comm) = comm else { return false };
+        match net.reg_mr(comm, ptr as *mut u8, len, PtrType::Host) {
+            Ok(mr) => {
+                self.0.push((ptr as usize, ptr as usize + len, mr));
+                true
+            }
+            Err(e) => {
+                tracing::debug!(
+                    target: "ferroccl::net",
+                    "regMr of {len} bytes of user memory for the connection with rank {peer} refused ({e}); using the FIFO"
+                );
+                false
+            }
+        }
+    }
+
+    /// The mhandle of a registration covering `[ptr, ptr + len)`.
+    fn find(&self, ptr: *const u8, len: usize) -> Option<RawMr> {
+        let (start, end) = (ptr as usize, ptr as usize + len);
+        self.0
+            .iter()
+            .find(|&&(s, e, _)| s <= start && end <= e)
+            .map(|&(_, _, mr)| mr)
+    }
+
+    /// Deregisters everything.
+    fn release(&mut self, net: &dyn NetPlugin, comm: Option<RawComm>) {
+        if let Some(comm) = comm {
+            for (_, _, mr) in self.0.drain(..) {
+                let _ = net.dereg_mr(comm, mr);
+            }
+        }
+        self.0.clear();
+    }
+}
+
 /// Allocates a connection's FIFO (`NCCL_STEPS` slots of `step_size` bytes) and
 /// registers it once with `regMr`. On failure the comm is closed with `close`,
 /// so nothing leaks, and the error names the connection (`what`).
@@ -156,8 +208,8 @@ pub(crate) struct SendConn {
     slots: [SendSlot; NCCL_STEPS],
     /// Free buffer slots.
     free: SlotStack,
-    /// User buffers registered for the current operation: `(start, end, mhandle)`.
-    user_mrs: Vec<(usize, usize, RawMr)>,
+    /// User buffers registered for the current operation.
+    user: UserRegs,
     /// Peer rank (for messages).
     pub(crate) peer: usize,
 }
@@ -189,7 +241,7 @@ impl SendConn {
             tail: 0,
             slots: [SendSlot::Empty; NCCL_STEPS],
             free: SlotStack::full(),
-            user_mrs: Vec::new(),
+            user: UserRegs::default(),
             peer,
         })
     }
@@ -201,47 +253,20 @@ impl SendConn {
     /// freed after that, so nothing is cached across operations). Returns whether
     /// the plugin accepted it; a refusal only means steps take the FIFO path.
     pub(crate) fn register_user(&mut self, ptr: *const u8, len: usize) -> bool {
-        let (start, end) = (ptr as usize, ptr as usize + len);
-        if len == 0 || self.user_mrs.iter().any(|&(s, e, _)| s <= start && end <= e) {
-            return len > 0;
-        }
-        let Some(comm) = self.comm else { return false };
-        match self.net.reg_mr(comm, ptr as *mut u8, len, PtrType::Host) {
-            Ok(mr) => {
-                self.user_mrs.push((start, end, mr));
-                true
-            }
-            Err(e) => {
-                tracing::debug!(
-                    target: "ferroccl::net",
-                    "regMr of {len} bytes of user memory for the send to rank {} refused ({e}); using the FIFO",
-                    self.peer
-                );
-                false
-            }
-        }
+        self.user.register(&*self.net, self.comm, ptr, len, self.peer)
     }
 
     /// The mhandle of a registration covering `[ptr, ptr + len)`, if any.
     pub(crate) fn user_mr(&self, ptr: *const u8, len: usize) -> Option<RawMr> {
-        let (start, end) = (ptr as usize, ptr as usize + len);
-        self.user_mrs
-            .iter()
-            .find(|&&(s, e, _)| s <= start && end <= e)
-            .map(|&(_, _, mr)| mr)
+        self.user.find(ptr, len)
     }
 
     /// Deregisters the user buffers of the finished operation. Must only be called
     /// once every step has completed ([`SendConn::idle`]); otherwise the
     /// registrations stay until [`SendConn::close`].
     pub(crate) fn release_user(&mut self) {
-        if !self.idle() {
-            return;
-        }
-        if let Some(comm) = self.comm {
-            for (_, _, mr) in self.user_mrs.drain(..) {
-                let _ = self.net.dereg_mr(comm, mr);
-            }
+        if self.idle() {
+            self.user.release(&*self.net, self.comm);
         }
     }
 
@@ -349,10 +374,8 @@ impl SendConn {
     /// Deregisters and closes the sendComm (requests in flight are abandoned,
     /// as NCCL does on abort).
     pub(crate) fn close(&mut self) {
+        self.user.release(&*self.net, self.comm);
         if let Some(comm) = self.comm.take() {
-            for (_, _, mr) in self.user_mrs.drain(..) {
-                let _ = self.net.dereg_mr(comm, mr);
-            }
             if let Some(mr) = self.mr.take() {
                 let _ = self.net.dereg_mr(comm, mr);
             }
@@ -367,21 +390,32 @@ impl Drop for SendConn {
     }
 }
 
+/// Where a receive step's bytes land.
+#[derive(Clone, Copy, Debug)]
+enum RecvDst {
+    /// FIFO slot `.0` of the connector's own buffer.
+    Slot(usize),
+    /// `.1` bytes of user memory at address `.0`, registered for the current
+    /// operation.
+    User(usize, usize),
+}
+
 #[derive(Clone, Copy, Debug)]
 enum RecvState {
     /// Not posted.
     Empty,
-    /// `irecv` into buffer slot `.0` posted.
-    Posted(usize, RawRequest),
-    /// Buffer slot `.0` completed with `.1` bytes, waiting for the consumer.
-    Ready(usize, usize),
+    /// `irecv` posted.
+    Posted(RecvDst, RawRequest),
+    /// Completed with `.1` bytes, waiting for the consumer.
+    Ready(RecvDst, usize),
 }
 
 /// Receive side of a connection (NCCL's recv connector + its proxy state).
 ///
-/// Receives are posted ahead into every free slot for the steps scheduled work
-/// will consume ([`RecvConn::expect`]), so a sender never waits for the consumer
-/// to reach a step before its data can land.
+/// Receives are posted ahead for the steps scheduled work will consume
+/// ([`RecvConn::expect`]), so a sender never waits for the consumer to reach a
+/// step before its data can land: into a free FIFO slot, or straight into the
+/// step's user output when the operation registered it.
 pub(crate) struct RecvConn {
     net: Arc<dyn NetPlugin>,
     comm: Option<RawComm>,
@@ -397,10 +431,15 @@ pub(crate) struct RecvConn {
     /// so no receive stays outstanding once an operation is complete (a peer may
     /// then close its side without this rank seeing an error).
     limit: u64,
+    /// For steps `posted..limit`: user memory to receive into (address, bytes),
+    /// or `None` for a FIFO slot.
+    targets: VecDeque<Option<(usize, usize)>>,
     /// State of steps `tail..posted`, indexed by step `% NCCL_STEPS`.
     slots: [RecvState; NCCL_STEPS],
     /// Free buffer slots.
     free: SlotStack,
+    /// User buffers registered for the current operation.
+    user: UserRegs,
     /// Peer rank (for messages).
     pub(crate) peer: usize,
 }
@@ -431,42 +470,80 @@ impl RecvConn {
             tail: 0,
             posted: 0,
             limit: 0,
+            targets: VecDeque::new(),
             slots: [RecvState::Empty; NCCL_STEPS],
             free: SlotStack::full(),
+            user: UserRegs::default(),
             peer,
         })
     }
 
-    /// The next step's data if it has arrived: `(address, size)`. The address stays
-    /// valid (and exclusively the consumer's) until [`RecvConn::pop`].
+    /// Registers user memory `[ptr, ptr + len)` with this recvComm so that steps
+    /// can land in it directly (see [`RecvConn::expect`]); as
+    /// [`SendConn::register_user`].
+    pub(crate) fn register_user(&mut self, ptr: *const u8, len: usize) -> bool {
+        self.user.register(&*self.net, self.comm, ptr, len, self.peer)
+    }
+
+    /// Whether a registration covers `[ptr, ptr + len)`.
+    pub(crate) fn has_user(&self, ptr: *const u8, len: usize) -> bool {
+        self.user.find(ptr, len).is_some()
+    }
+
+    /// Deregisters the user buffers of the finished operation (only once every
+    /// expected step has been consumed; otherwise they stay until `close`).
+    pub(crate) fn release_user(&mut self) {
+        if self.tail == self.limit {
+            self.user.release(&*self.net, self.comm);
+        }
+    }
+
+    /// The next step's data if it has arrived: `(address, size)`. The address is
+    /// a FIFO slot, or the user memory named for the step in
+    /// [`RecvConn::expect`]; it stays valid (and exclusively the consumer's) until
+    /// [`RecvConn::pop`].
     pub(crate) fn peek(&self) -> Option<(*mut u8, usize)> {
         let i = (self.tail % NCCL_STEPS as u64) as usize;
         match self.slots[i] {
-            RecvState::Ready(slot, size) if self.tail < self.posted => {
-                Some((self.buf.slot(slot, self.step_size), size))
-            }
+            RecvState::Ready(dst, size) if self.tail < self.posted => Some((self.addr(dst), size)),
             _ => None,
         }
     }
 
-    /// Announces `steps` more steps that scheduled work will consume.
-    pub(crate) fn expect(&mut self, steps: u64) {
-        self.limit += steps;
+    fn addr(&self, dst: RecvDst) -> *mut u8 {
+        match dst {
+            RecvDst::Slot(slot) => self.buf.slot(slot, self.step_size),
+            RecvDst::User(addr, _) => addr as *mut u8,
+        }
     }
 
-    /// Releases the consumed step; its slot is re-posted by `progress`.
+    /// Announces the next steps that scheduled work will consume, one item per
+    /// step: `Some((address, bytes))` to receive that step straight into user
+    /// memory covered by a registration ([`RecvConn::register_user`]; otherwise
+    /// the step uses a FIFO slot), `None` for a FIFO slot.
+    pub(crate) fn expect(&mut self, steps: impl IntoIterator<Item = Option<(*mut u8, usize)>>) {
+        for t in steps {
+            let t = t.filter(|&(p, n)| self.has_user(p, n)).map(|(p, n)| (p as usize, n));
+            self.targets.push_back(t);
+            self.limit += 1;
+        }
+    }
+
+    /// Releases the consumed step; a FIFO slot is re-posted by `progress`.
     pub(crate) fn pop(&mut self) {
         let i = (self.tail % NCCL_STEPS as u64) as usize;
-        let RecvState::Ready(slot, _) = self.slots[i] else {
+        let RecvState::Ready(dst, _) = self.slots[i] else {
             debug_assert!(false, "pop of a step that is not ready");
             return;
         };
         self.slots[i] = RecvState::Empty;
-        self.free.give(slot);
+        if let RecvDst::Slot(slot) = dst {
+            self.free.give(slot);
+        }
         self.tail += 1;
     }
 
-    /// Posts receives into free slots and tests posted ones, in order.
+    /// Posts receives (into free slots or user memory) and tests posted ones, in order.
     pub(crate) fn progress(&mut self) -> Result<bool, Error> {
         let Some(comm) = self.comm else {
             return Err(Error::Internal(format!(
@@ -479,17 +556,21 @@ impl RecvConn {
         let mut step = self.tail;
         while step < self.posted {
             let i = (step % NCCL_STEPS as u64) as usize;
-            if let RecvState::Posted(slot, req) = self.slots[i] {
+            if let RecvState::Posted(dst, req) = self.slots[i] {
                 let mut sizes = [0usize; 1];
                 match self.net.test(req, &mut sizes) {
                     Ok(true) => {
-                        if sizes[0] > self.step_size {
+                        let cap = match dst {
+                            RecvDst::Slot(_) => self.step_size,
+                            RecvDst::User(_, n) => n,
+                        };
+                        if sizes[0] > cap {
                             return Err(Error::Remote(format!(
-                                "rank {} sent {} bytes into a {}-byte FIFO slot",
-                                self.peer, sizes[0], self.step_size
+                                "rank {} sent {} bytes into a {cap}-byte receive",
+                                self.peer, sizes[0]
                             )));
                         }
-                        self.slots[i] = RecvState::Ready(slot, sizes[0]);
+                        self.slots[i] = RecvState::Ready(dst, sizes[0]);
                         moved = true;
                     }
                     Ok(false) => break,
@@ -498,21 +579,47 @@ impl RecvConn {
             }
             step += 1;
         }
-        // Post receives for free slots.
+        // Post receives ahead, at most NCCL_STEPS steps in flight.
         while self.posted < self.limit && self.posted < self.tail + NCCL_STEPS as u64 {
             let i = (self.posted % NCCL_STEPS as u64) as usize;
-            let Some(slot_idx) = self.free.top() else { break };
-            let data = self.buf.slot(slot_idx, self.step_size);
-            let slot = RecvSlot {
-                data,
-                size: self.step_size,
-                tag: self.tag,
-                mr: self.mr,
+            let target = self.targets.front().copied().flatten();
+            let (dst, slot) = match target {
+                Some((addr, n)) => {
+                    let mr = self.user.find(addr as *const u8, n);
+                    let Some(mr) = mr else {
+                        return Err(Error::Internal("receive target lost its registration".into()));
+                    };
+                    let d = RecvDst::User(addr, n);
+                    (
+                        d,
+                        RecvSlot {
+                            data: addr as *mut u8,
+                            size: n,
+                            tag: self.tag,
+                            mr: Some(mr),
+                        },
+                    )
+                }
+                None => {
+                    let Some(slot_idx) = self.free.top() else { break };
+                    (
+                        RecvDst::Slot(slot_idx),
+                        RecvSlot {
+                            data: self.buf.slot(slot_idx, self.step_size),
+                            size: self.step_size,
+                            tag: self.tag,
+                            mr: self.mr,
+                        },
+                    )
+                }
             };
             match self.net.irecv(comm, &[slot], false) {
                 Ok(Some(req)) => {
-                    self.free.take();
-                    self.slots[i] = RecvState::Posted(slot_idx, req);
+                    if let RecvDst::Slot(_) = dst {
+                        self.free.take();
+                    }
+                    self.targets.pop_front();
+                    self.slots[i] = RecvState::Posted(dst, req);
                     self.posted += 1;
                     moved = true;
                 }
@@ -525,6 +632,7 @@ impl RecvConn {
 
     /// Deregisters and closes the recvComm.
     pub(crate) fn close(&mut self) {
+        self.user.release(&*self.net, self.comm);
         if let Some(comm) = self.comm.take() {
             if let Some(mr) = self.mr.take() {
                 let _ = self.net.dereg_mr(comm, mr);
