@@ -175,9 +175,10 @@ impl Proxy {
     /// `exec::recv_target`) instead of through FIFO copies.
     ///
     /// Send side: outputs always (each output element is written once per
-    /// operation, before it is sent); an input only when no output of this work
-    /// overlaps it (in place, the input is overwritten while a send from it may
-    /// be in flight). Receive side: an output only when no input of this work
+    /// operation, before it is sent); inputs of ring collectives always (a ring
+    /// step waits for in-flight sends from user memory before writing it, see
+    /// `exec::try_run`); a p2p input only when no output of this work overlaps it.
+    /// Receive side: an output only when no input of this work
     /// overlaps it (a receive posted ahead must not clobber data still to be
     /// read). Buffers a rank does not touch (`Broadcast` input off the root,
     /// `Reduce` output off the root) are left alone.
@@ -196,14 +197,18 @@ impl Proxy {
                 outputs.push((a.kind, a.recv as *const u8, rb));
             }
         }
+        let ring = |k: CollKind| !matches!(k, CollKind::Send { .. } | CollKind::Recv { .. });
         let overlaps = |set: &[(CollKind, *const u8, usize)], p: *const u8, n: usize| {
             set.iter()
                 .any(|&(_, q, m)| (p as usize) < q as usize + m && (q as usize) < p as usize + n)
         };
+        // Ring steps wait for in-flight sends before writing user memory
+        // (`SendConn::user_busy`), so ring inputs may overlap outputs; a p2p send
+        // and a p2p receive run on different lanes, so there they must not.
         let send_inputs: Vec<_> = inputs
             .iter()
             .copied()
-            .filter(|&(_, p, n)| n >= min && !overlaps(&outputs, p, n))
+            .filter(|&(kind, p, n)| n >= min && (ring(kind) || !overlaps(&outputs, p, n)))
             .collect();
         let recv_outputs: Vec<_> = outputs
             .iter()
@@ -211,7 +216,6 @@ impl Proxy {
             .filter(|&(_, p, n)| n >= min && !overlaps(&inputs, p, n))
             .collect();
         outputs.retain(|&(_, _, n)| n >= min);
-        let ring = |k: CollKind| !matches!(k, CollKind::Send { .. } | CollKind::Recv { .. });
         for t in tasks {
             match t.lane {
                 Lane::Ring(c) => {

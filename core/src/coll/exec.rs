@@ -39,12 +39,13 @@ unsafe fn memmove(dst: *mut u8, src: *const u8, bytes: usize) {
 /// * `Send`: the input, unless the op pre-multiplies what is sent;
 /// * `CopySend`, `RecvCopySend`: the output, once written (the input for a
 ///   `CopySend` whose output is not registered);
-/// * `RecvReduceCopySend`: the output, reduced into it directly, when out of place
-///   (in place, the reduction would read and write the same user slice).
+/// * `RecvReduceCopySend`: the output, reduced into it directly (out of place,
+///   or in place where input and output are the same slice).
 ///
-/// Registration (proxy, per operation) only covers an input that no output of
-/// the same work overlaps, so a step's user source is never overwritten while
-/// its send is in flight: each output element is written once per operation.
+/// A user source must not be overwritten while its send is in flight: outputs
+/// are written once per operation, before they are sent, and a step that writes
+/// user memory first waits for in-flight sends from it ([`SendConn::user_busy`];
+/// in place, the input is the output).
 fn user_source(op: &SliceOp, s: &SendConn) -> Option<(*const u8, RawMr)> {
     let n = op.bytes;
     let try_src = || s.user_mr(op.src, n).map(|mr| (op.src, mr));
@@ -53,7 +54,7 @@ fn user_source(op: &SliceOp, s: &SendConn) -> Option<(*const u8, RawMr)> {
         Prim::Send if !op.red.as_ref().is_some_and(|r| r.has_pre_op()) => try_src(),
         Prim::CopySend => try_dst().or_else(try_src),
         Prim::RecvCopySend => try_dst(),
-        Prim::RecvReduceCopySend if disjoint(op.src, op.dst, n) => try_dst(),
+        Prim::RecvReduceCopySend if disjoint(op.src, op.dst, n) || std::ptr::eq(op.src, op.dst) => try_dst(),
         _ => None,
     }
 }
@@ -115,6 +116,15 @@ pub(crate) unsafe fn try_run(
     } else {
         None
     };
+    // A step writing user memory waits until no send from that memory is in flight.
+    let writes_user = match prim {
+        Prim::Recv | Prim::RecvCopySend | Prim::RecvReduceCopySend | Prim::RecvReduceCopy => true,
+        Prim::CopySend => !std::ptr::eq(op.src, op.dst),
+        _ => false,
+    };
+    if writes_user && send.as_ref().is_some_and(|s| s.user_busy(op.dst, n)) {
+        return Ok(false);
+    }
     // Where the step's outgoing bytes come from: straight from registered user
     // memory when the prim's output (or input) is exactly what goes on the wire,
     // else a FIFO slot the step fills.
@@ -173,9 +183,18 @@ pub(crate) unsafe fn try_run(
                     .red
                     .as_ref()
                     .ok_or_else(|| Error::Internal("reduce step without an op".into()))?;
-                let out = std::slice::from_raw_parts_mut(op.dst, n);
                 let inp = std::slice::from_raw_parts(recvd.expect("recv slot"), n);
-                BACKEND.reduce(out, inp, user_in(), red, Pre::B).map_err(kerr)?;
+                let out = if std::ptr::eq(op.src, op.dst) {
+                    // In place: the output slice is the input; pre-op it, not the
+                    // received partial result.
+                    let acc = std::slice::from_raw_parts_mut(op.dst, n);
+                    BACKEND.reduce_inplace(acc, inp, red, Pre::A).map_err(kerr)?;
+                    acc
+                } else {
+                    let out = std::slice::from_raw_parts_mut(op.dst, n);
+                    BACKEND.reduce(out, inp, user_in(), red, Pre::B).map_err(kerr)?;
+                    out
+                };
                 if red.has_post_op() {
                     BACKEND.post_op(out, red).map_err(kerr)?;
                 }

@@ -82,8 +82,9 @@ enum SendSlot {
     Empty,
     /// Filled with `.1` bytes, `isend` not accepted yet.
     Filled(SendSrc, usize),
-    /// `isend` posted; a FIFO slot goes back to the free stack when it completes.
-    InFlight(SendSrc, RawRequest),
+    /// `isend` of `.1` bytes posted; a FIFO slot goes back to the free stack when
+    /// it completes.
+    InFlight(SendSrc, usize, RawRequest),
 }
 
 /// The free slots of one connector's FIFO, most recently freed on top.
@@ -270,6 +271,18 @@ impl SendConn {
         }
     }
 
+    /// Whether a step queued or in flight is sent from user memory overlapping
+    /// `[ptr, ptr + len)`: that memory must not be written until it completes.
+    pub(crate) fn user_busy(&self, ptr: *const u8, len: usize) -> bool {
+        let (start, end) = (ptr as usize, ptr as usize + len);
+        (self.tail..self.head).any(|step| match self.slots[(step % NCCL_STEPS as u64) as usize] {
+            SendSlot::Filled(SendSrc::User(a, _), n) | SendSlot::InFlight(SendSrc::User(a, _), n, _) => {
+                a < end && start < a + n
+            }
+            _ => false,
+        })
+    }
+
     /// Whether a step sent from user memory may be pushed (fewer than
     /// `NCCL_STEPS` steps in flight; no FIFO slot needed).
     pub(crate) fn can_push_user(&self) -> bool {
@@ -338,7 +351,7 @@ impl SendConn {
                     };
                     match self.net.isend(comm, data, size, self.tag, mr) {
                         Ok(Some(req)) => {
-                            self.slots[i] = SendSlot::InFlight(src, req);
+                            self.slots[i] = SendSlot::InFlight(src, size, req);
                             moved = true;
                         }
                         Ok(None) => break,
@@ -352,7 +365,7 @@ impl SendConn {
         // Test in posting order; retire completed steps from the tail.
         while self.tail < self.head {
             let i = (self.tail % NCCL_STEPS as u64) as usize;
-            let SendSlot::InFlight(src, req) = self.slots[i] else {
+            let SendSlot::InFlight(src, _, req) = self.slots[i] else {
                 break;
             };
             match self.net.test(req, &mut []) {
