@@ -11,6 +11,14 @@
 //! kernel's copies dominate, a cold FIFO cost ~30% of mid-size busbw). Which slot a
 //! step uses is private to each side: the receiver names its own buffer in `irecv`.
 //!
+//! Steps need not go through the FIFO: an operation may register its user buffers
+//! with the connector's comm (`regMr` when it starts, `deregMr` when it ends; see
+//! `proxy::Proxy::register_user`), and a step is then sent straight from user
+//! memory ([`SendConn::push_user`]) or received straight into it (the targets given
+//! to [`RecvConn::expect`]), saving a copy each. NCCL does the same for buffers the
+//! user registers (`ncclCommRegister`); ferroccl registers per operation, so no
+//! registration outlives the buffer it covers.
+//!
 //! Sizes reported by the peer are never trusted: a received size that differs
 //! from what the schedule expects is an error ([`crate::Error::Remote`]).
 
