@@ -11,9 +11,14 @@
 #
 # Output ends with "N passed, N failed". Exit status:
 #   0  every check passed, or the VM cannot be started at all on this machine
-#      (run-in-vm.sh exit 125: no qemu, no image, boot failure); then the last
-#      line is "SKIPPED: <reason>"
+#      (no rxe-vm tools at $RXE_VM_DIR, checked before building; run-in-vm.sh
+#      exit 125: no qemu, no image, not root, boot failure); then the last line
+#      is "SKIPPED: <reason>"
 #   1  a build failed, a check failed, or the VM run timed out
+#
+# The guest needs root on the host (setup.sh: debootstrap, chroot). Run as
+# root, or as a user with password-less sudo: then only run-in-vm.sh runs
+# under sudo (the build stays the user's).
 #
 #   CARGO_TARGET_DIR   where to build (default ./target); shared into the guest
 #   RXE_VM_DIR         the rxe-vm tools (default ../shared/tools/rxe-vm)
@@ -22,6 +27,9 @@
 #                      poll) at 1 MiB, 3 interleaved rounds, medians and their
 #                      ratio; soft-RoCE numbers say nothing about hardware speed)
 #   IB_VM_PERF_MIN=80  the ratio (percent) below which the bw-ratio check fails
+#   IB_VM_CHECK_TIMEOUT=1200  seconds one check may take in the guest before it
+#                      is killed and counts as failed (the others still run)
+#   RXE_VM_TIMEOUT     seconds for the whole guest run (default 1500)
 #
 # Inside the guest this script runs itself with --guest.
 set -u
@@ -33,11 +41,12 @@ if [[ "${1:-}" == "--guest" ]]; then
         local name=$1 t0=$SECONDS
         shift
         echo "=== $name: $*"
-        if "$@"; then
+        if timeout -k 10 "${IB_VM_CHECK_TIMEOUT:-1200}" "$@"; then
             echo "=== PASS $name ($((SECONDS - t0)) s)"
             pass=$((pass + 1))
         else
-            echo "=== FAIL $name (exit $?, $((SECONDS - t0)) s)"
+            local rc=$?
+            echo "=== FAIL $name (exit $rc$([[ $rc == 124 || $rc == 137 ]] && echo ": timed out after ${IB_VM_CHECK_TIMEOUT:-1200} s"), $((SECONDS - t0)) s)"
             fail=$((fail + 1))
         fi
     }
@@ -118,6 +127,10 @@ fi
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VMDIR=${RXE_VM_DIR:-$ROOT/../shared/tools/rxe-vm}
+if [[ ! -x $VMDIR/run-in-vm.sh ]]; then
+    echo "SKIPPED: no rxe-vm tools at $VMDIR (run-in-vm.sh; set RXE_VM_DIR)"
+    exit 0
+fi
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
 mkdir -p "$CARGO_TARGET_DIR"
 CARGO_TARGET_DIR=$(cd "$CARGO_TARGET_DIR" && pwd)
@@ -154,10 +167,21 @@ echo "build: $((SECONDS - start)) s"
 
 export RXE_VM_SHARE="$ROOT:$CARGO_TARGET_DIR"
 export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-1500}
-export RXE_VM_ENV="${RXE_VM_ENV:-} IB_VM_PERF IB_VM_PERF_MIN IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO"
+export RXE_VM_ENV="${RXE_VM_ENV:-} IB_VM_PERF IB_VM_PERF_MIN IB_VM_CHECK_TIMEOUT IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO"
 vm_start=$SECONDS
 log=$(mktemp "${TMPDIR:-/tmp}/ib-vm-test.XXXXXX")
-"$VMDIR/run-in-vm.sh" bash "$ROOT/scripts/ib-vm-test.sh" --guest 2>&1 | tr -d '\r' | tee "$log"
+# Not root: run the VM (only) under password-less sudo, passing through what
+# run-in-vm.sh reads from the environment.
+vm=("$VMDIR/run-in-vm.sh")
+if [[ $(id -u) != 0 ]] && sudo -n true 2>/dev/null; then
+    envs=()
+    for v in $(compgen -e); do
+        case "$v" in RXE_VM_* | RUST_* | CARGO_* | TMPDIR) envs+=("$v=${!v}") ;; esac
+        case " $RXE_VM_ENV " in *" $v "*) envs+=("$v=${!v}") ;; esac
+    done
+    vm=(sudo -n env "${envs[@]}" "${vm[@]}")
+fi
+"${vm[@]}" bash "$ROOT/scripts/ib-vm-test.sh" --guest 2>&1 | tr -d '\r' | tee "$log"
 rc=${PIPESTATUS[0]}
 out=$(cat "$log")
 rm -f "$log"
