@@ -125,8 +125,9 @@ unsafe impl Sync for SymAddr {}
 
 /// Table plus init state, shared by every context.
 struct InitState {
-    /// v6–v10: outcome of the one `init` (`None` = not called yet).
-    shared_init: Option<Result<(), String>>,
+    /// v6–v10: outcome of the one `init` (`None` = not called yet): the error's
+    /// `ncclResult_t` and text, replayed to later callers with the same code.
+    shared_init: Option<Result<(), (i32, String)>>,
     /// Live contexts (informational for v11+, the refcount for v6–v10).
     contexts: usize,
 }
@@ -364,10 +365,18 @@ impl NetPlugin for NetAdapter {
         match self.info.version {
             6..=10 => {
                 match &st.shared_init {
-                    Some(Err(e)) => {
-                        return Err(NetError::Internal(format!(
-                            "plugin disabled: its init failed earlier: {e}"
-                        )));
+                    Some(Err((code, e))) => {
+                        // Not retried (NCCL calls a v6-v10 init once per process);
+                        // the caller sees the original code, e.g. ncclSystemError.
+                        let msg = format!("plugin disabled: its init failed earlier: {e}");
+                        return Err(match *code {
+                            2 => NetError::System(msg),
+                            4 => NetError::InvalidArgument(msg),
+                            5 => NetError::InvalidUsage(msg),
+                            6 => NetError::Remote(msg),
+                            8 => NetError::Timeout(msg),
+                            _ => NetError::Internal(msg),
+                        });
                     }
                     Some(Ok(())) => {}
                     None => {
@@ -384,7 +393,7 @@ impl NetPlugin for NetAdapter {
                             }
                         };
                         if let Err(e) = self.check("init", r) {
-                            st.shared_init = Some(Err(e.to_string()));
+                            st.shared_init = Some(Err((e.code().0, e.to_string())));
                             return Err(e);
                         }
                         st.shared_init = Some(Ok(()));
