@@ -41,11 +41,13 @@ pub(crate) const SMALL_ALLREDUCE_BYTES: usize = 16 << 10;
 
 /// Slices are cut so that one primitive call moves at least this many slices
 /// (pipelining along the ring: the peer reduces slice 1 while slice 2 is on the
-/// wire) … Measured on loopback TCP (2 ranks, socket plugin, FIFO slots reused
-/// cache-hot, 3 interleaved runs): 2 beat 1 at 256 KiB (190-220 vs 290-340 µs)
-/// and 1 MiB (~600 vs ~800 µs) and tied at 4 and 64 MiB; 4 halved 64 MiB busbw
-/// (per-message cost dominates).
-const MIN_SLICES_PER_PRIM: usize = 2;
+/// wire) … Measured on loopback TCP (2 ranks, socket plugin, interleaved runs):
+/// while steps were copied through FIFO slots, 2 beat 1 at 256 KiB and 1 MiB;
+/// since steps are sent from and received into user memory, 1 beats 2 at 1 MiB
+/// (medians ~400 vs ~460 µs, 4 runs; 4 was ~560) and ties at 256 KiB, 4 MiB and
+/// 64 MiB (where slices are capped by the FIFO step anyway): per-message cost
+/// now outweighs the pipelining. Kept as a knob for other networks.
+const MIN_SLICES_PER_PRIM: usize = 1;
 /// … unless slices would drop below this size.
 const MIN_SLICE_BYTES: usize = 32 << 10;
 
