@@ -21,7 +21,8 @@
 # under sudo (the build stays the user's).
 #
 #   CARGO_TARGET_DIR   where to build (default ./target); shared into the guest
-#   RXE_VM_DIR         the rxe-vm tools (default ../shared/tools/rxe-vm)
+#   RXE_VM_DIR         the rxe-vm tools (default .ci/rxe-vm, a copy of the team's
+#                      ../shared/tools/rxe-vm, else that folder)
 #   IB_VM_PERF=0       leave out the bandwidth comparison (default 1: ib_write_bw
 #                      vs the plugin's isend/irecv (ib_bw, 8 in flight, yielding
 #                      poll) at 1 MiB, 3 interleaved rounds, medians and their
@@ -126,7 +127,7 @@ fi
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-VMDIR=${RXE_VM_DIR:-$ROOT/../shared/tools/rxe-vm}
+if [[ -d $ROOT/.ci/rxe-vm ]]; then VMDIR=${RXE_VM_DIR:-$ROOT/.ci/rxe-vm}; else VMDIR=${RXE_VM_DIR:-$ROOT/../shared/tools/rxe-vm}; fi
 if [[ ! -x $VMDIR/run-in-vm.sh ]]; then
     echo "SKIPPED: no rxe-vm tools at $VMDIR (run-in-vm.sh; set RXE_VM_DIR)"
     exit 0
