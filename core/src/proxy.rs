@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::Error;
-use crate::coll::{CollArgs, CollKind};
 use crate::coll::exec;
 use crate::coll::schedule::{self, Lane, SchedParams, Task};
+use crate::coll::{CollArgs, CollKind};
 use crate::plugin::net::{NetPlugin, RawCtx};
 use crate::stream::Completion;
 use crate::transport::setup::{self, ConnSpec, Oob};

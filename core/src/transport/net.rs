@@ -141,7 +141,14 @@ impl UserRegs {
     /// Registers `[ptr, ptr + len)` unless a registration already covers it;
     /// returns whether it is covered now. A refusal is logged (DEBUG) and only
     /// means steps take the FIFO path.
-    fn register(&mut self, net: &dyn NetPlugin, comm: Option<RawComm>, ptr: *const u8, len: usize, peer: usize) -> bool {
+    fn register(
+        &mut self,
+        net: &dyn NetPlugin,
+        comm: Option<RawComm>,
+        ptr: *const u8,
+        len: usize,
+        peer: usize,
+    ) -> bool {
         if len == 0 || self.find(ptr, len).is_some() {
             return len > 0;
         }
