@@ -170,6 +170,20 @@ fn no_leaks(cx: &mut Cx, _: u64) -> Res {
     Ok(())
 }
 
+/// One retry turn after the peer was killed at `killed`: fails once
+/// [`DEAD_PEER_DEADLINE`] has passed (`still` says what kept happening), else
+/// pauses 200 µs.
+fn dead_peer_wait(killed: Instant, still: &str) -> Res {
+    ensure!(
+        killed.elapsed() < DEAD_PEER_DEADLINE,
+        "a dead peer gives an error within a bounded time, never a hang (checklist: teardown and errors)",
+        "{still} for {} s after the peer process was killed",
+        DEAD_PEER_DEADLINE.as_secs()
+    );
+    std::thread::sleep(Duration::from_micros(200));
+    Ok(())
+}
+
 /// Tests `r` until it errors (pass), completes (fail) or the deadline passes (fail).
 fn expect_error(cx: &mut Cx, r: RawRequest, what: &str) -> Res {
     let start = Instant::now();
@@ -191,13 +205,7 @@ fn expect_error(cx: &mut Cx, r: RawRequest, what: &str) -> Res {
             }
             Ok(false) => {}
         }
-        ensure!(
-            start.elapsed() < DEAD_PEER_DEADLINE,
-            "a dead peer gives an error within a bounded time, never a hang (checklist: teardown and errors)",
-            "{what}: test kept returning 'not done' for {} s after the peer process was killed",
-            DEAD_PEER_DEADLINE.as_secs()
-        );
-        std::thread::sleep(Duration::from_micros(200));
+        dead_peer_wait(start, &format!("{what}: test kept returning 'not done'"))?;
     }
 }
 
@@ -312,13 +320,7 @@ fn peer_killed_send(cx: &mut Cx, _: u64) -> Res {
                 }
                 Ok(None) => {}
             }
-            ensure!(
-                killed.elapsed() < DEAD_PEER_DEADLINE,
-                "a dead peer gives an error within a bounded time, never a hang (checklist: teardown and errors)",
-                "isend to the killed receiver kept returning NULL for {} s after the peer process was killed",
-                DEAD_PEER_DEADLINE.as_secs()
-            );
-            std::thread::sleep(Duration::from_micros(200));
+            dead_peer_wait(killed, "isend to the killed receiver kept returning NULL")?;
         }
         let _ = cx.call(Call::CloseSend, "closeSend after the peer died", |n| n.close_send(send));
         return Ok(());

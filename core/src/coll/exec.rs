@@ -71,6 +71,13 @@ pub(crate) fn recv_target(op: &SliceOp) -> Option<(*mut u8, usize)> {
     }
 }
 
+/// The reduction of a reducing step.
+fn reduction(op: &SliceOp) -> Result<&DevRedOp, Error> {
+    op.red
+        .as_ref()
+        .ok_or_else(|| Error::Internal(format!("{:?} step without a reduction op", op.prim)))
+}
+
 /// Whether `[a, a + n)` and `[b, b + n)` do not overlap.
 fn disjoint(a: *const u8, b: *const u8, n: usize) -> bool {
     let (a, b) = (a as usize, b as usize);
@@ -179,10 +186,7 @@ pub(crate) unsafe fn try_run(
                 memmove(op.dst, r, n);
             }
             (Prim::RecvReduceCopySend, true) => {
-                let red = op
-                    .red
-                    .as_ref()
-                    .ok_or_else(|| Error::Internal("reduce step without an op".into()))?;
+                let red = reduction(op)?;
                 let inp = std::slice::from_raw_parts(recvd.expect("recv slot"), n);
                 let out = if std::ptr::eq(op.src, op.dst) {
                     // In place: the output slice is the input; pre-op it, not the
@@ -200,10 +204,7 @@ pub(crate) unsafe fn try_run(
                 }
             }
             (Prim::RecvReduceSend | Prim::RecvReduceCopySend, _) => {
-                let red = op
-                    .red
-                    .as_ref()
-                    .ok_or_else(|| Error::Internal("reduce step without an op".into()))?;
+                let red = reduction(op)?;
                 let out = std::slice::from_raw_parts_mut(slot.expect("send slot"), n);
                 let inp = std::slice::from_raw_parts(recvd.expect("recv slot"), n);
                 BACKEND.reduce(out, inp, user_in(), red, Pre::B).map_err(kerr)?;
@@ -215,10 +216,7 @@ pub(crate) unsafe fn try_run(
                 }
             }
             (Prim::RecvReduceCopy, _) => {
-                let red = op
-                    .red
-                    .as_ref()
-                    .ok_or_else(|| Error::Internal("reduce step without an op".into()))?;
+                let red = reduction(op)?;
                 let acc = std::slice::from_raw_parts_mut(recvd.expect("recv slot"), n);
                 BACKEND.reduce_inplace(acc, user_in(), red, Pre::B).map_err(kerr)?;
                 if red.has_post_op() {
@@ -272,10 +270,7 @@ unsafe fn local_copy(op: &SliceOp) -> Result<(), Error> {
 /// valid for `op.bytes` bytes.
 unsafe fn reduce_blocks(op: &SliceOp) -> Result<(), Error> {
     let n = op.bytes;
-    let red = op
-        .red
-        .as_ref()
-        .ok_or_else(|| Error::Internal("ReduceBlocks without an op".into()))?;
+    let red = reduction(op)?;
     // SAFETY: see the function contract; blocks do not overlap each other.
     let acc = unsafe { std::slice::from_raw_parts_mut(op.src as *mut u8, n) };
     BACKEND.pre_op_inplace(acc, red).map_err(kerr)?;

@@ -290,14 +290,7 @@ impl NetAdapter {
             r.name(),
             r.0
         );
-        match r.0 {
-            2 => NetError::System(msg),
-            4 => NetError::InvalidArgument(msg),
-            5 => NetError::InvalidUsage(msg),
-            6 => NetError::Remote(msg),
-            8 => NetError::Timeout(msg),
-            _ => NetError::Internal(msg),
-        }
+        net_error(r.0, msg)
     }
 
     fn check(&self, call: &str, r: ncclResult_t) -> NetResult<()> {
@@ -341,6 +334,19 @@ impl NetAdapter {
     }
 }
 
+/// The [`NetError`] a plugin's `ncclResult_t` value `code` stands for, with `msg`
+/// (an unknown or unexpected code is an internal error).
+fn net_error(code: i32, msg: String) -> NetError {
+    match code {
+        2 => NetError::System(msg),
+        4 => NetError::InvalidArgument(msg),
+        5 => NetError::InvalidUsage(msg),
+        6 => NetError::Remote(msg),
+        8 => NetError::Timeout(msg),
+        _ => NetError::Internal(msg),
+    }
+}
+
 /// Looks up slot `$f` of table `$t`, or returns the NULL-slot error.
 macro_rules! slot {
     ($self:ident, $t:expr, $f:ident) => {
@@ -369,14 +375,7 @@ impl NetPlugin for NetAdapter {
                         // Not retried (NCCL calls a v6-v10 init once per process);
                         // the caller sees the original code, e.g. ncclSystemError.
                         let msg = format!("plugin disabled: its init failed earlier: {e}");
-                        return Err(match *code {
-                            2 => NetError::System(msg),
-                            4 => NetError::InvalidArgument(msg),
-                            5 => NetError::InvalidUsage(msg),
-                            6 => NetError::Remote(msg),
-                            8 => NetError::Timeout(msg),
-                            _ => NetError::Internal(msg),
-                        });
+                        return Err(net_error(*code, msg));
                     }
                     Some(Ok(())) => {}
                     None => {

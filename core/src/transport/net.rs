@@ -138,33 +138,19 @@ impl SlotStack {
 struct UserRegs(Vec<(usize, usize, RawMr)>);
 
 impl UserRegs {
-    /// Registers `[ptr, ptr + len)` unless a registration already covers it;
-    /// returns whether it is covered now. A refusal is logged (DEBUG) and only
-    /// means steps take the FIFO path.
-    fn register(
-        &mut self,
-        net: &dyn NetPlugin,
-        comm: Option<RawComm>,
-        ptr: *const u8,
-        len: usize,
-        peer: usize,
-    ) -> bool {
+    /// Registers `[ptr, ptr + len)` unless a registration already covers it. A
+    /// refusal is logged (DEBUG) and only means steps take the FIFO path.
+    fn register(&mut self, net: &dyn NetPlugin, comm: Option<RawComm>, ptr: *const u8, len: usize, peer: usize) {
+        let Some(comm) = comm else { return };
         if len == 0 || self.find(ptr, len).is_some() {
-            return len > 0;
+            return;
         }
-        let Some(comm) = comm else { return false };
         match net.reg_mr(comm, ptr as *mut u8, len, PtrType::Host) {
-            Ok(mr) => {
-                self.0.push((ptr as usize, ptr as usize + len, mr));
-                true
-            }
-            Err(e) => {
-                tracing::debug!(
-                    target: "ferroccl::net",
-                    "regMr of {len} bytes of user memory for the connection with rank {peer} refused ({e}); using the FIFO"
-                );
-                false
-            }
+            Ok(mr) => self.0.push((ptr as usize, ptr as usize + len, mr)),
+            Err(e) => tracing::debug!(
+                target: "ferroccl::net",
+                "regMr of {len} bytes of user memory for the connection with rank {peer} refused ({e}); using the FIFO"
+            ),
         }
     }
 
@@ -266,9 +252,9 @@ impl SendConn {
     /// memory) so that steps can be sent straight from it ([`SendConn::push_user`])
     /// instead of being copied into a FIFO slot first. Registrations last until
     /// [`SendConn::release_user`] (the end of the operation: user buffers may be
-    /// freed after that, so nothing is cached across operations). Returns whether
-    /// the plugin accepted it; a refusal only means steps take the FIFO path.
-    pub(crate) fn register_user(&mut self, ptr: *const u8, len: usize) -> bool {
+    /// freed after that, so nothing is cached across operations). A refusal only
+    /// means steps take the FIFO path.
+    pub(crate) fn register_user(&mut self, ptr: *const u8, len: usize) {
         self.user.register(&*self.net, self.comm, ptr, len, self.peer)
     }
 
@@ -424,8 +410,8 @@ enum RecvDst {
     /// FIFO slot `.0` of the connector's own buffer.
     Slot(usize),
     /// `.1` bytes of user memory at address `.0`, registered for the current
-    /// operation.
-    User(usize, usize),
+    /// operation as mhandle `.2`.
+    User(usize, usize, RawMr),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -459,9 +445,9 @@ pub(crate) struct RecvConn {
     /// so no receive stays outstanding once an operation is complete (a peer may
     /// then close its side without this rank seeing an error).
     limit: u64,
-    /// For steps `posted..limit`: user memory to receive into (address, bytes),
-    /// or `None` for a FIFO slot.
-    targets: VecDeque<Option<(usize, usize)>>,
+    /// For steps `posted..limit`: where each lands ([`RecvDst::User`]), or `None`
+    /// for the next free FIFO slot.
+    targets: VecDeque<Option<RecvDst>>,
     /// State of steps `tail..posted`, indexed by step `% NCCL_STEPS`.
     slots: [RecvState; NCCL_STEPS],
     /// Free buffer slots.
@@ -509,13 +495,8 @@ impl RecvConn {
     /// Registers user memory `[ptr, ptr + len)` with this recvComm so that steps
     /// can land in it directly (see [`RecvConn::expect`]); as
     /// [`SendConn::register_user`].
-    pub(crate) fn register_user(&mut self, ptr: *const u8, len: usize) -> bool {
+    pub(crate) fn register_user(&mut self, ptr: *const u8, len: usize) {
         self.user.register(&*self.net, self.comm, ptr, len, self.peer)
-    }
-
-    /// Whether a registration covers `[ptr, ptr + len)`.
-    pub(crate) fn has_user(&self, ptr: *const u8, len: usize) -> bool {
-        self.user.find(ptr, len).is_some()
     }
 
     /// Deregisters the user buffers of the finished operation (only once every
@@ -541,7 +522,7 @@ impl RecvConn {
     fn addr(&self, dst: RecvDst) -> *mut u8 {
         match dst {
             RecvDst::Slot(slot) => self.buf.slot(slot, self.step_size),
-            RecvDst::User(addr, _) => addr as *mut u8,
+            RecvDst::User(addr, ..) => addr as *mut u8,
         }
     }
 
@@ -551,7 +532,7 @@ impl RecvConn {
     /// the step uses a FIFO slot), `None` for a FIFO slot.
     pub(crate) fn expect(&mut self, steps: impl IntoIterator<Item = Option<(*mut u8, usize)>>) {
         for t in steps {
-            let t = t.filter(|&(p, n)| self.has_user(p, n)).map(|(p, n)| (p as usize, n));
+            let t = t.and_then(|(p, n)| self.user.find(p, n).map(|mr| RecvDst::User(p as usize, n, mr)));
             self.targets.push_back(t);
             self.limit += 1;
         }
@@ -590,7 +571,7 @@ impl RecvConn {
                     Ok(true) => {
                         let cap = match dst {
                             RecvDst::Slot(_) => self.step_size,
-                            RecvDst::User(_, n) => n,
+                            RecvDst::User(_, n, _) => n,
                         };
                         if sizes[0] > cap {
                             return Err(Error::Remote(format!(
@@ -610,36 +591,22 @@ impl RecvConn {
         // Post receives ahead, at most NCCL_STEPS steps in flight.
         while self.posted < self.limit && self.posted < self.tail + NCCL_STEPS as u64 {
             let i = (self.posted % NCCL_STEPS as u64) as usize;
-            let target = self.targets.front().copied().flatten();
-            let (dst, slot) = match target {
-                Some((addr, n)) => {
-                    let mr = self.user.find(addr as *const u8, n);
-                    let Some(mr) = mr else {
-                        return Err(Error::Internal("receive target lost its registration".into()));
-                    };
-                    let d = RecvDst::User(addr, n);
-                    (
-                        d,
-                        RecvSlot {
-                            data: addr as *mut u8,
-                            size: n,
-                            tag: self.tag,
-                            mr: Some(mr),
-                        },
-                    )
-                }
-                None => {
-                    let Some(slot_idx) = self.free.top() else { break };
-                    (
-                        RecvDst::Slot(slot_idx),
-                        RecvSlot {
-                            data: self.buf.slot(slot_idx, self.step_size),
-                            size: self.step_size,
-                            tag: self.tag,
-                            mr: self.mr,
-                        },
-                    )
-                }
+            let dst = match self.targets.front().copied().flatten() {
+                Some(d) => d,
+                None => match self.free.top() {
+                    Some(slot) => RecvDst::Slot(slot),
+                    None => break,
+                },
+            };
+            let (data, size, mr) = match dst {
+                RecvDst::Slot(slot) => (self.buf.slot(slot, self.step_size), self.step_size, self.mr),
+                RecvDst::User(addr, n, mr) => (addr as *mut u8, n, Some(mr)),
+            };
+            let slot = RecvSlot {
+                data,
+                size,
+                tag: self.tag,
+                mr,
             };
             match self.net.irecv(comm, &[slot], false) {
                 Ok(Some(req)) => {
