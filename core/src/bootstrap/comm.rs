@@ -510,6 +510,11 @@ impl Inner {
             {
                 return Ok(m);
             }
+            // An abort wins over a close: our own readers stop on abort too, and a
+            // connection they drop that way is not the peer's doing.
+            if self.abort.load(Ordering::Relaxed) {
+                return Err(BootstrapError::Aborted { what: what() });
+            }
             if let Some(why) = &st.closed[peer] {
                 return Err(BootstrapError::PeerClosed {
                     peer,
@@ -589,9 +594,10 @@ impl Inner {
                 Err(e) => break e.to_string(),
             }
         };
+        let aborted = self.abort.load(Ordering::Relaxed);
         let mut st = self.mail.st.lock().expect("mail lock");
         st.live[peer] -= 1;
-        if st.live[peer] == 0 {
+        if st.live[peer] == 0 && !aborted {
             st.closed[peer] = Some(why);
         }
         drop(st);
