@@ -3,6 +3,9 @@
 
 mod bootstrap_common;
 
+#[path = "port_support/mod.rs"]
+mod port_support;
+
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
@@ -172,7 +175,7 @@ fn a_silent_root_gives_a_timeout_naming_it() {
 
 #[test]
 fn an_absent_root_fails_after_the_retries() {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = port_support::unused_port();
     let id = UniqueId::new(0x1234, format!("127.0.0.1:{port}").parse().unwrap());
     let mut c = cfg(Duration::from_secs(20));
     c.retry_count = 3;

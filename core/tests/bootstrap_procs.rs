@@ -3,6 +3,9 @@
 
 mod bootstrap_common;
 
+#[path = "port_support/mod.rs"]
+mod port_support;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -125,11 +128,7 @@ fn ranks_as_processes_1_2_3_8() {
 
 #[test]
 fn processes_with_nccl_comm_id() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = port_support::unused_port();
     let comm_id = format!("127.0.0.1:{port}");
     let mut c = cfg(OK_TIMEOUT);
     c.comm_id = Some(comm_id.clone());

@@ -2,6 +2,9 @@
 
 mod bootstrap_common;
 
+#[path = "port_support/mod.rs"]
+mod port_support;
+
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -36,10 +39,7 @@ fn two_independent_bootstraps_in_one_process() {
 #[test]
 fn nccl_comm_id_rank0_starts_root() {
     init_tracing();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = port_support::unused_port();
     let mut c = cfg(OK_TIMEOUT);
     c.comm_id = Some(format!("127.0.0.1:{port}"));
     // With NCCL_COMM_ID, get_unique_id encodes the address and starts nothing.

@@ -6,6 +6,9 @@
 #[path = "coll_support/mod.rs"]
 mod coll_support;
 
+#[path = "port_support/mod.rs"]
+mod port_support;
+
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -15,14 +18,6 @@ fn mpirun() -> Option<std::path::PathBuf> {
         .split(':')
         .map(|d| std::path::Path::new(d).join("mpirun"))
         .find(|p| p.exists())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
 }
 
 #[test]
@@ -49,29 +44,43 @@ fn mpirun_np4_perf_tool_reports_no_wrong_values() {
         "sendrecv",
         "alltoall",
     ] {
-        let mut c = Command::new(&mpirun);
-        if root {
-            c.arg("--allow-run-as-root");
-        }
-        let comm_id = format!("NCCL_COMM_ID=127.0.0.1:{}", free_port());
-        c.args([
-            "--oversubscribe",
-            "-np",
-            "4",
-            "-x",
-            &comm_id,
-            "-x",
-            "NCCL_NET_PLUGIN=socket",
-            "-x",
-            "NCCL_SOCKET_IFNAME=lo",
-        ])
-        .args(["-x", "FERROCCL_TIMEOUT_SEC=60", "--mca", "btl", "self,tcp"])
-        .arg(&perf)
-        .args([
-            op, "-b", "8", "-e", "1M", "-f", "32", "-n", "2", "-w", "1", "-c", "1", "-r", "1",
-        ]);
         let t = Instant::now();
-        let out = c.output().expect("run mpirun");
+        // The root binds the port named in NCCL_COMM_ID; should another process take
+        // it between our pick and that bind, pick again (at most twice).
+        let mut attempt = 0;
+        let out = loop {
+            let mut c = Command::new(&mpirun);
+            if root {
+                c.arg("--allow-run-as-root");
+            }
+            let comm_id = format!("NCCL_COMM_ID=127.0.0.1:{}", port_support::unused_port());
+            c.args([
+                "--oversubscribe",
+                "-np",
+                "4",
+                "-x",
+                &comm_id,
+                "-x",
+                "NCCL_NET_PLUGIN=socket",
+                "-x",
+                "NCCL_SOCKET_IFNAME=lo",
+            ])
+            .args(["-x", "FERROCCL_TIMEOUT_SEC=60", "--mca", "btl", "self,tcp"])
+            .arg(&perf)
+            .args([
+                op, "-b", "8", "-e", "1M", "-f", "32", "-n", "2", "-w", "1", "-c", "1", "-r", "1",
+            ]);
+            let out = c.output().expect("run mpirun");
+            attempt += 1;
+            if !out.status.success()
+                && attempt < 3
+                && String::from_utf8_lossy(&out.stderr).contains("Address already in use")
+            {
+                println!("{op}: the NCCL_COMM_ID port was taken meanwhile; picking another");
+                continue;
+            }
+            break out;
+        };
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         println!("{op} ({:?}):\n{stdout}", t.elapsed());
