@@ -152,7 +152,14 @@ impl Proxy {
         let (mut tasks, _scratch) = schedule::build(&work.colls, &self.params)?;
         self.connect_p2p(&tasks)?;
         if let Some(min) = self.user_send_min {
-            self.register_user(&work.colls, &tasks, min);
+            let nranks = self.params.nranks;
+            let largest = work.colls.iter().map(|a| {
+                let (sb, rb) = schedule::buffer_bytes(a.kind, a.count, a.dtype, nranks);
+                sb.max(rb)
+            });
+            if largest.max().is_some_and(|b| b >= min) {
+                self.register_user(&work.colls, &tasks, min);
+            }
         }
         for t in &tasks {
             if let (_, Some(r)) = self.lane_conns(t.lane) {

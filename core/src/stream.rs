@@ -16,8 +16,17 @@ use crate::Error;
 /// Completion flag of one enqueued piece of work.
 #[derive(Debug, Default)]
 pub(crate) struct Completion {
-    state: Mutex<Option<Result<(), Error>>>,
+    state: Mutex<CompletionState>,
     cv: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct CompletionState {
+    outcome: Option<Result<(), Error>>,
+    /// Threads blocked in [`Completion::wait`]: `complete` skips the wake-up
+    /// system call when there are none (the common case of a proxy finishing
+    /// work nobody is waiting on yet).
+    waiters: usize,
 }
 
 impl Completion {
@@ -28,15 +37,17 @@ impl Completion {
     /// Records the outcome (the first one wins) and wakes waiters.
     pub(crate) fn complete(&self, r: Result<(), Error>) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.is_none() {
-            *s = Some(r);
+        if s.outcome.is_none() {
+            s.outcome = Some(r);
         }
-        self.cv.notify_all();
+        if s.waiters > 0 {
+            self.cv.notify_all();
+        }
     }
 
     /// The outcome if finished.
     pub(crate) fn peek(&self) -> Option<Result<(), Error>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).outcome.clone()
     }
 
     /// Waits until finished or `deadline` passes (`None` = no deadline, but
@@ -44,7 +55,7 @@ impl Completion {
     pub(crate) fn wait(&self, deadline: Option<Instant>, keep_waiting: &dyn Fn() -> bool) -> Option<Result<(), Error>> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(r) = s.as_ref() {
+            if let Some(r) = s.outcome.as_ref() {
                 return Some(r.clone());
             }
             let mut slice = Duration::from_millis(100);
@@ -58,7 +69,9 @@ impl Completion {
             if !keep_waiting() {
                 return None;
             }
+            s.waiters += 1;
             s = self.cv.wait_timeout(s, slice).unwrap_or_else(|e| e.into_inner()).0;
+            s.waiters -= 1;
         }
     }
 }
