@@ -7,8 +7,9 @@
 //! arithmetic and stores for any buffer alignment; the last partial chunk goes
 //! through the same code via a zero-padded stack copy.
 
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
+
+use crate::half_conv;
 
 use crate::backend::{Backend, Pre};
 use crate::{Combine, DataType, DevRedOp, KernelError, RedOp, Scalar};
@@ -106,41 +107,40 @@ macro_rules! lane_direct {
 lane_direct!(i8, u8, i32, u32, i64, u64, f32, f64);
 
 macro_rules! lane_half {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $widen:path, $narrow:path);*) => {$(
         impl Lane for $t {
             const SIZE: usize = 2;
             type C = f32;
             #[inline(always)]
             fn widen<const N: usize>(b: &[u8]) -> [f32; N] {
                 let b = &b[..N * 2];
-                let h: [$t; N] = std::array::from_fn(|i| <$t>::from_ne_bytes([b[2 * i], b[2 * i + 1]]));
-                let mut out = [0f32; N];
-                h.convert_to_f32_slice(&mut out);
-                out
+                let h: [u16; N] = std::array::from_fn(|i| {
+                    u16::from_ne_bytes(b[2 * i..2 * i + 2].try_into().expect("lane width"))
+                });
+                h.map($widen)
             }
             #[inline(always)]
             fn narrow<const N: usize>(v: &[f32; N], b: &mut [u8]) {
-                let mut h = [<$t>::ZERO; N];
-                h.convert_from_f32_slice(v);
                 let b = &mut b[..N * 2];
+                let h: [u16; N] = v.map($narrow);
                 for i in 0..N {
                     b[2 * i..2 * i + 2].copy_from_slice(&h[i].to_ne_bytes());
                 }
             }
             #[inline(always)]
             fn round<const N: usize>(v: &mut [f32; N]) {
-                let mut h = [<$t>::ZERO; N];
-                h.convert_from_f32_slice(v);
-                h.convert_to_f32_slice(v);
+                for x in v.iter_mut() {
+                    *x = $widen($narrow(*x));
+                }
             }
             #[inline(always)]
             fn scalar(s: &Scalar) -> f32 {
-                <$t>::from_ne_bytes([s.0[0], s.0[1]]).to_f32()
+                $widen(u16::from_ne_bytes([s.0[0], s.0[1]]))
             }
         }
     )*};
 }
-lane_half!(f16, bf16);
+lane_half!(f16 => half_conv::f16_to_f32, half_conv::f32_to_f16; bf16 => half_conv::bf16_to_f32, half_conv::f32_to_bf16);
 
 /// `dst = pre_a(a) ⊕ pre_b(b)`, where `a` is `dst` itself when `INPLACE`.
 /// Lengths were checked by the caller.
@@ -153,7 +153,17 @@ fn binary<T: Lane, const N: usize, const INPLACE: bool, const PA: bool, const PB
     f: impl Fn(T::C, T::C) -> T::C,
 ) {
     let cb = N * T::SIZE;
-    let body = |d: &mut [u8], a: &[u8], b: &[u8]| {
+    // A function, not a closure: LLVM may decline to inline a large closure
+    // (the 16-bit float lanes), which would then be compiled without the
+    // caller's AVX2 target feature.
+    #[inline(always)]
+    fn body<T: Lane, const N: usize, const PA: bool, const PB: bool>(
+        d: &mut [u8],
+        a: &[u8],
+        b: &[u8],
+        s: T::C,
+        f: &impl Fn(T::C, T::C) -> T::C,
+    ) {
         let mut va = T::widen::<N>(a);
         let mut vb = T::widen::<N>(b);
         if PA {
@@ -173,7 +183,8 @@ fn binary<T: Lane, const N: usize, const INPLACE: bool, const PA: bool, const PB
             r[i] = f(va[i], vb[i]);
         }
         T::narrow(&r, d);
-    };
+    }
+    let body = |d: &mut [u8], a: &[u8], b: &[u8]| body::<T, N, PA, PB>(d, a, b, s, &f);
     let full = dst.len() / cb * cb;
     if INPLACE {
         let mut tmp = [0u8; CHUNK_BYTES];
@@ -210,11 +221,13 @@ fn binary<T: Lane, const N: usize, const INPLACE: bool, const PA: bool, const PB
 #[inline(always)]
 fn unary<T: Lane, const N: usize, const INPLACE: bool>(dst: &mut [u8], src: &[u8], g: impl Fn(&mut [T::C; N])) {
     let cb = N * T::SIZE;
-    let body = |d: &mut [u8], s: &[u8]| {
+    #[inline(always)]
+    fn body<T: Lane, const N: usize>(d: &mut [u8], s: &[u8], g: &impl Fn(&mut [T::C; N])) {
         let mut v = T::widen::<N>(s);
         g(&mut v);
         T::narrow(&v, d);
-    };
+    }
+    let body = |d: &mut [u8], s: &[u8]| body::<T, N>(d, s, &g);
     let full = dst.len() / cb * cb;
     if INPLACE {
         let mut tmp = [0u8; CHUNK_BYTES];
@@ -311,12 +324,89 @@ unsafe fn binary_avx2<const INPLACE: bool>(dst: &mut [u8], a: &[u8], b: &[u8], o
     binary_generic::<INPLACE>(dst, a, b, op, pre)
 }
 
+/// float16 lanes converted by the F16C instructions (`vcvtph2ps`/`vcvtps2ph`, 8
+/// lanes each). Only [`binary_f16c`] instantiates kernels with it, and the
+/// dispatcher calls that only on CPUs with F16C and AVX2. The hardware rounds to
+/// nearest even and quiets NaNs exactly as `half` does (`half` itself uses F16C
+/// where present), so results equal the [`f16`] lane's bit for bit
+/// (`simd_tests::f16c_matches_software_bitwise`).
+#[cfg(target_arch = "x86_64")]
+struct F16c;
+
+#[cfg(target_arch = "x86_64")]
+impl Lane for F16c {
+    const SIZE: usize = 2;
+    type C = f32;
+    #[inline(always)]
+    fn widen<const N: usize>(b: &[u8]) -> [f32; N] {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps, _mm256_storeu_ps};
+        const { assert!(N.is_multiple_of(8)) };
+        let b = &b[..N * 2];
+        let mut out = [0f32; N];
+        for (o, i) in out.chunks_exact_mut(8).zip(b.chunks_exact(16)) {
+            // SAFETY: `i` has 16 readable bytes and `o` 8 writable f32s (unaligned
+            // loads/stores); F16C is present: this lane is only used by
+            // `binary_f16c`, which is only called after detecting it.
+            unsafe {
+                _mm256_storeu_ps(
+                    o.as_mut_ptr(),
+                    _mm256_cvtph_ps(_mm_loadu_si128(i.as_ptr() as *const __m128i)),
+                )
+            };
+        }
+        out
+    }
+    #[inline(always)]
+    fn narrow<const N: usize>(v: &[f32; N], b: &mut [u8]) {
+        use std::arch::x86_64::{
+            __m128i, _MM_FROUND_TO_NEAREST_INT, _mm_storeu_si128, _mm256_cvtps_ph, _mm256_loadu_ps,
+        };
+        let b = &mut b[..N * 2];
+        for (i, o) in v.chunks_exact(8).zip(b.chunks_exact_mut(16)) {
+            // SAFETY: as in `widen`: 8 f32s in, 16 bytes out, F16C present.
+            unsafe {
+                _mm_storeu_si128(
+                    o.as_mut_ptr() as *mut __m128i,
+                    _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(i.as_ptr())),
+                )
+            };
+        }
+    }
+    #[inline(always)]
+    fn round<const N: usize>(v: &mut [f32; N]) {
+        let mut b = [0u8; CHUNK_BYTES];
+        Self::narrow(v, &mut b[..N * 2]);
+        *v = Self::widen::<N>(&b[..N * 2]);
+    }
+    #[inline(always)]
+    fn scalar(s: &Scalar) -> f32 {
+        <f16 as Lane>::scalar(s)
+    }
+}
+
+/// The float16 reduction with F16C conversions and AVX2 arithmetic.
+///
+/// # Safety
+/// The CPU must support AVX2 and F16C; `op.dtype` is `Float16`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn binary_f16c<const INPLACE: bool>(dst: &mut [u8], a: &[u8], b: &[u8], op: &DevRedOp, pre: Pre) {
+    binary_typed::<F16c, 64, INPLACE>(dst, a, b, op.combine, pre, op.pre_mul.as_ref())
+}
+
 /// Runs the reduction with the widest vector unit this CPU has: AVX2 when
 /// `is_x86_feature_detected!("avx2")` (twice the lanes of the SSE2 baseline the
-/// crate is compiled for), else the baseline. Lane-wise, so results are bitwise
+/// crate is compiled for; float16 also converts with F16C when present), else the
+/// baseline. Lane-wise, so results are bitwise
 /// the same either way (no FMA is enabled, so a PreMulSum's multiply and add stay
 /// separately rounded).
 fn binary_dispatch<const INPLACE: bool>(dst: &mut [u8], a: &[u8], b: &[u8], op: &DevRedOp, pre: Pre) {
+    #[cfg(target_arch = "x86_64")]
+    if op.dtype == DataType::Float16 && std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
+        // SAFETY: AVX2 and F16C support were just checked; the type is float16.
+        unsafe { binary_f16c::<INPLACE>(dst, a, b, op, pre) };
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if std::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 support was just checked.
@@ -557,8 +647,65 @@ mod simd_tests {
                     // SAFETY: AVX2 checked above.
                     unsafe { binary_avx2::<true>(&mut i1, &[], &b, &dev, pre) };
                     assert_eq!(i0, i1, "{dt:?} {op:?} {pre:?} in place");
+                    if dt == DataType::Float16 && std::is_x86_feature_detected!("f16c") {
+                        let mut d2 = vec![0u8; n];
+                        let mut i2 = a.clone();
+                        // SAFETY: AVX2 and F16C checked; the type is float16.
+                        unsafe { binary_f16c::<false>(&mut d2, &a, &b, &dev, pre) };
+                        // SAFETY: as above.
+                        unsafe { binary_f16c::<true>(&mut i2, &[], &b, &dev, pre) };
+                        assert_eq!(d0, d2, "F16C {op:?} {pre:?} out of place");
+                        assert_eq!(i0, i2, "F16C {op:?} {pre:?} in place");
+                    }
                 }
             }
+        }
+    }
+
+    /// The F16C float16 lane converts every half value, and f32 values around
+    /// every rounding point, NaNs and out-of-range ones included, to the same bits
+    /// as the software lane (itself checked against the `half` crate).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn f16c_matches_software_bitwise() {
+        if !std::is_x86_feature_detected!("f16c") {
+            eprintln!("no F16C on this CPU: only the software float16 lane is used");
+            return;
+        }
+        let all: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_ne_bytes).collect();
+        for c in all.chunks_exact(128) {
+            let hw = <F16c as Lane>::widen::<64>(c);
+            let sw = <f16 as Lane>::widen::<64>(c);
+            assert_eq!(hw.map(f32::to_bits), sw.map(f32::to_bits), "widen {:02x?}", &c[..2]);
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut pats: Vec<u32> = (0..=u16::MAX)
+            .flat_map(|h| {
+                let f = crate::half_conv::f16_to_f32(h).to_bits();
+                [
+                    f,
+                    f.wrapping_add(0xfff),
+                    f.wrapping_add(0x1000),
+                    f.wrapping_add(0x1001),
+                    f.wrapping_sub(1),
+                ]
+            })
+            .collect();
+        pats.extend(
+            std::iter::repeat_with(|| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 32) as u32
+            })
+            .take(1 << 20),
+        );
+        for c in pats.chunks_exact(64) {
+            let v: [f32; 64] = std::array::from_fn(|i| f32::from_bits(c[i]));
+            let (mut hw, mut sw) = ([0u8; 128], [0u8; 128]);
+            <F16c as Lane>::narrow::<64>(&v, &mut hw);
+            <f16 as Lane>::narrow::<64>(&v, &mut sw);
+            assert_eq!(hw, sw, "narrow {:08x?}", &c[..4]);
         }
     }
 }

@@ -32,6 +32,7 @@ mod backend;
 mod cpu;
 mod dtype;
 mod error;
+mod half_conv;
 mod op;
 pub mod reference;
 
