@@ -599,13 +599,7 @@ mod simd_tests {
             return;
         }
         let len_elems = 1000 + 37;
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut rnd = crate::xorshift(0x9e37_79b9_7f4a_7c15);
         for dt in DataType::ALL {
             let ops = [
                 RedOp::Sum,
@@ -678,7 +672,7 @@ mod simd_tests {
             let sw = <f16 as Lane>::widen::<64>(c);
             assert_eq!(hw.map(f32::to_bits), sw.map(f32::to_bits), "widen {:02x?}", &c[..2]);
         }
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = crate::xorshift(0x2545_f491_4f6c_dd1d);
         let mut pats: Vec<u32> = (0..=u16::MAX)
             .flat_map(|h| {
                 let f = crate::half_conv::f16_to_f32(h).to_bits();
@@ -691,15 +685,7 @@ mod simd_tests {
                 ]
             })
             .collect();
-        pats.extend(
-            std::iter::repeat_with(|| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                (seed >> 32) as u32
-            })
-            .take(1 << 20),
-        );
+        pats.extend(std::iter::repeat_with(|| (rnd() >> 32) as u32).take(1 << 20));
         for c in pats.chunks_exact(64) {
             let v: [f32; 64] = std::array::from_fn(|i| f32::from_bits(c[i]));
             let (mut hw, mut sw) = ([0u8; 128], [0u8; 128]);

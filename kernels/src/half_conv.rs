@@ -109,14 +109,8 @@ mod tests {
             .into_iter()
             .map(move |m| (e9 << 23) | m)
         });
-        let mut s = 0x9e37_79b9_7f4a_7c15u64;
-        let random = std::iter::repeat_with(move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 32) as u32
-        })
-        .take(2_000_000);
+        let mut rnd = crate::xorshift(0x9e37_79b9_7f4a_7c15);
+        let random = std::iter::repeat_with(move || (rnd() >> 32) as u32).take(2_000_000);
         edges.chain(random)
     }
 

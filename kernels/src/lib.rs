@@ -41,3 +41,14 @@ pub use cpu::{CpuBackend, Reducer};
 pub use dtype::DataType;
 pub use error::KernelError;
 pub use op::{Combine, DevRedOp, RedOp, Scalar};
+
+/// Deterministic xorshift64 (Marsaglia 2003) for the unit tests' bit patterns.
+#[cfg(test)]
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
