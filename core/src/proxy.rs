@@ -152,14 +152,7 @@ impl Proxy {
         let (mut tasks, _scratch) = schedule::build(&work.colls, &self.params)?;
         self.connect_p2p(&tasks)?;
         if let Some(min) = self.user_send_min {
-            let nranks = self.params.nranks;
-            let largest = work.colls.iter().map(|a| {
-                let (sb, rb) = schedule::buffer_bytes(a.kind, a.count, a.dtype, nranks);
-                sb.max(rb)
-            });
-            if largest.max().is_some_and(|b| b >= min) {
-                self.register_user(&work.colls, &tasks, min);
-            }
+            self.register_user(&work.colls, &tasks, min);
         }
         for t in &tasks {
             if let (_, Some(r)) = self.lane_conns(t.lane) {
@@ -191,10 +184,18 @@ impl Proxy {
     /// `Reduce` output off the root) are left alone.
     fn register_user(&mut self, colls: &[CollArgs], tasks: &[Task], min: usize) {
         let (rank, nranks) = (self.params.rank, self.params.nranks);
+        let bytes = |a: &CollArgs| schedule::buffer_bytes(a.kind, a.count, a.dtype, nranks);
+        if !colls.iter().any(|a| {
+            let (sb, rb) = bytes(a);
+            sb.max(rb) >= min
+        }) {
+            // Nothing to register (small operations): skip the bookkeeping below.
+            return;
+        }
         let mut inputs = Vec::new();
         let mut outputs = Vec::new();
         for a in colls {
-            let (sb, rb) = schedule::buffer_bytes(a.kind, a.count, a.dtype, nranks);
+            let (sb, rb) = bytes(a);
             let reads = !matches!(a.kind, CollKind::Broadcast { root } if root != rank);
             let writes = !matches!(a.kind, CollKind::Reduce { root } if root != rank);
             if reads && !a.send.is_null() && sb > 0 {

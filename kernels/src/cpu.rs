@@ -324,6 +324,16 @@ unsafe fn binary_avx2<const INPLACE: bool>(dst: &mut [u8], a: &[u8], b: &[u8], o
     binary_generic::<INPLACE>(dst, a, b, op, pre)
 }
 
+/// Rounds `v` to a 16-bit lane's precision by storing and reloading it (the
+/// hardware lanes, whose conversions work on whole registers).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn round_through_storage<L: Lane<C = f32>, const N: usize>(v: &mut [f32; N]) {
+    let mut b = [0u8; CHUNK_BYTES];
+    L::narrow(v, &mut b[..N * 2]);
+    *v = L::widen::<N>(&b[..N * 2]);
+}
+
 /// float16 lanes converted by the F16C instructions (`vcvtph2ps`/`vcvtps2ph`, 8
 /// lanes each). Only [`binary_f16c`] instantiates kernels with it, and the
 /// dispatcher calls that only on CPUs with F16C and AVX2. The hardware rounds to
@@ -374,9 +384,7 @@ impl Lane for F16c {
     }
     #[inline(always)]
     fn round<const N: usize>(v: &mut [f32; N]) {
-        let mut b = [0u8; CHUNK_BYTES];
-        Self::narrow(v, &mut b[..N * 2]);
-        *v = Self::widen::<N>(&b[..N * 2]);
+        round_through_storage::<Self, N>(v)
     }
     #[inline(always)]
     fn scalar(s: &Scalar) -> f32 {
@@ -452,9 +460,7 @@ impl Lane for Bf16Avx2 {
     }
     #[inline(always)]
     fn round<const N: usize>(v: &mut [f32; N]) {
-        let mut b = [0u8; CHUNK_BYTES];
-        Self::narrow(v, &mut b[..N * 2]);
-        *v = Self::widen::<N>(&b[..N * 2]);
+        round_through_storage::<Self, N>(v)
     }
     #[inline(always)]
     fn scalar(s: &Scalar) -> f32 {
@@ -735,25 +741,24 @@ mod simd_tests {
                     // SAFETY: AVX2 checked above.
                     unsafe { binary_avx2::<true>(&mut i1, &[], &b, &dev, pre) };
                     assert_eq!(i0, i1, "{dt:?} {op:?} {pre:?} in place");
-                    if dt == DataType::Bfloat16 {
+                    // The type-specific hardware builds, where this CPU has them.
+                    type Kernel = unsafe fn(&mut [u8], &[u8], &[u8], &DevRedOp, Pre);
+                    let special: Option<(&str, Kernel, Kernel)> = match dt {
+                        DataType::Bfloat16 => Some(("bf16 AVX2", binary_bf16_avx2::<false>, binary_bf16_avx2::<true>)),
+                        DataType::Float16 if std::is_x86_feature_detected!("f16c") => {
+                            Some(("F16C", binary_f16c::<false>, binary_f16c::<true>))
+                        }
+                        _ => None,
+                    };
+                    if let Some((name, out_of_place, in_place)) = special {
                         let mut d2 = vec![0u8; n];
                         let mut i2 = a.clone();
-                        // SAFETY: AVX2 checked; the type is bfloat16.
-                        unsafe { binary_bf16_avx2::<false>(&mut d2, &a, &b, &dev, pre) };
+                        // SAFETY: AVX2 (and F16C for float16) checked; the kernel matches `dt`.
+                        unsafe { out_of_place(&mut d2, &a, &b, &dev, pre) };
                         // SAFETY: as above.
-                        unsafe { binary_bf16_avx2::<true>(&mut i2, &[], &b, &dev, pre) };
-                        assert_eq!(d0, d2, "bf16 AVX2 {op:?} {pre:?} out of place");
-                        assert_eq!(i0, i2, "bf16 AVX2 {op:?} {pre:?} in place");
-                    }
-                    if dt == DataType::Float16 && std::is_x86_feature_detected!("f16c") {
-                        let mut d2 = vec![0u8; n];
-                        let mut i2 = a.clone();
-                        // SAFETY: AVX2 and F16C checked; the type is float16.
-                        unsafe { binary_f16c::<false>(&mut d2, &a, &b, &dev, pre) };
-                        // SAFETY: as above.
-                        unsafe { binary_f16c::<true>(&mut i2, &[], &b, &dev, pre) };
-                        assert_eq!(d0, d2, "F16C {op:?} {pre:?} out of place");
-                        assert_eq!(i0, i2, "F16C {op:?} {pre:?} in place");
+                        unsafe { in_place(&mut i2, &[], &b, &dev, pre) };
+                        assert_eq!(d0, d2, "{name} {op:?} {pre:?} out of place");
+                        assert_eq!(i0, i2, "{name} {op:?} {pre:?} in place");
                     }
                 }
             }
