@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use crate::Error;
 use crate::coll::CollArgs;
-use crate::comm::CommInner;
+use crate::proxy::ProxyHandle;
 use crate::stream::Stream;
 
 #[derive(Default)]
 struct GroupState {
     depth: usize,
-    ops: Vec<(Arc<CommInner>, CollArgs, Stream)>,
+    ops: Vec<(Arc<ProxyHandle>, CollArgs, Stream)>,
 }
 
 thread_local! {
@@ -48,7 +48,7 @@ pub fn group_end() -> Result<(), Error> {
         })
     })?;
     // Partition by communicator, keeping the order of first appearance.
-    let mut comms: Vec<(Arc<CommInner>, Vec<CollArgs>, Vec<Stream>)> = Vec::new();
+    let mut comms: Vec<(Arc<ProxyHandle>, Vec<CollArgs>, Vec<Stream>)> = Vec::new();
     for (c, a, s) in ops {
         let i = match comms.iter().position(|(x, _, _)| Arc::ptr_eq(x, &c)) {
             Some(i) => i,
@@ -79,7 +79,7 @@ pub fn in_group() -> bool {
 }
 
 /// Adds an operation to the open group; returns it back when no group is open.
-pub(crate) fn try_add(comm: &Arc<CommInner>, args: CollArgs, stream: &Stream) -> Option<CollArgs> {
+pub(crate) fn try_add(comm: &Arc<ProxyHandle>, args: CollArgs, stream: &Stream) -> Option<CollArgs> {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {

@@ -11,8 +11,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::Error;
@@ -20,7 +21,7 @@ use crate::coll::exec;
 use crate::coll::schedule::{self, Lane, SchedParams, Task};
 use crate::coll::{CollArgs, CollKind};
 use crate::plugin::net::{NetPlugin, RawCtx};
-use crate::stream::Completion;
+use crate::stream::{Completion, Stream};
 use crate::transport::setup::{self, ConnSpec, Oob};
 use crate::transport::{RecvConn, SendConn};
 
@@ -54,6 +55,131 @@ impl Shared {
         let mut g = self.error.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
             *g = Some(e.clone());
+        }
+    }
+}
+
+/// The handle the communicator, enqueue and group calls use to hand work to the
+/// proxy thread and to wait for or stop it (NCCL's `ncclProxyState` seen from the
+/// user's threads).
+pub(crate) struct ProxyHandle {
+    /// Ranks in the communicator (argument checks).
+    pub nranks: usize,
+    /// State shared with the thread (abort flag, first error).
+    pub shared: Arc<Shared>,
+    tx: Mutex<Option<Sender<Work>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Last work enqueued (finalize waits for it).
+    last: Mutex<Option<Arc<Completion>>>,
+    /// Set by finalize, destroy and abort: no more work is accepted.
+    closed: AtomicBool,
+}
+
+impl ProxyHandle {
+    /// Starts the proxy thread running `proxy`.
+    ///
+    /// Errors: [`Error::Internal`] when the thread cannot be spawned.
+    pub(crate) fn start(proxy: Proxy, nranks: usize) -> Result<ProxyHandle, Error> {
+        let shared = proxy.shared.clone();
+        let rank = proxy.params.rank;
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("ferroccl-proxy-r{rank}"))
+            .spawn(move || proxy.run(rx))
+            .map_err(|e| Error::Internal(format!("spawning the proxy thread: {e}")))?;
+        Ok(ProxyHandle {
+            nranks,
+            shared,
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+            last: Mutex::new(None),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Hands `colls` (one group's operations on this communicator) to the proxy thread,
+    /// ordered after the previous work of every stream in `streams`.
+    ///
+    /// Errors: the communicator's asynchronous error; [`Error::InvalidUsage`] after
+    /// finalize/destroy; [`Error::Aborted`] when the thread has exited.
+    pub(crate) fn submit(&self, colls: Vec<CollArgs>, streams: &[&Stream], what: String) -> Result<(), Error> {
+        if let Some(e) = self.shared.error() {
+            return Err(e);
+        }
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Error::InvalidUsage(
+                "communicator already finalized or destroyed".into(),
+            ));
+        }
+        let done = Completion::new();
+        let mut deps = Vec::new();
+        for s in streams {
+            if let Some(d) = s.push(done.clone(), what.clone()) {
+                deps.push(d);
+            }
+        }
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(tx) = tx.as_ref() else {
+            let e = Error::InvalidUsage("communicator already destroyed".into());
+            done.complete(Err(e.clone()));
+            return Err(e);
+        };
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(done.clone());
+        if tx
+            .send(Work {
+                colls,
+                done: done.clone(),
+                deps,
+                what,
+            })
+            .is_err()
+        {
+            let e = self
+                .shared
+                .error()
+                .unwrap_or_else(|| Error::Aborted("proxy thread has exited".into()));
+            done.complete(Err(e.clone()));
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Waits for the last enqueued work (bounded by the thread's watchdog; stops
+    /// early on abort) and returns the asynchronous error, if any.
+    pub(crate) fn wait_idle(&self) -> Result<(), Error> {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(last) = last {
+            let shared = self.shared.clone();
+            last.wait(None, &|| !shared.abort.load(Ordering::Relaxed));
+        }
+        if let Some(e) = self.shared.error() {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Accepts no more work.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Raises the abort flag: work in flight fails with [`Error::Aborted`].
+    pub(crate) fn raise_abort(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.shared.abort.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the communicator failed or was aborted.
+    pub(crate) fn failed(&self) -> bool {
+        self.shared.error().is_some() || self.shared.abort.load(Ordering::Relaxed)
+    }
+
+    /// Closes the work queue and joins the thread (which fails what is still queued).
+    pub(crate) fn stop(&self) {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            let _ = t.join();
         }
     }
 }

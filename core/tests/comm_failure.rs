@@ -110,7 +110,7 @@ fn failure_worker() {
             .expect_err("must fail");
         println!("rank {} count {mine}: {e}", r.rank);
         assert!(
-            matches!(e, Error::Remote(_) | Error::Net(_)),
+            matches!(e, Error::Remote(_) | Error::Net { .. }),
             "unexpected error kind: {e:?}"
         );
         // The communicator is now failed: later operations report the same error.

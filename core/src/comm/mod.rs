@@ -9,28 +9,23 @@
 //! connections to the ring successor/predecessor through the plugin → proxy
 //! thread ([`crate::proxy`]) → ready.
 
-mod error;
+mod colls;
 mod params;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use ferroccl_kernels::{DataType, RedOp};
-
-pub use error::{Error, Result};
+pub use crate::error::{Error, Result};
 pub(crate) use params::CommParams;
 pub use params::{CommConfig, PreloadedNet};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
+use crate::coll::CollArgs;
 use crate::coll::schedule::SchedParams;
-use crate::coll::{CollArgs, CollKind};
 use crate::plugin::net::{NetInfo, NetPlugin, RawCtx};
-use crate::proxy::{Proxy, Shared, Work};
-use crate::stream::{Completion, Stream};
+use crate::proxy::{Proxy, ProxyHandle, Shared};
+use crate::stream::Stream;
 use crate::transport::setup::{self, ConnSpec, Oob};
 use crate::transport::{NCCL_STEPS, RecvConn, SendConn};
 
@@ -41,12 +36,10 @@ struct BootstrapOob(Arc<Bootstrap>);
 
 impl Oob for BootstrapOob {
     fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
-        self.0
-            .send(peer, tag, data)
-            .map_err(|e| Error::Bootstrap(e.to_string()))
+        self.0.send(peer, tag, data).map_err(Error::from)
     }
     fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>> {
-        self.0.recv(peer, tag).map_err(|e| Error::Bootstrap(e.to_string()))
+        self.0.recv(peer, tag).map_err(Error::from)
     }
 }
 
@@ -54,16 +47,12 @@ pub(crate) struct CommInner {
     rank: usize,
     nranks: usize,
     nchannels: usize,
-    shared: Arc<Shared>,
-    tx: Mutex<Option<Sender<Work>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// Hands work to the proxy thread.
+    proxy: Arc<ProxyHandle>,
     bootstrap: Arc<Bootstrap>,
     net: Arc<dyn NetPlugin>,
     ctx: Mutex<Option<RawCtx>>,
     info: NetInfo,
-    /// Last work enqueued (finalize waits for it).
-    last: Mutex<Option<Arc<Completion>>>,
-    closed: AtomicBool,
 }
 
 /// A communicator: one rank's membership in a group of `nranks` ranks that run
@@ -137,14 +126,10 @@ impl Comm {
         let mut bcfg = params.bootstrap.clone();
         let abort = bcfg.abort.clone();
         bcfg.timeout = params.timeout;
-        let bootstrap = Arc::new(
-            Bootstrap::init(id, rank, nranks, &bcfg).map_err(|e| Error::Bootstrap(format!("rank {rank}: {e}")))?,
-        );
+        let bootstrap = Arc::new(Bootstrap::init(id, rank, nranks, &bcfg)?);
         // 3. Agreement on plugin and parameters.
         let mine = agreement_record(&loaded, &params);
-        let all = bootstrap
-            .allgather(mine.as_bytes())
-            .map_err(|e| Error::Bootstrap(e.to_string()))?;
+        let all = bootstrap.allgather(mine.as_bytes())?;
         let all: Vec<String> = all.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
         let net_line = |s: &str| s.lines().next().unwrap_or("").to_string();
         let net_ok = all
@@ -170,7 +155,7 @@ impl Comm {
                 .map(|(r, s)| format!("  rank {r}: {}", s.lines().nth(1).unwrap_or("")))
                 .collect();
             bootstrap.close();
-            return Err(Error::Config(format!(
+            return Err(Error::ConfigMismatch(format!(
                 "ranks disagree on NCCL_BUFFSIZE / NCCL_P2P_NET_CHUNKSIZE:\n{}",
                 report.join("\n")
             )));
@@ -192,7 +177,11 @@ impl Comm {
             Ok(n) if n > 0 => n,
             Ok(_) => {
                 let _ = net.finalize_ctx(ctx);
-                return Err(Error::Net(format!("plugin {} reports no devices", info.name)));
+                return Err(crate::plugin::PluginError::NoDevices {
+                    plugin: info.name.clone(),
+                    version: info.version,
+                }
+                .into());
             }
             Err(e) => {
                 let _ = net.finalize_ctx(ctx);
@@ -279,11 +268,7 @@ impl Comm {
             timeout: params.timeout,
             p2p_dev: 0,
         };
-        let (tx, rx) = mpsc::channel();
-        let thread = std::thread::Builder::new()
-            .name(format!("ferroccl-proxy-r{rank}"))
-            .spawn(move || proxy.run(rx))
-            .map_err(|e| Error::Internal(format!("spawning the proxy thread: {e}")))?;
+        let proxy = Arc::new(ProxyHandle::start(proxy, nranks)?);
         tracing::info!(
             target: "ferroccl::init",
             "comm rank {rank} nranks {nranks} net {} v{} ({}) nchannels {nchannels} buffsize {} ready in {:.1} ms",
@@ -298,15 +283,11 @@ impl Comm {
                 rank,
                 nranks,
                 nchannels,
-                shared,
-                tx: Mutex::new(Some(tx)),
-                thread: Mutex::new(Some(thread)),
+                proxy,
                 bootstrap,
                 net,
                 ctx: Mutex::new(Some(ctx)),
                 info,
-                last: Mutex::new(None),
-                closed: AtomicBool::new(false),
             }),
         })
     }
@@ -334,7 +315,7 @@ impl Comm {
     /// `ncclCommGetAsyncError`: the first error an operation of this communicator hit
     /// (`None` while healthy). Once set, every later operation fails with it.
     pub fn async_error(&self) -> Option<Error> {
-        self.inner.shared.error()
+        self.inner.proxy.shared.error()
     }
 
     /// `ncclCommFinalize`: waits (bounded by the communicator's watchdog) until all
@@ -347,7 +328,7 @@ impl Comm {
     /// `ncclCommDestroy`: finalizes (if not done) and releases every resource.
     /// A communicator that has failed is aborted instead.
     pub fn destroy(self) -> Result<()> {
-        if self.inner.shared.error().is_some() {
+        if self.inner.proxy.shared.error().is_some() {
             self.inner.abort();
             Ok(())
         } else {
@@ -360,10 +341,7 @@ impl Comm {
     /// Host-side barrier over the bootstrap network (not ordered with enqueued work:
     /// synchronize streams first). Errors: bootstrap failures and timeouts.
     pub fn barrier(&self) -> Result<()> {
-        self.inner
-            .bootstrap
-            .barrier()
-            .map_err(|e| Error::Bootstrap(e.to_string()))
+        self.inner.bootstrap.barrier().map_err(Error::from)
     }
 
     /// `ncclCommAbort`: stops all operations in flight (they complete with
@@ -374,7 +352,7 @@ impl Comm {
 
     /// Enqueues a collective (or adds it to the current group).
     pub(crate) fn enqueue(&self, args: CollArgs, stream: &Stream) -> Result<()> {
-        crate::enqueue::enqueue(&self.inner, args, stream)
+        crate::enqueue::enqueue(&self.inner.proxy, args, stream)
     }
 }
 
@@ -385,80 +363,17 @@ fn file_hash_bytes(b: &[u8]) -> u64 {
 }
 
 impl CommInner {
-    pub(crate) fn nranks(&self) -> usize {
-        self.nranks
-    }
-
-    /// Hands `colls` (one group's operations on this communicator) to the proxy thread.
-    pub(crate) fn submit(&self, colls: Vec<CollArgs>, streams: &[&Stream], what: String) -> Result<()> {
-        if let Some(e) = self.shared.error() {
-            return Err(e);
-        }
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(Error::InvalidUsage(
-                "communicator already finalized or destroyed".into(),
-            ));
-        }
-        let done = Completion::new();
-        let mut deps = Vec::new();
-        for s in streams {
-            if let Some(d) = s.push(done.clone(), what.clone()) {
-                deps.push(d);
-            }
-        }
-        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(tx) = tx.as_ref() else {
-            let e = Error::InvalidUsage("communicator already destroyed".into());
-            done.complete(Err(e.clone()));
-            return Err(e);
-        };
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(done.clone());
-        if tx
-            .send(Work {
-                colls,
-                done: done.clone(),
-                deps,
-                what,
-            })
-            .is_err()
-        {
-            let e = self
-                .shared
-                .error()
-                .unwrap_or_else(|| Error::Aborted("proxy thread has exited".into()));
-            done.complete(Err(e.clone()));
-            return Err(e);
-        }
-        Ok(())
-    }
-
     fn finalize_local(&self) -> Result<()> {
-        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        if let Some(last) = last {
-            let shared = self.shared.clone();
-            last.wait(None, &|| !shared.abort.load(Ordering::Relaxed));
-        }
-        if let Some(e) = self.shared.error() {
-            return Err(e);
-        }
-        Ok(())
+        self.proxy.wait_idle()
     }
 
     fn finalize(&self) -> Result<()> {
         self.finalize_local()?;
         if self.nranks > 1 {
-            self.bootstrap.barrier().map_err(|e| Error::Bootstrap(e.to_string()))?;
+            self.bootstrap.barrier()?;
         }
-        self.closed.store(true, Ordering::Relaxed);
+        self.proxy.close();
         Ok(())
-    }
-
-    fn stop_thread(&self) {
-        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(t) = t {
-            let _ = t.join();
-        }
     }
 
     fn release(&self) {
@@ -468,65 +383,27 @@ impl CommInner {
     }
 
     fn close(&self) {
-        self.closed.store(true, Ordering::Relaxed);
-        self.stop_thread();
+        self.proxy.close();
+        self.proxy.stop();
         self.bootstrap.close();
         self.release();
     }
 
     fn abort(&self) {
-        self.closed.store(true, Ordering::Relaxed);
-        self.shared.abort.store(true, Ordering::SeqCst);
+        self.proxy.raise_abort();
         self.bootstrap.abort();
-        self.stop_thread();
+        self.proxy.stop();
         self.release();
     }
 }
 
 impl Drop for Comm {
     fn drop(&mut self) {
-        if self.inner.shared.error().is_some() || self.inner.shared.abort.load(Ordering::Relaxed) {
+        if self.inner.proxy.failed() {
             self.inner.abort();
         } else {
             let _ = self.inner.finalize_local();
             self.inner.close();
         }
     }
-}
-
-/// Validates arguments common to the enqueue entry points.
-pub(crate) fn check_ptrs(
-    kind: CollKind,
-    send: *const u8,
-    recv: *mut u8,
-    count: usize,
-    dtype: DataType,
-    nranks: usize,
-) -> Result<()> {
-    let (sb, rb) = crate::coll::schedule::buffer_bytes(kind, count, dtype, nranks);
-    if sb > 0 && send.is_null() {
-        return Err(Error::InvalidArgument(format!(
-            "{}: send buffer is NULL with {sb} bytes to read",
-            kind.name()
-        )));
-    }
-    if rb > 0 && recv.is_null() {
-        return Err(Error::InvalidArgument(format!(
-            "{}: receive buffer is NULL with {rb} bytes to write",
-            kind.name()
-        )));
-    }
-    count
-        .checked_mul(dtype.size())
-        .and_then(|b| b.checked_mul(nranks))
-        .ok_or_else(|| Error::InvalidArgument(format!("{}: count {count} overflows", kind.name())))?;
-    Ok(())
-}
-
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn is<T: Send + Sync>() {}
-    is::<Comm>();
-    let _ = Duration::ZERO;
-    let _: Option<RedOp> = None;
 }

@@ -56,7 +56,7 @@ pub(crate) struct CommParams {
 }
 
 fn cfg_err(e: crate::config::ConfigError) -> Error {
-    Error::Config(e.to_string())
+    Error::Config(e)
 }
 
 /// Integer parameter from the process [`Config`] (environment over `nccl.conf`),
@@ -82,14 +82,14 @@ impl CommParams {
         let min_ch = params::MIN_NCHANNELS.get(cfg).map_err(cfg_err)? as usize;
         let max_ch = params::MAX_NCHANNELS.get(cfg).map_err(cfg_err)? as usize;
         if min_ch > max_ch {
-            return Err(Error::Config(format!(
+            return Err(Error::ConfigMismatch(format!(
                 "NCCL_MIN_NCHANNELS={min_ch} is larger than NCCL_MAX_NCHANNELS={max_ch}"
             )));
         }
         let nchannels = match c.nchannels {
             Some(n) if (1..=64).contains(&n) => n,
             Some(n) => {
-                return Err(Error::Config(format!(
+                return Err(Error::ConfigMismatch(format!(
                     "nchannels {n} is out of range (expected 1..=64)"
                 )));
             }
@@ -102,7 +102,7 @@ impl CommParams {
             None => params::BUFFSIZE.get(cfg).map_err(cfg_err)? as usize,
         };
         if buffsize < NCCL_STEPS_MIN_BYTES || buffsize % 64 != 0 {
-            return Err(Error::Config(format!(
+            return Err(Error::ConfigMismatch(format!(
                 "NCCL_BUFFSIZE={buffsize} must be a multiple of 64 and at least {NCCL_STEPS_MIN_BYTES}"
             )));
         }
