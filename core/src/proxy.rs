@@ -9,7 +9,6 @@
 //! first error the thread records it as the communicator's asynchronous error
 //! and closes all its connections, so peers blocked on this rank fail fast too.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
@@ -23,7 +22,7 @@ use crate::coll::{CollArgs, CollKind};
 use crate::plugin::net::{NetPlugin, RawCtx};
 use crate::stream::{Completion, Stream};
 use crate::transport::setup::{self, ConnSpec, Oob};
-use crate::transport::{RecvConn, SendConn};
+use crate::transport::{ConnTable, RecvConn, SendConn};
 
 /// Bootstrap tag of p2p connection handles.
 pub(crate) const TAG_P2P_HANDLE: u32 = 0x5032_5000;
@@ -190,10 +189,9 @@ pub(crate) struct Proxy {
     pub ctx: RawCtx,
     pub oob: Arc<dyn Oob>,
     pub params: SchedParams,
-    pub ring_send: Vec<SendConn>,
-    pub ring_recv: Vec<RecvConn>,
-    pub p2p_send: BTreeMap<usize, SendConn>,
-    pub p2p_recv: BTreeMap<usize, RecvConn>,
+    /// Every connector, keyed by (channel, peer, connection index) and direction;
+    /// p2p connectors are added on first use.
+    pub conns: ConnTable,
     pub shared: Arc<Shared>,
     /// No-progress watchdog bound.
     pub timeout: Duration,
@@ -224,7 +222,7 @@ impl Proxy {
             if let Err(e) = &r {
                 tracing::warn!(target: "ferroccl::proxy", "{} failed: {e}", work.what);
                 self.shared.set_error(e);
-                self.close_all();
+                self.conns.close_all();
             }
             work.done.complete(r);
         }
@@ -236,22 +234,7 @@ impl Proxy {
         while let Ok(w) = rx.try_recv() {
             w.done.complete(Err(reason.clone()));
         }
-        self.close_all();
-    }
-
-    fn close_all(&mut self) {
-        for c in &mut self.ring_send {
-            c.close();
-        }
-        for c in &mut self.ring_recv {
-            c.close();
-        }
-        for c in self.p2p_send.values_mut() {
-            c.close();
-        }
-        for c in self.p2p_recv.values_mut() {
-            c.close();
-        }
+        self.conns.close_all();
     }
 
     fn check_abort(&self) -> Result<(), Error> {
@@ -280,16 +263,22 @@ impl Proxy {
         if let Some(min) = self.user_send_min {
             self.register_user(&work.colls, &tasks, min);
         }
+        // Announce every step each receive connector will consume, in order.
         for t in &tasks {
-            if let (_, Some(r)) = self.lane_conns(t.lane) {
-                r.expect(t.ops.iter().filter(|op| op.prim.recvs()).map(exec::recv_target));
+            for op in t.ops.iter().filter(|op| op.prim.recvs()) {
+                let target = exec::recv_target(op);
+                for peer in op.recv_from.iter() {
+                    if let Some(r) = self.conns.recv(&t.lane.key(peer)) {
+                        r.expect(target);
+                    }
+                }
             }
         }
         let r = self.progress_tasks(&mut tasks, &work.what);
-        for c in self.ring_send.iter_mut().chain(self.p2p_send.values_mut()) {
+        for c in self.conns.sends_mut() {
             c.release_user();
         }
-        for c in self.ring_recv.iter_mut().chain(self.p2p_recv.values_mut()) {
+        for c in self.conns.recvs_mut() {
             c.release_user();
         }
         r
@@ -301,8 +290,8 @@ impl Proxy {
     /// `exec::recv_target`) instead of through FIFO copies.
     ///
     /// Send side: outputs always (each output element is written once per
-    /// operation, before it is sent); inputs of ring collectives always (a ring
-    /// step waits for in-flight sends from user memory before writing it, see
+    /// operation, before it is sent); inputs of collectives always (a step waits
+    /// for in-flight sends from user memory before writing it, see
     /// `exec::try_run`); a p2p input only when no output of this work overlaps it.
     /// Receive side: an output only when no input of this work
     /// overlaps it (a receive posted ahead must not clobber data still to be
@@ -331,18 +320,18 @@ impl Proxy {
                 outputs.push((a.kind, a.recv as *const u8, rb));
             }
         }
-        let ring = |k: CollKind| !matches!(k, CollKind::Send { .. } | CollKind::Recv { .. });
+        let coll = |k: CollKind| !matches!(k, CollKind::Send { .. } | CollKind::Recv { .. });
         let overlaps = |set: &[(CollKind, *const u8, usize)], p: *const u8, n: usize| {
             set.iter()
                 .any(|&(_, q, m)| (p as usize) < q as usize + m && (q as usize) < p as usize + n)
         };
-        // Ring steps wait for in-flight sends before writing user memory
-        // (`SendConn::user_busy`), so ring inputs may overlap outputs; a p2p send
-        // and a p2p receive run on different lanes, so there they must not.
+        // Collective steps wait for in-flight sends before writing user memory
+        // (`SendConnector::user_busy`), so their inputs may overlap outputs; a p2p
+        // send and a p2p receive run on different lanes, so there they must not.
         let send_inputs: Vec<_> = inputs
             .iter()
             .copied()
-            .filter(|&(kind, p, n)| n >= min && (ring(kind) || !overlaps(&outputs, p, n)))
+            .filter(|&(kind, p, n)| n >= min && (coll(kind) || !overlaps(&outputs, p, n)))
             .collect();
         let recv_outputs: Vec<_> = outputs
             .iter()
@@ -351,57 +340,50 @@ impl Proxy {
             .collect();
         outputs.retain(|&(_, _, n)| n >= min);
         for t in tasks {
-            match t.lane {
-                Lane::Ring(c) => {
-                    if let Some(conn) = self.ring_send.get_mut(c) {
-                        for &(kind, p, n) in send_inputs.iter().chain(&outputs) {
-                            if ring(kind) {
-                                conn.register_user(p, n);
-                            }
-                        }
-                    }
-                    if let Some(conn) = self.ring_recv.get_mut(c) {
-                        for &(kind, p, n) in &recv_outputs {
-                            if ring(kind) {
-                                conn.register_user(p, n);
-                            }
-                        }
-                    }
-                }
-                Lane::P2pSend(peer) => {
-                    if let Some(conn) = self.p2p_send.get_mut(&peer) {
-                        for &(kind, p, n) in &send_inputs {
-                            if kind == (CollKind::Send { peer }) {
-                                conn.register_user(p, n);
-                            }
+            // Which operations' buffers this lane's connectors may carry.
+            let mine = |kind: CollKind| match t.lane {
+                Lane::Channel(_) => coll(kind),
+                Lane::P2pSend(peer) => kind == (CollKind::Send { peer }),
+                Lane::P2pRecv(peer) => kind == (CollKind::Recv { peer }),
+                Lane::Local => false,
+            };
+            let send_bufs: Vec<_> = match t.lane {
+                Lane::Channel(_) => send_inputs.iter().chain(&outputs).copied().collect(),
+                _ => send_inputs.clone(),
+            };
+            for k in &t.conns.send {
+                if let Some(conn) = self.conns.send(k) {
+                    for &(kind, p, n) in &send_bufs {
+                        if mine(kind) {
+                            conn.register_user(p, n);
                         }
                     }
                 }
-                Lane::P2pRecv(peer) => {
-                    if let Some(conn) = self.p2p_recv.get_mut(&peer) {
-                        for &(kind, p, n) in &recv_outputs {
-                            if kind == (CollKind::Recv { peer }) {
-                                conn.register_user(p, n);
-                            }
+            }
+            for k in &t.conns.recv {
+                if let Some(conn) = self.conns.recv(k) {
+                    for &(kind, p, n) in &recv_outputs {
+                        if mine(kind) {
+                            conn.register_user(p, n);
                         }
                     }
                 }
-                Lane::Local => {}
             }
         }
     }
 
+    /// Sets up the p2p connections `tasks` need that do not exist yet.
     fn connect_p2p(&mut self, tasks: &[Task]) -> Result<(), Error> {
         let mut sends = Vec::new();
         let mut recvs = Vec::new();
         for t in tasks {
             match t.lane {
-                Lane::P2pSend(p) if !self.p2p_send.contains_key(&p) => sends.push(ConnSpec {
+                Lane::P2pSend(p) if !self.conns.has_send(&t.lane.key(p)) => sends.push(ConnSpec {
                     peer: p,
                     dev: self.p2p_dev,
                     tag: TAG_P2P_HANDLE,
                 }),
-                Lane::P2pRecv(p) if !self.p2p_recv.contains_key(&p) => recvs.push(ConnSpec {
+                Lane::P2pRecv(p) if !self.conns.has_recv(&t.lane.key(p)) => recvs.push(ConnSpec {
                     peer: p,
                     dev: self.p2p_dev,
                     tag: TAG_P2P_HANDLE,
@@ -426,22 +408,41 @@ impl Proxy {
         let step = self.params.p2p_step;
         for (spec, c) in sends.iter().zip(s) {
             let conn = SendConn::new(self.net.clone(), c, step, rank as i32, spec.peer)?;
-            self.p2p_send.insert(spec.peer, conn);
+            self.conns
+                .insert_send(Lane::P2pSend(spec.peer).key(spec.peer), Box::new(conn));
         }
         for (spec, c) in recvs.iter().zip(r) {
             let conn = RecvConn::new(self.net.clone(), c, step, spec.peer as i32, spec.peer)?;
-            self.p2p_recv.insert(spec.peer, conn);
+            self.conns
+                .insert_recv(Lane::P2pRecv(spec.peer).key(spec.peer), Box::new(conn));
         }
         Ok(())
     }
 
-    fn lane_conns(&mut self, lane: Lane) -> (Option<&mut SendConn>, Option<&mut RecvConn>) {
-        match lane {
-            Lane::Ring(c) => (self.ring_send.get_mut(c), self.ring_recv.get_mut(c)),
-            Lane::P2pSend(p) => (self.p2p_send.get_mut(&p), None),
-            Lane::P2pRecv(p) => (None, self.p2p_recv.get_mut(&p)),
-            Lane::Local => (None, None),
+    /// Progresses the network side of a task's connectors; whether anything moved.
+    fn progress_net(&mut self, t: &Task) -> Result<bool, Error> {
+        let mut moved = false;
+        for k in &t.conns.send {
+            if let Some(s) = self.conns.send(k) {
+                moved |= s.progress()?;
+            }
         }
+        for k in &t.conns.recv {
+            if let Some(r) = self.conns.recv(k) {
+                moved |= r.progress()?;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Hands filled send steps of a task to the plugin.
+    fn progress_sends(&mut self, t: &Task) -> Result<(), Error> {
+        for k in &t.conns.send {
+            if let Some(s) = self.conns.send(k) {
+                s.progress()?;
+            }
+        }
+        Ok(())
     }
 
     fn progress_tasks(&mut self, tasks: &mut [Task], what: &str) -> Result<(), Error> {
@@ -451,29 +452,20 @@ impl Proxy {
             let mut moved = false;
             let mut done = true;
             for t in tasks.iter_mut() {
-                let lane = t.lane;
-                let (mut s, mut r) = self.lane_conns(lane);
-                if let Some(s) = s.as_deref_mut() {
-                    moved |= s.progress()?;
-                }
-                if let Some(r) = r.as_deref_mut() {
-                    moved |= r.progress()?;
-                }
+                moved |= self.progress_net(t)?;
                 while t.pos < t.ops.len() {
                     let op = &t.ops[t.pos];
                     // SAFETY: user addresses are valid by the enqueue contract; FIFO slots are ours.
-                    if unsafe { exec::try_run(op, s.as_deref_mut(), r.as_deref_mut()) }? {
+                    if unsafe { exec::try_run(op, t.lane, &t.conns, &mut self.conns) }? {
                         t.pos += 1;
                         moved = true;
                         // Hand filled slots to the plugin right away.
-                        if let Some(s) = s.as_deref_mut() {
-                            s.progress()?;
-                        }
+                        self.progress_sends(t)?;
                     } else {
                         break;
                     }
                 }
-                let lane_idle = s.as_deref().is_none_or(|s| s.idle());
+                let lane_idle = t.conns.send.iter().all(|k| self.conns.send(k).is_none_or(|s| s.idle()));
                 if t.pos < t.ops.len() || !lane_idle {
                     done = false;
                 }
@@ -493,7 +485,7 @@ impl Proxy {
                     "{what} made no progress for {:?} on rank {}: {}",
                     self.timeout,
                     self.params.rank,
-                    stuck_report(tasks, &self.params)
+                    stuck_report(tasks)
                 )));
             }
             if idle_turns < 2000 {
@@ -505,24 +497,23 @@ impl Proxy {
     }
 }
 
-fn stuck_report(tasks: &[Task], p: &SchedParams) -> String {
-    let n = p.ring.len();
-    let pos = p.ring.iter().position(|&r| r == p.rank).unwrap_or(0);
-    let (prev, next) = (p.ring[(pos + n - 1) % n], p.ring[(pos + 1) % n]);
+/// What each unfinished task waits for, naming the peers of its next step.
+fn stuck_report(tasks: &[Task]) -> String {
+    let names = |peers: &schedule::Peers| peers.iter().map(|p| format!("rank {p}")).collect::<Vec<_>>().join(", ");
     let mut parts = Vec::new();
     for t in tasks {
         let left = t.ops.len() - t.pos;
-        let waiting = match (t.lane, t.ops.get(t.pos)) {
-            (_, None) => "its sends to complete".to_string(),
-            (Lane::Ring(c), Some(op)) if op.prim.recvs() => {
-                format!("data from ring predecessor rank {prev} on channel {c}")
-            }
-            (Lane::Ring(c), Some(_)) => format!("ring successor rank {next} to drain channel {c}"),
-            (Lane::P2pSend(p), _) => format!("rank {p} to receive"),
-            (Lane::P2pRecv(p), _) => format!("data from rank {p}"),
-            (Lane::Local, _) => "a local copy".to_string(),
+        let on = match t.lane {
+            Lane::Channel(c) => format!(" on channel {c}"),
+            _ => String::new(),
         };
-        if left > 0 || matches!(t.lane, Lane::Ring(_) | Lane::P2pSend(_)) {
+        let waiting = match t.ops.get(t.pos) {
+            None => "its sends to complete".to_string(),
+            Some(op) if op.prim.recvs() => format!("data from {}{on}", names(&op.recv_from)),
+            Some(op) if op.prim.sends() => format!("{} to drain{on}", names(&op.send_to)),
+            Some(_) => "a local step".to_string(),
+        };
+        if left > 0 || !t.conns.send.is_empty() {
             parts.push(format!("{:?}: {left} step(s) left, waiting for {waiting}", t.lane));
         }
     }

@@ -12,16 +12,12 @@
 
 use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, Pre};
 
-use super::schedule::{Prim, SliceOp};
+use super::schedule::{Lane, Prim, SliceOp, TaskConns};
 use crate::Error;
-use crate::plugin::net::RawMr;
-use crate::transport::{RecvConn, SendConn};
+use crate::graph::MAX_TREE_ARITY;
+use crate::transport::{ConnTable, SendConnector, UserReg};
 
 static BACKEND: CpuBackend = CpuBackend;
-
-fn kerr(e: ferroccl_kernels::KernelError) -> Error {
-    Error::Internal(format!("kernel: {e}"))
-}
 
 /// Copies `bytes` from `src` to `dst` (may overlap; no-op when equal).
 ///
@@ -46,10 +42,10 @@ unsafe fn memmove(dst: *mut u8, src: *const u8, bytes: usize) {
 /// are written once per operation, before they are sent, and a step that writes
 /// user memory first waits for in-flight sends from it ([`SendConn::user_busy`];
 /// in place, the input is the output).
-fn user_source(op: &SliceOp, s: &SendConn) -> Option<(*const u8, RawMr)> {
+fn user_source(op: &SliceOp, s: &dyn SendConnector) -> Option<(*const u8, UserReg)> {
     let n = op.bytes;
-    let try_src = || s.user_mr(op.src, n).map(|mr| (op.src, mr));
-    let try_dst = || s.user_mr(op.dst, n).map(|mr| (op.dst as *const u8, mr));
+    let try_src = || s.user_reg(op.src, n).map(|mr| (op.src, mr));
+    let try_dst = || s.user_reg(op.dst, n).map(|mr| (op.dst as *const u8, mr));
     match op.prim {
         Prim::Send if !op.red.as_ref().is_some_and(|r| r.has_pre_op()) => try_src(),
         Prim::CopySend => try_dst().or_else(try_src),
@@ -62,8 +58,12 @@ fn user_source(op: &SliceOp, s: &SendConn) -> Option<(*const u8, RawMr)> {
 /// Where a receiving step's data may land directly, instead of in a FIFO slot
 /// (the receive connection uses it when the operation registered that memory):
 /// the step's output for `Recv`, `RecvCopySend`, and `RecvReduceCopy` out of
-/// place (which then reduces its input into the output in place).
+/// place (which then reduces its input into the output in place), when the step
+/// receives from exactly one peer.
 pub(crate) fn recv_target(op: &SliceOp) -> Option<(*mut u8, usize)> {
+    if op.recv_from.len() != 1 {
+        return None;
+    }
     match op.prim {
         Prim::Recv | Prim::RecvCopySend => Some((op.dst, op.bytes)),
         Prim::RecvReduceCopy if disjoint(op.src, op.dst, op.bytes) => Some((op.dst, op.bytes)),
@@ -84,16 +84,22 @@ fn disjoint(a: *const u8, b: *const u8, n: usize) -> bool {
     a + n <= b || b + n <= a
 }
 
-/// Tries to perform `op`. Returns `Ok(false)` when it must wait (no data yet or no
-/// free send slot), `Ok(true)` when done.
+fn missing(lane: Lane, dir: &str, peer: usize) -> Error {
+    Error::Internal(format!("no {dir} connector for rank {peer} on {lane:?}"))
+}
+
+/// Tries to perform `op`, a step of a task on `lane` whose connectors are
+/// `task` (see [`TaskConns`]). Returns `Ok(false)` when it must wait (a step not
+/// received yet, no free send slot, user memory still being sent from),
+/// `Ok(true)` when done.
+///
+/// A step with several receive peers reduces their steps in peer order, after
+/// this rank's input (`recv0 ⊕ pre(input) ⊕ recv1 ⊕ …`); a step with several
+/// send peers sends the same bytes to each.
 ///
 /// # Safety
 /// The user addresses in `op` must be valid for `op.bytes` bytes (the enqueue contract).
-pub(crate) unsafe fn try_run(
-    op: &SliceOp,
-    send: Option<&mut SendConn>,
-    recv: Option<&mut RecvConn>,
-) -> Result<bool, Error> {
+pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, conns: &mut ConnTable) -> Result<bool, Error> {
     let n = op.bytes;
     let prim = op.prim;
     if prim == Prim::LocalCopy {
@@ -107,55 +113,89 @@ pub(crate) unsafe fn try_run(
         unsafe { reduce_blocks(op) }?;
         return Ok(true);
     }
-    let recvd = if prim.recvs() {
-        let r = recv
-            .as_ref()
-            .ok_or_else(|| Error::Internal("step needs a receive connection".into()))?;
+    // Every received step this one consumes.
+    let nr = op.recv_from.len();
+    let mut recvd = [std::ptr::null_mut::<u8>(); MAX_TREE_ARITY];
+    for (i, peer) in op.recv_from.iter().enumerate() {
+        let r = conns
+            .recv(&lane.key(peer))
+            .ok_or_else(|| missing(lane, "receive", peer))?;
         let Some((ptr, size)) = r.peek() else { return Ok(false) };
         if size != n {
             return Err(Error::Remote(format!(
-                "rank {} sent a {size}-byte step where this rank's schedule expects {n} bytes \
-                 (mismatched operation, count, datatype or NCCL_BUFFSIZE across ranks?)",
-                r.peer
+                "rank {peer} sent a {size}-byte step where this rank's schedule expects {n} bytes \
+                 (mismatched operation, count, datatype or NCCL_BUFFSIZE across ranks?)"
             )));
         }
-        Some(ptr)
-    } else {
-        None
-    };
+        recvd[i] = ptr;
+    }
+    if prim.recvs() && nr == 0 {
+        return Err(Error::Internal(format!("{prim:?} step without a receive peer")));
+    }
+    if nr > 1 && matches!(prim, Prim::Recv | Prim::RecvCopySend) {
+        return Err(Error::Internal(format!("{prim:?} step with {nr} receive peers")));
+    }
     // A step writing user memory waits until no send from that memory is in flight.
     let writes_user = match prim {
         Prim::Recv | Prim::RecvCopySend | Prim::RecvReduceCopySend | Prim::RecvReduceCopy => true,
         Prim::CopySend => !std::ptr::eq(op.src, op.dst),
         _ => false,
     };
-    if writes_user && send.as_ref().is_some_and(|s| s.user_busy(op.dst, n)) {
-        return Ok(false);
+    if writes_user {
+        for k in &task.send {
+            if conns.send(k).is_some_and(|s| s.user_busy(op.dst, n)) {
+                return Ok(false);
+            }
+        }
     }
     // Where the step's outgoing bytes come from: straight from registered user
-    // memory when the prim's output (or input) is exactly what goes on the wire,
-    // else a FIFO slot the step fills.
-    let mut user: Option<(*const u8, RawMr)> = None;
-    let slot = if prim.sends() {
-        let s = send
-            .as_ref()
-            .ok_or_else(|| Error::Internal("step needs a send connection".into()))?;
-        debug_assert!(n <= s.step_size());
-        user = user_source(op, s);
-        if user.is_some() {
-            if !s.can_push_user() {
-                return Ok(false);
+    // memory when the prim's output (or input) is exactly what goes on the wire
+    // and every send connector has it registered, else a FIFO slot per send peer.
+    let ns = op.send_to.len();
+    if prim.sends() && ns == 0 {
+        return Err(Error::Internal(format!("{prim:?} step without a send peer")));
+    }
+    let mut user: Option<(*const u8, [Option<UserReg>; MAX_TREE_ARITY])> = None;
+    let mut slots = [std::ptr::null_mut::<u8>(); MAX_TREE_ARITY];
+    if ns > 0 {
+        let mut regs = [None; MAX_TREE_ARITY];
+        let mut src = None;
+        for (i, peer) in op.send_to.iter().enumerate() {
+            let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
+            debug_assert!(n <= s.step_size());
+            let found = match src {
+                None => user_source(op, s),
+                Some(p) => s.user_reg(p, n).map(|r| (p, r)),
+            };
+            match found {
+                Some((p, r)) => {
+                    src = Some(p);
+                    regs[i] = Some(r);
+                }
+                None => {
+                    src = None;
+                    break;
+                }
             }
-            None
-        } else {
-            if !s.can_push() {
-                return Ok(false);
-            }
-            Some(s.next_slot())
         }
-    } else {
-        None
-    };
+        if let Some(p) = src {
+            for peer in op.send_to.iter() {
+                if !conns.send(&lane.key(peer)).is_some_and(|s| s.can_push_user()) {
+                    return Ok(false);
+                }
+            }
+            user = Some((p, regs));
+        } else {
+            for (i, peer) in op.send_to.iter().enumerate() {
+                let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
+                if !s.can_push() {
+                    return Ok(false);
+                }
+                slots[i] = s.next_slot();
+            }
+        }
+    }
+    let slot = (ns > 0 && user.is_none()).then_some(slots[0]);
     // SAFETY: FIFO slots hold at least `n` bytes (checked by the schedule's
     // slicing and the size check above), are owned by this executor, and never
     // overlap user memory; user addresses are valid by the enqueue contract.
@@ -163,12 +203,19 @@ pub(crate) unsafe fn try_run(
     // it reads (out-of-place) and the op needs no pre-op on what is sent.
     unsafe {
         let user_in = || std::slice::from_raw_parts(op.src, n);
+        // The received steps after the first, folded into a reduction's result.
+        let fold_rest = |acc: &mut [u8], red: &DevRedOp| -> Result<(), Error> {
+            for &r in &recvd[1..nr.max(1)] {
+                BACKEND.reduce_inplace(acc, std::slice::from_raw_parts(r, n), red, Pre::None)?;
+            }
+            Ok(())
+        };
         match (prim, user.is_some()) {
             (Prim::Send, true) => {}
             (Prim::Send, false) => {
                 let out = std::slice::from_raw_parts_mut(slot.expect("send slot"), n);
                 match &op.red {
-                    Some(red) if red.has_pre_op() => BACKEND.pre_op(out, user_in(), red).map_err(kerr)?,
+                    Some(red) if red.has_pre_op() => BACKEND.pre_op(out, user_in(), red)?,
                     _ => out.copy_from_slice(user_in()),
                 }
             }
@@ -179,63 +226,74 @@ pub(crate) unsafe fn try_run(
             }
             // A received step may already sit in the output (`recv_target`):
             // `memmove` is then a no-op.
-            (Prim::Recv, _) | (Prim::RecvCopySend, true) => memmove(op.dst, recvd.expect("recv slot"), n),
+            (Prim::Recv, _) | (Prim::RecvCopySend, true) => memmove(op.dst, recvd[0], n),
             (Prim::RecvCopySend, false) => {
-                let r = recvd.expect("recv slot");
-                std::ptr::copy_nonoverlapping(r, slot.expect("send slot"), n);
-                memmove(op.dst, r, n);
+                std::ptr::copy_nonoverlapping(recvd[0], slot.expect("send slot"), n);
+                memmove(op.dst, recvd[0], n);
             }
             (Prim::RecvReduceCopySend, true) => {
                 let red = reduction(op)?;
-                let inp = std::slice::from_raw_parts(recvd.expect("recv slot"), n);
+                let inp = std::slice::from_raw_parts(recvd[0], n);
                 let out = if std::ptr::eq(op.src, op.dst) {
                     // In place: the output slice is the input; pre-op it, not the
                     // received partial result.
                     let acc = std::slice::from_raw_parts_mut(op.dst, n);
-                    BACKEND.reduce_inplace(acc, inp, red, Pre::A).map_err(kerr)?;
+                    BACKEND.reduce_inplace(acc, inp, red, Pre::A)?;
                     acc
                 } else {
                     let out = std::slice::from_raw_parts_mut(op.dst, n);
-                    BACKEND.reduce(out, inp, user_in(), red, Pre::B).map_err(kerr)?;
+                    BACKEND.reduce(out, inp, user_in(), red, Pre::B)?;
                     out
                 };
+                fold_rest(out, red)?;
                 if red.has_post_op() {
-                    BACKEND.post_op(out, red).map_err(kerr)?;
+                    BACKEND.post_op(out, red)?;
                 }
             }
             (Prim::RecvReduceSend | Prim::RecvReduceCopySend, _) => {
                 let red = reduction(op)?;
                 let out = std::slice::from_raw_parts_mut(slot.expect("send slot"), n);
-                let inp = std::slice::from_raw_parts(recvd.expect("recv slot"), n);
-                BACKEND.reduce(out, inp, user_in(), red, Pre::B).map_err(kerr)?;
+                let inp = std::slice::from_raw_parts(recvd[0], n);
+                BACKEND.reduce(out, inp, user_in(), red, Pre::B)?;
+                fold_rest(out, red)?;
                 if prim == Prim::RecvReduceCopySend {
                     if red.has_post_op() {
-                        BACKEND.post_op(out, red).map_err(kerr)?;
+                        BACKEND.post_op(out, red)?;
                     }
                     std::ptr::copy_nonoverlapping(out.as_ptr(), op.dst, n);
                 }
             }
             (Prim::RecvReduceCopy, _) => {
                 let red = reduction(op)?;
-                let acc = std::slice::from_raw_parts_mut(recvd.expect("recv slot"), n);
-                BACKEND.reduce_inplace(acc, user_in(), red, Pre::B).map_err(kerr)?;
+                let acc = std::slice::from_raw_parts_mut(recvd[0], n);
+                BACKEND.reduce_inplace(acc, user_in(), red, Pre::B)?;
+                fold_rest(acc, red)?;
                 if red.has_post_op() {
-                    BACKEND.post_op(acc, red).map_err(kerr)?;
+                    BACKEND.post_op(acc, red)?;
                 }
                 memmove(op.dst, acc.as_ptr(), n);
             }
             (Prim::LocalCopy | Prim::ReduceBlocks, _) => unreachable!("handled above"),
         }
-    }
-    if let Some(s) = send {
-        if let Some((ptr, mr)) = user {
-            s.push_user(ptr, n, mr);
-        } else if slot.is_some() {
-            s.push(n);
+        // The same bytes go to every further send peer.
+        if let Some(first) = slot {
+            for &other in &slots[1..ns] {
+                std::ptr::copy_nonoverlapping(first, other, n);
+            }
         }
     }
-    if recvd.is_some() {
-        recv.expect("recv conn").pop();
+    for (i, peer) in op.send_to.iter().enumerate() {
+        let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
+        match user {
+            Some((ptr, regs)) => s.push_user(ptr, n, regs[i].expect("registration of every send peer")),
+            None => s.push(n),
+        }
+    }
+    for peer in op.recv_from.iter() {
+        conns
+            .recv(&lane.key(peer))
+            .ok_or_else(|| missing(lane, "receive", peer))?
+            .pop();
     }
     Ok(true)
 }
@@ -251,8 +309,8 @@ unsafe fn local_copy(op: &SliceOp) -> Result<(), Error> {
             let red: &DevRedOp = red;
             // SAFETY: valid by contract; copied out first so in-place aliasing is harmless.
             let mut tmp = unsafe { std::slice::from_raw_parts(op.src, n) }.to_vec();
-            BACKEND.pre_op_inplace(&mut tmp, red).map_err(kerr)?;
-            BACKEND.post_op(&mut tmp, red).map_err(kerr)?;
+            BACKEND.pre_op_inplace(&mut tmp, red)?;
+            BACKEND.post_op(&mut tmp, red)?;
             // SAFETY: `dst` valid for `n` bytes; `tmp` is our own allocation.
             unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), op.dst, n) };
         }
@@ -273,14 +331,14 @@ unsafe fn reduce_blocks(op: &SliceOp) -> Result<(), Error> {
     let red = reduction(op)?;
     // SAFETY: see the function contract; blocks do not overlap each other.
     let acc = unsafe { std::slice::from_raw_parts_mut(op.src as *mut u8, n) };
-    BACKEND.pre_op_inplace(acc, red).map_err(kerr)?;
+    BACKEND.pre_op_inplace(acc, red)?;
     for b in 1..op.blocks {
         // SAFETY: block `b` lies inside the scratch, disjoint from block 0.
         let other = unsafe { std::slice::from_raw_parts(op.src.add(b * n), n) };
-        BACKEND.reduce_inplace(acc, other, red, Pre::B).map_err(kerr)?;
+        BACKEND.reduce_inplace(acc, other, red, Pre::B)?;
     }
     if red.has_post_op() {
-        BACKEND.post_op(acc, red).map_err(kerr)?;
+        BACKEND.post_op(acc, red)?;
     }
     // SAFETY: `dst` valid for `n` bytes; the scratch never overlaps user memory.
     unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), op.dst, n) };

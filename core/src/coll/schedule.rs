@@ -1,11 +1,19 @@
 //! Step schedules: each [`CollArgs`] becomes a list of slice steps per lane
-//! (ring channel or p2p peer), computed identically on every rank so sender and
-//! receiver agree on every message size without negotiating.
+//! (a channel's collective connections, or one p2p peer and direction), computed
+//! identically on every rank so sender and receiver agree on every message size
+//! without negotiating. Every step names the peers it receives from and sends to
+//! ([`SliceOp::recv_from`], [`SliceOp::send_to`]); the executor finds their
+//! connectors in the connection table by (channel, peer, connection index).
+//!
+//! The ring pattern of each channel comes from [`crate::graph::Channel`]; no ring
+//! arithmetic lives outside the graph types.
 
 use ferroccl_kernels::{DataType, DevRedOp};
 
 use super::{CollArgs, CollKind};
 use crate::Error;
+use crate::graph::{Channel, MAX_TREE_ARITY};
+use crate::transport::{CONN_COLL, CONN_P2P, ConnKey};
 
 /// What one slice step does (NCCL's primitives, `src/device/prims_simple.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,14 +80,77 @@ impl Prim {
 /// Which connections a task drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Lane {
-    /// Ring channel `c`: send to ring next, receive from ring prev.
-    Ring(usize),
-    /// P2P send connection to a peer.
+    /// Channel `c`'s collective connections (ring and tree peers, connection
+    /// index [`CONN_COLL`]).
+    Channel(usize),
+    /// P2P send connection to a peer ([`CONN_P2P`]); a lane of its own so the
+    /// sends and receives of a group progress independently.
     P2pSend(usize),
     /// P2P receive connection from a peer.
     P2pRecv(usize),
     /// No connection (local copies).
     Local,
+}
+
+impl Lane {
+    /// The connection key of `peer` on this lane.
+    pub(crate) fn key(self, peer: usize) -> ConnKey {
+        match self {
+            Lane::Channel(channel) => ConnKey {
+                channel,
+                peer,
+                conn: CONN_COLL,
+            },
+            Lane::P2pSend(_) | Lane::P2pRecv(_) | Lane::Local => ConnKey {
+                channel: 0,
+                peer,
+                conn: CONN_P2P,
+            },
+        }
+    }
+}
+
+/// The peer ranks a step receives from or sends to: none, one (ring, p2p) or up
+/// to [`MAX_TREE_ARITY`] (a tree node's children; NCCL's `FanAsymmetric` peers in
+/// `src/device/primitives.h`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Peers {
+    len: u8,
+    ranks: [u32; MAX_TREE_ARITY],
+}
+
+impl Peers {
+    /// No peer.
+    pub(crate) const NONE: Peers = Peers {
+        len: 0,
+        ranks: [0; MAX_TREE_ARITY],
+    };
+
+    /// One peer.
+    pub(crate) fn one(rank: usize) -> Peers {
+        Peers::of(&[rank])
+    }
+
+    /// The peers in `ranks` (at most [`MAX_TREE_ARITY`]; extra ones are a bug).
+    pub(crate) fn of(ranks: &[usize]) -> Peers {
+        debug_assert!(ranks.len() <= MAX_TREE_ARITY);
+        let mut p = Peers::NONE;
+        for &r in ranks.iter().take(MAX_TREE_ARITY) {
+            p.ranks[p.len as usize] = r as u32;
+            p.len += 1;
+        }
+        p
+    }
+
+    /// Number of peers.
+    pub(crate) fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// The peers, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.ranks[..self.len as usize].iter().map(|&r| r as usize)
+    }
 }
 
 /// One slice step with resolved addresses.
@@ -96,6 +167,20 @@ pub(crate) struct SliceOp {
     pub red: Option<DevRedOp>,
     /// Number of input blocks ([`Prim::ReduceBlocks`] only).
     pub blocks: usize,
+    /// Peers whose steps this step consumes (non-empty exactly when `prim.recvs()`).
+    pub recv_from: Peers,
+    /// Peers this step fills a step for (non-empty exactly when `prim.sends()`).
+    pub send_to: Peers,
+}
+
+/// The connectors a task drives: its channel or p2p lane and the keys of every
+/// send and receive connector its steps use.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TaskConns {
+    /// Send connectors (each step's `send_to` peers, deduplicated).
+    pub send: Vec<ConnKey>,
+    /// Receive connectors (each step's `recv_from` peers, deduplicated).
+    pub recv: Vec<ConnKey>,
 }
 
 /// The ordered slice steps of one lane.
@@ -104,6 +189,30 @@ pub(crate) struct Task {
     pub lane: Lane,
     pub ops: Vec<SliceOp>,
     pub pos: usize,
+    /// The connectors the steps use (filled when the plan is complete).
+    pub conns: TaskConns,
+}
+
+impl Task {
+    /// Collects the connectors named by the task's steps.
+    fn collect_conns(&mut self) {
+        let mut c = TaskConns::default();
+        for op in &self.ops {
+            for p in op.send_to.iter() {
+                let k = self.lane.key(p);
+                if !c.send.contains(&k) {
+                    c.send.push(k);
+                }
+            }
+            for p in op.recv_from.iter() {
+                let k = self.lane.key(p);
+                if !c.recv.contains(&k) {
+                    c.recv.push(k);
+                }
+            }
+        }
+        self.conns = c;
+    }
 }
 
 // SAFETY: raw addresses of user buffers and FIFO slots, valid by the enqueue
@@ -115,10 +224,8 @@ unsafe impl Send for SliceOp {}
 pub(crate) struct SchedParams {
     pub rank: usize,
     pub nranks: usize,
-    /// Ring order: `ring[i]` is the rank at ring position `i`.
-    pub ring: Vec<usize>,
-    /// Channels available.
-    pub nchannels: usize,
+    /// This rank's view of every channel (ring and tree), from the graph.
+    pub channels: Vec<Channel>,
     /// Bytes per FIFO step of ring connections.
     pub ring_step: usize,
     /// Bytes per FIFO step of p2p connections.
@@ -130,8 +237,19 @@ pub(crate) struct SchedParams {
 }
 
 impl SchedParams {
-    fn ring_index(&self) -> usize {
-        self.ring.iter().position(|&r| r == self.rank).unwrap_or(0)
+    /// This rank's position in channel `ch`'s ring.
+    fn ring_index(&self, ch: usize) -> usize {
+        self.channels[ch].ring.index(self.rank).unwrap_or(0)
+    }
+
+    /// The rank at position `pos` of channel `ch`'s ring.
+    fn ring_at(&self, ch: usize, pos: usize) -> usize {
+        self.channels[ch].ring.at(pos)
+    }
+
+    /// Channels available.
+    pub(crate) fn nchannels(&self) -> usize {
+        self.channels.len()
     }
 }
 
@@ -145,7 +263,7 @@ pub(crate) fn channel_parts(total: usize, esize: usize, p: &SchedParams) -> Vec<
         return Vec::new();
     }
     let min_elems = (p.min_channel_bytes / esize).max(1);
-    let used = div_up(total, min_elems).clamp(1, p.nchannels.max(1));
+    let used = div_up(total, min_elems).clamp(1, p.nchannels().max(1));
     let per = div_up(total, used);
     (0..used)
         .filter_map(|c| {
@@ -173,6 +291,7 @@ impl Builder<'_> {
             lane,
             ops: Vec::new(),
             pos: 0,
+            conns: TaskConns::default(),
         });
         &mut self.tasks.last_mut().expect("just pushed").ops
     }
@@ -199,6 +318,7 @@ impl Builder<'_> {
             let want = bytes.div_ceil(MIN_SLICES_PER_PRIM).div_ceil(es) * es;
             want.max(MIN_SLICE_BYTES).min(slice).max(es)
         };
+        let (recv_from, send_to) = self.peers(lane, prim);
         let ops = self.lane(lane);
         let mut off = 0;
         while off < bytes {
@@ -213,9 +333,31 @@ impl Builder<'_> {
                 bytes: n,
                 red,
                 blocks: 0,
+                recv_from,
+                send_to,
             });
             off += n;
         }
+    }
+
+    /// The peers of `prim` on `lane`: the ring predecessor / successor on a
+    /// channel, the peer on a p2p lane.
+    fn peers(&self, lane: Lane, prim: Prim) -> (Peers, Peers) {
+        let (from, to) = match lane {
+            Lane::Channel(ch) => {
+                let c = &self.p.channels[ch];
+                (
+                    Peers::one(c.ring_prev(self.p.rank)),
+                    Peers::one(c.ring_next(self.p.rank)),
+                )
+            }
+            Lane::P2pSend(peer) | Lane::P2pRecv(peer) => (Peers::one(peer), Peers::one(peer)),
+            Lane::Local => (Peers::NONE, Peers::NONE),
+        };
+        (
+            if prim.recvs() { from } else { Peers::NONE },
+            if prim.sends() { to } else { Peers::NONE },
+        )
     }
 }
 
@@ -316,17 +458,20 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<(Vec<Task>, V
         }
         b.prim(Lane::Local, Prim::LocalCopy, s.send, r.recv, sb, usize::MAX, None);
     }
+    for t in &mut b.tasks {
+        t.collect_conns();
+    }
     Ok((b.tasks, b.scratch))
 }
 
 fn all_reduce_small(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
     let p = b.p;
-    let (n, idx) = (p.nranks, p.ring_index());
+    let (n, idx) = (p.nranks, p.ring_index(0));
     let bytes = a.count * a.dtype.size();
     b.scratch.push(vec![0u8; bytes * n]);
     let scratch = b.scratch.last_mut().expect("just pushed").as_mut_ptr();
-    let block = |pos: usize| scratch.wrapping_add(p.ring[pos] * bytes);
-    let lane = Lane::Ring(0);
+    let block = |pos: usize| scratch.wrapping_add(p.ring_at(0, pos) * bytes);
+    let lane = Lane::Channel(0);
     let slice = p.ring_step / b.es * b.es;
     b.prim(lane, Prim::CopySend, a.send, block(idx), bytes, slice, None);
     for j in 1..n - 1 {
@@ -357,6 +502,8 @@ fn all_reduce_small(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
         bytes,
         red: Some(red),
         blocks: n,
+        recv_from: Peers::NONE,
+        send_to: Peers::NONE,
     });
 }
 
@@ -379,12 +526,13 @@ fn loop_chunk(region: usize, nranks: usize, chunk_elems: usize, c: usize) -> (us
 
 fn all_reduce(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
     let p = b.p;
-    let (n, idx) = (p.nranks, p.ring_index());
+    let n = p.nranks;
     let es = a.dtype.size();
     let slice = p.ring_step / es * es;
     let chunk_elems = slice / es * p.chunk_slices;
     for (ch, cs, cl) in channel_parts(a.count, es, p) {
-        let lane = Lane::Ring(ch);
+        let lane = Lane::Channel(ch);
+        let idx = p.ring_index(ch);
         let loop_elems = n * chunk_elems;
         let mut base = 0;
         while base < cl {
@@ -442,14 +590,15 @@ fn block_ranges(count: usize, es: usize, p: &SchedParams) -> Vec<(usize, usize, 
 
 fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
     let p = b.p;
-    let (n, idx) = (p.nranks, p.ring_index());
+    let n = p.nranks;
     let es = a.dtype.size();
     let slice = p.ring_step / es * es;
     let block = a.count * es;
     for (ch, s, l) in block_ranges(a.count, es, p) {
-        let lane = Lane::Ring(ch);
+        let lane = Lane::Channel(ch);
+        let idx = p.ring_index(ch);
         let (off, len) = (s * es, l * es);
-        let src = |pos: usize| a.send.wrapping_add(p.ring[pos] * block + off);
+        let src = |pos: usize| a.send.wrapping_add(p.ring_at(ch, pos) * block + off);
         b.prim(
             lane,
             Prim::Send,
@@ -484,14 +633,15 @@ fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
 
 fn all_gather(b: &mut Builder<'_>, a: &CollArgs) {
     let p = b.p;
-    let (n, idx) = (p.nranks, p.ring_index());
+    let n = p.nranks;
     let es = a.dtype.size();
     let slice = p.ring_step / es * es;
     let block = a.count * es;
     for (ch, s, l) in block_ranges(a.count, es, p) {
-        let lane = Lane::Ring(ch);
+        let lane = Lane::Channel(ch);
+        let idx = p.ring_index(ch);
         let (off, len) = (s * es, l * es);
-        let dst = |pos: usize| a.recv.wrapping_add(p.ring[pos] * block + off);
+        let dst = |pos: usize| a.recv.wrapping_add(p.ring_at(ch, pos) * block + off);
         b.prim(
             lane,
             Prim::CopySend,
@@ -519,12 +669,12 @@ fn all_gather(b: &mut Builder<'_>, a: &CollArgs) {
 fn broadcast(b: &mut Builder<'_>, a: &CollArgs, root: usize) {
     let p = b.p;
     let n = p.nranks;
-    let idx = p.ring_index();
-    let root_idx = p.ring.iter().position(|&r| r == root).unwrap_or(0);
     let es = a.dtype.size();
     let slice = p.ring_step / es * es;
     for (ch, s, l) in block_ranges(a.count, es, p) {
-        let lane = Lane::Ring(ch);
+        let lane = Lane::Channel(ch);
+        let idx = p.ring_index(ch);
+        let root_idx = p.channels[ch].ring.index(root).unwrap_or(0);
         let (off, len) = (s * es, l * es);
         let dst = a.recv.wrapping_add(off);
         if idx == root_idx {
@@ -540,12 +690,12 @@ fn broadcast(b: &mut Builder<'_>, a: &CollArgs, root: usize) {
 fn reduce(b: &mut Builder<'_>, a: &CollArgs, root: usize, red: DevRedOp) {
     let p = b.p;
     let n = p.nranks;
-    let idx = p.ring_index();
-    let root_idx = p.ring.iter().position(|&r| r == root).unwrap_or(0);
     let es = a.dtype.size();
     let slice = p.ring_step / es * es;
     for (ch, s, l) in block_ranges(a.count, es, p) {
-        let lane = Lane::Ring(ch);
+        let lane = Lane::Channel(ch);
+        let idx = p.ring_index(ch);
+        let root_idx = p.channels[ch].ring.index(root).unwrap_or(0);
         let (off, len) = (s * es, l * es);
         let src = a.send.wrapping_add(off);
         if idx == root_idx {

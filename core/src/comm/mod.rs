@@ -12,7 +12,6 @@
 mod colls;
 mod params;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -26,11 +25,8 @@ use crate::coll::schedule::SchedParams;
 use crate::plugin::net::{NetInfo, NetPlugin, RawCtx};
 use crate::proxy::{Proxy, ProxyHandle, Shared};
 use crate::stream::Stream;
-use crate::transport::setup::{self, ConnSpec, Oob};
-use crate::transport::{NCCL_STEPS, RecvConn, SendConn};
-
-/// Bootstrap tag of ring connection handles (plus the channel index).
-const TAG_RING_HANDLE: u32 = 0x5249_4e00;
+use crate::transport::NCCL_STEPS;
+use crate::transport::setup::{self, Oob};
 
 struct BootstrapOob(Arc<Bootstrap>);
 
@@ -188,58 +184,19 @@ impl Comm {
                 return Err(Error::net("devices", e));
             }
         };
-        let ring = crate::graph::Ring::rank_order(nranks);
-        let (prev, next) = (ring.prev(rank), ring.next(rank));
+        let channels = crate::graph::rank_order_channels(rank, nranks, nchannels);
         let ring_step = params.buffsize / NCCL_STEPS;
         let oob: Arc<dyn Oob> = Arc::new(BootstrapOob(bootstrap.clone()));
-        let mut ring_send = Vec::new();
-        let mut ring_recv = Vec::new();
-        if nranks > 1 {
-            let sends: Vec<ConnSpec> = (0..nchannels)
-                .map(|c| ConnSpec {
-                    peer: next,
-                    dev: c % ndev,
-                    tag: TAG_RING_HANDLE + c as u32,
-                })
-                .collect();
-            let recvs: Vec<ConnSpec> = (0..nchannels)
-                .map(|c| ConnSpec {
-                    peer: prev,
-                    dev: c % ndev,
-                    tag: TAG_RING_HANDLE + c as u32,
-                })
-                .collect();
-            let deadline = Instant::now() + params.timeout;
-            let r = setup::connect_all(&net, ctx, &*oob, &sends, &recvs, deadline, &abort);
-            let (s, rc) = match r {
-                Ok(v) => v,
-                Err(e) => {
-                    let _ = net.finalize_ctx(ctx);
-                    bootstrap.abort();
-                    return Err(e);
-                }
-            };
-            let mut fail = None;
-            for c in s {
-                match SendConn::new(net.clone(), c, ring_step, rank as i32, next) {
-                    Ok(c) => ring_send.push(c),
-                    Err(e) => fail = Some(e),
-                }
-            }
-            for c in rc {
-                match RecvConn::new(net.clone(), c, ring_step, prev as i32, prev) {
-                    Ok(c) => ring_recv.push(c),
-                    Err(e) => fail = Some(e),
-                }
-            }
-            if let Some(e) = fail {
-                drop(ring_send);
-                drop(ring_recv);
+        let deadline = Instant::now() + params.timeout;
+        let conns = match setup::connect_channels(&net, ctx, &*oob, &channels, rank, ndev, ring_step, deadline, &abort)
+        {
+            Ok(t) => t,
+            Err(e) => {
                 let _ = net.finalize_ctx(ctx);
                 bootstrap.abort();
                 return Err(e);
             }
-        }
+        };
         // 5. Proxy thread.
         let shared = Arc::new(Shared {
             abort: abort.clone(),
@@ -252,18 +209,14 @@ impl Comm {
             params: SchedParams {
                 rank,
                 nranks,
-                ring: ring.ranks.clone(),
-                nchannels,
+                channels,
                 ring_step,
                 p2p_step: params.p2p_chunksize,
                 chunk_slices: params.chunk_slices,
                 min_channel_bytes: params.min_channel_bytes,
             },
             user_send_min: params.user_send_min,
-            ring_send,
-            ring_recv,
-            p2p_send: BTreeMap::new(),
-            p2p_recv: BTreeMap::new(),
+            conns,
             shared: shared.clone(),
             timeout: params.timeout,
             p2p_dev: 0,

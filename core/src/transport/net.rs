@@ -28,7 +28,7 @@ use std::sync::Arc;
 use crate::Error;
 use crate::plugin::net::{NetError, NetPlugin, PtrType, RawComm, RawMr, RawRequest, RecvSlot};
 
-use super::NCCL_STEPS;
+use super::{NCCL_STEPS, RecvConnector, SendConnector, UserReg};
 
 /// A host buffer aligned to 4 KiB (page), owned by a connector.
 pub(crate) struct AlignedBuf {
@@ -247,26 +247,28 @@ impl SendConn {
             peer,
         })
     }
+}
 
+impl SendConnector for SendConn {
     /// Registers user memory `[ptr, ptr + len)` with this sendComm (`regMr`, host
     /// memory) so that steps can be sent straight from it ([`SendConn::push_user`])
     /// instead of being copied into a FIFO slot first. Registrations last until
     /// [`SendConn::release_user`] (the end of the operation: user buffers may be
     /// freed after that, so nothing is cached across operations). A refusal only
     /// means steps take the FIFO path.
-    pub(crate) fn register_user(&mut self, ptr: *const u8, len: usize) {
+    fn register_user(&mut self, ptr: *const u8, len: usize) {
         self.user.register(&*self.net, self.comm, ptr, len, self.peer)
     }
 
     /// The mhandle of a registration covering `[ptr, ptr + len)`, if any.
-    pub(crate) fn user_mr(&self, ptr: *const u8, len: usize) -> Option<RawMr> {
-        self.user.find(ptr, len)
+    fn user_reg(&self, ptr: *const u8, len: usize) -> Option<UserReg> {
+        self.user.find(ptr, len).map(|mr| UserReg(mr.0))
     }
 
     /// Deregisters the user buffers of the finished operation. Must only be called
     /// once every step has completed ([`SendConn::idle`]); otherwise the
     /// registrations stay until [`SendConn::close`].
-    pub(crate) fn release_user(&mut self) {
+    fn release_user(&mut self) {
         if self.idle() {
             self.user.release(&*self.net, self.comm);
         }
@@ -274,7 +276,7 @@ impl SendConn {
 
     /// Whether a step queued or in flight is sent from user memory overlapping
     /// `[ptr, ptr + len)`: that memory must not be written until it completes.
-    pub(crate) fn user_busy(&self, ptr: *const u8, len: usize) -> bool {
+    fn user_busy(&self, ptr: *const u8, len: usize) -> bool {
         let (start, end) = (ptr as usize, ptr as usize + len);
         (self.tail..self.head).any(|step| match self.slots[(step % NCCL_STEPS as u64) as usize] {
             SendSlot::Filled(SendSrc::User(a, _), n) | SendSlot::InFlight(SendSrc::User(a, _), n, _) => {
@@ -286,14 +288,15 @@ impl SendConn {
 
     /// Whether a step sent from user memory may be pushed (fewer than
     /// `NCCL_STEPS` steps in flight; no FIFO slot needed).
-    pub(crate) fn can_push_user(&self) -> bool {
+    fn can_push_user(&self) -> bool {
         self.head - self.tail < NCCL_STEPS as u64
     }
 
     /// Queues a step of `size` bytes sent straight from registered user memory at
     /// `ptr` (`mr` from [`SendConn::user_mr`]). The memory must stay unchanged
     /// until the step completes (the operation's end at the latest).
-    pub(crate) fn push_user(&mut self, ptr: *const u8, size: usize, mr: RawMr) {
+    fn push_user(&mut self, ptr: *const u8, size: usize, reg: UserReg) {
+        let mr = RawMr(reg.0);
         debug_assert!(self.can_push_user() && size <= self.step_size);
         let i = (self.head % NCCL_STEPS as u64) as usize;
         self.slots[i] = SendSlot::Filled(SendSrc::User(ptr as usize, mr), size);
@@ -301,23 +304,23 @@ impl SendConn {
     }
 
     /// Bytes one step (slot) holds.
-    pub(crate) fn step_size(&self) -> usize {
+    fn step_size(&self) -> usize {
         self.step_size
     }
 
     /// Whether the producer may fill the next step.
-    pub(crate) fn can_push(&self) -> bool {
+    fn can_push(&self) -> bool {
         self.head - self.tail < NCCL_STEPS as u64 && self.free.top().is_some()
     }
 
     /// Address of the slot of the next step (valid while `can_push()`).
-    pub(crate) fn next_slot(&self) -> *mut u8 {
+    fn next_slot(&self) -> *mut u8 {
         self.buf
             .slot(self.free.top().expect("next_slot without can_push"), self.step_size)
     }
 
     /// Marks the next step filled with `size` bytes; it is sent by `progress`.
-    pub(crate) fn push(&mut self, size: usize) {
+    fn push(&mut self, size: usize) {
         debug_assert!(self.can_push() && size <= self.step_size);
         let slot = self.free.take().expect("push without can_push");
         let i = (self.head % NCCL_STEPS as u64) as usize;
@@ -326,13 +329,13 @@ impl SendConn {
     }
 
     /// Whether every pushed step has completed.
-    pub(crate) fn idle(&self) -> bool {
+    fn idle(&self) -> bool {
         self.head == self.tail
     }
 
     /// Posts filled steps (in order) and tests in-flight ones. Returns whether
     /// anything moved.
-    pub(crate) fn progress(&mut self) -> Result<bool, Error> {
+    fn progress(&mut self) -> Result<bool, Error> {
         let Some(comm) = self.comm else {
             return Err(Error::Internal(format!(
                 "send connection to rank {} is closed",
@@ -387,7 +390,7 @@ impl SendConn {
 
     /// Deregisters and closes the sendComm (requests in flight are abandoned,
     /// as NCCL does on abort).
-    pub(crate) fn close(&mut self) {
+    fn close(&mut self) {
         self.user.release(&*self.net, self.comm);
         if let Some(comm) = self.comm.take() {
             if let Some(mr) = self.mr.take() {
@@ -492,16 +495,25 @@ impl RecvConn {
         })
     }
 
+    fn addr(&self, dst: RecvDst) -> *mut u8 {
+        match dst {
+            RecvDst::Slot(slot) => self.buf.slot(slot, self.step_size),
+            RecvDst::User(addr, ..) => addr as *mut u8,
+        }
+    }
+}
+
+impl RecvConnector for RecvConn {
     /// Registers user memory `[ptr, ptr + len)` with this recvComm so that steps
     /// can land in it directly (see [`RecvConn::expect`]); as
     /// [`SendConn::register_user`].
-    pub(crate) fn register_user(&mut self, ptr: *const u8, len: usize) {
+    fn register_user(&mut self, ptr: *const u8, len: usize) {
         self.user.register(&*self.net, self.comm, ptr, len, self.peer)
     }
 
     /// Deregisters the user buffers of the finished operation (only once every
     /// expected step has been consumed; otherwise they stay until `close`).
-    pub(crate) fn release_user(&mut self) {
+    fn release_user(&mut self) {
         if self.tail == self.limit {
             self.user.release(&*self.net, self.comm);
         }
@@ -511,7 +523,7 @@ impl RecvConn {
     /// a FIFO slot, or the user memory named for the step in
     /// [`RecvConn::expect`]; it stays valid (and exclusively the consumer's) until
     /// [`RecvConn::pop`].
-    pub(crate) fn peek(&self) -> Option<(*mut u8, usize)> {
+    fn peek(&self) -> Option<(*mut u8, usize)> {
         let i = (self.tail % NCCL_STEPS as u64) as usize;
         match self.slots[i] {
             RecvState::Ready(dst, size) if self.tail < self.posted => Some((self.addr(dst), size)),
@@ -519,27 +531,18 @@ impl RecvConn {
         }
     }
 
-    fn addr(&self, dst: RecvDst) -> *mut u8 {
-        match dst {
-            RecvDst::Slot(slot) => self.buf.slot(slot, self.step_size),
-            RecvDst::User(addr, ..) => addr as *mut u8,
-        }
-    }
-
     /// Announces the next steps that scheduled work will consume, one item per
     /// step: `Some((address, bytes))` to receive that step straight into user
     /// memory covered by a registration ([`RecvConn::register_user`]; otherwise
     /// the step uses a FIFO slot), `None` for a FIFO slot.
-    pub(crate) fn expect(&mut self, steps: impl IntoIterator<Item = Option<(*mut u8, usize)>>) {
-        for t in steps {
-            let t = t.and_then(|(p, n)| self.user.find(p, n).map(|mr| RecvDst::User(p as usize, n, mr)));
-            self.targets.push_back(t);
-            self.limit += 1;
-        }
+    fn expect(&mut self, target: Option<(*mut u8, usize)>) {
+        let t = target.and_then(|(p, n)| self.user.find(p, n).map(|mr| RecvDst::User(p as usize, n, mr)));
+        self.targets.push_back(t);
+        self.limit += 1;
     }
 
     /// Releases the consumed step; a FIFO slot is re-posted by `progress`.
-    pub(crate) fn pop(&mut self) {
+    fn pop(&mut self) {
         let i = (self.tail % NCCL_STEPS as u64) as usize;
         let RecvState::Ready(dst, _) = self.slots[i] else {
             debug_assert!(false, "pop of a step that is not ready");
@@ -553,7 +556,7 @@ impl RecvConn {
     }
 
     /// Posts receives (into free slots or user memory) and tests posted ones, in order.
-    pub(crate) fn progress(&mut self) -> Result<bool, Error> {
+    fn progress(&mut self) -> Result<bool, Error> {
         let Some(comm) = self.comm else {
             return Err(Error::Internal(format!(
                 "receive connection from rank {} is closed",
@@ -626,7 +629,7 @@ impl RecvConn {
     }
 
     /// Deregisters and closes the recvComm.
-    pub(crate) fn close(&mut self) {
+    fn close(&mut self) {
         self.user.release(&*self.net, self.comm);
         if let Some(comm) = self.comm.take() {
             if let Some(mr) = self.mr.take() {

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::{CONN_COLL, ConnKey, ConnTable, RecvConn, SendConn};
 use crate::Error;
+use crate::graph::Channel;
 use crate::plugin::net::{NetHandle, NetPlugin, RawComm, RawCtx};
 
 /// The out-of-band channel connection setup needs (the bootstrap network).
@@ -137,5 +139,84 @@ pub(crate) fn connect_all(
             cleanup(&listens, &send_comms, &recv_comms);
             Err(e)
         }
+    }
+}
+
+/// Bootstrap tag of the collective connections' handles (plus the channel index).
+const TAG_CHANNEL_HANDLE: u32 = 0x5249_4e00;
+
+/// Sets up every collective connection the channels need (connection index
+/// [`CONN_COLL`]): for each channel, a send connector to each peer this rank
+/// sends to and a receive connector from each peer it receives from, one per
+/// (channel, peer) however many patterns use it (NCCL's
+/// `ncclTransportP2pSetup` over `channel->peers[peer]`). Today the ring is the
+/// only pattern connected: successor (send) and predecessor (receive).
+///
+/// `ndev` is the plugin's device count: a channel without a NIC of its own
+/// ([`Channel::net_dev`]) uses device `channel % ndev`. FIFO steps hold `step`
+/// bytes; the tag of a step is the sender's rank.
+///
+/// Errors: those of [`connect_all`] and of the FIFO registration; nothing set up
+/// so far outlives the error (the partial table is dropped, which closes it).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn connect_channels(
+    net: &Arc<dyn NetPlugin>,
+    ctx: RawCtx,
+    oob: &dyn Oob,
+    channels: &[Channel],
+    rank: usize,
+    ndev: usize,
+    step: usize,
+    deadline: Instant,
+    abort: &AtomicBool,
+) -> Result<ConnTable, Error> {
+    let mut send_keys: Vec<ConnKey> = Vec::new();
+    let mut recv_keys: Vec<ConnKey> = Vec::new();
+    let mut sends = Vec::new();
+    let mut recvs = Vec::new();
+    for ch in channels {
+        if ch.ring.ranks.len() < 2 {
+            continue;
+        }
+        let dev = ch.net_dev.unwrap_or(ch.id % ndev.max(1));
+        let tag = TAG_CHANNEL_HANDLE + ch.id as u32;
+        let key = |peer| ConnKey {
+            channel: ch.id,
+            peer,
+            conn: CONN_COLL,
+        };
+        let next = ch.ring_next(rank);
+        if !send_keys.contains(&key(next)) {
+            send_keys.push(key(next));
+            sends.push(ConnSpec { peer: next, dev, tag });
+        }
+        let prev = ch.ring_prev(rank);
+        if !recv_keys.contains(&key(prev)) {
+            recv_keys.push(key(prev));
+            recvs.push(ConnSpec { peer: prev, dev, tag });
+        }
+    }
+    let mut table = ConnTable::default();
+    if sends.is_empty() && recvs.is_empty() {
+        return Ok(table);
+    }
+    let (s, r) = connect_all(net, ctx, oob, &sends, &recvs, deadline, abort)?;
+    // Wrap every comm first (a failure closes the comms not yet wrapped), then fail.
+    let mut fail = None;
+    for ((key, spec), c) in send_keys.iter().zip(&sends).zip(s) {
+        match SendConn::new(net.clone(), c, step, rank as i32, spec.peer) {
+            Ok(c) => table.insert_send(*key, Box::new(c)),
+            Err(e) => fail = Some(e),
+        }
+    }
+    for ((key, spec), c) in recv_keys.iter().zip(&recvs).zip(r) {
+        match RecvConn::new(net.clone(), c, step, spec.peer as i32, spec.peer) {
+            Ok(c) => table.insert_recv(*key, Box::new(c)),
+            Err(e) => fail = Some(e),
+        }
+    }
+    match fail {
+        Some(e) => Err(e),
+        None => Ok(table),
     }
 }
