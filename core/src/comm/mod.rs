@@ -1,16 +1,18 @@
 //! Communicators (`ncclComm_t`): init by rank, finalize, destroy, abort, queries,
 //! and the collective entry points (enqueued on a [`Stream`]).
 //!
-//! Init follows NCCL's `ncclCommInitRank` order (`src/init.cc`): parameters →
-//! net plugin (`ncclNetInit`, before the bootstrap) → bootstrap → all ranks
-//! all-gather which plugin they loaded (name, API version, file and its hash) and
-//! their transport parameters, and every rank fails with the same per-rank report
-//! if they disagree → rings and channels ([`crate::graph`]) → per-channel net
-//! connections to the ring successor/predecessor through the plugin → proxy
-//! thread ([`crate::proxy`]) → ready.
+//! Init follows NCCL's `ncclCommInitRank` order (`src/init.cc`), one named phase
+//! after another: parameters → net plugin (`ncclNetInit`, before the bootstrap) →
+//! bootstrap → peer-info exchange (every rank's `PeerInfo`: host, pid, plugin
+//! identity, transport parameters, topology facts) and agreement (every rank
+//! fails with the same per-rank report if they disagree) → topology and graph
+//! (this rank's [`crate::graph::Channel`]s) → transport setup (every channel's
+//! connectors) → proxy thread ([`crate::proxy`]) → ready. One guard undoes
+//! whatever a failing phase leaves behind.
 
 mod colls;
 mod params;
+mod peer_info;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -27,6 +29,16 @@ use crate::proxy::{Proxy, ProxyHandle, Shared};
 use crate::stream::Stream;
 use crate::transport::NCCL_STEPS;
 use crate::transport::setup::{self, Oob};
+use peer_info::{NetIdentity, PeerInfo, agree};
+
+/// All-gathers every rank's [`PeerInfo`] over the bootstrap; `peers[r]` is rank `r`'s.
+fn exchange_peer_info(bootstrap: &Bootstrap, mine: &PeerInfo) -> Result<Vec<PeerInfo>> {
+    let all = bootstrap.allgather(&mine.to_bytes())?;
+    all.iter()
+        .enumerate()
+        .map(|(r, b)| PeerInfo::from_bytes(r, b))
+        .collect()
+}
 
 struct BootstrapOob(Arc<Bootstrap>);
 
@@ -73,135 +85,111 @@ impl std::fmt::Debug for Comm {
     }
 }
 
-/// What every rank contributes to the init agreement.
-fn agreement_record(loaded: &std::result::Result<(Arc<dyn NetPlugin>, NetInfo), String>, p: &CommParams) -> String {
-    let net = match loaded {
-        Ok((_, info)) => format!(
-            "net={} v{} file={} hash={:016x}",
-            info.name,
-            info.version,
-            info.path.display(),
-            file_hash(&info.path)
-        ),
-        Err(e) => format!("net=<failed to load: {e}>"),
-    };
-    format!(
-        "{net}\nbuffsize={} p2p_chunksize={}\nnchannels={}",
-        p.buffsize, p.p2p_chunksize, p.nchannels
-    )
+/// Cleans up whatever init has built when a phase fails: the plugin context is
+/// finalized and the bootstrap closed (gracefully when every rank reached the
+/// same verdict, so their reports get through) or aborted (peers still waiting on
+/// this rank fail fast). Connectors and the proxy thread clean up by their own drop.
+struct InitGuard {
+    bootstrap: Option<Arc<Bootstrap>>,
+    ctx: Option<(Arc<dyn NetPlugin>, RawCtx)>,
+    /// The failure is one every rank sees alike (close, do not abort).
+    agreed: bool,
 }
 
-/// FNV-1a 64 of a file's bytes (0 when unreadable).
-fn file_hash(path: &std::path::Path) -> u64 {
-    let Ok(bytes) = std::fs::read(path) else { return 0 };
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
+impl InitGuard {
+    /// Init succeeded: nothing to clean up.
+    fn disarm(mut self) {
+        self.bootstrap = None;
+        self.ctx = None;
+    }
+}
+
+impl Drop for InitGuard {
+    fn drop(&mut self) {
+        if let Some((net, ctx)) = self.ctx.take() {
+            let _ = net.finalize_ctx(ctx);
+        }
+        if let Some(b) = self.bootstrap.take() {
+            if self.agreed { b.close() } else { b.abort() }
+        }
+    }
+}
+
+/// The 64-bit communicator id handed to the plugin's `init` (v11+ `commId`).
+fn comm_hash(id: &UniqueId) -> u64 {
+    let h = blake3::hash(id.as_bytes());
+    u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
 impl Comm {
     /// `ncclCommInitRank`: joins communicator `id` as `rank` of `nranks`; blocks until
     /// every rank has joined and all connections are up.
     ///
+    /// The phases, in NCCL's order (`src/init.cc`): parameters, net plugin
+    /// (`ncclNetInit`, before the bootstrap), bootstrap, peer-info exchange and
+    /// agreement, topology and graph (channels), transport setup, proxy thread.
+    ///
     /// Errors: invalid rank/nranks; [`Error::Bootstrap`] (e.g. naming ranks that
     /// never joined within the timeout); [`Error::PluginLoad`] /
     /// [`Error::PluginMismatch`] when ranks could not load or disagree on the net
     /// plugin (every rank fails, with every rank's plugin listed);
-    /// [`Error::Config`] for invalid or inconsistent parameters; plugin errors
-    /// while connecting.
+    /// [`Error::Config`] / [`Error::ConfigMismatch`] for invalid or inconsistent
+    /// parameters; plugin errors while connecting.
     pub fn init_rank(nranks: usize, id: &UniqueId, rank: usize, config: CommConfig) -> Result<Comm> {
         if nranks == 0 || rank >= nranks {
             return Err(Error::InvalidArgument(format!("rank {rank} is not in 0..{nranks}")));
         }
+        let t0 = Instant::now();
+        // 1. Parameters.
         let params = CommParams::resolve(&config)?;
         params::init_logging(rank);
-        let t0 = Instant::now();
-        // 1. Net plugin (before the bootstrap, as NCCL does).
+        // 2. Net plugin (before the bootstrap, as NCCL does).
         let loaded = params::load_net(&config);
-        // 2. Bootstrap.
+        // 3. Bootstrap.
         let mut bcfg = params.bootstrap.clone();
         let abort = bcfg.abort.clone();
         bcfg.timeout = params.timeout;
         let bootstrap = Arc::new(Bootstrap::init(id, rank, nranks, &bcfg)?);
-        // 3. Agreement on plugin and parameters.
-        let mine = agreement_record(&loaded, &params);
-        let all = bootstrap.allgather(mine.as_bytes())?;
-        let all: Vec<String> = all.iter().map(|b| String::from_utf8_lossy(b).into_owned()).collect();
-        let net_line = |s: &str| s.lines().next().unwrap_or("").to_string();
-        let net_ok = all
-            .iter()
-            .all(|s| net_line(s) == net_line(&all[0]) && !s.starts_with("net=<failed"));
-        if !net_ok {
-            let report: Vec<String> = all
-                .iter()
-                .enumerate()
-                .map(|(r, s)| format!("  rank {r}: {}", net_line(s)))
-                .collect();
-            let report = report.join("\n");
-            bootstrap.close();
-            if let (Err(e), true) = (&loaded, all.iter().all(|s| net_line(s) == net_line(&all[0]))) {
-                return Err(Error::PluginLoad(format!("{e}\n{report}")));
-            }
-            return Err(Error::PluginMismatch(report));
-        }
-        if all.iter().any(|s| s.lines().nth(1) != all[0].lines().nth(1)) {
-            let report: Vec<String> = all
-                .iter()
-                .enumerate()
-                .map(|(r, s)| format!("  rank {r}: {}", s.lines().nth(1).unwrap_or("")))
-                .collect();
-            bootstrap.close();
-            return Err(Error::ConfigMismatch(format!(
-                "ranks disagree on NCCL_BUFFSIZE / NCCL_P2P_NET_CHUNKSIZE:\n{}",
-                report.join("\n")
-            )));
-        }
-        // Channels: the smallest count any rank asked for.
-        let nchannels = all
-            .iter()
-            .filter_map(|s| s.lines().nth(2)?.strip_prefix("nchannels=")?.parse::<usize>().ok())
-            .min()
-            .unwrap_or(params.nchannels)
-            .max(1);
+        let mut guard = InitGuard {
+            bootstrap: Some(bootstrap.clone()),
+            ctx: None,
+            agreed: false,
+        };
+        // 4. Peer-info exchange and agreement.
+        let identity = loaded
+            .as_ref()
+            .map(|(_, info)| NetIdentity::of(info))
+            .map_err(Clone::clone);
+        let peers = exchange_peer_info(&bootstrap, &PeerInfo::local(rank, &identity, &params))?;
+        let agreement = agree(&peers, loaded.as_ref().err().map(String::as_str)).map_err(|d| {
+            guard.agreed = true;
+            Error::from(d)
+        })?;
         let (net, info) = loaded.map_err(Error::PluginLoad)?;
-        // 4. Plugin context and ring connections.
-        let comm_hash = file_hash_bytes(id.as_bytes());
         let ctx = net
-            .init_ctx(comm_hash, &crate::plugin::net::CommConfig::default())
+            .init_ctx(comm_hash(id), &crate::plugin::net::CommConfig::default())
             .map_err(|e| Error::net("plugin init", e))?;
+        guard.ctx = Some((net.clone(), ctx));
         let ndev = match net.devices() {
             Ok(n) if n > 0 => n,
             Ok(_) => {
-                let _ = net.finalize_ctx(ctx);
                 return Err(crate::plugin::PluginError::NoDevices {
                     plugin: info.name.clone(),
                     version: info.version,
                 }
                 .into());
             }
-            Err(e) => {
-                let _ = net.finalize_ctx(ctx);
-                return Err(Error::net("devices", e));
-            }
+            Err(e) => return Err(Error::net("devices", e)),
         };
-        let channels = crate::graph::rank_order_channels(rank, nranks, nchannels);
+        // 5. Topology and graph: this rank's view of every channel.
+        let channels = crate::graph::rank_order_channels(rank, nranks, agreement.nchannels);
+        // 6. Transport setup: every channel's connections.
         let ring_step = params.buffsize / NCCL_STEPS;
         let oob: Arc<dyn Oob> = Arc::new(BootstrapOob(bootstrap.clone()));
         let deadline = Instant::now() + params.timeout;
-        let conns = match setup::connect_channels(&net, ctx, &*oob, &channels, rank, ndev, ring_step, deadline, &abort)
-        {
-            Ok(t) => t,
-            Err(e) => {
-                let _ = net.finalize_ctx(ctx);
-                bootstrap.abort();
-                return Err(e);
-            }
-        };
-        // 5. Proxy thread.
-        let shared = Arc::new(Shared {
-            abort: abort.clone(),
-            error: Mutex::new(None),
-        });
+        let conns = setup::connect_channels(&net, ctx, &*oob, &channels, rank, ndev, ring_step, deadline, &abort)?;
+        // 7. Proxy thread.
+        let nchannels = channels.len();
         let proxy = Proxy {
             net: net.clone(),
             ctx,
@@ -217,11 +205,15 @@ impl Comm {
             },
             user_send_min: params.user_send_min,
             conns,
-            shared: shared.clone(),
+            shared: Arc::new(Shared {
+                abort,
+                error: Mutex::new(None),
+            }),
             timeout: params.timeout,
             p2p_dev: 0,
         };
         let proxy = Arc::new(ProxyHandle::start(proxy, nranks)?);
+        guard.disarm();
         tracing::info!(
             target: "ferroccl::init",
             "comm rank {rank} nranks {nranks} net {} v{} ({}) nchannels {nchannels} buffsize {} ready in {:.1} ms",
@@ -307,12 +299,6 @@ impl Comm {
     pub(crate) fn enqueue(&self, args: CollArgs, stream: &Stream) -> Result<()> {
         crate::enqueue::enqueue(&self.inner.proxy, args, stream)
     }
-}
-
-fn file_hash_bytes(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
 }
 
 impl CommInner {
