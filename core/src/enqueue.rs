@@ -8,9 +8,10 @@ use std::sync::Arc;
 use ferroccl_kernels::DataType;
 
 use crate::coll::{CollArgs, CollKind};
+use crate::error::Error;
+use crate::group;
 use crate::proxy::ProxyHandle;
 use crate::stream::Stream;
-use crate::{Error, group};
 
 /// Checks `args` against the communicator and enqueues it (or adds it to the
 /// thread's open group).

@@ -9,8 +9,8 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use crate::Error;
 use crate::coll::CollArgs;
+use crate::error::Error;
 use crate::proxy::ProxyHandle;
 use crate::stream::Stream;
 

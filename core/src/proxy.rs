@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::Error;
 use crate::coll::exec;
 use crate::coll::schedule::{self, Lane, SchedParams, Task};
 use crate::coll::{CollArgs, CollKind};
+use crate::error::Error;
 use crate::plugin::net::{NetPlugin, RawCtx};
 use crate::stream::{Completion, Stream};
 use crate::transport::setup::{self, ConnSpec, Oob};

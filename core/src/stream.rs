@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::Error;
+use crate::error::Error;
 
 /// Completion flag of one enqueued piece of work.
 #[derive(Debug, Default)]

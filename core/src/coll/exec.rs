@@ -13,7 +13,7 @@
 use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, Pre};
 
 use super::schedule::{Lane, Prim, SliceOp, TaskConns};
-use crate::Error;
+use crate::error::Error;
 use crate::graph::MAX_TREE_ARITY;
 use crate::transport::{ConnTable, SendConnector, UserReg};
 

@@ -11,7 +11,7 @@
 use ferroccl_kernels::{DataType, DevRedOp};
 
 use super::{CollArgs, CollKind};
-use crate::Error;
+use crate::error::Error;
 use crate::graph::{Channel, MAX_TREE_ARITY};
 use crate::transport::{CONN_COLL, CONN_P2P, ConnKey};
 

@@ -10,8 +10,9 @@ use ferroccl_kernels::{DataType, RedOp};
 
 use super::Comm;
 use crate::coll::{CollArgs, CollKind};
+use crate::error::Error;
+use crate::group;
 use crate::stream::Stream;
-use crate::{Error, group};
 
 /// Bytes of `count` elements, checked.
 fn bytes_of(what: &str, buf_len: usize, need: usize) -> Result<(), Error> {

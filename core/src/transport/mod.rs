@@ -21,7 +21,7 @@ pub(crate) mod setup;
 
 use std::collections::BTreeMap;
 
-use crate::Error;
+use crate::error::Error;
 
 pub(crate) use net::{RecvConn, SendConn};
 

@@ -25,7 +25,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::Error;
+use crate::error::Error;
 use crate::plugin::net::{NetError, NetPlugin, PtrType, RawComm, RawMr, RawRequest, RecvSlot};
 
 use super::{NCCL_STEPS, RecvConnector, SendConnector, UserReg};

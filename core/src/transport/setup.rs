@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{CONN_COLL, ConnKey, ConnTable, RecvConn, SendConn};
-use crate::Error;
+use crate::error::Error;
 use crate::graph::Channel;
 use crate::plugin::net::{NetHandle, NetPlugin, RawComm, RawCtx};
 
