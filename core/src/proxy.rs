@@ -9,13 +9,15 @@
 //! first error the thread records it as the communicator's asynchronous error
 //! and closes all its connections, so peers blocked on this rank fail fast too.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::coll::exec;
+use crate::coll::desc::OpDesc;
+use crate::coll::exec::{self, ExecCx};
 use crate::coll::schedule::{self, Lane, SchedParams, Task};
 use crate::coll::{CollArgs, CollKind};
 use crate::error::Error;
@@ -201,6 +203,12 @@ pub(crate) struct Proxy {
     /// registered user memory (`FERROCCL_NET_USER_SEND_MIN`); `None` = always copy
     /// through the FIFO.
     pub user_send_min: Option<usize>,
+    /// Sequence number of the next collective.
+    pub coll_seq: u64,
+    /// Sequence number of the next send to each peer.
+    pub p2p_send_seq: BTreeMap<usize, u64>,
+    /// Sequence number of the next receive from each peer.
+    pub p2p_recv_seq: BTreeMap<usize, u64>,
 }
 
 impl Proxy {
@@ -258,14 +266,15 @@ impl Proxy {
         if work.colls.is_empty() {
             return Ok(());
         }
-        let (mut tasks, _scratch) = schedule::build(&work.colls, &self.params)?;
+        let descs = self.describe(&work.colls);
+        let (mut tasks, _scratch) = schedule::build(&work.colls, &descs, &self.params)?;
         self.connect_p2p(&tasks)?;
         if let Some(min) = self.user_send_min {
             self.register_user(&work.colls, &tasks, min);
         }
         // Announce every step each receive connector will consume, in order.
         for t in &tasks {
-            for op in t.ops.iter().filter(|op| op.prim.recvs()) {
+            for op in t.ops.iter().filter(|op| op.recv_from.len() > 0) {
                 let target = exec::recv_target(op);
                 for peer in op.recv_from.iter() {
                     if let Some(r) = self.conns.recv(&t.lane.key(peer)) {
@@ -274,7 +283,7 @@ impl Proxy {
                 }
             }
         }
-        let r = self.progress_tasks(&mut tasks, &work.what);
+        let r = self.progress_tasks(&mut tasks, &descs, &work.what);
         for c in self.conns.sends_mut() {
             c.release_user();
         }
@@ -445,7 +454,29 @@ impl Proxy {
         Ok(())
     }
 
-    fn progress_tasks(&mut self, tasks: &mut [Task], what: &str) -> Result<(), Error> {
+    /// The descriptors of `colls` (see `coll::desc`), advancing this
+    /// communicator's sequence numbers: one for collectives, one per peer and
+    /// direction for point-to-point. Every rank advances them identically as
+    /// long as the ranks issue the same operations.
+    fn describe(&mut self, colls: &[CollArgs]) -> Vec<OpDesc> {
+        let rank = self.params.rank;
+        colls
+            .iter()
+            .map(|a| {
+                let seq = match a.kind {
+                    CollKind::Send { peer } => self.p2p_send_seq.entry(peer).or_default(),
+                    CollKind::Recv { peer } => self.p2p_recv_seq.entry(peer).or_default(),
+                    _ => &mut self.coll_seq,
+                };
+                let d = OpDesc::of(a, *seq, rank);
+                *seq += 1;
+                d
+            })
+            .collect()
+    }
+
+    fn progress_tasks(&mut self, tasks: &mut [Task], descs: &[OpDesc], what: &str) -> Result<(), Error> {
+        let rank = self.params.rank;
         let mut last_progress = Instant::now();
         let mut idle_turns = 0u32;
         loop {
@@ -455,8 +486,13 @@ impl Proxy {
                 moved |= self.progress_net(t)?;
                 while t.pos < t.ops.len() {
                     let op = &t.ops[t.pos];
+                    let mut cx = ExecCx {
+                        conns: &mut self.conns,
+                        descs,
+                        rank,
+                    };
                     // SAFETY: user addresses are valid by the enqueue contract; FIFO slots are ours.
-                    if unsafe { exec::try_run(op, t.lane, &t.conns, &mut self.conns) }? {
+                    if unsafe { exec::try_run(op, t.lane, &t.conns, &mut cx) }? {
                         t.pos += 1;
                         moved = true;
                         // Hand filled slots to the plugin right away.
@@ -509,8 +545,8 @@ fn stuck_report(tasks: &[Task]) -> String {
         };
         let waiting = match t.ops.get(t.pos) {
             None => "its sends to complete".to_string(),
-            Some(op) if op.prim.recvs() => format!("data from {}{on}", names(&op.recv_from)),
-            Some(op) if op.prim.sends() => format!("{} to drain{on}", names(&op.send_to)),
+            Some(op) if op.recv_from.len() > 0 => format!("data from {}{on}", names(&op.recv_from)),
+            Some(op) if op.send_to.len() > 0 => format!("{} to drain{on}", names(&op.send_to)),
             Some(_) => "a local step".to_string(),
         };
         if left > 0 || !t.conns.send.is_empty() {

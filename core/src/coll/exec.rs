@@ -12,6 +12,7 @@
 
 use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, Pre};
 
+use super::desc::{OP_HDR_BYTES, OpDesc};
 use super::schedule::{Lane, Prim, SliceOp, TaskConns};
 use crate::error::Error;
 use crate::graph::MAX_TREE_ARITY;
@@ -61,7 +62,7 @@ fn user_source(op: &SliceOp, s: &dyn SendConnector) -> Option<(*const u8, UserRe
 /// place (which then reduces its input into the output in place), when the step
 /// receives from exactly one peer.
 pub(crate) fn recv_target(op: &SliceOp) -> Option<(*mut u8, usize)> {
-    if op.recv_from.len() != 1 {
+    if op.recv_from.len() != 1 || op.hdr_recv != 0 {
         return None;
     }
     match op.prim {
@@ -84,6 +85,44 @@ fn disjoint(a: *const u8, b: *const u8, n: usize) -> bool {
     a + n <= b || b + n <= a
 }
 
+/// What every step of a plan runs against: the connectors, the plan's operation
+/// descriptors, this rank.
+pub(crate) struct ExecCx<'a> {
+    /// Every connector of the communicator.
+    pub conns: &'a mut ConnTable,
+    /// Descriptor of each operation of the plan (`SliceOp::desc` indexes it).
+    pub descs: &'a [OpDesc],
+    /// This rank.
+    pub rank: usize,
+}
+
+/// A header-only step: sends the descriptor to each `send_to` peer, or (its
+/// received headers already checked by the caller) releases the received steps.
+fn desc_step(op: &SliceOp, lane: Lane, desc: &OpDesc, conns: &mut ConnTable) -> Result<bool, Error> {
+    for peer in op.send_to.iter() {
+        if !conns
+            .send(&lane.key(peer))
+            .ok_or_else(|| missing(lane, "send", peer))?
+            .can_push()
+        {
+            return Ok(false);
+        }
+    }
+    for peer in op.send_to.iter() {
+        let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
+        // SAFETY: a FIFO slot holds at least OP_HDR_BYTES bytes and is ours until pushed.
+        desc.encode(unsafe { std::slice::from_raw_parts_mut(s.next_slot(), OP_HDR_BYTES) });
+        s.push(OP_HDR_BYTES);
+    }
+    for peer in op.recv_from.iter() {
+        conns
+            .recv(&lane.key(peer))
+            .ok_or_else(|| missing(lane, "receive", peer))?
+            .pop();
+    }
+    Ok(true)
+}
+
 fn missing(lane: Lane, dir: &str, peer: usize) -> Error {
     Error::Internal(format!("no {dir} connector for rank {peer} on {lane:?}"))
 }
@@ -99,9 +138,11 @@ fn missing(lane: Lane, dir: &str, peer: usize) -> Error {
 ///
 /// # Safety
 /// The user addresses in `op` must be valid for `op.bytes` bytes (the enqueue contract).
-pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, conns: &mut ConnTable) -> Result<bool, Error> {
+pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mut ExecCx<'_>) -> Result<bool, Error> {
     let n = op.bytes;
     let prim = op.prim;
+    let conns = &mut *cx.conns;
+    let desc = &cx.descs[op.desc as usize];
     if prim == Prim::LocalCopy {
         // SAFETY: user buffers valid for `n` bytes by contract.
         unsafe { local_copy(op) }?;
@@ -113,21 +154,29 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, conns: 
         unsafe { reduce_blocks(op) }?;
         return Ok(true);
     }
-    // Every received step this one consumes.
+    // Every received step this one consumes; the operation's first step from a
+    // peer starts with its header, checked before any of its data is used. The
+    // size the transport reports is not relied on (NCCL does not either, and some
+    // plugins never report it): both sides cut identical steps once their
+    // headers agree.
     let nr = op.recv_from.len();
     let mut recvd = [std::ptr::null_mut::<u8>(); MAX_TREE_ARITY];
     for (i, peer) in op.recv_from.iter().enumerate() {
         let r = conns
             .recv(&lane.key(peer))
             .ok_or_else(|| missing(lane, "receive", peer))?;
-        let Some((ptr, size)) = r.peek() else { return Ok(false) };
-        if size != n {
-            return Err(Error::Remote(format!(
-                "rank {peer} sent a {size}-byte step where this rank's schedule expects {n} bytes \
-                 (mismatched operation, count, datatype or NCCL_BUFFSIZE across ranks?)"
-            )));
-        }
+        let Some((ptr, _size)) = r.peek() else { return Ok(false) };
         recvd[i] = ptr;
+        if op.hdr_recv & (1 << i) != 0 {
+            // SAFETY: a header step always lands in a FIFO slot (`recv_target`),
+            // which holds at least OP_HDR_BYTES bytes and is ours until `pop`.
+            let hdr = unsafe { std::slice::from_raw_parts(ptr, OP_HDR_BYTES) };
+            desc.check(hdr, peer, cx.rank)?;
+            recvd[i] = ptr.wrapping_add(OP_HDR_BYTES);
+        }
+    }
+    if prim == Prim::Desc {
+        return desc_step(op, lane, desc, conns);
     }
     if prim.recvs() && nr == 0 {
         return Err(Error::Internal(format!("{prim:?} step without a receive peer")));
@@ -160,7 +209,9 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, conns: 
     if ns > 0 {
         let mut regs = [None; MAX_TREE_ARITY];
         let mut src = None;
-        for (i, peer) in op.send_to.iter().enumerate() {
+        // A step carrying the header goes through the FIFO (the header precedes it).
+        let peers = if op.hdr_send != 0 { 0 } else { ns };
+        for (i, peer) in op.send_to.iter().enumerate().take(peers) {
             let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
             debug_assert!(n <= s.step_size());
             let found = match src {
@@ -192,6 +243,12 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, conns: 
                     return Ok(false);
                 }
                 slots[i] = s.next_slot();
+                if op.hdr_send & (1 << i) != 0 {
+                    // SAFETY: a FIFO slot holds a step plus OP_HDR_BYTES (the
+                    // schedule's slices leave that room) and is ours until pushed.
+                    desc.encode(unsafe { std::slice::from_raw_parts_mut(slots[i], OP_HDR_BYTES) });
+                    slots[i] = slots[i].wrapping_add(OP_HDR_BYTES);
+                }
             }
         }
     }
@@ -273,7 +330,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, conns: 
                 }
                 memmove(op.dst, acc.as_ptr(), n);
             }
-            (Prim::LocalCopy | Prim::ReduceBlocks, _) => unreachable!("handled above"),
+            (Prim::LocalCopy | Prim::ReduceBlocks | Prim::Desc, _) => unreachable!("handled above"),
         }
         // The same bytes go to every further send peer.
         if let Some(first) = slot {
@@ -286,6 +343,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, conns: 
         let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
         match user {
             Some((ptr, regs)) => s.push_user(ptr, n, regs[i].expect("registration of every send peer")),
+            None if op.hdr_send & (1 << i) != 0 => s.push(OP_HDR_BYTES + n),
             None => s.push(n),
         }
     }

@@ -9,6 +9,7 @@
 //! `directRecvReduceCopySend`, …) moves data in slices of one FIFO step.
 
 pub mod check;
+pub(crate) mod desc;
 pub(crate) mod exec;
 pub(crate) mod schedule;
 

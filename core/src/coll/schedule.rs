@@ -10,6 +10,7 @@
 
 use ferroccl_kernels::{DataType, DevRedOp};
 
+use super::desc::{OP_HDR_BYTES, OpDesc};
 use super::{CollArgs, CollKind};
 use crate::error::Error;
 use crate::graph::{Channel, MAX_TREE_ARITY};
@@ -34,6 +35,10 @@ pub(crate) enum Prim {
     CopySend,
     /// Local only: output = post(pre(input)) (one rank, or a send/recv to self).
     LocalCopy,
+    /// Header only: sends this operation's descriptor to `send_to` or checks the
+    /// one received from `recv_from`; moves no data (a connection the operation
+    /// otherwise does not use in that direction, see [`super::desc`]).
+    Desc,
     /// Local only: output = post(pre(block 0) ⊕ pre(block 1) ⊕ …) over `blocks`
     /// consecutive blocks of `bytes` at the input, in rank order (the last step of
     /// the small-message AllReduce, see [`SMALL_ALLREDUCE_BYTES`]).
@@ -171,6 +176,12 @@ pub(crate) struct SliceOp {
     pub recv_from: Peers,
     /// Peers this step fills a step for (non-empty exactly when `prim.sends()`).
     pub send_to: Peers,
+    /// The operation's descriptor (index into the plan's descriptors).
+    pub desc: u32,
+    /// Bit `i` set: the step to `send_to[i]` starts with the operation header.
+    pub hdr_send: u8,
+    /// Bit `i` set: the step from `recv_from[i]` starts with the operation header.
+    pub hdr_recv: u8,
 }
 
 /// The connectors a task drives: its channel or p2p lane and the keys of every
@@ -257,6 +268,12 @@ fn div_up(a: usize, b: usize) -> usize {
     a.div_ceil(b)
 }
 
+/// Largest slice of elements of `es` bytes in a FIFO step of `step` bytes,
+/// leaving room for an operation header ([`OP_HDR_BYTES`]) in front.
+fn slice_limit(step: usize, es: usize) -> usize {
+    (step - OP_HDR_BYTES) / es * es
+}
+
 /// Splits `total` elements into contiguous per-channel parts `(channel, start, len)`.
 pub(crate) fn channel_parts(total: usize, esize: usize, p: &SchedParams) -> Vec<(usize, usize, usize)> {
     if total == 0 {
@@ -280,13 +297,24 @@ struct Builder<'a> {
     es: usize,
     /// Scratch buffers the plan's steps point into.
     scratch: Vec<Vec<u8>>,
+    /// Descriptor index of the operation being built.
+    desc: u32,
+    /// Connections (lane, sends?, peer) the operation being built has already
+    /// put its header on.
+    headered: Vec<(Lane, bool, usize)>,
+    /// Where the operation being built starts in each lane it touched.
+    starts: Vec<(Lane, usize)>,
 }
 
 impl Builder<'_> {
     fn lane(&mut self, lane: Lane) -> &mut Vec<SliceOp> {
         if let Some(i) = self.tasks.iter().position(|t| t.lane == lane) {
+            if !self.starts.iter().any(|&(l, _)| l == lane) {
+                self.starts.push((lane, self.tasks[i].ops.len()));
+            }
             return &mut self.tasks[i].ops;
         }
+        self.starts.push((lane, 0));
         self.tasks.push(Task {
             lane,
             ops: Vec::new(),
@@ -319,6 +347,12 @@ impl Builder<'_> {
             want.max(MIN_SLICE_BYTES).min(slice).max(es)
         };
         let (recv_from, send_to) = self.peers(lane, prim);
+        let (mut hdr_send, mut hdr_recv) = if bytes > 0 {
+            (self.claim(lane, true, &send_to), self.claim(lane, false, &recv_from))
+        } else {
+            (0, 0)
+        };
+        let desc = self.desc;
         let ops = self.lane(lane);
         let mut off = 0;
         while off < bytes {
@@ -335,8 +369,79 @@ impl Builder<'_> {
                 blocks: 0,
                 recv_from,
                 send_to,
+                desc,
+                hdr_send,
+                hdr_recv,
             });
+            (hdr_send, hdr_recv) = (0, 0);
             off += n;
+        }
+    }
+
+    /// Marks the connections to/from `peers` on `lane` as carrying the current
+    /// operation's header; returns the bits of those that did not yet.
+    fn claim(&mut self, lane: Lane, sends: bool, peers: &Peers) -> u8 {
+        let mut bits = 0;
+        for (i, peer) in peers.iter().enumerate() {
+            if !self.headered.contains(&(lane, sends, peer)) {
+                self.headered.push((lane, sends, peer));
+                bits |= 1 << i;
+            }
+        }
+        bits
+    }
+
+    /// Starts building operation `desc`.
+    fn begin(&mut self, desc: u32) {
+        self.desc = desc;
+        self.headered.clear();
+        self.starts.clear();
+    }
+
+    /// Ends a collective: every channel it used exchanges the header with both
+    /// ring neighbours even where the pattern moves no data that way (a
+    /// Broadcast root receives nothing, its ring predecessor sends nothing), so
+    /// every rank checks its predecessor's call. A header-only send goes first
+    /// on the lane (sent at once), a header-only receive last (checked without
+    /// delaying the data). A collective with nothing to move exchanges headers on
+    /// channel 0.
+    fn end_collective(&mut self) {
+        if self.p.nranks < 2 {
+            return;
+        }
+        if self.starts.is_empty() {
+            self.lane(Lane::Channel(0));
+        }
+        let starts = self.starts.clone();
+        for (lane, start) in starts {
+            let Lane::Channel(ch) = lane else { continue };
+            let c = &self.p.channels[ch];
+            let (prev, next) = (c.ring_prev(self.p.rank), c.ring_next(self.p.rank));
+            let desc = self.desc;
+            let desc_op = |recv_from, send_to, hdr_recv, hdr_send| SliceOp {
+                prim: Prim::Desc,
+                src: std::ptr::null(),
+                dst: std::ptr::null_mut(),
+                bytes: 0,
+                red: None,
+                blocks: 0,
+                recv_from,
+                send_to,
+                desc,
+                hdr_send,
+                hdr_recv,
+            };
+            let send =
+                (self.claim(lane, true, &Peers::one(next)) != 0).then(|| desc_op(Peers::NONE, Peers::one(next), 0, 1));
+            let recv =
+                (self.claim(lane, false, &Peers::one(prev)) != 0).then(|| desc_op(Peers::one(prev), Peers::NONE, 1, 0));
+            let ops = self.lane(lane);
+            if let Some(op) = send {
+                ops.insert(start, op);
+            }
+            if let Some(op) = recv {
+                ops.push(op);
+            }
         }
     }
 
@@ -364,12 +469,18 @@ impl Builder<'_> {
 /// Builds the tasks of a plan (the operations of one group on one communicator).
 /// Returns the tasks and the scratch buffers they point into (keep those alive
 /// until the tasks are done).
-pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<(Vec<Task>, Vec<Vec<u8>>), Error> {
+///
+/// `descs[i]` is the descriptor of `colls[i]` (its header, see [`super::desc`]).
+pub(crate) fn build(colls: &[CollArgs], descs: &[OpDesc], p: &SchedParams) -> Result<(Vec<Task>, Vec<Vec<u8>>), Error> {
+    debug_assert_eq!(colls.len(), descs.len());
     let mut b = Builder {
         p,
         tasks: Vec::new(),
         es: 1,
         scratch: Vec::new(),
+        desc: 0,
+        headered: Vec::new(),
+        starts: Vec::new(),
     };
     let mut self_sends: Vec<(usize, &CollArgs)> = Vec::new();
     let mut self_recvs: Vec<(usize, &CollArgs)> = Vec::new();
@@ -399,7 +510,12 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<(Vec<Task>, V
             }
             _ => {}
         }
+        b.begin(i as u32);
+        let p2p = matches!(a.kind, CollKind::Send { .. } | CollKind::Recv { .. });
         if a.count == 0 {
+            if !p2p {
+                b.end_collective();
+            }
             continue;
         }
         match a.kind {
@@ -413,7 +529,7 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<(Vec<Task>, V
                     a.send,
                     std::ptr::null_mut(),
                     bytes,
-                    p.p2p_step,
+                    slice_limit(p.p2p_step, esize),
                     None,
                 );
             }
@@ -425,7 +541,7 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<(Vec<Task>, V
                     std::ptr::null(),
                     a.recv,
                     bytes,
-                    p.p2p_step,
+                    slice_limit(p.p2p_step, esize),
                     None,
                 );
             }
@@ -438,6 +554,9 @@ pub(crate) fn build(colls: &[CollArgs], p: &SchedParams) -> Result<(Vec<Task>, V
             CollKind::AllGather => all_gather(&mut b, a),
             CollKind::Broadcast { root } => broadcast(&mut b, a, root),
             CollKind::Reduce { root } => reduce(&mut b, a, root, red.expect("reduction")),
+        }
+        if !p2p {
+            b.end_collective();
         }
     }
     if self_sends.len() != self_recvs.len() {
@@ -472,7 +591,7 @@ fn all_reduce_small(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
     let scratch = b.scratch.last_mut().expect("just pushed").as_mut_ptr();
     let block = |pos: usize| scratch.wrapping_add(p.ring_at(0, pos) * bytes);
     let lane = Lane::Channel(0);
-    let slice = p.ring_step / b.es * b.es;
+    let slice = slice_limit(p.ring_step, b.es);
     b.prim(lane, Prim::CopySend, a.send, block(idx), bytes, slice, None);
     for j in 1..n - 1 {
         b.prim(
@@ -494,6 +613,7 @@ fn all_reduce_small(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
         slice,
         None,
     );
+    let desc = b.desc;
     let ops = b.lane(lane);
     ops.push(SliceOp {
         prim: Prim::ReduceBlocks,
@@ -504,6 +624,9 @@ fn all_reduce_small(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
         blocks: n,
         recv_from: Peers::NONE,
         send_to: Peers::NONE,
+        desc,
+        hdr_send: 0,
+        hdr_recv: 0,
     });
 }
 
@@ -528,7 +651,7 @@ fn all_reduce(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
     let p = b.p;
     let n = p.nranks;
     let es = a.dtype.size();
-    let slice = p.ring_step / es * es;
+    let slice = slice_limit(p.ring_step, es);
     let chunk_elems = slice / es * p.chunk_slices;
     for (ch, cs, cl) in channel_parts(a.count, es, p) {
         let lane = Lane::Channel(ch);
@@ -574,7 +697,7 @@ fn all_reduce(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
 
 /// Per (channel, loop) sub-range `[start, start+len)` of each rank's block of `count` elements.
 fn block_ranges(count: usize, es: usize, p: &SchedParams) -> Vec<(usize, usize, usize)> {
-    let slice = p.ring_step / es * es;
+    let slice = slice_limit(p.ring_step, es);
     let chunk_elems = slice / es * p.chunk_slices;
     let mut out = Vec::new();
     for (ch, cs, cl) in channel_parts(count, es, p) {
@@ -592,7 +715,7 @@ fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
     let p = b.p;
     let n = p.nranks;
     let es = a.dtype.size();
-    let slice = p.ring_step / es * es;
+    let slice = slice_limit(p.ring_step, es);
     let block = a.count * es;
     for (ch, s, l) in block_ranges(a.count, es, p) {
         let lane = Lane::Channel(ch);
@@ -635,7 +758,7 @@ fn all_gather(b: &mut Builder<'_>, a: &CollArgs) {
     let p = b.p;
     let n = p.nranks;
     let es = a.dtype.size();
-    let slice = p.ring_step / es * es;
+    let slice = slice_limit(p.ring_step, es);
     let block = a.count * es;
     for (ch, s, l) in block_ranges(a.count, es, p) {
         let lane = Lane::Channel(ch);
@@ -670,7 +793,7 @@ fn broadcast(b: &mut Builder<'_>, a: &CollArgs, root: usize) {
     let p = b.p;
     let n = p.nranks;
     let es = a.dtype.size();
-    let slice = p.ring_step / es * es;
+    let slice = slice_limit(p.ring_step, es);
     for (ch, s, l) in block_ranges(a.count, es, p) {
         let lane = Lane::Channel(ch);
         let idx = p.ring_index(ch);
@@ -691,7 +814,7 @@ fn reduce(b: &mut Builder<'_>, a: &CollArgs, root: usize, red: DevRedOp) {
     let p = b.p;
     let n = p.nranks;
     let es = a.dtype.size();
-    let slice = p.ring_step / es * es;
+    let slice = slice_limit(p.ring_step, es);
     for (ch, s, l) in block_ranges(a.count, es, p) {
         let lane = Lane::Channel(ch);
         let idx = p.ring_index(ch);

@@ -211,6 +211,9 @@ impl Comm {
             }),
             timeout: params.timeout,
             p2p_dev: 0,
+            coll_seq: 0,
+            p2p_send_seq: Default::default(),
+            p2p_recv_seq: Default::default(),
         };
         let proxy = Arc::new(ProxyHandle::start(proxy, nranks)?);
         guard.disarm();
