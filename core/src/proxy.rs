@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -41,15 +41,67 @@ pub(crate) struct Work {
 }
 
 /// State shared between the communicator handle and its proxy thread.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Shared {
     pub abort: Arc<AtomicBool>,
     pub error: Mutex<Option<Error>>,
+    /// Work submitted and not yet finished.
+    queued: Mutex<usize>,
+    /// Signalled when queued work finishes.
+    drained: Condvar,
+    /// Most work items queued at once (`FERROCCL_MAX_QUEUED_OPS`); submitting
+    /// more blocks until one finishes (NCCL blocks the same way when its bounded
+    /// work FIFO is full).
+    max_queued: usize,
 }
 
 impl Shared {
+    /// State for a new communicator with abort flag `abort`, queueing at most
+    /// `max_queued` work items.
+    pub(crate) fn new(abort: Arc<AtomicBool>, max_queued: usize) -> Shared {
+        Shared {
+            abort,
+            error: Mutex::new(None),
+            queued: Mutex::new(0),
+            drained: Condvar::new(),
+            max_queued: max_queued.max(1),
+        }
+    }
+
     pub(crate) fn error(&self) -> Option<Error> {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Takes a queue slot, waiting while `max_queued` items are queued. Errors:
+    /// the communicator's error, or [`Error::Aborted`], if either happens while waiting.
+    fn acquire(&self) -> Result<(), Error> {
+        let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        while *q >= self.max_queued {
+            if let Some(e) = self.error() {
+                return Err(e);
+            }
+            if self.abort.load(Ordering::Relaxed) {
+                return Err(Error::Aborted(
+                    "communicator aborted while the caller waited for queue space".into(),
+                ));
+            }
+            q = self
+                .drained
+                .wait_timeout(q, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *q += 1;
+        Ok(())
+    }
+
+    /// Returns a queue slot.
+    fn release(&self) {
+        let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
+        *q = q.saturating_sub(1);
+        if *q + 1 == self.max_queued {
+            self.drained.notify_all();
+        }
     }
 
     fn set_error(&self, e: &Error) {
@@ -112,6 +164,7 @@ impl ProxyHandle {
                 "communicator already finalized or destroyed".into(),
             ));
         }
+        self.shared.acquire()?;
         let done = Completion::new();
         let mut deps = Vec::new();
         for s in streams {
@@ -123,6 +176,7 @@ impl ProxyHandle {
         let Some(tx) = tx.as_ref() else {
             let e = Error::InvalidUsage("communicator already destroyed".into());
             done.complete(Err(e.clone()));
+            self.shared.release();
             return Err(e);
         };
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(done.clone());
@@ -140,6 +194,7 @@ impl ProxyHandle {
                 .error()
                 .unwrap_or_else(|| Error::Aborted("proxy thread has exited".into()));
             done.complete(Err(e.clone()));
+            self.shared.release();
             return Err(e);
         }
         Ok(())
@@ -233,6 +288,7 @@ impl Proxy {
                 self.conns.close_all();
             }
             work.done.complete(r);
+            self.shared.release();
         }
         // Fail whatever is still queued.
         let reason = self
@@ -241,6 +297,7 @@ impl Proxy {
             .unwrap_or_else(|| Error::Aborted("communicator closed".into()));
         while let Ok(w) = rx.try_recv() {
             w.done.complete(Err(reason.clone()));
+            self.shared.release();
         }
         self.conns.close_all();
     }
@@ -554,4 +611,27 @@ fn stuck_report(tasks: &[Task]) -> String {
         }
     }
     parts.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_slots_are_bounded() {
+        let sh = Shared::new(Arc::new(AtomicBool::new(false)), 2);
+        sh.acquire().expect("slot 1");
+        sh.acquire().expect("slot 2");
+        // Full: a third acquire would wait; with the communicator failed it gives up
+        // with the failure instead of taking a slot beyond the bound.
+        sh.set_error(&Error::Internal("test failure".into()));
+        assert!(matches!(sh.acquire(), Err(Error::Internal(_))));
+        // A finished item frees a slot.
+        sh.release();
+        sh.acquire().expect("slot after release");
+        // Abort also ends a wait for space.
+        let sh = Shared::new(Arc::new(AtomicBool::new(true)), 1);
+        sh.acquire().expect("slot");
+        assert!(matches!(sh.acquire(), Err(Error::Aborted(_))));
+    }
 }

@@ -81,6 +81,9 @@ struct StreamInner {
     /// Work not yet seen complete by `synchronize`, in enqueue order, with a
     /// description for timeout messages.
     pending: VecDeque<(Arc<Completion>, String)>,
+    /// The first error of work already dropped from `pending` (reported by the
+    /// next `synchronize`).
+    first_error: Option<Error>,
 }
 
 /// An ordered queue of asynchronous operations (like a `cudaStream_t`).
@@ -110,8 +113,18 @@ impl Stream {
     }
 
     /// Registers new work; returns the work it must wait for (the stream's last).
+    ///
+    /// Finished work at the front of the queue is dropped here (its first error
+    /// kept for `synchronize`), so a caller that enqueues without ever
+    /// synchronizing holds memory for unfinished work only.
     pub(crate) fn push(&self, c: Arc<Completion>, what: String) -> Option<Arc<Completion>> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some(r) = g.pending.front().and_then(|(f, _)| f.peek()) {
+            g.pending.pop_front();
+            if let (Err(e), None) = (r, &g.first_error) {
+                g.first_error = Some(e);
+            }
+        }
         let prev = g.pending.back().map(|(c, _)| c.clone());
         g.pending.push_back((c, what));
         prev
@@ -150,7 +163,7 @@ impl Stream {
         if let Some((c, _)) = last {
             let _ = c.wait(deadline, &|| true);
         }
-        let mut first_err = None;
+        let mut first_err = self.inner.lock().unwrap_or_else(|e| e.into_inner()).first_error.take();
         loop {
             let next = {
                 let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());

@@ -205,10 +205,7 @@ impl Comm {
             },
             user_send_min: params.user_send_min,
             conns,
-            shared: Arc::new(Shared {
-                abort,
-                error: Mutex::new(None),
-            }),
+            shared: Arc::new(Shared::new(abort, params.max_queued_ops)),
             timeout: params.timeout,
             p2p_dev: 0,
             coll_seq: 0,

@@ -52,6 +52,8 @@ pub(crate) struct CommParams {
     pub min_channel_bytes: usize,
     /// `FERROCCL_NET_USER_SEND_MIN` (`None` when -1).
     pub user_send_min: Option<usize>,
+    /// `FERROCCL_MAX_QUEUED_OPS`: enqueue blocks beyond this many queued work items.
+    pub max_queued_ops: usize,
     pub bootstrap: BootstrapConfig,
 }
 
@@ -139,6 +141,11 @@ impl CommParams {
             // first; -1 = never. Below 64 KiB the copy is cheaper than the
             // registrations.
             user_send_min: usize::try_from(int_param("FERROCCL_NET_USER_SEND_MIN", 64 << 10, -1, 1 << 40)?).ok(),
+            // Operations (or groups) queued on a communicator before enqueue blocks:
+            // bounds the memory an application that never synchronizes can make us
+            // hold (each queued item is a few hundred bytes), as NCCL's bounded work
+            // FIFO does.
+            max_queued_ops: int_param("FERROCCL_MAX_QUEUED_OPS", 4096, 1, 1 << 24)? as usize,
             bootstrap,
         })
     }
