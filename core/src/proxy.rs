@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::coll::desc::OpDesc;
 use crate::coll::exec::{self, ExecCx};
-use crate::coll::schedule::{self, Lane, SchedParams, Task};
+use crate::coll::schedule::{self, Lane, SchedParams, Task, TaskConns};
 use crate::coll::{CollArgs, CollKind};
 use crate::error::Error;
 use crate::plugin::net::{NetPlugin, RawCtx};
@@ -331,7 +331,7 @@ impl Proxy {
         }
         // Announce every step each receive connector will consume, in order.
         for t in &tasks {
-            for op in t.ops.iter().filter(|op| op.recv_from.len() > 0) {
+            for op in t.ops().filter(|op| op.recv_from.len() > 0) {
                 let target = exec::recv_target(op);
                 for peer in op.recv_from.iter() {
                     if let Some(r) = self.conns.recv(&t.lane.key(peer)) {
@@ -502,8 +502,8 @@ impl Proxy {
     }
 
     /// Hands filled send steps of a task to the plugin.
-    fn progress_sends(&mut self, t: &Task) -> Result<(), Error> {
-        for k in &t.conns.send {
+    fn progress_sends(&mut self, conns: &TaskConns) -> Result<(), Error> {
+        for k in &conns.send {
             if let Some(s) = self.conns.send(k) {
                 s.progress()?;
             }
@@ -541,25 +541,36 @@ impl Proxy {
             let mut done = true;
             for t in tasks.iter_mut() {
                 moved |= self.progress_net(t)?;
-                while t.pos < t.ops.len() {
-                    let op = &t.ops[t.pos];
-                    let mut cx = ExecCx {
-                        conns: &mut self.conns,
-                        descs,
-                        rank,
-                    };
-                    // SAFETY: user addresses are valid by the enqueue contract; FIFO slots are ours.
-                    if unsafe { exec::try_run(op, t.lane, &t.conns, &mut cx) }? {
-                        t.pos += 1;
-                        moved = true;
-                        // Hand filled slots to the plugin right away.
-                        self.progress_sends(t)?;
-                    } else {
+                // Run the current segment's streams as far as they go; move to the
+                // next segment once every stream of this one is done.
+                while !t.finished() {
+                    let mut seg_done = true;
+                    for st in t.segs[t.seg].streams.iter_mut() {
+                        while st.pos < st.ops.len() {
+                            let mut cx = ExecCx {
+                                conns: &mut self.conns,
+                                descs,
+                                rank,
+                            };
+                            // SAFETY: user addresses are valid by the enqueue contract; FIFO slots are ours.
+                            if unsafe { exec::try_run(&st.ops[st.pos], t.lane, &t.conns, &mut cx) }? {
+                                st.pos += 1;
+                                moved = true;
+                                // Hand filled slots to the plugin right away.
+                                self.progress_sends(&t.conns)?;
+                            } else {
+                                break;
+                            }
+                        }
+                        seg_done &= st.pos == st.ops.len();
+                    }
+                    if !seg_done {
                         break;
                     }
+                    t.seg += 1;
                 }
                 let lane_idle = t.conns.send.iter().all(|k| self.conns.send(k).is_none_or(|s| s.idle()));
-                if t.pos < t.ops.len() || !lane_idle {
+                if !t.finished() || !lane_idle {
                     done = false;
                 }
             }
@@ -595,16 +606,27 @@ fn stuck_report(tasks: &[Task]) -> String {
     let names = |peers: &schedule::Peers| peers.iter().map(|p| format!("rank {p}")).collect::<Vec<_>>().join(", ");
     let mut parts = Vec::new();
     for t in tasks {
-        let left = t.ops.len() - t.pos;
+        let left = t.left();
         let on = match t.lane {
             Lane::Channel(c) => format!(" on channel {c}"),
             _ => String::new(),
         };
-        let waiting = match t.ops.get(t.pos) {
-            None => "its sends to complete".to_string(),
-            Some(op) if op.recv_from.len() > 0 => format!("data from {}{on}", names(&op.recv_from)),
-            Some(op) if op.send_to.len() > 0 => format!("{} to drain{on}", names(&op.send_to)),
-            Some(_) => "a local step".to_string(),
+        let waits: Vec<String> = t
+            .next_ops()
+            .map(|op| {
+                if op.recv_from.len() > 0 {
+                    format!("data from {}{on}", names(&op.recv_from))
+                } else if op.send_to.len() > 0 {
+                    format!("{} to drain{on}", names(&op.send_to))
+                } else {
+                    "a local step".to_string()
+                }
+            })
+            .collect();
+        let waiting = if waits.is_empty() {
+            "its sends to complete".to_string()
+        } else {
+            waits.join(" and ")
         };
         if left > 0 || !t.conns.send.is_empty() {
             parts.push(format!("{:?}: {left} step(s) left, waiting for {waiting}", t.lane));

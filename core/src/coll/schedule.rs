@@ -194,21 +194,71 @@ pub(crate) struct TaskConns {
     pub recv: Vec<ConnKey>,
 }
 
-/// The ordered slice steps of one lane.
+/// Steps that run one after another (one thread group of an NCCL kernel).
+#[derive(Debug, Default)]
+pub(crate) struct OpStream {
+    /// The steps, in order.
+    pub ops: Vec<SliceOp>,
+    /// The next step to run.
+    pub pos: usize,
+}
+
+/// One operation's steps on a lane: a single stream, or several that run
+/// concurrently over disjoint connectors (the reduce and broadcast halves of a
+/// tree AllReduce, as NCCL's `runTreeSplit` gives them separate thread groups).
+/// A lane's segments run one after another.
+#[derive(Debug, Default)]
+pub(crate) struct Seg {
+    /// The concurrent streams.
+    pub streams: Vec<OpStream>,
+}
+
+/// The steps of one lane: its segments in order.
 #[derive(Debug)]
 pub(crate) struct Task {
     pub lane: Lane,
-    pub ops: Vec<SliceOp>,
-    pub pos: usize,
+    /// Segments, run in order.
+    pub segs: Vec<Seg>,
+    /// The segment running now.
+    pub seg: usize,
     /// The connectors the steps use (filled when the plan is complete).
     pub conns: TaskConns,
 }
 
 impl Task {
+    /// Every step of the task, segment by segment, stream by stream.
+    pub(crate) fn ops(&self) -> impl Iterator<Item = &SliceOp> {
+        self.segs
+            .iter()
+            .flat_map(|s| s.streams.iter().flat_map(|st| st.ops.iter()))
+    }
+
+    /// Whether every step has run.
+    pub(crate) fn finished(&self) -> bool {
+        self.seg >= self.segs.len()
+    }
+
+    /// Steps not run yet.
+    pub(crate) fn left(&self) -> usize {
+        self.segs[self.seg.min(self.segs.len())..]
+            .iter()
+            .flat_map(|s| s.streams.iter())
+            .map(|st| st.ops.len() - st.pos)
+            .sum()
+    }
+
+    /// The next step of each stream of the running segment.
+    pub(crate) fn next_ops(&self) -> impl Iterator<Item = &SliceOp> {
+        self.segs
+            .get(self.seg)
+            .into_iter()
+            .flat_map(|s| s.streams.iter().filter_map(|st| st.ops.get(st.pos)))
+    }
+
     /// Collects the connectors named by the task's steps.
     fn collect_conns(&mut self) {
         let mut c = TaskConns::default();
-        for op in &self.ops {
+        for op in self.ops() {
             for p in op.send_to.iter() {
                 let k = self.lane.key(p);
                 if !c.send.contains(&k) {
@@ -302,26 +352,40 @@ struct Builder<'a> {
     /// Connections (lane, sends?, peer) the operation being built has already
     /// put its header on.
     headered: Vec<(Lane, bool, usize)>,
-    /// Where the operation being built starts in each lane it touched.
-    starts: Vec<(Lane, usize)>,
+    /// The lanes the operation being built has a segment on.
+    starts: Vec<Lane>,
 }
 
 impl Builder<'_> {
+    /// Stream 0 of the current operation's segment on `lane`.
     fn lane(&mut self, lane: Lane) -> &mut Vec<SliceOp> {
-        if let Some(i) = self.tasks.iter().position(|t| t.lane == lane) {
-            if !self.starts.iter().any(|&(l, _)| l == lane) {
-                self.starts.push((lane, self.tasks[i].ops.len()));
+        self.stream(lane, 0)
+    }
+
+    /// Stream `k` of the current operation's segment on `lane` (created on first use).
+    fn stream(&mut self, lane: Lane, k: usize) -> &mut Vec<SliceOp> {
+        let i = match self.tasks.iter().position(|t| t.lane == lane) {
+            Some(i) => i,
+            None => {
+                self.tasks.push(Task {
+                    lane,
+                    segs: Vec::new(),
+                    seg: 0,
+                    conns: TaskConns::default(),
+                });
+                self.tasks.len() - 1
             }
-            return &mut self.tasks[i].ops;
+        };
+        let t = &mut self.tasks[i];
+        if !self.starts.contains(&lane) {
+            self.starts.push(lane);
+            t.segs.push(Seg::default());
         }
-        self.starts.push((lane, 0));
-        self.tasks.push(Task {
-            lane,
-            ops: Vec::new(),
-            pos: 0,
-            conns: TaskConns::default(),
-        });
-        &mut self.tasks.last_mut().expect("just pushed").ops
+        let seg = t.segs.last_mut().expect("segment");
+        while seg.streams.len() <= k {
+            seg.streams.push(OpStream::default());
+        }
+        &mut seg.streams[k].ops
     }
 
     /// Appends `prim` over `bytes` bytes cut in slices of `slice` bytes.
@@ -413,7 +477,7 @@ impl Builder<'_> {
             self.lane(Lane::Channel(0));
         }
         let starts = self.starts.clone();
-        for (lane, start) in starts {
+        for lane in starts {
             let Lane::Channel(ch) = lane else { continue };
             let c = &self.p.channels[ch];
             let (prev, next) = (c.ring_prev(self.p.rank), c.ring_next(self.p.rank));
@@ -437,7 +501,7 @@ impl Builder<'_> {
                 (self.claim(lane, false, &Peers::one(prev)) != 0).then(|| desc_op(Peers::one(prev), Peers::NONE, 1, 0));
             let ops = self.lane(lane);
             if let Some(op) = send {
-                ops.insert(start, op);
+                ops.insert(0, op);
             }
             if let Some(op) = recv {
                 ops.push(op);
