@@ -23,11 +23,8 @@ use crate::coll::{CollArgs, CollKind};
 use crate::error::Error;
 use crate::plugin::net::{NetPlugin, RawCtx};
 use crate::stream::{Completion, Stream};
-use crate::transport::setup::{self, ConnSpec, Oob};
-use crate::transport::{ConnTable, RecvConn, SendConn};
-
-/// Bootstrap tag of p2p connection handles.
-pub(crate) const TAG_P2P_HANDLE: u32 = 0x5032_5000;
+use crate::transport::setup::{self, ConnPlan, Oob};
+use crate::transport::{ConnKey, ConnTable};
 
 /// One unit of work: the operations of one group (or a single collective) on this
 /// communicator, or an empty list (a marker used by `finalize`).
@@ -254,6 +251,8 @@ pub(crate) struct Proxy {
     pub timeout: Duration,
     /// Plugin device used for p2p connections.
     pub p2p_dev: usize,
+    /// Devices the plugin reports.
+    pub ndev: usize,
     /// Operations whose buffers are at least this many bytes send straight from
     /// registered user memory (`FERROCCL_NET_USER_SEND_MIN`); `None` = always copy
     /// through the FIFO.
@@ -325,7 +324,7 @@ impl Proxy {
         }
         let descs = self.describe(&work.colls);
         let (mut tasks, _scratch) = schedule::build(&work.colls, &descs, &self.params)?;
-        self.connect_p2p(&tasks)?;
+        self.connect_missing(&tasks)?;
         if let Some(min) = self.user_send_min {
             self.register_user(&work.colls, &tasks, min);
         }
@@ -438,51 +437,44 @@ impl Proxy {
         }
     }
 
-    /// Sets up the p2p connections `tasks` need that do not exist yet.
-    fn connect_p2p(&mut self, tasks: &[Task]) -> Result<(), Error> {
-        let mut sends = Vec::new();
-        let mut recvs = Vec::new();
+    /// Sets up the connections `tasks` need that do not exist yet: point-to-point
+    /// peers and tree peers on first use (every rank reaches the same operation,
+    /// so both ends of each connection set it up together).
+    fn connect_missing(&mut self, tasks: &[Task]) -> Result<(), Error> {
+        let mut sends: Vec<ConnKey> = Vec::new();
+        let mut recvs: Vec<ConnKey> = Vec::new();
         for t in tasks {
-            match t.lane {
-                Lane::P2pSend(p) if !self.conns.has_send(&t.lane.key(p)) => sends.push(ConnSpec {
-                    peer: p,
-                    dev: self.p2p_dev,
-                    tag: TAG_P2P_HANDLE,
-                }),
-                Lane::P2pRecv(p) if !self.conns.has_recv(&t.lane.key(p)) => recvs.push(ConnSpec {
-                    peer: p,
-                    dev: self.p2p_dev,
-                    tag: TAG_P2P_HANDLE,
-                }),
-                _ => {}
+            for k in &t.conns.send {
+                if !self.conns.has_send(k) && !sends.contains(k) {
+                    sends.push(*k);
+                }
+            }
+            for k in &t.conns.recv {
+                if !self.conns.has_recv(k) && !recvs.contains(k) {
+                    recvs.push(*k);
+                }
             }
         }
-        if sends.is_empty() && recvs.is_empty() {
-            return Ok(());
-        }
+        let plan = ConnPlan {
+            rank: self.params.rank,
+            channels: &self.params.channels,
+            ndev: self.ndev,
+            p2p_dev: self.p2p_dev,
+            coll_step: self.params.ring_step,
+            p2p_step: self.params.p2p_step,
+        };
         let deadline = Instant::now() + self.timeout;
-        let (s, r) = setup::connect_all(
+        setup::connect_keys(
             &self.net,
             self.ctx,
             &*self.oob,
+            &plan,
             &sends,
             &recvs,
+            &mut self.conns,
             deadline,
             &self.shared.abort,
-        )?;
-        let rank = self.params.rank;
-        let step = self.params.p2p_step;
-        for (spec, c) in sends.iter().zip(s) {
-            let conn = SendConn::new(self.net.clone(), c, step, rank as i32, spec.peer)?;
-            self.conns
-                .insert_send(Lane::P2pSend(spec.peer).key(spec.peer), Box::new(conn));
-        }
-        for (spec, c) in recvs.iter().zip(r) {
-            let conn = RecvConn::new(self.net.clone(), c, step, spec.peer as i32, spec.peer)?;
-            self.conns
-                .insert_recv(Lane::P2pRecv(spec.peer).key(spec.peer), Box::new(conn));
-        }
-        Ok(())
+        )
     }
 
     /// Progresses the network side of a task's connectors; whether anything moved.

@@ -27,8 +27,8 @@ use crate::coll::schedule::SchedParams;
 use crate::plugin::net::{NetInfo, NetPlugin, RawCtx};
 use crate::proxy::{Proxy, ProxyHandle, Shared};
 use crate::stream::Stream;
-use crate::transport::NCCL_STEPS;
 use crate::transport::setup::{self, Oob};
+use crate::transport::{ConnTable, NCCL_STEPS};
 use peer_info::{NetIdentity, PeerInfo, agree};
 
 /// All-gathers every rank's [`PeerInfo`] over the bootstrap; `peers[r]` is rank `r`'s.
@@ -187,7 +187,17 @@ impl Comm {
         let ring_step = params.buffsize / NCCL_STEPS;
         let oob: Arc<dyn Oob> = Arc::new(BootstrapOob(bootstrap.clone()));
         let deadline = Instant::now() + params.timeout;
-        let conns = setup::connect_channels(&net, ctx, &*oob, &channels, rank, ndev, ring_step, deadline, &abort)?;
+        let plan = setup::ConnPlan {
+            rank,
+            channels: &channels,
+            ndev,
+            p2p_dev: 0,
+            coll_step: ring_step,
+            p2p_step: params.p2p_chunksize,
+        };
+        let (sends, recvs) = setup::ring_keys(&channels, rank);
+        let mut conns = ConnTable::default();
+        setup::connect_keys(&net, ctx, &*oob, &plan, &sends, &recvs, &mut conns, deadline, &abort)?;
         // 7. Proxy thread.
         let nchannels = channels.len();
         let proxy = Proxy {
@@ -208,6 +218,7 @@ impl Comm {
             shared: Arc::new(Shared::new(abort, params.max_queued_ops)),
             timeout: params.timeout,
             p2p_dev: 0,
+            ndev,
             coll_seq: 0,
             p2p_send_seq: Default::default(),
             p2p_recv_seq: Default::default(),

@@ -165,6 +165,12 @@ impl ConnTable {
         self.recv.values_mut()
     }
 
+    /// Moves every connector of `other` into this table.
+    pub(crate) fn absorb(&mut self, other: ConnTable) {
+        self.send.extend(other.send);
+        self.recv.extend(other.recv);
+    }
+
     /// Closes every connector.
     pub(crate) fn close_all(&mut self) {
         for c in self.send.values_mut() {

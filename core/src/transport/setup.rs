@@ -144,79 +144,131 @@ pub(crate) fn connect_all(
 
 /// Bootstrap tag of the collective connections' handles (plus the channel index).
 const TAG_CHANNEL_HANDLE: u32 = 0x5249_4e00;
+/// Bootstrap tag of the point-to-point connections' handles.
+const TAG_P2P_HANDLE: u32 = 0x5032_5000;
 
-/// Sets up every collective connection the channels need (connection index
-/// [`CONN_COLL`]): for each channel, a send connector to each peer this rank
-/// sends to and a receive connector from each peer it receives from, one per
-/// (channel, peer) however many patterns use it (NCCL's
-/// `ncclTransportP2pSetup` over `channel->peers[peer]`). Today the ring is the
-/// only pattern connected: successor (send) and predecessor (receive).
+/// Where a communicator's connections go: its channels (for each channel's NIC),
+/// the plugin's device count, the device for point-to-point connections, and
+/// the FIFO step sizes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnPlan<'a> {
+    /// This rank.
+    pub rank: usize,
+    /// This rank's channels.
+    pub channels: &'a [Channel],
+    /// Devices the plugin reports.
+    pub ndev: usize,
+    /// Device of point-to-point connections.
+    pub p2p_dev: usize,
+    /// Bytes per FIFO step of collective connections.
+    pub coll_step: usize,
+    /// Bytes per FIFO step of point-to-point connections.
+    pub p2p_step: usize,
+}
+
+impl ConnPlan<'_> {
+    /// The plugin device, bootstrap tag and FIFO step size of connection `key`:
+    /// a channel without a NIC of its own ([`Channel::net_dev`]) uses device
+    /// `channel % ndev`.
+    fn spec(&self, key: &ConnKey) -> (ConnSpec, usize) {
+        if key.conn == CONN_COLL {
+            let dev = self
+                .channels
+                .get(key.channel)
+                .and_then(|c| c.net_dev)
+                .unwrap_or(key.channel % self.ndev.max(1));
+            let tag = TAG_CHANNEL_HANDLE + key.channel as u32;
+            (
+                ConnSpec {
+                    peer: key.peer,
+                    dev,
+                    tag,
+                },
+                self.coll_step,
+            )
+        } else {
+            let spec = ConnSpec {
+                peer: key.peer,
+                dev: self.p2p_dev,
+                tag: TAG_P2P_HANDLE,
+            };
+            (spec, self.p2p_step)
+        }
+    }
+}
+
+/// Sets up the send connectors `sends` and receive connectors `recvs` (none may
+/// exist in `table` yet) and adds them to `table` (NCCL's
+/// `ncclTransportP2pSetup` over `channel->peers[peer]`). The peers must set up
+/// the matching connections at the same time (both sides call this from the
+/// same collective point: init, or the first operation that needs them). The
+/// tag of a FIFO step is the sender's rank.
 ///
-/// `ndev` is the plugin's device count: a channel without a NIC of its own
-/// ([`Channel::net_dev`]) uses device `channel % ndev`. FIFO steps hold `step`
-/// bytes; the tag of a step is the sender's rank.
-///
-/// Errors: those of [`connect_all`] and of the FIFO registration; nothing set up
-/// so far outlives the error (the partial table is dropped, which closes it).
+/// Errors: those of [`connect_all`] and of the FIFO registration; connections
+/// set up by this call are closed again on error.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn connect_channels(
+pub(crate) fn connect_keys(
     net: &Arc<dyn NetPlugin>,
     ctx: RawCtx,
     oob: &dyn Oob,
-    channels: &[Channel],
-    rank: usize,
-    ndev: usize,
-    step: usize,
+    plan: &ConnPlan<'_>,
+    sends: &[ConnKey],
+    recvs: &[ConnKey],
+    table: &mut ConnTable,
     deadline: Instant,
     abort: &AtomicBool,
-) -> Result<ConnTable, Error> {
-    let mut send_keys: Vec<ConnKey> = Vec::new();
-    let mut recv_keys: Vec<ConnKey> = Vec::new();
-    let mut sends = Vec::new();
-    let mut recvs = Vec::new();
-    for ch in channels {
-        if ch.ring.ranks.len() < 2 {
-            continue;
+) -> Result<(), Error> {
+    if sends.is_empty() && recvs.is_empty() {
+        return Ok(());
+    }
+    let send_specs: Vec<(ConnSpec, usize)> = sends.iter().map(|k| plan.spec(k)).collect();
+    let recv_specs: Vec<(ConnSpec, usize)> = recvs.iter().map(|k| plan.spec(k)).collect();
+    let s_only: Vec<ConnSpec> = send_specs.iter().map(|&(s, _)| s).collect();
+    let r_only: Vec<ConnSpec> = recv_specs.iter().map(|&(s, _)| s).collect();
+    let (s, r) = connect_all(net, ctx, oob, &s_only, &r_only, deadline, abort)?;
+    // Wrap every comm first (a failure closes the comms not yet wrapped), then fail.
+    let mut made = ConnTable::default();
+    let mut fail = None;
+    for ((key, &(spec, step)), c) in sends.iter().zip(&send_specs).zip(s) {
+        match SendConn::new(net.clone(), c, step, plan.rank as i32, spec.peer) {
+            Ok(c) => made.insert_send(*key, Box::new(c)),
+            Err(e) => fail = Some(e),
         }
-        let dev = ch.net_dev.unwrap_or(ch.id % ndev.max(1));
-        let tag = TAG_CHANNEL_HANDLE + ch.id as u32;
+    }
+    for ((key, &(spec, step)), c) in recvs.iter().zip(&recv_specs).zip(r) {
+        match RecvConn::new(net.clone(), c, step, spec.peer as i32, spec.peer) {
+            Ok(c) => made.insert_recv(*key, Box::new(c)),
+            Err(e) => fail = Some(e),
+        }
+    }
+    if let Some(e) = fail {
+        return Err(e);
+    }
+    table.absorb(made);
+    Ok(())
+}
+
+/// The ring connections of every channel (connection index [`CONN_COLL`]):
+/// a send connector to the ring successor and a receive connector from the
+/// predecessor, one per (channel, peer). Trees and point-to-point peers are
+/// connected when an operation first needs them (as NCCL 2.30 connects
+/// algorithms at run time, `NCCL_RUNTIME_CONNECT`).
+pub(crate) fn ring_keys(channels: &[Channel], rank: usize) -> (Vec<ConnKey>, Vec<ConnKey>) {
+    let mut sends: Vec<ConnKey> = Vec::new();
+    let mut recvs: Vec<ConnKey> = Vec::new();
+    for ch in channels.iter().filter(|c| c.ring.ranks.len() > 1) {
         let key = |peer| ConnKey {
             channel: ch.id,
             peer,
             conn: CONN_COLL,
         };
-        let next = ch.ring_next(rank);
-        if !send_keys.contains(&key(next)) {
-            send_keys.push(key(next));
-            sends.push(ConnSpec { peer: next, dev, tag });
+        let (next, prev) = (key(ch.ring_next(rank)), key(ch.ring_prev(rank)));
+        if !sends.contains(&next) {
+            sends.push(next);
         }
-        let prev = ch.ring_prev(rank);
-        if !recv_keys.contains(&key(prev)) {
-            recv_keys.push(key(prev));
-            recvs.push(ConnSpec { peer: prev, dev, tag });
+        if !recvs.contains(&prev) {
+            recvs.push(prev);
         }
     }
-    let mut table = ConnTable::default();
-    if sends.is_empty() && recvs.is_empty() {
-        return Ok(table);
-    }
-    let (s, r) = connect_all(net, ctx, oob, &sends, &recvs, deadline, abort)?;
-    // Wrap every comm first (a failure closes the comms not yet wrapped), then fail.
-    let mut fail = None;
-    for ((key, spec), c) in send_keys.iter().zip(&sends).zip(s) {
-        match SendConn::new(net.clone(), c, step, rank as i32, spec.peer) {
-            Ok(c) => table.insert_send(*key, Box::new(c)),
-            Err(e) => fail = Some(e),
-        }
-    }
-    for ((key, spec), c) in recv_keys.iter().zip(&recvs).zip(r) {
-        match RecvConn::new(net.clone(), c, step, spec.peer as i32, spec.peer) {
-            Ok(c) => table.insert_recv(*key, Box::new(c)),
-            Err(e) => fail = Some(e),
-        }
-    }
-    match fail {
-        Some(e) => Err(e),
-        None => Ok(table),
-    }
+    (sends, recvs)
 }
