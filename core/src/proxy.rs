@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crate::coll::desc::OpDesc;
 use crate::coll::exec::{self, ExecCx};
 use crate::coll::schedule::{self, Lane, SchedParams, Task, TaskConns};
-use crate::coll::{CollArgs, CollKind};
+use crate::coll::{Algo, CollArgs, CollKind};
 use crate::error::Error;
 use crate::plugin::net::{NetPlugin, RawCtx};
 use crate::stream::{Completion, Stream};
@@ -323,7 +323,8 @@ impl Proxy {
             return Ok(());
         }
         let descs = self.describe(&work.colls);
-        let (mut tasks, _scratch) = schedule::build(&work.colls, &descs, &self.params)?;
+        let algos: Vec<Algo> = work.colls.iter().map(|a| self.choose(a)).collect();
+        let (mut tasks, _scratch) = schedule::build(&work.colls, &descs, &algos, &self.params)?;
         self.connect_missing(&tasks)?;
         if let Some(min) = self.user_send_min {
             self.register_user(&work.colls, &tasks, min);
@@ -501,6 +502,15 @@ impl Proxy {
             }
         }
         Ok(())
+    }
+
+    /// The algorithm for `a`: tree for AllReduce when `NCCL_ALGO` asks for it
+    /// (an interim choice until the tuning model decides), ring otherwise.
+    fn choose(&self, a: &CollArgs) -> Algo {
+        match (a.kind, self.params.allreduce_algo) {
+            (CollKind::AllReduce, Some(algo)) => algo,
+            _ => Algo::Ring,
+        }
     }
 
     /// The descriptors of `colls` (see `coll::desc`), advancing this

@@ -7,7 +7,8 @@
 //! `FERROCCL_NET_USER_SEND_MIN` varies per rank count so both send paths are
 //! checked everywhere: 2 and 8 ranks use the default (larger operations send
 //! from registered user memory, smaller ones copy through the FIFO), 3 ranks send
-//! from user memory whenever a step allows it, 4 ranks always copy.
+//! from user memory whenever a step allows it, 4 ranks always copy. Tree
+//! AllReduce (`NCCL_ALGO=Tree`) runs the matrix on 3 and 5 ranks.
 
 mod coll_support;
 
@@ -46,6 +47,10 @@ fn matrix_worker() {
 }
 
 fn run(nranks: usize, small: bool, user_send_min: Option<&'static str>) {
+    run_with(nranks, small, user_send_min, &[]);
+}
+
+fn run_with(nranks: usize, small: bool, user_send_min: Option<&'static str>, extra: &[(&'static str, &'static str)]) {
     let mut env = vec![
         ("NCCL_BUFFSIZE", "65536"),
         ("FERROCCL_MIN_CHANNEL_BYTES", "4096"),
@@ -57,6 +62,7 @@ fn run(nranks: usize, small: bool, user_send_min: Option<&'static str>) {
     if let Some(v) = user_send_min {
         env.push(("FERROCCL_NET_USER_SEND_MIN", v));
     }
+    env.extend_from_slice(extra);
     let ranks: Vec<usize> = (0..nranks).collect();
     let outs = launch(WORKER, "matrix", nranks, &ranks, &env, |_| Vec::new(), LIMIT);
     assert_all_ok(&outs, &format!("matrix on {nranks} ranks"));
@@ -105,4 +111,16 @@ fn matrix_4_ranks() {
 #[test]
 fn matrix_8_ranks_small() {
     run(8, true, None);
+}
+
+/// AllReduce over the tree (the other collectives stay on the ring): a chain
+/// of 3 ranks sending from user memory where steps allow, and 5 ranks.
+#[test]
+fn matrix_tree_3_ranks() {
+    run_with(3, false, Some("0"), &[("NCCL_ALGO", "Tree")]);
+}
+
+#[test]
+fn matrix_tree_5_ranks_small() {
+    run_with(5, true, None, &[("NCCL_ALGO", "Tree")]);
 }

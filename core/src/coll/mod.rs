@@ -61,6 +61,25 @@ impl CollKind {
     }
 }
 
+/// A collective algorithm (NCCL's `NCCL_ALGO_*`, `src/include/device.h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Algo {
+    /// `NCCL_ALGO_TREE` (0): reduce up and broadcast down each channel's tree.
+    Tree,
+    /// `NCCL_ALGO_RING` (1): around each channel's ring.
+    Ring,
+}
+
+impl Algo {
+    /// NCCL's spelling (`NCCL_ALGO` values, log lines).
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Tree => "Tree",
+            Algo::Ring => "Ring",
+        }
+    }
+}
+
 /// One enqueued operation: raw buffer addresses as NCCL takes them.
 ///
 /// `send`/`recv` must stay valid until the stream the operation was enqueued on

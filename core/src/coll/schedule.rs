@@ -11,7 +11,7 @@
 use ferroccl_kernels::{DataType, DevRedOp};
 
 use super::desc::{OP_HDR_BYTES, OpDesc};
-use super::{CollArgs, CollKind};
+use super::{Algo, CollArgs, CollKind};
 use crate::error::Error;
 use crate::graph::{Channel, MAX_TREE_ARITY};
 use crate::transport::{CONN_COLL, CONN_P2P, ConnKey};
@@ -295,6 +295,8 @@ pub(crate) struct SchedParams {
     pub chunk_slices: usize,
     /// Minimum bytes per channel before another channel is used.
     pub min_channel_bytes: usize,
+    /// Algorithm forced for AllReduce (`NCCL_ALGO`), if any.
+    pub allreduce_algo: Option<Algo>,
 }
 
 impl SchedParams {
@@ -388,12 +390,32 @@ impl Builder<'_> {
         &mut seg.streams[k].ops
     }
 
-    /// Appends `prim` over `bytes` bytes cut in slices of `slice` bytes.
+    /// Appends `prim` over `bytes` bytes cut in slices of `slice` bytes to stream
+    /// 0 of `lane`, with the ring (channel) or p2p peers of the lane.
     #[allow(clippy::too_many_arguments)]
     fn prim(
         &mut self,
         lane: Lane,
         prim: Prim,
+        src: *const u8,
+        dst: *mut u8,
+        bytes: usize,
+        slice: usize,
+        red: Option<DevRedOp>,
+    ) {
+        let peers = self.peers(lane, prim);
+        self.prim_with(lane, 0, prim, peers, src, dst, bytes, slice, red);
+    }
+
+    /// Appends `prim` over `bytes` bytes cut in slices of `slice` bytes to stream
+    /// `stream` of `lane`, receiving from `peers.0` and sending to `peers.1`.
+    #[allow(clippy::too_many_arguments)]
+    fn prim_with(
+        &mut self,
+        lane: Lane,
+        stream: usize,
+        prim: Prim,
+        peers: (Peers, Peers),
         src: *const u8,
         dst: *mut u8,
         bytes: usize,
@@ -410,14 +432,14 @@ impl Builder<'_> {
             let want = bytes.div_ceil(MIN_SLICES_PER_PRIM).div_ceil(es) * es;
             want.max(MIN_SLICE_BYTES).min(slice).max(es)
         };
-        let (recv_from, send_to) = self.peers(lane, prim);
+        let (recv_from, send_to) = peers;
         let (mut hdr_send, mut hdr_recv) = if bytes > 0 {
             (self.claim(lane, true, &send_to), self.claim(lane, false, &recv_from))
         } else {
             (0, 0)
         };
         let desc = self.desc;
-        let ops = self.lane(lane);
+        let ops = self.stream(lane, stream);
         let mut off = 0;
         while off < bytes {
             let n = slice.min(bytes - off);
@@ -535,8 +557,16 @@ impl Builder<'_> {
 /// until the tasks are done).
 ///
 /// `descs[i]` is the descriptor of `colls[i]` (its header, see [`super::desc`]).
-pub(crate) fn build(colls: &[CollArgs], descs: &[OpDesc], p: &SchedParams) -> Result<(Vec<Task>, Vec<Vec<u8>>), Error> {
+/// `algos[i]` is the algorithm chosen for `colls[i]` (ignored where only the
+/// ring exists).
+pub(crate) fn build(
+    colls: &[CollArgs],
+    descs: &[OpDesc],
+    algos: &[Algo],
+    p: &SchedParams,
+) -> Result<(Vec<Task>, Vec<Vec<u8>>), Error> {
     debug_assert_eq!(colls.len(), descs.len());
+    debug_assert_eq!(colls.len(), algos.len());
     let mut b = Builder {
         p,
         tasks: Vec::new(),
@@ -610,6 +640,7 @@ pub(crate) fn build(colls: &[CollArgs], descs: &[OpDesc], p: &SchedParams) -> Re
                 );
             }
             _ if p.nranks == 1 => local_coll(&mut b, a, red),
+            CollKind::AllReduce if algos[i] == Algo::Tree => all_reduce_tree(&mut b, a, red.expect("reduction")),
             CollKind::AllReduce if a.count * esize <= SMALL_ALLREDUCE_BYTES => {
                 all_reduce_small(&mut b, a, red.expect("reduction"))
             }
@@ -619,7 +650,7 @@ pub(crate) fn build(colls: &[CollArgs], descs: &[OpDesc], p: &SchedParams) -> Re
             CollKind::Broadcast { root } => broadcast(&mut b, a, root),
             CollKind::Reduce { root } => reduce(&mut b, a, root, red.expect("reduction")),
         }
-        if !p2p {
+        if !p2p && (algos[i] == Algo::Ring || a.count == 0) {
             b.end_collective();
         }
     }
@@ -698,6 +729,74 @@ fn local_coll(b: &mut Builder<'_>, a: &CollArgs, red: Option<DevRedOp>) {
     let bytes = a.count * a.dtype.size();
     // AllGather / ReduceScatter of one rank: the single chunk is the whole buffer.
     b.prim(Lane::Local, Prim::LocalCopy, a.send, a.recv, bytes, usize::MAX, red);
+}
+
+/// Tree AllReduce over each channel's tree (NCCL's `all_reduce.h:runTreeSplit`):
+/// the channel's part of the buffer is reduced up the tree and broadcast down
+/// it, pipelined in slices. The root receives from its children, reduces with
+/// its input, writes the result and sends it back down
+/// (`recvReduceCopySend`); every other rank runs two concurrent streams, one
+/// reducing up (`send` at a leaf, `recvReduceSend` inside) and one
+/// broadcasting down (`recv` at a leaf, `recvCopySend` inside). A node reduces
+/// its children's data in child order after its own input, so every rank gets
+/// the same bits (the root's result).
+fn all_reduce_tree(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
+    let p = b.p;
+    let es = a.dtype.size();
+    let slice = slice_limit(p.ring_step, es);
+    for (ch, cs, cl) in channel_parts(a.count, es, p) {
+        let lane = Lane::Channel(ch);
+        let tree = &p.channels[ch].tree;
+        let down = Peers::of(&tree.down);
+        let (off, len) = (cs * es, cl * es);
+        let (src, dst) = (a.send.wrapping_add(off), a.recv.wrapping_add(off));
+        let none = Peers::NONE;
+        match tree.up {
+            None => b.prim_with(
+                lane,
+                0,
+                Prim::RecvReduceCopySend,
+                (down, down),
+                src,
+                dst,
+                len,
+                slice,
+                Some(red),
+            ),
+            Some(up) => {
+                let up = Peers::one(up);
+                let (p_up, p_down) = if down.len() == 0 {
+                    (Prim::Send, Prim::Recv)
+                } else {
+                    (Prim::RecvReduceSend, Prim::RecvCopySend)
+                };
+                let null_dst = std::ptr::null_mut();
+                b.prim_with(
+                    lane,
+                    0,
+                    p_up,
+                    (if down.len() == 0 { none } else { down }, up),
+                    src,
+                    null_dst,
+                    len,
+                    slice,
+                    Some(red),
+                );
+                let sends_down = if down.len() == 0 { none } else { down };
+                b.prim_with(
+                    lane,
+                    1,
+                    p_down,
+                    (up, sends_down),
+                    std::ptr::null(),
+                    dst,
+                    len,
+                    slice,
+                    None,
+                );
+            }
+        }
+    }
 }
 
 /// Chunks of one loop iteration: `(first element, elements)` of ring chunk `c`.

@@ -212,6 +212,7 @@ impl Comm {
                 p2p_step: params.p2p_chunksize,
                 chunk_slices: params.chunk_slices,
                 min_channel_bytes: params.min_channel_bytes,
+                allreduce_algo: params.allreduce_algo,
             },
             user_send_min: params.user_send_min,
             conns,

@@ -54,6 +54,9 @@ pub(crate) struct CommParams {
     pub user_send_min: Option<usize>,
     /// `FERROCCL_MAX_QUEUED_OPS`: enqueue blocks beyond this many queued work items.
     pub max_queued_ops: usize,
+    /// `NCCL_ALGO=Tree` or `Ring` for AllReduce (interim: the tuning model takes
+    /// the full NCCL grammar over).
+    pub allreduce_algo: Option<crate::coll::Algo>,
     pub bootstrap: BootstrapConfig,
 }
 
@@ -146,6 +149,11 @@ impl CommParams {
             // hold (each queued item is a few hundred bytes), as NCCL's bounded work
             // FIFO does.
             max_queued_ops: int_param("FERROCCL_MAX_QUEUED_OPS", 4096, 1, 1 << 24)? as usize,
+            allreduce_algo: match str_param("NCCL_ALGO").map(|s| s.to_ascii_lowercase()).as_deref() {
+                Some("tree") => Some(crate::coll::Algo::Tree),
+                Some("ring") => Some(crate::coll::Algo::Ring),
+                _ => None,
+            },
             bootstrap,
         })
     }
