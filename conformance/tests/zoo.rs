@@ -67,7 +67,7 @@ fn wrong_sizes_are_caught() {
 fn reordered_completions_are_caught() {
     let (st, obs, _) = run_one("reorder", "transfer.order");
     assert_eq!(st, Status::Fail);
-    assert!(obs.contains("receive 0 completed with size"), "{obs}");
+    assert!(obs.contains("receive 0 holds the data of send"), "{obs}");
 }
 
 #[test]
