@@ -20,7 +20,7 @@ pub enum Role {
     Sender,
     /// Listens, prints `handle <hex>`, accepts, receives and verifies `--sizes`, prints `ok` or `bad <why>`.
     Receiver,
-    /// Reads a handle, connects, sends one 4 KiB message, prints `sent`, starts a 64 MiB send, prints `partial`, then idles (to be killed).
+    /// Reads a handle, connects, sends one 4 KiB message, prints `sent`, posts a 64 MiB send, prints `partial` and stops itself (SIGSTOP) so the send stays unfinished (to be killed).
     StallSender,
     /// Listens, prints `handle <hex>`, accepts, receives one 4 KiB message, prints `received`, then idles (to be killed).
     StallReceiver,
@@ -279,11 +279,13 @@ fn peer_body(cx: &mut Cx, role: Role, sizes: &[usize]) -> Res {
                 let mut big = vec![0u8; 64 << 20];
                 fill(&mut big, 1);
                 let bmr = cx.reg_mr(send, &mut big)?;
-                let r = cx.post("peer isend", |cx| cx.isend(send, &mut big, 0, bmr))?;
-                for _ in 0..3 {
-                    let _ = cx.test(r, &mut [0])?;
-                }
+                let _r = cx.post("peer isend", |cx| cx.isend(send, &mut big, 0, bmr))?;
                 say("partial");
+                // Stop this whole process (helper threads of a plugin that progresses
+                // in the background included) right after the post, so the message
+                // stays unfinished; the test then kills or leaves it stopped.
+                // SAFETY: raise() only signals this process.
+                unsafe { libc::raise(libc::SIGSTOP) };
                 loop {
                     std::thread::sleep(Duration::from_secs(1));
                 }
