@@ -70,6 +70,7 @@
 //! exports; [`logger`] is the `ncclDebugLogger_t` given to plugins.
 
 pub mod adapter;
+pub mod cuda_stub;
 pub mod error;
 pub mod library;
 pub mod logger;
