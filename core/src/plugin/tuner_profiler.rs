@@ -143,6 +143,7 @@ impl AuxLoader {
     /// [`PluginError::DlOpen`] / [`PluginError::NoSymbol`] on the first failure, and
     /// [`PluginError::StickyFailure`] on every later call after a failure.
     pub fn load(&self, opts: &LoadOptions, net: Option<&LoadedNet>) -> Result<Arc<AuxPlugin>, PluginError> {
+        crate::config::Config::global();
         let mut st = self.status.lock().unwrap_or_else(|e| e.into_inner());
         match &*st {
             Status::Loaded(p) => return Ok(p.clone()),

@@ -66,7 +66,8 @@ fn main() -> ExitCode {
         } => (target, max_version, plugin_path),
         Cmd::Ib => return ib_inventory(),
     };
-    let opts = match LoadOptions::try_from_lookup(|k| std::env::var(k).ok()) {
+    // Environment over NCCL_CONF_FILE / ~/.nccl.conf over /etc/nccl.conf, as the runtime reads it.
+    let opts = match LoadOptions::try_from_config() {
         Ok(o) => o,
         Err(e) => {
             eprintln!("error: {e}");
