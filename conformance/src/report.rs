@@ -116,6 +116,9 @@ pub fn text(r: &Report) -> String {
             };
             let _ = writeln!(s, "\nFAIL [{lvl}] {ver}{} ({})", f.id, f.section);
             let _ = writeln!(s, "  rule:      {}", f.rule);
+            if !f.nccl.is_empty() {
+                let _ = writeln!(s, "  nccl:      {}", f.nccl);
+            }
             if let Some(e) = &f.outcome.expected {
                 let _ = writeln!(s, "  contract:  {e}");
             }
@@ -267,9 +270,10 @@ pub fn junit(r: &Report) -> String {
             tc.push_attribute(("time", format!("{:.3}", x.duration_ms as f64 / 1000.0).as_str()));
             let _ = w.write_event(Event::Start(tc));
             let detail = format!(
-                "rule: {} ({})\ncontract: {}\nplugin: {}\n{}reproduce: {}",
+                "rule: {} ({})\nnccl: {}\ncontract: {}\nplugin: {}\n{}reproduce: {}",
                 x.rule,
                 x.section,
+                x.nccl,
                 x.outcome.expected.as_deref().unwrap_or("-"),
                 x.outcome.observed.as_deref().unwrap_or("-"),
                 x.outcome
@@ -346,6 +350,9 @@ pub fn list() -> String {
             c.section,
             c.rule
         );
+        if !c.nccl.is_empty() {
+            let _ = writeln!(s, "{:w$}  nccl: {}", "", c.nccl);
+        }
     }
     s
 }

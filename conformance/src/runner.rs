@@ -52,6 +52,8 @@ pub struct CheckResult {
     pub section: String,
     /// The rule.
     pub rule: String,
+    /// The NCCL source the check relies on.
+    pub nccl: String,
     /// What happened.
     #[serde(flatten)]
     pub outcome: CheckOutcome,
@@ -367,6 +369,7 @@ fn run_one(cfg: &SuiteConfig, check: &Check, version: u32) -> CheckResult {
         tier: check.tier,
         section: check.section.into(),
         rule: check.rule.clone(),
+        nccl: check.nccl.into(),
         outcome,
         duration_ms: run.elapsed.as_millis() as u64,
         reproduce: reproduce(cfg, check, version),
@@ -401,6 +404,7 @@ pub fn run(cfg: &SuiteConfig) -> Report {
                 tier: Tier::Quick,
                 section: "§5.1".into(),
                 rule: "the library opens with dlopen(RTLD_NOW | RTLD_LOCAL) and exports ncclNetPlugin_vN".into(),
+                nccl: "src/plugin/plugin_open.cc openPluginLib: dlopen(name, RTLD_NOW | RTLD_LOCAL)".into(),
                 outcome: CheckOutcome::fail("the plugin library can be opened", e),
                 duration_ms: start.elapsed().as_millis() as u64,
                 reproduce: format!("ferroccl-conformance {} --filter load", quote(&cfg.plugin)),
@@ -427,6 +431,7 @@ pub fn run(cfg: &SuiteConfig) -> Report {
             tier: Tier::Quick,
             section: "§5.2".into(),
             rule: "the library exports ncclNetPlugin_vN for a requested version".into(),
+            nccl: "src/plugin/net.cc: dlsym ncclNetPlugin_v12 ... _v6".into(),
             outcome: CheckOutcome::fail(
                 format!(
                     "one of ncclNetPlugin_v{{{}}} is exported",
@@ -482,6 +487,7 @@ pub fn run(cfg: &SuiteConfig) -> Report {
                     tier: check.tier,
                     section: check.section.into(),
                     rule: check.rule.clone(),
+                    nccl: check.nccl.into(),
                     outcome: CheckOutcome::not_run(format!(
                         "not run: the plugin did not load for v{v} ({GATE_CHECK} failed: {why})"
                     )),

@@ -15,52 +15,60 @@ pub(crate) fn register(r: &mut Registry) {
         "§1.5",
         "listen returns a non-NULL listenComm and writes at most NCCL_NET_HANDLE_MAXSIZE (128) bytes of handle",
         listen,
-    );
+    )
+    .nccl("src/transport/net.cc recvProxySetup: listen(netContext, netDev, respBuff, &netListenComm), respSize == sizeof(ncclNetHandle_t)");
     r.add(
         "conn.nonblocking",
         "§1.5",
         "connect and accept never block: no single call takes 1 s or more (net.cc sendProxyConnect/recvProxyConnect: NULL comm = ncclInProgress, called again)",
         nonblocking,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyConnect/recvProxyConnect: a NULL comm returns ncclInProgress and the proxy calls again");
     r.add(
         "conn.fast_calls",
         "checklist",
         "no single listen/connect/accept call takes 100 ms or more",
         fast_calls,
     )
-    .advisory();
+    .advisory()
+    .nccl("src/transport/net.cc sendProxyConnect/recvProxyConnect: called from the proxy thread, which serves every connection");
     r.add(
         "conn.reuse_listen",
         "checklist",
         "one listenComm accepts several connections, each delivering to its own recvComm (NCCL listens once per connection: net.cc recvProxySetup)",
         reuse_listen,
     )
-    .advisory();
+    .advisory()
+    .nccl("NCCL never: recvProxySetup listens once per connection and recvProxyConnect closes it after accept");
     r.add(
         "conn.reuse_handle",
         "checklist",
         "connect works again with a handle buffer an earlier connect already used (NCCL gives each connection a fresh copy: net.cc sendConnect)",
         reuse_handle,
     )
-    .advisory();
+    .advisory()
+    .nccl("NCCL never: sendConnect copies the peer's handle into each connection's netSendConnectArgs");
     r.add(
         "conn.close_listen_early",
         "checklist",
         "closeListen right after accept leaves the connected comms working (net.cc recvProxyConnect closes the listenComm once accept returns)",
         close_listen_early,
-    );
+    )
+    .nccl("src/transport/net.cc recvProxyConnect: closeListen(netListenComm) right after accept returns the recvComm");
     r.add(
         "conn.many_comms",
         "checklist",
         "min(maxComms, 64) connections at once on one device all work, each from its own listen (net.cc recvProxySetup/recvProxyConnect)",
         many_comms,
-    );
+    )
+    .nccl("src/transport/net.cc: one listen/connect/accept per channel and peer, all on one device");
     r.add(
         "conn.cross_process",
         "§1.5",
         "connections work across two processes with the handle passed out of band, both directions (net.cc sendConnect: the handle travels in ncclConnect)",
         cross_process,
-    );
+    )
+    .nccl("src/transport/net.cc recvSetup/sendConnect: the listen handle travels to the peer inside ncclConnect");
 }
 
 fn listen(cx: &mut Cx, _: u64) -> Res {

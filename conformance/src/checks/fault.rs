@@ -25,53 +25,61 @@ pub(crate) fn register(r: &mut Registry) {
         "checklist",
         "comms can be closed in any order (listen first, send first, recv first), with the peer comm still open",
         close_order,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyFree/recvProxyFree: each side is freed on its own, in any order across ranks");
     r.add(
         "teardown.close_inflight",
         "checklist",
         "deregMr and close with 32 requests of 1 MiB in flight neither crash nor hang, and the plugin works afterwards (aws inflight_close; NCCL's abort path: net.cc sendProxyFree/recvProxyFree)",
         close_inflight,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyFree/recvProxyFree: deregMr then close, without draining (ncclCommAbort)");
     r.add(
         "teardown.no_leaks",
         "checklist",
         "20 connect/transfer/close cycles leave no file descriptors and no threads behind",
         no_leaks,
-    );
+    )
+    .nccl("src/plugin/net.cc: communicators come and go in one process (init per communicator, close at destroy)");
     r.add(
         "fault.peer_killed_recv",
         "checklist",
         "a pending receive gets an error within 15 s when the sending process is killed mid-transfer",
         peer_killed_recv,
     )
-    .timeout(90);
+    .timeout(90)
+    .nccl("src/transport/net.cc recvProxyProgress: NCCLCHECK(test(...)) is the only way a dead peer surfaces");
     r.add(
         "fault.peer_killed_send",
         "checklist",
         "a pending send gets an error within 15 s when the receiving process is killed",
         peer_killed_send,
     )
-    .timeout(90);
+    .timeout(90)
+    .nccl("src/transport/net.cc sendProxyProgress: NCCLCHECK(test(...)) is the only way a dead peer surfaces");
     r.add(
         "fault.close_after_error",
         "checklist",
         "after test() returned an error mid-transfer, deregMr, closeRecv and closeListen succeed and new connections work (NCCL's teardown checks every call: net.cc recvProxyFree)",
         close_after_error,
     )
-    .timeout(90);
+    .timeout(90)
+    .nccl("src/transport/net.cc recvProxyFree: NCCLCHECK(deregMr), NCCLCHECK(closeRecv) after the failed operation");
     r.add(
         "fault.peer_stalled",
         "§1.5",
         "with the peer process stopped (SIGSTOP) mid-transfer, each test() returns within 1 s and deregMr/close return within 2 s, both directions (NCCL's proxy thread must keep running and abort must close)",
         peer_stalled,
     )
-    .timeout(120);
+    .timeout(120)
+    .nccl("src/proxy.cc: the progress thread calls test in a loop for every communicator; ncclCommAbort then frees the connections");
     r.add(
         "fault.stray_client",
         "§6.1",
         "garbage from a stray client on the listen port is dropped; real connections still work",
         stray_client,
-    );
+    )
+    .nccl("src/transport/net_socket.cc / src/misc/socket.cc: a connection whose magic is wrong is dropped");
     r.add(
         "stress.random",
         "checklist",
@@ -79,7 +87,8 @@ pub(crate) fn register(r: &mut Registry) {
         stress,
     )
     .full()
-    .timeout(600);
+    .timeout(600)
+    .nccl("src/transport/net.cc: long runs of steps of random sizes over many connections");
 }
 
 fn close_order(cx: &mut Cx, _: u64) -> Res {

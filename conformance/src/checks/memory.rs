@@ -11,38 +11,45 @@ pub(crate) fn register(r: &mut Registry) {
         "checklist",
         "regMr/deregMr of host memory work on send and recv comms, and registered buffers transfer (net.cc sendProxyConnect/recvProxyConnect regMr; sendProxyFree/recvProxyFree deregMr)",
         reg_host,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyConnect/recvProxyConnect: regMr(comm, buffers[p], buffSizes[p], NCCL_PTR_HOST, &mhandles[p]); sendProxyFree/recvProxyFree: deregMr");
     r.add(
         "memory.reg_twice",
         "checklist",
         "the same host buffer can be registered twice on one comm and deregistered in any order",
         reg_twice,
-    );
+    )
+    .advisory()
+    .nccl("NCCL never on one connection: its registration cache (ncclRegFind) registers a range once per connection");
     r.add(
         "memory.reg_subrange",
         "§1.2",
         "sub-ranges of a registered buffer transfer through the whole buffer's mhandle (NCCL posts FIFO slots so: net.cc sendProxyProgress) and through their own registration",
         reg_subrange,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyProgress: isend of localBuff + buffSlot*stepSize with the FIFO's mhandle; sendProxyRegBuffer: regMr of user ranges");
     r.add(
         "memory.null_mhandle",
         "checklist",
         "isend/irecv with a NULL mhandle transfer host memory (NCCL always posts registered memory)",
         null_mhandle,
     )
-    .advisory();
+    .advisory()
+    .nccl("NCCL never: every isend/irecv passes sendMhandle/recvMhandle from regMr");
     r.add(
         "memory.cuda",
         "§4.1",
         "CUDA buffers register and transfer when ptrSupport claims NCCL_PTR_CUDA (needs a GPU)",
         cuda,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyConnect: regMr(..., NCCL_PTR_CUDA, ...) of GPU FIFOs when useGdr");
     r.add(
         "memory.dmabuf",
         "§1.5",
         "regMrDmaBuf works when ptrSupport claims NCCL_PTR_DMABUF (needs a GPU)",
         dmabuf,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyConnect: regMrDmaBuf when useDmaBuf (ptrSupport & NCCL_PTR_DMABUF)");
 }
 
 fn reg_host(cx: &mut Cx, _: u64) -> Res {

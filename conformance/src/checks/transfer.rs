@@ -37,7 +37,8 @@ pub(crate) fn register(r: &mut Registry) {
             ),
             size_check,
             size,
-        );
+        )
+        .nccl("src/transport/net.cc sendProxyProgress: isend(sendComm, buff, size, tpRank, sendMhandle, ...); recvProxyProgress: irecv(recvComm, n, ptrs, sizes, tags, mhandles, ...)");
     }
     r.add(
         "transfer.size.max_p2p",
@@ -46,80 +47,92 @@ pub(crate) fn register(r: &mut Registry) {
         max_p2p,
     )
     .full()
-    .timeout(180);
+    .timeout(180)
+    .nccl("src/transport/net.cc sendProxySetup: resources->maxP2pBytes = props.maxP2pBytes bounds one p2p message");
     r.add(
         "transfer.recv_larger",
         "§1.5",
         "test reports the true (sent) size of a receive, also into a larger buffer (net.cc recvProxyProgress: totalSize += sizes[i], sub->transSize = sizes[i])",
         recv_larger,
-    );
+    )
+    .nccl("src/transport/net.cc recvProxyProgress: test(request, &done, sizes); totalSize += sizes[i] decides the flush, sub->transSize = sizes[i]");
     r.add(
         "transfer.order",
         "§1.5",
         "sends match receives in posting order (tags only pick buffers inside a grouped receive)",
         order,
-    );
+    )
+    .nccl("src/transport/net.cc: step k of a connection is isend/irecv of requests[k % NCCL_STEPS]; they match in posting order");
     r.add(
         "transfer.grouped",
         "§1.5",
         "a grouped irecv of maxRecvs buffers matches sends to buffers by tag and reports each size (net.cc recvProxyProgress: irecv(comm, subCount, ptrs, sizes, tags, ...))",
         grouped,
     )
-    .since(9);
+    .since(9)
+    .nccl("src/transport/net.cc recvProxyProgress: irecv(recvComm, subCount, ptrs, sizes, tags = tpRemoteRank, mhandles, ...)");
     r.add(
         "transfer.grouped_mixed",
         "§1.5",
         "grouped irecvs of 1..maxRecvs buffers, interleaved, with sends in permuted tag order and per-buffer sizes (0, eager, 16 KiB) all land in the right buffer with the right size",
         grouped_mixed,
     )
-    .since(9);
+    .since(9)
+    .nccl("src/transport/net.cc recvProxyProgress: groups of 1..maxRecvs subs, tags = tpRemoteRank, test fills sizes[i] per sub");
     r.add(
         "transfer.recv_hint",
         "§1.5",
         "irecv entered with *request == NCCL_NET_OPTIONAL_RECV_COMPLETION (1) overwrites it with a real request or NULL (net.cc recvProxyProgress ignoreCompletion)",
         recv_hint,
     )
-    .since(9);
+    .since(9)
+    .nccl("src/transport/net.cc recvProxyProgress: *requestPtr = NCCL_NET_OPTIONAL_RECV_COMPLETION for a single LL/LL128 receive");
     r.add(
         "transfer.max_requests",
         "§4.1",
         "NCCL_NET_MAX_REQUESTS (8 for v6, 32 from v7) receives and sends can be outstanding on one comm, posted as FIFO slots of one registered region",
         max_requests_check,
-    );
+    )
+    .nccl("src/transport/net.cc: static_assert(NCCL_STEPS <= NCCL_NET_MAX_REQUESTS); up to NCCL_STEPS requests per connection");
     r.add(
         "transfer.backpressure",
         "§1.5",
         "posting past NCCL_NET_MAX_REQUESTS gives a NULL request (or an error), never a crash; everything accepted is delivered in order (NCCL keeps at most NCCL_STEPS = 8 per connection)",
         backpressure,
     )
-    .advisory();
+    .advisory()
+    .nccl("NCCL never: it keeps at most NCCL_STEPS (8) requests per connection; a NULL request is retried");
     r.add(
         "transfer.threads",
         "checklist",
         "4 threads, each with its own context and comms on one plugin instance, transfer at once (NCCL runs one proxy thread per communicator; aws runs every test with 4 threads)",
         threads,
     )
-    .timeout(120);
+    .timeout(120)
+    .nccl("src/proxy.cc: every communicator's proxy progress thread drives the one loaded plugin");
     r.add(
         "transfer.test_null_sizes",
         "§1.5",
         "test(request, &done, NULL) works (net.cc recvProxyProgress tests flush requests with NULL sizes; NCCL's bootstrap does too)",
         test_null_sizes,
-    );
+    )
+    .nccl("src/transport/net.cc recvProxyProgress: test(request, &done, NULL) for flush requests");
     r.add(
         "transfer.test_out_of_order",
         "checklist",
         "a request other than the oldest of its comm can be tested (NCCL never does: it tests the oldest only)",
         test_out_of_order,
     )
-    .advisory();
+    .advisory()
+    .nccl("NCCL never: sendProxyProgress/recvProxyProgress test only the oldest outstanding request");
     r.add(
         "transfer.iflush_host",
         "§1.2",
         "with forceFlush set, iflush of host memory returns NULL or a request that completes (NCCL never flushes host memory: recvProxyProgress needs useGdr)",
         iflush_host,
     )
-    .advisory();
+    .advisory()
+    .nccl("NCCL never: recvProxyProgress calls iflush only when useGdr && needFlush (GPU memory)");
 }
 
 /// A registered host region of `slots` × `slot` bytes on one comm: NCCL's FIFO.
