@@ -445,7 +445,7 @@ const STALLED_CALL: Duration = Duration::from_secs(1);
 /// Longest deregMr/close may take while the peer is stopped.
 const STALLED_CLOSE: Duration = Duration::from_secs(2);
 /// How long the stopped peer's request is tested.
-const STALLED_FOR: Duration = Duration::from_secs(1);
+const STALLED_FOR: Duration = Duration::from_millis(500);
 
 /// Tests `r` for [`STALLED_FOR`]: every call must return within [`STALLED_CALL`].
 /// Completion or an error are both acceptable outcomes (a plugin may time out).
@@ -709,8 +709,8 @@ fn stress(cx: &mut Cx, _: u64) -> Res {
     }
     let mut rng = Rng(0x5eed_1234_abcd_ef01);
     // (seed, len, slot, send request, receive request), oldest first.
-    let mut inflight: Vec<std::collections::VecDeque<(u64, usize, usize, RawRequest, RawRequest)>> =
-        (0..COMMS).map(|_| Default::default()).collect();
+    type Flight = (u64, usize, usize, RawRequest, RawRequest);
+    let mut inflight: Vec<std::collections::VecDeque<Flight>> = (0..COMMS).map(|_| Default::default()).collect();
     let mut next_slot = [0usize; COMMS];
     let (mut sent, mut verified, mut bytes) = (0usize, 0usize, 0u64);
     let start = Instant::now();

@@ -234,9 +234,9 @@ fn order(cx: &mut Cx, _: u64) -> Res {
         let b = rreg.slot(i, slot);
         reqs.push(cx.post("irecv", |cx| cx.irecv(p.recv, b, 0, mr))?);
     }
-    for i in 0..n {
+    for (i, &len) in lens.iter().enumerate() {
         let mr = sreg.mr;
-        let b = sreg.slot(i, lens[i]);
+        let b = sreg.slot(i, len);
         reqs.push(cx.post("isend", |cx| cx.isend(p.send, b, 0, mr))?);
     }
     cx.wait_all(&format!("{n} messages in flight"), &reqs)?;
@@ -375,8 +375,8 @@ fn grouped_mixed(cx: &mut Cx, _: u64) -> Res {
             .collect();
         cx.post("grouped irecv", |cx| cx.irecv_slots(p.recv, &slots, false))
     };
-    for g in 0..groups.len().min(window) {
-        rreqs[g] = Some(post_recv(cx, g, &mut rreg)?);
+    for (g, r) in rreqs.iter_mut().enumerate().take(window) {
+        *r = Some(post_recv(cx, g, &mut rreg)?);
     }
     for g in 0..groups.len() {
         let n = groups[g];
