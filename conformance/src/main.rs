@@ -161,10 +161,14 @@ fn real_main() -> i32 {
             }
             if cli.format != Format::Text {
                 // Keep a one-line summary on the terminal / CI log.
-                let (p, f, k) = rep.counts();
+                let sum = rep.summary();
                 eprintln!(
-                    "ferroccl-conformance: {p} passed, {f} failed ({} required), {k} skipped; report in {}",
-                    rep.required_failures(),
+                    "ferroccl-conformance: {} passed, {} plugin defect(s), {} advisory finding(s), {} skipped, {} not run; report in {}",
+                    sum.passed,
+                    sum.defects,
+                    sum.advisory,
+                    sum.skipped,
+                    sum.not_run,
                     path.display()
                 );
             }

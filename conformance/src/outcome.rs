@@ -12,6 +12,11 @@ pub enum Status {
     Fail,
     /// The check does not apply (reason in [`CheckOutcome::message`]).
     Skip,
+    /// The check was not run because something it depends on failed: the plugin
+    /// did not load, init or report devices for this version (the one `load.init`
+    /// failure says why). Not a finding about the check's own rule.
+    #[serde(rename = "not run")]
+    NotRun,
 }
 
 /// What a worker process reports for one check.
@@ -52,6 +57,15 @@ impl CheckOutcome {
             message: observed.clone(),
             expected: Some(expected.into()),
             observed: Some(observed),
+            ..Self::pass()
+        }
+    }
+
+    /// Not run, with the failed dependency.
+    pub fn not_run(reason: impl Into<String>) -> Self {
+        CheckOutcome {
+            status: Status::NotRun,
+            message: reason.into(),
             ..Self::pass()
         }
     }

@@ -20,7 +20,7 @@ pub enum Role {
     Sender,
     /// Listens, prints `handle <hex>`, accepts, receives and verifies `--sizes`, prints `ok` or `bad <why>`.
     Receiver,
-    /// Reads a handle, connects, sends one 4 KiB message, prints `sent`, starts a 64 MiB send, prints `partial`, then idles (to be killed).
+    /// Reads a handle, connects, sends one 4 KiB message, prints `sent`, posts a 64 MiB send, prints `partial` and stops itself (SIGSTOP) so the send stays unfinished (to be killed).
     StallSender,
     /// Listens, prints `handle <hex>`, accepts, receives one 4 KiB message, prints `received`, then idles (to be killed).
     StallReceiver,
@@ -149,6 +149,35 @@ impl Peer {
         }
     }
 
+    /// SIGSTOPs the peer: it stays alive (its sockets open) but runs no code, like
+    /// a peer stuck in a debugger or descheduled for long. [`Peer::kill`] (or drop)
+    /// still ends it.
+    pub fn stop(&mut self) -> Res {
+        let pid = self.child.id() as i32;
+        // SAFETY: signalling our own child process by pid; it has not been reaped.
+        let rc = unsafe { libc::kill(pid, libc::SIGSTOP) };
+        if rc != 0 {
+            return Err(fail!(
+                "the suite can stop its peer process",
+                "kill(SIGSTOP) failed: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // Wait until it is really stopped (state 'T' in /proc/<pid>/stat).
+        let end = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < end {
+            let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if st.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T')) {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err(fail!(
+            "the suite can stop its peer process",
+            "the peer did not stop within 5 s of SIGSTOP"
+        ))
+    }
+
     /// SIGKILLs the peer and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -228,33 +257,40 @@ fn peer_body(cx: &mut Cx, role: Role, sizes: &[usize]) -> Res {
             };
             if role == Role::Sender {
                 for (i, &len) in sizes.iter().enumerate() {
-                    let mut buf = vec![0u8; len];
-                    fill(&mut buf, i as u64);
-                    let r = cx.post("peer isend", |cx| cx.isend(send, &mut buf, 0, None))?;
+                    let mut buf = vec![0u8; len.max(1)];
+                    fill(&mut buf[..len], i as u64);
+                    let mr = cx.reg_mr(send, &mut buf)?;
+                    let r = cx.post("peer isend", |cx| cx.isend(send, &mut buf[..len], 0, mr))?;
                     cx.wait_all("peer isend", &[r])?;
+                    cx.dereg_mr(send, mr)?;
                 }
                 say("done");
                 let _ = read_stdin_line();
             } else {
                 let mut buf = vec![0u8; 4096];
                 fill(&mut buf, 0);
-                let r = cx.post("peer isend", |cx| cx.isend(send, &mut buf, 0, None))?;
+                let mr = cx.reg_mr(send, &mut buf)?;
+                let r = cx.post("peer isend", |cx| cx.isend(send, &mut buf, 0, mr))?;
                 cx.wait_all("peer isend", &[r])?;
                 say("sent");
                 // Start a 64 MiB message, push a little of it, then stop driving it:
-                // the receiver sees a transfer that stops midway, then the process dies.
+                // the receiver sees a transfer that stops midway, then the process dies
+                // (or is stopped).
                 let mut big = vec![0u8; 64 << 20];
                 fill(&mut big, 1);
-                let r = cx.post("peer isend", |cx| cx.isend(send, &mut big, 0, None))?;
-                for _ in 0..3 {
-                    let _ = cx.test(r, &mut [0])?;
-                }
+                let bmr = cx.reg_mr(send, &mut big)?;
+                let _r = cx.post("peer isend", |cx| cx.isend(send, &mut big, 0, bmr))?;
                 say("partial");
+                // Stop this whole process (helper threads of a plugin that progresses
+                // in the background included) right after the post, so the message
+                // stays unfinished; the test then kills or leaves it stopped.
+                // SAFETY: raise() only signals this process.
+                unsafe { libc::raise(libc::SIGSTOP) };
                 loop {
                     std::thread::sleep(Duration::from_secs(1));
                 }
             }
-            let _ = cx.call(crate::watch::Call::CloseSend, "closeSend", |n| n.close_send(send));
+            let _ = cx.close_send(send, "closeSend");
             Ok(())
         }
         Role::Receiver | Role::StallReceiver => {
@@ -281,14 +317,11 @@ fn peer_body(cx: &mut Cx, role: Role, sizes: &[usize]) -> Res {
             };
             for (i, &len) in list.iter().enumerate() {
                 let mut buf = vec![0u8; len.max(1)];
-                let r = cx.post("peer irecv", |cx| cx.irecv(recv, &mut buf, 0, None))?;
-                let got = cx.wait_all("peer irecv", &[r])?[0];
-                if got != len {
-                    say(&format!(
-                        "bad message {i}: test reported {got} bytes, the sender sent {len}"
-                    ));
-                    return Ok(());
-                }
+                let mr = cx.reg_mr(recv, &mut buf)?;
+                let r = cx.post("peer irecv", |cx| cx.irecv(recv, &mut buf, 0, mr))?;
+                cx.wait_all("peer irecv", &[r])?;
+                cx.dereg_mr(recv, mr)?;
+                // Data only: the received size is checked by transfer.recv_larger.
                 if let Err(at) = verify(&buf[..len], i as u64) {
                     say(&format!("bad message {i} ({len} bytes): wrong byte at offset {at}"));
                     return Ok(());
@@ -303,8 +336,8 @@ fn peer_body(cx: &mut Cx, role: Role, sizes: &[usize]) -> Res {
                     std::thread::sleep(Duration::from_secs(1));
                 }
             }
-            let _ = cx.call(crate::watch::Call::CloseRecv, "closeRecv", |n| n.close_recv(recv));
-            let _ = cx.call(crate::watch::Call::CloseListen, "closeListen", |n| n.close_listen(l));
+            let _ = cx.close_recv(recv, "closeRecv");
+            let _ = cx.close_listen(l, "closeListen");
             Ok(())
         }
     }

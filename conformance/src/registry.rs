@@ -48,6 +48,10 @@ pub struct Check {
     /// Where the rule comes from: a section of `shared/reference/nccl-plugin-abi.md`
     /// (e.g. `§1.5`) or `checklist` (`net-plugin-conformance-checklist.md`).
     pub section: &'static str,
+    /// The NCCL 2.30.7 source (file, function, statement) whose use of the net
+    /// API the check relies on; for advisory checks of behaviour NCCL never
+    /// exercises, what NCCL does instead.
+    pub nccl: &'static str,
     /// Required or advisory.
     pub level: Level,
     /// Quick or full tier.
@@ -135,6 +139,7 @@ impl Registry {
             id,
             rule,
             section,
+            nccl: "",
             level: Level::Required,
             tier: Tier::Quick,
             min_version: 6,
@@ -162,6 +167,12 @@ impl Check {
     /// Restricts the check to versions `min..=12`.
     pub fn since(&mut self, min: u32) -> &mut Self {
         self.min_version = min;
+        self
+    }
+
+    /// Names the NCCL source the check relies on (see [`Check::nccl`]).
+    pub fn nccl(&mut self, source: &'static str) -> &mut Self {
+        self.nccl = source;
         self
     }
 
@@ -239,6 +250,12 @@ mod tests {
         assert_eq!(ids.len(), n, "duplicate check ids");
         for c in &checks {
             assert!(!c.rule.contains('\n'), "{}", c.id);
+            assert!(
+                c.id == "perf.sweep" || c.nccl.starts_with("src/") || c.nccl.starts_with("NCCL never"),
+                "{} names no NCCL source: {:?}",
+                c.id,
+                c.nccl
+            );
             assert!(c.section.starts_with('§') || c.section == "checklist", "{}", c.id);
         }
     }

@@ -81,6 +81,7 @@ pub fn text(r: &Report) -> String {
                     Some(Status::Pass) => "pass",
                     Some(Status::Fail) => "FAIL",
                     Some(Status::Skip) => "skip",
+                    Some(Status::NotRun) => "n/r",
                     None => "-",
                 };
                 let _ = write!(s, " {cell:>4}");
@@ -88,9 +89,20 @@ pub fn text(r: &Report) -> String {
             s.push('\n');
         }
     }
-    let fails: Vec<_> = r.results.iter().filter(|x| x.outcome.status == Status::Fail).collect();
-    if !fails.is_empty() {
-        let _ = writeln!(s, "\nFailures:");
+    // Plugin defects (required failures) first, then advisory findings.
+    for (level, title) in [
+        (Level::Required, "Plugin defects (required checks that failed)"),
+        (Level::Advisory, "Advisory findings (never fatal)"),
+    ] {
+        let fails: Vec<_> = r
+            .results
+            .iter()
+            .filter(|x| x.outcome.status == Status::Fail && x.level == level)
+            .collect();
+        if fails.is_empty() {
+            continue;
+        }
+        let _ = writeln!(s, "\n{title}:");
         for f in fails {
             let lvl = if f.level == Level::Required {
                 "required"
@@ -104,6 +116,9 @@ pub fn text(r: &Report) -> String {
             };
             let _ = writeln!(s, "\nFAIL [{lvl}] {ver}{} ({})", f.id, f.section);
             let _ = writeln!(s, "  rule:      {}", f.rule);
+            if !f.nccl.is_empty() {
+                let _ = writeln!(s, "  nccl:      {}", f.nccl);
+            }
             if let Some(e) = &f.outcome.expected {
                 let _ = writeln!(s, "  contract:  {e}");
             }
@@ -114,6 +129,22 @@ pub fn text(r: &Report) -> String {
                 let _ = writeln!(s, "  note:      {}", n.replace('\n', "\n             "));
             }
             let _ = writeln!(s, "  reproduce: {}", f.reproduce);
+        }
+    }
+    let mut not_run: Vec<(u32, String, usize)> = Vec::new();
+    for x in r.results.iter().filter(|x| x.outcome.status == Status::NotRun) {
+        match not_run
+            .iter_mut()
+            .find(|(v, m, _)| *v == x.version && *m == x.outcome.message)
+        {
+            Some(e) => e.2 += 1,
+            None => not_run.push((x.version, x.outcome.message.clone(), 1)),
+        }
+    }
+    if !not_run.is_empty() {
+        let _ = writeln!(s, "\nNot run (not findings; fix the failure they depend on first):");
+        for (v, why, n) in not_run {
+            let _ = writeln!(s, "  v{v}: {n} check(s) {why}");
         }
     }
     let mut skips: Vec<(String, String)> = Vec::new();
@@ -152,11 +183,15 @@ pub fn text(r: &Report) -> String {
             let _ = writeln!(s, "  {}", n.replace('\n', "\n  "));
         }
     }
-    let (p, f, k) = r.counts();
+    let sum = r.summary();
     let _ = writeln!(
         s,
-        "\n{p} passed, {f} failed ({} required), {k} skipped in {:.1} s — {}",
-        r.required_failures(),
+        "\n{} passed, {} plugin defect(s), {} advisory finding(s), {} skipped, {} not run in {:.1} s — {}",
+        sum.passed,
+        sum.defects,
+        sum.advisory,
+        sum.skipped,
+        sum.not_run,
         r.duration_s,
         if r.exit_code() == 0 {
             "CONFORMANT"
@@ -169,7 +204,11 @@ pub fn text(r: &Report) -> String {
 
 /// The report as pretty JSON (every field of [`Report`]).
 pub fn json(r: &Report) -> String {
-    serde_json::to_string_pretty(r).unwrap_or_default()
+    let mut v = serde_json::to_value(r).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("summary".into(), serde_json::to_value(r.summary()).unwrap_or_default());
+    }
+    serde_json::to_string_pretty(&v).unwrap_or_default()
 }
 
 /// JUnit XML: one `<testsuite>` per API version, one `<testcase>` per check.
@@ -178,14 +217,14 @@ pub fn json(r: &Report) -> String {
 pub fn junit(r: &Report) -> String {
     let mut w = Writer::new_with_indent(Vec::new(), b' ', 2);
     let _ = w.write_event(Event::Decl(BytesDecl::new("1.0", Some("UTF-8"), None)));
-    let (_, f, k) = r.counts();
+    let sum = r.summary();
+    let k = sum.skipped + sum.not_run;
     let mut root = BytesStart::new("testsuites");
     root.push_attribute(("name", format!("ferroccl-conformance {}", r.plugin).as_str()));
     root.push_attribute(("tests", r.results.len().to_string().as_str()));
     root.push_attribute(("failures", r.required_failures().to_string().as_str()));
     root.push_attribute(("skipped", k.to_string().as_str()));
     root.push_attribute(("time", format!("{:.3}", r.duration_s).as_str()));
-    let _ = f;
     let _ = w.write_event(Event::Start(root));
     let mut versions: Vec<u32> = r.results.iter().map(|x| x.version).collect();
     versions.sort();
@@ -211,7 +250,7 @@ pub fn junit(r: &Report) -> String {
         suite.push_attribute((
             "skipped",
             rs.iter()
-                .filter(|x| x.outcome.status == Status::Skip)
+                .filter(|x| matches!(x.outcome.status, Status::Skip | Status::NotRun))
                 .count()
                 .to_string()
                 .as_str(),
@@ -231,9 +270,10 @@ pub fn junit(r: &Report) -> String {
             tc.push_attribute(("time", format!("{:.3}", x.duration_ms as f64 / 1000.0).as_str()));
             let _ = w.write_event(Event::Start(tc));
             let detail = format!(
-                "rule: {} ({})\ncontract: {}\nplugin: {}\n{}reproduce: {}",
+                "rule: {} ({})\nnccl: {}\ncontract: {}\nplugin: {}\n{}reproduce: {}",
                 x.rule,
                 x.section,
+                x.nccl,
                 x.outcome.expected.as_deref().unwrap_or("-"),
                 x.outcome.observed.as_deref().unwrap_or("-"),
                 x.outcome
@@ -257,7 +297,7 @@ pub fn junit(r: &Report) -> String {
                     let _ = w.write_event(Event::Text(BytesText::new(&format!("ADVISORY FAILURE\n{detail}"))));
                     let _ = w.write_event(Event::End(BytesEnd::new("system-out")));
                 }
-                (Status::Skip, _) => {
+                (Status::Skip | Status::NotRun, _) => {
                     let mut s = BytesStart::new("skipped");
                     s.push_attribute(("message", x.outcome.message.as_str()));
                     let _ = w.write_event(Event::Empty(s));
@@ -310,6 +350,9 @@ pub fn list() -> String {
             c.section,
             c.rule
         );
+        if !c.nccl.is_empty() {
+            let _ = writeln!(s, "{:w$}  nccl: {}", "", c.nccl);
+        }
     }
     s
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::loader::Probe;
 use crate::outcome::{CheckOutcome, Status};
-use crate::registry::{Check, Filter, Level, Tier, all_checks};
+use crate::registry::{Body, Check, Filter, Level, Tier, all_checks};
 use crate::watch::{CRASH_MARKER, RESULT_MARKER};
 
 /// What to run.
@@ -52,6 +52,8 @@ pub struct CheckResult {
     pub section: String,
     /// The rule.
     pub rule: String,
+    /// The NCCL source the check relies on.
+    pub nccl: String,
     /// What happened.
     #[serde(flatten)]
     pub outcome: CheckOutcome,
@@ -91,10 +93,25 @@ impl Report {
             .count()
     }
 
-    /// Counts (pass, fail, skip).
+    /// Counts (pass, fail, skip); failures of both levels, not-run checks not counted.
     pub fn counts(&self) -> (usize, usize, usize) {
         let c = |s| self.results.iter().filter(|r| r.outcome.status == s).count();
         (c(Status::Pass), c(Status::Fail), c(Status::Skip))
+    }
+
+    /// The verdict counts the summary line prints.
+    pub fn summary(&self) -> Summary {
+        let mut s = Summary::default();
+        for r in &self.results {
+            match (r.outcome.status, r.level) {
+                (Status::Pass, _) => s.passed += 1,
+                (Status::Fail, Level::Required) => s.defects += 1,
+                (Status::Fail, Level::Advisory) => s.advisory += 1,
+                (Status::Skip, _) => s.skipped += 1,
+                (Status::NotRun, _) => s.not_run += 1,
+            }
+        }
+        s
     }
 
     /// Process exit status: 0 only if every required check passed (or was skipped).
@@ -106,6 +123,22 @@ impl Report {
     pub fn get(&self, id: &str, version: u32) -> Option<&CheckResult> {
         self.results.iter().find(|r| r.id == id && r.version == version)
     }
+}
+
+/// What a run found, by kind of verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Summary {
+    /// Checks that passed.
+    pub passed: usize,
+    /// Plugin defects: required checks that failed (each makes the run fail).
+    pub defects: usize,
+    /// Advisory findings: advisory checks that failed (never fatal).
+    pub advisory: usize,
+    /// Checks that do not apply to this plugin, version or machine.
+    pub skipped: usize,
+    /// Checks not run because the plugin did not load for that version (see the
+    /// one failed `load.init`).
+    pub not_run: usize,
 }
 
 /// Output of one worker process.
@@ -306,6 +339,43 @@ pub fn probe(cfg: &SuiteConfig) -> Result<Probe, String> {
     }
 }
 
+/// The check every loaded check depends on (see [`run`]).
+pub const GATE_CHECK: &str = "load.init";
+
+/// Runs `check` on `version` in its own worker process.
+fn run_one(cfg: &SuiteConfig, check: &Check, version: u32) -> CheckResult {
+    let mut args = vec![
+        "--worker".to_owned(),
+        check.id.clone(),
+        "--api".into(),
+        format!("v{version}"),
+    ];
+    if let Some(d) = cfg.device {
+        args.extend(["--device".into(), d.to_string()]);
+    }
+    if cfg.full {
+        args.push("--full".into());
+    }
+    args.push(cfg.plugin.clone());
+    let run = spawn_worker(&cfg.exe, &args, check.timeout);
+    let outcome = run
+        .outcome
+        .clone()
+        .unwrap_or_else(|| worker_failure(&run, check.timeout));
+    CheckResult {
+        id: check.id.clone(),
+        version,
+        level: check.level,
+        tier: check.tier,
+        section: check.section.into(),
+        rule: check.rule.clone(),
+        nccl: check.nccl.into(),
+        outcome,
+        duration_ms: run.elapsed.as_millis() as u64,
+        reproduce: reproduce(cfg, check, version),
+    }
+}
+
 /// Runs the suite.
 pub fn run(cfg: &SuiteConfig) -> Report {
     let start = Instant::now();
@@ -334,6 +404,7 @@ pub fn run(cfg: &SuiteConfig) -> Report {
                 tier: Tier::Quick,
                 section: "§5.1".into(),
                 rule: "the library opens with dlopen(RTLD_NOW | RTLD_LOCAL) and exports ncclNetPlugin_vN".into(),
+                nccl: "src/plugin/plugin_open.cc openPluginLib: dlopen(name, RTLD_NOW | RTLD_LOCAL)".into(),
                 outcome: CheckOutcome::fail("the plugin library can be opened", e),
                 duration_ms: start.elapsed().as_millis() as u64,
                 reproduce: format!("ferroccl-conformance {} --filter load", quote(&cfg.plugin)),
@@ -360,6 +431,7 @@ pub fn run(cfg: &SuiteConfig) -> Report {
             tier: Tier::Quick,
             section: "§5.2".into(),
             rule: "the library exports ncclNetPlugin_vN for a requested version".into(),
+            nccl: "src/plugin/net.cc: dlsym ncclNetPlugin_v12 ... _v6".into(),
             outcome: CheckOutcome::fail(
                 format!(
                     "one of ncclNetPlugin_v{{{}}} is exported",
@@ -371,41 +443,61 @@ pub fn run(cfg: &SuiteConfig) -> Report {
             reproduce: format!("ferroccl-conformance {} --filter load.symbols", quote(&cfg.plugin)),
         });
     }
-    let jobs: Vec<(u32, &Check)> = versions
+    let total: usize = versions
         .iter()
-        .flat_map(|&v| checks.iter().filter(move |c| c.applies_to(v)).map(move |c| (v, c)))
-        .collect();
+        .map(|&v| checks.iter().filter(|c| c.applies_to(v)).count())
+        .sum();
     let show = cfg.progress && std::io::stderr().is_terminal();
-    for (i, (v, check)) in jobs.iter().enumerate() {
-        if show {
-            let mut e = std::io::stderr().lock();
-            let _ = write!(e, "\r\x1b[2K[{}/{}] v{v} {}", i + 1, jobs.len(), check.id);
-            let _ = e.flush();
+    let mut done = 0usize;
+    let gate = all_checks().into_iter().find(|c| c.id == GATE_CHECK);
+    for &v in &versions {
+        let selected: Vec<&Check> = checks.iter().filter(|c| c.applies_to(v)).collect();
+        // Gate: every check that drives the loaded plugin needs the plugin to load,
+        // init and report devices for this version (reference §5.2 step 3: NCCL
+        // disables such a plugin). `load.init` runs first, whatever the filter;
+        // when it fails it is the one verdict, and the dependent checks are
+        // reported as not run instead of failing one by one.
+        let needs_gate = selected.iter().any(|c| matches!(c.body, Body::Loaded(..)));
+        let mut gate_failure: Option<String> = None;
+        if let Some(gate) = gate.as_ref().filter(|_| needs_gate) {
+            let result = run_one(cfg, gate, v);
+            let selected_gate = selected.iter().any(|c| c.id == GATE_CHECK);
+            if result.outcome.status == Status::Fail {
+                gate_failure = Some(result.outcome.message.clone());
+            }
+            if selected_gate || gate_failure.is_some() {
+                report.results.push(result);
+            }
         }
-        let mut args = vec!["--worker".to_owned(), check.id.clone(), "--api".into(), format!("v{v}")];
-        if let Some(d) = cfg.device {
-            args.extend(["--device".into(), d.to_string()]);
+        for check in selected {
+            done += 1;
+            if check.id == GATE_CHECK {
+                continue;
+            }
+            if show {
+                let mut e = std::io::stderr().lock();
+                let _ = write!(e, "\r\x1b[2K[{done}/{total}] v{v} {}", check.id);
+                let _ = e.flush();
+            }
+            if let (Some(why), Body::Loaded(..)) = (&gate_failure, check.body) {
+                report.results.push(CheckResult {
+                    id: check.id.clone(),
+                    version: v,
+                    level: check.level,
+                    tier: check.tier,
+                    section: check.section.into(),
+                    rule: check.rule.clone(),
+                    nccl: check.nccl.into(),
+                    outcome: CheckOutcome::not_run(format!(
+                        "not run: the plugin did not load for v{v} ({GATE_CHECK} failed: {why})"
+                    )),
+                    duration_ms: 0,
+                    reproduce: reproduce(cfg, check, v),
+                });
+                continue;
+            }
+            report.results.push(run_one(cfg, check, v));
         }
-        if cfg.full {
-            args.push("--full".into());
-        }
-        args.push(cfg.plugin.clone());
-        let run = spawn_worker(&cfg.exe, &args, check.timeout);
-        let outcome = run
-            .outcome
-            .clone()
-            .unwrap_or_else(|| worker_failure(&run, check.timeout));
-        report.results.push(CheckResult {
-            id: check.id.clone(),
-            version: *v,
-            level: check.level,
-            tier: check.tier,
-            section: check.section.into(),
-            rule: check.rule.clone(),
-            outcome,
-            duration_ms: run.elapsed.as_millis() as u64,
-            reproduce: reproduce(cfg, check, *v),
-        });
     }
     if show {
         let _ = write!(std::io::stderr(), "\r\x1b[2K");

@@ -70,6 +70,26 @@ const NAMES: [&str; 17] = [
     "closeListen",
 ];
 
+/// Every [`Call`], by discriminant - 1.
+const CALLS: [Call; 16] = [
+    Call::Init,
+    Call::Finalize,
+    Call::Devices,
+    Call::GetProperties,
+    Call::Listen,
+    Call::Connect,
+    Call::Accept,
+    Call::RegMr,
+    Call::DeregMr,
+    Call::Isend,
+    Call::Irecv,
+    Call::Iflush,
+    Call::Test,
+    Call::CloseSend,
+    Call::CloseRecv,
+    Call::CloseListen,
+];
+
 impl Call {
     /// The vtable slot name.
     pub fn name(self) -> &'static str {
@@ -97,25 +117,63 @@ impl Call {
 }
 
 static EPOCH: OnceLock<Instant> = OnceLock::new();
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static STARTED_NS: AtomicU64 = AtomicU64::new(0);
 static CHECK_ID: OnceLock<String> = OnceLock::new();
+
+/// Threads that can drive the plugin at once (the multi-thread checks use a few;
+/// a thread beyond this many shares the last slot).
+const SLOTS: usize = 16;
+
+/// One watched thread: the call it is in (0 = none) and when that call started.
+struct Slot {
+    call: AtomicUsize,
+    started_ns: AtomicU64,
+}
+
+static WATCHED: [Slot; SLOTS] = [const {
+    Slot {
+        call: AtomicUsize::new(0),
+        started_ns: AtomicU64::new(0),
+    }
+}; SLOTS];
+static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static MY_SLOT: usize = NEXT_SLOT.fetch_add(1, Ordering::Relaxed).min(SLOTS - 1);
+}
 
 fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-/// Marks `call` as running until the returned guard is dropped.
+fn my_slot() -> &'static Slot {
+    &WATCHED[MY_SLOT.with(|s| *s)]
+}
+
+/// Marks `call` as running on this thread until the returned guard is dropped.
+/// Each thread that calls into the plugin is watched on its own.
 pub fn enter(call: Call) -> CallGuard {
-    STARTED_NS.store(now_ns(), Ordering::Release);
-    CURRENT.store(call as usize, Ordering::Release);
-    CallGuard { start: Instant::now() }
+    let slot = my_slot();
+    slot.started_ns.store(now_ns(), Ordering::Release);
+    slot.call.store(call as usize, Ordering::Release);
+    CallGuard {
+        start: Instant::now(),
+        slot,
+    }
 }
 
 /// A running plugin call (see [`enter`]).
 #[derive(Debug)]
 pub struct CallGuard {
     start: Instant,
+    slot: &'static Slot,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("call", &self.call.load(Ordering::Relaxed))
+            .finish()
+    }
 }
 
 impl CallGuard {
@@ -127,13 +185,13 @@ impl CallGuard {
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        CURRENT.store(0, Ordering::Release);
+        self.slot.call.store(0, Ordering::Release);
     }
 }
 
-/// Name of the plugin call running now, if any.
+/// Name of the plugin call running now on the calling thread, if any.
 pub fn current_call() -> Option<&'static str> {
-    match CURRENT.load(Ordering::Acquire) {
+    match my_slot().call.load(Ordering::Acquire) {
         0 => None,
         i => NAMES.get(i).copied(),
     }
@@ -174,28 +232,29 @@ pub fn start(check_id: &str) {
         .spawn(|| {
             loop {
                 std::thread::sleep(Duration::from_millis(20));
-                let cur = CURRENT.load(Ordering::Acquire);
-                if cur == 0 {
-                    continue;
-                }
-                let started = STARTED_NS.load(Ordering::Acquire);
-                let elapsed = Duration::from_nanos(now_ns().saturating_sub(started));
-                // SAFETY: `cur` was stored from a `Call` discriminant (1..=16).
-                let call: Call = unsafe { std::mem::transmute::<usize, Call>(cur) };
-                let (limit, rule) = call.limit();
-                if elapsed > limit && CURRENT.load(Ordering::Acquire) == cur {
-                    let name = call.name();
-                    let out = CheckOutcome::fail(
-                        format!("{name} returns within {} s: {name} {rule}", limit.as_secs()),
-                        format!(
-                            "{name} did not return within {} s (the worker was stopped)",
-                            limit.as_secs()
-                        ),
-                    );
-                    emit_result(&out);
-                    // SAFETY: terminating the worker without running destructors is
-                    // intended: the main thread is stuck inside the plugin.
-                    unsafe { libc::_exit(0) };
+                for slot in &WATCHED {
+                    let cur = slot.call.load(Ordering::Acquire);
+                    if cur == 0 || cur >= NAMES.len() {
+                        continue;
+                    }
+                    let started = slot.started_ns.load(Ordering::Acquire);
+                    let elapsed = Duration::from_nanos(now_ns().saturating_sub(started));
+                    let call = CALLS[cur - 1];
+                    let (limit, rule) = call.limit();
+                    if elapsed > limit && slot.call.load(Ordering::Acquire) == cur {
+                        let name = call.name();
+                        let out = CheckOutcome::fail(
+                            format!("{name} returns within {} s: {name} {rule}", limit.as_secs()),
+                            format!(
+                                "{name} did not return within {} s (the worker was stopped)",
+                                limit.as_secs()
+                            ),
+                        );
+                        emit_result(&out);
+                        // SAFETY: terminating the worker without running destructors is
+                        // intended: a thread is stuck inside the plugin.
+                        unsafe { libc::_exit(0) };
+                    }
                 }
             }
         })

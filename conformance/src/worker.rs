@@ -53,25 +53,22 @@ pub fn setup(t: &Target) -> Result<Cx, String> {
         net.properties(dev)
             .map_err(|e| format!("getProperties({dev}) failed: {e}"))?
     };
-    let init_log_lines = cap.lines().len();
-    Ok(Cx {
+    let mut cx = Cx::new(
         net,
         ctx,
         dev,
         ndev,
-        devices: match t.device {
+        match t.device {
             Some(d) => vec![d],
             None => (0..ndev).collect(),
         },
-        init_log_lines,
-        version: t.version,
+        t.version,
         props,
-        plugin: t.plugin.clone(),
-        full: t.full,
-        notes: Vec::new(),
-        metrics: None,
-        slowest: Vec::new(),
-    })
+        t.plugin.clone(),
+        t.full,
+    );
+    cx.init_log_lines = cap.lines().len();
+    Ok(cx)
 }
 
 /// Runs check `id` for `t` and returns its outcome (never panics).

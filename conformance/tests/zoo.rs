@@ -67,7 +67,7 @@ fn wrong_sizes_are_caught() {
 fn reordered_completions_are_caught() {
     let (st, obs, _) = run_one("reorder", "transfer.order");
     assert_eq!(st, Status::Fail);
-    assert!(obs.contains("receive 0 completed with size"), "{obs}");
+    assert!(obs.contains("receive 0 holds the data of send"), "{obs}");
 }
 
 #[test]
@@ -149,4 +149,131 @@ fn advisory_failures_do_not_fail_the_run() {
     let r = rep.get("conn.fast_calls", 8).expect("ran");
     assert_eq!((r.outcome.status, r.level), (Status::Fail, Level::Advisory));
     assert_eq!(rep.exit_code(), 0);
+}
+
+// ---- correct but quirky plugins: the required tier passes (no false failures) ----
+
+/// `libnccl-net-zoo-<name>.so`, built by testing/zoo-quirky next to the test binaries.
+fn quirky_so(name: &str) -> std::path::PathBuf {
+    plugin_so(&format!("nccl-net-zoo-{name}"))
+}
+
+/// Runs the quick tier on quirky plugin `name` (every version it exports) and
+/// returns the report after asserting that no required check failed and that
+/// the suite ran most checks.
+fn quirky_passes(name: &str, exported: &[u32]) -> ferroccl_conformance::Report {
+    let rep = run(&config(&quirky_so(name), None));
+    assert_eq!(rep.exported, exported, "zoo-{name} exports");
+    let defects: Vec<String> = rep
+        .results
+        .iter()
+        .filter(|r| r.outcome.status == Status::Fail && r.level == Level::Required)
+        .map(|r| format!("v{} {}: {}", r.version, r.id, r.outcome.message))
+        .collect();
+    assert!(
+        defects.is_empty(),
+        "false failures on the correct (quirky) zoo-{name}:\n{}",
+        defects.join("\n")
+    );
+    let sum = rep.summary();
+    assert_eq!(rep.exit_code(), 0);
+    assert_eq!(sum.not_run, 0, "{sum:?}");
+    assert!(sum.passed > 40, "most checks ran on zoo-{name}: {sum:?}");
+    rep
+}
+
+/// The advisory check that exercises what NCCL never does, and the quirk refuses.
+fn advisory_fails(rep: &ferroccl_conformance::Report, id: &str, version: u32, needle: &str) {
+    let r = rep.get(id, version).unwrap_or_else(|| panic!("{id} did not run"));
+    assert_eq!((r.outcome.status, r.level), (Status::Fail, Level::Advisory), "{r:#?}");
+    let obs = r.outcome.observed.clone().unwrap_or_default();
+    assert!(obs.contains(needle), "{id}: {obs}");
+}
+
+#[test]
+fn quirky_handle_state_passes() {
+    let rep = quirky_passes("handle-state", &[8]);
+    advisory_fails(&rep, "conn.reuse_handle", 8, "connect returned ncclInvalidUsage");
+}
+
+#[test]
+fn quirky_deref_mhandle_passes() {
+    let rep = quirky_passes("deref-mhandle", &[8]);
+    advisory_fails(&rep, "memory.null_mhandle", 8, "SIGSEGV");
+}
+
+#[test]
+fn quirky_oldest_test_passes() {
+    let rep = quirky_passes("oldest-test", &[8]);
+    advisory_fails(&rep, "transfer.test_out_of_order", 8, "test returned ncclInternalError");
+}
+
+#[test]
+fn quirky_slow_connect_passes() {
+    let rep = quirky_passes("slow-connect", &[8]);
+    let r = rep.get("conn.nonblocking", 8).expect("ran");
+    assert_eq!(r.outcome.status, Status::Pass);
+}
+
+#[test]
+fn quirky_threads_passes() {
+    quirky_passes("threads", &[8]);
+}
+
+#[test]
+fn quirky_v12_ctx_teardown_passes() {
+    let rep = quirky_passes("ctx-teardown", &[12]);
+    assert_eq!(
+        rep.get("load.ctx_last_finalize", 12).map(|r| r.outcome.status),
+        Some(Status::Pass)
+    );
+}
+
+// ---- broken ones of the second generation ----
+
+#[test]
+fn unreported_sizes_are_caught_by_the_size_check_only() {
+    let so = quirky_so("no-sizes");
+    let rep = run(&config(
+        &so,
+        Some("transfer.recv_larger,transfer.size.4096,transfer.order"),
+    ));
+    let r = rep.get("transfer.recv_larger", 8).expect("ran");
+    assert_eq!(r.outcome.status, Status::Fail);
+    let obs = r.outcome.observed.clone().unwrap_or_default();
+    assert!(
+        obs.contains("completed with size 0") && obs.contains("did not write"),
+        "{obs}"
+    );
+    // Data checks do not depend on sizes (NCCL does not read them for host memory).
+    for id in ["transfer.size.4096", "transfer.order"] {
+        assert_eq!(rep.get(id, 8).map(|r| r.outcome.status), Some(Status::Pass), "{id}");
+    }
+}
+
+#[test]
+fn zero_devices_is_one_verdict_and_the_rest_is_not_run() {
+    let so = quirky_so("no-devices");
+    let rep = run(&config(&so, Some("transfer.size.*,props")));
+    let load = rep
+        .get("load.init", 8)
+        .expect("the load gate is reported when it fails");
+    assert_eq!(load.outcome.status, Status::Fail);
+    assert!(load.outcome.message.contains("0 devices"), "{}", load.outcome.message);
+    let sum = rep.summary();
+    assert_eq!(sum.defects, 1, "{sum:?}");
+    assert_eq!(sum.not_run, rep.results.len() - 1, "{sum:?}");
+    assert!(
+        rep.results
+            .iter()
+            .filter(|r| r.id != "load.init")
+            .all(|r| r.outcome.status == Status::NotRun && r.outcome.message.contains("load.init failed")),
+        "{rep:#?}"
+    );
+    assert_eq!(rep.exit_code(), 1);
+    let text = ferroccl_conformance::report::text(&rep);
+    assert!(
+        text.contains("1 plugin defect(s)") && text.contains("not run"),
+        "{text}"
+    );
 }

@@ -12,6 +12,30 @@
  *   ZOO_FAULT_NULL_NAME       the vtable's name is NULL
  *   ZOO_FAULT_LEAK_FD         closeSend/closeRecv never close the socket
  *   ZOO_FAULT_HANG_PEER_DEATH end-of-file / EPIPE from a dead peer is treated as "try again"
+ *   ZOO_FAULT_NO_SIZES        test() never writes sizes (NCCL runs it: it only reads receive
+ *                             sizes for GPU flushes and the profiler)
+ *   ZOO_FAULT_NO_DEVICES      devices() reports 0 (NCCL disables such a plugin)
+ *
+ * Quirk switches make a plugin that is CORRECT but unusual: NCCL drives it fine,
+ * so the required tier of the suite must pass on it (proof of no false failures):
+ *
+ *   ZOO_QUIRK_HANDLE_STATE    connect keeps its state in the handle and refuses a handle
+ *                             buffer an earlier connection already used
+ *   ZOO_QUIRK_DEREF_MHANDLE   isend/irecv dereference the mhandle and check the buffer
+ *                             lies inside that registration, on that comm (NULL crashes)
+ *   ZOO_QUIRK_OLDEST_TEST     test() refuses any request but the oldest outstanding one of
+ *                             its comm (ncclInternalError)
+ *   ZOO_QUIRK_SLOW_CONNECT    connect and accept return NULL for their first 100 calls
+ *                             per connection
+ *   ZOO_QUIRK_THREADS         every comm has a helper thread doing its I/O (joined at close)
+ *   ZOO_QUIRK_CTX_TEARDOWN    (with ZOO_EXPORT_V12) the plugin tears itself down when its
+ *                             last context is finalized: every call but init then fails
+ *                             until init is called again
+ *
+ * Export: by default a Rust cdylib (testing/zoo-*) defines the data symbol and a
+ * constructor here fills it. With ZOO_STANDALONE this file is the whole plugin
+ * (testing/zoo-quirky compiles it with the system C compiler) and defines
+ * ncclNetPlugin_v8 itself, or only ncclNetPlugin_v12 with ZOO_EXPORT_V12.
  *
  * Wire protocol: the handle holds a sockaddr_in (offset 0) of a listening TCP
  * socket on 127.0.0.1 and a magic (offset 16); offsets 24..32 hold the connector's
@@ -30,6 +54,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,15 +137,20 @@ static ncclDebugLogger_t zoo_log = NULL;
 struct zoo_handle {
   struct sockaddr_in addr; /* 0..16 */
   uint64_t magic;          /* 16..24 */
-  uint32_t stage;          /* 24: connector retry state */
+  uint32_t stage;          /* 24: connector retry state (0 new, 1 connecting, 2 used) */
   int32_t fd;              /* 28: connector's socket while stage == 1 */
+  uint32_t calls;          /* 32: connect calls on this handle (ZOO_QUIRK_SLOW_CONNECT) */
 };
+
+/* Calls before connect/accept make progress with ZOO_QUIRK_SLOW_CONNECT. */
+#define ZOO_SLOW_CALLS 100
 
 struct zoo_listen {
   int fd;
   int pending_fd;
   int pending_got;
   unsigned char pending_buf[8];
+  unsigned calls; /* accept calls since the last connection (ZOO_QUIRK_SLOW_CONNECT) */
 };
 
 enum { REQ_FREE = 0, REQ_POSTED, REQ_IO, REQ_DONE, REQ_FAILED };
@@ -143,11 +175,27 @@ struct zoo_comm {
   uint64_t next_seq;
   struct zoo_req* cur; /* request whose I/O is in progress */
   struct zoo_req reqs[ZOO_MAX_REQUESTS];
+#ifdef ZOO_QUIRK_THREADS
+  pthread_mutex_t lock; /* everything above, shared with the helper thread */
+  pthread_t helper;
+  int stop;
+#endif
 };
 
 struct zoo_mr {
   unsigned magic;
+  void* comm;  /* the comm it was registered on */
+  char* base;  /* registered range */
+  size_t size;
 };
+
+#ifdef ZOO_QUIRK_THREADS
+#define LOCK(c) pthread_mutex_lock(&(c)->lock)
+#define UNLOCK(c) pthread_mutex_unlock(&(c)->lock)
+#else
+#define LOCK(c) ((void)(c))
+#define UNLOCK(c) ((void)(c))
+#endif
 
 static ncclResult_t zoo_init(ncclDebugLogger_t logFunction) {
   zoo_log = logFunction;
@@ -156,7 +204,11 @@ static ncclResult_t zoo_init(ncclDebugLogger_t logFunction) {
 }
 
 static ncclResult_t zoo_devices(int* ndev) {
+#ifdef ZOO_FAULT_NO_DEVICES
+  *ndev = 0; /* like NCCL's example plugin stub */
+#else
   *ndev = 1;
+#endif
   return ncclSuccess;
 }
 
@@ -206,9 +258,32 @@ static ncclResult_t zoo_listen(int dev, void* handle, void** listenComm) {
   h->magic = ZOO_MAGIC;
   h->stage = 0;
   h->fd = -1;
+  h->calls = 0;
   *listenComm = l;
   return ncclSuccess;
 }
+
+static ncclResult_t progress(struct zoo_comm* c);
+
+#ifdef ZOO_QUIRK_THREADS
+/* The helper thread: progresses the comm's I/O in the background, waiting in poll(). */
+static void* zoo_helper(void* arg) {
+  struct zoo_comm* c = (struct zoo_comm*)arg;
+  for (;;) {
+    LOCK(c);
+    if (c->stop) {
+      UNLOCK(c);
+      return NULL;
+    }
+    (void)progress(c); /* failures are recorded in the request and reported by test() */
+    short ev = c->is_send ? POLLOUT : POLLIN;
+    int busy = c->cur != NULL;
+    UNLOCK(c);
+    struct pollfd p = {.fd = c->fd, .events = busy ? ev : 0, .revents = 0};
+    (void)poll(&p, 1, 1);
+  }
+}
+#endif
 
 static struct zoo_comm* new_comm(int fd, int is_send) {
   struct zoo_comm* c = calloc(1, sizeof *c);
@@ -217,6 +292,14 @@ static struct zoo_comm* new_comm(int fd, int is_send) {
   c->is_send = is_send;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+#ifdef ZOO_QUIRK_THREADS
+  pthread_mutex_init(&c->lock, NULL);
+  if (pthread_create(&c->helper, NULL, zoo_helper, c) != 0) {
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+    return NULL;
+  }
+#endif
   return c;
 }
 
@@ -226,6 +309,15 @@ static ncclResult_t zoo_connect(int dev, void* handle, void** sendComm, ncclNetD
   *sendComm = NULL;
   if (sendDevComm) *sendDevComm = NULL;
   if (h->magic != ZOO_MAGIC) return ncclInvalidArgument;
+#ifdef ZOO_QUIRK_HANDLE_STATE
+  if (h->stage == 2) {
+    ZOO_WARN("zoo: connect with a handle buffer an earlier connection already used (each connection needs its own copy of the listen handle)");
+    return ncclInvalidUsage;
+  }
+#endif
+#ifdef ZOO_QUIRK_SLOW_CONNECT
+  if (h->calls++ < ZOO_SLOW_CALLS) return ncclSuccess; /* not yet: call again */
+#endif
 #ifdef ZOO_FAULT_BLOCK_CONNECT
   /* Fault: a blocking handshake that waits for a byte only accept() would send. */
   {
@@ -259,7 +351,11 @@ static ncclResult_t zoo_connect(int dev, void* handle, void** sendComm, ncclNetD
   socklen_t elen = sizeof err;
   getsockopt(h->fd, SOL_SOCKET, SO_ERROR, &err, &elen);
   int fd = h->fd;
+#ifdef ZOO_QUIRK_HANDLE_STATE
+  h->stage = 2; /* used: this copy of the handle belongs to this connection */
+#else
   h->stage = 0;
+#endif
   h->fd = -1;
   if (err != 0) {
     close(fd);
@@ -283,6 +379,9 @@ static ncclResult_t zoo_accept(void* listenComm, void** recvComm, ncclNetDeviceH
   struct zoo_listen* l = (struct zoo_listen*)listenComm;
   *recvComm = NULL;
   if (recvDevComm) *recvDevComm = NULL;
+#ifdef ZOO_QUIRK_SLOW_CONNECT
+  if (l->calls++ < ZOO_SLOW_CALLS) return ncclSuccess; /* not yet: call again */
+#endif
   if (l->pending_fd < 0) {
     int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -318,19 +417,47 @@ static ncclResult_t zoo_accept(void* listenComm, void** recvComm, ncclNetDeviceH
     close(fd);
     return ncclSystemError;
   }
+  l->calls = 0;
   *recvComm = c;
   return ncclSuccess;
 }
 
 static ncclResult_t zoo_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
-  (void)comm;
-  (void)data;
-  (void)size;
   if (type != 1) return ncclInternalError;
   struct zoo_mr* mr = malloc(sizeof *mr);
   if (!mr) return ncclSystemError;
   mr->magic = ZOO_MR_MAGIC;
+  mr->comm = comm;
+  mr->base = (char*)data;
+  mr->size = size;
   *mhandle = mr;
+  return ncclSuccess;
+}
+
+/* ZOO_QUIRK_DEREF_MHANDLE: like a NIC that needs the memory key of every buffer it
+ * touches, read the registration (a NULL mhandle crashes here) and check it covers
+ * [data, data + size) on this comm. */
+static ncclResult_t check_mr(void* comm, void* mhandle, void* data, size_t size) {
+#ifdef ZOO_QUIRK_DEREF_MHANDLE
+  struct zoo_mr* mr = (struct zoo_mr*)mhandle;
+  if (mr->magic != ZOO_MR_MAGIC) {
+    ZOO_WARN("zoo: mhandle %p is not a live registration", mhandle);
+    return ncclInternalError;
+  }
+  if (mr->comm != comm) {
+    ZOO_WARN("zoo: mhandle %p was registered on another comm", mhandle);
+    return ncclInternalError;
+  }
+  if ((char*)data < mr->base || (char*)data + size > mr->base + mr->size) {
+    ZOO_WARN("zoo: buffer %p+%zu is outside its registration %p+%zu", data, size, (void*)mr->base, mr->size);
+    return ncclInternalError;
+  }
+#else
+  (void)comm;
+  (void)mhandle;
+  (void)data;
+  (void)size;
+#endif
   return ncclSuccess;
 }
 
@@ -366,21 +493,27 @@ static struct zoo_req* post(struct zoo_comm* c, void* data, size_t size) {
 
 static ncclResult_t zoo_isend(void* sendComm, void* data, int size, int tag, void* mhandle, void** request) {
   (void)tag;
-  (void)mhandle;
   struct zoo_comm* c = (struct zoo_comm*)sendComm;
   if (!c->is_send || size < 0) return ncclInternalError;
+  ncclResult_t r = check_mr(sendComm, mhandle, data, (size_t)size);
+  if (r != ncclSuccess) return r;
+  LOCK(c);
   *request = post(c, data, (size_t)size);
   if (*request) ((struct zoo_req*)*request)->true_size = (size_t)size;
+  UNLOCK(c);
   return ncclSuccess;
 }
 
 static ncclResult_t zoo_irecv(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
                               void** request) {
   (void)tags;
-  (void)mhandles;
   struct zoo_comm* c = (struct zoo_comm*)recvComm;
   if (c->is_send || n != 1 || sizes[0] < 0) return ncclInternalError;
+  ncclResult_t r = check_mr(recvComm, mhandles ? mhandles[0] : NULL, data[0], (size_t)sizes[0]);
+  if (r != ncclSuccess) return r;
+  LOCK(c);
   *request = post(c, data[0], (size_t)sizes[0]);
+  UNLOCK(c);
   return ncclSuccess;
 }
 
@@ -481,10 +614,25 @@ static ncclResult_t progress(struct zoo_comm* c) {
   }
 }
 
-static ncclResult_t zoo_test(void* request, int* done, int* sizes) {
-  struct zoo_req* r = (struct zoo_req*)request;
-  *done = 0;
-  if (r == NULL || r->state == REQ_FREE) return ncclInternalError;
+/* ZOO_QUIRK_OLDEST_TEST: whether `r` is the oldest outstanding request of its comm. */
+static int is_oldest(struct zoo_req* r) {
+  struct zoo_comm* c = r->comm;
+  for (int i = 0; i < ZOO_MAX_REQUESTS; i++) {
+    struct zoo_req* o = &c->reqs[i];
+    if (o != r && o->state != REQ_FREE && o->seq < r->seq) return 0;
+  }
+  return 1;
+}
+
+static ncclResult_t test_locked(struct zoo_req* r, int* done, int* sizes) {
+#ifdef ZOO_QUIRK_OLDEST_TEST
+  if (!is_oldest(r)) {
+    ZOO_WARN("zoo: test() of request %llu while an older one is outstanding on its comm", (unsigned long long)r->seq);
+    return ncclInternalError;
+  }
+#else
+  (void)is_oldest;
+#endif
   ncclResult_t res = progress(r->comm);
   if (r->state == REQ_FAILED) {
     r->state = REQ_FREE;
@@ -493,6 +641,9 @@ static ncclResult_t zoo_test(void* request, int* done, int* sizes) {
   if (res != ncclSuccess) return res;
   if (r->state != REQ_DONE) return ncclSuccess;
   *done = 1;
+#ifdef ZOO_FAULT_NO_SIZES
+  (void)sizes; /* Fault: the received size is never reported. */
+#else
   if (sizes) {
 #ifdef ZOO_FAULT_WRONG_SIZES
     sizes[0] = (int)(r->comm->is_send ? r->true_size : r->size);
@@ -500,13 +651,32 @@ static ncclResult_t zoo_test(void* request, int* done, int* sizes) {
     sizes[0] = (int)r->true_size;
 #endif
   }
+#endif
   r->state = REQ_FREE;
   return ncclSuccess;
+}
+
+static ncclResult_t zoo_test(void* request, int* done, int* sizes) {
+  struct zoo_req* r = (struct zoo_req*)request;
+  *done = 0;
+  if (r == NULL || r->state == REQ_FREE) return ncclInternalError;
+  struct zoo_comm* c = r->comm;
+  LOCK(c);
+  ncclResult_t res = test_locked(r, done, sizes);
+  UNLOCK(c);
+  return res;
 }
 
 static ncclResult_t close_comm(void* comm) {
   struct zoo_comm* c = (struct zoo_comm*)comm;
   if (c == NULL) return ncclSuccess;
+#ifdef ZOO_QUIRK_THREADS
+  LOCK(c);
+  c->stop = 1;
+  UNLOCK(c);
+  pthread_join(c->helper, NULL);
+  pthread_mutex_destroy(&c->lock);
+#endif
 #ifndef ZOO_FAULT_LEAK_FD
   close(c->fd);
 #endif
@@ -523,38 +693,51 @@ static ncclResult_t zoo_close_listen(void* listenComm) {
   return ncclSuccess;
 }
 
-static const ncclNet_v8_t zoo_net = {
 #ifdef ZOO_FAULT_NULL_NAME
-    .name = NULL,
+#define ZOO_NAME NULL
 #else
-    .name = "Zoo",
+#define ZOO_NAME "Zoo"
 #endif
-    .init = zoo_init,
-    .devices = zoo_devices,
-    .getProperties = zoo_get_properties,
-    .listen = zoo_listen,
-    .connect = zoo_connect,
-    .accept = zoo_accept,
-    .regMr = zoo_reg_mr,
-    .regMrDmaBuf = zoo_reg_mr_dmabuf,
-    .deregMr = zoo_dereg_mr,
-    .isend = zoo_isend,
-    .irecv = zoo_irecv,
-    .iflush = zoo_iflush,
-    .test = zoo_test,
-    .closeSend = close_comm,
-    .closeRecv = close_comm,
-    .closeListen = zoo_close_listen,
-    .getDeviceMr = NULL,
-    .irecvConsumed = NULL,
-};
 
+/* One initializer for the internal table and the standalone export. */
+#define ZOO_NET_INITIALIZER \
+{ \
+    .name = ZOO_NAME, \
+    .init = zoo_init, \
+    .devices = zoo_devices, \
+    .getProperties = zoo_get_properties, \
+    .listen = zoo_listen, \
+    .connect = zoo_connect, \
+    .accept = zoo_accept, \
+    .regMr = zoo_reg_mr, \
+    .regMrDmaBuf = zoo_reg_mr_dmabuf, \
+    .deregMr = zoo_dereg_mr, \
+    .isend = zoo_isend, \
+    .irecv = zoo_irecv, \
+    .iflush = zoo_iflush, \
+    .test = zoo_test, \
+    .closeSend = close_comm, \
+    .closeRecv = close_comm, \
+    .closeListen = zoo_close_listen, \
+    .getDeviceMr = NULL, \
+    .irecvConsumed = NULL, \
+  }
+
+__attribute__((unused)) static const ncclNet_v8_t zoo_net = ZOO_NET_INITIALIZER;
+
+#if defined(ZOO_STANDALONE) && defined(ZOO_EXPORT_V12)
+#include "zoo_v12.h"
+#elif defined(ZOO_STANDALONE)
+/* The whole plugin is this file: export the v8 table directly. */
+__attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlugin_v8 = ZOO_NET_INITIALIZER;
+#else
 /* Defined (and exported) by the Rust cdylib: 152 bytes, 8-aligned. */
 extern unsigned char ncclNetPlugin_v8[];
 
 __attribute__((constructor)) static void zoo_publish_vtable(void) {
   memcpy(ncclNetPlugin_v8, &zoo_net, sizeof zoo_net);
 }
+#endif
 
 _Static_assert(sizeof(ncclNet_v8_t) == 152, "ncclNet_v8_t is 152 bytes (reference §1.3)");
 _Static_assert(sizeof(ncclNetProperties_v8_t) == 64, "ncclNetProperties_v8_t is 64 bytes (reference §1.2)");

@@ -17,9 +17,21 @@
 //!   garbage), unparsable or out-of-range values are a [`ConfigError`] naming the
 //!   variable, where it came from and the accepted range.
 //!
-//! We never call `setenv`: the merged view lives in a [`Config`] (process-wide one
-//! via [`Config::global`]); tests build their own with [`Config::from_sources`] or
-//! [`Config::load`].
+//! * **the files reach the environment**, as in NCCL: the first call of
+//!   [`Config::global`] (made before the plugin host opens any library, and by
+//!   every runtime entry point) applies every `NAME=VALUE` of the files with
+//!   `setenv(name, value, 0)` semantics (never overwriting), so plugins reading
+//!   their own `NCCL_*` variables with `getenv` see `nccl.conf` values too;
+//! * **bounded reads** (not in NCCL): only regular files are read (a directory, a
+//!   FIFO or a device such as `/dev/urandom` is skipped), at most
+//!   [`MAX_CONF_BYTES`]; a file that is not read gets a WARN line once logging is
+//!   up ([`Config::warnings`]); missing files stay silent.
+//!
+//! Every variable the runtime and the in-tree plugins read is registered here
+//! ([`PARAMS`], [`PLUGIN_PARAMS`]; [`all_params`]): validated, and echoed once at
+//! `NCCL_DEBUG=INFO` ([`Config::echo`]). The merged view lives in a [`Config`]
+//! (process-wide one via [`Config::global`]); tests build their own with
+//! [`Config::from_sources`] or [`Config::load`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -119,6 +131,83 @@ pub struct Setting {
 #[derive(Debug, Clone, Default)]
 pub struct Config {
     vars: HashMap<String, Setting>,
+    /// Files that were not read, and why (WARN lines once logging starts).
+    warnings: Vec<String>,
+}
+
+/// Largest `nccl.conf` read, in bytes (NCCL has no limit; a configuration file is
+/// a few hundred bytes, and a larger "file" is a mistake such as a device).
+pub const MAX_CONF_BYTES: u64 = 1 << 20;
+
+/// What reading one configuration file gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfFile {
+    /// No such file: silently skipped, as in NCCL.
+    Missing,
+    /// The file's text (invalid UTF-8 replaced).
+    Text(String),
+    /// Not read: the reason, for a WARN line.
+    Skipped(String),
+}
+
+/// Reads `path` as NCCL's `setEnvFile` does, but bounded: only a regular file of
+/// at most [`MAX_CONF_BYTES`] is read (a directory, FIFO, socket or device is
+/// skipped, without blocking on a FIFO: it is opened non-blocking).
+pub fn read_conf_file(path: &Path) -> ConfFile {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return ConfFile::Missing,
+        Err(e) => return ConfFile::Skipped(format!("config file {} cannot be opened: {e}; skipped", path.display())),
+    };
+    let meta = match f.metadata() {
+        Ok(m) => m,
+        Err(e) => return ConfFile::Skipped(format!("config file {}: fstat failed: {e}; skipped", path.display())),
+    };
+    let ft = meta.file_type();
+    if !ft.is_file() {
+        let what = if ft.is_dir() {
+            "a directory"
+        } else if ft.is_fifo() {
+            "a FIFO"
+        } else if ft.is_char_device() {
+            "a character device"
+        } else if ft.is_block_device() {
+            "a block device"
+        } else if ft.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return ConfFile::Skipped(format!(
+            "config file {} is {what}, not a regular file; skipped",
+            path.display()
+        ));
+    }
+    if meta.len() > MAX_CONF_BYTES {
+        return ConfFile::Skipped(format!(
+            "config file {} is {} bytes, more than the {MAX_CONF_BYTES} bytes ferroccl reads from an nccl.conf; skipped",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::new();
+    // `take` bounds a file that grows while it is read.
+    if let Err(e) = f.take(MAX_CONF_BYTES + 1).read_to_end(&mut bytes) {
+        return ConfFile::Skipped(format!("config file {} cannot be read: {e}; skipped", path.display()));
+    }
+    if bytes.len() as u64 > MAX_CONF_BYTES {
+        return ConfFile::Skipped(format!(
+            "config file {} grew past {MAX_CONF_BYTES} bytes while it was read; skipped",
+            path.display()
+        ));
+    }
+    ConfFile::Text(String::from_utf8_lossy(&bytes).into_owned())
 }
 
 /// Parses `nccl.conf` text into `(name, value)` pairs in file order (see module docs).
@@ -182,20 +271,52 @@ pub fn parse_int(s: &str) -> Option<i64> {
 
 impl Config {
     /// The process-wide configuration: built on first call from the real
-    /// environment and the files NCCL would read, then never changed.
+    /// environment and the files NCCL would read, then never changed. The first
+    /// call also applies the files' assignments to the process environment without
+    /// overwriting (NCCL's `initEnv`/`setEnvFile`: `setenv(name, value, 0)`), so
+    /// that plugins reading `NCCL_*` with `getenv` see them; the plugin host calls
+    /// this before it opens any library.
     pub fn global() -> &'static Config {
         static GLOBAL: OnceLock<Config> = OnceLock::new();
-        GLOBAL.get_or_init(Config::from_process)
+        GLOBAL.get_or_init(|| {
+            let c = Config::from_process();
+            c.apply_to_environment();
+            c
+        })
     }
 
-    /// Builds a configuration from the real environment and files (not cached).
+    /// Builds a configuration from the real environment and files (not cached,
+    /// and not applied to the environment).
     pub fn from_process() -> Config {
         let env = std::env::vars_os()
             .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))
             .collect::<Vec<_>>();
-        Config::load(env, |p| {
-            std::fs::read(p).ok().map(|b| String::from_utf8_lossy(&b).into_owned())
-        })
+        Config::load_with(env, read_conf_file)
+    }
+
+    /// Sets every variable that came from a file and is not in the environment
+    /// (never overwriting: the environment wins, as with `setenv(…, 0)`).
+    fn apply_to_environment(&self) {
+        let mut names: Vec<&String> = self
+            .vars
+            .iter()
+            .filter(|(_, s)| matches!(s.source, Source::File(_)))
+            .map(|(k, _)| k)
+            .collect();
+        names.sort();
+        for k in names {
+            let v = &self.vars[k].value;
+            if k.contains('\0') || v.contains('\0') || std::env::var_os(k).is_some() {
+                continue;
+            }
+            // SAFETY: runs once, inside `Config::global`'s initialisation, which the
+            // runtime and the plugin host reach before they open any plugin
+            // library, as NCCL's own `initEnv` does on its first environment
+            // lookup. Rust's environment accesses are synchronised with this;
+            // the remaining hazard, foreign code calling `getenv` on another
+            // thread at this very moment, is the one NCCL accepts too.
+            unsafe { std::env::set_var(k, v) };
+        }
     }
 
     /// Builds a configuration from an explicit environment, choosing files exactly as
@@ -205,6 +326,13 @@ impl Config {
         env: impl IntoIterator<Item = (String, String)>,
         read_file: impl Fn(&Path) -> Option<String>,
     ) -> Config {
+        Config::load_with(env, |p| read_file(p).map_or(ConfFile::Missing, ConfFile::Text))
+    }
+
+    /// Like [`Config::load`], with a reader that can also refuse a file
+    /// ([`ConfFile::Skipped`], kept in [`Config::warnings`]); [`read_conf_file`] is
+    /// the real one.
+    pub fn load_with(env: impl IntoIterator<Item = (String, String)>, read_file: impl Fn(&Path) -> ConfFile) -> Config {
         let env: Vec<(String, String)> = env.into_iter().collect();
         let lookup = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
         let mut files: Vec<PathBuf> = Vec::new();
@@ -217,11 +345,27 @@ impl Config {
             }
         }
         files.push(PathBuf::from("/etc/nccl.conf"));
+        let mut warnings = Vec::new();
         let contents: Vec<(PathBuf, String)> = files
             .into_iter()
-            .filter_map(|p| read_file(&p).map(|c| (p, c)))
+            .filter_map(|p| match read_file(&p) {
+                ConfFile::Text(c) => Some((p, c)),
+                ConfFile::Missing => None,
+                ConfFile::Skipped(why) => {
+                    warnings.push(why);
+                    None
+                }
+            })
             .collect();
-        Config::from_sources(env, contents.iter().map(|(p, c)| (p.as_path(), c.as_str())))
+        let mut c = Config::from_sources(env, contents.iter().map(|(p, c)| (p.as_path(), c.as_str())));
+        c.warnings = warnings;
+        c
+    }
+
+    /// Why configuration files were not read (each becomes a WARN line once
+    /// logging is initialised).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Builds a configuration from an explicit environment and file contents given in
@@ -246,7 +390,10 @@ impl Config {
                 });
             }
         }
-        Config { vars }
+        Config {
+            vars,
+            warnings: Vec::new(),
+        }
     }
 
     /// The raw setting of `name`, if set anywhere (even to the empty string).
@@ -324,33 +471,33 @@ impl Config {
                 v.insert(k.as_str(), s);
             }
         }
-        v.into_iter()
-            .map(|(k, s)| (k, s, PARAMS.iter().any(|p| p.name() == k)))
-            .collect()
+        v.into_iter().map(|(k, s)| (k, s, find_param(k).is_some())).collect()
     }
 
     /// The echo NCCL prints at `NCCL_DEBUG=INFO` (`"%s set by environment to %s."`),
     /// one line per variable from [`set_params`](Self::set_params), e.g.
     /// `NCCL_BUFFSIZE set by environment to 1048576.` or
     /// `NCCL_DEBUG set by file /etc/nccl.conf to INFO.`; unregistered names get a
-    /// ` (not a parameter ferroccl uses)` suffix.
+    /// ` (not a parameter ferroccl uses)` suffix, invalid values
+    /// ` (invalid: <why>)`.
     pub fn echo(&self) -> Vec<String> {
         self.set_params()
             .into_iter()
-            .map(|(k, s, known)| {
-                format!(
-                    "{k} set by {} to {}.{}",
-                    s.source,
-                    s.value,
-                    if known { "" } else { " (not a parameter ferroccl uses)" }
-                )
+            .map(|(k, s, _)| {
+                let note = match find_param(k).map(|(_, p)| p.check(self)) {
+                    None => " (not a parameter ferroccl uses)".to_owned(),
+                    Some(Err(e)) => format!(" (invalid: {e})"),
+                    Some(Ok(())) => String::new(),
+                };
+                format!("{k} set by {} to {}.{note}", s.source, s.value)
             })
             .collect()
     }
 
-    /// Checks every registered integer and choice parameter; returns all errors.
+    /// Checks every registered integer and choice parameter ([`all_params`]);
+    /// returns all errors.
     pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
-        let errs: Vec<ConfigError> = PARAMS.iter().filter_map(|p| p.check(self).err()).collect();
+        let errs: Vec<ConfigError> = all_params().filter_map(|(_, p)| p.check(self).err()).collect();
         if errs.is_empty() { Ok(()) } else { Err(errs) }
     }
 }
@@ -581,6 +728,232 @@ pub mod params {
         max: 7 * 86_400,
         description: "seconds before a bootstrap wait or a stalled collective fails (ferroccl only)",
     };
+    /// `NCCL_P2P_NET_CHUNKSIZE`: bytes per network step of point-to-point
+    /// operations (rounded down to 64).
+    pub static P2P_NET_CHUNKSIZE: IntParam = IntParam {
+        name: "NCCL_P2P_NET_CHUNKSIZE",
+        default: 128 << 10,
+        min: 4 << 10,
+        max: 64 << 20,
+        description: "bytes per network step of point-to-point operations",
+    };
+    /// `FERROCCL_MIN_CHANNEL_BYTES`: a collective spreads over another channel only
+    /// when each gets at least this many bytes.
+    pub static MIN_CHANNEL_BYTES: IntParam = IntParam {
+        name: "FERROCCL_MIN_CHANNEL_BYTES",
+        default: 1 << 20,
+        min: 1,
+        max: 1 << 40,
+        description: "bytes per channel below which a collective uses fewer channels (ferroccl only)",
+    };
+    /// `FERROCCL_NET_USER_SEND_MIN`: operations with buffers of at least this many
+    /// bytes send straight from registered user memory; -1 = never.
+    pub static NET_USER_SEND_MIN: IntParam = IntParam {
+        name: "FERROCCL_NET_USER_SEND_MIN",
+        default: 64 << 10,
+        min: -1,
+        max: 1 << 40,
+        description: "bytes from which buffers are sent from registered user memory, -1 never (ferroccl only)",
+    };
+    /// `FERROCCL_NET_STRICT`: fail instead of falling back past the first net plugin candidate.
+    pub static NET_STRICT: StrParam = StrParam {
+        name: "FERROCCL_NET_STRICT",
+        default: Some("0"),
+        choices: &["0", "1", "true", "false", "yes", "no"],
+        description: "1: a rejected net plugin candidate is an error, no fallback (ferroccl only)",
+    };
+    /// `FERROCCL_NET_MAX_VERSION`: newest `ncclNetPlugin_vN` symbol probed.
+    pub static NET_MAX_VERSION: StrParam = StrParam {
+        name: "FERROCCL_NET_MAX_VERSION",
+        default: Some("12"),
+        choices: &[
+            "6", "7", "8", "9", "10", "11", "12", "v6", "v7", "v8", "v9", "v10", "v11", "v12",
+        ],
+        description: "newest ncclNetPlugin_vN symbol the host probes, 6..12 (ferroccl only)",
+    };
+    /// `FERROCCL_PLUGIN_PATH`: directories searched for plugins after the loader's path.
+    pub static PLUGIN_PATH: StrParam = s(
+        "FERROCCL_PLUGIN_PATH",
+        None,
+        "colon-separated directories searched for plugin libraries (ferroccl only)",
+    );
+
+    /// Parameters of the in-tree socket plugin (`plugins/net-socket`,
+    /// `libnccl-net-socket.so`), as NCCL's built-in socket transport reads them
+    /// (`src/transport/net_socket.cc`). `NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`
+    /// and `NCCL_SOCKET_RETRY_*` are shared with the bootstrap ([`super::PARAMS`]).
+    pub mod socket {
+        use super::IntParam;
+
+        /// `NCCL_SOCKET_NTHREADS`: helper threads per connection (-2 automatic).
+        pub static NTHREADS: IntParam = IntParam {
+            name: "NCCL_SOCKET_NTHREADS",
+            default: -2,
+            min: -2,
+            max: 16,
+            description: "socket plugin: helper threads per connection, 1..16 (-2: automatic)",
+        };
+        /// `NCCL_NSOCKS_PERTHREAD`: data sockets per helper thread (-2 automatic).
+        pub static NSOCKS_PERTHREAD: IntParam = IntParam {
+            name: "NCCL_NSOCKS_PERTHREAD",
+            default: -2,
+            min: -2,
+            max: 64,
+            description: "socket plugin: data sockets per helper thread (-2: automatic)",
+        };
+        /// `NCCL_SOCKET_INLINE`: messages of at most this many bytes go on the control stream.
+        pub static INLINE: IntParam = IntParam {
+            name: "NCCL_SOCKET_INLINE",
+            default: 128,
+            min: 0,
+            max: 1 << 30,
+            description: "socket plugin: messages up to this many bytes travel on the control stream",
+        };
+        /// `NCCL_SOCKET_MIN_TASKSIZE`: smallest chunk per data stream.
+        pub static MIN_TASKSIZE: IntParam = IntParam {
+            name: "NCCL_SOCKET_MIN_TASKSIZE",
+            default: 65536,
+            min: 1,
+            max: 1 << 30,
+            description: "socket plugin: smallest chunk per data stream, bytes",
+        };
+        /// `NCCL_SOCKET_SNDBUF`: SO_SNDBUF (<= 0: system default).
+        pub static SNDBUF: IntParam = IntParam {
+            name: "NCCL_SOCKET_SNDBUF",
+            default: -1,
+            min: -1,
+            max: i32::MAX as i64,
+            description: "socket plugin: SO_SNDBUF bytes (-1: system default)",
+        };
+        /// `NCCL_SOCKET_RCVBUF`: SO_RCVBUF (<= 0: system default).
+        pub static RCVBUF: IntParam = IntParam {
+            name: "NCCL_SOCKET_RCVBUF",
+            default: -1,
+            min: -1,
+            max: i32::MAX as i64,
+            description: "socket plugin: SO_RCVBUF bytes (-1: system default)",
+        };
+        /// `NCCL_SOCKET_MAGIC`: connection magic.
+        pub static MAGIC: IntParam = IntParam {
+            name: "NCCL_SOCKET_MAGIC",
+            default: 0x564a_b9f2_fc4b_9d6c,
+            min: i64::MIN,
+            max: i64::MAX,
+            description: "socket plugin: 64-bit magic that starts every connection",
+        };
+    }
+
+    /// Parameters of the in-tree IB verbs plugin (`plugins/net-ib`,
+    /// `libnccl-net-ib.so`), as NCCL's built-in IB transport reads them
+    /// (`src/transport/net_ib/`); ranges as the plugin enforces them.
+    pub mod ib {
+        use super::{IntParam, StrParam, s};
+
+        /// `NCCL_IB_DISABLE`: 1 makes the plugin's init fail.
+        pub static DISABLE: IntParam = IntParam {
+            name: "NCCL_IB_DISABLE",
+            default: 0,
+            min: 0,
+            max: 1,
+            description: "IB plugin: 1 disables it",
+        };
+        /// `NCCL_IB_HCA`: HCA/port filter (`^` exclude, `=` exact, `:port`).
+        pub static HCA: StrParam = s(
+            "NCCL_IB_HCA",
+            None,
+            "IB plugin: HCAs and ports to use (^ excludes, = exact)",
+        );
+        /// `NCCL_IB_GID_INDEX`: GID index (-1 automatic).
+        pub static GID_INDEX: IntParam = IntParam {
+            name: "NCCL_IB_GID_INDEX",
+            default: -1,
+            min: -1,
+            max: 65_535,
+            description: "IB plugin: RoCE GID index (-1: automatic)",
+        };
+        /// `NCCL_IB_ADDR_FAMILY`: family of automatically chosen RoCE GIDs.
+        pub static ADDR_FAMILY: StrParam = StrParam {
+            name: "NCCL_IB_ADDR_FAMILY",
+            default: Some("AF_INET"),
+            choices: &["AF_INET", "AF_INET6"],
+            description: "IB plugin: address family of automatically chosen RoCE GIDs",
+        };
+        /// `NCCL_IB_ADDR_RANGE`: `addr/prefixlen` of automatically chosen GIDs.
+        pub static ADDR_RANGE: StrParam = s(
+            "NCCL_IB_ADDR_RANGE",
+            None,
+            "IB plugin: addr/prefixlen that automatically chosen RoCE GIDs must lie in",
+        );
+        /// `NCCL_IB_ROCE_VERSION_NUM`: RoCE version of automatic GIDs.
+        pub static ROCE_VERSION_NUM: IntParam = IntParam {
+            name: "NCCL_IB_ROCE_VERSION_NUM",
+            default: 2,
+            min: 1,
+            max: 2,
+            description: "IB plugin: RoCE version of automatically chosen GIDs",
+        };
+        /// `NCCL_IB_QPS_PER_CONNECTION`.
+        pub static QPS_PER_CONNECTION: IntParam = IntParam {
+            name: "NCCL_IB_QPS_PER_CONNECTION",
+            default: 1,
+            min: 1,
+            max: 128,
+            description: "IB plugin: queue pairs per connection",
+        };
+        /// `NCCL_IB_TIMEOUT`: ACK timeout exponent (4.096 us x 2^value).
+        pub static TIMEOUT: IntParam = IntParam {
+            name: "NCCL_IB_TIMEOUT",
+            default: 20,
+            min: 1,
+            max: 31,
+            description: "IB plugin: ACK timeout exponent, 4.096 us x 2^value",
+        };
+        /// `NCCL_IB_RETRY_CNT`.
+        pub static RETRY_CNT: IntParam = IntParam {
+            name: "NCCL_IB_RETRY_CNT",
+            default: 7,
+            min: 0,
+            max: 7,
+            description: "IB plugin: transport retries",
+        };
+        /// `NCCL_IB_SL`: service level (-1: from the comm's traffic class, else 0).
+        pub static SL: IntParam = IntParam {
+            name: "NCCL_IB_SL",
+            default: -1,
+            min: -1,
+            max: 15,
+            description: "IB plugin: service level (-1: automatic)",
+        };
+        /// `NCCL_IB_TC`: traffic class (-1: from the comm, else 0).
+        pub static TC: IntParam = IntParam {
+            name: "NCCL_IB_TC",
+            default: -1,
+            min: -1,
+            max: 255,
+            description: "IB plugin: traffic class (-1: automatic)",
+        };
+        /// `NCCL_IB_PKEY`: partition key index.
+        pub static PKEY: IntParam = IntParam {
+            name: "NCCL_IB_PKEY",
+            default: 0,
+            min: 0,
+            max: 65_535,
+            description: "IB plugin: partition key index",
+        };
+        /// `NCCL_IBVERBS_LIB`: the libibverbs to dlopen (NCCL's name).
+        pub static IBVERBS_LIB: StrParam = s(
+            "NCCL_IBVERBS_LIB",
+            Some("libibverbs.so.1"),
+            "IB plugin: libibverbs library to load",
+        );
+        /// `NCCL_IB_VERBS_LIB`: the name the IB plugin read before it followed
+        /// NCCL's `NCCL_IBVERBS_LIB` (issue 20); kept registered while it is read.
+        pub static IB_VERBS_LIB: StrParam = s(
+            "NCCL_IB_VERBS_LIB",
+            None,
+            "IB plugin: former name of NCCL_IBVERBS_LIB (ferroccl only)",
+        );
+    }
 }
 
 /// Every registered parameter, for validation, echo and documentation.
@@ -604,4 +977,62 @@ pub static PARAMS: &[Param] = &[
     Param::Int(&params::SOCKET_RETRY_CNT),
     Param::Int(&params::SOCKET_RETRY_SLEEP_MSEC),
     Param::Int(&params::TIMEOUT_SEC),
+    Param::Int(&params::P2P_NET_CHUNKSIZE),
+    Param::Int(&params::MIN_CHANNEL_BYTES),
+    Param::Int(&params::NET_USER_SEND_MIN),
+    Param::Str(&params::NET_STRICT),
+    Param::Str(&params::NET_MAX_VERSION),
+    Param::Str(&params::PLUGIN_PATH),
 ];
+
+/// The in-tree plugins' own parameters, by plugin (registered here so that they
+/// are validated and echoed like the runtime's; the plugins read them with
+/// `getenv`, which sees `nccl.conf` values once [`Config::global`] ran).
+pub static PLUGIN_PARAMS: &[(&str, &[Param])] = &[
+    (
+        "net-socket",
+        &[
+            Param::Int(&params::socket::NTHREADS),
+            Param::Int(&params::socket::NSOCKS_PERTHREAD),
+            Param::Int(&params::socket::INLINE),
+            Param::Int(&params::socket::MIN_TASKSIZE),
+            Param::Int(&params::socket::SNDBUF),
+            Param::Int(&params::socket::RCVBUF),
+            Param::Int(&params::socket::MAGIC),
+        ],
+    ),
+    (
+        "net-ib",
+        &[
+            Param::Int(&params::ib::DISABLE),
+            Param::Str(&params::ib::HCA),
+            Param::Int(&params::ib::GID_INDEX),
+            Param::Str(&params::ib::ADDR_FAMILY),
+            Param::Str(&params::ib::ADDR_RANGE),
+            Param::Int(&params::ib::ROCE_VERSION_NUM),
+            Param::Int(&params::ib::QPS_PER_CONNECTION),
+            Param::Int(&params::ib::TIMEOUT),
+            Param::Int(&params::ib::RETRY_CNT),
+            Param::Int(&params::ib::SL),
+            Param::Int(&params::ib::TC),
+            Param::Int(&params::ib::PKEY),
+            Param::Str(&params::ib::IBVERBS_LIB),
+            Param::Str(&params::ib::IB_VERBS_LIB),
+        ],
+    ),
+];
+
+/// Every registered parameter with who reads it (`"runtime"`, `"net-socket"`,
+/// `"net-ib"`).
+pub fn all_params() -> impl Iterator<Item = (&'static str, Param)> {
+    PARAMS.iter().map(|p| ("runtime", *p)).chain(
+        PLUGIN_PARAMS
+            .iter()
+            .flat_map(|(o, ps)| ps.iter().map(move |p| (*o, *p))),
+    )
+}
+
+/// The registered parameter `name`, with who reads it.
+pub fn find_param(name: &str) -> Option<(&'static str, Param)> {
+    all_params().find(|(_, p)| p.name() == name)
+}

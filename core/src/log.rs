@@ -447,9 +447,11 @@ pub enum InitOutcome {
 
 static SETTINGS: OnceLock<(LogSettings, InitOutcome)> = OnceLock::new();
 
-/// Installs an [`NcclLayer`] built from `cfg` as the global `tracing` subscriber.
-/// Idempotent: only the first call acts; never panics when a global subscriber was
-/// already set by someone else.
+/// Installs an [`NcclLayer`] built from `cfg` as the global `tracing` subscriber,
+/// then logs `cfg`'s problems once as WARN lines: configuration files that were
+/// not read ([`Config::warnings`]) and registered parameters with invalid values
+/// ([`Config::validate`]). Idempotent: only the first call acts; never panics when
+/// a global subscriber was already set by someone else.
 pub fn init_from_config(cfg: &Config) -> InitOutcome {
     let mut first = false;
     let (_, outcome) = SETTINGS.get_or_init(|| {
@@ -465,6 +467,16 @@ pub fn init_from_config(cfg: &Config) -> InitOutcome {
         (settings, outcome)
     });
     if first {
+        // Once: configuration files that were not read, and registered
+        // parameters with invalid values (NCCL warns about bad values as it reads them).
+        for w in cfg.warnings() {
+            crate::nccl_warn!("{w}");
+        }
+        if let Err(errs) = cfg.validate() {
+            for e in errs {
+                crate::nccl_warn!("{e}");
+            }
+        }
         *outcome
     } else {
         InitOutcome::AlreadyInitialized

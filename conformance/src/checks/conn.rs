@@ -15,44 +15,60 @@ pub(crate) fn register(r: &mut Registry) {
         "§1.5",
         "listen returns a non-NULL listenComm and writes at most NCCL_NET_HANDLE_MAXSIZE (128) bytes of handle",
         listen,
-    );
+    )
+    .nccl("src/transport/net.cc recvProxySetup: listen(netContext, netDev, respBuff, &netListenComm), respSize == sizeof(ncclNetHandle_t)");
     r.add(
         "conn.nonblocking",
         "§1.5",
-        "connect and accept never block: no single call takes 1 s or more (NULL comm = call again, same handle buffer)",
+        "connect and accept never block: no single call takes 1 s or more (net.cc sendProxyConnect/recvProxyConnect: NULL comm = ncclInProgress, called again)",
         nonblocking,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyConnect/recvProxyConnect: a NULL comm returns ncclInProgress and the proxy calls again");
     r.add(
         "conn.fast_calls",
         "checklist",
         "no single listen/connect/accept call takes 100 ms or more",
         fast_calls,
     )
-    .advisory();
+    .advisory()
+    .nccl("src/transport/net.cc sendProxyConnect/recvProxyConnect: called from the proxy thread, which serves every connection");
     r.add(
         "conn.reuse_listen",
         "checklist",
-        "one listenComm accepts several connections, each delivering to its own recvComm",
+        "one listenComm accepts several connections, each delivering to its own recvComm (NCCL listens once per connection: net.cc recvProxySetup)",
         reuse_listen,
-    );
+    )
+    .advisory()
+    .nccl("NCCL never: recvProxySetup listens once per connection and recvProxyConnect closes it after accept");
+    r.add(
+        "conn.reuse_handle",
+        "checklist",
+        "connect works again with a handle buffer an earlier connect already used (NCCL gives each connection a fresh copy: net.cc sendConnect)",
+        reuse_handle,
+    )
+    .advisory()
+    .nccl("NCCL never: sendConnect copies the peer's handle into each connection's netSendConnectArgs");
     r.add(
         "conn.close_listen_early",
         "checklist",
-        "closeListen right after accept leaves the connected comms working (NCCL does this)",
+        "closeListen right after accept leaves the connected comms working (net.cc recvProxyConnect closes the listenComm once accept returns)",
         close_listen_early,
-    );
+    )
+    .nccl("src/transport/net.cc recvProxyConnect: closeListen(netListenComm) right after accept returns the recvComm");
     r.add(
         "conn.many_comms",
         "checklist",
-        "min(maxComms, 64) connections at once on one device all work",
+        "min(maxComms, 64) connections at once on one device all work, each from its own listen (net.cc recvProxySetup/recvProxyConnect)",
         many_comms,
-    );
+    )
+    .nccl("src/transport/net.cc: one listen/connect/accept per channel and peer, all on one device");
     r.add(
         "conn.cross_process",
         "§1.5",
-        "connections work across two processes with the handle passed out of band, both directions",
+        "connections work across two processes with the handle passed out of band, both directions (net.cc sendConnect: the handle travels in ncclConnect)",
         cross_process,
-    );
+    )
+    .nccl("src/transport/net.cc recvSetup/sendConnect: the listen handle travels to the peer inside ncclConnect");
 }
 
 fn listen(cx: &mut Cx, _: u64) -> Res {
@@ -74,7 +90,7 @@ fn listen(cx: &mut Cx, _: u64) -> Res {
             128 + at
         ));
     }
-    cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l))?;
+    cx.close_listen(l, "closeListen")?;
     Ok(())
 }
 
@@ -108,10 +124,10 @@ fn fast_calls(cx: &mut Cx, _: u64) -> Res {
 }
 
 fn reuse_listen(cx: &mut Cx, _: u64) -> Res {
-    let (l, mut h) = cx.listen()?;
+    let (l, h) = cx.listen()?;
     let mut pairs = Vec::new();
     for _ in 0..4 {
-        let (send, recv) = cx.establish(l, &mut h)?;
+        let (send, recv) = cx.establish(l, &h)?;
         pairs.push(Pair {
             listen: None,
             send,
@@ -122,7 +138,31 @@ fn reuse_listen(cx: &mut Cx, _: u64) -> Res {
         cx.roundtrip(p, 1000 + i, 4096, 100 + i as u64)
             .map_err(|e| context(e, &format!("connection {i} of 4 on one listenComm")))?;
     }
-    cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l))?;
+    cx.close_listen(l, "closeListen")?;
+    for p in pairs {
+        cx.close_pair(p)?;
+    }
+    Ok(())
+}
+
+fn reuse_handle(cx: &mut Cx, _: u64) -> Res {
+    let (l, h) = cx.listen()?;
+    let mut buf: Box<ferroccl::plugin::net::NetHandle> = Box::new(*h);
+    let mut pairs = Vec::new();
+    for i in 0..2 {
+        let (send, recv) = cx
+            .establish_with_buffer(l, &mut buf)
+            .map_err(|e| context(e, &format!("connection {} with the same handle buffer", i + 1)))?;
+        pairs.push(Pair {
+            listen: None,
+            send,
+            recv,
+        });
+    }
+    for (i, p) in pairs.iter().enumerate() {
+        cx.roundtrip(p, 777 + i, 1024, 300 + i as u64)?;
+    }
+    cx.close_listen(l, "closeListen")?;
     for p in pairs {
         cx.close_pair(p)?;
     }
@@ -132,7 +172,7 @@ fn reuse_listen(cx: &mut Cx, _: u64) -> Res {
 fn close_listen_early(cx: &mut Cx, _: u64) -> Res {
     let mut p = cx.pair()?;
     if let Some(l) = p.listen.take() {
-        cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l))?;
+        cx.close_listen(l, "closeListen right after accept")?;
     }
     cx.roundtrip(&p, 4096, 4096, 1)
         .map_err(|e| context(e, "after closeListen"))?;
@@ -143,12 +183,14 @@ fn close_listen_early(cx: &mut Cx, _: u64) -> Res {
 
 fn many_comms(cx: &mut Cx, _: u64) -> Res {
     let n = (cx.props.max_comms.max(1) as usize).min(64);
-    let (l, mut h) = cx.listen()?;
     let mut pairs = Vec::new();
     for i in 0..n {
+        // One listen per connection, closed once accept returned (as NCCL does).
+        let (l, h) = cx.listen()?;
         let (send, recv) = cx
-            .establish(l, &mut h)
+            .establish(l, &h)
             .map_err(|e| context(e, &format!("connection {} of {n}", i + 1)))?;
+        cx.close_listen(l, "closeListen after accept")?;
         pairs.push(Pair {
             listen: None,
             send,
@@ -159,7 +201,6 @@ fn many_comms(cx: &mut Cx, _: u64) -> Res {
         cx.roundtrip(p, 512 + i, 1024, i as u64)
             .map_err(|e| context(e, &format!("connection {} of {n}", i + 1)))?;
     }
-    cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l))?;
     for p in pairs {
         cx.close_pair(p)?;
     }
@@ -201,10 +242,12 @@ fn cross_process(cx: &mut Cx, _: u64) -> Res {
         std::thread::sleep(Duration::from_micros(100));
     };
     for (i, &len) in XSIZES.iter().enumerate() {
-        let mut buf = vec![0u8; len];
-        crate::cx::fill(&mut buf, i as u64);
-        let r = cx.post("isend to the peer process", |cx| cx.isend(send, &mut buf, 0, None))?;
+        let mut buf = vec![0u8; len.max(1)];
+        crate::cx::fill(&mut buf[..len], i as u64);
+        let mr = cx.reg_mr(send, &mut buf)?;
+        let r = cx.post("isend to the peer process", |cx| cx.isend(send, &mut buf[..len], 0, mr))?;
         cx.wait_all("isend to the peer process", &[r])?;
+        cx.dereg_mr(send, mr)?;
     }
     let verdict = peer.expect("", Duration::from_secs(30))?;
     ensure!(
@@ -213,7 +256,7 @@ fn cross_process(cx: &mut Cx, _: u64) -> Res {
         "peer (receiver) says: {verdict}"
     );
     drop(peer);
-    cx.call(Call::CloseSend, "closeSend", |n| n.close_send(send))?;
+    cx.close_send(send, "closeSend")?;
 
     // The peer sends, this process receives.
     let (l, h) = cx.listen()?;
@@ -233,13 +276,10 @@ fn cross_process(cx: &mut Cx, _: u64) -> Res {
     };
     for (i, &len) in XSIZES.iter().enumerate() {
         let mut buf = vec![0u8; len.max(1)];
-        let r = cx.post("irecv from the peer process", |cx| cx.irecv(recv, &mut buf, 0, None))?;
-        let got = cx.wait_all("irecv from the peer process", &[r])?[0];
-        ensure!(
-            got == len,
-            "test reports the size the peer sent",
-            "message {i}: test reported {got}, the peer sent {len}"
-        );
+        let mr = cx.reg_mr(recv, &mut buf)?;
+        let r = cx.post("irecv from the peer process", |cx| cx.irecv(recv, &mut buf, 0, mr))?;
+        cx.wait_all("irecv from the peer process", &[r])?;
+        cx.dereg_mr(recv, mr)?;
         if let Err(at) = crate::cx::verify(&buf[..len], i as u64) {
             return Err(fail!(
                 "received bytes equal the sent bytes",
@@ -249,7 +289,7 @@ fn cross_process(cx: &mut Cx, _: u64) -> Res {
     }
     peer.expect("done", Duration::from_secs(30))?;
     drop(peer);
-    cx.call(Call::CloseRecv, "closeRecv", |n| n.close_recv(recv))?;
-    cx.call(Call::CloseListen, "closeListen", |n| n.close_listen(l))?;
+    cx.close_recv(recv, "closeRecv")?;
+    cx.close_listen(l, "closeListen")?;
     Ok(())
 }

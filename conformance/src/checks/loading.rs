@@ -15,39 +15,53 @@ pub(crate) fn register(r: &mut Registry) {
         "§5.2",
         "the library exports ncclNetPlugin_vN for the version under test (reported: every version found)",
         symbols,
-    );
+    )
+    .nccl("src/plugin/net.cc: dlsym ncclNetPlugin_v12 ... _v6, the first symbol found wins");
     r.add_probe(
         "load.name",
         "§1.3",
         "the vtable name is a non-NULL, non-empty C string without spaces",
         name,
-    );
+    )
+    .nccl("src/plugin/net.cc: NCCL_NET / ncclConfig_t.netName is compared with ncclNet->name, case-insensitively");
     r.add(
         "load.init",
         "§1.5",
-        "init succeeds with the host's ncclDebugLogger_t and devices() reports at least 1 device",
+        "init succeeds with the host's ncclDebugLogger_t and devices() reports at least 1 device (src/plugin/net.cc: an init error or 0 devices disables the plugin; every other check depends on this one)",
         init,
-    );
+    )
+    .nccl("src/plugin/net.cc ncclNetInit: an init error, a devices() error or ndev <= 0 disables the plugin");
     r.add(
         "load.logger",
         "§4.3",
         "the plugin logs through the logger passed to init (messages arrive)",
         logger,
     )
-    .advisory();
+    .advisory()
+    .nccl("src/plugin/net.cc: init(&netContext, commHash, &config, ncclDebugLog, ncclProfilerCallback)");
     r.add(
         "load.ctx_cycles",
         "§1.5",
         "init(ctx)/finalize(ctx) can be repeated per communicator, and each ctx works",
         ctx_cycles,
     )
-    .since(11);
+    .since(11)
+    .nccl("src/plugin/net.cc: v11+ init(&comm->netContext, ...) for every communicator, finalize(netContext) at its destruction");
+    r.add(
+        "load.ctx_last_finalize",
+        "§1.5",
+        "after the last context is finalized, init(ctx) works again and the plugin is fully usable, 5 times (NCCL: init per communicator, finalize at its destruction; src/plugin/net.cc)",
+        ctx_last_finalize,
+    )
+    .since(11)
+    .nccl("src/plugin/net.cc: v11+ finalize(netContext) at every communicator's destruction, init again for the next one");
     r.add(
         "load.reload",
         "§5.2",
         "finalize, then loading the library again, works (devices and properties again)",
         reload,
-    );
+    )
+    .nccl("src/plugin/net.cc ncclNetFinalize: the last user dlcloses an external library; the next communicator loads and inits it again");
 }
 
 fn symbols(p: &Probe, v: u32) -> Res {
@@ -129,6 +143,42 @@ fn ctx_cycles(cx: &mut Cx, _: u64) -> Res {
         r?;
         cx.call(Call::Finalize, "finalize", |n| n.finalize_ctx(ctx))?;
     }
+    Ok(())
+}
+
+fn ctx_last_finalize(cx: &mut Cx, _: u64) -> Res {
+    // Finalize the worker's own context: no context is live now, and a plugin
+    // may tear everything down (NCCL finalizes at every communicator's end).
+    let own = cx.ctx;
+    cx.call(Call::Finalize, "finalize of the only live context", |n| {
+        n.finalize_ctx(own)
+    })?;
+    for i in 0..5u64 {
+        let what = format!("cycle {} of 5 after the last finalize", i + 1);
+        let ctx = cx.call(Call::Init, &format!("init ({what})"), |n| {
+            n.init_ctx(0x2000 + i, &CommConfig::default())
+        })?;
+        cx.ctx = ctx;
+        let n = cx.call(Call::Devices, &format!("devices ({what})"), |n| n.devices())?;
+        ensure!(
+            n == cx.ndev,
+            "the same device count after init again",
+            "{} devices first, {n} in {what}",
+            cx.ndev
+        );
+        let dev = cx.dev;
+        cx.call(Call::GetProperties, &format!("getProperties ({what})"), |n| {
+            n.properties(dev)
+        })?;
+        let p = cx.pair()?;
+        cx.roundtrip(&p, 4096 + i as usize, 8192, 40 + i)?;
+        cx.close_pair(p)?;
+        cx.call(Call::Finalize, &format!("finalize ({what})"), |n| n.finalize_ctx(ctx))?;
+    }
+    // Leave a live context for the worker's end.
+    cx.ctx = cx.call(Call::Init, "init (final)", |n| {
+        n.init_ctx(0x3000, &CommConfig::default())
+    })?;
     Ok(())
 }
 

@@ -9,33 +9,47 @@ pub(crate) fn register(r: &mut Registry) {
     r.add(
         "memory.reg_host",
         "checklist",
-        "regMr/deregMr of host memory work on send and recv comms, and registered buffers transfer",
+        "regMr/deregMr of host memory work on send and recv comms, and registered buffers transfer (net.cc sendProxyConnect/recvProxyConnect regMr; sendProxyFree/recvProxyFree deregMr)",
         reg_host,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyConnect/recvProxyConnect: regMr(comm, buffers[p], buffSizes[p], NCCL_PTR_HOST, &mhandles[p]); sendProxyFree/recvProxyFree: deregMr");
     r.add(
         "memory.reg_twice",
         "checklist",
         "the same host buffer can be registered twice on one comm and deregistered in any order",
         reg_twice,
-    );
+    )
+    .advisory()
+    .nccl("NCCL never on one connection: its registration cache (ncclRegFind) registers a range once per connection");
     r.add(
         "memory.reg_subrange",
         "§1.2",
-        "sub-ranges of a buffer transfer: through the whole buffer's mhandle if regIsGlobal, else through their own",
+        "sub-ranges of a registered buffer transfer through the whole buffer's mhandle (NCCL posts FIFO slots so: net.cc sendProxyProgress) and through their own registration",
         reg_subrange,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyProgress: isend of localBuff + buffSlot*stepSize with the FIFO's mhandle; sendProxyRegBuffer: regMr of user ranges");
+    r.add(
+        "memory.null_mhandle",
+        "checklist",
+        "isend/irecv with a NULL mhandle transfer host memory (NCCL always posts registered memory)",
+        null_mhandle,
+    )
+    .advisory()
+    .nccl("NCCL never: every isend/irecv passes sendMhandle/recvMhandle from regMr");
     r.add(
         "memory.cuda",
         "§4.1",
         "CUDA buffers register and transfer when ptrSupport claims NCCL_PTR_CUDA (needs a GPU)",
         cuda,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyConnect: regMr(..., NCCL_PTR_CUDA, ...) of GPU FIFOs when useGdr");
     r.add(
         "memory.dmabuf",
         "§1.5",
         "regMrDmaBuf works when ptrSupport claims NCCL_PTR_DMABUF (needs a GPU)",
         dmabuf,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxyConnect: regMrDmaBuf when useDmaBuf (ptrSupport & NCCL_PTR_DMABUF)");
 }
 
 fn reg_host(cx: &mut Cx, _: u64) -> Res {
@@ -45,10 +59,9 @@ fn reg_host(cx: &mut Cx, _: u64) -> Res {
     fill(&mut sbuf, 77);
     let smr = cx.reg_mr(p.send, &mut sbuf)?;
     let rmr = cx.reg_mr(p.recv, &mut rbuf)?;
-    let rr = cx.post("irecv with mhandle", |cx| cx.irecv(p.recv, &mut rbuf, 0, Some(rmr)))?;
-    let sr = cx.post("isend with mhandle", |cx| cx.isend(p.send, &mut sbuf, 0, Some(smr)))?;
-    let sizes = cx.wait_all("registered 1 MiB message", &[sr, rr])?;
-    ensure!(sizes[1] == 1 << 20, "test reports the size", "size {}", sizes[1]);
+    let rr = cx.post("irecv with mhandle", |cx| cx.irecv(p.recv, &mut rbuf, 0, rmr))?;
+    let sr = cx.post("isend with mhandle", |cx| cx.isend(p.send, &mut sbuf, 0, smr))?;
+    cx.wait_all("registered 1 MiB message", &[sr, rr])?;
     if let Err(at) = verify(&rbuf, 77) {
         return Err(fail!(
             "received bytes equal the sent bytes",
@@ -81,44 +94,78 @@ fn reg_subrange(cx: &mut Cx, _: u64) -> Res {
     let smr = cx.reg_mr(p.send, &mut sbuf)?;
     let rmr = cx.reg_mr(p.recv, &mut rbuf)?;
     let (off, len) = (4096 + 8, 100_000);
-    fill(&mut sbuf[off..off + len], 31);
-    let (smr2, rmr2) = if cx.props.reg_is_global {
-        (smr, rmr)
-    } else {
-        let a = cx.reg_mr(p.send, &mut sbuf[off..off + len])?;
-        let b = cx.reg_mr(p.recv, &mut rbuf[off..off + len])?;
-        (a, b)
-    };
-    let rr = cx.post("irecv into a sub-range", |cx| {
-        cx.irecv(p.recv, &mut rbuf[off..off + len], 0, Some(rmr2))
-    })?;
-    let sr = cx.post("isend from a sub-range", |cx| {
-        cx.isend(p.send, &mut sbuf[off..off + len], 0, Some(smr2))
-    })?;
-    cx.wait_all("sub-range message", &[sr, rr])?;
-    if let Err(at) = verify(&rbuf[off..off + len], 31) {
-        return Err(fail!(
-            "received bytes equal the sent bytes",
-            "sub-range at offset {off}: wrong byte at offset {at}"
-        ));
-    }
-    ensure!(
-        rbuf[..off].iter().all(|b| *b == 0),
-        "bytes outside the posted sub-range stay untouched",
-        "the plugin wrote before the receive buffer"
-    );
-    ensure!(
-        rbuf[off + len..].iter().all(|b| *b == 0),
-        "bytes outside the posted sub-range stay untouched",
-        "the plugin wrote past the receive buffer"
-    );
-    if !cx.props.reg_is_global {
-        cx.dereg_mr(p.send, smr2)?;
-        cx.dereg_mr(p.recv, rmr2)?;
+    // First through the whole buffer's mhandle (NCCL's FIFO slots), then through
+    // a registration of the sub-range itself (NCCL's user-buffer registration).
+    for (round, seed) in [(0, 31u64), (1, 32)] {
+        rbuf.iter_mut().for_each(|b| *b = 0);
+        fill(&mut sbuf[off..off + len], seed);
+        let (smr2, rmr2) = if round == 0 {
+            (smr, rmr)
+        } else {
+            let a = cx.reg_mr(p.send, &mut sbuf[off..off + len])?;
+            let b = cx.reg_mr(p.recv, &mut rbuf[off..off + len])?;
+            (a, b)
+        };
+        let how = if round == 0 {
+            "through the whole buffer's mhandle"
+        } else {
+            "through its own registration"
+        };
+        let rr = cx.post("irecv into a sub-range", |cx| {
+            cx.irecv(p.recv, &mut rbuf[off..off + len], 0, rmr2)
+        })?;
+        let sr = cx.post("isend from a sub-range", |cx| {
+            cx.isend(p.send, &mut sbuf[off..off + len], 0, smr2)
+        })?;
+        cx.wait_all("sub-range message", &[sr, rr])?;
+        if let Err(at) = verify(&rbuf[off..off + len], seed) {
+            return Err(fail!(
+                "received bytes equal the sent bytes",
+                "sub-range at offset {off} {how}: wrong byte at offset {at}"
+            ));
+        }
+        ensure!(
+            rbuf[..off].iter().all(|b| *b == 0),
+            "bytes outside the posted sub-range stay untouched",
+            "the plugin wrote before the receive buffer ({how})"
+        );
+        ensure!(
+            rbuf[off + len..].iter().all(|b| *b == 0),
+            "bytes outside the posted sub-range stay untouched",
+            "the plugin wrote past the receive buffer ({how})"
+        );
+        if round == 1 {
+            cx.dereg_mr(p.send, smr2)?;
+            cx.dereg_mr(p.recv, rmr2)?;
+        }
     }
     cx.dereg_mr(p.send, smr)?;
     cx.dereg_mr(p.recv, rmr)?;
     cx.notes.push(format!("regIsGlobal = {}", cx.props.reg_is_global));
+    cx.close_pair(p)
+}
+
+fn null_mhandle(cx: &mut Cx, _: u64) -> Res {
+    let p = cx.pair()?;
+    let mut sbuf = vec![0u8; 65536];
+    let mut rbuf = vec![0u8; 65536];
+    fill(&mut sbuf, 99);
+    let slot = ferroccl::plugin::net::RecvSlot {
+        data: rbuf.as_mut_ptr(),
+        size: rbuf.len(),
+        tag: 0,
+        mr: None,
+    };
+    let rr = cx.post("irecv with a NULL mhandle", |cx| cx.irecv_slots(p.recv, &[slot], false))?;
+    let (sp, sl) = (sbuf.as_mut_ptr(), sbuf.len());
+    let sr = cx.post("isend with a NULL mhandle", |cx| cx.isend_raw(p.send, sp, sl, 0, None))?;
+    cx.wait_all("message posted with NULL mhandles", &[sr, rr])?;
+    if let Err(at) = verify(&rbuf, 99) {
+        return Err(fail!(
+            "received bytes equal the sent bytes",
+            "NULL mhandle: wrong byte at offset {at}"
+        ));
+    }
     cx.close_pair(p)
 }
 

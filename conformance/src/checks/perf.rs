@@ -29,11 +29,9 @@ fn sweep(cx: &mut Cx, _: u64) -> Res {
         let mut size = 8usize;
         while size <= max {
             // Latency: one message at a time.
-            let lat_iters = if size <= 64 << 10 { 200 } else { 10 };
+            let lat_iters: usize = if size <= 64 << 10 { 200 } else { 10 };
             let t = Instant::now();
-            for i in 0..lat_iters {
-                cx.roundtrip_unverified(&p, size, i)?;
-            }
+            cx.stream(&p, size, lat_iters, 1)?;
             let lat_us = t.elapsed().as_secs_f64() * 1e6 / lat_iters as f64;
             // Bandwidth: 8 messages in flight.
             let bw_iters = ((256usize << 20) / size).clamp(16, 2000);

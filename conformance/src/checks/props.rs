@@ -14,49 +14,59 @@ pub(crate) fn register(r: &mut Registry) {
         "§1.2",
         "getProperties succeeds and name is a non-empty string",
         name,
-    );
+    )
+    .nccl("src/transport/net.cc sendProxySetup/recvProxySetup: getProperties(netDev, &props)");
     r.add(
         "props.pci_path",
         "§1.2",
         "pciPath is NULL (virtual device) or an existing sysfs path",
         pci_path,
-    );
-    r.add("props.speed", "§1.2", "speed (Mbps) is > 0", speed);
+    )
+    .nccl("src/graph/topo.cc: the NIC is placed in the topology from props.pciPath");
+    r.add("props.speed", "§1.2", "speed (Mbps) is > 0", speed)
+        .nccl("src/graph/topo.cc: the NIC's bandwidth in the topology comes from props.speed");
     r.add(
         "props.ptr_support",
         "§1.2",
         "ptrSupport includes NCCL_PTR_HOST (0x1) and no unknown bits",
         ptr_support,
-    );
-    r.add("props.max_comms", "§1.2", "maxComms >= 1", max_comms);
+    )
+    .nccl("src/transport/net.cc sendProxySetup: useDmaBuf needs props.ptrSupport & NCCL_PTR_DMABUF; host FIFOs are registered as NCCL_PTR_HOST");
+    r.add("props.max_comms", "§1.2", "maxComms >= 1", max_comms)
+        .nccl("src/transport/net.cc: one sendComm/recvComm pair per channel and peer connection");
     r.add(
         "props.max_recvs",
         "§1.2",
         "maxRecvs >= 1 (and <= 8, NCCL_NET_IB_MAX_RECVS)",
         max_recvs,
-    );
+    )
+    .nccl("src/transport/net.cc recvProxyProgress: up to props.maxRecvs subs share one irecv");
     r.add(
         "props.latency",
         "§1.2",
         "latency (us) is finite, >= 0 and below 1 s",
         latency,
     )
-    .advisory();
+    .advisory()
+    .nccl("src/graph/topo.cc: props.latency feeds the topology's NIC latency");
     r.add(
         "props.device_type",
         "§1.5",
         "netDeviceType is HOST (0), or UNPACK (1) with netDeviceVersion 7",
         device_type,
-    );
+    )
+    .nccl("src/plugin/net.cc: netDeviceType must be NCCL_NET_DEVICE_HOST, or UNPACK with netDeviceVersion 7");
     r.add(
         "props.max_bytes",
         "§1.2",
         "maxP2pBytes and maxCollBytes are > 0 and <= 2^40 (NCCL_MAX_NET_SIZE_BYTES)",
         max_bytes,
     )
-    .since(9);
+    .since(9)
+    .nccl("src/transport/net.cc sendProxySetup: maxP2pBytes <= 0 or > NCCL_MAX_NET_SIZE_BYTES is an error");
     r.add("props.multi_request", "§1.2", "maxMultiRequestSize >= 1", multi_request)
-        .since(11);
+        .since(11)
+        .nccl("src/plugin/net.cc: v11+ maxMultiRequestSize (v6..v10 adapters assume 1)");
     r.add(
         "props.rail_plane",
         "§1.2",
@@ -64,14 +74,16 @@ pub(crate) fn register(r: &mut Registry) {
         rail_plane,
     )
     .since(12)
-    .advisory();
+    .advisory()
+    .nccl("src/plugin/net/net_v12.cc: railId/planeId passed through to the topology");
     r.add(
         "props.guid",
         "§1.2",
         "devices on different NICs report different guids (two ports of one NIC share one)",
         guid,
     )
-    .advisory();
+    .advisory()
+    .nccl("src/graph/topo.cc: NICs with the same guid are ports of one NIC");
 }
 
 fn each(cx: &mut Cx, f: impl Fn(usize, &Properties) -> Res) -> Res {

@@ -51,6 +51,12 @@
 //! with its code; 0 devices; device type unusable), and the choice (name, API
 //! version, file). The same facts are returned as data ([`LoadReport`]).
 //!
+//! **Configuration first.** Every load path first runs
+//! [`crate::config::Config::global`], which applies `nccl.conf` to the
+//! environment as NCCL's `initEnv` does, so a plugin's own `getenv("NCCL_…")` sees
+//! file values; [`LoadOptions::from_env`] reads the same merged view
+//! (`NCCL_NET_PLUGIN`, `NCCL_NET` set in `nccl.conf` select plugins).
+//!
 //! # Lifetime rules
 //!
 //! * Function pointers are read only after `init` (see [`adapter`]).
@@ -70,6 +76,7 @@
 //! exports; [`logger`] is the `ncclDebugLogger_t` given to plugins.
 
 pub mod adapter;
+pub mod cuda_stub;
 pub mod error;
 pub mod library;
 pub mod logger;
@@ -285,6 +292,8 @@ fn log_candidate(c: &CandidateReport) {
 /// [`PluginError::Strict`] in strict mode; [`PluginError::InvalidOption`] for a
 /// version cap outside 6 ..= 12.
 pub fn load_net(opts: &LoadOptions) -> Result<LoadedNet, PluginError> {
+    // nccl.conf reaches the environment before any plugin reads it (NCCL's initEnv).
+    crate::config::Config::global();
     check_cap(opts)?;
     let dirs = search_dirs(opts);
     let mut todo: Vec<(String, CandidateKind)> = net_plugin_list(opts.net_plugin.as_deref())
@@ -366,6 +375,7 @@ fn check_cap(opts: &LoadOptions) -> Result<(), PluginError> {
 /// (init, devices or getProperties failed), [`PluginError::NoDevices`],
 /// [`PluginError::DeviceTypeUnusable`].
 pub fn load_net_from(name_or_path: &str, opts: &LoadOptions) -> Result<LoadedNet, PluginError> {
+    crate::config::Config::global();
     check_cap(opts)?;
     let dirs = search_dirs(opts);
     let outcome = open_plugin_lib(name_or_path, "libnccl-net", &dirs);

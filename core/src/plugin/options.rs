@@ -1,4 +1,5 @@
-//! Host options for plugin loading (`NCCL_NET_PLUGIN`, `NCCL_NET`, ferroccl extensions).
+//! Host options for plugin loading (`NCCL_NET_PLUGIN`, `NCCL_NET`, ferroccl extensions),
+//! read from the process configuration (environment and `nccl.conf`, NCCL's precedence).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -58,11 +59,22 @@ impl Default for LoadOptions {
 }
 
 impl LoadOptions {
-    /// Reads the process environment. Invalid values of ferroccl's own variables
-    /// are logged (WARN) and replaced by their defaults; use
-    /// [`LoadOptions::try_from_lookup`] to get them as errors.
+    /// Reads the process configuration as NCCL does: the environment over
+    /// `NCCL_CONF_FILE` / `~/.nccl.conf` over `/etc/nccl.conf`
+    /// ([`crate::config::Config::global`], which also applies the files to the
+    /// environment). Invalid values of ferroccl's own variables are logged (WARN)
+    /// and replaced by their defaults; use [`LoadOptions::try_from_config`] to get
+    /// them as errors.
     pub fn from_env() -> Self {
-        Self::from_lookup_lossy(|k| std::env::var(k).ok())
+        let cfg = crate::config::Config::global();
+        Self::from_lookup_lossy(|k| cfg.raw(k).map(str::to_owned))
+    }
+
+    /// Like [`LoadOptions::from_env`], with invalid values of ferroccl's own
+    /// variables as errors.
+    pub fn try_from_config() -> Result<Self, PluginError> {
+        let cfg = crate::config::Config::global();
+        Self::try_from_lookup(|k| cfg.raw(k).map(str::to_owned))
     }
 
     /// Like [`LoadOptions::from_env`], from a map of variable → value (tests).

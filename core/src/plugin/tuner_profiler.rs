@@ -14,6 +14,10 @@
 //! 5. the outcome is **sticky for the process**: after a failure (or `none`) the
 //!    load is never retried; after a success later callers share the same plugin.
 //!
+//! A profiler that fails to open only for want of `cudaEvent*` symbols (NCCL's
+//! example profiler expects the application's CUDA runtime) is opened again after
+//! the host provides them ([`super::cuda_stub`]).
+//!
 //! [`AuxLoader`] holds that status; [`tuner_loader`] / [`profiler_loader`] are the
 //! process-wide instances; tests make their own with [`AuxLoader::new`].
 
@@ -139,6 +143,7 @@ impl AuxLoader {
     /// [`PluginError::DlOpen`] / [`PluginError::NoSymbol`] on the first failure, and
     /// [`PluginError::StickyFailure`] on every later call after a failure.
     pub fn load(&self, opts: &LoadOptions, net: Option<&LoadedNet>) -> Result<Arc<AuxPlugin>, PluginError> {
+        crate::config::Config::global();
         let mut st = self.status.lock().unwrap_or_else(|e| e.into_inner());
         match &*st {
             Status::Loaded(p) => return Ok(p.clone()),
@@ -181,6 +186,25 @@ impl AuxLoader {
         let requested = setting.unwrap_or("");
         let dirs = search_dirs(opts);
         let mut outcome = open_plugin_lib(requested, kind.prefix(), &dirs);
+        // A profiler that needs cudaEvent* from the host (NCCL's example does):
+        // provide them when no CUDA runtime is loaded, then open it again
+        // (see `cuda_stub`).
+        if kind == AuxKind::Profiler
+            && outcome.lib.is_none()
+            && let Some(e) = outcome.attempts.iter().find_map(|a| match &a.result {
+                AttemptResult::Failed(e) if super::cuda_stub::needs_stub(e) => Some(e.clone()),
+                _ => None,
+            })
+        {
+            match super::cuda_stub::provide() {
+                Ok(how) => {
+                    tracing::info!(target: "ferroccl::plugin",
+                        "PROFILER/Plugin: {e}; cudaEvent* now provided ({how:?}), opening it again");
+                    outcome = open_plugin_lib(requested, kind.prefix(), &dirs);
+                }
+                Err(err) => tracing::info!(target: "ferroccl::plugin", "PROFILER/Plugin: {e}; {err}"),
+            }
+        }
         let mut from_net = false;
         if outcome.lib.is_none()
             && let Some(path) = net.filter(|n| n.is_external()).map(|n| n.plugin.info().path.clone())

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use ferroccl::plugin::library::{AttemptResult, open_plugin_lib, search_dirs};
 use ferroccl::plugin::logger::LogCapture;
-use ferroccl::plugin::net::{NetPlugin, Properties};
+use ferroccl::plugin::net::{CommConfig, NetPlugin, Properties};
 use ferroccl::plugin::symbols::{PluginType, exported_symbols};
 use ferroccl::plugin::tuner_profiler::{AuxKind, AuxLoader};
 use ferroccl::plugin::{LoadOptions, LoadedNet, Outcome, PluginError, load_net, load_net_from};
@@ -66,7 +66,8 @@ fn main() -> ExitCode {
         } => (target, max_version, plugin_path),
         Cmd::Ib => return ib_inventory(),
     };
-    let opts = match LoadOptions::try_from_lookup(|k| std::env::var(k).ok()) {
+    // Environment over NCCL_CONF_FILE / ~/.nccl.conf over /etc/nccl.conf, as the runtime reads it.
+    let opts = match LoadOptions::try_from_config() {
         Ok(o) => o,
         Err(e) => {
             eprintln!("error: {e}");
@@ -253,17 +254,35 @@ fn print_net(net: &LoadedNet) {
         None => println!("collnet: none"),
     }
     println!("regMrDmaBuf: {}", if p.has_dmabuf() { "present" } else { "absent" });
-    match p.devices() {
-        Ok(n) => {
-            println!("devices: {n}");
-            for d in 0..n {
-                match p.properties(d) {
-                    Ok(props) => print_props(d, &props),
-                    Err(e) => println!("  dev {d}: getProperties failed: {e}"),
+    // Query devices with a context open, as NCCL does (devices/getProperties run
+    // between a communicator's init and finalize, src/plugin/net.cc): a v11/v12
+    // plugin may tear down its device state when its last context is finalized,
+    // and the host's load check already finalized its probe context.
+    let ctx = match p.init_ctx(0, &CommConfig::default()) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            println!("devices: init (a context to query devices in) failed: {e}");
+            None
+        }
+    };
+    if ctx.is_some() {
+        match p.devices() {
+            Ok(n) => {
+                println!("devices: {n}");
+                for d in 0..n {
+                    match p.properties(d) {
+                        Ok(props) => print_props(d, &props),
+                        Err(e) => println!("  dev {d}: getProperties failed: {e}"),
+                    }
                 }
             }
+            Err(e) => println!("devices: failed: {e}"),
         }
-        Err(e) => println!("devices: failed: {e}"),
+    }
+    if let Some(c) = ctx
+        && let Err(e) = p.finalize_ctx(c)
+    {
+        println!("finalize of the query context failed: {e}");
     }
 }
 
