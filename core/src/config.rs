@@ -771,6 +771,21 @@ pub mod params {
         ],
         description: "newest ncclNetPlugin_vN symbol the host probes, 6..12 (ferroccl only)",
     };
+    /// `FERROCCL_MAX_QUEUED_OPS`: operations (or groups) queued on one
+    /// communicator before enqueue blocks.
+    pub static MAX_QUEUED_OPS: IntParam = IntParam {
+        name: "FERROCCL_MAX_QUEUED_OPS",
+        default: 4096,
+        min: 1,
+        max: 1 << 24,
+        description: "operations queued per communicator before enqueue blocks (ferroccl only)",
+    };
+    /// `NCCL_HOSTID`: replaces the boot id in the host identity (`getHostHash`).
+    pub static HOSTID: StrParam = s(
+        "NCCL_HOSTID",
+        None,
+        "host identity used instead of the boot id: ranks with equal values share a host",
+    );
     /// `FERROCCL_PLUGIN_PATH`: directories searched for plugins after the loader's path.
     pub static PLUGIN_PATH: StrParam = s(
         "FERROCCL_PLUGIN_PATH",
@@ -983,6 +998,8 @@ pub static PARAMS: &[Param] = &[
     Param::Str(&params::NET_STRICT),
     Param::Str(&params::NET_MAX_VERSION),
     Param::Str(&params::PLUGIN_PATH),
+    Param::Int(&params::MAX_QUEUED_OPS),
+    Param::Str(&params::HOSTID),
 ];
 
 /// The in-tree plugins' own parameters, by plugin (registered here so that they

@@ -74,7 +74,6 @@ fn run(name: &str, nranks: usize) {
 }
 
 #[test]
-#[ignore = "needs the runtime to ignore plugin-reported sizes (lead)"]
 fn matrix_over_a_plugin_that_never_reports_sizes() {
     run("no-sizes", 3);
 }

@@ -64,12 +64,6 @@ fn cfg_err(e: crate::config::ConfigError) -> Error {
     Error::Config(e)
 }
 
-/// Integer parameter from the process [`Config`] (environment over `nccl.conf`),
-/// parsed like NCCL (`strtoll(s, NULL, 0)`) and checked against `lo..=hi`.
-fn int_param(name: &str, default: i64, lo: i64, hi: i64) -> Result<i64> {
-    Config::global().get_int(name, default, lo..=hi).map_err(cfg_err)
-}
-
 fn str_param(name: &str) -> Option<String> {
     Config::global()
         .get_str(name)
@@ -111,7 +105,7 @@ impl CommParams {
                 "NCCL_BUFFSIZE={buffsize} must be a multiple of 64 and at least {NCCL_STEPS_MIN_BYTES}"
             )));
         }
-        let p2p_chunksize = int_param("NCCL_P2P_NET_CHUNKSIZE", 128 << 10, 4 << 10, 64 << 20)? as usize;
+        let p2p_chunksize = params::P2P_NET_CHUNKSIZE.get(cfg).map_err(cfg_err)? as usize;
         let p2p_chunksize = p2p_chunksize / 64 * 64;
         let mut bootstrap = match &c.bootstrap {
             Some(b) => b.clone(),
@@ -137,18 +131,18 @@ impl CommParams {
             // machine, with sends and receives straight from user memory, one
             // channel beat two at 1 MiB (400-560 vs 510-700 µs, 5 interleaved
             // runs) and tied at 4 and 16 MiB. 256 KiB was the default before.
-            min_channel_bytes: int_param("FERROCCL_MIN_CHANNEL_BYTES", 1 << 20, 1, 1 << 40)? as usize,
+            min_channel_bytes: params::MIN_CHANNEL_BYTES.get(cfg).map_err(cfg_err)? as usize,
             // Operations with buffers of at least this many bytes send straight from
             // user memory registered with the plugin for the operation (regMr at
             // its start, deregMr at its end) instead of copying into the FIFO
             // first; -1 = never. Below 64 KiB the copy is cheaper than the
             // registrations.
-            user_send_min: usize::try_from(int_param("FERROCCL_NET_USER_SEND_MIN", 64 << 10, -1, 1 << 40)?).ok(),
+            user_send_min: usize::try_from(params::NET_USER_SEND_MIN.get(cfg).map_err(cfg_err)?).ok(),
             // Operations (or groups) queued on a communicator before enqueue blocks:
             // bounds the memory an application that never synchronizes can make us
             // hold (each queued item is a few hundred bytes), as NCCL's bounded work
             // FIFO does.
-            max_queued_ops: int_param("FERROCCL_MAX_QUEUED_OPS", 4096, 1, 1 << 24)? as usize,
+            max_queued_ops: params::MAX_QUEUED_OPS.get(cfg).map_err(cfg_err)? as usize,
             allreduce_algo: match str_param("NCCL_ALGO").map(|s| s.to_ascii_lowercase()).as_deref() {
                 Some("tree") => Some(crate::coll::Algo::Tree),
                 Some("ring") => Some(crate::coll::Algo::Ring),

@@ -197,7 +197,7 @@ pub(crate) fn agree(
 /// several hosts on one machine).
 pub(crate) fn host_hash() -> u64 {
     let mut s = hostname();
-    match Config::global().get_str("NCCL_HOSTID") {
+    match crate::config::params::HOSTID.get(Config::global()) {
         Some(id) => s = id.to_string(),
         None => {
             if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
