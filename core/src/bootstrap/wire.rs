@@ -168,7 +168,19 @@ pub(crate) fn connect_bootstrap(
     }
 }
 
-/// Binds a listener on `addr` (port 0 = ephemeral).
+/// Listen backlog of bootstrap listeners: NCCL's `ncclSocketListen`
+/// (`src/misc/socket.cc`) passes 16384 (the kernel caps it at `net.core.somaxconn`),
+/// so that a burst of ranks reaching the root at once is queued, not dropped into
+/// SYN retransmits (std's default is 128).
+pub(crate) const LISTEN_BACKLOG: i32 = 16384;
+
+/// Binds a listener on `addr` (port 0 = ephemeral) with `SO_REUSEADDR` (as std and
+/// NCCL do) and a backlog of [`LISTEN_BACKLOG`].
 pub(crate) fn listen(addr: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(addr).map_err(|e| BootstrapError::io(format!("binding a listener on {addr}"), e))
+    let err = |e| BootstrapError::io(format!("binding a listener on {addr}"), e);
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None).map_err(err)?;
+    s.set_reuse_address(true).map_err(err)?;
+    s.bind(&addr.into()).map_err(err)?;
+    s.listen(LISTEN_BACKLOG).map_err(err)?;
+    Ok(s.into())
 }
