@@ -99,14 +99,6 @@ fn rejected(root: SocketAddr, bytes: &[u8], expect: &str) -> String {
     )
 }
 
-fn wait_until_listening(addr: SocketAddr) {
-    let t0 = Instant::now();
-    while TcpStream::connect(addr).is_err() {
-        assert!(t0.elapsed() < WAIT, "root at {addr} never came up");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn crafted_records_are_rejected_and_the_root_keeps_serving() {
     capture_logs();
@@ -124,9 +116,18 @@ fn crafted_records_are_rejected_and_the_root_keeps_serving() {
         })
     };
     let r0 = spawn(0);
-    wait_until_listening(root);
-    // The duplicate below must come after the real rank 0's record.
-    wait_for_log(&[&format!("bootstrap root {root}: rank 0/3 from")], WAIT);
+    // The duplicate below must come after the real rank 0's record. If rank 0 failed
+    // (e.g. another process took the port), report its error rather than waiting.
+    let want = format!("bootstrap root {root}: rank 0/3 from");
+    let t0 = Instant::now();
+    while !logs().contains(&want) {
+        if r0.is_finished() {
+            r0.join().expect("rank 0 failed before reaching its root");
+            panic!("rank 0 finished before its root logged its record");
+        }
+        assert!(t0.elapsed() < WAIT, "no {want:?} in the log:\n{}", logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let m = crafted(root, magic, 1, i32::MAX as usize);
     assert!(
@@ -204,6 +205,7 @@ fn a_fresh_root_sizes_nothing_from_a_huge_first_record() {
 
 #[test]
 fn absurd_nranks_is_an_error_not_an_abort() {
+    capture_logs();
     let c = cfg(Duration::from_secs(5));
     let id = UniqueId::new(0x1234, "127.0.0.1:9".parse().unwrap());
     for n in [MAX_NRANKS + 1, i32::MAX as usize, usize::MAX] {
@@ -237,6 +239,7 @@ fn perf_tool() -> std::path::PathBuf {
 
 #[test]
 fn perf_tool_rejects_absurd_launcher_sizes_with_an_error() {
+    capture_logs();
     let perf = perf_tool();
     let port = port_support::unused_port();
     let run = |env: &[(&str, &str)]| {

@@ -128,13 +128,18 @@ impl std::io::Write for LogWriter {
 }
 
 /// Captures this process' `ferroccl::bootstrap` log lines (debug and up) in memory,
-/// for [`wait_for_log`]. Idempotent.
+/// for [`wait_for_log`]. Idempotent; concurrent callers wait for the first. Every test
+/// of a binary that captures logs must call it before touching the bootstrap: a
+/// tracing call site first reached without a subscriber may stay disabled.
 pub fn capture_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_writer(|| LogWriter)
-        .with_ansi(false)
-        .with_env_filter("ferroccl::bootstrap=debug")
-        .try_init();
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(|| LogWriter)
+            .with_ansi(false)
+            .with_env_filter("ferroccl::bootstrap=debug")
+            .try_init();
+    });
 }
 
 /// Everything captured so far.
