@@ -97,15 +97,17 @@ impl Stats {
                 .and_then(|g| g.clone())
                 .unwrap_or_default();
             parts.push(format!(
-                "ran out of file descriptors: accept() failed {fd} times ({last}); the limit is {} (raise it with \
+                "ran out of file descriptors: accept() failed {fd} time{} ({last}); the limit is {} (raise it with \
                  `ulimit -n`)",
+                if fd == 1 { "" } else { "s" },
                 nofile_limit()
             ));
         }
         if dropped > 0 {
             parts.push(format!(
-                "dropped {dropped} unauthenticated connections (more than {MAX_PENDING_CONNECTIONS} pending, or to \
-                 free file descriptors)"
+                "dropped {dropped} unauthenticated connection{} (more than {MAX_PENDING_CONNECTIONS} pending, or to \
+                 free file descriptors)",
+                if dropped == 1 { "" } else { "s" }
             ));
         }
         (!parts.is_empty()).then(|| parts.join("; "))
