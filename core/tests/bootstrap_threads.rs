@@ -129,3 +129,38 @@ fn invalid_arguments() {
         assert!(matches!(bs.broadcast(3, b""), Err(BootstrapError::InvalidArgument(_))));
     });
 }
+
+#[test]
+fn survivor_exchange_runs_beside_a_blocked_receive() {
+    use ferroccl::bootstrap::{MAX_SURVIVOR_BYTES, SurvivorStatus};
+    let c = cfg(OK_TIMEOUT);
+    let id = new_id(&c);
+    run_threads(id, 3, &c, |bs| {
+        let (r, n) = (bs.rank(), bs.nranks());
+        let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+        std::thread::scope(|sc| {
+            // Another thread of this rank is blocked in a receive (and holds no lock the
+            // exchange needs) until the exchange is over.
+            let blocked = sc.spawn(|| bs.recv(prev, 99));
+            for tag in [7u32, 8] {
+                let mine = format!("tag {tag} from rank {r}");
+                let s = bs
+                    .exchange_among_survivors(tag, mine.as_bytes(), Duration::from_secs(20))
+                    .expect("exchange");
+                assert_eq!(s.answered(), vec![0, 1, 2], "{s:?}");
+                assert!(s.missing().is_empty());
+                for p in 0..n {
+                    assert_eq!(s.data(p).unwrap(), format!("tag {tag} from rank {p}").as_bytes());
+                    assert!(matches!(s.status[p], SurvivorStatus::Answered(_)));
+                }
+            }
+            bs.send(next, 99, b"release").unwrap();
+            assert_eq!(blocked.join().unwrap().unwrap(), b"release");
+        });
+        let e = bs
+            .exchange_among_survivors(1, &vec![0u8; MAX_SURVIVOR_BYTES + 1], Duration::from_secs(1))
+            .unwrap_err();
+        assert!(matches!(e, BootstrapError::InvalidArgument(_)), "{e}");
+        bs.barrier().unwrap();
+    });
+}

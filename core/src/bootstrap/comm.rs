@@ -1,32 +1,58 @@
 //! The per-rank bootstrap network: ring setup through the root, then ring
 //! all-gather, tagged point-to-point messages, barrier and broadcast
 //! (NCCL 2.30 `bootstrapInit`, `bootstrapAllGather`, `bootstrapSend`/`Recv`,
-//! `bootstrapBarrier`, `bootstrapBroadcast`).
+//! `bootstrapBarrier`, `bootstrapBroadcast`), plus liveness probes, failure notices
+//! and an all-to-all exchange among survivors for failure reports (ferroccl only).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, mpsc};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak, mpsc};
+use std::time::{Duration, Instant};
 
-use super::error::{BootstrapError, Result};
+use super::error::{BootstrapError, Result, fmt_duration, try_vec_with};
 use super::id::{NCCL_MAGIC, UniqueId};
+use super::reactor::{self, Reactor, Service, Stats, Verdict};
 use super::root::{self, MAX_REPLY_BYTES, RankInfo, Reply};
-use super::wire::{self, Deadline, Flags, Retry};
-use super::{BootstrapConfig, bind_addr_for, bootstrap_interface};
+use super::wire::{self, Deadline, Flags, POLL_SLICE, Retry};
+use super::{BootstrapConfig, MAX_NRANKS, TIMEOUT_SLACK, bind_addr_for, bootstrap_interface};
 
 /// Largest message [`Bootstrap::send`] / the collectives carry (1 GiB); a peer
-/// announcing more is a protocol error.
+/// announcing more is a protocol error. Memory for a message grows with the bytes
+/// that arrive, not with the announced length.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+/// Largest blob [`Bootstrap::exchange_among_survivors`] carries per rank (1 MiB).
+pub const MAX_SURVIVOR_BYTES: usize = 1 << 20;
+/// How long a timed-out receive waits for each liveness probe's answer while it
+/// looks for the rank to blame (the whole search stays within [`TIMEOUT_SLACK`]).
+pub const PROBE_WAIT: Duration = Duration::from_secs(2);
 
 const KIND_USER: u8 = 0;
 const KIND_ALLGATHER: u8 = 1;
 const KIND_BARRIER: u8 = 2;
 const KIND_BROADCAST: u8 = 3;
+const KIND_PROBE: u8 = 4;
+const KIND_PROBE_ANSWER: u8 = 5;
+const KIND_FAILED: u8 = 6;
+const KIND_SURVIVOR: u8 = 7;
 const HEADER: usize = 5;
 const HELLO_BYTES: usize = 8;
+/// Failure notices are written with this bound (best effort).
+const NOTICE_WRITE_WAIT: Duration = Duration::from_secs(1);
+/// Longest reason text carried in a notice or probe answer.
+const MAX_REASON_BYTES: usize = 1024;
+/// Concurrent senders of [`Bootstrap::exchange_among_survivors`].
+const SURVIVOR_SENDERS: usize = 16;
 
 type Key = (usize, u8, u32);
+
+/// A failure reported by another rank.
+#[derive(Clone, Debug)]
+struct Notice {
+    culprit: usize,
+    reporter: usize,
+    reason: String,
+}
 
 #[derive(Default)]
 struct MailState {
@@ -35,11 +61,20 @@ struct MailState {
     live: Vec<u32>,
     /// A connection from this peer ended (EOF or error) and none is live.
     closed: Vec<Option<String>>,
+    /// The first failure notice received.
+    notice: Option<Notice>,
 }
 
 struct Mailbox {
     st: Mutex<MailState>,
     cv: Condvar,
+}
+
+/// What a thread of this rank is blocked on (answered to liveness probes).
+struct WaitInfo {
+    peer: usize,
+    what: String,
+    since: Instant,
 }
 
 struct Inner {
@@ -53,9 +88,16 @@ struct Inner {
     listen_addr: SocketAddr,
     addrs: Mutex<Vec<Option<SocketAddr>>>,
     out: Vec<Mutex<Option<TcpStream>>>,
-    incoming: Mutex<Vec<TcpStream>>,
     mail: Mailbox,
     coll: Mutex<()>,
+    reactor: Mutex<Option<Reactor>>,
+    stats: Arc<Stats>,
+    waits: Mutex<Vec<(u64, WaitInfo)>>,
+    wait_seq: AtomicU64,
+    probe_seq: AtomicU32,
+    /// (culprit, reason) of the first failure this rank's bootstrap saw.
+    last_failure: Mutex<Option<(usize, String)>>,
+    forwarded: AtomicBool,
 }
 
 /// One rank's bootstrap network. Cheap to share (`&self` methods, `Send + Sync`).
@@ -64,6 +106,9 @@ struct Inner {
 /// [`broadcast`](Self::broadcast)) must be called in the same order on every rank;
 /// point-to-point messages are matched by (peer, tag) in FIFO order per pair, so
 /// they may be received in any tag order. Dropping it closes it.
+///
+/// Threads: one event-loop thread serves every incoming connection, one answers
+/// liveness probes; outgoing connections are written by the calling thread.
 pub struct Bootstrap {
     inner: Arc<Inner>,
 }
@@ -78,6 +123,48 @@ impl std::fmt::Debug for Bootstrap {
     }
 }
 
+/// Where one rank stands after [`Bootstrap::exchange_among_survivors`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SurvivorStatus {
+    /// It answered with these bytes (for this rank: its own blob).
+    Answered(Vec<u8>),
+    /// It is gone: its connection to us closed or it could not be reached (why).
+    Gone(String),
+    /// No answer before the deadline (stopped, hung, slow, or not calling the exchange).
+    Silent,
+}
+
+/// Result of [`Bootstrap::exchange_among_survivors`]: one status per rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Survivors {
+    /// Indexed by rank; `nranks` entries.
+    pub status: Vec<SurvivorStatus>,
+}
+
+impl Survivors {
+    /// Ranks that answered (this rank included), ascending.
+    pub fn answered(&self) -> Vec<usize> {
+        (0..self.status.len())
+            .filter(|&r| matches!(self.status[r], SurvivorStatus::Answered(_)))
+            .collect()
+    }
+
+    /// Ranks that did not answer (gone or silent), ascending.
+    pub fn missing(&self) -> Vec<usize> {
+        (0..self.status.len())
+            .filter(|&r| !matches!(self.status[r], SurvivorStatus::Answered(_)))
+            .collect()
+    }
+
+    /// The bytes `rank` answered with, if it answered.
+    pub fn data(&self, rank: usize) -> Option<&[u8]> {
+        match self.status.get(rank) {
+            Some(SurvivorStatus::Answered(b)) => Some(b),
+            _ => None,
+        }
+    }
+}
+
 fn encode_msg(kind: u8, tag: u32, data: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(HEADER + data.len());
     v.push(kind);
@@ -86,23 +173,212 @@ fn encode_msg(kind: u8, tag: u32, data: &[u8]) -> Vec<u8> {
     v
 }
 
+fn clip(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A liveness probe's outcome.
+#[derive(Debug)]
+enum Probe {
+    /// Alive, in no bootstrap wait, no failure seen.
+    Idle,
+    /// Alive and blocked on `peer` for `waited`, for `what`.
+    Waiting {
+        peer: usize,
+        what: String,
+        waited: Duration,
+    },
+    /// Alive; an earlier bootstrap operation of it failed because of `culprit`.
+    Failed { culprit: usize, reason: String },
+    /// No answer within the probe wait.
+    Silent,
+    /// Connection refused or closed.
+    Gone(String),
+}
+
+const REPORT_IDLE: u8 = 0;
+const REPORT_WAITING: u8 = 1;
+const REPORT_FAILED: u8 = 2;
+
+fn decode_report(b: &[u8], nranks: usize) -> Option<Probe> {
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map(|x| u32::from_ne_bytes(x.try_into().expect("4 bytes")) as usize)
+    };
+    match *b.first()? {
+        REPORT_IDLE => Some(Probe::Idle),
+        REPORT_WAITING => {
+            let peer = u32_at(1).filter(|&p| p < nranks)?;
+            let ms = u64::from_ne_bytes(b.get(5..13)?.try_into().expect("8 bytes"));
+            Some(Probe::Waiting {
+                peer,
+                what: String::from_utf8_lossy(&b[13..]).into_owned(),
+                waited: Duration::from_millis(ms),
+            })
+        }
+        REPORT_FAILED => {
+            let culprit = u32_at(1).filter(|&p| p < nranks)?;
+            Some(Probe::Failed {
+                culprit,
+                reason: String::from_utf8_lossy(&b[5..]).into_owned(),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The event-loop side of a rank's listener: hellos, then messages into the mailbox.
+struct PeerService {
+    inner: Weak<Inner>,
+    rank: usize,
+    nranks: usize,
+    probes: mpsc::Sender<(usize, u32)>,
+}
+
+impl Service for PeerService {
+    fn on_opening(&mut self, _from: SocketAddr, hello: Vec<u8>) -> Verdict {
+        if hello.len() != HELLO_BYTES {
+            return Verdict::Reject(format!("hello of {} bytes (expected {HELLO_BYTES})", hello.len()));
+        }
+        let peer = u32::from_ne_bytes(hello[..4].try_into().expect("4 bytes")) as usize;
+        let n = u32::from_ne_bytes(hello[4..].try_into().expect("4 bytes")) as usize;
+        if n != self.nranks || peer >= n || peer == self.rank {
+            return Verdict::Reject(format!(
+                "claims rank {peer} of {n} (we are rank {} of {})",
+                self.rank, self.nranks
+            ));
+        }
+        let Some(inner) = self.inner.upgrade() else {
+            return Verdict::Close;
+        };
+        let mut st = inner.mail.st.lock().expect("mail lock");
+        st.live[peer] += 1;
+        st.closed[peer] = None;
+        Verdict::Keep(peer)
+    }
+
+    fn on_frame(&mut self, peer: usize, _from: SocketAddr, mut m: Vec<u8>) -> std::result::Result<(), String> {
+        if m.len() < HEADER {
+            return Err(format!("malformed message of {} bytes", m.len()));
+        }
+        let kind = m[0];
+        let tag = u32::from_ne_bytes(m[1..HEADER].try_into().expect("4 bytes"));
+        let Some(inner) = self.inner.upgrade() else {
+            return Ok(());
+        };
+        match kind {
+            KIND_PROBE => {
+                let _ = self.probes.send((peer, tag));
+            }
+            KIND_FAILED => {
+                let culprit = m
+                    .get(HEADER..HEADER + 4)
+                    .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")) as usize)
+                    .filter(|&c| c < self.nranks)
+                    .ok_or_else(|| format!("malformed failure notice of {} bytes", m.len()))?;
+                let reason = String::from_utf8_lossy(&m[HEADER + 4..]).into_owned();
+                let mut st = inner.mail.st.lock().expect("mail lock");
+                if st.notice.is_none() {
+                    st.notice = Some(Notice {
+                        culprit,
+                        reporter: peer,
+                        reason,
+                    });
+                }
+                drop(st);
+                inner.mail.cv.notify_all();
+            }
+            KIND_USER | KIND_ALLGATHER | KIND_BARRIER | KIND_BROADCAST | KIND_PROBE_ANSWER | KIND_SURVIVOR => {
+                m.drain(..HEADER);
+                let mut st = inner.mail.st.lock().expect("mail lock");
+                st.queues.entry((peer, kind, tag)).or_default().push_back(m);
+                drop(st);
+                inner.mail.cv.notify_all();
+            }
+            other => return Err(format!("unknown message kind {other}")),
+        }
+        Ok(())
+    }
+
+    fn on_close(&mut self, peer: usize, _from: SocketAddr, why: String) {
+        let Some(inner) = self.inner.upgrade() else { return };
+        let aborted = inner.abort.load(Ordering::Relaxed);
+        let mut st = inner.mail.st.lock().expect("mail lock");
+        st.live[peer] = st.live[peer].saturating_sub(1);
+        if st.live[peer] == 0 && !aborted {
+            st.closed[peer] = Some(why);
+        }
+        drop(st);
+        inner.mail.cv.notify_all();
+    }
+
+    fn on_tick(&mut self) -> bool {
+        self.inner.strong_count() > 0
+    }
+}
+
+/// The event-loop side of the root-reply listener used during init.
+struct ReplyService {
+    rank: usize,
+    tx: mpsc::Sender<Reply>,
+}
+
+impl Service for ReplyService {
+    fn on_opening(&mut self, _from: SocketAddr, b: Vec<u8>) -> Verdict {
+        match Reply::decode(&b) {
+            Ok(r) => {
+                let _ = self.tx.send(r);
+                Verdict::Close
+            }
+            Err(e) => Verdict::Reject(format!("rank {}: bad root reply: {e}", self.rank)),
+        }
+    }
+}
+
+/// Removes its wait from [`Inner::waits`] when dropped.
+struct WaitGuard<'a> {
+    inner: &'a Inner,
+    id: u64,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.inner.waits.lock() {
+            w.retain(|(i, _)| *i != self.id);
+        }
+    }
+}
+
 impl Bootstrap {
     /// `bootstrapInit`: joins the bootstrap of `id` as `rank` of `nranks`.
     ///
     /// Binds this rank's listeners on the bootstrap interface, reports to the root
-    /// (rank 0 first starts the root itself when `config.comm_id` is set), waits for
-    /// the root's reply (its successor's address, or the root's error naming missing,
-    /// duplicate or mismatched ranks), connects the ring and all-gathers every rank's
-    /// listen address.
+    /// (rank 0 first starts the root itself when `config.comm_id` is set; that root
+    /// knows nranks and rejects records that disagree), waits for the root's reply
+    /// (its successor's address, or the root's error naming missing ranks and rejected
+    /// records), connects the ring and all-gathers every rank's listen address.
     ///
-    /// Errors: invalid `rank`/`nranks`/id; [`BootstrapError::Root`] with the root's
-    /// message; [`BootstrapError::Timeout`] if no reply came within 1.5 × `timeout`
-    /// (the root's own deadline is `timeout` after the first rank arrived);
-    /// [`BootstrapError::Aborted`]; socket errors.
+    /// Errors: `rank`/`nranks` invalid or nranks above [`MAX_NRANKS`]
+    /// ([`BootstrapError::InvalidArgument`]); [`BootstrapError::Alloc`];
+    /// [`BootstrapError::Root`] with the root's message; [`BootstrapError::Timeout`]
+    /// if the root could not be reached within `timeout` or no reply came within
+    /// `timeout` + [`TIMEOUT_SLACK`]; [`BootstrapError::Aborted`]; peer and socket errors.
     pub fn init(id: &UniqueId, rank: usize, nranks: usize, config: &BootstrapConfig) -> Result<Self> {
-        if nranks == 0 || rank >= nranks || nranks > i32::MAX as usize {
+        if nranks == 0 || rank >= nranks {
             return Err(BootstrapError::InvalidArgument(format!(
                 "rank {rank} is not in 0..nranks (nranks {nranks})"
+            )));
+        }
+        if nranks > MAX_NRANKS {
+            return Err(BootstrapError::InvalidArgument(format!(
+                "nranks {nranks} is above the bootstrap's limit of {MAX_NRANKS} ranks"
             )));
         }
         let root_addr = id.root_addr()?;
@@ -110,6 +386,12 @@ impl Bootstrap {
         let abort = config.abort.clone();
         let retry = config.retry();
         let comm_hint = config.comm_id_addr()?;
+
+        // Per-rank state, allocated fallibly before anything is started.
+        let addrs = try_vec_with(nranks, "the bootstrap address table", || None)?;
+        let out = try_vec_with(nranks, "the bootstrap connection table", || Mutex::new(None))?;
+        let live = try_vec_with(nranks, "the bootstrap connection counts", || 0)?;
+        let closed = try_vec_with(nranks, "the bootstrap peer states", || None)?;
 
         if rank == 0 && comm_hint.is_some() {
             if magic != NCCL_MAGIC && config.magic.is_none() {
@@ -123,6 +405,7 @@ impl Bootstrap {
                     timeout: config.timeout,
                     retry,
                     abort: abort.clone(),
+                    nranks: Some(nranks),
                 },
             )?;
         }
@@ -135,6 +418,7 @@ impl Bootstrap {
         let listen_addr = ring_listener
             .local_addr()
             .map_err(|e| BootstrapError::io("ring listener address", e))?;
+        let stats = Arc::new(Stats::default());
         let inner = Arc::new(Inner {
             rank,
             nranks,
@@ -144,34 +428,48 @@ impl Bootstrap {
             abort: abort.clone(),
             stop: Arc::new(AtomicBool::new(false)),
             listen_addr,
-            addrs: Mutex::new(vec![None; nranks]),
-            out: (0..nranks).map(|_| Mutex::new(None)).collect(),
-            incoming: Mutex::new(Vec::new()),
+            addrs: Mutex::new(addrs),
+            out,
             mail: Mailbox {
                 st: Mutex::new(MailState {
                     queues: HashMap::new(),
-                    live: vec![0; nranks],
-                    closed: vec![None; nranks],
+                    live,
+                    closed,
+                    notice: None,
                 }),
                 cv: Condvar::new(),
             },
             coll: Mutex::new(()),
+            reactor: Mutex::new(None),
+            stats: stats.clone(),
+            waits: Mutex::new(Vec::new()),
+            wait_seq: AtomicU64::new(0),
+            probe_seq: AtomicU32::new(0),
+            last_failure: Mutex::new(None),
+            forwarded: AtomicBool::new(false),
         });
-        let weak = Arc::downgrade(&inner);
-        let handler: wire::Handler = Arc::new(move |s, from| {
-            if let Some(inner) = weak.upgrade() {
-                Inner::serve_peer(inner, s, from);
-            }
-        });
-        wire::spawn_acceptor(
+        let (probe_tx, probe_rx) = mpsc::channel();
+        spawn_responder(Arc::downgrade(&inner), probe_rx)?;
+        let r = Reactor::spawn(
             ring_listener,
-            format!("bootstrap rank {rank} listener {listen_addr}"),
-            magic,
-            config.timeout,
-            inner.stop.clone(),
-            abort.clone(),
-            handler,
+            "ferroccl-bs-listen",
+            reactor::Params {
+                name: format!("bootstrap rank {rank} listener {listen_addr}"),
+                magic,
+                opening_max: HELLO_BYTES,
+                frame_max: HEADER + MAX_MESSAGE_BYTES,
+                pending_timeout: config.timeout,
+                abort: abort.clone(),
+            },
+            stats,
+            PeerService {
+                inner: Arc::downgrade(&inner),
+                rank,
+                nranks,
+                probes: probe_tx,
+            },
         )?;
+        *inner.reactor.lock().expect("reactor lock") = Some(r);
         let bs = Bootstrap { inner };
 
         // Root-reply listener.
@@ -179,55 +477,46 @@ impl Bootstrap {
         let reply_addr = reply_listener
             .local_addr()
             .map_err(|e| BootstrapError::io("root-reply listener address", e))?;
-        let reply_stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel::<Reply>();
-        let tx = Mutex::new(tx);
-        let (h_abort, h_stop, timeout) = (abort.clone(), reply_stop.clone(), config.timeout);
-        let reply_handler: wire::Handler = Arc::new(move |mut s: TcpStream, from: SocketAddr| {
-            let dl = Deadline::after(timeout);
-            let flags = Flags {
-                abort: &h_abort,
-                stop: Some(&h_stop),
-            };
-            let what = || format!("the root's reply over the connection from {from}");
-            match wire::read_frame(&mut s, MAX_REPLY_BYTES, &dl, flags, &what).map(|b| Reply::decode(&b)) {
-                Ok(Ok(r)) => {
-                    let _ = tx.lock().map(|t| t.send(r));
-                }
-                Ok(Err(e)) => tracing::warn!(target: "ferroccl::bootstrap", "rank {rank}: rejected {from}: {e}"),
-                Err(BootstrapError::Aborted { .. }) => {}
-                Err(e) => tracing::warn!(target: "ferroccl::bootstrap", "rank {rank}: rejected {from}: {e}"),
-            }
-        });
-        wire::spawn_acceptor(
+        let reply_stats = Arc::new(Stats::default());
+        let reply_reactor = Reactor::spawn(
             reply_listener,
-            format!("bootstrap rank {rank} root-reply listener {reply_addr}"),
-            magic,
-            config.timeout,
-            reply_stop.clone(),
-            abort.clone(),
-            reply_handler,
+            "ferroccl-bs-rootreply",
+            reactor::Params {
+                name: format!("bootstrap rank {rank} root-reply listener {reply_addr}"),
+                magic,
+                opening_max: MAX_REPLY_BYTES,
+                frame_max: 0,
+                pending_timeout: config.timeout,
+                abort: abort.clone(),
+            },
+            reply_stats.clone(),
+            ReplyService { rank, tx },
         )?;
-        let result = bs.join_root(root_addr, reply_addr, &rx, config);
-        reply_stop.store(true, Ordering::Relaxed);
+        let result = bs.join_root(root_addr, reply_addr, &rx, &reply_stats, config);
+        reply_reactor.stop();
         let succ = result?;
         tracing::debug!(target: "ferroccl::bootstrap", "rank {rank}/{nranks}: successor listens on {succ}");
 
         // Ring: connect to the successor now, learn everyone's address by all-gather.
         let next = (rank + 1) % nranks;
-        bs.inner.addrs.lock().expect("addrs lock")[next] = Some(succ);
-        bs.inner.addrs.lock().expect("addrs lock")[rank] = Some(listen_addr);
+        {
+            let mut a = bs.inner.addrs.lock().expect("addrs lock");
+            a[next] = Some(succ);
+            a[rank] = Some(listen_addr);
+        }
         if nranks > 1 {
-            drop(bs.inner.connection(next)?);
+            let end = Instant::now() + bs.inner.timeout;
+            drop(bs.inner.blame(bs.inner.lock_connected(next, end))?);
         }
         let all = bs.allgather(&super::id::encode_socket_address(&listen_addr))?;
-        let mut addrs = Vec::with_capacity(nranks);
+        let mut addrs = try_vec_with(nranks, "the bootstrap address table", || None)?;
         for (r, b) in all.iter().enumerate() {
             let a = super::id::decode_socket_address(b).map_err(|e| BootstrapError::Protocol {
                 peer: format!("rank {r}"),
                 detail: format!("bad listen address in the initial all-gather: {e}"),
             })?;
-            addrs.push(Some(a));
+            addrs[r] = Some(a);
         }
         if addrs[next] != Some(succ) {
             return Err(BootstrapError::Protocol {
@@ -245,6 +534,7 @@ impl Bootstrap {
         root_addr: SocketAddr,
         reply_addr: SocketAddr,
         rx: &mpsc::Receiver<Reply>,
+        reply_stats: &Stats,
         config: &BootstrapConfig,
     ) -> Result<SocketAddr> {
         let i = &self.inner;
@@ -254,10 +544,7 @@ impl Bootstrap {
             reply_addr,
             ring_addr: i.listen_addr,
         };
-        let flags = Flags {
-            abort: &i.abort,
-            stop: None,
-        };
+        let flags = i.flags();
         let what = || format!("connecting to the bootstrap root at {root_addr}");
         let dl = Deadline::after(config.timeout);
         let mut s = wire::connect_bootstrap(root_addr, i.magic, i.retry, &dl, flags, &what)?;
@@ -266,10 +553,31 @@ impl Bootstrap {
             format!("sending rank {}'s info to the root at {root_addr}", i.rank)
         })?;
         drop(s);
-        let dl = Deadline::after(config.timeout + config.timeout / 2);
+        let dl = Deadline::after(config.timeout + TIMEOUT_SLACK);
         let what = || format!("the root's reply from {root_addr}");
         loop {
-            let slice = wire::next_slice(&dl, flags, &what)?;
+            if flags.raised() {
+                return Err(BootstrapError::Aborted { what: what() });
+            }
+            let Some(slice) = dl.slice() else {
+                let mut why = format!(
+                    "{} (the root reports missing ranks {} after the first rank reaches it; no report came, so the \
+                     root is probably dead, stopped or unreachable",
+                    what(),
+                    fmt_duration(config.timeout)
+                );
+                if let Some(t) = root::local_root_trouble(root_addr) {
+                    why.push_str(&format!("; the root in this process {t}"));
+                }
+                if let Some(t) = reply_stats.trouble() {
+                    why.push_str(&format!("; this rank's root-reply listener {t}"));
+                }
+                why.push(')');
+                return Err(BootstrapError::Timeout {
+                    what: why,
+                    waited: dl.waited(),
+                });
+            };
             match rx.recv_timeout(slice) {
                 Ok(Reply::Successor(a)) => return Ok(a),
                 Ok(Reply::Error(m)) => return Err(BootstrapError::Root(m)),
@@ -327,18 +635,29 @@ impl Bootstrap {
     }
 
     /// Tagged point-to-point send (`bootstrapSend`) of `data` to `peer` (may be self).
-    /// Connects on demand (with `NCCL_SOCKET_RETRY_*` semantics) and keeps the
-    /// connection. Does not wait for the receiver to call `recv`.
+    /// Connects on demand (retrying as `NCCL_SOCKET_RETRY_*` say, within the timeout)
+    /// and keeps the connection. Does not wait for the receiver to call `recv`, but a
+    /// peer that stops reading blocks it for at most the timeout.
     pub fn send(&self, peer: usize, tag: u32, data: &[u8]) -> Result<()> {
-        self.inner.send_kind(peer, KIND_USER, tag, data)
+        let i = &self.inner;
+        i.blame(i.send_kind_until(peer, KIND_USER, tag, data, Instant::now() + i.timeout))
     }
 
     /// Tagged point-to-point receive (`bootstrapRecv`): the oldest message from `peer`
-    /// with `tag`; messages with other tags stay queued. Bounded by the timeout.
+    /// with `tag`; messages with other tags stay queued.
+    ///
+    /// Bounded by the timeout plus at most [`TIMEOUT_SLACK`] to find the culprit: on
+    /// timeout the awaited peer is probed and, if it is itself waiting, the rank it
+    /// waits on, and so on ([`BootstrapError::PeerTimeout`] names the rank at the end
+    /// of that chain). Fails at once with [`BootstrapError::PeerClosed`] when the
+    /// peer's connection closes, or [`BootstrapError::PeerFailed`] when another rank
+    /// reported a failed peer. Such failures are passed on to the ranks this one is
+    /// connected to.
     pub fn recv(&self, peer: usize, tag: u32) -> Result<Vec<u8>> {
-        self.inner.recv_kind(peer, KIND_USER, tag, &|| {
+        let i = &self.inner;
+        i.blame(i.recv_kind(peer, KIND_USER, tag, &|| {
             format!("a message with tag {tag} from rank {peer}")
-        })
+        }))
     }
 
     /// Ring all-gather (`bootstrapAllGather`) of one blob per rank (sizes may differ).
@@ -347,17 +666,17 @@ impl Bootstrap {
         let i = &self.inner;
         let _g = i.coll.lock().expect("coll lock");
         let n = i.nranks;
-        let mut data: Vec<Option<Vec<u8>>> = vec![None; n];
+        let mut data: Vec<Option<Vec<u8>>> = try_vec_with(n, "the all-gather result", || None)?;
         data[i.rank] = Some(mine.to_vec());
         let (next, prev) = ((i.rank + 1) % n, (i.rank + n - 1) % n);
         for step in 0..n.saturating_sub(1) {
             let send_block = (i.rank + n - step) % n;
             let recv_block = (i.rank + n - step - 1) % n;
             let blob = data[send_block].as_deref().expect("received in the previous step");
-            i.send_kind(next, KIND_ALLGATHER, 0, blob)?;
-            let got = i.recv_kind(prev, KIND_ALLGATHER, 0, &|| {
+            i.blame(i.send_kind_until(next, KIND_ALLGATHER, 0, blob, Instant::now() + i.timeout))?;
+            let got = i.blame(i.recv_kind(prev, KIND_ALLGATHER, 0, &|| {
                 format!("all-gather step {step}: rank {recv_block}'s data from ring predecessor rank {prev}")
-            })?;
+            }))?;
             data[recv_block] = Some(got);
         }
         Ok(data.into_iter().map(|d| d.expect("all filled")).collect())
@@ -372,10 +691,10 @@ impl Bootstrap {
         while mask < n {
             let to = (i.rank + mask) % n;
             let from = (i.rank + n - mask) % n;
-            i.send_kind(to, KIND_BARRIER, mask as u32, &[])?;
-            i.recv_kind(from, KIND_BARRIER, mask as u32, &|| {
+            i.blame(i.send_kind_until(to, KIND_BARRIER, mask as u32, &[], Instant::now() + i.timeout))?;
+            i.blame(i.recv_kind(from, KIND_BARRIER, mask as u32, &|| {
                 format!("barrier: round {mask} from rank {from}")
-            })?;
+            }))?;
             mask <<= 1;
         }
         Ok(())
@@ -394,15 +713,83 @@ impl Bootstrap {
         let _g = i.coll.lock().expect("coll lock");
         if i.rank == root {
             for p in (0..i.nranks).filter(|&p| p != root) {
-                i.send_kind(p, KIND_BROADCAST, root as u32, data)?;
+                i.blame(i.send_kind_until(p, KIND_BROADCAST, root as u32, data, Instant::now() + i.timeout))?;
             }
             Ok(data.to_vec())
         } else {
-            i.recv_kind(root, KIND_BROADCAST, root as u32, &|| {
+            i.blame(i.recv_kind(root, KIND_BROADCAST, root as u32, &|| {
                 format!("broadcast data from root rank {root}")
-            })
+            }))
         }
     }
+
+    /// Bounded all-to-all among the ranks that are still alive, for failure reports:
+    /// sends `mine` (at most [`MAX_SURVIVOR_BYTES`]) to every other rank directly (no
+    /// ring, so a dead rank breaks nothing) and collects what the others send with the
+    /// same `tag`, until every rank answered or is known gone, or `wait` (capped at the
+    /// timeout) has passed. Returns one [`SurvivorStatus`] per rank.
+    ///
+    /// Every surviving rank must call it with the same `tag` (e.g. the sequence number
+    /// of the operation that failed; different tags never mix) and about the same
+    /// `wait`; a rank that calls it later than the others' deadline is reported
+    /// silent by them. It neither takes the collectives' lock nor looks at failure
+    /// notices, so it works after a bootstrap operation failed and while another
+    /// thread is blocked in one. Blobs that arrive after the call returned stay
+    /// queued (a later call with the same tag would return them).
+    ///
+    /// Errors: `mine` too large ([`BootstrapError::InvalidArgument`]); the bootstrap
+    /// was closed or aborted.
+    pub fn exchange_among_survivors(&self, tag: u32, mine: &[u8], wait: Duration) -> Result<Survivors> {
+        let i = &self.inner;
+        if mine.len() > MAX_SURVIVOR_BYTES {
+            return Err(BootstrapError::InvalidArgument(format!(
+                "survivor blob of {} bytes exceeds the limit of {MAX_SURVIVOR_BYTES}",
+                mine.len()
+            )));
+        }
+        i.check_open("exchanging with the survivors")?;
+        let end = Instant::now() + wait.min(i.timeout);
+        let (n, me) = (i.nranks, i.rank);
+        let mut status = try_vec_with(n, "the survivor table", || SurvivorStatus::Silent)?;
+        status[me] = SurvivorStatus::Answered(mine.to_vec());
+        let unreachable: Mutex<HashMap<usize, String>> = Mutex::new(HashMap::new());
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|sc| {
+            for _ in 0..SURVIVOR_SENDERS.min(n - 1) {
+                sc.spawn(|| {
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        if k >= n - 1 {
+                            break;
+                        }
+                        let p = if k < me { k } else { k + 1 };
+                        if let Err(e) = i.send_kind_until(p, KIND_SURVIVOR, tag, mine, end)
+                            && matches!(e, BootstrapError::Connect { .. } | BootstrapError::PeerClosed { .. })
+                        {
+                            unreachable.lock().expect("unreachable lock").insert(p, e.to_string());
+                        }
+                    }
+                });
+            }
+            i.collect_survivors(tag, &mut status, end, &unreachable);
+        });
+        Ok(Survivors { status })
+    }
+}
+
+/// Answers liveness probes (on its own thread: answering may connect to the prober).
+fn spawn_responder(inner: Weak<Inner>, rx: mpsc::Receiver<(usize, u32)>) -> Result<()> {
+    std::thread::Builder::new()
+        .name("ferroccl-bs-probe".into())
+        .spawn(move || {
+            while let Ok((peer, nonce)) = rx.recv() {
+                let Some(i) = inner.upgrade() else { break };
+                let answer = i.wait_report();
+                let _ = i.send_kind_until(peer, KIND_PROBE_ANSWER, nonce, &answer, Instant::now() + PROBE_WAIT);
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| BootstrapError::io("spawning the bootstrap probe responder", e))
 }
 
 impl Drop for Bootstrap {
@@ -418,6 +805,17 @@ impl Inner {
                 "peer {peer} >= nranks {}",
                 self.nranks
             )));
+        }
+        Ok(())
+    }
+
+    fn check_open(&self, what: &str) -> Result<()> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(if self.abort.load(Ordering::Relaxed) {
+                BootstrapError::Aborted { what: what.into() }
+            } else {
+                BootstrapError::Closed
+            });
         }
         Ok(())
     }
@@ -440,44 +838,163 @@ impl Inner {
                 let _ = s.shutdown(std::net::Shutdown::Write);
             }
         }
-        if let Ok(mut v) = self.incoming.lock() {
-            for s in v.drain(..) {
-                let _ = s.shutdown(std::net::Shutdown::Both);
-            }
+        if let Some(r) = self.reactor.lock().ok().and_then(|mut g| g.take()) {
+            r.stop();
         }
         self.mail.cv.notify_all();
     }
 
-    /// Opens (once) the outgoing connection to `peer`: handshake, then hello (rank, nranks).
-    fn connection(&self, peer: usize) -> Result<std::sync::MutexGuard<'_, Option<TcpStream>>> {
-        let mut g = self.out[peer].lock().expect("out lock");
+    /// Records a failure that blames a peer and, the first time, tells every rank
+    /// this one has a connection to (best effort, bounded), so that their waits on
+    /// this rank fail naming the same culprit instead of this rank.
+    fn blame<T>(&self, r: Result<T>) -> Result<T> {
+        let Err(e) = &r else { return r };
+        let Some(culprit) = e.culprit() else { return r };
+        let reason = match e {
+            BootstrapError::PeerFailed { reason, .. } => reason.clone(),
+            other => other.to_string(),
+        };
+        let reason = clip(&reason, MAX_REASON_BYTES).to_string();
+        if let Ok(mut lf) = self.last_failure.lock()
+            && lf.is_none()
+        {
+            *lf = Some((culprit, reason.clone()));
+        }
+        if self.forwarded.swap(true, Ordering::SeqCst) || self.stop.load(Ordering::Relaxed) {
+            return r;
+        }
+        let mut payload = (culprit as u32).to_ne_bytes().to_vec();
+        payload.extend_from_slice(reason.as_bytes());
+        let frame = encode_msg(KIND_FAILED, 0, &payload);
+        for (p, o) in self.out.iter().enumerate() {
+            if p == culprit || p == self.rank {
+                continue;
+            }
+            if let Ok(mut g) = o.try_lock()
+                && let Some(s) = g.as_mut()
+            {
+                let _ = s.set_write_timeout(Some(NOTICE_WRITE_WAIT));
+                if wire::write_frame(s, &frame, &|| format!("telling rank {p} that rank {culprit} failed")).is_err() {
+                    *g = None;
+                }
+            }
+        }
+        r
+    }
+
+    /// The answer to a liveness probe: the oldest current wait, else the first
+    /// failure seen, else idle.
+    fn wait_report(&self) -> Vec<u8> {
+        if let Some((_, w)) = self.waits.lock().ok().as_ref().and_then(|g| g.first()) {
+            let mut v = vec![REPORT_WAITING];
+            v.extend_from_slice(&(w.peer as u32).to_ne_bytes());
+            v.extend_from_slice(&(w.since.elapsed().as_millis() as u64).to_ne_bytes());
+            v.extend_from_slice(clip(&w.what, MAX_REASON_BYTES).as_bytes());
+            return v;
+        }
+        if let Some((c, reason)) = self.last_failure.lock().ok().and_then(|g| g.clone()) {
+            let mut v = vec![REPORT_FAILED];
+            v.extend_from_slice(&(c as u32).to_ne_bytes());
+            v.extend_from_slice(reason.as_bytes());
+            return v;
+        }
+        vec![REPORT_IDLE]
+    }
+
+    /// Locks the connection to `peer`, waiting for another sender at most until `end`.
+    fn lock_out(&self, peer: usize, end: Instant) -> Result<MutexGuard<'_, Option<TcpStream>>> {
+        let t0 = Instant::now();
+        loop {
+            match self.out[peer].try_lock() {
+                Ok(g) => return Ok(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if self.abort.load(Ordering::Relaxed) {
+                return Err(BootstrapError::Aborted {
+                    what: format!("sending to rank {peer}"),
+                });
+            }
+            if Instant::now() >= end {
+                return Err(BootstrapError::PeerTimeout {
+                    what: format!("the connection to rank {peer}"),
+                    waited: t0.elapsed(),
+                    culprit: peer,
+                    diagnosis: format!("another send to rank {peer} is blocked: rank {peer} is not reading"),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Locks the connection to `peer`, opening it (handshake + hello) if needed.
+    fn lock_connected(&self, peer: usize, end: Instant) -> Result<MutexGuard<'_, Option<TcpStream>>> {
+        let mut g = self.lock_out(peer, end)?;
         if g.is_none() {
             let addr = self.addrs.lock().expect("addrs lock")[peer]
                 .ok_or_else(|| BootstrapError::InvalidArgument(format!("rank {peer}'s address is not known yet")))?;
             let what = || format!("connecting to rank {peer} at {addr}");
-            let dl = Deadline::after(self.timeout);
-            let mut s = wire::connect_bootstrap(addr, self.magic, self.retry, &dl, self.flags(), &what)?;
-            let _ = s.set_write_timeout(Some(self.timeout));
+            let dl = Deadline {
+                start: Instant::now(),
+                end: Some(end),
+            };
+            let mut s = match wire::connect_bootstrap(addr, self.magic, self.retry, &dl, self.flags(), &what) {
+                Ok(s) => s,
+                Err(BootstrapError::Io { what, source }) => {
+                    return Err(BootstrapError::Connect {
+                        peer,
+                        addr,
+                        what,
+                        source,
+                    });
+                }
+                Err(BootstrapError::Timeout { what, waited }) => {
+                    return Err(BootstrapError::PeerTimeout {
+                        what,
+                        waited,
+                        culprit: peer,
+                        diagnosis: format!("rank {peer}'s listener at {addr} did not accept the connection"),
+                    });
+                }
+                Err(e) => return Err(e),
+            };
+            let _ = s.set_write_timeout(Some(end.saturating_duration_since(Instant::now()).max(POLL_SLICE)));
             let mut hello = [0u8; HELLO_BYTES];
             hello[..4].copy_from_slice(&(self.rank as u32).to_ne_bytes());
             hello[4..].copy_from_slice(&(self.nranks as u32).to_ne_bytes());
-            wire::write_frame(&mut s, &hello, &what)?;
+            wire::write_frame(&mut s, &hello, &what).map_err(|e| self.write_error(peer, e, "sending the hello"))?;
             *g = Some(s);
         }
         Ok(g)
     }
 
-    fn send_kind(&self, peer: usize, kind: u8, tag: u32, data: &[u8]) -> Result<()> {
-        self.check_peer(peer)?;
-        if self.stop.load(Ordering::Relaxed) {
-            return Err(if self.abort.load(Ordering::Relaxed) {
-                BootstrapError::Aborted {
-                    what: format!("sending to rank {peer}"),
+    fn write_error(&self, peer: usize, e: BootstrapError, what: &str) -> BootstrapError {
+        match e {
+            BootstrapError::Io { source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                BootstrapError::PeerTimeout {
+                    what: format!("rank {peer} to read ({what})"),
+                    waited: self.timeout,
+                    culprit: peer,
+                    diagnosis: format!("rank {peer} stopped reading its bootstrap connection"),
                 }
-            } else {
-                BootstrapError::Closed
-            });
+            }
+            BootstrapError::Io { source, .. } => BootstrapError::PeerClosed {
+                peer,
+                what: format!("{what} ({source})"),
+            },
+            e => e,
         }
+    }
+
+    /// Sends one message of `kind`, bounded by `end` (lock, connect and write).
+    fn send_kind_until(&self, peer: usize, kind: u8, tag: u32, data: &[u8], end: Instant) -> Result<()> {
+        self.check_peer(peer)?;
+        self.check_open(&format!("sending to rank {peer}"))?;
         if data.len() > MAX_MESSAGE_BYTES {
             return Err(BootstrapError::InvalidArgument(format!(
                 "message of {} bytes exceeds the bootstrap limit of {MAX_MESSAGE_BYTES}",
@@ -490,19 +1007,37 @@ impl Inner {
             self.mail.cv.notify_all();
             return Ok(());
         }
-        let mut g = self.connection(peer)?;
+        let mut g = self.lock_connected(peer, end)?;
         let s = g.as_mut().expect("just connected");
+        let _ = s.set_write_timeout(Some(end.saturating_duration_since(Instant::now()).max(POLL_SLICE)));
         let what = || format!("sending {} bytes (tag {tag}) to rank {peer}", data.len());
         let r = wire::write_frame(s, &encode_msg(kind, tag, data), &what);
-        if r.is_err() {
+        if let Err(e) = r {
             *g = None;
+            return Err(self.write_error(peer, e, &what()));
         }
-        r
+        Ok(())
+    }
+
+    fn register_wait(&self, peer: usize, what: String) -> WaitGuard<'_> {
+        let id = self.wait_seq.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut w) = self.waits.lock() {
+            w.push((
+                id,
+                WaitInfo {
+                    peer,
+                    what,
+                    since: Instant::now(),
+                },
+            ));
+        }
+        WaitGuard { inner: self, id }
     }
 
     fn recv_kind(&self, peer: usize, kind: u8, tag: u32, what: &dyn Fn() -> String) -> Result<Vec<u8>> {
         self.check_peer(peer)?;
         let dl = Deadline::after(self.timeout);
+        let _wait = self.register_wait(peer, what());
         let mut st = self.mail.st.lock().expect("mail lock");
         loop {
             if let Some(q) = st.queues.get_mut(&(peer, kind, tag))
@@ -510,10 +1045,18 @@ impl Inner {
             {
                 return Ok(m);
             }
-            // An abort wins over a close: our own readers stop on abort too, and a
-            // connection they drop that way is not the peer's doing.
+            // An abort wins over a close: our own listener stops on abort too, and a
+            // connection it drops that way is not the peer's doing.
             if self.abort.load(Ordering::Relaxed) {
                 return Err(BootstrapError::Aborted { what: what() });
+            }
+            if let Some(n) = &st.notice {
+                return Err(BootstrapError::PeerFailed {
+                    culprit: n.culprit,
+                    reporter: n.reporter,
+                    reason: n.reason.clone(),
+                    what: what(),
+                });
             }
             if let Some(why) = &st.closed[peer] {
                 return Err(BootstrapError::PeerClosed {
@@ -521,86 +1064,182 @@ impl Inner {
                     what: format!("{} ({why})", what()),
                 });
             }
-            if self.stop.load(Ordering::Relaxed) && !self.abort.load(Ordering::Relaxed) {
+            if self.stop.load(Ordering::Relaxed) {
                 return Err(BootstrapError::Closed);
             }
-            let slice = wire::next_slice(&dl, self.flags(), what)?;
-            st = self.mail.cv.wait_timeout(st, slice).expect("mail lock").0;
+            match dl.slice() {
+                Some(slice) => st = self.mail.cv.wait_timeout(st, slice).expect("mail lock").0,
+                None => break,
+            }
+        }
+        drop(st);
+        let waited = dl.waited();
+        let (culprit, diagnosis) = self.diagnose(peer, Instant::now() + TIMEOUT_SLACK);
+        // The message may have come while we were probing.
+        let mut st = self.mail.st.lock().expect("mail lock");
+        if let Some(q) = st.queues.get_mut(&(peer, kind, tag))
+            && let Some(m) = q.pop_front()
+        {
+            return Ok(m);
+        }
+        let mut diagnosis = diagnosis;
+        if let Some(t) = self.stats.trouble() {
+            diagnosis.push_str(&format!("; this rank's listener {t}"));
+        }
+        Err(BootstrapError::PeerTimeout {
+            what: what(),
+            waited,
+            culprit,
+            diagnosis,
+        })
+    }
+
+    /// Probes `peer`: sends a probe and waits for its listener's answer until `end`.
+    fn probe(&self, peer: usize, end: Instant) -> Probe {
+        if let Some(why) = &self.mail.st.lock().expect("mail lock").closed[peer] {
+            return Probe::Gone(format!("its connection to this rank closed: {why}"));
+        }
+        let nonce = self.probe_seq.fetch_add(1, Ordering::Relaxed);
+        match self.send_kind_until(peer, KIND_PROBE, nonce, &[], end) {
+            Ok(()) => {}
+            Err(BootstrapError::Connect { source, .. }) => {
+                return Probe::Gone(format!("connecting to it failed: {source}"));
+            }
+            Err(BootstrapError::PeerClosed { what, .. }) => return Probe::Gone(what),
+            Err(_) => return Probe::Silent,
+        }
+        let mut st = self.mail.st.lock().expect("mail lock");
+        loop {
+            if let Some(q) = st.queues.get_mut(&(peer, KIND_PROBE_ANSWER, nonce))
+                && let Some(m) = q.pop_front()
+            {
+                st.queues.remove(&(peer, KIND_PROBE_ANSWER, nonce));
+                return decode_report(&m, self.nranks).unwrap_or(Probe::Silent);
+            }
+            if let Some(why) = &st.closed[peer] {
+                return Probe::Gone(format!("its connection to this rank closed: {why}"));
+            }
+            let now = Instant::now();
+            if now >= end || self.abort.load(Ordering::Relaxed) {
+                return Probe::Silent;
+            }
+            st = self
+                .mail
+                .cv
+                .wait_timeout(st, (end - now).min(POLL_SLICE))
+                .expect("mail lock")
+                .0;
         }
     }
 
-    /// Runs on the acceptor's per-connection thread: hello, then deliver messages.
-    fn serve_peer(self: Arc<Self>, mut s: TcpStream, from: SocketAddr) {
-        let flags = Flags {
-            abort: &self.abort,
-            stop: Some(&self.stop),
-        };
-        let dl = Deadline::after(self.timeout);
-        let hello = match wire::read_frame(&mut s, HELLO_BYTES, &dl, flags, &|| format!("the hello from {from}")) {
-            Ok(h) if h.len() == HELLO_BYTES => h,
-            Ok(h) => {
-                tracing::warn!(target: "ferroccl::bootstrap", "rank {}: rejected {from}: hello of {} bytes", self.rank, h.len());
-                return;
+    /// Finds the rank to blame for a wait on `awaited` that timed out, following who
+    /// waits on whom with probes until `end`. Returns (culprit, explanation).
+    fn diagnose(&self, awaited: usize, end: Instant) -> (usize, String) {
+        let mut chain: Vec<usize> = Vec::new();
+        let mut path = String::new();
+        let mut cur = awaited;
+        loop {
+            if cur == self.rank || chain.contains(&cur) {
+                let cycle: Vec<String> = chain.iter().map(|r| format!("rank {r}")).collect();
+                return (
+                    awaited,
+                    format!(
+                        "{path}a wait cycle: {} and this rank (rank {}) wait on each other (mismatched bootstrap \
+                         operations?)",
+                        cycle.join(" → "),
+                        self.rank
+                    ),
+                );
             }
-            Err(BootstrapError::Aborted { .. }) => return,
-            Err(e) => {
-                tracing::warn!(target: "ferroccl::bootstrap", "rank {}: rejected {from}: {e}", self.rank);
-                return;
-            }
-        };
-        let peer = u32::from_ne_bytes(hello[..4].try_into().expect("4 bytes")) as usize;
-        let n = u32::from_ne_bytes(hello[4..].try_into().expect("4 bytes")) as usize;
-        if n != self.nranks || peer >= n || peer == self.rank {
-            tracing::warn!(
-                target: "ferroccl::bootstrap",
-                "rank {}: rejected {from}: claims rank {peer} of {n} (we are rank {} of {})",
-                self.rank, self.rank, self.nranks
-            );
-            return;
-        }
-        if let Ok(c) = s.try_clone()
-            && let Ok(mut v) = self.incoming.lock()
-        {
-            v.push(c);
-        }
-        if self.stop.load(Ordering::Relaxed) {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-            return;
-        }
-        {
-            let mut st = self.mail.st.lock().expect("mail lock");
-            st.live[peer] += 1;
-            st.closed[peer] = None;
-        }
-        let never = Deadline::never();
-        let why = loop {
-            let what = || format!("reading from rank {peer} ({from})");
-            match wire::read_frame(&mut s, HEADER + MAX_MESSAGE_BYTES, &never, flags, &what) {
-                Ok(m) if m.len() >= HEADER => {
-                    let kind = m[0];
-                    let tag = u32::from_ne_bytes(m[1..HEADER].try_into().expect("4 bytes"));
-                    let mut st = self.mail.st.lock().expect("mail lock");
-                    st.queues
-                        .entry((peer, kind, tag))
-                        .or_default()
-                        .push_back(m[HEADER..].to_vec());
-                    drop(st);
-                    self.mail.cv.notify_all();
+            chain.push(cur);
+            let probe_end = end.min(Instant::now() + PROBE_WAIT);
+            match self.probe(cur, probe_end) {
+                Probe::Silent => {
+                    return (
+                        cur,
+                        format!(
+                            "{path}rank {cur} did not answer a liveness probe within {} (stopped or hung)",
+                            fmt_duration(PROBE_WAIT)
+                        ),
+                    );
                 }
-                Ok(m) => break format!("malformed message of {} bytes", m.len()),
-                Err(BootstrapError::Io { source, .. }) if source.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    break "connection closed".to_string();
+                Probe::Gone(why) => return (cur, format!("{path}rank {cur} is gone ({why})")),
+                Probe::Idle => {
+                    return (
+                        cur,
+                        format!(
+                            "{path}rank {cur} is alive but not waiting in any bootstrap operation (did it call the \
+                             matching one?)"
+                        ),
+                    );
                 }
-                Err(e) => break e.to_string(),
+                Probe::Failed { culprit, reason } => {
+                    return (
+                        culprit,
+                        format!("{path}rank {cur} failed earlier because of rank {culprit}: {reason}"),
+                    );
+                }
+                Probe::Waiting { peer, what, waited } => {
+                    path.push_str(&format!(
+                        "rank {cur} is waiting for rank {peer} ({what}, for {}); ",
+                        fmt_duration(Duration::from_millis(waited.as_millis() as u64 / 100 * 100))
+                    ));
+                    if Instant::now() >= end {
+                        return (peer, format!("{path}no time left to probe rank {peer}"));
+                    }
+                    cur = peer;
+                }
             }
-        };
-        let aborted = self.abort.load(Ordering::Relaxed);
+        }
+    }
+
+    /// Collects survivor blobs with `tag` into `status` until all are resolved or `end`.
+    fn collect_survivors(
+        &self,
+        tag: u32,
+        status: &mut [SurvivorStatus],
+        end: Instant,
+        unreachable: &Mutex<HashMap<usize, String>>,
+    ) {
+        let n = self.nranks;
         let mut st = self.mail.st.lock().expect("mail lock");
-        st.live[peer] -= 1;
-        if st.live[peer] == 0 && !aborted {
-            st.closed[peer] = Some(why);
+        loop {
+            let mut unresolved = 0;
+            for (p, s) in status.iter_mut().enumerate().take(n) {
+                if !matches!(s, SurvivorStatus::Silent) {
+                    continue;
+                }
+                if let Some(q) = st.queues.get_mut(&(p, KIND_SURVIVOR, tag))
+                    && let Some(m) = q.pop_front()
+                {
+                    *s = SurvivorStatus::Answered(m);
+                    continue;
+                }
+                let gone = unreachable.lock().expect("unreachable lock").contains_key(&p) && st.live[p] == 0;
+                if !gone {
+                    unresolved += 1;
+                }
+            }
+            let now = Instant::now();
+            if unresolved == 0 || now >= end || self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            st = self
+                .mail
+                .cv
+                .wait_timeout(st, (end - now).min(POLL_SLICE))
+                .expect("mail lock")
+                .0;
         }
-        drop(st);
-        self.mail.cv.notify_all();
+        let unreachable = unreachable.lock().expect("unreachable lock");
+        for (p, s) in status.iter_mut().enumerate() {
+            if matches!(s, SurvivorStatus::Silent) {
+                if let Some(why) = unreachable.get(&p) {
+                    *s = SurvivorStatus::Gone(why.clone());
+                } else if let Some(why) = &st.closed[p] {
+                    *s = SurvivorStatus::Gone(format!("its connection to this rank closed: {why}"));
+                }
+            }
+        }
     }
 }

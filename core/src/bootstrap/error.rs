@@ -71,6 +71,60 @@ pub enum BootstrapError {
     /// The bootstrap was already closed.
     #[error("bootstrap: used after close")]
     Closed,
+    /// A wait for a peer rank ran out. `culprit` is the rank found responsible by
+    /// following who waits on whom (liveness probes, see [`Bootstrap::recv`]): the
+    /// awaited peer itself, or the rank at the end of its wait chain.
+    ///
+    /// [`Bootstrap::recv`]: super::Bootstrap::recv
+    #[error("bootstrap: timed out after {} waiting for {what}: {diagnosis}", fmt_duration(*.waited))]
+    PeerTimeout {
+        /// What was awaited, e.g. "all-gather step 0: rank 2's data from rank 2".
+        what: String,
+        /// How long we waited.
+        waited: Duration,
+        /// The rank that stopped (did not answer, is gone, or never entered the operation).
+        culprit: usize,
+        /// How the culprit was found, e.g. "rank 3 is waiting for rank 2, which did
+        /// not answer a liveness probe within 1 s (stopped or hung)".
+        diagnosis: String,
+    },
+    /// Another rank reported that `culprit` failed (its bootstrap operation saw the
+    /// culprit's connection close or the culprit stop answering).
+    #[error(
+        "bootstrap: rank {culprit} failed ({reason}; reported by rank {reporter}) while we were waiting for {what}"
+    )]
+    PeerFailed {
+        /// The rank that failed.
+        culprit: usize,
+        /// The rank whose report reached us.
+        reporter: usize,
+        /// What the reporter saw.
+        reason: String,
+        /// What we were waiting for.
+        what: String,
+    },
+    /// Connecting to a peer rank failed (after the retries the deadline allowed).
+    #[error("bootstrap: cannot connect to rank {peer} at {addr} ({what}): {source}")]
+    Connect {
+        /// The peer rank.
+        peer: usize,
+        /// Its bootstrap listen address.
+        addr: std::net::SocketAddr,
+        /// Why we connected and how many retries were made.
+        what: String,
+        /// The last OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An allocation sized from a count or length (given by the caller or announced
+    /// by a peer) could not be made; nothing was aborted.
+    #[error("bootstrap: cannot allocate {bytes} bytes for {what}")]
+    Alloc {
+        /// What the memory was for.
+        what: String,
+        /// How much was asked for.
+        bytes: usize,
+    },
 }
 
 /// Result alias for the bootstrap module.
@@ -89,10 +143,34 @@ pub(crate) fn fmt_duration(d: Duration) -> String {
 }
 
 impl BootstrapError {
+    /// The rank this error blames, if any: the peer whose connection closed, that
+    /// could not be reached, that never answered (after following its wait chain),
+    /// or that another rank reported as failed. Errors that are not about one peer
+    /// (root failures, timeouts of the root, invalid arguments) return `None`.
+    pub fn culprit(&self) -> Option<usize> {
+        match self {
+            BootstrapError::PeerClosed { peer, .. } | BootstrapError::Connect { peer, .. } => Some(*peer),
+            BootstrapError::PeerTimeout { culprit, .. } | BootstrapError::PeerFailed { culprit, .. } => Some(*culprit),
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         BootstrapError::Io {
             what: what.into(),
             source,
         }
     }
+}
+
+/// A vector of `n` values made by `f`, allocated fallibly: an `n` too large for
+/// memory is an [`BootstrapError::Alloc`] naming `what`, not an abort.
+pub(crate) fn try_vec_with<T>(n: usize, what: &str, mut f: impl FnMut() -> T) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| BootstrapError::Alloc {
+        what: what.to_string(),
+        bytes: n.saturating_mul(std::mem::size_of::<T>()),
+    })?;
+    v.extend(std::iter::repeat_with(&mut f).take(n));
+    Ok(v)
 }

@@ -1,27 +1,56 @@
 //! Bootstrap: how ranks find each other before any transport exists (NCCL 2.30
 //! `src/bootstrap.cc`; facts in `shared/reference/nccl-plugin-abi.md` §7).
 //!
-//! * [`get_unique_id`] starts a root listener (detached thread) on the bootstrap
-//!   interface and returns the 128-byte [`UniqueId`] holding its address; with
-//!   `NCCL_COMM_ID` ([`BootstrapConfig::comm_id`]) it only encodes that address with
-//!   [`NCCL_MAGIC`] and rank 0 starts the root inside [`Bootstrap::init`].
+//! * [`get_unique_id`] starts a root listener on the bootstrap interface and returns
+//!   the 128-byte [`UniqueId`] holding its address; with `NCCL_COMM_ID`
+//!   ([`BootstrapConfig::comm_id`]) it only encodes that address with [`NCCL_MAGIC`]
+//!   and rank 0 starts the root inside [`Bootstrap::init`].
 //! * [`Bootstrap::init`] sends the root this rank's listen addresses, receives its
 //!   ring successor's address, connects the ring and all-gathers every rank's listen
 //!   address. Then: [`Bootstrap::allgather`], tagged [`Bootstrap::send`] /
-//!   [`Bootstrap::recv`], [`Bootstrap::barrier`], [`Bootstrap::broadcast`].
+//!   [`Bootstrap::recv`], [`Bootstrap::barrier`], [`Bootstrap::broadcast`], and
+//!   [`Bootstrap::exchange_among_survivors`] (a bounded all-to-all that tolerates dead
+//!   ranks, for failure reports).
 //! * Every connection starts with NCCL's generic handshake (u64 magic = the id's
 //!   magic, u32 socket type Bootstrap = 1); every message is a 4-byte length-prefixed
 //!   frame. Connections failing the handshake are logged and dropped.
-//! * Every wait is bounded by [`BootstrapConfig::timeout`] and returns promptly with
-//!   [`BootstrapError::Aborted`] once the abort flag is raised.
 //!
-//! The root's gathering logic is the sans-IO [`RootGather`]; the socket layer is thin
-//! blocking `std::net` with per-connection threads.
+//! # Limits on what peers and callers can make this do
+//! * nranks is at most [`MAX_NRANKS`]; every rank, count and length a peer sends is
+//!   checked against what this rank knows before it sizes anything, and allocations
+//!   sized from input are fallible ([`BootstrapError::Alloc`]), never an abort.
+//! * Each listener is one event-loop thread (mio) however many connections it holds;
+//!   at most [`MAX_PENDING_CONNECTIONS`] unauthenticated connections are kept (the
+//!   oldest is dropped, logged); `accept` failures for lack of descriptors back off
+//!   and retry, and a later timeout says the listener ran out of file descriptors.
+//!
+//! # Time bound
+//! Every wait ends within [`BootstrapConfig::timeout`] (`FERROCCL_TIMEOUT_SEC`) plus
+//! [`TIMEOUT_SLACK`]: connecting (retries stop at the deadline, or after
+//! `NCCL_SOCKET_RETRY_CNT` retries as in NCCL, whichever comes first), the root's
+//! reply (`timeout` + slack, so that the root's own report of missing ranks, sent
+//! `timeout` after the first rank arrived, can still arrive), every receive
+//! (`timeout`, then up to the slack to find out who is to blame). A raised abort
+//! flag ends every wait within ~50 ms with [`BootstrapError::Aborted`].
+//!
+//! # Blame
+//! Errors about one peer carry it: [`BootstrapError::culprit`]. A receive that times
+//! out probes the awaited rank (answered by its listener thread, even while its
+//! application thread is blocked): if it waits on another rank, that one is probed,
+//! and so on, so every survivor names the rank that actually stopped. A rank whose
+//! bootstrap operation fails because of a peer tells the ranks it is connected to
+//! (a failure notice), so their waits fail at once naming the same peer.
+//!
+//! The root's gathering logic is the sans-IO [`RootGather`]; connection decoding is
+//! the sans-IO `frame::Inbound`; the socket layer is mio for listeners and blocking
+//! `std::net` for outgoing connections.
 
 mod comm;
 mod error;
+mod frame;
 mod id;
 mod iface;
+mod reactor;
 mod root;
 mod wire;
 
@@ -30,7 +59,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-pub use comm::{Bootstrap, MAX_MESSAGE_BYTES};
+pub use comm::{Bootstrap, MAX_MESSAGE_BYTES, MAX_SURVIVOR_BYTES, PROBE_WAIT, SurvivorStatus, Survivors};
 pub use error::{BootstrapError, Result};
 pub use id::{
     NCCL_MAGIC, NCCL_UNIQUE_ID_BYTES, SOCKET_ADDRESS_BYTES, UniqueId, decode_socket_address, encode_socket_address,
@@ -40,6 +69,7 @@ pub use iface::{
     IfnameFilter, Interface, MAX_IFS, SocketFamily, bootstrap_interface, find_interfaces, list_interfaces,
     select_interfaces,
 };
+pub use reactor::MAX_PENDING_CONNECTIONS;
 pub use root::{CONNECT_INFO_BYTES, EXT_INFO_BYTES, Outgoing, RankInfo, Reply, RootGather};
 pub use wire::{HANDSHAKE_BYTES, SOCKET_TYPE_BOOTSTRAP, check_handshake, encode_handshake};
 
@@ -47,8 +77,19 @@ pub use wire::{HANDSHAKE_BYTES, SOCKET_TYPE_BOOTSTRAP, check_handshake, encode_h
 pub const DEFAULT_RETRY_COUNT: u32 = 34;
 /// Default `NCCL_SOCKET_RETRY_SLEEP_MSEC`.
 pub const DEFAULT_RETRY_SLEEP: Duration = Duration::from_millis(100);
-/// Default bound on every bootstrap wait.
+/// Default bound on every bootstrap wait (`FERROCCL_TIMEOUT_SEC`'s default).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+/// The most any bootstrap wait may run past [`BootstrapConfig::timeout`]: room for
+/// the root's report of missing ranks (sent `timeout` after the first rank arrived)
+/// to reach the ranks, and for a timed-out receive to probe who is to blame.
+pub const TIMEOUT_SLACK: Duration = Duration::from_secs(5);
+/// Largest nranks the bootstrap accepts (2^20 = 1,048,576).
+///
+/// NCCL has no hard cap (`int nranks`) but allocates per rank at the root and in
+/// every rank; so do we (about 100 bytes per rank at init, fallibly). The cap is ten
+/// times the largest published jobs (~10^5 GPUs), so a bad `nranks` (from a caller,
+/// `WORLD_SIZE`, or a peer's record) is an error instead of a multi-gigabyte request.
+pub const MAX_NRANKS: usize = 1 << 20;
 
 /// Everything the bootstrap needs, as plain values (the runtime fills it from its
 /// config; nothing here reads the environment).
@@ -102,6 +143,29 @@ impl BootstrapConfig {
         }
     }
 
+    /// The bootstrap settings from the runtime's parameters: `NCCL_SOCKET_IFNAME`,
+    /// `NCCL_SOCKET_FAMILY`, `NCCL_COMM_ID`, `NCCL_SOCKET_RETRY_CNT`,
+    /// `NCCL_SOCKET_RETRY_SLEEP_MSEC` and `FERROCCL_TIMEOUT_SEC` (environment, then
+    /// `nccl.conf`), with a fresh abort flag. For programs that create the unique id
+    /// themselves (the root gets the same timeout as the ranks).
+    ///
+    /// Errors: a parameter outside its range (the config layer's message).
+    pub fn from_params(cfg: &crate::config::Config) -> std::result::Result<Self, String> {
+        use crate::config::params;
+        let int = |p: &crate::config::IntParam| p.get(cfg).map_err(|e| e.to_string());
+        let text = |name: &str| cfg.get_str(name).filter(|v| !v.is_empty()).map(str::to_string);
+        Ok(BootstrapConfig {
+            ifname: text("NCCL_SOCKET_IFNAME"),
+            family: SocketFamily::from_nccl(text("NCCL_SOCKET_FAMILY").as_deref()),
+            timeout: Duration::from_secs(int(&params::TIMEOUT_SEC)?.max(1) as u64),
+            comm_id: text("NCCL_COMM_ID"),
+            magic: None,
+            retry_count: int(&params::SOCKET_RETRY_CNT)?.max(0) as u32,
+            retry_sleep: Duration::from_millis(int(&params::SOCKET_RETRY_SLEEP_MSEC)?.max(0) as u64),
+            abort: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
     pub(crate) fn retry(&self) -> wire::Retry {
         wire::Retry {
             count: self.retry_count,
@@ -145,8 +209,10 @@ fn bind_addr_for(iface: &Interface) -> SocketAddr {
 /// ephemeral port on the bootstrap interface, starts the root there in a detached
 /// thread and returns an id holding its address and a random magic.
 ///
-/// The root waits indefinitely for its first rank; from then on it gives up after
-/// `config.timeout`, telling the ranks that arrived which ranks never connected.
+/// The root waits indefinitely for its first valid record (it cannot know when the
+/// ranks start); from then on it gives up after `config.timeout`, telling the ranks
+/// that arrived which ranks never connected and which records it rejected. It learns
+/// nranks from the first valid record (as NCCL's root does).
 /// Errors: bad `comm_id`, no matching interface, bind failure.
 pub fn get_unique_id(config: &BootstrapConfig) -> Result<UniqueId> {
     if let Some(addr) = config.comm_id_addr()? {
@@ -164,6 +230,7 @@ pub fn get_unique_id(config: &BootstrapConfig) -> Result<UniqueId> {
             timeout: config.timeout,
             retry: config.retry(),
             abort: config.abort.clone(),
+            nranks: None,
         },
     )?;
     tracing::info!(target: "ferroccl::bootstrap", "bootstrap root listening on {addr}");

@@ -1,15 +1,16 @@
 //! The bootstrap root: a sans-IO gathering state machine ([`RootGather`]) and the thin
-//! thread that drives it over TCP (NCCL 2.30 `bootstrapRoot` in `src/bootstrap.cc`).
+//! event loop that drives it over TCP (NCCL 2.30 `bootstrapRoot` in `src/bootstrap.cc`).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, Weak, mpsc};
 use std::time::{Duration, Instant};
 
 use super::error::{BootstrapError, Result, fmt_duration};
 use super::id::{SOCKET_ADDRESS_BYTES, decode_socket_address, encode_socket_address};
-use super::wire::{self, Deadline, Flags, POLL_SLICE, Retry};
+use super::reactor::{self, Reactor, Service, Stats, Verdict};
+use super::wire::{self, Deadline, Flags, Retry};
 
 /// Size of the rank → root message (NCCL's `struct extInfo`).
 pub const EXT_INFO_BYTES: usize = 176;
@@ -126,52 +127,87 @@ pub struct Outgoing {
     pub reply: Reply,
 }
 
+/// At most this many rejected records are quoted in the root's failure message.
+const REJECTS_SHOWN: usize = 8;
+
 /// Sans-IO state of the root while it gathers ranks: who arrived from where, the
-/// agreed nranks, and whether the bootstrap failed. Feed it arrivals and a timeout;
-/// it returns the replies to send.
+/// agreed nranks, the records it rejected, and whether the bootstrap failed. Feed it
+/// arrivals and a timeout; it returns the replies to send.
+///
+/// Every field of a record is checked before it is used: a record with an nranks
+/// above [`MAX_NRANKS`](super::MAX_NRANKS), a rank outside its nranks, an nranks that
+/// differs from the one this root gathers, or a rank that already joined is rejected:
+/// the sender alone gets an error reply naming the problem, the root keeps serving
+/// the others, and the rejection is quoted if the gathering later times out. Memory
+/// grows with the records that arrived, never with an announced nranks.
 #[derive(Debug, Default)]
 pub struct RootGather {
     nranks: Option<usize>,
+    /// `Some(desc)` when nranks was set by the root's owner, not by a record.
+    fixed_by: Option<String>,
     first_from: Option<(usize, SocketAddr)>,
-    arrived: Vec<Option<(RankInfo, SocketAddr)>>,
-    count: usize,
+    arrived: BTreeMap<usize, (RankInfo, SocketAddr)>,
+    rejected: Vec<String>,
+    rejected_count: usize,
+    notes: Vec<String>,
     failure: Option<String>,
     complete: bool,
 }
 
-fn rank_list(v: &[usize]) -> String {
-    const SHOW: usize = 32;
-    let mut s: Vec<String> = v.iter().take(SHOW).map(|r| r.to_string()).collect();
-    if v.len() > SHOW {
-        s.push(format!("… ({} more)", v.len() - SHOW));
+fn rank_list(v: &[usize], more: usize) -> String {
+    let mut s: Vec<String> = v.iter().map(|r| r.to_string()).collect();
+    if more > 0 {
+        s.push(format!("… ({more} more)"));
     }
-    format!("{} {}", if v.len() == 1 { "rank" } else { "ranks" }, s.join(", "))
+    format!(
+        "{} {}",
+        if v.len() + more == 1 { "rank" } else { "ranks" },
+        s.join(", ")
+    )
 }
 
 impl RootGather {
-    /// A root that has seen nobody yet.
+    /// A root that has seen nobody yet and learns nranks from the first valid record
+    /// (`ncclGetUniqueId`'s root: NCCL's `bootstrapRoot` does the same).
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// nranks as announced by the first rank (None before anyone arrived).
+    /// A root that knows nranks (started by rank 0 inside `Bootstrap::init` for
+    /// `NCCL_COMM_ID`): records with another nranks are rejected.
+    pub fn with_nranks(nranks: usize) -> Self {
+        RootGather {
+            nranks: Some(nranks),
+            fixed_by: Some("the rank that started this root".into()),
+            ..Self::default()
+        }
+    }
+
+    /// nranks being gathered (None before it is known).
     pub fn expected(&self) -> Option<usize> {
         self.nranks
     }
 
     /// Number of distinct ranks that arrived.
     pub fn arrived(&self) -> usize {
-        self.count
+        self.arrived.len()
     }
 
-    /// Ranks that have not arrived (empty before the first arrival).
+    /// Ranks that have not arrived (empty while nranks is unknown).
     pub fn missing(&self) -> Vec<usize> {
-        self.arrived
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.is_none())
-            .map(|(r, _)| r)
-            .collect()
+        self.missing_first(usize::MAX).0
+    }
+
+    /// The first `limit` missing ranks and how many more are missing.
+    fn missing_first(&self, limit: usize) -> (Vec<usize>, usize) {
+        let n = self.nranks.unwrap_or(0);
+        let total = n - self.arrived.len();
+        let shown: Vec<usize> = (0..n)
+            .filter(|r| !self.arrived.contains_key(r))
+            .take(limit.min(total))
+            .collect();
+        let more = total - shown.len();
+        (shown, more)
     }
 
     /// Every rank arrived and was told its successor.
@@ -184,32 +220,57 @@ impl RootGather {
         self.failure.as_deref()
     }
 
-    fn fail(&mut self, msg: String, extra: Option<&RankInfo>) -> Vec<Outgoing> {
+    /// The rejections so far (at most a few are kept verbatim) and their total count.
+    pub fn rejected(&self) -> (&[String], usize) {
+        (&self.rejected, self.rejected_count)
+    }
+
+    /// Records a connection whose record could not even be decoded (it is quoted in
+    /// a later failure message).
+    pub fn reject_undecodable(&mut self, from: SocketAddr, why: &str) {
+        self.note_rejection(format!("an undecodable record from {from} ({why})"));
+    }
+
+    /// Adds a sentence (e.g. listener trouble) to a later failure message.
+    pub fn note(&mut self, note: String) {
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+    }
+
+    fn note_rejection(&mut self, msg: String) {
+        self.rejected_count += 1;
+        if self.rejected.len() < REJECTS_SHOWN {
+            self.rejected.push(msg);
+        }
+    }
+
+    fn reject(&mut self, info: &RankInfo, msg: String) -> Vec<Outgoing> {
+        self.note_rejection(msg.clone());
+        vec![Outgoing {
+            rank: info.rank,
+            to: info.reply_addr,
+            reply: Reply::Error(format!("bootstrap root: {msg}")),
+        }]
+    }
+
+    fn fail(&mut self, msg: String) -> Vec<Outgoing> {
         self.failure = Some(msg.clone());
-        let mut out: Vec<Outgoing> = self
-            .arrived
-            .iter()
-            .flatten()
+        self.arrived
+            .values()
             .map(|(i, _)| Outgoing {
                 rank: i.rank,
                 to: i.reply_addr,
                 reply: Reply::Error(msg.clone()),
             })
-            .collect();
-        if let Some(i) = extra {
-            out.push(Outgoing {
-                rank: i.rank,
-                to: i.reply_addr,
-                reply: Reply::Error(msg),
-            });
-        }
-        out
+            .collect()
     }
 
     /// A rank reported `info` over a connection from `from`. Returns the replies to
-    /// send: none while waiting; every rank's successor when the last one arrives;
-    /// an error to every arrived rank (and this one) on a duplicate rank or an nranks
-    /// mismatch; an error to this rank alone if the bootstrap had already failed.
+    /// send: none while waiting; every rank's successor when the last one arrives; an
+    /// error to this sender alone when its record is rejected (nranks over the limit
+    /// or different from the gathered one, rank out of range, rank already joined,
+    /// arrival after completion or after the bootstrap failed).
     pub fn arrive(&mut self, info: RankInfo, from: SocketAddr) -> Vec<Outgoing> {
         if let Some(f) = &self.failure {
             return vec![Outgoing {
@@ -220,81 +281,102 @@ impl RootGather {
         }
         if self.complete {
             let msg = format!(
-                "bootstrap root: rank {} (from {from}) arrived after all {} ranks had already joined",
+                "rank {} (from {from}) arrived after all {} ranks had already joined",
                 info.rank,
                 self.nranks.unwrap_or(0)
             );
-            return vec![Outgoing {
-                rank: info.rank,
-                to: info.reply_addr,
-                reply: Reply::Error(msg),
-            }];
+            return self.reject(&info, msg);
+        }
+        if info.nranks > super::MAX_NRANKS {
+            let msg = format!(
+                "rank {} (from {from}) says nranks={}, above the bootstrap's limit of {} ranks",
+                info.rank,
+                info.nranks,
+                super::MAX_NRANKS
+            );
+            return self.reject(&info, msg);
         }
         if info.rank >= info.nranks {
             let msg = format!(
-                "bootstrap root: rank {} (from {from}) is out of range for nranks {}",
+                "rank {} (from {from}) is out of range for its nranks={}",
                 info.rank, info.nranks
             );
-            return self.fail(msg, Some(&info));
+            return self.reject(&info, msg);
         }
         match self.nranks {
             None => {
                 self.nranks = Some(info.nranks);
                 self.first_from = Some((info.rank, from));
-                self.arrived = vec![None; info.nranks];
             }
             Some(n) if n != info.nranks => {
-                let (r0, a0) = self.first_from.expect("set with nranks");
+                let by = match (&self.fixed_by, self.first_from) {
+                    (Some(d), _) => d.clone(),
+                    (None, Some((r0, a0))) => format!("rank {r0} (from {a0}), the first to arrive"),
+                    (None, None) => "an earlier rank".into(),
+                };
                 let msg = format!(
-                    "bootstrap root: nranks mismatch: rank {} (from {from}) says nranks={} but rank {r0} (from {a0}) \
-                     said nranks={n}; every rank must pass the same nranks",
+                    "nranks mismatch: rank {} (from {from}) says nranks={} but this root gathers nranks={n} (set by \
+                     {by}); every rank must pass the same nranks",
                     info.rank, info.nranks
                 );
-                return self.fail(msg, Some(&info));
+                return self.reject(&info, msg);
             }
             Some(_) => {}
         }
-        if let Some((_, prev_from)) = &self.arrived[info.rank] {
+        if let Some((_, prev_from)) = self.arrived.get(&info.rank) {
             let msg = format!(
-                "bootstrap root: rank {} joined twice (from {prev_from} and from {from}); every process must use a \
-                 distinct rank",
+                "rank {} joined twice (from {prev_from}, which keeps its place, and from {from}); every process must \
+                 use a distinct rank",
                 info.rank
             );
-            return self.fail(msg, Some(&info));
+            return self.reject(&info, msg);
         }
-        self.arrived[info.rank] = Some((info, from));
-        self.count += 1;
-        let n = self.arrived.len();
-        if self.count < n {
+        self.arrived.insert(info.rank, (info, from));
+        let n = self.nranks.expect("set above");
+        if self.arrived.len() < n {
             return Vec::new();
         }
         self.complete = true;
+        let infos: Vec<&RankInfo> = self.arrived.values().map(|(i, _)| i).collect();
         (0..n)
-            .map(|r| {
-                let me = self.arrived[r].as_ref().expect("all arrived").0;
-                let succ = self.arrived[(r + 1) % n].as_ref().expect("all arrived").0;
-                Outgoing {
-                    rank: r,
-                    to: me.reply_addr,
-                    reply: Reply::Successor(succ.ring_addr),
-                }
+            .map(|r| Outgoing {
+                rank: r,
+                to: infos[r].reply_addr,
+                reply: Reply::Successor(infos[(r + 1) % n].ring_addr),
             })
             .collect()
     }
 
     /// The wait ran out after `waited`: fails the bootstrap with a message naming the
-    /// ranks that never connected, and returns the error replies for those that did.
+    /// ranks that never connected (the first 32), the records rejected meanwhile and
+    /// any notes, and returns the error replies for the ranks that did connect.
     pub fn time_out(&mut self, waited: Duration) -> Vec<Outgoing> {
         if self.complete || self.failure.is_some() {
             return Vec::new();
         }
         let n = self.nranks.unwrap_or(0);
-        let msg = format!(
+        let (shown, more) = self.missing_first(32);
+        let mut msg = format!(
             "bootstrap root: timed out after {} waiting for {n} ranks; {} never connected",
             fmt_duration(waited),
-            rank_list(&self.missing())
+            rank_list(&shown, more)
         );
-        self.fail(msg, None)
+        if self.rejected_count > 0 {
+            msg.push_str(&format!(
+                "; meanwhile the root rejected {} record{}: {}",
+                self.rejected_count,
+                if self.rejected_count == 1 { "" } else { "s" },
+                self.rejected.join("; ")
+            ));
+            if self.rejected_count > self.rejected.len() {
+                msg.push_str(&format!(" (and {} more)", self.rejected_count - self.rejected.len()));
+            }
+        }
+        for note in &self.notes {
+            msg.push_str("; ");
+            msg.push_str(note);
+        }
+        self.fail(msg)
     }
 }
 
@@ -304,114 +386,178 @@ pub(crate) struct RootParams {
     pub timeout: Duration,
     pub retry: Retry,
     pub abort: Arc<AtomicBool>,
+    /// `Some(n)` when the root's owner knows nranks.
+    pub nranks: Option<usize>,
 }
 
-/// Starts the root on `listener` in a detached thread. The gathering deadline starts at
-/// the first rank's arrival; the root ends once every rank got its reply, or (after a
-/// failure) when that deadline passes.
+/// Roots running in this process, by listen address: a rank whose wait for the root
+/// times out can then say what went wrong at a root in its own process.
+static LOCAL_ROOTS: Mutex<Vec<(SocketAddr, Weak<Stats>)>> = Mutex::new(Vec::new());
+
+/// Trouble met by a root of this process listening on `addr` (see [`Stats::trouble`]).
+pub(crate) fn local_root_trouble(addr: SocketAddr) -> Option<String> {
+    let mut g = LOCAL_ROOTS.lock().ok()?;
+    g.retain(|(_, w)| w.strong_count() > 0);
+    g.iter()
+        .find(|(a, _)| *a == addr)
+        .and_then(|(_, w)| w.upgrade())
+        .and_then(|s| s.trouble())
+}
+
+struct RootService {
+    local: SocketAddr,
+    gather: RootGather,
+    timeout: Duration,
+    first: Option<Instant>,
+    replies: mpsc::Sender<Vec<Outgoing>>,
+    stats: Arc<Stats>,
+}
+
+impl RootService {
+    fn send(&self, out: Vec<Outgoing>) {
+        if !out.is_empty() {
+            let _ = self.replies.send(out);
+        }
+    }
+}
+
+impl Service for RootService {
+    fn on_opening(&mut self, from: SocketAddr, opening: Vec<u8>) -> Verdict {
+        let info = match RankInfo::decode(&opening) {
+            Ok(i) => i,
+            Err(e) => {
+                self.gather.reject_undecodable(from, &e);
+                return Verdict::Reject(format!("malformed extInfo: {e}"));
+            }
+        };
+        let local = self.local;
+        tracing::debug!(target: "ferroccl::bootstrap", "bootstrap root {local}: rank {}/{} from {from}", info.rank, info.nranks);
+        self.first.get_or_insert_with(Instant::now);
+        let before = self.gather.rejected().1;
+        let out = self.gather.arrive(info, from);
+        if self.gather.rejected().1 > before {
+            let (shown, _) = self.gather.rejected();
+            let why = shown.last().cloned().unwrap_or_else(|| "(see earlier)".into());
+            tracing::warn!(target: "ferroccl::bootstrap", "bootstrap root {local}: rejected a record: {why}");
+        }
+        if self.gather.is_complete() {
+            tracing::info!(target: "ferroccl::bootstrap", "bootstrap root {local}: all {} ranks joined", self.gather.arrived());
+        }
+        self.send(out);
+        Verdict::Close
+    }
+
+    fn on_tick(&mut self) -> bool {
+        if self.gather.is_complete() || self.gather.failure().is_some() {
+            return false;
+        }
+        if let Some(t0) = self.first
+            && t0.elapsed() >= self.timeout
+        {
+            if let Some(t) = self.stats.trouble() {
+                self.gather.note(format!("the root's listener {t}"));
+            }
+            let out = self.gather.time_out(self.timeout);
+            if let Some(f) = self.gather.failure() {
+                tracing::error!(target: "ferroccl::bootstrap", "{f}");
+            }
+            self.send(out);
+            return false;
+        }
+        true
+    }
+}
+
+/// Starts the root on `listener`: one event-loop thread for the listener and one
+/// thread sending replies. The gathering deadline starts at the first valid record;
+/// the root ends once every rank was answered, or (after a timeout) once the ranks
+/// that arrived were told which ranks are missing. It also ends on abort.
 pub(crate) fn spawn_root(listener: TcpListener, p: RootParams) -> Result<()> {
     let local = listener
         .local_addr()
         .map_err(|e| BootstrapError::io("root listener address", e))?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel::<(RankInfo, SocketAddr)>();
-    let tx = std::sync::Mutex::new(tx);
-    let (abort_h, stop_h, timeout) = (p.abort.clone(), stop.clone(), p.timeout);
-    let handler: wire::Handler = Arc::new(move |mut s: TcpStream, from: SocketAddr| {
-        let dl = Deadline::after(timeout);
-        let flags = Flags {
-            abort: &abort_h,
-            stop: Some(&stop_h),
-        };
-        let what = || format!("extInfo from {from}");
-        match wire::read_frame(&mut s, EXT_INFO_BYTES, &dl, flags, &what) {
-            Ok(b) => match RankInfo::decode(&b) {
-                Ok(info) => {
-                    let _ = tx.lock().map(|t| t.send((info, from)));
-                }
-                Err(e) => tracing::warn!(target: "ferroccl::bootstrap", "bootstrap root {local}: rejected {from}: {e}"),
-            },
-            Err(BootstrapError::Aborted { .. }) => {}
-            Err(e) => tracing::warn!(target: "ferroccl::bootstrap", "bootstrap root {local}: rejected {from}: {e}"),
-        }
-    });
-    wire::spawn_acceptor(
-        listener,
-        format!("bootstrap root {local}"),
-        p.magic,
-        p.timeout,
-        stop.clone(),
-        p.abort.clone(),
-        handler,
-    )?;
+    let (tx, rx) = mpsc::channel::<Vec<Outgoing>>();
+    let stats = Arc::new(Stats::default());
+    let service = RootService {
+        local,
+        gather: match p.nranks {
+            Some(n) => RootGather::with_nranks(n),
+            None => RootGather::new(),
+        },
+        timeout: p.timeout,
+        first: None,
+        replies: tx,
+        stats: stats.clone(),
+    };
+    let (magic, retry, abort, timeout) = (p.magic, p.retry, p.abort.clone(), p.timeout);
     std::thread::Builder::new()
-        .name("ferroccl-bs-root".into())
+        .name("ferroccl-bs-reply".into())
         .spawn(move || {
-            root_loop(local, rx, &p);
-            stop.store(true, Ordering::Relaxed);
+            while let Ok(batch) = rx.recv() {
+                send_replies(local, batch, magic, retry, timeout, &abort);
+            }
         })
-        .map_err(|e| BootstrapError::io("spawning the bootstrap root thread", e))?;
+        .map_err(|e| BootstrapError::io("spawning the bootstrap root's reply thread", e))?;
+    Reactor::spawn(
+        listener,
+        "ferroccl-bs-root",
+        reactor::Params {
+            name: format!("bootstrap root {local}"),
+            magic: p.magic,
+            opening_max: EXT_INFO_BYTES,
+            frame_max: 0,
+            pending_timeout: p.timeout,
+            abort: p.abort.clone(),
+        },
+        stats.clone(),
+        service,
+    )?;
+    if let Ok(mut g) = LOCAL_ROOTS.lock() {
+        g.retain(|(_, w)| w.strong_count() > 0);
+        g.push((local, Arc::downgrade(&stats)));
+    }
     Ok(())
 }
 
-fn root_loop(local: SocketAddr, rx: mpsc::Receiver<(RankInfo, SocketAddr)>, p: &RootParams) {
-    let mut st = RootGather::new();
-    let mut first: Option<Instant> = None;
-    loop {
-        if p.abort.load(Ordering::Relaxed) {
-            tracing::info!(target: "ferroccl::bootstrap", "bootstrap root {local}: aborted");
-            return;
-        }
-        if let Some(t0) = first
-            && t0.elapsed() >= p.timeout
-        {
-            let out = st.time_out(p.timeout);
-            if let Some(f) = st.failure() {
-                tracing::error!(target: "ferroccl::bootstrap", "{f}");
-            }
-            send_replies(local, out, p);
-            return;
-        }
-        match rx.recv_timeout(POLL_SLICE) {
-            Ok((info, from)) => {
-                first.get_or_insert_with(Instant::now);
-                tracing::debug!(target: "ferroccl::bootstrap", "bootstrap root {local}: rank {}/{} from {from}", info.rank, info.nranks);
-                let out = st.arrive(info, from);
-                if let Some(f) = st.failure() {
-                    tracing::error!(target: "ferroccl::bootstrap", "{f}");
-                }
-                send_replies(local, out, p);
-                if st.is_complete() {
-                    tracing::info!(target: "ferroccl::bootstrap", "bootstrap root {local}: all {} ranks joined", st.arrived());
-                    return;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => return,
-        }
-    }
-}
+/// Most replies sent at once (each connects to a rank's reply listener).
+const REPLY_WORKERS: usize = 8;
 
-fn send_replies(local: SocketAddr, out: Vec<Outgoing>, p: &RootParams) {
-    for o in out {
-        let what = || format!("bootstrap root {local}: sending rank {}'s reply to {}", o.rank, o.to);
-        let dl = Deadline::after(p.timeout.min(Duration::from_secs(10)));
-        let flags = Flags {
-            abort: &p.abort,
-            stop: None,
-        };
-        let retry = Retry {
-            count: p.retry.count.min(3),
-            sleep: p.retry.sleep,
-        };
-        let r = wire::connect_bootstrap(o.to, p.magic, retry, &dl, flags, &what).and_then(|mut s| {
-            let _ = s.set_write_timeout(Some(p.timeout));
-            wire::write_frame(&mut s, &o.reply.encode(), &what)
-        });
-        if let Err(e) = r {
-            tracing::warn!(target: "ferroccl::bootstrap", "{e}");
+/// Sends a batch of replies, up to [`REPLY_WORKERS`] at a time, each bounded by
+/// `min(timeout, TIMEOUT_SLACK)`: an unreachable rank cannot delay the others' replies.
+fn send_replies(
+    local: SocketAddr,
+    out: Vec<Outgoing>,
+    magic: u64,
+    retry: Retry,
+    timeout: Duration,
+    abort: &AtomicBool,
+) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = out.len().clamp(1, REPLY_WORKERS);
+    std::thread::scope(|sc| {
+        for _ in 0..workers {
+            sc.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(o) = out.get(i) else { break };
+                    let what = || format!("bootstrap root {local}: sending rank {}'s reply to {}", o.rank, o.to);
+                    let dl = Deadline::after(timeout.min(super::TIMEOUT_SLACK));
+                    let flags = Flags { abort, stop: None };
+                    let retry = Retry {
+                        count: retry.count.min(3),
+                        sleep: retry.sleep,
+                    };
+                    let r = wire::connect_bootstrap(o.to, magic, retry, &dl, flags, &what).and_then(|mut s| {
+                        let _ = s.set_write_timeout(Some(timeout.min(super::TIMEOUT_SLACK)));
+                        wire::write_frame(&mut s, &o.reply.encode(), &what)
+                    });
+                    if let Err(e) = r {
+                        tracing::warn!(target: "ferroccl::bootstrap", "{e}");
+                    }
+                }
+            });
         }
-    }
+    });
 }
 
 #[cfg(test)]
@@ -490,40 +636,86 @@ mod tests {
         );
     }
 
+    fn error_of(o: &Outgoing) -> &str {
+        match &o.reply {
+            Reply::Error(m) => m,
+            r => panic!("expected an error reply, got {r:?}"),
+        }
+    }
+
     #[test]
-    fn duplicate_rank_fails_everyone() {
+    fn duplicate_rank_is_rejected_and_the_first_keeps_its_place() {
         let mut g = RootGather::new();
         g.arrive(info(0, 3), from(1));
         g.arrive(info(1, 3), from(2));
         let out = g.arrive(info(1, 3), from(3));
+        assert_eq!(out.len(), 1, "only the duplicate is answered");
+        let m = error_of(&out[0]);
+        assert!(m.contains("rank 1 joined twice"), "{m}");
+        assert!(m.contains("127.0.0.1:2") && m.contains("127.0.0.1:3"), "{m}");
+        assert!(g.failure().is_none());
+        // The root keeps serving: the last rank completes the ring.
+        let out = g.arrive(info(2, 3), from(4));
+        assert!(g.is_complete());
         assert_eq!(out.len(), 3);
-        for o in &out {
-            let Reply::Error(m) = &o.reply else {
-                panic!("expected error")
-            };
-            assert!(m.contains("rank 1 joined twice"), "{m}");
-            assert!(m.contains("127.0.0.1:2") && m.contains("127.0.0.1:3"), "{m}");
-        }
-        let later = g.arrive(info(2, 3), from(4));
-        assert_eq!(later.len(), 1);
-        assert!(matches!(&later[0].reply, Reply::Error(m) if m.contains("twice")));
+        assert!(out.iter().all(|o| matches!(o.reply, Reply::Successor(_))));
     }
 
     #[test]
-    fn nranks_mismatch_and_out_of_range() {
+    fn nranks_mismatch_out_of_range_and_huge_are_rejected_alone() {
         let mut g = RootGather::new();
         g.arrive(info(0, 4), from(1));
         let out = g.arrive(info(1, 3), from(2));
-        assert_eq!(out.len(), 2);
-        let Reply::Error(m) = &out[0].reply else { panic!() };
+        assert_eq!(out.len(), 1);
+        let m = error_of(&out[0]);
         assert!(
             m.contains("nranks mismatch") && m.contains("nranks=3") && m.contains("nranks=4"),
             "{m}"
         );
+        assert!(m.contains("rank 0 (from 127.0.0.1:1)"), "{m}");
+        let out = g.arrive(info(5, 4), from(3));
+        assert!(error_of(&out[0]).contains("out of range"));
+        let out = g.arrive(info(0, i32::MAX as usize), from(4));
+        assert!(error_of(&out[0]).contains("above the bootstrap's limit"), "{:?}", out);
+        assert_eq!(g.expected(), Some(4));
+        assert_eq!(g.rejected().1, 3);
+        assert!(g.failure().is_none());
 
+        // A huge first record does not size anything and does not set nranks.
         let mut g = RootGather::new();
-        let out = g.arrive(info(5, 4), from(1));
-        assert!(matches!(&out[0].reply, Reply::Error(m) if m.contains("out of range")));
+        let out = g.arrive(info(0, i32::MAX as usize), from(1));
+        assert_eq!(out.len(), 1);
+        assert_eq!(g.expected(), None);
+        assert!(g.arrive(info(0, 2), from(2)).is_empty());
+        assert_eq!(g.arrive(info(1, 2), from(3)).len(), 2);
+    }
+
+    #[test]
+    fn known_nranks_rejects_the_first_wrong_record() {
+        let mut g = RootGather::with_nranks(2);
+        let out = g.arrive(info(0, 3), from(1));
+        let m = error_of(&out[0]);
+        assert!(
+            m.contains("this root gathers nranks=2 (set by the rank that started this root)"),
+            "{m}"
+        );
+        assert!(g.arrive(info(1, 2), from(2)).is_empty());
+        assert_eq!(g.missing(), vec![0]);
+    }
+
+    #[test]
+    fn timeout_quotes_rejections_and_notes() {
+        let mut g = RootGather::with_nranks(3);
+        g.arrive(info(0, 3), from(1));
+        g.arrive(info(0, 3), from(2));
+        g.reject_undecodable(from(3), "bad family");
+        g.note("the root's listener ran out of file descriptors".into());
+        let out = g.time_out(Duration::from_secs(2));
+        assert_eq!(out.len(), 1);
+        let m = error_of(&out[0]);
+        assert!(m.starts_with("bootstrap root: timed out after 2 s waiting for 3 ranks; ranks 1, 2 never connected; meanwhile the root rejected 2 records: rank 0 joined twice"), "{m}");
+        assert!(m.contains("an undecodable record from 127.0.0.1:3 (bad family)"), "{m}");
+        assert!(m.ends_with("; the root's listener ran out of file descriptors"), "{m}");
     }
 
     #[test]

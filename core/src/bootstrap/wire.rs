@@ -1,13 +1,10 @@
-//! Thin blocking socket layer for the bootstrap: bounded reads, the generic NCCL
-//! handshake, 4-byte length-prefixed frames, connect with retries, and a
-//! background acceptor that handles each connection on its own thread.
+//! Thin blocking socket layer for the bootstrap's outgoing side: the generic NCCL
+//! handshake, 4-byte length-prefixed frames, connect with retries bounded by a
+//! deadline. (Incoming connections are decoded by `frame` and served by `reactor`.)
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::error::{BootstrapError, Result};
@@ -47,12 +44,6 @@ impl Deadline {
             end: Some(start + timeout),
         }
     }
-    pub fn never() -> Self {
-        Deadline {
-            start: Instant::now(),
-            end: None,
-        }
-    }
     /// Remaining time capped to one poll slice; `None` when expired.
     pub fn slice(&self) -> Option<Duration> {
         match self.end {
@@ -77,39 +68,6 @@ pub(crate) fn next_slice(dl: &Deadline, flags: Flags<'_>, what: &dyn Fn() -> Str
         what: what(),
         waited: dl.waited(),
     })
-}
-
-/// Reads exactly `buf.len()` bytes, giving up at the deadline or when a flag is raised.
-/// EOF gives an `Io` error of kind `UnexpectedEof`.
-pub(crate) fn read_exact_bounded(
-    s: &mut TcpStream,
-    buf: &mut [u8],
-    dl: &Deadline,
-    flags: Flags<'_>,
-    what: &dyn Fn() -> String,
-) -> Result<()> {
-    let mut got = 0;
-    while got < buf.len() {
-        let slice = next_slice(dl, flags, what)?;
-        s.set_read_timeout(Some(slice))
-            .map_err(|e| BootstrapError::io(what(), e))?;
-        match s.read(&mut buf[got..]) {
-            Ok(0) => {
-                return Err(BootstrapError::io(
-                    what(),
-                    std::io::Error::new(ErrorKind::UnexpectedEof, "connection closed by peer"),
-                ));
-            }
-            Ok(n) => got += n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(BootstrapError::io(what(), e)),
-        }
-    }
-    Ok(())
 }
 
 /// Encodes the generic NCCL handshake (`src/misc/socket.cc`): magic then type, native order.
@@ -147,37 +105,6 @@ pub(crate) fn write_frame(s: &mut TcpStream, payload: &[u8], what: &dyn Fn() -> 
     s.write_all(&buf).map_err(|e| BootstrapError::io(what(), e))
 }
 
-/// Reads one frame whose length must be ≤ `max_len` (a longer one is a protocol error).
-pub(crate) fn read_frame(
-    s: &mut TcpStream,
-    max_len: usize,
-    dl: &Deadline,
-    flags: Flags<'_>,
-    what: &dyn Fn() -> String,
-) -> Result<Vec<u8>> {
-    let mut lb = [0u8; 4];
-    read_exact_bounded(s, &mut lb, dl, flags, what)?;
-    let len = u32::from_ne_bytes(lb) as usize;
-    if len > max_len {
-        return Err(BootstrapError::Protocol {
-            peer: peer_name(s),
-            detail: format!(
-                "message length {len} exceeds the limit of {max_len} bytes while {}",
-                what()
-            ),
-        });
-    }
-    let mut buf = vec![0u8; len];
-    read_exact_bounded(s, &mut buf, dl, flags, what)?;
-    Ok(buf)
-}
-
-pub(crate) fn peer_name(s: &TcpStream) -> String {
-    s.peer_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "<unknown peer>".into())
-}
-
 /// Connect retry policy (`NCCL_SOCKET_RETRY_CNT`, `NCCL_SOCKET_RETRY_SLEEP_MSEC`).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Retry {
@@ -196,8 +123,11 @@ fn transient(e: &std::io::Error) -> bool {
 }
 
 /// Connects to `addr`, retrying transient errors up to `retry.count` times with a
-/// linear backoff of `n × retry.sleep`, then sends the handshake. Bounded by `dl`
-/// and the flags.
+/// linear backoff of `n × retry.sleep` (NCCL's `socketConnect` with
+/// `NCCL_SOCKET_RETRY_CNT` / `NCCL_SOCKET_RETRY_SLEEP_MSEC`), then sends the
+/// handshake. Everything, each connect attempt included, ends at `dl` (a
+/// [`BootstrapError::Timeout`] naming `what`) or when a flag is raised: with the
+/// defaults the retries alone would take ~60 s, so the deadline usually ends them.
 pub(crate) fn connect_bootstrap(
     addr: SocketAddr,
     magic: u64,
@@ -238,114 +168,19 @@ pub(crate) fn connect_bootstrap(
     }
 }
 
-/// Binds a listener on `addr` (port 0 = ephemeral).
+/// Listen backlog of bootstrap listeners: NCCL's `ncclSocketListen`
+/// (`src/misc/socket.cc`) passes 16384 (the kernel caps it at `net.core.somaxconn`),
+/// so that a burst of ranks reaching the root at once is queued, not dropped into
+/// SYN retransmits (std's default is 128).
+pub(crate) const LISTEN_BACKLOG: i32 = 16384;
+
+/// Binds a listener on `addr` (port 0 = ephemeral) with `SO_REUSEADDR` (as std and
+/// NCCL do) and a backlog of [`LISTEN_BACKLOG`].
 pub(crate) fn listen(addr: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(addr).map_err(|e| BootstrapError::io(format!("binding a listener on {addr}"), e))
-}
-
-/// Waits until `fd` is readable or `timeout` elapses (EINTR counts as a timeout).
-fn poll_readable(fd: i32, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
-    let r = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
-    r > 0
-}
-
-/// A connection handler: runs on its own thread for each accepted connection.
-pub(crate) type Handler = Arc<dyn Fn(TcpStream, SocketAddr) + Send + Sync>;
-
-/// Accepts connections on `listener` until `stop` or `abort` is raised; each
-/// connection's handshake is read (bounded by `handshake_timeout`) and checked on a
-/// thread of its own, so a silent or malformed client never blocks the others.
-/// Connections failing the handshake are logged (warn) and dropped; good ones are
-/// given to `handler` on that thread.
-pub(crate) fn spawn_acceptor(
-    listener: TcpListener,
-    name: String,
-    magic: u64,
-    handshake_timeout: Duration,
-    stop: Arc<AtomicBool>,
-    abort: Arc<AtomicBool>,
-    handler: Handler,
-) -> Result<JoinHandle<()>> {
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| BootstrapError::io(format!("{name}: set_nonblocking"), e))?;
-    let thread_err = format!("{name}: spawning the accept thread");
-    std::thread::Builder::new()
-        .name("ferroccl-bs-accept".into())
-        .spawn(move || {
-            let fd = listener.as_raw_fd();
-            let mut transient_errors = 0u32;
-            loop {
-                if stop.load(Ordering::Relaxed) || abort.load(Ordering::Relaxed) {
-                    break;
-                }
-                if !poll_readable(fd, POLL_SLICE) {
-                    continue;
-                }
-                match listener.accept() {
-                    Ok((s, from)) => {
-                        transient_errors = 0;
-                        let (stop, abort, handler, name2) = (stop.clone(), abort.clone(), handler.clone(), name.clone());
-                        let spawned = std::thread::Builder::new().name("ferroccl-bs-conn".into()).spawn(move || {
-                            handle_connection(s, from, &name2, magic, handshake_timeout, &stop, &abort, &handler)
-                        });
-                        if let Err(e) = spawned {
-                            tracing::warn!(target: "ferroccl::bootstrap", "{name}: cannot spawn a thread for {from}: {e}");
-                        }
-                    }
-                    Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        transient_errors += 1;
-                        tracing::warn!(target: "ferroccl::bootstrap", "{name}: accept failed: {e}");
-                        std::thread::sleep(POLL_SLICE);
-                        if transient_errors > 1000 {
-                            break;
-                        }
-                    }
-                }
-            }
-        })
-        .map_err(|e| BootstrapError::io(thread_err, e))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn handle_connection(
-    mut s: TcpStream,
-    from: SocketAddr,
-    name: &str,
-    magic: u64,
-    handshake_timeout: Duration,
-    stop: &AtomicBool,
-    abort: &AtomicBool,
-    handler: &Handler,
-) {
-    if s.set_nonblocking(false).is_err() {
-        return;
-    }
-    let _ = s.set_nodelay(true);
-    let dl = Deadline::after(handshake_timeout);
-    let mut hs = [0u8; HANDSHAKE_BYTES];
-    let flags = Flags {
-        abort,
-        stop: Some(stop),
-    };
-    match read_exact_bounded(&mut s, &mut hs, &dl, flags, &|| format!("the handshake from {from}")) {
-        Ok(()) => {}
-        Err(BootstrapError::Aborted { .. }) => return,
-        Err(e) => {
-            tracing::warn!(target: "ferroccl::bootstrap", "{name}: rejected connection from {from}: {e}");
-            return;
-        }
-    }
-    if let Err(why) = check_handshake(&hs, magic) {
-        tracing::warn!(target: "ferroccl::bootstrap", "{name}: rejected connection from {from}: {why}");
-        return;
-    }
-    handler(s, from);
+    let err = |e| BootstrapError::io(format!("binding a listener on {addr}"), e);
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None).map_err(err)?;
+    s.set_reuse_address(true).map_err(err)?;
+    s.bind(&addr.into()).map_err(err)?;
+    s.listen(LISTEN_BACKLOG).map_err(err)?;
+    Ok(s.into())
 }

@@ -112,3 +112,52 @@ pub fn exercise(bs: &Bootstrap, salt: &str) {
     assert_eq!(bs.broadcast(0, &[r as u8; 3]).expect("broadcast 0"), vec![0u8; 3]);
     bs.barrier().expect("final barrier");
 }
+
+static LOG: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+
+struct LogWriter;
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        LOG.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Captures this process' `ferroccl::bootstrap` log lines (debug and up) in memory,
+/// for [`wait_for_log`]. Idempotent; concurrent callers wait for the first. Every test
+/// of a binary that captures logs must call it before touching the bootstrap: a
+/// tracing call site first reached without a subscriber may stay disabled.
+pub fn capture_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = tracing_subscriber::fmt()
+            .with_writer(|| LogWriter)
+            .with_ansi(false)
+            .with_env_filter("ferroccl::bootstrap=debug")
+            .try_init();
+    });
+}
+
+/// Everything captured so far.
+pub fn logs() -> String {
+    String::from_utf8_lossy(&LOG.lock().unwrap()).into_owned()
+}
+
+/// Waits (at most `limit`) for a captured line containing every one of `parts`;
+/// returns the line or panics listing the log.
+pub fn wait_for_log(parts: &[&str], limit: Duration) -> String {
+    let t0 = std::time::Instant::now();
+    loop {
+        if let Some(l) = logs().lines().find(|l| parts.iter().all(|p| l.contains(p))) {
+            return l.to_string();
+        }
+        if t0.elapsed() > limit {
+            panic!("no log line with {parts:?} within {limit:?}; log:\n{}", logs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

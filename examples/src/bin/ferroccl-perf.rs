@@ -178,9 +178,10 @@ impl Op {
     }
 }
 
-/// Rank and size from a launcher's environment, if any.
-fn launcher_env() -> Option<(usize, usize, &'static str)> {
-    let get = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<usize>().ok());
+/// Rank and size from a launcher's environment, if any: the first pair whose two
+/// variables are both set. A set variable that is not a number is an error naming it
+/// (not a silent fall-back to a single rank).
+fn launcher_env() -> Result<Option<(usize, usize, &'static str)>, String> {
     let pairs: [(&str, &str, &'static str); 6] = [
         ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI"),
         ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "PMIx"),
@@ -189,7 +190,18 @@ fn launcher_env() -> Option<(usize, usize, &'static str)> {
         ("SLURM_PROCID", "SLURM_NTASKS", "Slurm"),
         ("RANK", "WORLD_SIZE", "torchrun"),
     ];
-    pairs.iter().find_map(|(r, s, who)| Some((get(r)?, get(s)?, *who)))
+    for (r, s, who) in pairs {
+        let (Ok(rv), Ok(sv)) = (std::env::var(r), std::env::var(s)) else {
+            continue;
+        };
+        let num = |k: &str, v: &str| {
+            v.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{who} environment: {k}={v:?} is not a non-negative integer"))
+        };
+        return Ok(Some((num(r, &rv)?, num(s, &sv)?, who)));
+    }
+    Ok(None)
 }
 
 fn peak_rss_kib() -> u64 {
@@ -607,7 +619,14 @@ fn main() -> ExitCode {
         }
         return spawn_local(&args, op, n);
     }
-    if let Some((rank, size, who)) = launcher_env() {
+    let launched = match launcher_env() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("ferroccl-perf: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some((rank, size, who)) = launched {
         if size == 0 || rank >= size {
             eprintln!("ferroccl-perf: {who} environment gives rank {rank} of {size}");
             return ExitCode::from(2);
@@ -619,26 +638,24 @@ fn main() -> ExitCode {
             );
             return ExitCode::from(2);
         }
-        let id = match ferroccl::bootstrap::get_unique_id(&bootstrap_config()) {
-            Ok(id) => id,
-            Err(e) => {
-                eprintln!("ferroccl-perf: rank {rank}: unique id: {e}");
-                return ExitCode::from(1);
-            }
-        };
+        let id =
+            match bootstrap_config().and_then(|c| ferroccl::bootstrap::get_unique_id(&c).map_err(|e| e.to_string())) {
+                Ok(id) => id,
+                Err(e) => {
+                    eprintln!("ferroccl-perf: rank {rank}: unique id: {e}");
+                    return ExitCode::from(1);
+                }
+            };
         return finish(run_rank(&args, op, size, rank, &id, who));
     }
     spawn_local(&args, op, 1)
 }
 
-fn bootstrap_config() -> ferroccl::bootstrap::BootstrapConfig {
-    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    ferroccl::bootstrap::BootstrapConfig {
-        ifname: get("NCCL_SOCKET_IFNAME"),
-        family: ferroccl::bootstrap::SocketFamily::from_nccl(get("NCCL_SOCKET_FAMILY").as_deref()),
-        comm_id: get("NCCL_COMM_ID"),
-        ..Default::default()
-    }
+/// Bootstrap settings for the unique id this process creates: the same parameters
+/// the ranks resolve (`NCCL_SOCKET_*`, `NCCL_COMM_ID`, `FERROCCL_TIMEOUT_SEC`), so a
+/// root started here gives up on missing ranks after the ranks' own timeout.
+fn bootstrap_config() -> Result<ferroccl::bootstrap::BootstrapConfig, String> {
+    ferroccl::bootstrap::BootstrapConfig::from_params(ferroccl::config::Config::global())
 }
 
 fn finish(r: Result<bool, String>) -> ExitCode {
@@ -653,7 +670,14 @@ fn finish(r: Result<bool, String>) -> ExitCode {
 }
 
 fn spawn_local(args: &Args, op: Op, n: usize) -> ExitCode {
-    let id = match ferroccl::bootstrap::get_unique_id(&bootstrap_config()) {
+    if n > ferroccl::bootstrap::MAX_NRANKS {
+        eprintln!(
+            "ferroccl-perf: --ranks {n} is above the limit of {} ranks",
+            ferroccl::bootstrap::MAX_NRANKS
+        );
+        return ExitCode::from(2);
+    }
+    let id = match bootstrap_config().and_then(|c| ferroccl::bootstrap::get_unique_id(&c).map_err(|e| e.to_string())) {
         Ok(id) => id,
         Err(e) => {
             eprintln!("ferroccl-perf: unique id: {e}");
