@@ -73,7 +73,7 @@ fn child_role() {
         }
         // Rank 0 of 2 in the root's process; descriptors run out after it joined.
         "root-starves" => {
-            let c = cfg(Duration::from_secs(5));
+            let c = cfg(Duration::from_secs(20));
             let id = get_unique_id(&c).expect("id");
             let h = std::thread::spawn(move || Bootstrap::init(&id, 0, 2, &c).map(|_| ()));
             wait_for_log(
@@ -95,7 +95,7 @@ fn child_role() {
         }
         "rank-fails" => {
             let id = UniqueId::from_hex(&std::env::var(ENV_ID).unwrap()).unwrap();
-            let e = Bootstrap::init(&id, 1, 2, &cfg(Duration::from_secs(5))).expect_err("the root is starved");
+            let e = Bootstrap::init(&id, 1, 2, &cfg(Duration::from_secs(20))).expect_err("the root is starved");
             println!("rank 1 error: {e}");
         }
         other => panic!("unknown role {other}"),
