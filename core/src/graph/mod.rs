@@ -11,6 +11,7 @@
 pub mod connect;
 pub mod graph_xml;
 pub mod plan;
+pub mod report;
 pub mod search;
 pub mod trees;
 

@@ -818,6 +818,9 @@ pub fn compute(
     tmp.bw_inter = speeds[si];
     let mut global: i64 = SEARCH_GLOBAL_TIMEOUT;
     let mut pass = 1;
+    // --why: the attempt that produced the current best, and why pass 1 stopped.
+    let mut found_at = String::from("nothing found");
+    let mut stop_reason = String::new();
     let net_bw: Vec<f32> = sys.of(NodeType::Net).iter().map(|n| n.net().bw).collect();
     let mut s = Search {
         ngpus,
@@ -839,7 +842,11 @@ pub fn compute(
         };
         tmp.n_channels = 0;
         global -= time;
+        let before = (graph.n_channels, graph.bw_intra, graph.bw_inter, graph.pattern, graph.cross_nic);
         s.search_rec(&mut tmp, graph, &mut time)?;
+        if before != (graph.n_channels, graph.bw_intra, graph.bw_inter, graph.pattern, graph.cross_nic) {
+            found_at = format!("pass {pass} with {}", describe(&tmp));
+        }
         if let Some(w) = why.as_deref_mut() {
             let verdict = match time {
                 -1 => " PERFECT",
@@ -858,6 +865,14 @@ pub fn compute(
             ));
         }
         let mut goto_done = time == -1 || graph.n_channels as f32 * graph.bw_inter >= s.sys.total_bw;
+        if pass == 1 && time == -1 {
+            stop_reason = format!("reached maxChannels {} (perfect)", tmp.max_channels);
+        } else if pass == 1 && goto_done {
+            stop_reason = format!(
+                "{} channels x {} GB/s use the GPU's total bandwidth {} GB/s",
+                graph.n_channels, graph.bw_inter, s.sys.total_bw
+            );
+        }
         if !goto_done && pass == 1 {
             'relax: {
                 if tmp.same_channels && !(cpu_arch == cpu_arch::X86 && cpu_vendor == cpu_vendor::AMD && tmp.type_intra == PathType::Sys) {
@@ -871,6 +886,7 @@ pub fn compute(
                     global = SEARCH_GLOBAL_TIMEOUT;
                 }
                 if global < 0 && graph.n_channels > 0 {
+                    stop_reason = "the global search budget (2^19 steps) ran out".to_string();
                     goto_done = true;
                     break 'relax;
                 }
@@ -908,6 +924,14 @@ pub fn compute(
                     tmp.bw_intra = speeds[si];
                     break 'relax;
                 }
+                stop_reason = if graph.n_channels == 0 {
+                    "every relaxation tried, nothing fits".to_string()
+                } else {
+                    format!(
+                        "every relaxation tried down to {} GB/s (the next speed is below 0.49 x {})",
+                        speeds[si], graph.bw_inter
+                    )
+                };
                 si = 0;
                 while speeds[si] > max_bw && si < nspeeds - 1 {
                     si += 1;
@@ -964,6 +988,19 @@ pub fn compute(
         break;
     }
     drop(tmp);
+    if let Some(w) = why.as_deref_mut() {
+        w.push(format!(
+            "settled: {} channel(s) of {}, bw {}/{}, type {}/{}, crossNic {}, sameChannels {}; found at {found_at}; pass 1 stopped because {stop_reason}",
+            graph.n_channels,
+            pattern_name(graph.pattern),
+            graph.bw_intra,
+            graph.bw_inter,
+            graph.type_intra,
+            graph.type_inter,
+            graph.cross_nic,
+            u8::from(graph.same_channels)
+        ));
+    }
 
     if graph.n_channels == 0 && !graph.coll_net && graph.pattern != PATTERN_NVLS {
         if let Some(w) = why.as_deref_mut() {
