@@ -390,8 +390,9 @@ pub fn process_bus_id(rank: usize) -> String {
     i64_to_bus_id(0x_fffe_0000_0_i64 | (((rank as i64) << 2) & 0xf_ffff))
 }
 
-/// Class code of a process device (`0x0b4000`, "co-processor").
-pub const PROCESS_CLASS: &str = "0x0b4000";
+/// Class code of a process device: `0x03…` so NCCL's class dictionary (`kvDictPciClass`)
+/// makes it a GPU-type device; subclass `ff` marks it as synthetic.
+pub const PROCESS_CLASS: &str = "0x03ff00";
 
 /// Adds a CPU rank's process device under `<cpu numaid=numa>` (created, and filled from
 /// `facts`, when absent): `<pci busid class link_speed link_width><gpu sm="0" rank gdr="0"

@@ -18,7 +18,7 @@
 //! ## CPU-process ranks
 //!
 //! ferroccl's ranks are processes; without a GPU a rank has no PCI function. Such a rank
-//! enters the model as a *process device*: a `<pci busid="fffe:00:XX.0" class="0x0b4000">`
+//! enters the model as a *process device*: a `<pci busid="fffe:00:XX.0" class="0x03ff00">`
 //! directly under the `<cpu>` of the NUMA node its CPU affinity lies in, holding a
 //! `<gpu dev="<local index>" sm="0" rank="<rank>" gdr="0"/>`. In the system this becomes a
 //! DEV node and a GPU node attached to that CPU by a PCI link, exactly like a PCIe GPU on a
