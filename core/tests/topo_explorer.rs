@@ -23,17 +23,11 @@ fn params() -> TopoParams {
 fn render(m: &Machine, nodes: usize) -> String {
     let p = params();
     let topo = build(m, nodes, &p);
-    let body = report(
-        &topo,
-        m.file,
-        &p,
-        ReportOptions {
-            paths: true,
-            why: true,
-        },
+    let body = report(&topo, m.file, &p, ReportOptions { paths: true, why: true }).unwrap();
+    format!(
+        "# model: {}\n{body}",
+        if m.options.is_empty() { "(none)" } else { m.options }
     )
-    .unwrap();
-    format!("# model: {}\n{body}", if m.options.is_empty() { "(none)" } else { m.options })
 }
 
 #[test]
@@ -89,9 +83,15 @@ fn ncv4_one_ring_of_pcie_gpus() {
     let m = machine("ncv4");
     let topo = build(&m, 1, &TopoParams::default());
     let ring = &topo.hosts[0].graphs.ring;
-    assert_eq!((ring.n_channels, ring.bw_intra, ring.type_intra), (1, 12.0, PathType::Sys));
+    assert_eq!(
+        (ring.n_channels, ring.bw_intra, ring.type_intra),
+        (1, 12.0, PathType::Sys)
+    );
     assert_eq!(ring.channel(0), &[0, 1, 2, 3]);
-    assert_eq!(channel_lines(&m, 1), ["Channel 00/02 : 0 1 2 3", "Channel 01/02 : 0 1 2 3"]);
+    assert_eq!(
+        channel_lines(&m, 1),
+        ["Channel 00/02 : 0 1 2 3", "Channel 01/02 : 0 1 2 3"]
+    );
 }
 
 #[test]
@@ -103,7 +103,10 @@ fn ncv4_graph_file_gives_exactly_its_channels() {
     };
     let topo = build(&m, 1, &p);
     let h = &topo.hosts[0].graphs;
-    assert_eq!((h.ring.n_channels, h.ring.pattern, h.ring.bw_intra, h.ring.bw_inter), (2, 4, 12.0, 12.0));
+    assert_eq!(
+        (h.ring.n_channels, h.ring.pattern, h.ring.bw_intra, h.ring.bw_inter),
+        (2, 4, 12.0, 12.0)
+    );
     assert_eq!((h.ring.type_intra, h.ring.type_inter), (PathType::Sys, PathType::Pix));
     assert_eq!(h.ring.channel(0), &[0, 1, 2, 3]);
     assert_eq!(h.ring.channel(1), &[0, 3, 2, 1]);
@@ -143,7 +146,11 @@ fn nvswitch_a100_single_node_has_twelve_search_channels() {
     for name in ["ndv4", "p4d", "p4de"] {
         let topo = build(&machine(name), 1, &TopoParams::default());
         let ring = &topo.hosts[0].graphs.ring;
-        assert_eq!((ring.n_channels, ring.bw_intra, ring.type_intra), (12, 20.0, PathType::Nvl), "{name}");
+        assert_eq!(
+            (ring.n_channels, ring.bw_intra, ring.type_intra),
+            (12, 20.0, PathType::Nvl),
+            "{name}"
+        );
         assert_eq!(topo.comm.n_channels, 24, "{name}");
     }
 }
@@ -173,7 +180,10 @@ fn ndv4_multi_node_rings_are_rail_aligned() {
             assert_eq!(i, o, "channel {c}");
             let g = sys.rank_to_index(h.ring.channel(c)[0]).unwrap();
             let n = sys.index_of(NodeType::Net, i).unwrap();
-            assert_eq!(sys.path(NodeRef::new(NodeType::Gpu, g), NodeType::Net, n).ty, PathType::Pix);
+            assert_eq!(
+                sys.path(NodeRef::new(NodeType::Gpu, g), NodeType::Net, n).ty,
+                PathType::Pix
+            );
             let dev = sys.of(NodeType::Gpu)[g].gpu().0;
             assert_eq!(sys.of(NodeType::Net)[n].net().dev, dev, "channel {c}: rail");
         }

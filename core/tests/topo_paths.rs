@@ -21,9 +21,7 @@ fn p(s: &System, a: usize, ty: NodeType, b: usize) -> (PathType, usize, f32) {
 }
 
 fn gpu(bus: &str, dev: u32, link: &str) -> String {
-    format!(
-        r#"<pci busid="{bus}" class="0x030200" {link}><gpu dev="{dev}" sm="80" rank="{dev}" gdr="1"/></pci>"#
-    )
+    format!(r#"<pci busid="{bus}" class="0x030200" {link}><gpu dev="{dev}" sm="80" rank="{dev}" gdr="1"/></pci>"#)
 }
 
 const GEN4: &str = r#"link_speed="16 GT/s" link_width="16""#; // 120 * 16 / 80 = 24 GB/s
@@ -119,7 +117,9 @@ fn nvl(target: &str, count: u32) -> String {
 /// Three sm 8.0 GPUs on root ports of one AMD socket; NVLinks 0-1 x2, 1-2 x1.
 fn system_b() -> String {
     let g = |bus: &str, dev: u32, links: String| {
-        format!(r#"<pci busid="{bus}" class="0x030200" {GEN4}><gpu dev="{dev}" sm="80" rank="{dev}" gdr="1">{links}</gpu></pci>"#)
+        format!(
+            r#"<pci busid="{bus}" class="0x030200" {GEN4}><gpu dev="{dev}" sm="80" rank="{dev}" gdr="1">{links}</gpu></pci>"#
+        )
     };
     format!(
         r#"<system version="1"><cpu numaid="0" host_hash="0" arch="x86_64" vendor="AuthenticAMD">{}{}{}</cpu></system>"#,

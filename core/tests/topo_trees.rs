@@ -30,7 +30,11 @@ fn check_tree(n: i32, nodes: &[BtreeNode]) {
         }
         if me.up != -1 {
             let p = nodes[me.up as usize];
-            assert!(p.down0 == r || p.down1 == r, "n={n}: {r} not a child of its parent {}", me.up);
+            assert!(
+                p.down0 == r || p.down1 == r,
+                "n={n}: {r} not a child of its parent {}",
+                me.up
+            );
         }
     }
     // Reachability from the root.
@@ -83,7 +87,10 @@ fn double_binary_trees_for_1_to_64_nodes_follow_the_rules() {
             // No node is a leaf in both trees (the point of the double tree).
             let leaf = |v: &BtreeNode| v.down0 == -1 && v.down1 == -1;
             for r in 0..n as usize {
-                assert!(!(leaf(&t0[r]) && leaf(&t1[r])), "n={n}: node {r} is a leaf in both trees");
+                assert!(
+                    !(leaf(&t0[r]) && leaf(&t1[r])),
+                    "n={n}: node {r} is a leaf in both trees"
+                );
             }
         }
     }
@@ -120,7 +127,16 @@ fn the_reference_examples() {
         ((4, 5, 7), (5, -1, -1)),
         ((6, -1, -1), (-1, -1, 3)),
     ];
-    let types = [(None, Some(1)), (Some(0), Some(1)), (Some(0), Some(0)), (Some(1), Some(1)), (Some(1), Some(1)), (Some(0), Some(0)), (Some(1), Some(0)), (Some(1), None)];
+    let types = [
+        (None, Some(1)),
+        (Some(0), Some(1)),
+        (Some(0), Some(0)),
+        (Some(1), Some(1)),
+        (Some(1), Some(1)),
+        (Some(0), Some(0)),
+        (Some(1), Some(0)),
+        (Some(1), None),
+    ];
     for r in 0..8 {
         let (x, y) = dtree(8, r as i32);
         assert_eq!((t(x), t(y)), eight[r], "8 nodes, node {r}");
@@ -208,8 +224,16 @@ fn eight_nodes_of_one_gpu_match_the_reference_examples() {
     let c = comm(1, 8);
     assert_eq!(c.hosts[0].graphs.tree.pattern, 3, "one GPU per node forces TREE");
     // Rank 4 in tree 0: 2/6/-1->4->0; rank 3 in tree 1: 5/1/-1->3->7.
-    assert!(trees_line(&c, 4).contains(" [0] 2/6/-1->4->0 "), "{}", trees_line(&c, 4));
-    assert!(trees_line(&c, 3).ends_with(" [1] 5/1/-1->3->7"), "{}", trees_line(&c, 3));
+    assert!(
+        trees_line(&c, 4).contains(" [0] 2/6/-1->4->0 "),
+        "{}",
+        trees_line(&c, 4)
+    );
+    assert!(
+        trees_line(&c, 3).ends_with(" [1] 5/1/-1->3->7"),
+        "{}",
+        trees_line(&c, 3)
+    );
 }
 
 /// Every channel's tree over ranks: parent/children consistent across ranks, one root,
@@ -223,13 +247,19 @@ fn check_rank_trees(c: &CommTopology) {
             let downs: Vec<i32> = me.tree_down.iter().copied().filter(|&d| d >= 0).collect();
             assert!(downs.len() <= MAX_TREE_ARITY);
             for d in downs {
-                assert_eq!(c.comm.links[d as usize][ch].tree_up, r as i32, "channel {ch}: {d}'s parent");
+                assert_eq!(
+                    c.comm.links[d as usize][ch].tree_up, r as i32,
+                    "channel {ch}: {d}'s parent"
+                );
             }
             if me.tree_up < 0 {
                 roots += 1;
             } else {
                 let p = c.comm.links[me.tree_up as usize][ch];
-                assert!(p.tree_down.contains(&(r as i32)), "channel {ch}: {r} missing from its parent's children");
+                assert!(
+                    p.tree_down.contains(&(r as i32)),
+                    "channel {ch}: {r} missing from its parent's children"
+                );
             }
         }
         assert_eq!(roots, 1, "channel {ch}: one root");

@@ -19,7 +19,11 @@ fn public_files() -> Vec<(std::path::PathBuf, Schema)> {
         files.sort();
         for f in files {
             if f.extension().is_some_and(|e| e == "xml") {
-                let schema = if f.to_string_lossy().contains("graph") { Schema::Graphs } else { Schema::Topology };
+                let schema = if f.to_string_lossy().contains("graph") {
+                    Schema::Graphs
+                } else {
+                    Schema::Topology
+                };
                 v.push((f, schema));
             }
         }
@@ -87,8 +91,14 @@ fn the_complete_ncv4_file_loads_as_nccl_reads_it() {
     // 100 Gb/s = 12.5 GB/s.
     let lines = print_system(&s);
     assert!(lines.contains(&"+ SYS[16.0] - CPU/0-1".to_string()), "{lines:#?}");
-    assert!(lines.iter().any(|l| l.contains("+ PCI[12.0] - DEV/0-100000")), "{lines:#?}");
-    assert!(lines.iter().any(|l| l.contains("NET/0-0 (0/0/0/12.500000)")), "{lines:#?}");
+    assert!(
+        lines.iter().any(|l| l.contains("+ PCI[12.0] - DEV/0-100000")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.contains("NET/0-0 (0/0/0/12.500000)")),
+        "{lines:#?}"
+    );
 }
 
 fn sys_err(text: &str) -> String {
@@ -127,11 +137,15 @@ fn missing_attributes_name_the_element_and_the_attribute() {
             r#"<pci> is missing attribute "link_width""#,
         ),
         (
-            with_pci(r#"<pci busid="0000:01:00.0" class="0x030200" link_speed="" link_width="16"><gpu dev="0" rank="0" gdr="1"/></pci>"#),
+            with_pci(
+                r#"<pci busid="0000:01:00.0" class="0x030200" link_speed="" link_width="16"><gpu dev="0" rank="0" gdr="1"/></pci>"#,
+            ),
             r#"<gpu> is missing attribute "sm""#,
         ),
         (
-            with_pci(r#"<pci busid="0000:01:00.0" class="0x030200" link_speed="" link_width="16"><gpu dev="0" sm="80" rank="0"/></pci>"#),
+            with_pci(
+                r#"<pci busid="0000:01:00.0" class="0x030200" link_speed="" link_width="16"><gpu dev="0" sm="80" rank="0"/></pci>"#,
+            ),
             r#"<gpu> is missing attribute "gdr""#,
         ),
         (
@@ -153,7 +167,8 @@ fn missing_attributes_name_the_element_and_the_attribute() {
             r#"<cpu> is missing attribute "vendor""#,
         ),
         (
-            r#"<system version="1"><cpu numaid="0" host_hash="0" arch="x86_64" vendor="GenuineIntel"/></system>"#.to_string(),
+            r#"<system version="1"><cpu numaid="0" host_hash="0" arch="x86_64" vendor="GenuineIntel"/></system>"#
+                .to_string(),
             r#"<cpu> is missing attribute "familyid""#,
         ),
         (
@@ -169,13 +184,19 @@ fn missing_attributes_name_the_element_and_the_attribute() {
 
 #[test]
 fn malformed_values_name_the_attribute_and_what_was_expected() {
-    let got = sys_err(&with_pci(r#"<pci busid="0000:01:00.0" class="0x060400" link_speed="" link_width="x16"/>"#));
+    let got = sys_err(&with_pci(
+        r#"<pci busid="0000:01:00.0" class="0x060400" link_speed="" link_width="x16"/>"#,
+    ));
     assert!(got.contains(r#"<pci link_width="x16">: expected an integer"#), "{got}");
-    let got = sys_err(&with_pci(r#"<pci busid="zz" class="0x060400" link_speed="" link_width="16"/>"#));
+    let got = sys_err(&with_pci(
+        r#"<pci busid="zz" class="0x060400" link_speed="" link_width="16"/>"#,
+    ));
     assert!(got.contains(r#"<pci busid="zz">: expected a PCI bus id"#), "{got}");
     let got = sys_err(r#"<system version="1"><cpu numaid="0" host_hash="nothex" arch="arm64"/></system>"#);
     assert!(got.contains(r#"<cpu host_hash="nothex">"#), "{got}");
-    let got = sys_err(r#"<system version="1"><cpu numaid="0" host_hash="0" arch="arm64"><nic><net dev="0" speed="fast"/></nic></cpu></system>"#);
+    let got = sys_err(
+        r#"<system version="1"><cpu numaid="0" host_hash="0" arch="arm64"><nic><net dev="0" speed="fast"/></nic></cpu></system>"#,
+    );
     assert!(got.contains(r#"<net speed="fast">: expected an integer"#), "{got}");
 }
 
@@ -253,7 +274,10 @@ fn graph_files_read_both_attribute_spellings() {
     for (attrs, bw) in [
         (r#"speedintra="12" speedinter="6""#, (12.0, 6.0)),
         (r#"bwintra="11" bwinter="5""#, (11.0, 5.0)),
-        (r#"speedintra="10" bwintra="11" speedinter="4" bwinter="5""#, (10.0, 4.0)),
+        (
+            r#"speedintra="10" bwintra="11" speedinter="4" bwinter="5""#,
+            (10.0, 4.0),
+        ),
     ] {
         let x = xml::parse(&g(attrs), Schema::Graphs, "g").unwrap();
         let mut graph = TopoGraph::new(0, 4, 1, 32, 4);
@@ -265,7 +289,10 @@ fn graph_files_read_both_attribute_spellings() {
     let x = xml::parse(&g(r#"speedinter="6""#), Schema::Graphs, "g").unwrap();
     let mut graph = TopoGraph::new(0, 4, 1, 32, 4);
     let e = load_graph(&x, sys, &mut graph, &TopoParams::default()).unwrap_err();
-    assert!(e.to_string().contains(r#"<graph> is missing attribute "speedintra""#), "{e}");
+    assert!(
+        e.to_string().contains(r#"<graph> is missing attribute "speedintra""#),
+        "{e}"
+    );
     let bad = g(r#"speedintra="12" speedinter="6""#).replace(r#"<gpu dev="3"/>"#, r#"<gpu dev="9"/>"#);
     let x = xml::parse(&bad, Schema::Graphs, "g").unwrap();
     let mut graph = TopoGraph::new(0, 4, 1, 32, 4);
@@ -294,12 +321,12 @@ fn damaged_inputs_never_panic() {
         }
         for b in inputs {
             let Ok(s) = std::str::from_utf8(&b) else { continue };
-            if let Ok(mut x) = xml::parse(s, schema, "damaged") {
-                if schema == Schema::Topology {
-                    fill::set_host_hash(&mut x, 1);
-                    if let Ok(mut sys) = system::from_xml(&x, 1) {
-                        let _ = compute_paths(&mut sys, &p);
-                    }
+            if let Ok(mut x) = xml::parse(s, schema, "damaged")
+                && schema == Schema::Topology
+            {
+                fill::set_host_hash(&mut x, 1);
+                if let Ok(mut sys) = system::from_xml(&x, 1) {
+                    let _ = compute_paths(&mut sys, &p);
                 }
             }
         }

@@ -9,7 +9,7 @@
 
 use super::search::{PATTERN_SPLIT_TREE, PATTERN_TREE, TopoGraph};
 use super::trees::{dtree, log2i};
-use crate::topo::paths::{check_gdr, get_local, local_gpu, local_net};
+use crate::topo::paths::{check_gdr, local_gpu, local_net};
 use crate::topo::system::{NodeRef, System};
 use crate::topo::types::*;
 use crate::topo::{NodeType, TopoError, TopoParams};
@@ -161,7 +161,21 @@ pub struct CommGraph {
     pub log: Vec<LogLine>,
 }
 
-fn preset(rank: i32, ring: &TopoGraph, tree: &TopoGraph, nch: usize, local_ranks: usize) -> (TopoRanks, Vec<ChanLinks>) {
+impl CommGraph {
+    /// `tree.depth` as `connectTrees` sets it: `nRanks/nNodes - 1 + log2i(nNodes)`.
+    pub fn tree_depth(&self) -> i64 {
+        self.nranks as i64 / self.n_nodes.max(1) as i64 - 1 + log2i(self.n_nodes as i64)
+    }
+}
+
+#[allow(clippy::needless_range_loop)] // indices as NCCL's loops
+fn preset(
+    rank: i32,
+    ring: &TopoGraph,
+    tree: &TopoGraph,
+    nch: usize,
+    local_ranks: usize,
+) -> (TopoRanks, Vec<ChanLinks>) {
     let mut tr = TopoRanks {
         ring_recv: vec![-1; MAXCHANNELS],
         ring_send: vec![-1; MAXCHANNELS],
@@ -201,16 +215,12 @@ fn preset(rank: i32, ring: &TopoGraph, tree: &TopoGraph, nch: usize, local_ranks
 }
 
 fn set_tree_down(t: &mut ChanLinks, v: i32) -> Result<(), TopoError> {
-    let x = t
-        .tree_down
-        .iter()
-        .position(|&d| d < 0)
-        .ok_or_else(|| {
-            TopoError::Graph(format!(
-                "Internal error : tree already has {MAX_TREE_ARITY} children ({} {} {})",
-                t.tree_down[0], t.tree_down[1], t.tree_down[2]
-            ))
-        })?;
+    let x = t.tree_down.iter().position(|&d| d < 0).ok_or_else(|| {
+        TopoError::Graph(format!(
+            "Internal error : tree already has {MAX_TREE_ARITY} children ({} {} {})",
+            t.tree_down[0], t.tree_down[1], t.tree_down[2]
+        ))
+    })?;
     t.tree_down[x] = v;
     Ok(())
 }
@@ -226,14 +236,8 @@ pub fn graph_net_dev(sys: &System, graph: &TopoGraph, rank: i32, channel: usize)
     super::search::net_dev(sys, graph.inter[c * 2 + index])
 }
 
-/// What [`connect`] needs besides the hosts.
-#[derive(Debug, Clone, Copy)]
-pub struct ConnectParams<'a> {
-    /// Parameters (channel bounds).
-    pub params: &'a TopoParams,
-}
-
 /// Connects per-host graphs into every rank's channels (preset, all-gather, postset).
+#[allow(clippy::needless_range_loop)] // indices as NCCL's loops
 /// `hosts[h].ranks` must partition `0..nranks`.
 pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Result<CommGraph, TopoError> {
     let mut rank_to_host = vec![usize::MAX; nranks];
@@ -311,7 +315,7 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
 
     // Postset: alternate rings on odd nodes for crossNic 2.
     for r in 0..nranks {
-        if all[r].cross_nic_ring == 2 && n % 2 == 0 && rank_to_node[r] % 2 == 1 {
+        if all[r].cross_nic_ring == 2 && n.is_multiple_of(2) && rank_to_node[r] % 2 == 1 {
             let t = &mut all[r];
             for c in (0..n).step_by(2) {
                 t.ring_recv.swap(c, c ^ 1);
@@ -345,9 +349,8 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
             }
         }
     }
-    // connectTrees
-    let depth = nranks as i64 / n_nodes as i64 - 1 + log2i(n_nodes as i64);
-    let _ = depth;
+    // connectTrees (NCCL also sets `tree.depth = nRanks/nNodes - 1 + log2i(nNodes)`, which
+    // only the tuning model reads; see `CommGraph::tree_depth`).
     for r in 0..nranks {
         let node = rank_to_node[r];
         let (t0, t1) = dtree(n_nodes as i32, node as i32);
@@ -407,7 +410,11 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
         }
     }
     let mut nch = MAXCHANNELS.min(n * 2);
-    let copy = |chans: &mut Vec<Vec<ChanLinks>>, prev: &mut Vec<Vec<i32>>, next: &mut Vec<Vec<i32>>, start: usize, end: usize| {
+    let copy = |chans: &mut Vec<Vec<ChanLinks>>,
+                prev: &mut Vec<Vec<i32>>,
+                next: &mut Vec<Vec<i32>>,
+                start: usize,
+                end: usize| {
         let mut c = start;
         while c < end {
             prev[c] = prev[c - start].clone();
@@ -425,7 +432,13 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
     let max_n = params.max_nchannels.clamp(1, MAXCHANNELS);
     let min_n = params.min_nchannels.min(MAXCHANNELS);
     nch = max_n.min(nch).min(params.max_ctas.max(1));
-    nch = copy(&mut chans, &mut prev, &mut next, nch, min_n.max(params.min_ctas).min(MAXCHANNELS));
+    nch = copy(
+        &mut chans,
+        &mut prev,
+        &mut next,
+        nch,
+        min_n.max(params.min_ctas).min(MAXCHANNELS),
+    );
 
     // ncclBuildRings, from rank 0 (the ring object every rank shares) and from each rank
     // (NCCL's check that every ring closes and holds every rank).
@@ -436,7 +449,9 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
             let mut cur = start as i32;
             for _ in 0..nranks {
                 if cur < 0 || cur as usize >= nranks {
-                    return Err(TopoError::Graph(format!("ring {c} has no successor for a rank (got {cur})")));
+                    return Err(TopoError::Graph(format!(
+                        "ring {c} has no successor for a rank (got {cur})"
+                    )));
                 }
                 order.push(cur as usize);
                 cur = next[c][cur as usize];
@@ -451,7 +466,9 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
                 seen[o] = true;
             }
             if let Some(miss) = seen.iter().position(|&s| !s) {
-                return Err(TopoError::Graph(format!("Error : ring {c} does not contain rank {miss}")));
+                return Err(TopoError::Graph(format!(
+                    "Error : ring {c} does not contain rank {miss}"
+                )));
             }
             if start == 0 {
                 log.push(LogLine {
@@ -533,7 +550,9 @@ pub fn p2p_net_dev(
     channel: usize,
     params: &TopoParams,
 ) -> Result<Option<(i32, i32)>, TopoError> {
-    let Some(g1) = sys.rank_to_index(rank) else { return Ok(None) };
+    let Some(g1) = sys.rank_to_index(rank) else {
+        return Ok(None);
+    };
     if sys.count(NodeType::Net) == 0 {
         return Ok(None);
     }
@@ -576,6 +595,5 @@ pub fn p2p_net_dev(
             }
         }
     }
-    let _ = get_local;
     Ok(Some((dev_of(n), proxy)))
 }

@@ -34,7 +34,12 @@ fn type_to_str(t: PathType) -> Result<&'static str, TopoError> {
         .iter()
         .find(|(_, v)| *v == t)
         .map(|(k, _)| *k)
-        .ok_or_else(|| TopoError::Graph(format!("KV Convert to str : could not find value {} in dictionary", t as u8)))
+        .ok_or_else(|| {
+            TopoError::Graph(format!(
+                "KV Convert to str : could not find value {} in dictionary",
+                t as u8
+            ))
+        })
 }
 
 fn bw_attr(x: &XmlNode, speed: &str, bw: &str) -> Result<f32, TopoError> {
@@ -151,7 +156,12 @@ pub fn fmt_g(v: f64) -> String {
         let s = format!("{:.5e}", v);
         let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
         let e: i32 = e.parse().unwrap_or(0);
-        format!("{}e{}{:02}", strip(m.to_string()), if e < 0 { '-' } else { '+' }, e.abs())
+        format!(
+            "{}e{}{:02}",
+            strip(m.to_string()),
+            if e < 0 { '-' } else { '+' },
+            e.abs()
+        )
     } else {
         let decimals = (5 - exp).max(0) as usize;
         strip(format!("{:.*}", decimals, v))
@@ -160,7 +170,11 @@ pub fn fmt_g(v: f64) -> String {
 
 /// `%#lx`.
 fn hex_long(v: i64) -> String {
-    if v == 0 { "0".to_string() } else { format!("{:#x}", v as u64) }
+    if v == 0 {
+        "0".to_string()
+    } else {
+        format!("{:#x}", v as u64)
+    }
 }
 
 /// `ncclTopoGetXmlFromGraphs`: the `<graphs>` document for `graphs` (NCCL dumps ring, tree,
@@ -193,13 +207,15 @@ pub fn graphs_to_xml(sys: &System, graphs: &[&TopoGraph]) -> Result<XmlNode, Top
                     .ok_or_else(|| TopoError::Graph(format!("XML Export Channel : rank {rank} not found.")))?;
                 let node = &sys.of(NodeType::Gpu)[gi];
                 let dev = topo_id(topo_id_system(node.id) as usize, i64::from(node.gpu().0));
-                ch.subs.push(XmlNode::new("gpu").with("dev", hex_long(dev)).with("rank", rank));
+                ch.subs
+                    .push(XmlNode::new("gpu").with("dev", hex_long(dev)).with("rank", rank));
                 if g.id == 3 || g.pattern == PATTERN_NVLS {
                     break;
                 }
             }
             if sys.inter {
-                ch.subs.push(XmlNode::new("net").with("dev", hex_long(g.inter[2 * c + 1])));
+                ch.subs
+                    .push(XmlNode::new("net").with("dev", hex_long(g.inter[2 * c + 1])));
             }
             x.subs.push(ch);
         }

@@ -135,7 +135,12 @@ struct Canon {
     why: Vec<String>,
 }
 
-fn search_host(canon_xml: &XmlNode, nranks: usize, params: &TopoParams, graph_file: Option<&XmlNode>) -> Result<Canon, TopoError> {
+fn search_host(
+    canon_xml: &XmlNode,
+    nranks: usize,
+    params: &TopoParams,
+    graph_file: Option<&XmlNode>,
+) -> Result<Canon, TopoError> {
     let mut sys = system::from_xml(canon_xml, 0)?;
     paths::compute_paths(&mut sys, params)?;
     paths::trim_system(&mut sys, 0, nranks);
@@ -149,7 +154,12 @@ fn search_host(canon_xml: &XmlNode, nranks: usize, params: &TopoParams, graph_fi
     let mut tree = TopoGraph::new(1, PATTERN_BALANCED_TREE, ring.n_channels, ring.n_channels, ngpus);
     let w = if params.explain { Some(&mut why) } else { None };
     search::compute(&mut sys, &mut tree, params, graph_file, w)?;
-    Ok(Canon { system: sys, ring, tree, why })
+    Ok(Canon {
+        system: sys,
+        ring,
+        tree,
+        why,
+    })
 }
 
 fn relabel(g: &TopoGraph, ranks: &[usize]) -> TopoGraph {
@@ -218,7 +228,9 @@ impl CommTopology {
                         let g = x
                             .find_kv_mut("pci", "busid", bus)
                             .and_then(|p| p.sub_mut("gpu"))
-                            .ok_or_else(|| TopoError::Record(format!("rank {r}: no <gpu> under <pci busid=\"{bus}\">")))?;
+                            .ok_or_else(|| {
+                                TopoError::Record(format!("rank {r}: no <gpu> under <pci busid=\"{bus}\">"))
+                            })?;
                         g.set_attr("rank", local);
                     }
                     None => {

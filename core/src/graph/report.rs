@@ -45,7 +45,11 @@ pub fn report(topo: &CommTopology, name: &str, params: &TopoParams, opts: Report
     for (i, g) in sys.of(NodeType::Gpu).iter().enumerate() {
         let (dev, rank, cc, gdr, parent) = g.gpu();
         let bus = i64_to_bus_id(sys.of(NodeType::Dev)[parent].id & 0x00ff_ffff_ffff);
-        let _ = writeln!(o, "GPU index {i}: rank {rank} dev {dev} sm {cc} gdr {} busid {bus}", u8::from(gdr));
+        let _ = writeln!(
+            o,
+            "GPU index {i}: rank {rank} dev {dev} sm {cc} gdr {} busid {bus}",
+            u8::from(gdr)
+        );
     }
     for (i, n) in sys.of(NodeType::Net).iter().enumerate() {
         let ni = n.net();

@@ -229,7 +229,10 @@ impl Search<'_> {
             let n = self.sys.links[l].rem;
             if n.ty == NodeType::Cpu {
                 let (arch, vendor, _) = self.sys.node(n).cpu();
-                if path_ty == PathType::Phb && start.ty == NodeType::Gpu && arch == cpu_arch::X86 && vendor == cpu_vendor::INTEL
+                if path_ty == PathType::Phb
+                    && start.ty == NodeType::Gpu
+                    && arch == cpu_arch::X86
+                    && vendor == cpu_vendor::INTEL
                 {
                     pci_bw = intel_p2p_overhead(bw);
                 }
@@ -259,10 +262,10 @@ impl Search<'_> {
                 return step;
             }
             self.sys.links[l].bw = sub_round(lbw, fw);
-            if rev_bw != 0.0 {
-                if let Some(r) = rev {
-                    self.sys.links[r].bw = sub_round(self.sys.links[r].bw, rev_bw);
-                }
+            if rev_bw != 0.0
+                && let Some(r) = rev
+            {
+                self.sys.links[r].bw = sub_round(self.sys.links[r].bw, rev_bw);
             }
             node = rem;
         }
@@ -285,9 +288,7 @@ impl Search<'_> {
         if mult == 1.0 && path.ty > ty {
             return false;
         }
-        if mult == 1.0
-            && matches!(g.pattern, PATTERN_BALANCED_TREE | PATTERN_TREE | PATTERN_SPLIT_TREE)
-            && rev_ty > ty
+        if mult == 1.0 && matches!(g.pattern, PATTERN_BALANCED_TREE | PATTERN_TREE | PATTERN_SPLIT_TREE) && rev_ty > ty
         {
             return false;
         }
@@ -595,7 +596,17 @@ impl Search<'_> {
                 self.next_gpu_sort(g, gpu, sort_net)?
             };
             for n in next {
-                self.try_gpu(g, best, step + 1, back_to_net, back_to_first, forced, time, Some(gref), n)?;
+                self.try_gpu(
+                    g,
+                    best,
+                    step + 1,
+                    back_to_net,
+                    back_to_first,
+                    forced,
+                    time,
+                    Some(gref),
+                    n,
+                )?;
             }
         } else if step as i32 == back_to_first {
             let p = self.gpu_index(g.intra[g.n_channels * ngpus])?;
@@ -634,7 +645,10 @@ impl Search<'_> {
             if self.net_bw[n] < bw as f32 {
                 continue;
             }
-            if g.pattern == PATTERN_RING && g.cross_nic == 2 && g.n_channels & 1 == 1 && id != g.inter[(g.n_channels - 1) * 2 + 1]
+            if g.pattern == PATTERN_RING
+                && g.cross_nic == 2
+                && g.n_channels & 1 == 1
+                && id != g.inter[(g.n_channels - 1) * 2 + 1]
             {
                 continue;
             }
@@ -652,17 +666,47 @@ impl Search<'_> {
             let nref = Some(NodeRef::new(NodeType::Net, n));
             if g.n_channels > 0 && g.same_channels {
                 let gpu = self.replay_gpu(g, -1)?;
-                self.try_gpu(g, best, 0, back_to_net, back_to_first, FORCED_ORDER_REPLAY, time, nref, gpu)?;
+                self.try_gpu(
+                    g,
+                    best,
+                    0,
+                    back_to_net,
+                    back_to_first,
+                    FORCED_ORDER_REPLAY,
+                    time,
+                    nref,
+                    gpu,
+                )?;
             } else {
                 if g.n_channels == 0 && self.sys.count(NodeType::Nvs) == 0 {
                     let mut t: i64 = 1 << 10;
-                    self.try_gpu(g, best, 0, back_to_net, back_to_first, FORCED_ORDER_PCI, &mut t, nref, 0)?;
+                    self.try_gpu(
+                        g,
+                        best,
+                        0,
+                        back_to_net,
+                        back_to_first,
+                        FORCED_ORDER_PCI,
+                        &mut t,
+                        nref,
+                        0,
+                    )?;
                     if t == -1 {
                         *time = -1;
                     }
                 }
                 if local_gpu != -1 {
-                    self.try_gpu(g, best, 0, back_to_net, back_to_first, 0, time, nref, local_gpu as usize)?;
+                    self.try_gpu(
+                        g,
+                        best,
+                        0,
+                        back_to_net,
+                        back_to_first,
+                        0,
+                        time,
+                        nref,
+                        local_gpu as usize,
+                    )?;
                 }
                 let (locals, ty) = get_local(self.sys, NodeRef::new(NodeType::Net, n), NodeType::Gpu);
                 if ty == PathType::Dis {
@@ -786,7 +830,10 @@ pub fn compute(
     if let Some(xml) = graph_file {
         let n = super::graph_xml::load_graph(xml, sys, graph, params)?;
         if let Some(w) = why.as_deref_mut() {
-            w.push(format!("graph {}: {} channels loaded from NCCL_GRAPH_FILE", graph.id, n));
+            w.push(format!(
+                "graph {}: {} channels loaded from NCCL_GRAPH_FILE",
+                graph.id, n
+            ));
         }
         if graph.n_channels > 0 {
             return Ok(());
@@ -842,9 +889,23 @@ pub fn compute(
         };
         tmp.n_channels = 0;
         global -= time;
-        let before = (graph.n_channels, graph.bw_intra, graph.bw_inter, graph.pattern, graph.cross_nic);
+        let before = (
+            graph.n_channels,
+            graph.bw_intra,
+            graph.bw_inter,
+            graph.pattern,
+            graph.cross_nic,
+        );
         s.search_rec(&mut tmp, graph, &mut time)?;
-        if before != (graph.n_channels, graph.bw_intra, graph.bw_inter, graph.pattern, graph.cross_nic) {
+        if before
+            != (
+                graph.n_channels,
+                graph.bw_intra,
+                graph.bw_inter,
+                graph.pattern,
+                graph.cross_nic,
+            )
+        {
             found_at = format!("pass {pass} with {}", describe(&tmp));
         }
         if let Some(w) = why.as_deref_mut() {
@@ -875,7 +936,9 @@ pub fn compute(
         }
         if !goto_done && pass == 1 {
             'relax: {
-                if tmp.same_channels && !(cpu_arch == cpu_arch::X86 && cpu_vendor == cpu_vendor::AMD && tmp.type_intra == PathType::Sys) {
+                if tmp.same_channels
+                    && !(cpu_arch == cpu_arch::X86 && cpu_vendor == cpu_vendor::AMD && tmp.type_intra == PathType::Sys)
+                {
                     tmp.same_channels = false;
                     break 'relax;
                 }
@@ -913,7 +976,8 @@ pub fn compute(
                     }
                 }
                 tmp.type_inter = min_inter;
-                if cross_nic == 2 && tmp.cross_nic == 0 && matches!(graph.pattern, PATTERN_RING | PATTERN_BALANCED_TREE) {
+                if cross_nic == 2 && tmp.cross_nic == 0 && matches!(graph.pattern, PATTERN_RING | PATTERN_BALANCED_TREE)
+                {
                     tmp.cross_nic = 2;
                     break 'relax;
                 }
@@ -952,13 +1016,13 @@ pub fn compute(
             time = -1;
             let before = graph.n_channels;
             dup_channels(graph, cc_min, ngpus);
-            if let Some(w) = why.as_deref_mut() {
-                if graph.n_channels != before {
-                    w.push(format!(
-                        "duplicated channels: {} -> {} (bw {}/{})",
-                        before, graph.n_channels, graph.bw_intra, graph.bw_inter
-                    ));
-                }
+            if let Some(w) = why.as_deref_mut()
+                && graph.n_channels != before
+            {
+                w.push(format!(
+                    "duplicated channels: {} -> {} (bw {}/{})",
+                    before, graph.n_channels, graph.bw_intra, graph.bw_inter
+                ));
             }
             tmp = graph.clone();
             si = 0;
@@ -1003,7 +1067,7 @@ pub fn compute(
     }
 
     if graph.n_channels == 0 && !graph.coll_net && graph.pattern != PATTERN_NVLS {
-        if let Some(w) = why.as_deref_mut() {
+        if let Some(w) = why {
             w.push(format!(
                 "Could not find a path for pattern {}, falling back to simple order",
                 graph.pattern
@@ -1015,7 +1079,10 @@ pub fn compute(
         graph.bw_intra = 0.1;
         graph.type_intra = PathType::Sys;
         let first = s.select_nets(-1, 0)?.first().map(|&n| s.sys.of(NodeType::Net)[n].id);
-        let last = s.select_nets(-1, ngpus as i32 - 1)?.first().map(|&n| s.sys.of(NodeType::Net)[n].id);
+        let last = s
+            .select_nets(-1, ngpus as i32 - 1)?
+            .first()
+            .map(|&n| s.sys.of(NodeType::Net)[n].id);
         match (first, last) {
             (Some(a), Some(b)) => {
                 graph.inter[0] = a;
@@ -1084,8 +1151,9 @@ pub fn net_label(sys: &System, id: i64) -> String {
 
 /// The net plugin device of NET id `id` (`ncclTopoIdToNetDev`).
 pub fn net_dev(sys: &System, id: i64) -> Option<i32> {
-    sys.index_of(NodeType::Net, id).map(|i| match &sys.of(NodeType::Net)[i].info {
-        NodeInfo::Net(n) => n.dev,
-        _ => -1,
-    })
+    sys.index_of(NodeType::Net, id)
+        .map(|i| match &sys.of(NodeType::Net)[i].info {
+            NodeInfo::Net(n) => n.dev,
+            _ => -1,
+        })
 }

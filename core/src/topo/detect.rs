@@ -175,7 +175,9 @@ impl Sysfs {
     }
 
     fn cpu_model(&self) -> (Option<String>, Option<i64>, Option<i64>) {
-        let Some(info) = &self.cpuinfo else { return (None, None, None) };
+        let Some(info) = &self.cpuinfo else {
+            return (None, None, None);
+        };
         let field = |k: &str| {
             info.lines()
                 .find(|l| l.split(':').next().is_some_and(|x| x.trim() == k))
@@ -184,9 +186,9 @@ impl Sysfs {
         let vendor = field("vendor_id");
         // NCCL's familyid = family + (extFamily << 4) from CPUID; /proc/cpuinfo gives
         // family + extFamily.
-        let family = field("cpu family").and_then(|f| f.parse::<i64>().ok()).map(|f| {
-            if f >= 15 { 15 + ((f - 15) << 4) } else { f }
-        });
+        let family = field("cpu family")
+            .and_then(|f| f.parse::<i64>().ok())
+            .map(|f| if f >= 15 { 15 + ((f - 15) << 4) } else { f });
         let model = field("model").and_then(|m| m.parse::<i64>().ok());
         (vendor, family, model)
     }
@@ -211,7 +213,12 @@ impl HostFacts for Sysfs {
         };
         let r = |f: &str| read_trim(&dir.join(f));
         let speed = |p: &Path| read_trim(&p.join("max_link_speed"));
-        let num = |s: &str| s.split_whitespace().next().and_then(|x| x.parse::<f32>().ok()).unwrap_or(f32::MAX);
+        let num = |s: &str| {
+            s.split_whitespace()
+                .next()
+                .and_then(|x| x.parse::<f32>().ok())
+                .unwrap_or(f32::MAX)
+        };
         let dev_s = speed(&dir).unwrap_or_default();
         let port_s = dir.parent().and_then(speed).unwrap_or_default();
         let link_speed = if num(&port_s) < num(&dev_s) { port_s } else { dev_s };
@@ -249,9 +256,9 @@ impl HostFacts for Sysfs {
 
     fn ancestors(&self, bus_id: &str) -> Result<Vec<Ancestor>, TopoError> {
         let mut out = Vec::new();
-        let mut dir = self
-            .pci_dir(bus_id)
-            .ok_or_else(|| TopoError::Topology(format!("PCI device {bus_id} not found under {}", self.root.display())))?;
+        let mut dir = self.pci_dir(bus_id).ok_or_else(|| {
+            TopoError::Topology(format!("PCI device {bus_id} not found under {}", self.root.display()))
+        })?;
         // ncclTopoGetXmlFromSys: go up two components at a time; a non-BDF component is the
         // root complex; the second component up is the parent switch.
         loop {
@@ -262,7 +269,10 @@ impl HostFacts for Sysfs {
                 if !up.pop() {
                     break;
                 }
-                let name = up.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                let name = up
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 if !is_bdf(&name) {
                     parent = Some(Ancestor::Cpu(numa.clone()));
                     break;

@@ -121,7 +121,12 @@ pub fn set_host_hash(root: &mut XmlNode, hash: u64) {
 
 /// The path (child indices from `root`) of `<pci busid=bus_id>`, attaching it (and missing
 /// ancestors, children kept sorted by bus id as NCCL does) when absent.
-pub fn get_or_attach_pci(root: &mut XmlNode, bus_id: &str, facts: &dyn HostFacts, hash: u64) -> Result<Vec<usize>, TopoError> {
+pub fn get_or_attach_pci(
+    root: &mut XmlNode,
+    bus_id: &str,
+    facts: &dyn HostFacts,
+    hash: u64,
+) -> Result<Vec<usize>, TopoError> {
     fn is(b: &str) -> impl Fn(&XmlNode) -> bool + '_ {
         move |n: &XmlNode| n.name == "pci" && n.attr("busid") == Some(b)
     }
@@ -154,9 +159,13 @@ pub fn get_or_attach_pci(root: &mut XmlNode, bus_id: &str, facts: &dyn HostFacts
         None => {
             // The chain ends at a CPU that is not there: create it.
             let Some(Ancestor::Cpu(numa)) = missing.pop() else {
-                return Err(TopoError::Topology(format!("no root complex found above PCI device {bus_id}")));
+                return Err(TopoError::Topology(format!(
+                    "no root complex found above PCI device {bus_id}"
+                )));
             };
-            let cpu = XmlNode::new("cpu").with("host_hash", hash_str(hash)).with("numaid", numa);
+            let cpu = XmlNode::new("cpu")
+                .with("host_hash", hash_str(hash))
+                .with("numaid", numa);
             root.subs.push(cpu);
             vec![root.subs.len() - 1]
         }
@@ -224,27 +233,27 @@ pub fn fill_from_sys(root: &mut XmlNode, path: &[usize], facts: &dyn HostFacts) 
 pub fn fill_cpu(cpu: &mut XmlNode, facts: &dyn HostFacts) -> Result<(), TopoError> {
     let numa = cpu.req("numaid")?.to_string();
     let a = facts.cpu_attrs(&numa)?;
-    if !cpu.has_attr("affinity") {
-        if let Some(v) = a.affinity {
-            cpu.set_attr("affinity", v);
-        }
+    if !cpu.has_attr("affinity")
+        && let Some(v) = a.affinity
+    {
+        cpu.set_attr("affinity", v);
     }
-    if !cpu.has_attr("arch") {
-        if let Some(v) = &a.arch {
-            cpu.set_attr("arch", v);
-        }
+    if !cpu.has_attr("arch")
+        && let Some(v) = &a.arch
+    {
+        cpu.set_attr("arch", v);
     }
     if cpu.attr("arch").map(cpu_arch_from_str) == Some(cpu_arch::X86) {
-        if !cpu.has_attr("vendor") {
-            if let Some(v) = a.vendor {
-                cpu.set_attr("vendor", v);
-            }
+        if !cpu.has_attr("vendor")
+            && let Some(v) = a.vendor
+        {
+            cpu.set_attr("vendor", v);
         }
-        if !cpu.has_attr("familyid") {
-            if let (Some(f), Some(m)) = (a.family, a.model) {
-                cpu.set_attr("familyid", f);
-                cpu.set_attr("modelid", m);
-            }
+        if !cpu.has_attr("familyid")
+            && let (Some(f), Some(m)) = (a.family, a.model)
+        {
+            cpu.set_attr("familyid", f);
+            cpu.set_attr("modelid", m);
         }
     }
     Ok(())
@@ -280,7 +289,9 @@ pub fn fill_gpu(
     if pci.sub("gpu").is_none() {
         pci.subs.push(XmlNode::new("gpu"));
     }
-    let g = pci.sub_mut("gpu").ok_or_else(|| TopoError::Topology("gpu element vanished".into()))?;
+    let g = pci
+        .sub_mut("gpu")
+        .ok_or_else(|| TopoError::Topology("gpu element vanished".into()))?;
     g.init_attr("dev", gpu.dev);
     if g.req_int("dev")? == -1 {
         return Ok(());
@@ -300,10 +311,11 @@ pub fn fill_gpu(
             }
         }
     }
-    if g.sub("c2c").is_none() && gpu.sm >= 90 {
-        if let Some((bw, count)) = gpu.c2c.filter(|c| c.1 > 0) {
-            g.subs.push(XmlNode::new("c2c").with("bw", bw).with("count", count));
-        }
+    if g.sub("c2c").is_none()
+        && gpu.sm >= 90
+        && let Some((bw, count)) = gpu.c2c.filter(|c| c.1 > 0)
+    {
+        g.subs.push(XmlNode::new("c2c").with("bw", bw).with("count", count));
     }
     for s in g.subs.iter_mut().filter(|s| s.name == "nvlink") {
         if !s.has_attr("tclass") {
@@ -325,7 +337,13 @@ pub fn fill_gpu(
 }
 
 /// `ncclTopoFillNet` + `ncclTopoPopulateNics` for plugin device `dev`.
-pub fn fill_net(root: &mut XmlNode, net: &NetFacts, dev: usize, facts: &dyn HostFacts, hash: u64) -> Result<(), TopoError> {
+pub fn fill_net(
+    root: &mut XmlNode,
+    net: &NetFacts,
+    dev: usize,
+    facts: &dyn HostFacts,
+    hash: u64,
+) -> Result<(), TopoError> {
     let name = net.name.as_str();
     let found = root.path_to(&|n: &XmlNode| n.name == "net" && n.attr("name") == Some(name));
     let net_path = match found {
@@ -379,15 +397,15 @@ pub fn fill_net(root: &mut XmlNode, net: &NetFacts, dev: usize, facts: &dyn Host
     n.init_attr("guid", format!("0x{:x}", net.guid));
     n.init_attr("maxconn", net.max_comms);
     n.init_attr("gdr", i32::from(net.gdr));
-    let is_net = n.attr("net").and_then(parse_c_int).unwrap_or(0) != 0;
-    n.set_attr("net", i32::from(true || is_net));
+    // `netInfo->net || isNet`: always 1 for the net plugin.
+    n.set_attr("net", 1);
     Ok(())
 }
 
 /// Bus id of a CPU rank's process device (domain `fffe`, the rank in the low bits; the
 /// two lowest bits stay 0 as NCCL's MLOPart check requires).
 pub fn process_bus_id(rank: usize) -> String {
-    i64_to_bus_id(0x_fffe_0000_0_i64 | (((rank as i64) << 2) & 0xf_ffff))
+    i64_to_bus_id(0x000f_ffe0_0000_i64 | (((rank as i64) << 2) & 0xf_ffff))
 }
 
 /// Class code of a process device: `0x03…` so NCCL's class dictionary (`kvDictPciClass`)
@@ -398,7 +416,13 @@ pub const PROCESS_CLASS: &str = "0x03ff00";
 /// `facts`, when absent): `<pci busid class link_speed link_width><gpu sm="0" rank gdr="0"
 /// keep="1"/></pci>`. `dev` is set later, once the host's ranks are known
 /// ([`set_process_dev`]).
-pub fn add_process_device(root: &mut XmlNode, rank: usize, numa: i64, facts: &dyn HostFacts, hash: u64) -> Result<(), TopoError> {
+pub fn add_process_device(
+    root: &mut XmlNode,
+    rank: usize,
+    numa: i64,
+    facts: &dyn HostFacts,
+    hash: u64,
+) -> Result<(), TopoError> {
     let numa_s = numa.to_string();
     let idx = match root
         .subs
@@ -407,8 +431,11 @@ pub fn add_process_device(root: &mut XmlNode, rank: usize, numa: i64, facts: &dy
     {
         Some(i) => i,
         None => {
-            root.subs
-                .push(XmlNode::new("cpu").with("host_hash", hash_str(hash)).with("numaid", &numa_s));
+            root.subs.push(
+                XmlNode::new("cpu")
+                    .with("host_hash", hash_str(hash))
+                    .with("numaid", &numa_s),
+            );
             root.subs.len() - 1
         }
     };

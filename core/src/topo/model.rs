@@ -234,14 +234,16 @@ impl HardwareModel {
         let bus = p.attr("busid").unwrap_or_default();
         p.sub("gpu").is_some()
             || self.gpus.iter().any(|g| g.eq_ignore_ascii_case(bus))
-            || (p.attr("class").is_some_and(|c| c.starts_with("0x03")) && !self.nics.iter().any(|n| n.eq_ignore_ascii_case(bus)))
+            || (p.attr("class").is_some_and(|c| c.starts_with("0x03"))
+                && !self.nics.iter().any(|n| n.eq_ignore_ascii_case(bus)))
     }
 
     fn is_nic(&self, p: &XmlNode) -> bool {
         let bus = p.attr("busid").unwrap_or_default();
         p.sub("nic").is_none()
             && (self.nics.iter().any(|g| g.eq_ignore_ascii_case(bus))
-                || (p.attr("class").is_some_and(|c| c.starts_with("0x02")) && !self.gpus.iter().any(|n| n.eq_ignore_ascii_case(bus))))
+                || (p.attr("class").is_some_and(|c| c.starts_with("0x02"))
+                    && !self.gpus.iter().any(|n| n.eq_ignore_ascii_case(bus))))
     }
 
     /// GPUs (bus id, NVML index) and net devices the file describes under this model.
@@ -249,7 +251,10 @@ impl HardwareModel {
         let mut pcis = Vec::new();
         all_pci(file, &mut pcis);
         for b in self.gpus.iter().chain(&self.nics) {
-            if !pcis.iter().any(|p| p.attr("busid").is_some_and(|x| x.eq_ignore_ascii_case(b))) {
+            if !pcis
+                .iter()
+                .any(|p| p.attr("busid").is_some_and(|x| x.eq_ignore_ascii_case(b)))
+            {
                 return Err(TopoError::Model(format!("bus id {b} is not a <pci> of the file")));
             }
         }
@@ -269,7 +274,10 @@ impl HardwareModel {
             if out_gpus.iter().any(|g: &FileGpu| g.dev == d) {
                 return Err(TopoError::Model(format!("two GPUs have NVML index {d}")));
             }
-            out_gpus.push(FileGpu { bus: bus.clone(), dev: d });
+            out_gpus.push(FileGpu {
+                bus: bus.clone(),
+                dev: d,
+            });
         }
         out_gpus.sort_by_key(|g| g.dev);
         if out_gpus.is_empty() {
@@ -359,7 +367,10 @@ impl HardwareModel {
                         continue;
                     };
                     let pg = all.iter().find(|g| g.dev == peer).ok_or_else(|| {
-                        TopoError::Model(format!("--nvlink map names GPU {peer}, the file has {} GPUs", all.len()))
+                        TopoError::Model(format!(
+                            "--nvlink map names GPU {peer}, the file has {} GPUs",
+                            all.len()
+                        ))
                     })?;
                     nvlinks.push((pg.bus.clone(), n, "0x030200".to_string()));
                 }
@@ -384,7 +395,9 @@ impl HardwareModel {
                 .or_else(|| {
                     let mut v = Vec::new();
                     all_pci(file, &mut v);
-                    v.into_iter().find(|p| p.attr("busid").is_some_and(|b| b.eq_ignore_ascii_case(&g.bus))).map(|_| file)
+                    v.into_iter()
+                        .find(|p| p.attr("busid").is_some_and(|b| b.eq_ignore_ascii_case(&g.bus)))
+                        .map(|_| file)
                 })
                 .ok_or_else(|| TopoError::Model(format!("GPU {} vanished", g.bus)))?;
             let has_sm = p.sub("gpu").is_some_and(|x| x.has_attr("sm"));
@@ -432,7 +445,14 @@ impl HardwareModel {
                     fill::fill_net(&mut x, &f, dev, &facts, hash)?;
                 }
                 check_cpus(&x)?;
-                out.push(TopoRecord::new(rank as u32, hash, xml::dump(&x), Some(bus), -1, String::new()));
+                out.push(TopoRecord::new(
+                    rank as u32,
+                    hash,
+                    xml::dump(&x),
+                    Some(bus),
+                    -1,
+                    String::new(),
+                ));
             }
         }
         Ok(out)
@@ -445,7 +465,9 @@ fn check_cpus(x: &XmlNode) -> Result<(), TopoError> {
     let mut t = x.clone();
     xml::trim(&mut t);
     for c in t.subs.iter().filter(|s| s.name == "cpu") {
-        if !c.has_attr("arch") || (c.attr("arch").map(cpu_arch_from_str) == Some(cpu_arch::X86) && !c.has_attr("vendor")) {
+        if !c.has_attr("arch")
+            || (c.attr("arch").map(cpu_arch_from_str) == Some(cpu_arch::X86) && !c.has_attr("vendor"))
+        {
             return Err(TopoError::Model(format!(
                 "<cpu numaid=\"{}\"> has no arch/vendor in the file; give --cpu ARCH,VENDOR,FAMILY,MODEL",
                 c.attr("numaid").unwrap_or("?")

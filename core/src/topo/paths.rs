@@ -147,7 +147,11 @@ fn set_paths(sys: &mut System, base: NodeRef, nvb_disable: bool) {
                 {
                     continue;
                 }
-                let mut t = if lty == LinkType::Net { PathType::Loc } else { lty.as_path() };
+                let mut t = if lty == LinkType::Net {
+                    PathType::Loc
+                } else {
+                    lty.as_path()
+                };
                 if node.ty == NodeType::Pci && rem.ty == NodeType::Pci {
                     t = PathType::Pxb;
                 }
@@ -257,7 +261,9 @@ fn mirror_bits(val: usize, pow2: usize) -> usize {
 pub fn local_net(sys: &System, g: usize, channel: usize, policy: NetDevsPolicy) -> Result<usize, TopoError> {
     let (nets, _) = get_local(sys, NodeRef::new(NodeType::Gpu, g), NodeType::Net);
     if nets.is_empty() {
-        return Err(TopoError::Topology(format!("Could not find any local path from gpu {g} to net.")));
+        return Err(TopoError::Topology(format!(
+            "Could not find any local path from gpu {g} to net."
+        )));
     }
     let (gpus, _) = get_local(sys, NodeRef::new(NodeType::Net, nets[0]), NodeType::Gpu);
     let n_gpus = gpus.len().max(1);
@@ -304,10 +310,7 @@ pub fn check_p2p(sys: &System, g1: usize, g2: usize, params: &TopoParams) -> (bo
         level = l;
     }
     let p2p = path.ty <= level;
-    let (c1, c2) = (
-        sys.of(NodeType::Gpu)[g1].cc(),
-        sys.of(NodeType::Gpu)[g2].cc(),
-    );
+    let (c1, c2) = (sys.of(NodeType::Gpu)[g1].cc(), sys.of(NodeType::Gpu)[g2].cc());
     let read = path.ty == PathType::Nvl && c1 == c2 && c1 == 80;
     (p2p, read)
 }
@@ -326,15 +329,14 @@ pub fn intermediate_rank(sys: &System, g: usize, n: usize) -> Result<i32, TopoEr
         i += 1;
     }
     let mut node = sys.links[path.links[i.min(path.count() - 1)]].rem;
-    if node.ty == NodeType::Dev {
-        if let Some(&l) = sys
+    if node.ty == NodeType::Dev
+        && let Some(&l) = sys
             .node(node)
             .links
             .iter()
             .find(|&&l| sys.links[l].rem.ty == NodeType::Gpu)
-        {
-            node = sys.links[l].rem;
-        }
+    {
+        node = sys.links[l].rem;
     }
     if node.ty != NodeType::Gpu {
         return Err(TopoError::Topology(format!(
@@ -361,10 +363,11 @@ pub fn check_gdr(sys: &System, g: usize, n: usize, read: bool, params: &TopoPara
     if !net.gdr || !gdr {
         return Ok(GdrMode::Disable);
     }
-    if let NodeInfo::Gpu { mlo_part, .. } = gpu_node.info {
-        if mlo_part != -1 && !params.net_gdr_mlopart {
-            return Ok(GdrMode::Disable);
-        }
+    if let NodeInfo::Gpu { mlo_part, .. } = gpu_node.info
+        && mlo_part != -1
+        && !params.net_gdr_mlopart
+    {
+        return Ok(GdrMode::Disable);
     }
     if read {
         let p = params.net_gdr_read;
@@ -384,9 +387,11 @@ pub fn check_gdr(sys: &System, g: usize, n: usize, read: bool, params: &TopoPara
             }
         }
     }
-    let level = params
-        .net_gdr_level
-        .unwrap_or(if params.net_gdr_c2c { PathType::P2c } else { PathType::Pxb });
+    let level = params.net_gdr_level.unwrap_or(if params.net_gdr_c2c {
+        PathType::P2c
+    } else {
+        PathType::Pxb
+    });
     let mut g = g;
     let mut distance = sys.path(NodeRef::new(NodeType::Gpu, g), NodeType::Net, n).ty;
     if distance == PathType::Pxn {
@@ -547,6 +552,7 @@ pub fn gpu_path_range(sys: &System, ty: NodeType) -> (PathType, PathType) {
 }
 
 /// `ncclTopoSplitNvLink`: whether the GPUs form exactly two NVLink domains of ≥ 2 GPUs.
+#[allow(clippy::needless_range_loop)] // indices as NCCL's loops
 pub fn split_nvlink(sys: &System) -> bool {
     let n = sys.count(NodeType::Gpu);
     let mut dom: Vec<usize> = (0..n).collect();
@@ -572,12 +578,7 @@ pub fn print_paths(sys: &System) -> Vec<String> {
         for i in 0..sys.count(ty) {
             let from = NodeRef::new(ty, i);
             let node = sys.node(from);
-            let mut line = format!(
-                "{}/{:x}-{:x} :",
-                ty,
-                topo_id_system(node.id),
-                topo_id_local(node.id)
-            );
+            let mut line = format!("{}/{:x}-{:x} :", ty, topo_id_system(node.id), topo_id_local(node.id));
             for t in NodeType::ALL {
                 for (n, p) in sys.paths_to(from, t).iter().enumerate() {
                     let id = sys.of(t)[n].id;

@@ -44,7 +44,14 @@ pub struct TopoRecord {
 
 impl TopoRecord {
     /// A record with the current version.
-    pub fn new(rank: u32, host_hash: u64, xml: String, gpu_bus_id: Option<String>, numa_node: i32, affinity: String) -> TopoRecord {
+    pub fn new(
+        rank: u32,
+        host_hash: u64,
+        xml: String,
+        gpu_bus_id: Option<String>,
+        numa_node: i32,
+        affinity: String,
+    ) -> TopoRecord {
         TopoRecord {
             version: RECORD_VERSION,
             rank,
@@ -80,20 +87,24 @@ impl TopoRecord {
                 String::from_utf8_lossy(&bytes[..bytes.len().min(RECORD_MAGIC.len())])
             ))
         })?;
-        let rec: TopoRecord = serde_json::from_slice(body).map_err(|e| TopoError::Record(format!("malformed record: {e}")))?;
+        let rec: TopoRecord =
+            serde_json::from_slice(body).map_err(|e| TopoError::Record(format!("malformed record: {e}")))?;
         if rec.version != RECORD_VERSION {
             return Err(TopoError::Record(format!(
                 "version {} (this build reads version {RECORD_VERSION})",
                 rec.version
             )));
         }
-        if let Some(b) = &rec.gpu_bus_id {
-            if super::types::bus_id_to_i64(b).is_none() {
-                return Err(TopoError::Record(format!("gpu_bus_id {b:?} is not a PCI bus id")));
-            }
+        if let Some(b) = &rec.gpu_bus_id
+            && super::types::bus_id_to_i64(b).is_none()
+        {
+            return Err(TopoError::Record(format!("gpu_bus_id {b:?} is not a PCI bus id")));
         }
         if rec.numa_node < -1 {
-            return Err(TopoError::Record(format!("numa_node {} (expected -1 or a node id)", rec.numa_node)));
+            return Err(TopoError::Record(format!(
+                "numa_node {} (expected -1 or a node id)",
+                rec.numa_node
+            )));
         }
         xml::parse_with(
             &rec.xml,
@@ -136,7 +147,12 @@ mod tests {
         assert!(TopoRecord::from_bytes(&good[..good.len() - 3]).is_err());
         let mut v = rec();
         v.version = 9;
-        assert!(TopoRecord::from_bytes(&v.to_bytes()).unwrap_err().to_string().contains("version 9"));
+        assert!(
+            TopoRecord::from_bytes(&v.to_bytes())
+                .unwrap_err()
+                .to_string()
+                .contains("version 9")
+        );
         let mut v = rec();
         v.xml = "<system version=\"2\"/>".into();
         assert!(TopoRecord::from_bytes(&v.to_bytes()).is_err());

@@ -140,7 +140,12 @@ impl Node {
     pub fn gpu(&self) -> (i32, i32, i32, bool, usize) {
         match &self.info {
             NodeInfo::Gpu {
-                dev, rank, cc, gdr, parent, ..
+                dev,
+                rank,
+                cc,
+                gdr,
+                parent,
+                ..
             } => (*dev, *rank, *cc, *gdr, *parent),
             _ => unreachable!("gpu() on a {} node", self.ty),
         }
@@ -157,7 +162,9 @@ impl Node {
     /// CPU arch/vendor/model (`-1`s for other types).
     pub fn cpu(&self) -> (i32, i32, i32) {
         match &self.info {
-            NodeInfo::Cpu { arch, vendor, model, .. } => (*arch, *vendor, *model),
+            NodeInfo::Cpu {
+                arch, vendor, model, ..
+            } => (*arch, *vendor, *model),
             _ => (-1, -1, -1),
         }
     }
@@ -240,7 +247,9 @@ impl System {
     /// `ncclTopoCreateNode`.
     pub fn create_node(&mut self, ty: NodeType, id: i64, info: NodeInfo) -> Result<NodeRef, TopoError> {
         if self.count(ty) == TOPO_MAX_NODES {
-            return Err(TopoError::Topology(format!("too many {ty} nodes (max {TOPO_MAX_NODES})")));
+            return Err(TopoError::Topology(format!(
+                "too many {ty} nodes (max {TOPO_MAX_NODES})"
+            )));
         }
         self.nodes[ty.idx()].push(Node {
             ty,
@@ -317,10 +326,10 @@ impl System {
         }
         if ty == NodeType::Dev {
             for g in &mut self.nodes[NodeType::Gpu.idx()] {
-                if let NodeInfo::Gpu { parent, .. } = &mut g.info {
-                    if *parent > idx {
-                        *parent -= 1;
-                    }
+                if let NodeInfo::Gpu { parent, .. } = &mut g.info
+                    && *parent > idx
+                {
+                    *parent -= 1;
                 }
             }
         }
@@ -352,7 +361,12 @@ impl System {
 
 fn get_int_device(x: &XmlNode) -> u64 {
     let mut ret: u64 = 0;
-    for (k, sh) in [("vendor", 48), ("device", 32), ("subsystem_vendor", 16), ("subsystem_device", 0)] {
+    for (k, sh) in [
+        ("vendor", 48),
+        ("device", 32),
+        ("subsystem_vendor", 16),
+        ("subsystem_device", 0),
+    ] {
         if let Some(v) = x.attr(k) {
             let n = parse_c_int(v).unwrap_or(0) as u64;
             ret = ret.wrapping_add(n << sh);
@@ -381,7 +395,11 @@ pub fn inter_cpu_bw(arch: i32, vendor: i32, model: i32) -> f32 {
         return AMD_BW;
     }
     if arch == cpu_arch::X86 && vendor == cpu_vendor::ZHAOXIN {
-        return if model == cpu_model::YONGFENG { YONGFENG_ZPI_BW } else { ZPI_BW };
+        return if model == cpu_model::YONGFENG {
+            YONGFENG_ZPI_BW
+        } else {
+            ZPI_BW
+        };
     }
     LOC_BW
 }
@@ -554,13 +572,7 @@ fn add_net(
     Ok(())
 }
 
-fn add_pci(
-    sys: &mut System,
-    x: &XmlNode,
-    parent: NodeRef,
-    system_id: usize,
-    numa: i64,
-) -> Result<(), TopoError> {
+fn add_pci(sys: &mut System, x: &XmlNode, parent: NodeRef, system_id: usize, numa: i64) -> Result<(), TopoError> {
     let class = x.req("class")?;
     let mut ty = pci_class_type(class);
     let bus_str = x.req("busid")?;
@@ -710,10 +722,9 @@ fn find_local_cpu(sys: &System, node: NodeRef, from: Option<NodeRef>) -> Option<
         if link.ty == LinkType::Pci
             && Some(link.rem) != from
             && (link.rem.ty == NodeType::Pci || link.rem.ty == NodeType::Cpu)
+            && let Some(c) = find_local_cpu(sys, link.rem, Some(node))
         {
-            if let Some(c) = find_local_cpu(sys, link.rem, Some(node)) {
-                return Some(c);
-            }
+            return Some(c);
         }
     }
     None
@@ -744,7 +755,11 @@ fn is_primary_gpu(pci: &XmlNode, gi: usize) -> Result<bool, TopoError> {
 }
 
 fn add_nvlinks(sys: &mut System, x: &XmlNode, parent_bus: Option<&str>, system_id: usize) -> Result<(), TopoError> {
-    let system_id = if x.name == "cpu" { system_id_of(sys, x)? } else { system_id };
+    let system_id = if x.name == "cpu" {
+        system_id_of(sys, x)?
+    } else {
+        system_id
+    };
     let bus = x.attr("busid").or(parent_bus);
     for (gi, g) in x.subs.iter().enumerate() {
         if g.name == "gpu" && x.name == "pci" {
@@ -753,8 +768,9 @@ fn add_nvlinks(sys: &mut System, x: &XmlNode, parent_bus: Option<&str>, system_i
             }
             for nvl in g.subs.iter().filter(|s| s.name == "nvlink") {
                 let Some(bus) = bus else { continue };
-                let dev = gpu_dev_node(sys, g, bus, system_id)?
-                    .ok_or_else(|| TopoError::Topology(format!("Add NVLink error : could not find DEV for GPU {bus}")))?;
+                let dev = gpu_dev_node(sys, g, bus, system_id)?.ok_or_else(|| {
+                    TopoError::Topology(format!("Add NVLink error : could not find DEV for GPU {bus}"))
+                })?;
                 let local_devs = dev_siblings(sys, sys.node(dev).id).len().max(1);
                 let count = nvl.req_int("count")?;
                 let tclass = nvl.req("tclass")?;
@@ -792,7 +808,11 @@ fn add_nvlinks(sys: &mut System, x: &XmlNode, parent_bus: Option<&str>, system_i
 }
 
 fn add_c2c(sys: &mut System, x: &XmlNode, parent_bus: Option<&str>, system_id: usize) -> Result<(), TopoError> {
-    let system_id = if x.name == "cpu" { system_id_of(sys, x)? } else { system_id };
+    let system_id = if x.name == "cpu" {
+        system_id_of(sys, x)?
+    } else {
+        system_id
+    };
     let bus = x.attr("busid").or(parent_bus);
     for (gi, g) in x.subs.iter().enumerate() {
         if g.name == "gpu" && x.name == "pci" {
@@ -807,7 +827,9 @@ fn add_c2c(sys: &mut System, x: &XmlNode, parent_bus: Option<&str>, system_id: u
                 let count = c.req_int("count")?;
                 let bw_attr = c.req_int("bw")?;
                 let bw = (bw_attr * count) as f32 / 1000.0;
-                let Some(cpu) = find_local_cpu(sys, dev, None) else { continue };
+                let Some(cpu) = find_local_cpu(sys, dev, None) else {
+                    continue;
+                };
                 if n_sib > 1 {
                     let xid = sys.node(dev).id & !3;
                     let xb = match sys.find_node(NodeType::Cxb, xid) {
@@ -835,9 +857,14 @@ fn add_c2c(sys: &mut System, x: &XmlNode, parent_bus: Option<&str>, system_id: u
 
 fn add_pcilinks(sys: &mut System, x: &XmlNode, parent_bus: Option<&str>, system_id: usize) -> Result<(), TopoError> {
     if x.name == "pcilink" {
-        let Some(pb) = parent_bus.and_then(bus_id_to_i64) else { return Ok(()) };
+        let Some(pb) = parent_bus.and_then(bus_id_to_i64) else {
+            return Ok(());
+        };
         let pci = sys.find_node(NodeType::Pci, topo_id(system_id, pb)).ok_or_else(|| {
-            TopoError::Topology(format!("Add PCI Link error : could not find PCI SW {:x}", topo_id(system_id, pb)))
+            TopoError::Topology(format!(
+                "Add PCI Link error : could not find PCI SW {:x}",
+                topo_id(system_id, pb)
+            ))
         })?;
         let target = x.req("target")?;
         let tb = bus_id_to_i64(target).ok_or_else(|| x.bad("target", target, "a PCI bus id"))?;
@@ -846,7 +873,11 @@ fn add_pcilinks(sys: &mut System, x: &XmlNode, parent_bus: Option<&str>, system_
         }
         return Ok(());
     }
-    let system_id = if x.name == "cpu" { system_id_of(sys, x)? } else { system_id };
+    let system_id = if x.name == "cpu" {
+        system_id_of(sys, x)?
+    } else {
+        system_id
+    };
     let bus = x.attr("busid").or(parent_bus);
     for s in &x.subs {
         add_pcilinks(sys, s, bus, system_id)?;
@@ -858,7 +889,7 @@ fn bcm_gen(id: u64, level: u64) -> i32 {
     if id & 0xffff_ffff_ffff_f000 == 0x1000_c010_1000_a000 {
         return 4;
     }
-    if id & 0xffff_ffff_ffff_f000 == (0x1000_c030_1000_0000 | level * 0x1000) {
+    if id & 0xffff_ffff_ffff_f000 == (0x1000_c030_1000_0000 | (level * 0x1000)) {
         return 5;
     }
     0
@@ -898,7 +929,9 @@ fn flatten_bcm_switches(sys: &mut System) -> Result<(), TopoError> {
         for sub_id in subs {
             let me_idx = sys.index_of(NodeType::Pci, my_id).unwrap_or(s);
             let me = NodeRef::new(NodeType::Pci, me_idx);
-            let Some(si) = sys.index_of(NodeType::Pci, sub_id) else { continue };
+            let Some(si) = sys.index_of(NodeType::Pci, sub_id) else {
+                continue;
+            };
             let sub = NodeRef::new(NodeType::Pci, si);
             for l in sys.node(sub).links.clone() {
                 let rem = sys.links[l].rem;
@@ -937,7 +970,12 @@ fn connect_cpus(sys: &mut System) -> Result<(), TopoError> {
             }
             let (arch, vendor, model) = ca.cpu();
             let bw = inter_cpu_bw(arch, vendor, model);
-            sys.connect(NodeRef::new(NodeType::Cpu, a), NodeRef::new(NodeType::Cpu, b), LinkType::Sys, bw)?;
+            sys.connect(
+                NodeRef::new(NodeType::Cpu, a),
+                NodeRef::new(NodeType::Cpu, b),
+                LinkType::Sys,
+                bw,
+            )?;
         }
     }
     Ok(())
@@ -988,7 +1026,9 @@ fn print_rec(sys: &System, node: NodeRef, prev: Option<NodeRef>, indent: usize, 
             };
             format!("{} ({}){}", id_str(n.ty, n.id), rank, mlo)
         }
-        NodeInfo::Cpu { arch, vendor, model, .. } => format!("{} ({}/{}/{})", id_str(n.ty, n.id), arch, vendor, model),
+        NodeInfo::Cpu {
+            arch, vendor, model, ..
+        } => format!("{} ({}/{}/{})", id_str(n.ty, n.id), arch, vendor, model),
         NodeInfo::Pci { device } | NodeInfo::Dev { device, .. } => format!("{} ({:x})", id_str(n.ty, n.id), device),
         _ => id_str(n.ty, n.id),
     };
@@ -998,7 +1038,12 @@ fn print_rec(sys: &System, node: NodeRef, prev: Option<NodeRef>, indent: usize, 
         let link = &sys.links[l];
         let rem = sys.node(link.rem);
         if link.ty == LinkType::Loc {
-            out.push(format!("{pad}+ {}[{:2.1}] - {}", link.ty.as_str(), link.bw, id_str(rem.ty, rem.id)));
+            out.push(format!(
+                "{pad}+ {}[{:2.1}] - {}",
+                link.ty.as_str(),
+                link.bw,
+                id_str(rem.ty, rem.id)
+            ));
         } else if link.ty != LinkType::Pci || Some(link.rem) != prev {
             let p = format!("{pad}+ {}[{:2.1}] - ", link.ty.as_str(), link.bw);
             if link.ty == LinkType::Pci {
@@ -1022,7 +1067,10 @@ fn print_rec(sys: &System, node: NodeRef, prev: Option<NodeRef>, indent: usize, 
 
 /// `ncclTopoPrint` lines (without the path lines, see [`super::paths::print_paths`]).
 pub fn print_system(sys: &System) -> Vec<String> {
-    let mut out = vec![format!("=== System : maxBw {:2.1} totalBw {:2.1} ===", sys.max_bw, sys.total_bw)];
+    let mut out = vec![format!(
+        "=== System : maxBw {:2.1} totalBw {:2.1} ===",
+        sys.max_bw, sys.total_bw
+    )];
     for c in 0..sys.count(NodeType::Cpu) {
         print_rec(sys, NodeRef::new(NodeType::Cpu, c), None, 0, &mut out, String::new());
     }

@@ -230,7 +230,9 @@ impl PathType {
 
     /// `topoPathTypeStr`.
     pub fn as_str(self) -> &'static str {
-        ["LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS"][self as usize]
+        [
+            "LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS",
+        ][self as usize]
     }
 
     /// The next wider type (`type + 1`), saturating at `DIS`.
@@ -293,7 +295,10 @@ pub mod cpu_model {
 /// `kvConvertToInt` (`utils.cc`): the value of the first dictionary key that is a prefix of
 /// `s`, else the fallback (NCCL logs "KV Convert to int" and uses it).
 pub fn kv_prefix<T: Copy>(s: &str, dict: &[(&str, T)], fallback: T) -> T {
-    dict.iter().find(|(k, _)| s.starts_with(k)).map(|&(_, v)| v).unwrap_or(fallback)
+    dict.iter()
+        .find(|(k, _)| s.starts_with(k))
+        .map(|&(_, v)| v)
+        .unwrap_or(fallback)
 }
 
 /// `kvDictPciClass`: PCI class code → node type (prefix match; default PCI).
@@ -343,7 +348,15 @@ pub fn pci_bw(link_width: i64, link_speed: &str) -> f32 {
 
 /// `kvDictCpuArch`.
 pub fn cpu_arch_from_str(s: &str) -> i32 {
-    kv_prefix(s, &[("x86_64", cpu_arch::X86), ("arm64", cpu_arch::ARM), ("ppc64", cpu_arch::POWER)], 0)
+    kv_prefix(
+        s,
+        &[
+            ("x86_64", cpu_arch::X86),
+            ("arm64", cpu_arch::ARM),
+            ("ppc64", cpu_arch::POWER),
+        ],
+        0,
+    )
 }
 
 /// `kvDictCpuVendor`.
@@ -383,7 +396,13 @@ pub fn bus_id_to_i64(bus_id: &str) -> Option<i64> {
 
 /// `int64ToBusId` (`utils.cc`): `%04lx:%02lx:%02lx.%01lx`.
 pub fn i64_to_bus_id(id: i64) -> String {
-    format!("{:04x}:{:02x}:{:02x}.{:01x}", id >> 20, (id & 0xff000) >> 12, (id & 0xff0) >> 4, id & 0xf)
+    format!(
+        "{:04x}:{:02x}:{:02x}.{:01x}",
+        id >> 20,
+        (id & 0xff000) >> 12,
+        (id & 0xff0) >> 4,
+        id & 0xf
+    )
 }
 
 /// C `strtol(s, NULL, 0)`-like parse of a complete attribute value: optional sign, `0x`
@@ -466,11 +485,11 @@ mod tests {
     #[test]
     fn bus_ids() {
         assert_eq!(bus_id_to_i64("0000:07:00.0"), Some(0x7000));
-        assert_eq!(bus_id_to_i64("ffff:ff:01.0"), Some(0xffff_ff01_0));
-        assert_eq!(bus_id_to_i64("0001:00:00.0"), Some(0x1_0000_0));
+        assert_eq!(bus_id_to_i64("ffff:ff:01.0"), Some(0xf_ffff_f010));
+        assert_eq!(bus_id_to_i64("0001:00:00.0"), Some(0x10_0000));
         assert_eq!(bus_id_to_i64("zz"), None);
         assert_eq!(i64_to_bus_id(0x7000), "0000:07:00.0");
-        assert_eq!(i64_to_bus_id(0x1000_00), "0001:00:00.0");
+        assert_eq!(i64_to_bus_id(0x10_0000), "0001:00:00.0");
     }
 
     #[test]

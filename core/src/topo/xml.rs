@@ -313,9 +313,7 @@ pub fn parse_with(text: &str, schema: Schema, origin: &str, opts: ParseOptions) 
         message,
     };
     loop {
-        let ev = reader
-            .read_event()
-            .map_err(|e| syntax(&reader, e.to_string()))?;
+        let ev = reader.read_event().map_err(|e| syntax(&reader, e.to_string()))?;
         match ev {
             Event::Start(ref e) | Event::Empty(ref e) => {
                 let empty = matches!(ev, Event::Empty(_));
@@ -323,7 +321,10 @@ pub fn parse_with(text: &str, schema: Schema, origin: &str, opts: ParseOptions) 
                     .map_err(|_| syntax(&reader, "element name is not UTF-8".to_string()))?
                     .to_string();
                 if name.len() > MAX_STR_LEN {
-                    return Err(syntax(&reader, format!("element name longer than {MAX_STR_LEN} characters")));
+                    return Err(syntax(
+                        &reader,
+                        format!("element name longer than {MAX_STR_LEN} characters"),
+                    ));
                 }
                 // Keep it when its parent is kept and accepts it.
                 let parent_name = match stack.last() {
@@ -363,7 +364,10 @@ pub fn parse_with(text: &str, schema: Schema, origin: &str, opts: ParseOptions) 
             Event::Text(t) => {
                 let s = String::from_utf8_lossy(t.as_ref());
                 if !s.trim().is_empty() {
-                    return Err(syntax(&reader, format!("unexpected text {:?}: expecting '<'", s.trim())));
+                    return Err(syntax(
+                        &reader,
+                        format!("unexpected text {:?}: expecting '<'", s.trim()),
+                    ));
                 }
             }
             Event::GeneralRef(_) | Event::CData(_) => {
@@ -570,7 +574,10 @@ mod tests {
     #[test]
     fn errors_name_what_is_wrong() {
         let e = parse("<system><cpu/></system>", Schema::Topology, "t").unwrap_err();
-        assert!(e.to_string().contains("<system> is missing attribute \"version\""), "{e}");
+        assert!(
+            e.to_string().contains("<system> is missing attribute \"version\""),
+            "{e}"
+        );
         let e = parse("<system version=\"2\"/>", Schema::Topology, "t").unwrap_err();
         assert!(matches!(e, TopoError::Version { .. }), "{e}");
         let e = parse("<system version=\"1\"><cpu>", Schema::Topology, "t").unwrap_err();

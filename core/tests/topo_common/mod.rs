@@ -26,7 +26,8 @@ pub struct Machine {
     pub model: HardwareModel,
 }
 
-const NDV2_MAP: &str = "map:0-1x1,0-2x1,0-3x2,0-4x2,1-2x2,1-3x1,1-5x2,2-3x2,2-6x1,3-7x1,4-5x1,4-6x1,4-7x2,5-6x2,5-7x1,6-7x2";
+const NDV2_MAP: &str =
+    "map:0-1x1,0-2x1,0-3x2,0-4x2,1-2x2,1-3x1,1-5x2,2-3x2,2-6x1,3-7x1,4-5x1,4-6x1,4-7x2,5-6x2,5-7x1,6-7x2";
 
 fn nvswitch(sm: i32) -> HardwareModel {
     HardwareModel {

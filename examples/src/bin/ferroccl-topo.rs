@@ -98,7 +98,12 @@ fn run(a: &Args) -> Result<(), String> {
         sm: a.sm,
         nvlink: NvlinkModel::parse(&a.nvlink).map_err(|e| e.to_string())?,
         net_speed: a.net_speed,
-        cpu: a.cpu.as_deref().map(CpuModel::parse).transpose().map_err(|e| e.to_string())?,
+        cpu: a
+            .cpu
+            .as_deref()
+            .map(CpuModel::parse)
+            .transpose()
+            .map_err(|e| e.to_string())?,
         gpus: a.gpus.iter().map(|s| s.to_ascii_lowercase()).collect(),
         nics: a.nics.iter().map(|s| s.to_ascii_lowercase()).collect(),
         pci_link,
@@ -114,7 +119,11 @@ fn run(a: &Args) -> Result<(), String> {
         ..TopoParams::default()
     };
     let topo = CommTopology::build(&records, &params).map_err(|e| e.to_string())?;
-    let name = a.topo.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = a
+        .topo
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let opts = ReportOptions {
         paths: a.paths,
         why: a.why,
@@ -125,7 +134,8 @@ fn run(a: &Args) -> Result<(), String> {
         std::fs::write(p, x).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }
     if let Some(p) = &a.topo_out {
-        std::fs::write(p, xml::dump(&topo.hosts[0].fused_xml)).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        std::fs::write(p, xml::dump(&topo.hosts[0].fused_xml))
+            .map_err(|e| format!("cannot write {}: {e}", p.display()))?;
     }
     Ok(())
 }
