@@ -240,3 +240,72 @@ fn channel_bounds_apply() {
     // Channels beyond the search's repeat its rings.
     assert_eq!(topo.comm.rings[24], topo.comm.rings[0]);
 }
+
+#[test]
+fn dumped_graphs_load_back_as_the_same_graphs() {
+    let dir = std::env::temp_dir().join(format!("ferroccl-topo-dump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (topo_path, graph_path) = (dir.join("topo.xml"), dir.join("graph.xml"));
+    for name in ["ndv2", "ndv4", "ndv5", "ncv4"] {
+        let m = machine(name);
+        let p = TopoParams {
+            topo_dump_file: Some(topo_path.clone()),
+            graph_dump_file: Some(graph_path.clone()),
+            ..TopoParams::default()
+        };
+        let records = records(&m, 2);
+        let _ = std::fs::remove_file(&graph_path);
+        // Rank 1 is not the dumping rank: it writes nothing.
+        let p1 = ferroccl::graph::plan(1, &records, &p).unwrap();
+        assert!(p1.write_dumps(&p).unwrap().is_empty());
+        assert!(!graph_path.exists());
+        let p0 = ferroccl::graph::plan(0, &records, &p).unwrap();
+        let log = p0.write_dumps(&p).unwrap();
+        assert_eq!(log.len(), 2, "{log:?}");
+        // The topology dump is the fused XML; the graph dump loads back to the same graphs.
+        let topo_text = std::fs::read_to_string(&topo_path).unwrap();
+        assert_eq!(topo_text, p0.topo_xml);
+        let searched = ferroccl::graph::CommTopology::build(&records, &TopoParams::default()).unwrap();
+        let loaded = ferroccl::graph::CommTopology::build(
+            &records,
+            &TopoParams {
+                graph_file: Some(graph_path.clone()),
+                ..TopoParams::default()
+            },
+        )
+        .unwrap();
+        let (a, b) = (&searched.hosts[0].graphs, &loaded.hosts[0].graphs);
+        for (x, y) in [(&a.ring, &b.ring), (&a.tree, &b.tree)] {
+            assert_eq!(
+                (
+                    x.pattern,
+                    x.n_channels,
+                    x.bw_intra,
+                    x.bw_inter,
+                    x.type_intra,
+                    x.type_inter,
+                    x.cross_nic,
+                    x.same_channels
+                ),
+                (
+                    y.pattern,
+                    y.n_channels,
+                    y.bw_intra,
+                    y.bw_inter,
+                    y.type_intra,
+                    y.type_inter,
+                    y.cross_nic,
+                    y.same_channels
+                ),
+                "{name}"
+            );
+            for c in 0..x.n_channels {
+                assert_eq!(x.channel(c), y.channel(c), "{name} channel {c}");
+                assert_eq!(x.nets(c), y.nets(c), "{name} channel {c}");
+            }
+        }
+        assert_eq!(searched.comm.rings, loaded.comm.rings, "{name}");
+        assert_eq!(searched.comm.links, loaded.comm.links, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -107,6 +107,32 @@ impl TopoPlan {
         (!v.is_empty()).then(|| v[c % v.len()])
     }
 
+    /// Writes `NCCL_TOPO_DUMP_FILE` / `NCCL_GRAPH_DUMP_FILE` when this rank is the dumping
+    /// rank (`*_DUMP_FILE_RANK`, default 0), as NCCL does: a file that cannot be created is
+    /// reported in the returned log lines, not an error; a graph NCCL cannot name (a `C2C`,
+    /// `NET` or `DIS` type) is an error, as in NCCL.
+    pub fn write_dumps(&self, params: &TopoParams) -> Result<Vec<String>, TopoError> {
+        let mut log = Vec::new();
+        if let Some(p) = &params.topo_dump_file
+            && self.rank == params.topo_dump_rank
+        {
+            log.push(format!("NCCL_TOPO_DUMP_FILE set by environment to {}", p.display()));
+            if let Err(e) = std::fs::write(p, &self.topo_xml) {
+                log.push(format!("Unable to open {}, not dumping topology: {e}", p.display()));
+            }
+        }
+        if let Some(p) = &params.graph_dump_file
+            && self.rank == params.graph_dump_rank
+        {
+            log.push(format!("NCCL_GRAPH_DUMP_FILE set by environment to {}", p.display()));
+            let text = self.graph_xml.clone().map_err(TopoError::Graph)?;
+            if let Err(e) = std::fs::write(p, text) {
+                log.push(format!("Unable to open {}, not dumping graphs: {e}", p.display()));
+            }
+        }
+        Ok(log)
+    }
+
     /// Emits the log lines through the NCCL logger (`NCCL_DEBUG=INFO`,
     /// `NCCL_DEBUG_SUBSYS=INIT,GRAPH`).
     pub fn emit_log(&self) {
@@ -351,6 +377,8 @@ impl CommTopology {
             tree_net_dev.push(tree_net);
         }
         let mut p2p = vec![Vec::new(); nranks];
+        // The choice depends on the peer's device index only: compute it once per index.
+        let mut by_dev: HashMap<i32, Vec<P2pNet>> = HashMap::new();
         for (peer, slot) in p2p.iter_mut().enumerate() {
             if self.comm.rank_to_host[peer] == self.comm.rank_to_host[rank] {
                 continue;
@@ -361,6 +389,10 @@ impl CommTopology {
                 .rank_to_index(peer as i32)
                 .map(|g| psys.of(NodeType::Gpu)[g].gpu().0)
                 .unwrap_or(-1);
+            if let Some(v) = by_dev.get(&peer_dev) {
+                slot.clone_from(v);
+                continue;
+            }
             for c in 0..MAXCHANNELS {
                 match connect::p2p_net_dev(sys, rank as i32, peer_dev, c, params)? {
                     Some((d, p)) => slot.push(P2pNet {
@@ -370,6 +402,7 @@ impl CommTopology {
                     None => break,
                 }
             }
+            by_dev.insert(peer_dev, slot.clone());
         }
         let node = node_of[rank];
         let local_rank = node_of[..rank].iter().filter(|&&n| n == node).count();

@@ -184,6 +184,14 @@ pub struct TopoParams {
     pub topo_file: Option<PathBuf>,
     /// `NCCL_GRAPH_FILE`: graphs to load instead of searching.
     pub graph_file: Option<PathBuf>,
+    /// `NCCL_TOPO_DUMP_FILE`: where rank `topo_dump_rank` writes the fused topology.
+    pub topo_dump_file: Option<PathBuf>,
+    /// `NCCL_TOPO_DUMP_FILE_RANK` (default 0).
+    pub topo_dump_rank: usize,
+    /// `NCCL_GRAPH_DUMP_FILE`: where rank `graph_dump_rank` writes its graphs.
+    pub graph_dump_file: Option<PathBuf>,
+    /// `NCCL_GRAPH_DUMP_FILE_RANK` (default 0).
+    pub graph_dump_rank: usize,
     /// `NCCL_CROSS_NIC` (0 = same NIC/rail, 1 = any, 2 = alternate; default 2).
     pub cross_nic: i64,
     /// `NCCL_MIN_NCHANNELS` (default 0: no minimum).
@@ -223,6 +231,10 @@ impl Default for TopoParams {
         TopoParams {
             topo_file: None,
             graph_file: None,
+            topo_dump_file: None,
+            topo_dump_rank: 0,
+            graph_dump_file: None,
+            graph_dump_rank: 0,
             cross_nic: 2,
             min_nchannels: 0,
             max_nchannels: types::MAXCHANNELS,
@@ -283,6 +295,14 @@ impl TopoParams {
         };
         p.topo_file = val(ENV_TOPO_FILE).map(PathBuf::from);
         p.graph_file = val(ENV_GRAPH_FILE).map(PathBuf::from);
+        p.topo_dump_file = val(ENV_TOPO_DUMP_FILE).map(PathBuf::from);
+        p.graph_dump_file = val(ENV_GRAPH_DUMP_FILE).map(PathBuf::from);
+        if let Some(v) = int(ENV_TOPO_DUMP_FILE_RANK)? {
+            p.topo_dump_rank = usize::try_from(v).unwrap_or(0);
+        }
+        if let Some(v) = int(ENV_GRAPH_DUMP_FILE_RANK)? {
+            p.graph_dump_rank = usize::try_from(v).unwrap_or(0);
+        }
         if let Some(v) = int(ENV_CROSS_NIC)? {
             p.cross_nic = v;
         }
@@ -320,6 +340,12 @@ impl TopoParams {
         }
         p.min_ctas = p.min_ctas.min(p.max_ctas);
         Ok(p)
+    }
+
+    /// [`from_lookup`](Self::from_lookup) over the config layer (environment, then
+    /// `~/.nccl.conf`, then `/etc/nccl.conf`).
+    pub fn from_config(cfg: &crate::config::Config) -> Result<TopoParams, TopoError> {
+        TopoParams::from_lookup(&|k| cfg.get_str(k).map(str::to_string))
     }
 
     /// [`from_lookup`](Self::from_lookup) over the process environment.

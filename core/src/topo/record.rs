@@ -3,7 +3,7 @@
 //!
 //! A record carries the rank's view of its host as NCCL builds it before trimming and
 //! fusing: the topology XML with the rank's own device and every net device marked
-//! `keep="1"`. [`crate::graph::plan`] fuses the records of each host (ranks sharing
+//! `keep="1"`. [`crate::graph::plan()`] fuses the records of each host (ranks sharing
 //! `host_hash`) exactly as NCCL fuses the ranks' XML, so every rank sees the whole node.
 //!
 //! Encoding: `b"FTOPO1\n"` then a JSON object (`serde_json`); decoding checks the magic,
