@@ -308,3 +308,43 @@ fn a_topology_file_overrides_detection() {
     assert_eq!(topo.hosts[0].graphs.ring.type_intra, ferroccl::topo::PathType::Sys);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn gpu_detection_skips_cleanly_without_a_driver_and_fills_a_gpu_rank_from_facts() {
+    // No NVIDIA driver on this machine: no GPUs, no error.
+    if !std::path::Path::new("/proc/driver/nvidia").exists() {
+        assert!(ferroccl::topo::nvml::gpus().is_empty());
+    }
+    // A GPU rank's record from facts (as NVML would give them): the GPU's PCI branch comes
+    // from sysfs, its <gpu> from the facts, in NCCL's attribute order.
+    let fake = FakeSys::new("gpu");
+    let sys = fake.sysfs();
+    let facts = ferroccl::topo::fill::GpuFacts {
+        dev: 0,
+        sm: 90,
+        gdr: true,
+        nvlinks: vec![("fffffff:ffff:ff".to_string(), 18, String::new())],
+        c2c: None,
+    };
+    // Reuse the NIC's PCI function as the "GPU" location: what matters is the branch.
+    let (rec, _) = detect::detect_gpu_rank(0, "0000:03:00.0", &facts, &[], &TopoParams::default(), &sys, 9).unwrap();
+    let x = xml::parse(&rec.xml, Schema::Topology, "gpu rank").unwrap();
+    let pci = x.find_kv("pci", "busid", "0000:03:00.0").unwrap();
+    let g = pci.sub("gpu").unwrap();
+    let keys: Vec<&str> = g.attrs.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["dev", "sm", "keep", "rank", "gdr", "mlopart"]);
+    let nvl = g.sub("nvlink").unwrap();
+    assert_eq!(
+        nvl.attrs,
+        [
+            ("target".to_string(), "fffffff:ffff:ff".to_string()),
+            ("count".to_string(), "18".to_string()),
+            ("tclass".to_string(), "0x068000".to_string())
+        ]
+    );
+    // One GPU alone: maxBw = totalBw = LOC_BW and its self-ring costs nothing, so the ring
+    // search reaches maxChannels (32) at once; the postset doubles to 64, as in NCCL.
+    let topo = CommTopology::build(&[rec], &TopoParams::default()).unwrap();
+    assert_eq!(topo.hosts[0].graphs.ring.n_channels, 32);
+    assert_eq!(topo.comm.n_channels, 64);
+}

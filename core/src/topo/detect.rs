@@ -4,8 +4,8 @@
 //! (by its `pciPath`), this process's CPU affinity, and the host hash.
 //!
 //! Everything is read below a sysfs root (`/sys` normally) so the same code can be pointed
-//! at a copy. GPUs are not detected here: ferroccl's ranks are processes; a rank that
-//! drives a GPU passes its facts in ([`fill::GpuFacts`]).
+//! at a copy. A rank that drives a GPU gets its facts from [`super::nvml::gpus`] (or any
+//! other source) and calls [`detect_gpu_rank`]; a CPU-process rank calls [`detect_cpu_rank`].
 //!
 //! One deviation from NCCL: a PCI device whose `numa_node` reads `-1` on a host with a
 //! single NUMA node is placed on node 0 (NCCL would create a `<cpu numaid="-1">`), so that
@@ -418,6 +418,37 @@ pub fn detect_cpu_rank(
         None,
         i32::try_from(numa).unwrap_or(-1),
         affinity.to_mask(),
+    );
+    Ok((rec, log))
+}
+
+/// The record of rank `rank` driving the GPU at `bus_id` (`dddd:bb:dd.f`) described by
+/// `gpu` (normally from [`super::nvml::gpus`]): NCCL's `ncclTopoGetSystem` steps for a GPU
+/// rank — the topology file or an empty system, the GPU's PCI branch from sysfs with its
+/// `<gpu>` (dev, sm, NVLinks, rank, gdr), and every net device of the plugin.
+pub fn detect_gpu_rank(
+    rank: usize,
+    bus_id: &str,
+    gpu: &fill::GpuFacts,
+    nets: &[Properties],
+    params: &TopoParams,
+    sysfs: &Sysfs,
+    host_hash: u64,
+) -> Result<(TopoRecord, Vec<String>), TopoError> {
+    let (mut root, log) = initial_xml(params)?;
+    fill::set_host_hash(&mut root, host_hash);
+    let bus = bus_id.to_ascii_lowercase();
+    fill::fill_gpu(&mut root, &bus, gpu, rank, sysfs, host_hash)?;
+    for (dev, p) in nets.iter().enumerate() {
+        fill::fill_net(&mut root, &net_facts(p), dev, sysfs, host_hash)?;
+    }
+    let rec = TopoRecord::new(
+        u32::try_from(rank).map_err(|_| TopoError::Record(format!("rank {rank} too large")))?,
+        host_hash,
+        xml::dump(&root),
+        Some(bus),
+        -1,
+        process_affinity().to_mask(),
     );
     Ok((rec, log))
 }

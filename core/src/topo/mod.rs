@@ -12,7 +12,7 @@
 //! - [`model`]: hardware facts for PCI-skeleton files (what NCCL gets from NVML and the net
 //!   plugin), used by the offline explorer.
 //! - [`detect`]: this host from sysfs (CPUs/NUMA, the PCI tree above each NIC, affinity,
-//!   host hash; GPUs through NVML when a driver is present).
+//!   host hash); [`nvml`]: GPUs through a dynamically loaded NVML when a driver is present.
 //! - [`record`]: the per-rank record exchanged at init ([`TopoRecord`]).
 //!
 //! ## CPU-process ranks
@@ -42,6 +42,7 @@
 pub mod detect;
 pub mod fill;
 pub mod model;
+pub mod nvml;
 pub mod paths;
 pub mod record;
 pub mod system;
