@@ -9,6 +9,34 @@
 //! Everything here is deterministic and free of I/O except reading `NCCL_GRAPH_FILE` when
 //! it is set, so every rank computes the same rings and trees from the same records.
 //! Hosts whose fused topology is identical up to rank numbers are searched once.
+//!
+//! ## Wiring it into communicator init
+//!
+//! ```no_run
+//! # fn all_gather(mine: Vec<u8>) -> Vec<Vec<u8>> { vec![mine] }
+//! # fn f(rank: usize, cfg: &ferroccl::config::Config, nets: &[ferroccl_plugin_api::sdk::Properties])
+//! #     -> Result<(), ferroccl::topo::TopoError> {
+//! use ferroccl::topo::{TopoParams, TopoRecord, detect};
+//! let params = TopoParams::from_config(cfg)?;
+//! // Detection (sysfs, affinity, the plugin's devices; NCCL_TOPO_FILE honoured).
+//! let (mine, _log) = detect::detect(rank, nets, &params)?;
+//! // The all-gather of the peer-info phase carries the record's bytes.
+//! let records = all_gather(mine.to_bytes())
+//!     .iter()
+//!     .map(|b| TopoRecord::from_bytes(b))
+//!     .collect::<Result<Vec<_>, _>>()?;
+//! let plan = ferroccl::graph::plan(rank, &records, &params)?;
+//! plan.emit_log(); // NCCL_DEBUG_SUBSYS=INIT,GRAPH
+//! for line in plan.write_dumps(&params)? {
+//!     ferroccl::nccl_info!(GRAPH, "{line}");
+//! }
+//! // plan.channels: Vec<graph::Channel> for the schedules; plan.p2p_net(peer, c): the NIC
+//! // for p2p channel c toward a remote peer; plan.ring / plan.tree: the tuning inputs.
+//! # Ok(()) }
+//! ```
+//!
+//! Records must be indexed by rank (`records[r].rank == r`); a record that fails to decode
+//! or to parse is an error naming the rank.
 
 use std::collections::HashMap;
 
