@@ -157,6 +157,12 @@ pub struct CommGraph {
     pub max_tree_pattern: i32,
     /// Smallest / largest compute capability over ranks (0 for CPU ranks).
     pub comp_cap: (i32, i32),
+    /// Communicator CPU arch and vendor (`ncclTopoComputeCommCPU`: each rank's first CPU,
+    /// `MIXED` (4) when ranks differ), for the tuning model.
+    pub cpu_arch_vendor: (i32, i32),
+    /// Every rank's GPUs reach each other over NVLink only (`ncclTopoPathAllNVLink`, the
+    /// tuning model's `isAllNvlink`).
+    pub all_nvlink: bool,
     /// Log lines (GRAPH and INIT), in NCCL's order per rank.
     pub log: Vec<LogLine>,
 }
@@ -305,6 +311,20 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
                 chans[r][n + i] = chans[r][n_orig[r] + i];
             }
         }
+    }
+    let mut cpu_arch_vendor: Option<(i32, i32)> = None;
+    let mut all_nvlink = true;
+    for r in 0..nranks {
+        let sys = &hosts[rank_to_host[r]].system;
+        let (arch, vendor, _) = sys.cpu_type();
+        cpu_arch_vendor = Some(match cpu_arch_vendor {
+            None => (arch, vendor),
+            Some((a, v)) => (
+                if a != arch { cpu_arch::MIXED } else { a },
+                if v != vendor { cpu_vendor::MIXED } else { v },
+            ),
+        });
+        all_nvlink &= crate::topo::paths::gpu_path_range(sys, NodeType::Gpu).1 < PathType::Pix;
     }
     let mut comp_cap = (i32::MAX, i32::MIN);
     for host in hosts {
@@ -516,6 +536,8 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
         tree,
         max_tree_pattern,
         comp_cap: if comp_cap.0 == i32::MAX { (0, 0) } else { comp_cap },
+        cpu_arch_vendor: cpu_arch_vendor.unwrap_or((-1, -1)),
+        all_nvlink,
         log,
     })
 }

@@ -119,6 +119,10 @@ pub struct TopoPlan {
     pub max_tree_pattern: i32,
     /// (min, max) compute capability over ranks (0 for CPU ranks).
     pub comp_cap: (i32, i32),
+    /// Communicator CPU (arch, vendor), `MIXED` (4) where ranks differ.
+    pub cpu_arch_vendor: (i32, i32),
+    /// All GPUs of every node NVLink-connected (`comm->isAllNvlink`).
+    pub all_nvlink: bool,
     /// Fused topology XML of this rank's host (`NCCL_TOPO_DUMP_FILE` content).
     pub topo_xml: String,
     /// Graph XML of this rank's host (`NCCL_GRAPH_DUMP_FILE` content), or why NCCL could not
@@ -459,6 +463,8 @@ impl CommTopology {
             tree: self.comm.tree,
             max_tree_pattern: self.comm.max_tree_pattern,
             comp_cap: self.comm.comp_cap,
+            cpu_arch_vendor: self.comm.cpu_arch_vendor,
+            all_nvlink: self.comm.all_nvlink,
             topo_xml: xml::dump(&host.fused_xml),
             graph_xml: self.graph_xml(h).map_err(|e| e.to_string()),
             log,
