@@ -390,18 +390,8 @@ impl HardwareModel {
     pub fn records(&self, file: &XmlNode, nodes: usize) -> Result<Vec<TopoRecord>, TopoError> {
         let (gpus, nets) = self.inventory(file)?;
         for g in &gpus {
-            let p = file
-                .find_kv("pci", "busid", &g.bus)
-                .or_else(|| {
-                    let mut v = Vec::new();
-                    all_pci(file, &mut v);
-                    v.into_iter()
-                        .find(|p| p.attr("busid").is_some_and(|b| b.eq_ignore_ascii_case(&g.bus)))
-                        .map(|_| file)
-                })
-                .ok_or_else(|| TopoError::Model(format!("GPU {} vanished", g.bus)))?;
-            let has_sm = p.sub("gpu").is_some_and(|x| x.has_attr("sm"));
-            if !has_sm && self.sm.is_none() {
+            let p = find_pci(file, &g.bus).ok_or_else(|| TopoError::Model(format!("GPU {} vanished", g.bus)))?;
+            if !p.sub("gpu").is_some_and(|x| x.has_attr("sm")) && self.sm.is_none() {
                 return Err(TopoError::Model(format!(
                     "GPU {} has no compute capability in the file; give --sm",
                     g.bus
@@ -417,28 +407,17 @@ impl HardwareModel {
                 let rank = k * ngpus + g.dev;
                 let mut x = file.clone();
                 fill::set_host_hash(&mut x, hash);
-                // Bus ids in the file may use upper case; NCCL compares them as strings
-                // after lower-casing what it detects.
-                let bus = {
-                    let mut v = Vec::new();
-                    all_pci(&x, &mut v);
-                    v.into_iter()
-                        .filter_map(|p| p.attr("busid").map(str::to_string))
-                        .find(|b| b.eq_ignore_ascii_case(&g.bus))
-                        .unwrap_or_else(|| g.bus.clone())
-                };
+                // The file's own spelling of the bus id (it may use upper case).
+                let bus = find_pci(&x, &g.bus)
+                    .and_then(|p| p.attr("busid"))
+                    .unwrap_or(&g.bus)
+                    .to_string();
                 fill::fill_gpu(&mut x, &bus, &self.gpu_facts(g, &gpus)?, rank, &facts, hash)?;
                 for (dev, n) in nets.iter().enumerate() {
                     let mut f = n.facts.clone();
-                    if let Some(p) = &f.pci_path {
-                        let b = p.rsplit('/').next().unwrap_or_default();
-                        let mut v = Vec::new();
-                        all_pci(&x, &mut v);
-                        if let Some(real) = v
-                            .into_iter()
-                            .filter_map(|p| p.attr("busid").map(str::to_string))
-                            .find(|x| x.eq_ignore_ascii_case(b))
-                        {
+                    if let Some(path) = &f.pci_path {
+                        let b = path.rsplit('/').next().unwrap_or_default();
+                        if let Some(real) = find_pci(&x, b).and_then(|p| p.attr("busid")) {
                             f.pci_path = Some(format!("/sys/devices/model/{real}"));
                         }
                     }
@@ -457,6 +436,14 @@ impl HardwareModel {
         }
         Ok(out)
     }
+}
+
+/// The `<pci>` whose bus id is `bus`, ignoring case.
+fn find_pci<'a>(x: &'a XmlNode, bus: &str) -> Option<&'a XmlNode> {
+    if x.name == "pci" && x.attr("busid").is_some_and(|b| b.eq_ignore_ascii_case(bus)) {
+        return Some(x);
+    }
+    x.subs.iter().find_map(|s| find_pci(s, bus))
 }
 
 /// Every `<cpu>` that keeps a device needs `arch` (and `vendor` on x86): say which option
