@@ -7,15 +7,13 @@
 //! all ranks (every rank computes the same thing from the same records), and
 //! [`CommGraph`] holds the result for every rank.
 
+use super::MAX_TREE_ARITY;
 use super::search::{PATTERN_SPLIT_TREE, PATTERN_TREE, TopoGraph};
 use super::trees::{dtree, log2i};
 use crate::topo::paths::{check_gdr, local_gpu, local_net};
 use crate::topo::system::{NodeRef, System};
 use crate::topo::types::*;
 use crate::topo::{NodeType, TopoError, TopoParams};
-
-/// Most children of a tree node (`NCCL_MAX_TREE_ARITY`).
-pub const MAX_TREE_ARITY: usize = 3;
 
 /// A log line with NCCL's subsystem (`crate::log::subsys` flags).
 #[derive(Debug, Clone, PartialEq, Eq)]
