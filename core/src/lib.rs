@@ -11,6 +11,7 @@ pub mod log;
 pub mod plugin;
 pub mod proxy;
 pub mod stream;
+pub mod topo;
 pub mod transport;
 
 pub use bootstrap::{UniqueId, get_unique_id};

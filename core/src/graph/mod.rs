@@ -8,6 +8,17 @@
 //! on every channel); the topology-aware search replaces that source, not the
 //! types.
 
+pub mod connect;
+pub mod graph_xml;
+pub mod plan;
+pub mod report;
+pub mod search;
+pub mod trees;
+
+pub use connect::{CommGraph, GraphInfo, LogLine};
+pub use plan::{CommTopology, P2pNet, TopoPlan, plan};
+pub use search::TopoGraph;
+
 /// Most children a tree node has (`NCCL_MAX_TREE_ARITY` in `src/include/device.h`).
 pub const MAX_TREE_ARITY: usize = 3;
 
