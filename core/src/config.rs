@@ -793,6 +793,167 @@ pub mod params {
         "colon-separated directories searched for plugin libraries (ferroccl only)",
     );
 
+    /// Topology and graph parameters (read by [`crate::topo::TopoParams`], which
+    /// parses and checks their values as NCCL's `src/graph/` does).
+    pub mod topo {
+        use super::StrParam;
+
+        /// `NCCL_TOPO_FILE`: topology XML to start from instead of detection (default /var/run/nvidia-topologyd/virtualTopology.xml when present).
+        pub static TOPO_FILE: StrParam = StrParam {
+            name: "NCCL_TOPO_FILE",
+            default: None,
+            choices: &[],
+            description: "topology XML to start from instead of detection (default /var/run/nvidia-topologyd/virtualTopology.xml when present)",
+        };
+        /// `NCCL_TOPO_DUMP_FILE`: file the fused topology XML is written to.
+        pub static TOPO_DUMP_FILE: StrParam = StrParam {
+            name: "NCCL_TOPO_DUMP_FILE",
+            default: None,
+            choices: &[],
+            description: "file the fused topology XML is written to",
+        };
+        /// `NCCL_TOPO_DUMP_FILE_RANK`: rank that writes NCCL_TOPO_DUMP_FILE (default 0).
+        pub static TOPO_DUMP_FILE_RANK: StrParam = StrParam {
+            name: "NCCL_TOPO_DUMP_FILE_RANK",
+            default: None,
+            choices: &[],
+            description: "rank that writes NCCL_TOPO_DUMP_FILE (default 0)",
+        };
+        /// `NCCL_GRAPH_FILE`: graph XML to load instead of searching.
+        pub static GRAPH_FILE: StrParam = StrParam {
+            name: "NCCL_GRAPH_FILE",
+            default: None,
+            choices: &[],
+            description: "graph XML to load instead of searching",
+        };
+        /// `NCCL_GRAPH_DUMP_FILE`: file the searched graphs are written to.
+        pub static GRAPH_DUMP_FILE: StrParam = StrParam {
+            name: "NCCL_GRAPH_DUMP_FILE",
+            default: None,
+            choices: &[],
+            description: "file the searched graphs are written to",
+        };
+        /// `NCCL_GRAPH_DUMP_FILE_RANK`: rank that writes NCCL_GRAPH_DUMP_FILE (default 0).
+        pub static GRAPH_DUMP_FILE_RANK: StrParam = StrParam {
+            name: "NCCL_GRAPH_DUMP_FILE_RANK",
+            default: None,
+            choices: &[],
+            description: "rank that writes NCCL_GRAPH_DUMP_FILE (default 0)",
+        };
+        /// `NCCL_CROSS_NIC`: rings may use different NICs at each end: 0 no, 1 yes, 2 alternate (default 2).
+        pub static CROSS_NIC: StrParam = StrParam {
+            name: "NCCL_CROSS_NIC",
+            default: None,
+            choices: &[],
+            description: "rings may use different NICs at each end: 0 no, 1 yes, 2 alternate (default 2)",
+        };
+        /// `NCCL_P2P_LEVEL`: farthest path type for P2P (LOC, NVL, PIX, PXB, PHB, SYS or 0-5).
+        pub static P2P_LEVEL: StrParam = StrParam {
+            name: "NCCL_P2P_LEVEL",
+            default: None,
+            choices: &[],
+            description: "farthest path type for P2P (LOC, NVL, PIX, PXB, PHB, SYS or 0-5)",
+        };
+        /// `NCCL_P2P_DISABLE`: 1: no P2P between GPUs.
+        pub static P2P_DISABLE: StrParam = StrParam {
+            name: "NCCL_P2P_DISABLE",
+            default: None,
+            choices: &[],
+            description: "1: no P2P between GPUs",
+        };
+        /// `NCCL_NVB_DISABLE`: 1: no NVLink paths through a relay GPU.
+        pub static NVB_DISABLE: StrParam = StrParam {
+            name: "NCCL_NVB_DISABLE",
+            default: None,
+            choices: &[],
+            description: "1: no NVLink paths through a relay GPU",
+        };
+        /// `NCCL_PXN_DISABLE`: 1: no PXN (send through a peer GPU's NIC).
+        pub static PXN_DISABLE: StrParam = StrParam {
+            name: "NCCL_PXN_DISABLE",
+            default: None,
+            choices: &[],
+            description: "1: no PXN (send through a peer GPU's NIC)",
+        };
+        /// `NCCL_PXN_C2C`: PXN over C2C links (default 1).
+        pub static PXN_C2C: StrParam = StrParam {
+            name: "NCCL_PXN_C2C",
+            default: None,
+            choices: &[],
+            description: "PXN over C2C links (default 1)",
+        };
+        /// `NCCL_P2P_PXN_LEVEL`: PXN for p2p: 0 never, 1 when needed, 2 always (default 2).
+        pub static P2P_PXN_LEVEL: StrParam = StrParam {
+            name: "NCCL_P2P_PXN_LEVEL",
+            default: None,
+            choices: &[],
+            description: "PXN for p2p: 0 never, 1 when needed, 2 always (default 2)",
+        };
+        /// `NCCL_NETDEVS_POLICY`: which NICs a GPU uses: AUTO, MAX:n or ALL.
+        pub static NETDEVS_POLICY: StrParam = StrParam {
+            name: "NCCL_NETDEVS_POLICY",
+            default: None,
+            choices: &[],
+            description: "which NICs a GPU uses: AUTO, MAX:n or ALL",
+        };
+        /// `NCCL_NET_GDR_LEVEL`: farthest path type for GPUDirect RDMA (LOC .. SYS or 0-5).
+        pub static NET_GDR_LEVEL: StrParam = StrParam {
+            name: "NCCL_NET_GDR_LEVEL",
+            default: None,
+            choices: &[],
+            description: "farthest path type for GPUDirect RDMA (LOC .. SYS or 0-5)",
+        };
+        /// `NCCL_NET_GDR_READ`: GPUDirect RDMA for sends (default -2: by compute capability / NVLink).
+        pub static NET_GDR_READ: StrParam = StrParam {
+            name: "NCCL_NET_GDR_READ",
+            default: None,
+            choices: &[],
+            description: "GPUDirect RDMA for sends (default -2: by compute capability / NVLink)",
+        };
+        /// `NCCL_NET_GDR_C2C`: GPUDirect RDMA over C2C links (default 1).
+        pub static NET_GDR_C2C: StrParam = StrParam {
+            name: "NCCL_NET_GDR_C2C",
+            default: None,
+            choices: &[],
+            description: "GPUDirect RDMA over C2C links (default 1)",
+        };
+        /// `NCCL_NET_GDR_MLOPART`: GPUDirect RDMA for multi-level partitions (default 0).
+        pub static NET_GDR_MLOPART: StrParam = StrParam {
+            name: "NCCL_NET_GDR_MLOPART",
+            default: None,
+            choices: &[],
+            description: "GPUDirect RDMA for multi-level partitions (default 0)",
+        };
+        /// `NCCL_MIN_CTAS`: minimum CTAs (channels) per kernel, as config.minCTAs (default 1).
+        pub static MIN_CTAS: StrParam = StrParam {
+            name: "NCCL_MIN_CTAS",
+            default: None,
+            choices: &[],
+            description: "minimum CTAs (channels) per kernel, as config.minCTAs (default 1)",
+        };
+        /// `NCCL_MAX_CTAS`: maximum CTAs (channels) per kernel, as config.maxCTAs (default 64).
+        pub static MAX_CTAS: StrParam = StrParam {
+            name: "NCCL_MAX_CTAS",
+            default: None,
+            choices: &[],
+            description: "maximum CTAs (channels) per kernel, as config.maxCTAs (default 64)",
+        };
+        /// `NCCL_MIN_NRINGS`: old name of NCCL_MIN_NCHANNELS.
+        pub static MIN_NRINGS: StrParam = StrParam {
+            name: "NCCL_MIN_NRINGS",
+            default: None,
+            choices: &[],
+            description: "old name of NCCL_MIN_NCHANNELS",
+        };
+        /// `NCCL_MAX_NRINGS`: old name of NCCL_MAX_NCHANNELS.
+        pub static MAX_NRINGS: StrParam = StrParam {
+            name: "NCCL_MAX_NRINGS",
+            default: None,
+            choices: &[],
+            description: "old name of NCCL_MAX_NCHANNELS",
+        };
+    }
+
     /// Parameters of the in-tree socket plugin (`plugins/net-socket`,
     /// `libnccl-net-socket.so`), as NCCL's built-in socket transport reads them
     /// (`src/transport/net_socket.cc`). `NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`
@@ -1000,6 +1161,28 @@ pub static PARAMS: &[Param] = &[
     Param::Str(&params::PLUGIN_PATH),
     Param::Int(&params::MAX_QUEUED_OPS),
     Param::Str(&params::HOSTID),
+    Param::Str(&params::topo::TOPO_FILE),
+    Param::Str(&params::topo::TOPO_DUMP_FILE),
+    Param::Str(&params::topo::TOPO_DUMP_FILE_RANK),
+    Param::Str(&params::topo::GRAPH_FILE),
+    Param::Str(&params::topo::GRAPH_DUMP_FILE),
+    Param::Str(&params::topo::GRAPH_DUMP_FILE_RANK),
+    Param::Str(&params::topo::CROSS_NIC),
+    Param::Str(&params::topo::P2P_LEVEL),
+    Param::Str(&params::topo::P2P_DISABLE),
+    Param::Str(&params::topo::NVB_DISABLE),
+    Param::Str(&params::topo::PXN_DISABLE),
+    Param::Str(&params::topo::PXN_C2C),
+    Param::Str(&params::topo::P2P_PXN_LEVEL),
+    Param::Str(&params::topo::NETDEVS_POLICY),
+    Param::Str(&params::topo::NET_GDR_LEVEL),
+    Param::Str(&params::topo::NET_GDR_READ),
+    Param::Str(&params::topo::NET_GDR_C2C),
+    Param::Str(&params::topo::NET_GDR_MLOPART),
+    Param::Str(&params::topo::MIN_CTAS),
+    Param::Str(&params::topo::MAX_CTAS),
+    Param::Str(&params::topo::MIN_NRINGS),
+    Param::Str(&params::topo::MAX_NRINGS),
 ];
 
 /// The in-tree plugins' own parameters, by plugin (registered here so that they

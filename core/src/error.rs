@@ -16,6 +16,7 @@ use crate::bootstrap::BootstrapError;
 use crate::config::ConfigError;
 use crate::plugin::PluginError;
 use crate::plugin::net::NetError;
+use crate::topo::TopoError;
 
 /// An error of communicator init, a collective, or a stream wait.
 ///
@@ -47,6 +48,10 @@ pub enum Error {
     /// Bootstrap failed (missing ranks, lost peers, timeouts).
     #[error("{0}")]
     Bootstrap(#[source] Arc<BootstrapError>),
+    /// The topology could not be detected, read or searched (`NCCL_TOPO_FILE`,
+    /// `NCCL_GRAPH_FILE`, sysfs), or a peer's topology record was malformed.
+    #[error("topology: {0}")]
+    Topo(#[source] Arc<TopoError>),
     /// A `NCCL_*` / `FERROCCL_*` value was rejected.
     #[error("config: {0}")]
     Config(#[from] ConfigError),
@@ -83,6 +88,12 @@ impl From<BootstrapError> for Error {
     }
 }
 
+impl From<TopoError> for Error {
+    fn from(e: TopoError) -> Error {
+        Error::Topo(Arc::new(e))
+    }
+}
+
 impl From<PluginError> for Error {
     fn from(e: PluginError) -> Error {
         Error::Plugin(Arc::new(e))
@@ -104,6 +115,7 @@ impl Error {
         match self {
             Error::Net { .. } | Error::Plugin(_) | Error::PluginLoad(_) | Error::Bootstrap(_) => 2,
             Error::Internal(_) | Error::Kernel(_) => 3,
+            Error::Topo(_) => 5,
             Error::InvalidArgument(_) => 4,
             Error::InvalidUsage(_) | Error::PluginMismatch(_) | Error::Config(_) | Error::ConfigMismatch(_) => 5,
             Error::Remote(_) | Error::Aborted(_) => 6,

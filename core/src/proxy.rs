@@ -249,8 +249,10 @@ pub(crate) struct Proxy {
     pub shared: Arc<Shared>,
     /// No-progress watchdog bound.
     pub timeout: Duration,
-    /// Plugin device used for p2p connections.
-    pub p2p_dev: usize,
+    /// Plugin device of point-to-point connections to each peer.
+    pub p2p_devs: Vec<usize>,
+    /// Plugin device of tree connections per channel (`None`: the channel's default).
+    pub tree_devs: Vec<Option<usize>>,
     /// Devices the plugin reports.
     pub ndev: usize,
     /// Operations whose buffers are at least this many bytes send straight from
@@ -459,8 +461,9 @@ impl Proxy {
         let plan = ConnPlan {
             rank: self.params.rank,
             channels: &self.params.channels,
+            tree_devs: &self.tree_devs,
             ndev: self.ndev,
-            p2p_dev: self.p2p_dev,
+            p2p_devs: &self.p2p_devs,
             coll_step: self.params.ring_step,
             p2p_step: self.params.p2p_step,
         };

@@ -115,6 +115,58 @@ impl Drop for InitGuard {
     }
 }
 
+/// What a rank learns about itself before the exchange.
+struct LocalFacts {
+    /// The plugin context (finalized by the init guard on failure).
+    ctx: RawCtx,
+    /// Plugin devices (at least one).
+    ndev: usize,
+    /// This rank's topology record.
+    record: crate::topo::TopoRecord,
+}
+
+/// Opens the plugin context, counts its devices, reads their properties and
+/// detects this rank's topology. Errors are text (shared with the other ranks in
+/// the agreement); the context is finalized on failure.
+fn local_facts(
+    net: &Arc<dyn NetPlugin>,
+    info: &NetInfo,
+    rank: usize,
+    comm_id: u64,
+    topo_params: &crate::topo::TopoParams,
+) -> std::result::Result<LocalFacts, String> {
+    let ctx = net
+        .init_ctx(comm_id, &crate::plugin::net::CommConfig::default())
+        .map_err(|e| Error::net("plugin init", e).to_string())?;
+    let facts = (|| {
+        let ndev = match net.devices() {
+            Ok(n) if n > 0 => n,
+            Ok(_) => {
+                return Err(Error::from(crate::plugin::PluginError::NoDevices {
+                    plugin: info.name.clone(),
+                    version: info.version,
+                }));
+            }
+            Err(e) => return Err(Error::net("devices", e)),
+        };
+        let props = (0..ndev)
+            .map(|d| {
+                net.properties(d)
+                    .map_err(|e| Error::net(format!("getProperties({d})"), e))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let (record, log) = crate::topo::detect::detect(rank, &props, topo_params)?;
+        for line in log {
+            crate::nccl_info!(GRAPH, "{line}");
+        }
+        Ok(LocalFacts { ctx, ndev, record })
+    })();
+    facts.map_err(|e| {
+        let _ = net.finalize_ctx(ctx);
+        e.to_string()
+    })
+}
+
 /// The 64-bit communicator id handed to the plugin's `init` (v11+ `commId`).
 fn comm_hash(id: &UniqueId) -> u64 {
     let h = blake3::hash(id.as_bytes());
@@ -155,50 +207,69 @@ impl Comm {
             ctx: None,
             agreed: false,
         };
-        // 4. Peer-info exchange and agreement.
-        let identity = loaded
+        // 4. Local facts: the plugin context, its devices and this rank's
+        // topology record (NCCL's ncclTopoGetSystem runs after ncclNetInit).
+        let topo_params = crate::topo::TopoParams::from_config(crate::config::Config::global())?;
+        let local = loaded.and_then(|(net, info)| {
+            local_facts(&net, &info, rank, comm_hash(id), &topo_params).map(|f| (net, info, f))
+        });
+        if let Ok((net, _, f)) = &local {
+            guard.ctx = Some((net.clone(), f.ctx));
+        }
+        // 5. Peer-info exchange and agreement.
+        let identity = local
             .as_ref()
-            .map(|(_, info)| NetIdentity::of(info))
+            .map(|(_, info, _)| NetIdentity::of(info))
             .map_err(Clone::clone);
-        let peers = exchange_peer_info(&bootstrap, &PeerInfo::local(rank, &identity, &params))?;
-        let agreement = agree(&peers, loaded.as_ref().err().map(String::as_str)).map_err(|d| {
+        let mut mine = PeerInfo::local(rank, &identity, &params);
+        if let Ok((_, _, f)) = &local {
+            mine.topo = f.record.to_bytes();
+        }
+        let peers = exchange_peer_info(&bootstrap, &mine)?;
+        let agreement = agree(&peers, local.as_ref().err().map(String::as_str)).map_err(|d| {
             guard.agreed = true;
             Error::from(d)
         })?;
-        let (net, info) = loaded.map_err(Error::PluginLoad)?;
-        let ctx = net
-            .init_ctx(comm_hash(id), &crate::plugin::net::CommConfig::default())
-            .map_err(|e| Error::net("plugin init", e))?;
-        guard.ctx = Some((net.clone(), ctx));
-        let ndev = match net.devices() {
-            Ok(n) if n > 0 => n,
-            Ok(_) => {
-                return Err(crate::plugin::PluginError::NoDevices {
-                    plugin: info.name.clone(),
-                    version: info.version,
-                }
-                .into());
-            }
-            Err(e) => return Err(Error::net("devices", e)),
-        };
-        // 5. Topology and graph: this rank's view of every channel.
-        let channels = crate::graph::rank_order_channels(rank, nranks, agreement.nchannels);
-        // 6. Transport setup: every channel's connections.
+        let (net, info, facts) = local.map_err(Error::PluginLoad)?;
+        let (ctx, ndev) = (facts.ctx, facts.ndev);
+        // 6. Topology and graph: this rank's view of every channel (NCCL's graph
+        // search over every host's fused topology, then ncclTopoPreset/Postset).
+        let records = peers
+            .iter()
+            .map(|p| {
+                crate::topo::TopoRecord::from_bytes(&p.topo)
+                    .map_err(|e| Error::Remote(format!("rank {} sent a bad topology record: {e}", p.rank)))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let topo = crate::graph::plan(rank, &records, &topo_params)?;
+        topo.emit_log();
+        for line in topo.write_dumps(&topo_params)? {
+            crate::nccl_info!(GRAPH, "{line}");
+        }
+        let mut channels = topo.channels.clone();
+        if let Some(cap) = agreement.nchannels {
+            channels.truncate(cap.max(1));
+        }
+        // 7. Transport setup: every channel's ring connections (the rest on first use).
         let ring_step = params.buffsize / NCCL_STEPS;
         let oob: Arc<dyn Oob> = Arc::new(BootstrapOob(bootstrap.clone()));
         let deadline = Instant::now() + params.timeout;
+        let p2p_devs: Vec<usize> = (0..nranks)
+            .map(|peer| topo.p2p_net(peer, 0).map_or(0, |n| n.net_dev))
+            .collect();
         let plan = setup::ConnPlan {
             rank,
             channels: &channels,
+            tree_devs: &topo.tree_net_dev,
             ndev,
-            p2p_dev: 0,
+            p2p_devs: &p2p_devs,
             coll_step: ring_step,
             p2p_step: params.p2p_chunksize,
         };
         let (sends, recvs) = setup::ring_keys(&channels, rank);
         let mut conns = ConnTable::default();
         setup::connect_keys(&net, ctx, &*oob, &plan, &sends, &recvs, &mut conns, deadline, &abort)?;
-        // 7. Proxy thread.
+        // 8. Proxy thread.
         let nchannels = channels.len();
         let proxy = Proxy {
             net: net.clone(),
@@ -218,7 +289,8 @@ impl Comm {
             conns,
             shared: Arc::new(Shared::new(abort, params.max_queued_ops)),
             timeout: params.timeout,
-            p2p_dev: 0,
+            p2p_devs,
+            tree_devs: topo.tree_net_dev.clone(),
             ndev,
             coll_seq: 0,
             p2p_send_seq: Default::default(),

@@ -18,7 +18,8 @@ pub struct CommConfig {
     /// Bound on every wait: bootstrap (ranks that never join), connection setup,
     /// and the proxy's no-progress watchdog (`FERROCCL_TIMEOUT_SEC`, default 300 s).
     pub timeout: Option<Duration>,
-    /// Channels (rings) to open (default 2, clamped to `NCCL_MIN_NCHANNELS` ..= `NCCL_MAX_NCHANNELS`).
+    /// At most this many channels (default: as many as the topology search
+    /// gives within `NCCL_MIN_NCHANNELS` ..= `NCCL_MAX_NCHANNELS`).
     pub nchannels: Option<usize>,
     /// Per-connection FIFO bytes (`NCCL_BUFFSIZE`, default 4 MiB), cut in `NCCL_STEPS` slots.
     pub buffsize: Option<usize>,
@@ -45,7 +46,8 @@ impl std::fmt::Debug for PreloadedNet {
 #[derive(Debug, Clone)]
 pub(crate) struct CommParams {
     pub timeout: Duration,
-    pub nchannels: usize,
+    /// The caller's cap on channels (`CommConfig::nchannels`).
+    pub nchannels: Option<usize>,
     pub buffsize: usize,
     pub p2p_chunksize: usize,
     pub chunk_slices: usize,
@@ -86,15 +88,14 @@ impl CommParams {
             )));
         }
         let nchannels = match c.nchannels {
-            Some(n) if (1..=64).contains(&n) => n,
+            Some(n) if (1..=64).contains(&n) => Some(n),
             Some(n) => {
                 return Err(Error::ConfigMismatch(format!(
                     "nchannels {n} is out of range (expected 1..=64)"
                 )));
             }
-            // Two rings suit a socket network (NCCL's default for net transports),
-            // within NCCL_MIN_NCHANNELS ..= NCCL_MAX_NCHANNELS.
-            None => DEFAULT_NCHANNELS.clamp(min_ch, max_ch),
+            // The topology search decides, within NCCL_MIN/MAX_NCHANNELS.
+            None => None,
         };
         let buffsize = match c.buffsize {
             Some(b) => b,
@@ -154,8 +155,6 @@ impl CommParams {
 }
 
 const NCCL_STEPS_MIN_BYTES: usize = 8 * 4096;
-/// Channels opened when nothing else is asked for.
-const DEFAULT_NCHANNELS: usize = 2;
 
 /// Loads the net plugin for a communicator; the error is kept as text so it can be
 /// shared with the other ranks during the init agreement.

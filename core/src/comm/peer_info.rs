@@ -10,7 +10,6 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::params::CommParams;
-use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::plugin::net::NetInfo;
 
@@ -65,7 +64,8 @@ fn file_hash(path: &Path) -> String {
 pub(crate) struct PeerInfo {
     /// The rank that sent it.
     pub rank: usize,
-    /// Identity of the rank's host ([`host_hash`]); ranks with equal hashes share a host.
+    /// Identity of the rank's host (NCCL's `getHostHash`, [`crate::topo::detect::host_hash`]:
+    /// host name and boot id, or `NCCL_HOSTID`); ranks with equal hashes share a host.
     pub host_hash: u64,
     /// Process id.
     pub pid: u32,
@@ -75,8 +75,8 @@ pub(crate) struct PeerInfo {
     pub buffsize: usize,
     /// `NCCL_P2P_NET_CHUNKSIZE`; must agree.
     pub p2p_chunksize: usize,
-    /// Channels this rank asks for; the communicator uses the smallest.
-    pub nchannels: usize,
+    /// This rank's cap on channels, if any; the communicator uses the smallest.
+    pub nchannels: Option<usize>,
     /// The rank's topology facts (opaque here; see `crate::graph`).
     pub topo: Vec<u8>,
 }
@@ -86,7 +86,7 @@ impl PeerInfo {
     pub(crate) fn local(rank: usize, net: &std::result::Result<NetIdentity, String>, p: &CommParams) -> PeerInfo {
         PeerInfo {
             rank,
-            host_hash: host_hash(),
+            host_hash: crate::topo::detect::host_hash(),
             pid: std::process::id(),
             net: net.clone(),
             buffsize: p.buffsize,
@@ -125,8 +125,8 @@ impl PeerInfo {
 /// What every rank agreed on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Agreement {
-    /// Channels to open: the smallest count any rank asked for.
-    pub nchannels: usize,
+    /// Cap on channels: the smallest any rank asked for (`None`: the topology decides).
+    pub nchannels: Option<usize>,
 }
 
 /// An agreement failure, the same on every rank.
@@ -186,39 +186,8 @@ pub(crate) fn agree(
             report.join("\n")
         ))));
     }
-    let nchannels = peers.iter().map(|p| p.nchannels).min().unwrap_or(1).max(1);
+    let nchannels = peers.iter().filter_map(|p| p.nchannels).min();
     Ok(Agreement { nchannels })
-}
-
-/// The host identity NCCL computes in `getHostHash` (`src/misc/utils.cc`): a
-/// hash of the host name followed by `NCCL_HOSTID` when set, else by the boot id
-/// (`/proc/sys/kernel/random/boot_id`), so containers sharing a kernel share a
-/// host and `NCCL_HOSTID` can split or join hosts (tests use it to stand in for
-/// several hosts on one machine).
-pub(crate) fn host_hash() -> u64 {
-    let mut s = hostname();
-    match crate::config::params::HOSTID.get(Config::global()) {
-        Some(id) => s = id.to_string(),
-        None => {
-            if let Ok(boot) = std::fs::read_to_string("/proc/sys/kernel/random/boot_id") {
-                s.push_str(boot.trim());
-            }
-        }
-    }
-    let h = blake3::hash(s.as_bytes());
-    u64::from_le_bytes(h.as_bytes()[..8].try_into().expect("8 bytes"))
-}
-
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: `buf` is writable for its length; gethostname NUL-terminates within it
-    // or truncates (the last byte stays 0 because we pass len - 1).
-    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
-    if r != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 #[cfg(test)]
@@ -238,7 +207,7 @@ mod tests {
             }),
             buffsize: 4 << 20,
             p2p_chunksize: 128 << 10,
-            nchannels: 2 + rank,
+            nchannels: Some(2 + rank),
             topo: vec![1, 2, 3],
         }
     }
@@ -256,7 +225,7 @@ mod tests {
     #[test]
     fn agreement_takes_the_smallest_channel_count_and_names_mismatches() {
         let ok = agree(&[rec(0, "Socket"), rec(1, "Socket")], None).unwrap();
-        assert_eq!(ok.nchannels, 2);
+        assert_eq!(ok.nchannels, Some(2));
         let e = Error::from(agree(&[rec(0, "Socket"), rec(1, "IB")], None).unwrap_err());
         let m = e.to_string();
         assert!(

@@ -154,12 +154,14 @@ const TAG_P2P_HANDLE: u32 = 0x5032_5000;
 pub(crate) struct ConnPlan<'a> {
     /// This rank.
     pub rank: usize,
-    /// This rank's channels.
+    /// This rank's channels (ring order and the ring connections' NIC).
     pub channels: &'a [Channel],
+    /// NIC of this rank's tree connections per channel (`None`: no NIC of its own).
+    pub tree_devs: &'a [Option<usize>],
     /// Devices the plugin reports.
     pub ndev: usize,
-    /// Device of point-to-point connections.
-    pub p2p_dev: usize,
+    /// Device of point-to-point connections to each peer.
+    pub p2p_devs: &'a [usize],
     /// Bytes per FIFO step of collective connections.
     pub coll_step: usize,
     /// Bytes per FIFO step of point-to-point connections.
@@ -168,15 +170,22 @@ pub(crate) struct ConnPlan<'a> {
 
 impl ConnPlan<'_> {
     /// The plugin device, bootstrap tag and FIFO step size of connection `key`:
-    /// a channel without a NIC of its own ([`Channel::net_dev`]) uses device
-    /// `channel % ndev`.
+    /// a ring neighbour's uses the channel's ring NIC ([`Channel::net_dev`]),
+    /// another peer (a tree neighbour) the channel's tree NIC; a channel
+    /// without a NIC of its own uses device `channel % ndev`.
     fn spec(&self, key: &ConnKey) -> (ConnSpec, usize) {
         if key.conn == CONN_COLL {
-            let dev = self
-                .channels
-                .get(key.channel)
-                .and_then(|c| c.net_dev)
-                .unwrap_or(key.channel % self.ndev.max(1));
+            let ch = self.channels.get(key.channel);
+            let ring_peer = ch.is_some_and(|c| {
+                c.ring.index(self.rank).is_some()
+                    && (c.ring_next(self.rank) == key.peer || c.ring_prev(self.rank) == key.peer)
+            });
+            let nic = if ring_peer {
+                ch.and_then(|c| c.net_dev)
+            } else {
+                self.tree_devs.get(key.channel).copied().flatten()
+            };
+            let dev = nic.unwrap_or(key.channel % self.ndev.max(1));
             let tag = TAG_CHANNEL_HANDLE + key.channel as u32;
             (
                 ConnSpec {
@@ -189,7 +198,7 @@ impl ConnPlan<'_> {
         } else {
             let spec = ConnSpec {
                 peer: key.peer,
-                dev: self.p2p_dev,
+                dev: self.p2p_devs.get(key.peer).copied().unwrap_or(0),
                 tag: TAG_P2P_HANDLE,
             };
             (spec, self.p2p_step)
