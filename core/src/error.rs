@@ -27,10 +27,14 @@ use crate::topo::TopoError;
 pub enum Error {
     /// A net plugin call failed (`ncclSystemError` / `ncclRemoteError` from the
     /// plugin); `what` names the call and the peer.
-    #[error("net plugin: {what}: {source}")]
+    #[error("net plugin: {what}: {source}{note}")]
     Net {
         /// The call, e.g. "isend of 524288 bytes to rank 1".
         what: String,
+        /// The peer at the other end of the connection, when the call was on one.
+        peer: Option<usize>,
+        /// Text appended after the plugin's error (the survivors' diagnosis), or empty.
+        note: String,
         /// The plugin's error.
         #[source]
         source: Arc<NetError>,
@@ -105,7 +109,52 @@ impl Error {
     pub(crate) fn net(what: impl std::fmt::Display, e: NetError) -> Error {
         Error::Net {
             what: what.to_string(),
+            peer: None,
+            note: String::new(),
             source: Arc::new(e),
+        }
+    }
+
+    /// Records `peer` as the far end of a failed connection call (kept if set).
+    pub(crate) fn with_peer(self, peer: usize) -> Error {
+        match self {
+            Error::Net {
+                what,
+                peer: None,
+                note,
+                source,
+            } => Error::Net {
+                what,
+                peer: Some(peer),
+                note,
+                source,
+            },
+            e => e,
+        }
+    }
+
+    /// The same error with `note` (the survivors' agreed diagnosis) on a line of
+    /// its own after the message; the variant and its `ncclResult_t` stay.
+    pub(crate) fn with_note(self, note: &str) -> Error {
+        let add = |m: String| format!("{m}\n  {note}");
+        match self {
+            Error::Net {
+                what,
+                peer,
+                note: old,
+                source,
+            } => Error::Net {
+                what,
+                peer,
+                note: add(old),
+                source,
+            },
+            Error::Remote(m) => Error::Remote(add(m)),
+            Error::InvalidUsage(m) => Error::InvalidUsage(add(m)),
+            Error::InvalidArgument(m) => Error::InvalidArgument(add(m)),
+            Error::Timeout(m) => Error::Timeout(add(m)),
+            Error::Internal(m) => Error::Internal(add(m)),
+            e => e,
         }
     }
 

@@ -3,6 +3,7 @@ pub mod bootstrap;
 pub mod coll;
 pub mod comm;
 pub mod config;
+pub(crate) mod diag;
 pub mod enqueue;
 pub mod error;
 pub mod graph;

@@ -16,10 +16,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::bootstrap::Bootstrap;
 use crate::coll::desc::OpDesc;
 use crate::coll::exec::{self, ExecCx};
 use crate::coll::schedule::{self, Lane, SchedParams, Task, TaskConns};
 use crate::coll::{Algo, CollArgs, CollKind};
+use crate::diag::{self, DIAG_TAG, NOTIFIED, Report};
 use crate::error::Error;
 use crate::plugin::net::{NetPlugin, RawCtx};
 use crate::stream::{Completion, Stream};
@@ -265,6 +267,10 @@ pub(crate) struct Proxy {
     pub p2p_send_seq: BTreeMap<usize, u64>,
     /// Sequence number of the next receive from each peer.
     pub p2p_recv_seq: BTreeMap<usize, u64>,
+    /// The bootstrap, for the survivors' failure reports ([`crate::diag`]).
+    pub bootstrap: Arc<Bootstrap>,
+    /// Peers the unfinished steps of the last failed work waited on.
+    pub waiting_on: Vec<usize>,
 }
 
 impl Proxy {
@@ -278,15 +284,31 @@ impl Proxy {
                     if self.shared.abort.load(Ordering::Relaxed) {
                         break;
                     }
+                    // Idle: another rank failing reaches us through its report.
+                    if self.shared.error().is_none()
+                        && let Some(r) = self.bootstrap.survivor_report_pending(DIAG_TAG)
+                    {
+                        let e = Error::Remote(format!("rank {r} {NOTIFIED} while this rank had no work in flight"));
+                        self.conns.close_all();
+                        let e = self.agree_on_failure(Report::idle(self.params.rank), e);
+                        self.shared.set_error(&e);
+                    }
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
-            let r = self.execute(&work);
-            if let Err(e) = &r {
+            let mut r = self.execute(&work);
+            if let Err(e) = r {
                 tracing::warn!(target: "ferroccl::proxy", "{} failed: {e}", work.what);
-                self.shared.set_error(e);
                 self.conns.close_all();
+                let e = if matches!(e, Error::Aborted(_)) || self.shared.error().is_some() {
+                    e
+                } else {
+                    let report = Report::of(self.params.rank, &work.what, &e, std::mem::take(&mut self.waiting_on));
+                    self.agree_on_failure(report, e)
+                };
+                self.shared.set_error(&e);
+                r = Err(e);
             }
             work.done.complete(r);
             self.shared.release();
@@ -301,6 +323,41 @@ impl Proxy {
             self.shared.release();
         }
         self.conns.close_all();
+    }
+
+    /// Sends this rank's failure report to every other rank, collects theirs
+    /// (bounded by the timeout, at most 10 s), and returns `e` with the verdict
+    /// every survivor computes from the same reports (also logged at WARN).
+    fn agree_on_failure(&self, mine: Report, e: Error) -> Error {
+        let rank = self.params.rank;
+        if self.params.nranks < 2 {
+            return e;
+        }
+        let wait = self.timeout.min(Duration::from_secs(10));
+        let Ok(all) = self
+            .bootstrap
+            .exchange_among_survivors(DIAG_TAG, &mine.to_bytes(), wait)
+        else {
+            return e;
+        };
+        let reports: Vec<Report> = all
+            .answered()
+            .into_iter()
+            .filter_map(|r| {
+                if r == rank {
+                    Some(mine.clone())
+                } else {
+                    Report::from_bytes(r, all.data(r)?)
+                }
+            })
+            .collect();
+        let verdict = diag::diagnose(&reports, &all.missing());
+        tracing::warn!(
+            target: "ferroccl::proxy",
+            "rank {rank}: {verdict} (reports from ranks {:?})",
+            all.answered()
+        );
+        e.with_note(&verdict)
     }
 
     fn check_abort(&self) -> Result<(), Error> {
@@ -486,12 +543,12 @@ impl Proxy {
         let mut moved = false;
         for k in &t.conns.send {
             if let Some(s) = self.conns.send(k) {
-                moved |= s.progress()?;
+                moved |= s.progress().map_err(|e| e.with_peer(k.peer))?;
             }
         }
         for k in &t.conns.recv {
             if let Some(r) = self.conns.recv(k) {
-                moved |= r.progress()?;
+                moved |= r.progress().map_err(|e| e.with_peer(k.peer))?;
             }
         }
         Ok(moved)
@@ -501,7 +558,7 @@ impl Proxy {
     fn progress_sends(&mut self, conns: &TaskConns) -> Result<(), Error> {
         for k in &conns.send {
             if let Some(s) = self.conns.send(k) {
-                s.progress()?;
+                s.progress().map_err(|e| e.with_peer(k.peer))?;
             }
         }
         Ok(())
@@ -589,7 +646,14 @@ impl Proxy {
             }
             self.check_abort()?;
             idle_turns += 1;
+            if idle_turns.is_multiple_of(256)
+                && let Some(r) = self.bootstrap.survivor_report_pending(DIAG_TAG)
+            {
+                self.waiting_on = waiting_on(tasks);
+                return Err(Error::Remote(format!("rank {r} {NOTIFIED} while this rank ran {what}")));
+            }
             if idle_turns.is_multiple_of(64) && last_progress.elapsed() >= self.timeout {
+                self.waiting_on = waiting_on(tasks);
                 return Err(Error::Timeout(format!(
                     "{what} made no progress for {:?} on rank {}: {}",
                     self.timeout,
@@ -604,6 +668,27 @@ impl Proxy {
             }
         }
     }
+}
+
+/// The peers the unfinished tasks' next steps receive from (or, for a step
+/// that only sends, send to), in task order, without repeats.
+fn waiting_on(tasks: &[Task]) -> Vec<usize> {
+    let mut v = Vec::new();
+    for t in tasks {
+        for op in t.next_ops() {
+            let peers = if op.recv_from.len() > 0 {
+                op.recv_from
+            } else {
+                op.send_to
+            };
+            for p in peers.iter() {
+                if !v.contains(&p) {
+                    v.push(p);
+                }
+            }
+        }
+    }
+    v
 }
 
 /// What each unfinished task waits for, naming the peers of its next step.

@@ -1,7 +1,7 @@
 //! Ranks that call mismatched operations (count, datatype, reduction op, root,
 //! collective) get an error, never OK with wrong data: real processes over the
 //! socket plugin on loopback. The ranks that receive a mismatching operation
-//! header name both calls.
+//! header name both calls, and every rank prints the same diagnosis.
 
 #[path = "coll_support/mod.rs"]
 mod coll_support;
@@ -66,7 +66,7 @@ fn mismatch_worker() {
     let comm = join(&r, Duration::from_secs(15));
     match call(&case, r.rank, r.nranks, &comm) {
         Ok(()) => println!("RESULT ok"),
-        Err(e) => println!("RESULT error {e}"),
+        Err(e) => println!("RESULT error {}", e.to_string().replace('\n', " | ")),
     }
     comm.abort();
 }

@@ -723,6 +723,16 @@ impl Bootstrap {
         }
     }
 
+    /// The lowest rank whose [`exchange_among_survivors`](Self::exchange_among_survivors)
+    /// blob with `tag` has arrived and not been collected yet: a rank that failed and
+    /// is reporting it. Never waits (a short lock), so a progress loop can poll it.
+    pub fn survivor_report_pending(&self, tag: u32) -> Option<usize> {
+        let st = self.inner.mail.st.lock().ok()?;
+        (0..self.inner.nranks)
+            .filter(|&p| p != self.inner.rank)
+            .find(|&p| st.queues.get(&(p, KIND_SURVIVOR, tag)).is_some_and(|q| !q.is_empty()))
+    }
+
     /// Bounded all-to-all among the ranks that are still alive, for failure reports:
     /// sends `mine` (at most [`MAX_SURVIVOR_BYTES`]) to every other rank directly (no
     /// ring, so a dead rank breaks nothing) and collects what the others send with the

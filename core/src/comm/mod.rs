@@ -295,6 +295,8 @@ impl Comm {
             coll_seq: 0,
             p2p_send_seq: Default::default(),
             p2p_recv_seq: Default::default(),
+            bootstrap: bootstrap.clone(),
+            waiting_on: Vec::new(),
         };
         let proxy = Arc::new(ProxyHandle::start(proxy, nranks)?);
         guard.disarm();
