@@ -80,6 +80,11 @@ struct Args {
     json: bool,
 }
 
+/// Largest buffer size accepted (bytes): no allocation can be larger (`isize::MAX`).
+const MAX_SIZE: usize = isize::MAX as usize;
+
+/// A size with an optional `K`/`M`/`G` suffix (powers of 1024, as nccl-tests'
+/// `parsesize`), checked for overflow.
 fn parse_size(s: &str) -> Result<usize, String> {
     let t = s.trim();
     let (num, mul) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
@@ -88,9 +93,21 @@ fn parse_size(s: &str) -> Result<usize, String> {
         Some('G') => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1),
     };
-    num.parse::<usize>()
-        .map(|n| n * mul)
-        .map_err(|_| format!("bad size {s:?} (expected e.g. 8, 128K, 64M, 1G)"))
+    let n = num
+        .parse::<usize>()
+        .map_err(|_| format!("bad size {s:?} (expected e.g. 8, 128K, 64M, 1G)"))?;
+    n.checked_mul(mul)
+        .filter(|&b| b <= MAX_SIZE)
+        .ok_or_else(|| format!("size {s:?} is too large (at most {MAX_SIZE} bytes)"))
+}
+
+/// A zeroed buffer of `bytes`, or an error saying the allocation failed (never an abort).
+fn buffer(bytes: usize, what: &str) -> Result<Vec<u8>, String> {
+    let mut v: Vec<u8> = Vec::new();
+    v.try_reserve_exact(bytes)
+        .map_err(|e| format!("cannot allocate the {what} buffer of {bytes} bytes: {e}"))?;
+    v.resize(bytes, 0);
+    Ok(v)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -390,18 +407,24 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
             args.root
         ));
     }
-    let minb = parse_size(&args.minbytes)?;
-    let maxb = parse_size(&args.maxbytes)?.max(minb);
-    if args.stepfactor < 2 && minb != maxb {
-        return Err("-f must be at least 2".into());
-    }
-    let comm =
-        Comm::init_rank(nranks, id, rank, CommConfig::default()).map_err(|e| format!("rank {rank}: init: {e}"))?;
+    let (minb, maxb) = sizes(args)?;
     let es = dtype.size();
     let (_, max_total) = op.counts(maxb, es, nranks);
     let (se, re) = op
         .test_op(args.root)
         .buffer_elems(op.counts(maxb, es, nranks).0, nranks);
+    let bytes = |elems: usize| {
+        elems
+            .checked_mul(es)
+            .filter(|&b| b <= MAX_SIZE)
+            .ok_or_else(|| format!("-e {}: the buffers of {nranks} ranks overflow", args.maxbytes))
+    };
+    let (send_bytes, recv_bytes) = (bytes(se.max(max_total))?, bytes(re.max(max_total))?);
+    // Allocate before joining, so a size this rank cannot hold fails fast.
+    let send = buffer(send_bytes, "send")?;
+    let recv = buffer(recv_bytes, "receive")?;
+    let comm =
+        Comm::init_rank(nranks, id, rank, CommConfig::default()).map_err(|e| format!("rank {rank}: init: {e}"))?;
     let mut bench = Bench {
         comm: &comm,
         op,
@@ -409,8 +432,8 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
         redop,
         root: args.root,
         args,
-        send: vec![0u8; se.max(max_total) * es],
-        recv: vec![0u8; re.max(max_total) * es],
+        send,
+        recv,
         stream: Stream::new(),
     };
     let lead = rank == 0;
@@ -593,6 +616,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Bad sizes fail before any rank starts.
+    if let Err(e) = sizes(&args) {
+        eprintln!("ferroccl-perf: {e}");
+        return ExitCode::from(2);
+    }
     // Child of `--ranks N`.
     if let (Ok(r), Ok(n), Ok(id)) = (
         std::env::var(ENV_RANK),
@@ -654,6 +682,22 @@ fn main() -> ExitCode {
 /// Bootstrap settings for the unique id this process creates: the same parameters
 /// the ranks resolve (`NCCL_SOCKET_*`, `NCCL_COMM_ID`, `FERROCCL_TIMEOUT_SEC`), so a
 /// root started here gives up on missing ranks after the ranks' own timeout.
+/// `-b`/`-e` in bytes, checked: both parse, `-b` <= `-e`, `-f` >= 2 for a sweep.
+fn sizes(args: &Args) -> Result<(usize, usize), String> {
+    let minb = parse_size(&args.minbytes).map_err(|e| format!("-b: {e}"))?;
+    let maxb = parse_size(&args.maxbytes).map_err(|e| format!("-e: {e}"))?;
+    if minb > maxb {
+        return Err(format!(
+            "-b {} ({minb} bytes) is larger than -e {} ({maxb} bytes)",
+            args.minbytes, args.maxbytes
+        ));
+    }
+    if args.stepfactor < 2 && minb != maxb {
+        return Err("-f must be at least 2".into());
+    }
+    Ok((minb, maxb))
+}
+
 fn bootstrap_config() -> Result<ferroccl::bootstrap::BootstrapConfig, String> {
     ferroccl::bootstrap::BootstrapConfig::from_params(ferroccl::config::Config::global())
 }
@@ -666,6 +710,32 @@ fn finish(r: Result<bool, String>) -> ExitCode {
             eprintln!("ferroccl-perf: {e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// How a child ended, in words: `exited with status 1`, `was killed by signal 9 (SIGKILL)`.
+fn describe_exit(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = s.code() {
+        return format!("exited with status {code}");
+    }
+    match s.signal() {
+        Some(sig) => {
+            let name = match sig {
+                libc::SIGKILL => " (SIGKILL)",
+                libc::SIGSEGV => " (SIGSEGV)",
+                libc::SIGABRT => " (SIGABRT)",
+                libc::SIGTERM => " (SIGTERM)",
+                libc::SIGBUS => " (SIGBUS)",
+                libc::SIGINT => " (SIGINT)",
+                _ => "",
+            };
+            format!(
+                "was killed by signal {sig}{name}{}",
+                if s.core_dumped() { ", core dumped" } else { "" }
+            )
+        }
+        None => format!("ended with {s}"),
     }
 }
 
@@ -721,20 +791,22 @@ fn spawn_local(args: &Args, op: Op, n: usize) -> ExitCode {
         eprintln!("ferroccl-perf: {e}");
     }
     for (r, c) in &mut children {
+        let mut killed = false;
         if failed {
             // Give the others a moment to report their own error, then stop them.
             let deadline = Instant::now() + std::time::Duration::from_secs(10);
             while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
                 std::thread::sleep(std::time::Duration::from_millis(50));
             }
+            killed = matches!(c.try_wait(), Ok(None));
             let _ = c.kill();
         }
         match c.wait() {
             Ok(s) if s.success() => {}
+            Ok(_) if killed => ok = false,
             Ok(s) => {
-                if !failed {
-                    eprintln!("ferroccl-perf: rank {r} exited with {s}");
-                }
+                // A child that died on its own: name it and how.
+                eprintln!("ferroccl-perf: rank {r} (pid {}) {}", c.id(), describe_exit(s));
                 ok = false;
             }
             Err(e) => {
