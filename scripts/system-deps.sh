@@ -19,7 +19,7 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-list_file=$here/system-packages.txt
+list_file=${SYSTEM_PACKAGES_FILE:-$here/system-packages.txt} # the override is for tests
 who=${SYSTEM_DEPS_CALLER:-scripts/system-deps.sh}
 
 usage() {
@@ -40,6 +40,14 @@ packages() {
         [[ "$groups" == *" $group "* ]] && echo "$pkg $probe"
     done <"$list_file"
 }
+
+# Every group asked for must exist in the list (a typo must not pass as "nothing missing").
+for g in $groups; do
+    if ! awk -v g="$g" '$1 !~ /^#/ && $2 == g { found = 1 } END { exit !found }' "$list_file"; then
+        echo "$who: unknown group '$g' (groups in $list_file: $(awk '$1 !~ /^#/ && NF >= 3 { print $2 }' "$list_file" | sort -u | xargs))" >&2
+        exit 2
+    fi
+done
 
 have_libclang() {
     local d libs=() hdrs=()

@@ -68,7 +68,8 @@ impl DistReport {
             );
         }
         for (p, why) in &self.skipped {
-            let _ = writeln!(s, "  skipped lib/{} ({}): {}", p.nccl_file, p.package, why.trim());
+            let why = why.trim().replace('\n', "\n      ");
+            let _ = writeln!(s, "  skipped lib/{} ({}): {why}", p.nccl_file, p.package);
         }
         let lib = self.out.join("lib");
         // The socket plugin runs anywhere: the example to show.
@@ -195,4 +196,63 @@ pub fn dist(ws: &Workspace, opts: &DistOptions) -> Result<DistReport, String> {
         }
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plugin(short: &str, deps: Option<&str>) -> Plugin {
+        Plugin {
+            package: format!("ferroccl-net-{short}"),
+            lib_name: format!("nccl_net_{short}"),
+            nccl_file: format!("libnccl-net-{short}.so"),
+            system_deps: deps.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn summary_names_files_skips_and_how_to_use_them() {
+        let out = PathBuf::from("/w/target/dist");
+        let r = DistReport {
+            tools: vec![out.join("bin/ferroccl-perf")],
+            plugins: vec![(plugin("socket", None), out.join("lib/libnccl-net-socket.so"))],
+            skipped: vec![(
+                plugin("ib", Some("ib")),
+                "its build needs system packages (group 'ib'):\nmissing: libibverbs-dev\n".into(),
+            )],
+            out,
+        };
+        let s = r.summary();
+        assert!(s.contains("  bin/ferroccl-perf\n"), "{s}");
+        assert!(
+            s.contains("lib/libnccl-net-socket.so  (ferroccl-net-socket, NCCL_NET_PLUGIN=socket)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("skipped lib/libnccl-net-ib.so (ferroccl-net-ib): its build needs"),
+            "{s}"
+        );
+        assert!(s.contains("\n      missing: libibverbs-dev"), "{s}");
+        assert!(
+            s.contains("use: LD_LIBRARY_PATH=/w/target/dist/lib NCCL_NET_PLUGIN=socket"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn the_system_group_check_uses_the_one_list() {
+        // A group that scripts/system-packages.txt does not have is an error (a
+        // typo in a plugin's metadata must not pass); `cc` is what every build needs.
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .to_path_buf();
+        let e = check_system_group(&root, "no-such-group").unwrap_err();
+        assert!(
+            e.contains("unknown group 'no-such-group'") && e.contains("cc ib test vm"),
+            "{e}"
+        );
+        check_system_group(&root, "cc").expect("a C compiler is needed to build the workspace at all");
+    }
 }
