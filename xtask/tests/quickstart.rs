@@ -74,3 +74,36 @@ fn the_check_catches_the_ib_plugin() {
     assert!(bad.iter().any(|(s, p)| s == "rdma-sys" && p == "pkg-config"), "{bad:?}");
     assert!(bad.iter().any(|(s, p)| s == "rdma-sys" && p == "bindgen"), "{bad:?}");
 }
+
+#[test]
+fn no_crate_links_the_ib_plugin() {
+    // Building ferroccl-net-ib needs rdma-core headers: no other crate's library
+    // or binaries may depend on it (tests may, as dev-dependencies).
+    let out = xtask::workspace::cargo()
+        .current_dir(root())
+        .args([
+            "tree",
+            "--workspace",
+            "-i",
+            "ferroccl-net-ib",
+            "-e",
+            "normal,build",
+            "--prefix",
+            "depth",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let tree = String::from_utf8_lossy(&out.stdout);
+    let nodes = deptree::parse(&tree);
+    assert_eq!(
+        nodes.first().map(|n| n.name.as_str()),
+        Some("ferroccl-net-ib"),
+        "{tree}"
+    );
+    let dependents: Vec<&str> = nodes.iter().filter(|n| n.depth > 0).map(|n| n.name.as_str()).collect();
+    assert!(
+        dependents.is_empty(),
+        "crates that link ferroccl-net-ib: {dependents:?}"
+    );
+}
