@@ -49,16 +49,13 @@ if [[ $(id -u) != 0 ]]; then
     SUDO="sudo -n"
 fi
 
-# Host packages: qemu (seabios and ipxe-qemu come as its dependencies),
-# debootstrap, mke2fs and cpio for setup.sh; util-linux for flock; the verbs
-# headers and libclang for building the plugin (rdma-sys, bindgen), as in
-# .ci/run.
-export DEBIAN_FRONTEND=noninteractive
-pkgs=(qemu-system-x86 debootstrap e2fsprogs cpio util-linux coreutils
-    build-essential pkg-config libibverbs-dev librdmacm-dev libclang-dev)
-echo "+ apt-get install ${pkgs[*]}"
-$SUDO apt-get update -q >/dev/null || skip "apt-get update failed"
-$SUDO apt-get install -y -q --no-install-recommends "${pkgs[@]}" >/dev/null || skip "apt-get install ${pkgs[*]} failed"
+# Host packages, from the one list (scripts/system-packages.txt): the `vm`
+# group (qemu, debootstrap, mke2fs, cpio, flock for setup.sh and run-in-vm.sh)
+# and the `cc` and `ib` groups (a C compiler, rdma-core headers and libclang
+# to build the plugin).
+echo "+ scripts/system-deps.sh ensure cc ib vm"
+SYSTEM_DEPS_CALLER=.ci/ib-vm.sh scripts/system-deps.sh ensure cc ib vm ||
+    skip "the host packages could not be installed (scripts/system-deps.sh ensure cc ib vm)"
 echo "packages: $((SECONDS - start)) s"
 
 # Build (or find cached) the guest image now, so that a failure here reads

@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# Builds every crate (the plugin .so files the tests dlopen included) and runs all tests.
+# Runs every test: first checks the system packages the build and the tests need
+# (scripts/system-packages.txt, groups cc ib test) and installs the missing ones
+# when it may (Debian/Ubuntu as root or with password-less sudo) or stops at once
+# naming them and the apt-get line; then builds every crate (the plugin .so files
+# the tests dlopen included) and runs `cargo test --workspace`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "scripts/test.sh: cargo not found: install a Rust toolchain (https://rustup.rs), then run this again" >&2
+    exit 1
+fi
+SYSTEM_DEPS_CALLER=scripts/test.sh scripts/system-deps.sh ensure cc ib test
 cargo build --workspace --all-targets
 cargo test --workspace -- --test-threads=2

@@ -6,6 +6,11 @@
 //! ferroccl-info ib                 # RDMA HCAs: ports, link layer, state, GID table, the GID index the IB plugin picks
 //! ```
 //!
+//! `ib` asks the IB plugin itself: it `dlopen`s `libnccl-net-ib.so` (found like
+//! `NCCL_NET_PLUGIN=ib`, or `--plugin NAME|PATH`) and calls its
+//! `ferrocclIbInventory_v1` export, so this tool builds without rdma-core headers
+//! and reports plainly when the plugin or libibverbs is missing.
+//!
 //! Options: `--max-version N` caps the `ncclNet` version probed (like
 //! `FERROCCL_NET_MAX_VERSION`), `--plugin-path DIR` adds a plugin directory (like
 //! `FERROCCL_PLUGIN_PATH`). Exit status 0 when a net plugin is usable, 1 otherwise.
@@ -43,7 +48,14 @@ enum Cmd {
         plugin_path: Vec<std::path::PathBuf>,
     },
     /// RDMA HCAs as the IB plugin sees them: ports, link layer, state, GID table and chosen GID index.
-    Ib,
+    Ib {
+        /// The IB plugin to ask (resolved like NCCL_NET_PLUGIN): default `ib`, i.e. libnccl-net-ib.so.
+        #[arg(long, default_value = "ib")]
+        plugin: String,
+        /// Extra plugin directory searched first (repeatable), in addition to FERROCCL_PLUGIN_PATH.
+        #[arg(long)]
+        plugin_path: Vec<std::path::PathBuf>,
+    },
 }
 
 const ENV_VARS: [&str; 8] = [
@@ -64,7 +76,7 @@ fn main() -> ExitCode {
             max_version,
             plugin_path,
         } => (target, max_version, plugin_path),
-        Cmd::Ib => return ib_inventory(),
+        Cmd::Ib { plugin, plugin_path } => return ib_inventory(&plugin, plugin_path),
     };
     // Environment over NCCL_CONF_FILE / ~/.nccl.conf over /etc/nccl.conf, as the runtime reads it.
     let opts = match LoadOptions::try_from_config() {
@@ -319,10 +331,11 @@ fn print_props(d: usize, p: &Properties) {
 }
 
 /// `ferroccl-info ib`: every HCA, port and GID, and what the IB plugin
-/// (`libnccl-net-ib.so`) would pick under the current `NCCL_IB_*` variables.
+/// (`libnccl-net-ib.so`) would pick under the current `NCCL_IB_*` variables, as
+/// reported by the plugin's `ferrocclIbInventory_v1` export (JSON schema
+/// `ferroccl-ib-inventory/1`, see `plugins/net-ib/src/inventory.rs`).
 /// Exit status 0 when at least one port is usable by the plugin.
-fn ib_inventory() -> ExitCode {
-    use nccl_net_ib::{inventory, params::IbParams};
+fn ib_inventory(plugin: &str, plugin_path: Vec<std::path::PathBuf>) -> ExitCode {
     println!("environment:");
     for k in [
         "NCCL_IB_HCA",
@@ -330,70 +343,80 @@ fn ib_inventory() -> ExitCode {
         "NCCL_IB_ADDR_FAMILY",
         "NCCL_IB_ADDR_RANGE",
         "NCCL_IB_ROCE_VERSION_NUM",
+        "NCCL_IBVERBS_LIB",
     ] {
         println!(
             "  {k:<26} {}",
             std::env::var(k).map_or_else(|_| "(unset)".into(), |v| format!("{v:?}"))
         );
     }
-    let params = match IbParams::from_env() {
-        Ok(p) => p,
-        Err(e) => {
-            println!("IB plugin parameters rejected: {e}");
+    let report = match ib_report(plugin, plugin_path) {
+        Ok(r) => r,
+        Err(why) => {
+            println!("cannot inventory RDMA devices: {why}");
             return ExitCode::FAILURE;
         }
     };
-    let hcas = match inventory::inventory(&params) {
-        Ok(h) => h,
-        Err(e) => {
-            println!("no libibverbs / no RDMA devices: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
+    if let Some(lib) = text(&report["verbs_library"]) {
+        println!("libibverbs: {lib}");
+    }
+    for w in report["warnings"].as_array().into_iter().flatten() {
+        println!("warning: {}", w.as_str().unwrap_or_default());
+    }
+    if let Some(e) = text(&report["error"]) {
+        println!("cannot inventory RDMA devices: {e}");
+        return ExitCode::FAILURE;
+    }
+    let hcas = report["hcas"].as_array().cloned().unwrap_or_default();
     if hcas.is_empty() {
-        println!(
-            "no libibverbs / no RDMA devices: ibv_get_device_list found none (no HCA, or rdma_rxe/mlx5_ib not loaded)"
-        );
+        println!("no RDMA devices: ibv_get_device_list found none (no HCA, or rdma_rxe/mlx5_ib not loaded)");
         return ExitCode::FAILURE;
     }
     let mut usable = 0;
     for h in &hcas {
         println!(
             "HCA {}  guid {:#018x}  pciPath {}",
-            h.name,
-            h.guid,
-            h.pci_path.as_deref().unwrap_or("(none: virtual device)")
+            h["name"].as_str().unwrap_or("?"),
+            h["guid"].as_u64().unwrap_or(0),
+            h["pci_path"].as_str().unwrap_or("(none: virtual device)")
         );
-        let ports = match &h.ports {
-            Ok(p) => p,
-            Err(e) => {
-                println!("  cannot query: {e}");
-                continue;
-            }
-        };
-        for p in ports {
+        if let Some(e) = text(&h["error"]) {
+            println!("  cannot query: {e}");
+            continue;
+        }
+        for p in h["ports"].as_array().into_iter().flatten() {
             println!(
                 "  port {}: state {}, link layer {}, MTU {}, {} Mbps, LID {}",
-                p.port, p.state, p.link_layer, p.mtu, p.speed_mbps, p.lid
+                p["port"],
+                p["state"].as_str().unwrap_or("?"),
+                p["link_layer"].as_str().unwrap_or("?"),
+                p["mtu"],
+                p["speed_mbps"],
+                p["lid"]
             );
-            let chosen = p.plugin_choice.as_ref().ok().map(|c| c.0);
-            for g in &p.gids {
-                let ver = g.roce_version.map_or_else(String::new, |v| format!("RoCE v{v}"));
+            let chosen = p["gid_index"].as_u64();
+            for g in p["gids"].as_array().into_iter().flatten() {
+                let index = g["index"].as_u64();
+                let ver = g["roce_version"]
+                    .as_u64()
+                    .map_or_else(String::new, |v| format!("RoCE v{v}"));
                 println!(
                     "    {} GID[{:>3}] {:<40} {:<8} {}",
-                    if chosen == Some(g.index) { "*" } else { " " },
-                    g.index,
-                    std::net::Ipv6Addr::from(g.gid).to_string(),
+                    if chosen.is_some() && chosen == index { "*" } else { " " },
+                    index.unwrap_or(0),
+                    g["gid"].as_str().unwrap_or("?"),
                     ver,
-                    g.ndev.as_deref().unwrap_or("")
+                    g["ndev"].as_str().unwrap_or("")
                 );
             }
-            match &p.plugin_choice {
-                Ok((i, why)) => {
+            let reason = p["reason"].as_str().unwrap_or("");
+            match chosen {
+                Some(i) => {
                     usable += 1;
-                    println!("    plugin uses GID index {i}: {why}");
+                    println!("    plugin uses GID index {i}: {reason}");
                 }
-                Err(why) => println!("    plugin: {why}"),
+                None => println!("    plugin: {reason}"),
             }
         }
     }
@@ -403,4 +426,88 @@ fn ib_inventory() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Name of the IB plugin's inventory export (`plugins/net-ib/src/inventory.rs`).
+const IB_INVENTORY_SYMBOL: &std::ffi::CStr = c"ferrocclIbInventory_v1";
+/// The JSON schema this tool understands.
+const IB_REPORT_SCHEMA: &str = "ferroccl-ib-inventory/1";
+
+/// `ferrocclIbInventory_v1(sink, arg)`, see `nccl_net_ib::inventory`.
+type IbInventoryFn = unsafe extern "C" fn(
+    sink: Option<unsafe extern "C" fn(*mut std::ffi::c_void, *const std::ffi::c_char, usize)>,
+    arg: *mut std::ffi::c_void,
+) -> ferroccl_plugin_api::abi::ncclResult_t;
+
+/// Copies the document into the `Vec<u8>` behind `arg`.
+///
+/// # Safety
+/// `arg` is a `*mut Vec<u8>`; `json` points to `len` readable bytes (or `len` is 0).
+unsafe extern "C" fn collect_json(arg: *mut std::ffi::c_void, json: *const std::ffi::c_char, len: usize) {
+    if arg.is_null() || (json.is_null() && len > 0) {
+        return;
+    }
+    // SAFETY: per the contract above; `arg` is the `Vec<u8>` ib_report passed.
+    let out = unsafe { &mut *arg.cast::<Vec<u8>>() };
+    if len > 0 {
+        // SAFETY: `json` points to `len` bytes valid for the duration of this call.
+        out.extend_from_slice(unsafe { std::slice::from_raw_parts(json.cast::<u8>(), len) });
+    }
+}
+
+/// Loads the IB plugin and returns its inventory document, or why that is
+/// impossible (plugin not found or not loadable, no such export, bad document).
+fn ib_report(plugin: &str, plugin_path: Vec<std::path::PathBuf>) -> Result<serde_json::Value, String> {
+    let mut opts = LoadOptions::try_from_lookup(|k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
+    let mut dirs = plugin_path;
+    dirs.extend(opts.plugin_path);
+    opts.plugin_path = dirs;
+    let outcome = open_plugin_lib(plugin, "libnccl-net", &search_dirs(&opts));
+    let Some(lib) = outcome.lib else {
+        let tried: Vec<String> = outcome
+            .attempts
+            .iter()
+            .map(|a| match &a.result {
+                AttemptResult::NotFound(_) => format!("{} (not found)", a.file),
+                AttemptResult::Failed(e) => format!("{} (dlopen failed: {e})", a.file),
+                AttemptResult::Opened => a.file.clone(),
+            })
+            .collect();
+        return Err(format!(
+            "the IB plugin '{plugin}' could not be loaded; tried {}. The inventory comes from the plugin: \
+             build it with `cargo xtask dist` (needs rdma-core headers: libibverbs-dev librdmacm-dev libclang-dev pkg-config) \
+             and put target/dist/lib on LD_LIBRARY_PATH, or name it with --plugin PATH",
+            tried.join(", ")
+        ));
+    };
+    let Some(sym) = lib.symbol(IB_INVENTORY_SYMBOL) else {
+        return Err(format!(
+            "{} does not export {} (not ferroccl's IB plugin, or a build older than this tool)",
+            lib.opened_as(),
+            IB_INVENTORY_SYMBOL.to_string_lossy()
+        ));
+    };
+    // SAFETY: the symbol is the IB plugin's `ferrocclIbInventory_v1`, whose C
+    // signature is `IbInventoryFn`; `lib` stays open while it runs.
+    let f: IbInventoryFn = unsafe { std::mem::transmute::<*const std::ffi::c_void, IbInventoryFn>(sym) };
+    let mut buf: Vec<u8> = Vec::new();
+    // SAFETY: `collect_json` matches the sink signature and `buf` outlives the call.
+    let rc = unsafe { f(Some(collect_json), (&raw mut buf).cast()) };
+    if rc != ferroccl_plugin_api::abi::ncclResult_t::ncclSuccess {
+        return Err(format!(
+            "{}: {} returned {rc:?}",
+            lib.opened_as(),
+            IB_INVENTORY_SYMBOL.to_string_lossy()
+        ));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&buf)
+        .map_err(|e| format!("{}: the inventory is not valid JSON: {e}", lib.opened_as()))?;
+    if v["schema"] != IB_REPORT_SCHEMA {
+        return Err(format!(
+            "{}: inventory schema {} where this tool reads {IB_REPORT_SCHEMA:?}",
+            lib.opened_as(),
+            v["schema"]
+        ));
+    }
+    Ok(v)
 }

@@ -4,6 +4,17 @@
 //! run-time libibverbs table, `NCCL_IB_HCA` filter and GID selection
 //! ([`crate::params::select_gid`]) as [`crate::IbNet`], but creates no PD, QP
 //! or thread.
+//!
+//! Programs that must not link this crate (it needs rdma-core headers to build)
+//! get the same listing as JSON from the built plugin through the exported C
+//! function [`ferrocclIbInventory_v1`] (a ferroccl extension, not part of NCCL's
+//! ABI): `ferroccl-info ib` `dlopen`s `libnccl-net-ib.so` and calls it.
+
+use std::ffi::{c_char, c_void};
+
+use ferroccl_plugin_api::abi::ncclResult_t;
+use ferroccl_plugin_api::{NetError, NetResult};
+use serde::Serialize;
 
 use crate::params::{self, GidCandidate, IbParams};
 use crate::verbs::{self, Context, Verbs, sys};
@@ -138,4 +149,188 @@ pub fn inventory(params: &IbParams) -> Result<Vec<HcaInfo>, String> {
         });
     }
     Ok(out)
+}
+
+/// Version tag of the [`InventoryReport`] JSON document.
+pub const REPORT_SCHEMA: &str = "ferroccl-ib-inventory/1";
+
+/// Name of the exported C function that hands out the report (see
+/// [`ferrocclIbInventory_v1`]).
+pub const INVENTORY_SYMBOL: &str = "ferrocclIbInventory_v1";
+
+/// The inventory as one JSON document (schema [`REPORT_SCHEMA`]), what
+/// [`ferrocclIbInventory_v1`] returns.
+#[derive(Debug, Clone, Serialize)]
+pub struct InventoryReport {
+    /// Always [`REPORT_SCHEMA`].
+    pub schema: &'static str,
+    /// The libibverbs file that was loaded (as passed to `dlopen`), if any.
+    pub verbs_library: Option<String>,
+    /// Warnings of loading (deprecated variable, `NCCL_IBVERBS_LIB` not openable).
+    pub warnings: Vec<String>,
+    /// Why nothing could be listed: the `NCCL_IB_*` parameters were rejected,
+    /// or libibverbs could not be loaded, or the device list could not be read.
+    pub error: Option<String>,
+    /// Every RDMA device (empty: none, or `error` is set).
+    pub hcas: Vec<HcaReport>,
+}
+
+/// One HCA in an [`InventoryReport`].
+#[derive(Debug, Clone, Serialize)]
+pub struct HcaReport {
+    /// Device name.
+    pub name: String,
+    /// Node GUID (host order).
+    pub guid: u64,
+    /// PCI path (`None`: virtual device).
+    pub pci_path: Option<String>,
+    /// Why the device could not be opened or queried (then `ports` is empty).
+    pub error: Option<String>,
+    /// Its ports.
+    pub ports: Vec<PortReport>,
+}
+
+/// One port in an [`InventoryReport`].
+#[derive(Debug, Clone, Serialize)]
+pub struct PortReport {
+    /// Port number (1-based).
+    pub port: u8,
+    /// `ACTIVE`, `DOWN`, …
+    pub state: String,
+    /// `InfiniBand` or `Ethernet (RoCE)`.
+    pub link_layer: String,
+    /// Active MTU, bytes.
+    pub mtu: u32,
+    /// Speed, Mbps.
+    pub speed_mbps: i32,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// Non-zero GID table entries.
+    pub gids: Vec<GidReport>,
+    /// The GID index the plugin would use; `None`: the plugin does not use this port.
+    pub gid_index: Option<u32>,
+    /// Why the plugin uses this GID index, or why it does not use the port.
+    pub reason: String,
+}
+
+/// One GID table entry in an [`InventoryReport`].
+#[derive(Debug, Clone, Serialize)]
+pub struct GidReport {
+    /// Index in the port's GID table.
+    pub index: u32,
+    /// The GID as an IPv6 address (`::ffff:10.0.2.15`, `fe80::…`).
+    pub gid: String,
+    /// RoCE version (1, 2) from sysfs, if known.
+    pub roce_version: Option<u32>,
+    /// Netdev behind the GID, if any.
+    pub ndev: Option<String>,
+}
+
+impl From<HcaInfo> for HcaReport {
+    fn from(h: HcaInfo) -> Self {
+        let (ports, error) = match h.ports {
+            Ok(p) => (p, None),
+            Err(e) => (Vec::new(), Some(e)),
+        };
+        HcaReport {
+            name: h.name,
+            guid: h.guid,
+            pci_path: h.pci_path,
+            error,
+            ports: ports
+                .into_iter()
+                .map(|p| {
+                    let (gid_index, reason) = match p.plugin_choice {
+                        Ok((i, why)) => (Some(i), why),
+                        Err(why) => (None, why),
+                    };
+                    PortReport {
+                        port: p.port,
+                        state: p.state,
+                        link_layer: p.link_layer,
+                        mtu: p.mtu,
+                        speed_mbps: p.speed_mbps,
+                        lid: p.lid,
+                        gids: p
+                            .gids
+                            .into_iter()
+                            .map(|g| GidReport {
+                                index: g.index,
+                                gid: std::net::Ipv6Addr::from(g.gid).to_string(),
+                                roce_version: g.roce_version,
+                                ndev: g.ndev,
+                            })
+                            .collect(),
+                        gid_index,
+                        reason,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The inventory under the process environment (`NCCL_IB_*`,
+/// `NCCL_IBVERBS_LIB`): never fails, a failure is described in
+/// [`InventoryReport::error`].
+pub fn report_from_env() -> InventoryReport {
+    let mut r = InventoryReport {
+        schema: REPORT_SCHEMA,
+        verbs_library: None,
+        warnings: Vec::new(),
+        error: None,
+        hcas: Vec::new(),
+    };
+    let params = match IbParams::from_env() {
+        Ok(p) => p,
+        Err(e) => {
+            r.error = Some(format!("IB plugin parameters rejected: {e}"));
+            return r;
+        }
+    };
+    let (verbs, warnings) = Verbs::get_with_warnings();
+    r.warnings = warnings.to_vec();
+    match verbs {
+        Ok(v) => r.verbs_library = Some(v.library().to_string()),
+        Err(e) => {
+            r.error = Some(e);
+            return r;
+        }
+    }
+    match inventory(&params) {
+        Ok(h) => r.hcas = h.into_iter().map(HcaReport::from).collect(),
+        Err(e) => r.error = Some(e),
+    }
+    r
+}
+
+/// Receives the inventory document from [`ferrocclIbInventory_v1`]: `json`
+/// points to `len` bytes of UTF-8 JSON (not NUL-terminated), valid only during
+/// the call; `arg` is the caller's pointer, passed through.
+pub type InventorySink = unsafe extern "C" fn(arg: *mut c_void, json: *const c_char, len: usize);
+
+/// ferroccl extension exported by `libnccl-net-ib.so` (not part of NCCL's ABI):
+/// builds [`report_from_env`] and calls `sink(arg, json, len)` once with it as
+/// JSON ([`REPORT_SCHEMA`]). Needs no `init`; creates no PD, QP or thread.
+///
+/// Returns `ncclSuccess` once `sink` has been called (the document itself says
+/// whether anything could be listed), `ncclInvalidArgument` for a NULL `sink`,
+/// `ncclInternalError` if the report cannot be built (a panic is caught, never
+/// crosses this boundary).
+///
+/// # Safety
+/// `sink` must be NULL or a function with the [`InventorySink`] signature that
+/// may be called with `arg` from this thread.
+#[unsafe(no_mangle)]
+#[allow(non_snake_case)]
+pub unsafe extern "C" fn ferrocclIbInventory_v1(sink: Option<InventorySink>, arg: *mut c_void) -> ncclResult_t {
+    ferroccl_plugin_api::export::guard(c"FerrocclIB", INVENTORY_SYMBOL, || -> NetResult<()> {
+        let sink = sink.ok_or_else(|| NetError::InvalidArgument("sink is NULL".into()))?;
+        let json = serde_json::to_string(&report_from_env())
+            .map_err(|e| NetError::Internal(format!("cannot serialise the inventory: {e}")))?;
+        // SAFETY: the caller guarantees `sink` accepts (arg, bytes, len); `json`
+        // outlives the call.
+        unsafe { sink(arg, json.as_ptr().cast(), json.len()) };
+        Ok(())
+    })
 }

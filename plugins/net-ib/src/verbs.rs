@@ -49,6 +49,7 @@ type FnEventTypeStr = unsafe extern "C" fn(c_uint) -> *const c_char;
 /// The libibverbs entry points the plugin calls, resolved from `libibverbs.so.1`.
 pub struct Verbs {
     _lib: libloading::Library,
+    file: String,
     pub(crate) get_device_list: FnGetDeviceList,
     pub(crate) free_device_list: FnFreeDeviceList,
     pub(crate) get_device_name: FnGetDeviceName,
@@ -75,63 +76,154 @@ pub struct Verbs {
 
 impl std::fmt::Debug for Verbs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Verbs(libibverbs.so.1)")
+        write!(f, "Verbs({})", self.file)
     }
 }
 
-/// Name of the library opened at run time (`NCCL_IB_VERBS_LIB` overrides it,
-/// which tests use to simulate a machine without libibverbs).
+/// The soname of libibverbs (rdma-core's `libibverbs1`), the last library tried.
 pub const LIBIBVERBS: &str = "libibverbs.so.1";
 
-static VERBS: OnceLock<Result<Verbs, String>> = OnceLock::new();
+/// The variable naming the libibverbs to load, as NCCL 2.30.7 reads it
+/// (`src/misc/ibvsymbols.cc`, `buildIbvSymbols`).
+pub const IBVERBS_LIB_ENV: &str = "NCCL_IBVERBS_LIB";
+
+/// Deprecated spelling read by earlier ferroccl versions; honoured (with a
+/// warning) only when [`IBVERBS_LIB_ENV`] is unset.
+pub const IBVERBS_LIB_ENV_DEPRECATED: &str = "NCCL_IB_VERBS_LIB";
+
+/// The libraries to `dlopen`, in order, and a warning to log (if any), from the
+/// environment as seen through `get`. NCCL 2.30.7 (`src/misc/ibvsymbols.cc`,
+/// `buildIbvSymbols`) tries `NCCL_IBVERBS_LIB` when set, then `libibverbs.so`,
+/// then `libibverbs.so.1`, and uses the first one that opens. An empty value
+/// counts as unset.
+pub fn library_candidates(get: &dyn Fn(&str) -> Option<String>) -> (Vec<String>, Option<String>) {
+    let set = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+    let mut warning = None;
+    let chosen = match (set(IBVERBS_LIB_ENV), set(IBVERBS_LIB_ENV_DEPRECATED)) {
+        (Some(v), old) => {
+            if old.is_some() {
+                warning = Some(format!(
+                    "{IBVERBS_LIB_ENV_DEPRECATED} is deprecated and ignored because {IBVERBS_LIB_ENV} is set"
+                ));
+            }
+            Some(v)
+        }
+        (None, Some(v)) => {
+            warning = Some(format!(
+                "{IBVERBS_LIB_ENV_DEPRECATED} is deprecated: use {IBVERBS_LIB_ENV} (NCCL's name); using {v:?} for now"
+            ));
+            Some(v)
+        }
+        (None, None) => None,
+    };
+    let mut names: Vec<String> = chosen.into_iter().collect();
+    names.extend(["libibverbs.so".to_string(), LIBIBVERBS.to_string()]);
+    (names, warning)
+}
+
+/// The table (or why it could not be loaded) and the warnings of loading it.
+static VERBS: OnceLock<(Result<Verbs, String>, Vec<String>)> = OnceLock::new();
 
 macro_rules! sym {
-    ($lib:expr, $name:literal) => {{
+    ($lib:expr, $file:expr, $name:literal) => {{
         // SAFETY: the symbol is looked up by its documented libibverbs name and
         // cast to the C signature of `verbs.h` (rdma-core 44) declared above.
         let s = unsafe { $lib.get(concat!($name, "\0").as_bytes()) }
-            .map_err(|e| format!("{} has no symbol {}: {e}", LIBIBVERBS, $name))?;
+            .map_err(|e| format!("{} has no symbol {}: {e} (is it libibverbs?)", $file, $name))?;
         *s
     }};
 }
 
 impl Verbs {
-    /// The process-wide table, loading libibverbs on the first call. The error
-    /// says why (library missing, symbol missing).
+    /// The process-wide table, loading libibverbs on the first call from
+    /// [`library_candidates`] of the process environment. The error says why
+    /// (every library tried and its `dlopen` error, or a missing symbol).
     pub fn get() -> Result<&'static Verbs, String> {
-        VERBS.get_or_init(Self::load).as_ref().map_err(Clone::clone)
+        Self::get_with_warnings().0
     }
 
-    fn load() -> Result<Verbs, String> {
-        let name = std::env::var("NCCL_IB_VERBS_LIB").unwrap_or_else(|_| LIBIBVERBS.to_string());
-        // SAFETY: loading libibverbs runs its constructors, which only set up
-        // provider discovery; no Rust invariants are involved.
-        let lib = unsafe { libloading::Library::new(&name) }
-            .map_err(|e| format!("cannot load {name} (install rdma-core's libibverbs1 / ibverbs-providers): {e}"))?;
+    /// [`Verbs::get`], plus the warnings of the (single) load: a deprecated
+    /// variable, or an `NCCL_IBVERBS_LIB` that could not be opened so that a
+    /// default name was used instead. Each warning is also logged once at WARN.
+    pub fn get_with_warnings() -> (Result<&'static Verbs, String>, &'static [String]) {
+        let (res, warnings) = VERBS.get_or_init(|| {
+            let (names, warning) = library_candidates(&|k| std::env::var(k).ok());
+            let mut warnings: Vec<String> = warning.into_iter().collect();
+            let res = Self::load_first(&names);
+            if let Ok(v) = &res
+                && names.len() > 2
+                && v.file != names[0]
+            {
+                warnings.push(format!(
+                    "{IBVERBS_LIB_ENV}={:?} could not be opened; using {} instead (as NCCL does)",
+                    names[0], v.file
+                ));
+            }
+            for w in &warnings {
+                ferroccl_plugin_api::net_warn!("NET/FerrocclIB : {w}");
+            }
+            (res, warnings)
+        });
+        (res.as_ref().map_err(Clone::clone), warnings)
+    }
+
+    /// The file name the table was loaded from (as passed to `dlopen`).
+    pub fn library(&self) -> &str {
+        &self.file
+    }
+
+    /// Opens the first of `names` that `dlopen` accepts and resolves every entry
+    /// point from it. A library that opens but lacks a symbol is an error (no
+    /// further fallback), as in NCCL. Used by [`Verbs::get`]; public for tests.
+    ///
+    /// # Errors
+    /// `"cannot load libibverbs: …"` naming every file tried with its `dlopen`
+    /// error, or `"<file> has no symbol <name>"`.
+    pub fn load_first(names: &[String]) -> Result<Verbs, String> {
+        let mut tried = Vec::new();
+        for name in names {
+            // SAFETY: loading libibverbs runs its constructors, which only set up
+            // provider discovery; no Rust invariants are involved.
+            match unsafe { libloading::Library::new(name) } {
+                Ok(lib) => return Self::resolve(lib, name),
+                Err(e) => {
+                    let why = std::error::Error::source(&e).map_or_else(|| e.to_string(), |s| s.to_string());
+                    tried.push(format!("{name}: {why}"));
+                }
+            }
+        }
+        Err(format!(
+            "cannot load libibverbs (tried {}); install rdma-core's libibverbs1 and ibverbs-providers, or name the library in {IBVERBS_LIB_ENV}",
+            tried.join("; ")
+        ))
+    }
+
+    fn resolve(lib: libloading::Library, file: &str) -> Result<Verbs, String> {
         Ok(Verbs {
-            get_device_list: sym!(lib, "ibv_get_device_list"),
-            free_device_list: sym!(lib, "ibv_free_device_list"),
-            get_device_name: sym!(lib, "ibv_get_device_name"),
-            get_device_guid: sym!(lib, "ibv_get_device_guid"),
-            open_device: sym!(lib, "ibv_open_device"),
-            close_device: sym!(lib, "ibv_close_device"),
-            query_device: sym!(lib, "ibv_query_device"),
-            query_port: sym!(lib, "ibv_query_port"),
-            query_gid: sym!(lib, "ibv_query_gid"),
-            alloc_pd: sym!(lib, "ibv_alloc_pd"),
-            dealloc_pd: sym!(lib, "ibv_dealloc_pd"),
-            reg_mr: sym!(lib, "ibv_reg_mr"),
-            dereg_mr: sym!(lib, "ibv_dereg_mr"),
-            create_cq: sym!(lib, "ibv_create_cq"),
-            destroy_cq: sym!(lib, "ibv_destroy_cq"),
-            create_qp: sym!(lib, "ibv_create_qp"),
-            destroy_qp: sym!(lib, "ibv_destroy_qp"),
-            modify_qp: sym!(lib, "ibv_modify_qp"),
-            get_async_event: sym!(lib, "ibv_get_async_event"),
-            ack_async_event: sym!(lib, "ibv_ack_async_event"),
-            status_str: sym!(lib, "ibv_wc_status_str"),
-            event_type_str: sym!(lib, "ibv_event_type_str"),
+            get_device_list: sym!(lib, file, "ibv_get_device_list"),
+            free_device_list: sym!(lib, file, "ibv_free_device_list"),
+            get_device_name: sym!(lib, file, "ibv_get_device_name"),
+            get_device_guid: sym!(lib, file, "ibv_get_device_guid"),
+            open_device: sym!(lib, file, "ibv_open_device"),
+            close_device: sym!(lib, file, "ibv_close_device"),
+            query_device: sym!(lib, file, "ibv_query_device"),
+            query_port: sym!(lib, file, "ibv_query_port"),
+            query_gid: sym!(lib, file, "ibv_query_gid"),
+            alloc_pd: sym!(lib, file, "ibv_alloc_pd"),
+            dealloc_pd: sym!(lib, file, "ibv_dealloc_pd"),
+            reg_mr: sym!(lib, file, "ibv_reg_mr"),
+            dereg_mr: sym!(lib, file, "ibv_dereg_mr"),
+            create_cq: sym!(lib, file, "ibv_create_cq"),
+            destroy_cq: sym!(lib, file, "ibv_destroy_cq"),
+            create_qp: sym!(lib, file, "ibv_create_qp"),
+            destroy_qp: sym!(lib, file, "ibv_destroy_qp"),
+            modify_qp: sym!(lib, file, "ibv_modify_qp"),
+            get_async_event: sym!(lib, file, "ibv_get_async_event"),
+            ack_async_event: sym!(lib, file, "ibv_ack_async_event"),
+            status_str: sym!(lib, file, "ibv_wc_status_str"),
+            event_type_str: sym!(lib, file, "ibv_event_type_str"),
             _lib: lib,
+            file: file.to_string(),
         })
     }
 
@@ -179,7 +271,14 @@ pub fn list_devices(v: &'static Verbs) -> Result<Vec<DeviceInfo>, String> {
     // SAFETY: `n` is a valid out pointer; the list is freed below.
     let list = unsafe { (v.get_device_list)(&mut n) };
     if list.is_null() {
-        return Err(format!("ibv_get_device_list failed: {}", errno()));
+        let e = errno();
+        // libibverbs answers ENOSYS when the kernel exposes no RDMA devices at all.
+        let hint = if e.raw_os_error() == Some(libc::ENOSYS) {
+            " (no RDMA devices: the kernel has no /sys/class/infiniband; load an HCA driver or rdma_rxe)"
+        } else {
+            ""
+        };
+        return Err(format!("ibv_get_device_list failed: {e}{hint}"));
     }
     let mut out = Vec::new();
     for i in 0..n.max(0) as usize {
@@ -671,4 +770,64 @@ pub fn sysfs_gid_ndev(dev: &str, port: u8, index: u32) -> Option<String> {
 /// MTU in bytes of an `ibv_mtu` code (1 = 256 … 5 = 4096).
 pub fn mtu_bytes(code: u32) -> u32 {
     128 << code.clamp(1, 5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn candidates(kv: &[(&str, &str)]) -> (Vec<String>, Option<String>) {
+        let m: HashMap<String, String> = kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        library_candidates(&|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn library_order_follows_nccl() {
+        let (names, warn) = candidates(&[]);
+        assert_eq!(names, ["libibverbs.so", "libibverbs.so.1"]);
+        assert!(warn.is_none());
+        let (names, warn) = candidates(&[("NCCL_IBVERBS_LIB", "/opt/rdma/lib/libibverbs.so.1")]);
+        assert_eq!(
+            names,
+            ["/opt/rdma/lib/libibverbs.so.1", "libibverbs.so", "libibverbs.so.1"]
+        );
+        assert!(warn.is_none());
+        let (names, _) = candidates(&[("NCCL_IBVERBS_LIB", "  ")]);
+        assert_eq!(names.len(), 2, "an empty value counts as unset: {names:?}");
+    }
+
+    #[test]
+    fn deprecated_name_is_an_alias_with_a_warning() {
+        let (names, warn) = candidates(&[("NCCL_IB_VERBS_LIB", "/x/libibverbs.so.1")]);
+        assert_eq!(names[0], "/x/libibverbs.so.1");
+        let w = warn.expect("deprecation warning");
+        assert!(w.contains("NCCL_IB_VERBS_LIB") && w.contains("NCCL_IBVERBS_LIB"), "{w}");
+        let (names, warn) = candidates(&[("NCCL_IB_VERBS_LIB", "/old.so"), ("NCCL_IBVERBS_LIB", "/new.so")]);
+        assert_eq!(names[0], "/new.so", "NCCL's name wins");
+        assert!(warn.expect("warning").contains("ignored"));
+    }
+
+    #[test]
+    fn missing_libraries_are_all_named() {
+        let names = [
+            "/nonexistent/a/libibverbs.so".to_string(),
+            "libferroccl-no-such-verbs.so.1".to_string(),
+        ];
+        let err = Verbs::load_first(&names).expect_err("nothing to load");
+        assert!(err.starts_with("cannot load libibverbs"), "{err}");
+        for n in &names {
+            assert!(err.contains(n.as_str()), "{err} should name {n}");
+        }
+        assert!(err.contains("NCCL_IBVERBS_LIB"), "{err}");
+    }
+
+    #[test]
+    fn a_library_without_verbs_is_refused_without_fallback() {
+        // libm opens but has no ibv_* symbols: NCCL stops at the first library that
+        // opens, so the later (real) names are not tried.
+        let names = ["libm.so.6".to_string(), LIBIBVERBS.to_string()];
+        let err = Verbs::load_first(&names).expect_err("libm is not libibverbs");
+        assert!(err.contains("libm.so.6 has no symbol ibv_get_device_list"), "{err}");
+    }
 }

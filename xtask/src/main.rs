@@ -1,0 +1,122 @@
+//! `cargo xtask` (alias in `.cargo/config.toml`): see the library docs.
+//!
+//! ```text
+//! cargo xtask dist [--profile P] [--out DIR] [--require-all]   # tools + plugins under NCCL's names
+//! cargo xtask readme [--run] [--max-size 1M]                   # the README's quick start: checked, run
+//! ```
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
+
+use clap::{Parser, Subcommand};
+use xtask::dist::{DistOptions, dist};
+use xtask::readme;
+use xtask::workspace::Workspace;
+
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask", about = "ferroccl project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Build the tools and every plugin of plugins/ into one prefix: bin/ and lib/,
+    /// the plugins under NCCL's file names (libnccl-net-socket.so, …).
+    Dist {
+        /// Cargo profile.
+        #[arg(long, default_value = "release")]
+        profile: String,
+        /// Output prefix (default: <target dir>/dist).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Fail (instead of skipping) when a plugin's system packages are missing.
+        #[arg(long)]
+        require_all: bool,
+    },
+    /// Check the README's quick start (two commands, prerequisites line); with --run,
+    /// run its first command verbatim with a small size range and check the output.
+    Readme {
+        /// Run the first command (in the workspace root) and check its output.
+        #[arg(long)]
+        run: bool,
+        /// Largest message size for the run (replaces the command's `-e`).
+        #[arg(long, default_value = "1M")]
+        max_size: String,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let ws = match Workspace::load(&std::env::current_dir().unwrap_or_else(|_| ".".into())) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = match cli.cmd {
+        Cmd::Dist {
+            profile,
+            out,
+            require_all,
+        } => dist(
+            &ws,
+            &DistOptions {
+                profile,
+                out,
+                require_all,
+            },
+        )
+        .map(|rep| print!("{}", rep.summary())),
+        Cmd::Readme { run, max_size } => readme_cmd(&ws, run, &max_size),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn readme_cmd(ws: &Workspace, run: bool, max_size: &str) -> Result<(), String> {
+    let path = ws.root.join("README.md");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let q = readme::parse(&text)?;
+    println!(
+        "README quick start:\n  {}\n  $ {}\n  $ {}",
+        q.prerequisites, q.run, q.test
+    );
+    if !run {
+        return Ok(());
+    }
+    let max_bytes = readme::parse_size(max_size).ok_or_else(|| format!("bad --max-size {max_size:?}"))?;
+    let cmd = readme::with_max_size(&q.run, max_size)?;
+    println!("running (in {}):\n  $ {cmd}", ws.root.display());
+    let mut child = Command::new("bash")
+        .args(["-c", &cmd])
+        .current_dir(&ws.root)
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run bash: {e}"))?;
+    let mut stdout = String::new();
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines() {
+            let line = line.map_err(|e| format!("reading the command's output: {e}"))?;
+            println!("{line}");
+            stdout.push_str(&line);
+            stdout.push('\n');
+        }
+    }
+    let status = child.wait().map_err(|e| format!("waiting for the command: {e}"))?;
+    if !status.success() {
+        return Err(format!("the README's quick-start command failed ({status})"));
+    }
+    let plugin = readme::expected_plugin_file(&q.run)?;
+    readme::check_output(&stdout, max_bytes, &plugin)?;
+    println!("README quick start: OK (sizes up to {max_size}, every result checked, plugin {plugin})");
+    Ok(())
+}
