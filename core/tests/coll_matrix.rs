@@ -124,3 +124,19 @@ fn matrix_tree_3_ranks() {
 fn matrix_tree_5_ranks_small() {
     run_with(5, true, None, &[("NCCL_ALGO", "Tree")]);
 }
+
+/// Channels from the search over a topology file: a first run dumps the
+/// detected topology (`NCCL_TOPO_DUMP_FILE`), a second one starts from it
+/// (`NCCL_TOPO_FILE`), as an operator pinning a machine's topology would.
+#[test]
+fn matrix_3_ranks_small_with_topo_file() {
+    let dir = std::env::temp_dir().join(format!("ferroccl-topo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("topo.xml");
+    let path: &'static str = Box::leak(file.display().to_string().into_boxed_str());
+    run_with(3, true, None, &[("NCCL_TOPO_DUMP_FILE", path)]);
+    let xml = std::fs::read_to_string(&file).expect("rank 0 dumped the topology");
+    assert!(xml.contains("<system") && xml.contains("<gpu"), "{xml}");
+    run_with(3, true, None, &[("NCCL_TOPO_FILE", path)]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -423,6 +423,21 @@ pub fn add_process_device(
     facts: &dyn HostFacts,
     hash: u64,
 ) -> Result<(), TopoError> {
+    // A topology file (NCCL_TOPO_FILE, e.g. one dumped by an earlier run) may
+    // already hold this rank's device: fill it in place, as ncclTopoFillGpu
+    // finds a GPU's existing <pci> by bus id, instead of adding a second one.
+    let bus = process_bus_id(rank);
+    if let Some(pci) = root.find_kv_mut("pci", "busid", &bus) {
+        if pci.sub_mut("gpu").is_none() {
+            pci.subs.push(XmlNode::new("gpu"));
+        }
+        let gpu = pci.sub_mut("gpu").expect("just ensured");
+        gpu.set_attr("sm", "0");
+        gpu.set_attr("rank", rank);
+        gpu.set_attr("gdr", "0");
+        gpu.set_attr("keep", "1");
+        return Ok(());
+    }
     let numa_s = numa.to_string();
     let idx = match root
         .subs
@@ -440,7 +455,6 @@ pub fn add_process_device(
         }
     };
     fill_cpu(&mut root.subs[idx], facts)?;
-    let bus = process_bus_id(rank);
     let pci = XmlNode {
         name: "pci".to_string(),
         attrs: vec![
