@@ -14,6 +14,7 @@
 //! for now (`src/transport/net.cc`); shared-memory and P2P connectors implement
 //! the same traits.
 
+pub(crate) mod fifo;
 #[cfg(test)]
 pub(crate) mod mem;
 pub(crate) mod net;
