@@ -19,13 +19,12 @@ use crate::coll::exec;
 use crate::coll::schedule::{self, Lane, SchedParams, Task};
 use crate::coll::{CollArgs, CollKind};
 use crate::error::Error;
-use crate::plugin::net::{NetPlugin, RawCtx};
 use crate::stream::{Completion, Stream};
-use crate::transport::setup::{self, ConnSpec, Oob};
-use crate::transport::{ConnTable, RecvConn, SendConn};
+use crate::transport::setup::TransportSetup;
+use crate::transport::{CONN_P2P, ConnRequest, ConnTable, Connected, Dir};
 
-/// Bootstrap tag of p2p connection handles.
-pub(crate) const TAG_P2P_HANDLE: u32 = 0x5032_5000;
+/// Bootstrap tag of p2p connection setup messages.
+pub(crate) const TAG_P2P_SETUP: u32 = 0x5032_5000;
 
 /// One unit of work: the operations of one group (or a single collective) on this
 /// communicator, or an empty list (a marker used by `finalize`).
@@ -185,9 +184,8 @@ impl ProxyHandle {
 
 /// Everything the proxy thread owns.
 pub(crate) struct Proxy {
-    pub net: Arc<dyn NetPlugin>,
-    pub ctx: RawCtx,
-    pub oob: Arc<dyn Oob>,
+    /// Transport selection and connection setup (p2p connections on first use).
+    pub transports: Arc<TransportSetup>,
     pub params: SchedParams,
     /// Every connector, keyed by (channel, peer, connection index) and direction;
     /// p2p connectors are added on first use.
@@ -195,8 +193,6 @@ pub(crate) struct Proxy {
     pub shared: Arc<Shared>,
     /// No-progress watchdog bound.
     pub timeout: Duration,
-    /// Plugin device used for p2p connections.
-    pub p2p_dev: usize,
     /// Operations whose buffers are at least this many bytes send straight from
     /// registered user memory (`FERROCCL_NET_USER_SEND_MIN`); `None` = always copy
     /// through the FIFO.
@@ -372,49 +368,35 @@ impl Proxy {
         }
     }
 
-    /// Sets up the p2p connections `tasks` need that do not exist yet.
+    /// Sets up the p2p connections `tasks` need that do not exist yet, each
+    /// through the transport selected for its peer (connection index
+    /// [`CONN_P2P`], plugin device 0 for the network).
     fn connect_p2p(&mut self, tasks: &[Task]) -> Result<(), Error> {
-        let mut sends = Vec::new();
-        let mut recvs = Vec::new();
+        let step_size = self.params.p2p_step;
+        let mut reqs = Vec::new();
         for t in tasks {
-            match t.lane {
-                Lane::P2pSend(p) if !self.conns.has_send(&t.lane.key(p)) => sends.push(ConnSpec {
-                    peer: p,
-                    dev: self.p2p_dev,
-                    tag: TAG_P2P_HANDLE,
-                }),
-                Lane::P2pRecv(p) if !self.conns.has_recv(&t.lane.key(p)) => recvs.push(ConnSpec {
-                    peer: p,
-                    dev: self.p2p_dev,
-                    tag: TAG_P2P_HANDLE,
-                }),
-                _ => {}
-            }
+            let (dir, p) = match t.lane {
+                Lane::P2pSend(p) if !self.conns.has_send(&t.lane.key(p)) => (Dir::Send, p),
+                Lane::P2pRecv(p) if !self.conns.has_recv(&t.lane.key(p)) => (Dir::Recv, p),
+                _ => continue,
+            };
+            let key = t.lane.key(p);
+            debug_assert_eq!(key.conn, CONN_P2P);
+            reqs.push(ConnRequest {
+                key,
+                dir,
+                step_size,
+                net_dev: 0,
+            });
         }
-        if sends.is_empty() && recvs.is_empty() {
+        if reqs.is_empty() {
             return Ok(());
         }
-        let deadline = Instant::now() + self.timeout;
-        let (s, r) = setup::connect_all(
-            &self.net,
-            self.ctx,
-            &*self.oob,
-            &sends,
-            &recvs,
-            deadline,
-            &self.shared.abort,
-        )?;
-        let rank = self.params.rank;
-        let step = self.params.p2p_step;
-        for (spec, c) in sends.iter().zip(s) {
-            let conn = SendConn::new(self.net.clone(), c, step, rank as i32, spec.peer)?;
-            self.conns
-                .insert_send(Lane::P2pSend(spec.peer).key(spec.peer), Box::new(conn));
-        }
-        for (spec, c) in recvs.iter().zip(r) {
-            let conn = RecvConn::new(self.net.clone(), c, step, spec.peer as i32, spec.peer)?;
-            self.conns
-                .insert_recv(Lane::P2pRecv(spec.peer).key(spec.peer), Box::new(conn));
+        for (r, c) in reqs.iter().zip(self.transports.connect(&reqs, TAG_P2P_SETUP)?) {
+            match c {
+                Connected::Send(c) => self.conns.insert_send(r.key, c),
+                Connected::Recv(c) => self.conns.insert_recv(r.key, c),
+            }
         }
         Ok(())
     }

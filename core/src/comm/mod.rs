@@ -27,9 +27,26 @@ use crate::coll::schedule::SchedParams;
 use crate::plugin::net::{NetInfo, NetPlugin, RawCtx};
 use crate::proxy::{Proxy, ProxyHandle, Shared};
 use crate::stream::Stream;
-use crate::transport::NCCL_STEPS;
-use crate::transport::setup::{self, Oob};
+use crate::transport::net::NetTransport;
+use crate::transport::setup::{self, Oob, TransportSetup};
+use crate::transport::{NCCL_STEPS, Transport, TransportParams, TransportPeer};
 use peer_info::{NetIdentity, PeerInfo, agree};
+
+/// The transports' view of every rank (`peers[r]` is rank `r`'s record); a
+/// rank's local index counts the ranks before it with the same host hash.
+fn transport_peers(peers: &[PeerInfo]) -> Vec<TransportPeer> {
+    peers
+        .iter()
+        .map(|p| TransportPeer {
+            rank: p.rank,
+            host_hash: p.host_hash,
+            pid: p.pid,
+            pid_ns: p.pid_ns,
+            params: p.transport,
+            local_rank: peers[..p.rank].iter().filter(|q| q.host_hash == p.host_hash).count(),
+        })
+        .collect()
+}
 
 /// All-gathers every rank's [`PeerInfo`] over the bootstrap; `peers[r]` is rank `r`'s.
 fn exchange_peer_info(bootstrap: &Bootstrap, mine: &PeerInfo) -> Result<Vec<PeerInfo>> {
@@ -61,6 +78,8 @@ pub(crate) struct CommInner {
     net: Arc<dyn NetPlugin>,
     ctx: Mutex<Option<RawCtx>>,
     info: NetInfo,
+    /// Transport selection and the connections made so far.
+    transports: Arc<TransportSetup>,
 }
 
 /// A communicator: one rank's membership in a group of `nranks` ranks that run
@@ -143,6 +162,7 @@ impl Comm {
         // 1. Parameters.
         let params = CommParams::resolve(&config)?;
         params::init_logging(rank);
+        let tparams = TransportParams::from_config()?;
         // 2. Net plugin (before the bootstrap, as NCCL does).
         let loaded = params::load_net(&config);
         // 3. Bootstrap.
@@ -160,7 +180,7 @@ impl Comm {
             .as_ref()
             .map(|(_, info)| NetIdentity::of(info))
             .map_err(Clone::clone);
-        let peers = exchange_peer_info(&bootstrap, &PeerInfo::local(rank, &identity, &params))?;
+        let peers = exchange_peer_info(&bootstrap, &PeerInfo::local(rank, &identity, &params, tparams))?;
         let agreement = agree(&peers, loaded.as_ref().err().map(String::as_str)).map_err(|d| {
             guard.agreed = true;
             Error::from(d)
@@ -183,17 +203,25 @@ impl Comm {
         };
         // 5. Topology and graph: this rank's view of every channel.
         let channels = crate::graph::rank_order_channels(rank, nranks, agreement.nchannels);
-        // 6. Transport setup: every channel's connections.
+        // 6. Transport setup: every channel's connections, each through the first
+        // transport that can join the pair (SHM on one host, then NET).
         let ring_step = params.buffsize / NCCL_STEPS;
         let oob: Arc<dyn Oob> = Arc::new(BootstrapOob(bootstrap.clone()));
-        let deadline = Instant::now() + params.timeout;
-        let conns = setup::connect_channels(&net, ctx, &*oob, &channels, rank, ndev, ring_step, deadline, &abort)?;
+        let tpeers = transport_peers(&peers);
+        let transports: Vec<Arc<dyn Transport>> = vec![Arc::new(NetTransport::new(net.clone(), ctx))];
+        let transports = Arc::new(TransportSetup::new(
+            transports,
+            tpeers,
+            rank,
+            oob,
+            params.timeout,
+            abort.clone(),
+        ));
+        let conns = setup::connect_channels(&transports, &channels, ndev, ring_step)?;
         // 7. Proxy thread.
         let nchannels = channels.len();
         let proxy = Proxy {
-            net: net.clone(),
-            ctx,
-            oob,
+            transports: transports.clone(),
             params: SchedParams {
                 rank,
                 nranks,
@@ -210,7 +238,6 @@ impl Comm {
                 error: Mutex::new(None),
             }),
             timeout: params.timeout,
-            p2p_dev: 0,
         };
         let proxy = Arc::new(ProxyHandle::start(proxy, nranks)?);
         guard.disarm();
@@ -233,6 +260,7 @@ impl Comm {
                 net,
                 ctx: Mutex::new(Some(ctx)),
                 info,
+                transports,
             }),
         })
     }
@@ -255,6 +283,14 @@ impl Comm {
     /// The network plugin in use.
     pub fn net_info(&self) -> &NetInfo {
         &self.inner.info
+    }
+
+    /// The transports this rank's connections use so far: `(description,
+    /// connections)` per transport, e.g. `("SHM/Simple", 4)` and
+    /// `("NET/Socket", 2)`, counting each direction of each channel's ring
+    /// connections and the point-to-point connections made on first use.
+    pub fn transports(&self) -> Vec<(String, usize)> {
+        self.inner.transports.usage()
     }
 
     /// `ncclCommGetAsyncError`: the first error an operation of this communicator hit

@@ -43,11 +43,6 @@ impl AlignedBuf {
         self.ptr
     }
 
-    /// Length in bytes.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
     /// Address of FIFO slot `slot` when the buffer is cut in slots of `step_size` bytes.
     pub(crate) fn slot(&self, slot: usize, step_size: usize) -> *mut u8 {
         debug_assert!((slot + 1) * step_size <= self.len);
@@ -114,6 +109,7 @@ pub(crate) struct Steps {
 
 impl Steps {
     /// Counters starting at `step` (nothing in flight).
+    #[cfg(test)]
     pub(crate) fn at(step: u64) -> Steps {
         Steps { head: step, tail: step }
     }

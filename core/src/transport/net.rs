@@ -26,10 +26,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::error::Error;
-use crate::plugin::net::{NetError, NetPlugin, PtrType, RawComm, RawMr, RawRequest, RecvSlot};
+use crate::plugin::net::{NetError, NetHandle, NetPlugin, PtrType, RawComm, RawCtx, RawMr, RawRequest, RecvSlot};
 
 use super::fifo::{AlignedBuf, SlotStack, Steps};
-use super::{NCCL_STEPS, RecvConnector, SendConnector, UserReg};
+use super::{
+    ConnRequest, Connected, Dir, NCCL_STEPS, PendingConn, RecvConnector, SendConnector, Transport, TransportPeer,
+    UserReg,
+};
 
 /// Where a send step's bytes are.
 #[derive(Clone, Copy, Debug)]
@@ -560,5 +563,168 @@ impl RecvConnector for RecvConn {
 impl Drop for RecvConn {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// The network transport (NCCL's `netTransport`, `src/transport/net.cc`): one
+/// plugin sendComm/recvComm per connection. The receiver `listen`s and sends
+/// the 128-byte handle as its connect information; the sender `connect`s with
+/// it and the receiver `accept`s, both retried until the plugin returns a comm.
+pub(crate) struct NetTransport {
+    net: Arc<dyn NetPlugin>,
+    ctx: RawCtx,
+}
+
+impl NetTransport {
+    /// The transport over `net` with the communicator's plugin context `ctx`.
+    pub(crate) fn new(net: Arc<dyn NetPlugin>, ctx: RawCtx) -> NetTransport {
+        NetTransport { net, ctx }
+    }
+}
+
+impl Transport for NetTransport {
+    fn name(&self) -> &'static str {
+        "NET"
+    }
+
+    fn describe(&self) -> String {
+        format!("NET/{}", self.net.info().name)
+    }
+
+    /// NCCL's `canConnect` of the net transport: always across hosts; on one host
+    /// unless `NCCL_NET_DISABLE_INTRA=1` on either rank (`ncclTopoCheckNet`; with
+    /// no GPU in the topology the network is not ruled out as slower).
+    fn can_connect(&self, me: &TransportPeer, peer: &TransportPeer) -> bool {
+        me.host_hash != peer.host_hash || !(me.params.net_disable_intra || peer.params.net_disable_intra)
+    }
+
+    /// Receive side: `listen` on `req.net_dev`, the handle is the connect
+    /// information. Send side: nothing to allocate before the peer's handle.
+    fn setup(
+        &self,
+        req: &ConnRequest,
+        me: &TransportPeer,
+        peer: &TransportPeer,
+    ) -> Result<(Box<dyn PendingConn>, Vec<u8>), Error> {
+        let (ch, ci, dev) = (req.key.channel, req.key.conn, req.net_dev);
+        let name = &self.net.info().name;
+        match req.dir {
+            Dir::Recv => {
+                let mut handle: NetHandle = [0; 128];
+                let listen = self
+                    .net
+                    .listen(self.ctx, dev, &mut handle)
+                    .map_err(|e| Error::net(format!("listen on device {dev} for rank {}", peer.rank), e))?;
+                crate::nccl_info!(
+                    INIT,
+                    "Channel {ch:02}/{ci} : {}[{}] -> {}[{}] [receive] via NET/{name}/{dev}",
+                    peer.rank,
+                    peer.local_rank,
+                    me.rank,
+                    me.local_rank
+                );
+                let p = NetPending {
+                    net: self.net.clone(),
+                    ctx: self.ctx,
+                    req: *req,
+                    rank: me.rank,
+                    side: NetSide::Recv { listen: Some(listen) },
+                };
+                Ok((Box::new(p), handle.to_vec()))
+            }
+            Dir::Send => {
+                crate::nccl_info!(
+                    INIT,
+                    "Channel {ch:02}/{ci} : {}[{}] -> {}[{}] [send] via NET/{name}/{dev}",
+                    me.rank,
+                    me.local_rank,
+                    peer.rank,
+                    peer.local_rank
+                );
+                let p = NetPending {
+                    net: self.net.clone(),
+                    ctx: self.ctx,
+                    req: *req,
+                    rank: me.rank,
+                    side: NetSide::Send { handle: None },
+                };
+                Ok((Box::new(p), Vec::new()))
+            }
+        }
+    }
+}
+
+enum NetSide {
+    /// The listening comm until `accept` returns a recvComm.
+    Recv { listen: Option<RawComm> },
+    /// The peer's handle, kept across `connect` retries (the plugin keeps its
+    /// connection state in it).
+    Send { handle: Option<NetHandle> },
+}
+
+/// A net connection between setup and connect.
+struct NetPending {
+    net: Arc<dyn NetPlugin>,
+    ctx: RawCtx,
+    req: ConnRequest,
+    rank: usize,
+    side: NetSide,
+}
+
+impl PendingConn for NetPending {
+    fn connect(&mut self, peer_info: &[u8]) -> Result<Option<Connected>, Error> {
+        let (peer, step, dev) = (self.req.key.peer, self.req.step_size, self.req.net_dev);
+        match &mut self.side {
+            NetSide::Recv { listen } => {
+                let Some(l) = *listen else {
+                    return Err(Error::Internal(format!("accept from rank {peer} after it completed")));
+                };
+                match self.net.accept(l) {
+                    Ok(Some(c)) => {
+                        let _ = self.net.close_listen(l);
+                        *listen = None;
+                        let conn = RecvConn::new(self.net.clone(), c, step, peer as i32, peer)?;
+                        Ok(Some(Connected::Recv(Box::new(conn))))
+                    }
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(Error::net(format!("accept from rank {peer}"), e)),
+                }
+            }
+            NetSide::Send { handle } => {
+                if handle.is_none() {
+                    let h: NetHandle = peer_info.try_into().map_err(|_| {
+                        Error::Remote(format!(
+                            "rank {peer} sent a {}-byte connection handle, expected 128 bytes",
+                            peer_info.len()
+                        ))
+                    })?;
+                    *handle = Some(h);
+                }
+                let h = handle.as_mut().expect("handle set above");
+                match self.net.connect(self.ctx, dev, h) {
+                    Ok(Some(c)) => {
+                        let conn = SendConn::new(self.net.clone(), c, step, self.rank as i32, peer)?;
+                        Ok(Some(Connected::Send(Box::new(conn))))
+                    }
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(Error::net(format!("connect to rank {peer}"), e)),
+                }
+            }
+        }
+    }
+
+    fn waiting_for(&self) -> String {
+        match self.side {
+            NetSide::Recv { .. } => format!("accept from rank {}", self.req.key.peer),
+            NetSide::Send { .. } => format!("connect to rank {}", self.req.key.peer),
+        }
+    }
+}
+
+impl Drop for NetPending {
+    fn drop(&mut self) {
+        if let NetSide::Recv { listen: Some(l) } = self.side {
+            let _ = self.net.close_listen(l);
+        }
     }
 }
