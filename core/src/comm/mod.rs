@@ -29,7 +29,8 @@ use crate::proxy::{Proxy, ProxyHandle, Shared};
 use crate::stream::Stream;
 use crate::transport::net::NetTransport;
 use crate::transport::setup::{self, Oob, TransportSetup};
-use crate::transport::{NCCL_STEPS, Transport, TransportParams, TransportPeer};
+use crate::transport::shm::ShmTransport;
+use crate::transport::{NCCL_STEPS, Transport, TransportParams, TransportPeer, proto};
 use peer_info::{NetIdentity, PeerInfo, agree};
 
 /// The transports' view of every rank (`peers[r]` is rank `r`'s record); a
@@ -163,6 +164,7 @@ impl Comm {
         let params = CommParams::resolve(&config)?;
         params::init_logging(rank);
         let tparams = TransportParams::from_config()?;
+        let shm_proto = proto::shm_protocol(crate::config::Config::global().get_str("NCCL_PROTO"))?;
         // 2. Net plugin (before the bootstrap, as NCCL does).
         let loaded = params::load_net(&config);
         // 3. Bootstrap.
@@ -208,7 +210,11 @@ impl Comm {
         let ring_step = params.buffsize / NCCL_STEPS;
         let oob: Arc<dyn Oob> = Arc::new(BootstrapOob(bootstrap.clone()));
         let tpeers = transport_peers(&peers);
-        let transports: Vec<Arc<dyn Transport>> = vec![Arc::new(NetTransport::new(net.clone(), ctx))];
+        let pids = peers.iter().map(|p| p.pid).collect();
+        let transports: Vec<Arc<dyn Transport>> = vec![
+            Arc::new(ShmTransport::new(rank, pids, shm_proto, params.timeout)),
+            Arc::new(NetTransport::new(net.clone(), ctx)),
+        ];
         let transports = Arc::new(TransportSetup::new(
             transports,
             tpeers,

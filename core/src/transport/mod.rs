@@ -18,15 +18,17 @@
 //! to the first transport in NCCL's order whose [`Transport::can_connect`] accepts
 //! the pair (`src/transport.cc`, `selectTransport`): P2P (GPU memory; not built:
 //! there is no GPU on a CPU-only host, so `NCCL_P2P_DISABLE` and `NCCL_P2P_LEVEL`
-//! change nothing yet), then SHM (ranks on one host; not built yet), then NET
-//! ([`net`], the plugin). [`setup`] exchanges the connect information over the bootstrap
+//! change nothing yet), then SHM ([`shm`], ranks on one host), then NET ([`net`],
+//! the plugin). [`setup`] exchanges the connect information over the bootstrap
 //! and drives the connects.
 
 pub(crate) mod fifo;
 #[cfg(test)]
 pub(crate) mod mem;
 pub(crate) mod net;
+pub(crate) mod proto;
 pub(crate) mod setup;
+pub(crate) mod shm;
 
 use std::collections::BTreeMap;
 
