@@ -805,10 +805,10 @@ impl PeerWatch {
         if self.exited() {
             return Some(PeerEvent::Exited);
         }
-        if waited >= self.timeout / 2 {
-            if let Some(c @ ('T' | 't')) = self.proc_state() {
-                return Some(PeerEvent::Stopped(c));
-            }
+        if waited >= self.timeout / 2
+            && let Some(c @ ('T' | 't')) = self.proc_state()
+        {
+            return Some(PeerEvent::Stopped(c));
         }
         None
     }
@@ -1110,10 +1110,10 @@ impl SendConnector for ShmSend {
                 return Err(peer_closed_error(&self.shared, self.peer, word, "FIFO credits"));
             }
         }
-        if let Some(ev) = self.watch.check(waiting) {
-            if !self.can_push() {
-                return Err(peer_event_error(&self.shared, &self.watch, ev, "FIFO credits"));
-            }
+        if let Some(ev) = self.watch.check(waiting)
+            && !self.can_push()
+        {
+            return Err(peer_event_error(&self.shared, &self.watch, ev, "FIFO credits"));
         }
         Ok(false)
     }
@@ -1302,10 +1302,10 @@ impl RecvConnector for ShmRecv {
                 return Err(peer_closed_error(&self.shared, self.peer, word, "data"));
             }
         }
-        if let Some(ev) = self.watch.check(waiting) {
-            if self.peek().is_none() {
-                return Err(peer_event_error(&self.shared, &self.watch, ev, "data"));
-            }
+        if let Some(ev) = self.watch.check(waiting)
+            && self.peek().is_none()
+        {
+            return Err(peer_event_error(&self.shared, &self.watch, ev, "data"));
         }
         Ok(false)
     }
@@ -1610,10 +1610,10 @@ mod tests {
     fn peer_watch_sees_exited_and_stopped_processes() {
         let deadline = Instant::now() + Duration::from_secs(20);
         let wait_for = |w: &mut PeerWatch, want: fn(&PeerEvent) -> bool| loop {
-            if let Some(ev) = w.check(true) {
-                if want(&ev) {
-                    return;
-                }
+            if let Some(ev) = w.check(true)
+                && want(&ev)
+            {
+                return;
             }
             assert!(Instant::now() < deadline, "no event");
             std::thread::sleep(Duration::from_micros(200));
