@@ -8,6 +8,9 @@
 # operations after a warmup (nccl-tests conventions, float32, sum).
 #
 # Usage: benchmarks/shm_vs_mpi.sh [ROUNDS] [OUT.csv]   (defaults: 5, /tmp/shm_vs_mpi.csv)
+# LAUNCH=mpirun starts ferroccl's ranks with mpirun too (Open MPI binds each rank
+# to a core, as it does for its own ranks); the default is `ferroccl-perf --ranks N`
+# (unbound processes).
 # Needs: cargo, mpicc/mpirun (Open MPI 4.1), python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +27,12 @@ load() { cut -d' ' -f1 /proc/loadavg; }
 # ferroccl: one size per run; out-of-place and in-place columns.
 ours() { # round nranks op bytes iters warmup
   local out
-  out=$(NCCL_NET_PLUGIN=socket "$PERF" --ranks "$2" -b "$4" -e "$4" -n "$5" -w "$6" "$3" 2>&1) || { echo "$out" >&2; return 1; }
+  if [ "${LAUNCH:-}" = mpirun ]; then
+    out=$("${MPIRUN[@]}" -np "$2" -x NCCL_COMM_ID=127.0.0.1:$((29600 + RANDOM % 300)) -x NCCL_NET_PLUGIN=socket \
+          "$PERF" -b "$4" -e "$4" -n "$5" -w "$6" "$3" 2>&1) || { echo "$out" >&2; return 1; }
+  else
+    out=$(NCCL_NET_PLUGIN=socket "$PERF" --ranks "$2" -b "$4" -e "$4" -n "$5" -w "$6" "$3" 2>&1) || { echo "$out" >&2; return 1; }
+  fi
   echo "$out" | awk -v r="$1" -v n="$2" -v op="$3" -v l="$(load)" \
     '/^ +[0-9]+ / { printf "%s,ferroccl,%s,%s,%s,%s,%s,%s,%s,%s\n", r, n, op, $1, $6, $8, $10, $12, l }' >> "$CSV"
 }
