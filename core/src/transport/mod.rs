@@ -111,7 +111,7 @@ pub(crate) fn pid_namespace() -> u64 {
 /// the same transport even when the ranks' settings differ (a switch set on
 /// either end applies to the pair).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TransportParams {
+pub(crate) struct TransportParams {
     /// `NCCL_SHM_DISABLE=1`: no shared-memory transport (`src/transport/shm.cc`).
     pub shm_disable: bool,
     /// `NCCL_NET_DISABLE_INTRA=1`: no network transport between ranks of one
