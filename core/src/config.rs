@@ -664,11 +664,11 @@ pub mod params {
     pub static TUNER_PLUGIN: StrParam = s("NCCL_TUNER_PLUGIN", None, "tuner plugin library");
     /// `NCCL_PROFILER_PLUGIN`.
     pub static PROFILER_PLUGIN: StrParam = s("NCCL_PROFILER_PLUGIN", None, "profiler plugin library");
-    /// `NCCL_PROTO` (accepted and echoed; only Simple exists).
+    /// `NCCL_PROTO`: protocols allowed (NCCL's grammar, `transport::proto`).
     pub static PROTO: StrParam = s(
         "NCCL_PROTO",
         None,
-        "protocols allowed (accepted and echoed; ferroccl uses Simple)",
+        "protocols allowed, NCCL's grammar (e.g. LL,Simple or ^LL; shared memory carries LL or Simple, the network Simple)",
     );
     /// `NCCL_ALGO` (accepted and echoed; only Ring exists).
     pub static ALGO: StrParam = s(
@@ -770,6 +770,22 @@ pub mod params {
             "6", "7", "8", "9", "10", "11", "12", "v6", "v7", "v8", "v9", "v10", "v11", "v12",
         ],
         description: "newest ncclNetPlugin_vN symbol the host probes, 6..12 (ferroccl only)",
+    };
+    /// `NCCL_SHM_DISABLE`: 1 = no shared-memory transport between local ranks.
+    pub static SHM_DISABLE: IntParam = IntParam {
+        name: "NCCL_SHM_DISABLE",
+        default: 0,
+        min: 0,
+        max: 1,
+        description: "1: ranks on one host do not use shared memory (they use the net plugin)",
+    };
+    /// `NCCL_NET_DISABLE_INTRA`: 1 = no network transport between ranks of one host.
+    pub static NET_DISABLE_INTRA: IntParam = IntParam {
+        name: "NCCL_NET_DISABLE_INTRA",
+        default: 0,
+        min: 0,
+        max: 1,
+        description: "1: ranks on one host do not use the network between them",
     };
     /// `FERROCCL_MAX_QUEUED_OPS`: operations (or groups) queued on one
     /// communicator before enqueue blocks.
@@ -1161,6 +1177,8 @@ pub static PARAMS: &[Param] = &[
     Param::Str(&params::PLUGIN_PATH),
     Param::Int(&params::MAX_QUEUED_OPS),
     Param::Str(&params::HOSTID),
+    Param::Int(&params::SHM_DISABLE),
+    Param::Int(&params::NET_DISABLE_INTRA),
     Param::Str(&params::topo::TOPO_FILE),
     Param::Str(&params::topo::TOPO_DUMP_FILE),
     Param::Str(&params::topo::TOPO_DUMP_FILE_RANK),

@@ -66,6 +66,16 @@ pub enum Error {
     /// A reduction or copy kernel rejected its arguments (`ncclInternalError`).
     #[error("internal error: kernel: {0}")]
     Kernel(#[from] KernelError),
+    /// A system call failed (`ncclSystemError`): shared memory, files, processes;
+    /// `what` names the call and what it was for.
+    #[error("system error: {what}: {source}")]
+    System {
+        /// What was being done, e.g. "mapping 4198400 bytes of shared-memory segment …".
+        what: String,
+        /// The operating system's error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
     /// A peer sent something this rank did not expect (`ncclRemoteError`).
     #[error("remote error: {0}")]
     Remote(String),
@@ -162,7 +172,11 @@ impl Error {
     /// 2 system, 3 internal, 4 invalid argument, 5 invalid usage, 6 remote, 8 timeout).
     pub fn nccl_result(&self) -> i32 {
         match self {
-            Error::Net { .. } | Error::Plugin(_) | Error::PluginLoad(_) | Error::Bootstrap(_) => 2,
+            Error::Net { .. }
+            | Error::Plugin(_)
+            | Error::PluginLoad(_)
+            | Error::Bootstrap(_)
+            | Error::System { .. } => 2,
             Error::Internal(_) | Error::Kernel(_) => 3,
             Error::Topo(_) => 5,
             Error::InvalidArgument(_) => 4,

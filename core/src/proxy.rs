@@ -23,9 +23,8 @@ use crate::coll::schedule::{self, Lane, SchedParams, Task, TaskConns};
 use crate::coll::{Algo, CollArgs, CollKind};
 use crate::diag::{self, DIAG_TAG, NOTIFIED, Report};
 use crate::error::Error;
-use crate::plugin::net::{NetPlugin, RawCtx};
 use crate::stream::{Completion, Stream};
-use crate::transport::setup::{self, ConnPlan, Oob};
+use crate::transport::setup::{self, ConnPlan, TransportSetup};
 use crate::transport::{ConnKey, ConnTable};
 
 /// One unit of work: the operations of one group (or a single collective) on this
@@ -241,9 +240,8 @@ impl ProxyHandle {
 
 /// Everything the proxy thread owns.
 pub(crate) struct Proxy {
-    pub net: Arc<dyn NetPlugin>,
-    pub ctx: RawCtx,
-    pub oob: Arc<dyn Oob>,
+    /// Transport selection and connection setup (p2p connections on first use).
+    pub transports: Arc<TransportSetup>,
     pub params: SchedParams,
     /// Every connector, keyed by (channel, peer, connection index) and direction;
     /// p2p connectors are added on first use.
@@ -524,18 +522,7 @@ impl Proxy {
             coll_step: self.params.ring_step,
             p2p_step: self.params.p2p_step,
         };
-        let deadline = Instant::now() + self.timeout;
-        setup::connect_keys(
-            &self.net,
-            self.ctx,
-            &*self.oob,
-            &plan,
-            &sends,
-            &recvs,
-            &mut self.conns,
-            deadline,
-            &self.shared.abort,
-        )
+        setup::connect_keys(&self.transports, &plan, &sends, &recvs, &mut self.conns)
     }
 
     /// Progresses the network side of a task's connectors; whether anything moved.

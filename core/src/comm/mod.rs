@@ -27,9 +27,27 @@ use crate::coll::schedule::SchedParams;
 use crate::plugin::net::{NetInfo, NetPlugin, RawCtx};
 use crate::proxy::{Proxy, ProxyHandle, Shared};
 use crate::stream::Stream;
-use crate::transport::setup::{self, Oob};
-use crate::transport::{ConnTable, NCCL_STEPS};
+use crate::transport::net::NetTransport;
+use crate::transport::setup::{self, Oob, TransportSetup};
+use crate::transport::shm::ShmTransport;
+use crate::transport::{ConnTable, NCCL_STEPS, Transport, TransportParams, TransportPeer, proto};
 use peer_info::{NetIdentity, PeerInfo, agree};
+
+/// The transports' view of every rank (`peers[r]` is rank `r`'s record); a
+/// rank's local index counts the ranks before it with the same host hash.
+fn transport_peers(peers: &[PeerInfo]) -> Vec<TransportPeer> {
+    peers
+        .iter()
+        .map(|p| TransportPeer {
+            rank: p.rank,
+            host_hash: p.host_hash,
+            pid: p.pid,
+            pid_ns: p.pid_ns,
+            params: p.transport,
+            local_rank: peers[..p.rank].iter().filter(|q| q.host_hash == p.host_hash).count(),
+        })
+        .collect()
+}
 
 /// All-gathers every rank's [`PeerInfo`] over the bootstrap; `peers[r]` is rank `r`'s.
 fn exchange_peer_info(bootstrap: &Bootstrap, mine: &PeerInfo) -> Result<Vec<PeerInfo>> {
@@ -61,6 +79,8 @@ pub(crate) struct CommInner {
     net: Arc<dyn NetPlugin>,
     ctx: Mutex<Option<RawCtx>>,
     info: NetInfo,
+    /// Transport selection and the connections made so far.
+    transports: Arc<TransportSetup>,
 }
 
 /// A communicator: one rank's membership in a group of `nranks` ranks that run
@@ -195,6 +215,8 @@ impl Comm {
         // 1. Parameters.
         let params = CommParams::resolve(&config)?;
         params::init_logging(rank);
+        let tparams = TransportParams::from_config()?;
+        let shm_proto = proto::shm_protocol(crate::config::Config::global().get_str("NCCL_PROTO"))?;
         // 2. Net plugin (before the bootstrap, as NCCL does).
         let loaded = params::load_net(&config);
         // 3. Bootstrap.
@@ -221,7 +243,7 @@ impl Comm {
             .as_ref()
             .map(|(_, info, _)| NetIdentity::of(info))
             .map_err(Clone::clone);
-        let mut mine = PeerInfo::local(rank, &identity, &params);
+        let mut mine = PeerInfo::local(rank, &identity, &params, tparams);
         if let Ok((_, _, f)) = &local {
             mine.topo = f.record.to_bytes();
         }
@@ -250,10 +272,25 @@ impl Comm {
         if let Some(cap) = agreement.nchannels {
             channels.truncate(cap.max(1));
         }
-        // 7. Transport setup: every channel's ring connections (the rest on first use).
+        // 7. Transport setup: every channel's ring connections (the rest on first
+        // use), each through the first transport that can join the pair (SHM on
+        // one host, then NET).
         let ring_step = params.buffsize / NCCL_STEPS;
         let oob: Arc<dyn Oob> = Arc::new(BootstrapOob(bootstrap.clone()));
-        let deadline = Instant::now() + params.timeout;
+        let tpeers = transport_peers(&peers);
+        let pids = peers.iter().map(|p| p.pid).collect();
+        let transports: Vec<Arc<dyn Transport>> = vec![
+            Arc::new(ShmTransport::new(rank, pids, shm_proto, params.timeout)),
+            Arc::new(NetTransport::new(net.clone(), ctx)),
+        ];
+        let transports = Arc::new(TransportSetup::new(
+            transports,
+            tpeers,
+            rank,
+            oob,
+            params.timeout,
+            abort.clone(),
+        ));
         let p2p_devs: Vec<usize> = (0..nranks)
             .map(|peer| topo.p2p_net(peer, 0).map_or(0, |n| n.net_dev))
             .collect();
@@ -268,13 +305,11 @@ impl Comm {
         };
         let (sends, recvs) = setup::ring_keys(&channels, rank);
         let mut conns = ConnTable::default();
-        setup::connect_keys(&net, ctx, &*oob, &plan, &sends, &recvs, &mut conns, deadline, &abort)?;
+        setup::connect_keys(&transports, &plan, &sends, &recvs, &mut conns)?;
         // 8. Proxy thread.
         let nchannels = channels.len();
         let proxy = Proxy {
-            net: net.clone(),
-            ctx,
-            oob,
+            transports: transports.clone(),
             params: SchedParams {
                 rank,
                 nranks,
@@ -319,6 +354,7 @@ impl Comm {
                 net,
                 ctx: Mutex::new(Some(ctx)),
                 info,
+                transports,
             }),
         })
     }
@@ -341,6 +377,14 @@ impl Comm {
     /// The network plugin in use.
     pub fn net_info(&self) -> &NetInfo {
         &self.inner.info
+    }
+
+    /// The transports this rank's connections use so far: `(description,
+    /// connections)` per transport, e.g. `("SHM/Simple", 4)` and
+    /// `("NET/Socket", 2)`, counting each direction of each channel's ring
+    /// connections and the point-to-point connections made on first use.
+    pub fn transports(&self) -> Vec<(String, usize)> {
+        self.inner.transports.usage()
     }
 
     /// `ncclCommGetAsyncError`: the first error an operation of this communicator hit

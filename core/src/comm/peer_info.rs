@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::params::CommParams;
 use crate::error::{Error, Result};
 use crate::plugin::net::NetInfo;
+use crate::transport::TransportParams;
 
 /// Largest encoded record accepted from a peer (bytes). Records are a few
 /// hundred bytes plus the topology facts; anything larger is a peer bug.
@@ -69,6 +70,11 @@ pub(crate) struct PeerInfo {
     pub host_hash: u64,
     /// Process id.
     pub pid: u32,
+    /// PID namespace ([`crate::transport::pid_namespace`]): the shared-memory
+    /// transport reaches a peer's segment through `/proc/<pid>`.
+    pub pid_ns: u64,
+    /// The rank's transport switches (`NCCL_SHM_DISABLE`, `NCCL_NET_DISABLE_INTRA`).
+    pub transport: TransportParams,
     /// The net plugin loaded, or why loading failed.
     pub net: std::result::Result<NetIdentity, String>,
     /// `NCCL_BUFFSIZE` (bytes per connection FIFO); must agree.
@@ -83,11 +89,18 @@ pub(crate) struct PeerInfo {
 
 impl PeerInfo {
     /// This rank's record.
-    pub(crate) fn local(rank: usize, net: &std::result::Result<NetIdentity, String>, p: &CommParams) -> PeerInfo {
+    pub(crate) fn local(
+        rank: usize,
+        net: &std::result::Result<NetIdentity, String>,
+        p: &CommParams,
+        transport: TransportParams,
+    ) -> PeerInfo {
         PeerInfo {
             rank,
             host_hash: crate::topo::detect::host_hash(),
             pid: std::process::id(),
+            pid_ns: crate::transport::pid_namespace(),
+            transport,
             net: net.clone(),
             buffsize: p.buffsize,
             p2p_chunksize: p.p2p_chunksize,
@@ -199,6 +212,8 @@ mod tests {
             rank,
             host_hash: 1,
             pid: 2,
+            pid_ns: 3,
+            transport: TransportParams::default(),
             net: Ok(NetIdentity {
                 name: name.into(),
                 version: 12,

@@ -10,20 +10,32 @@
 //! Each connector has two faces: the executor's (fill a slot, push it; peek at a
 //! received step, pop it — the work of NCCL's device primitives) and the proxy's
 //! (`progress`: post and test the network requests behind the FIFO — NCCL's
-//! `sendProxyProgress` / `recvProxyProgress`). Only the network transport exists
-//! for now (`src/transport/net.cc`); shared-memory and P2P connectors implement
-//! the same traits.
+//! `sendProxyProgress` / `recvProxyProgress`).
+//!
+//! A [`Transport`] makes connectors: NCCL's `struct ncclTransport`
+//! (`src/include/transport.h`) with `canConnect`, and `setup`/`connect` for each
+//! direction. Each connection (channel, peer, connection index, direction) goes
+//! to the first transport in NCCL's order whose [`Transport::can_connect`] accepts
+//! the pair (`src/transport.cc`, `selectTransport`): P2P (GPU memory; not built:
+//! there is no GPU on a CPU-only host, so `NCCL_P2P_DISABLE` and `NCCL_P2P_LEVEL`
+//! change nothing yet), then SHM ([`shm`], ranks on one host), then NET ([`net`],
+//! the plugin). [`setup`] exchanges the connect information over the bootstrap
+//! and drives the connects.
 
+pub(crate) mod fifo;
 #[cfg(test)]
 pub(crate) mod mem;
 pub(crate) mod net;
+pub(crate) mod proto;
 pub(crate) mod setup;
+pub(crate) mod shm;
 
 use std::collections::BTreeMap;
 
-use crate::error::Error;
+use serde::{Deserialize, Serialize};
 
-pub(crate) use net::{RecvConn, SendConn};
+use crate::config::Config;
+use crate::error::Error;
 
 /// `NCCL_STEPS`: FIFO slots per connection (most steps in flight on one connector).
 pub const NCCL_STEPS: usize = 8;
@@ -45,6 +57,157 @@ pub(crate) struct ConnKey {
     /// Connection index.
     pub conn: usize,
 }
+
+/// Which side of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub(crate) enum Dir {
+    /// This rank sends to the peer.
+    Send,
+    /// This rank receives from the peer.
+    Recv,
+}
+
+impl Dir {
+    /// The peer's side of the same connection.
+    pub(crate) fn opposite(self) -> Dir {
+        match self {
+            Dir::Send => Dir::Recv,
+            Dir::Recv => Dir::Send,
+        }
+    }
+}
+
+/// What the transports need to know about a rank: the part of its peer-info
+/// record (NCCL's `struct ncclPeerInfo`) that `canConnect` and the connections
+/// look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TransportPeer {
+    /// The rank.
+    pub rank: usize,
+    /// Host identity (NCCL's `hostHash`, including `NCCL_HOSTID`).
+    pub host_hash: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Identity of the rank's PID namespace (device and inode of
+    /// `/proc/self/ns/pid`; 0 when unreadable): a peer's process is reachable
+    /// through `/proc/<pid>` only from the same namespace.
+    pub pid_ns: u64,
+    /// The rank's transport switches.
+    pub params: TransportParams,
+    /// Index of the rank among the ranks of its host, printed where NCCL prints
+    /// the device (`rank[dev]`).
+    pub local_rank: usize,
+}
+
+/// The PID namespace of this process as a number (device and inode of
+/// `/proc/self/ns/pid`; 0 when unreadable).
+pub(crate) fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino() ^ m.dev().rotate_left(32))
+}
+
+/// The transport switches each rank reads from its own configuration and
+/// shares in its peer-info record, so that both ends of a connection choose
+/// the same transport even when the ranks' settings differ (a switch set on
+/// either end applies to the pair).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TransportParams {
+    /// `NCCL_SHM_DISABLE=1`: no shared-memory transport (`src/transport/shm.cc`).
+    pub shm_disable: bool,
+    /// `NCCL_NET_DISABLE_INTRA=1`: no network transport between ranks of one
+    /// host (`src/graph/paths.cc`, `ncclTopoCheckNet`).
+    pub net_disable_intra: bool,
+}
+
+impl TransportParams {
+    /// Reads `NCCL_SHM_DISABLE` and `NCCL_NET_DISABLE_INTRA` (0 or 1, default 0)
+    /// from the process configuration; logs at INFO that `NCCL_P2P_DISABLE` and
+    /// `NCCL_P2P_LEVEL` have no effect without a P2P transport.
+    ///
+    /// Errors: [`Error::Config`] for a value other than 0 or 1.
+    pub(crate) fn from_config() -> Result<TransportParams, Error> {
+        let cfg = Config::global();
+        let flag = |p: &crate::config::IntParam| p.get(cfg).map(|v| v == 1);
+        let p = TransportParams {
+            shm_disable: flag(&crate::config::params::SHM_DISABLE)?,
+            net_disable_intra: flag(&crate::config::params::NET_DISABLE_INTRA)?,
+        };
+        for name in ["NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"] {
+            if let Some(v) = cfg.get_str(name) {
+                crate::nccl_info!(
+                    INIT,
+                    "{name}={v} has no effect: there is no P2P (GPU memory) transport on this host"
+                );
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// One connection to set up: which connector, which side, and its FIFO step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConnRequest {
+    /// The connector's key (channel, peer, connection index).
+    pub key: ConnKey,
+    /// This rank's side.
+    pub dir: Dir,
+    /// Bytes per FIFO step (slot).
+    pub step_size: usize,
+    /// Net plugin device, for the network transport.
+    pub net_dev: usize,
+}
+
+/// A connector made by [`PendingConn::connect`].
+pub(crate) enum Connected {
+    /// The send side.
+    Send(Box<dyn SendConnector>),
+    /// The receive side.
+    Recv(Box<dyn RecvConnector>),
+}
+
+/// A transport (NCCL's `struct ncclTransport`): decides whether it can join two
+/// ranks and sets up connectors.
+pub(crate) trait Transport: Send + Sync {
+    /// Name in log lines and summaries (`"SHM"`, `"NET"`), as NCCL's `name`.
+    fn name(&self) -> &'static str;
+
+    /// How this transport's connections are described in summaries, e.g.
+    /// `SHM/Simple` or `NET/Socket`.
+    fn describe(&self) -> String;
+
+    /// NCCL's `canConnect(comm, graph, myInfo, peerInfo)`: whether this transport
+    /// can join `me` and `peer`. Must give the same answer on both ranks.
+    fn can_connect(&self, me: &TransportPeer, peer: &TransportPeer) -> bool;
+
+    /// NCCL's `setup` for `req.dir`: allocates this side's resources and returns
+    /// them with the connect information to send to the peer (at most
+    /// [`CONNECT_INFO_MAX`] bytes). Logs the `Channel … via …` INFO line.
+    ///
+    /// Errors: resource failures (plugin `listen`, shared memory).
+    fn setup(
+        &self,
+        req: &ConnRequest,
+        me: &TransportPeer,
+        peer: &TransportPeer,
+    ) -> Result<(Box<dyn PendingConn>, Vec<u8>), Error>;
+}
+
+/// A connection between `setup` and `connect`: dropping it releases what setup made.
+pub(crate) trait PendingConn: Send {
+    /// NCCL's `connect` (retried while `ncclInProgress`): completes the connection
+    /// with the peer's connect information; `Ok(None)` until it can.
+    ///
+    /// Errors: the peer's information is malformed or inconsistent, or the
+    /// resources it names cannot be used.
+    fn connect(&mut self, peer_info: &[u8]) -> Result<Option<Connected>, Error>;
+
+    /// What the connection is still waiting for (for timeout messages).
+    fn waiting_for(&self) -> String;
+}
+
+/// Largest connect information a transport may send (NCCL's `struct
+/// ncclConnect` is 256 bytes; ours is a little more verbose but bounded).
+pub(crate) const CONNECT_INFO_MAX: usize = 1024;
 
 /// A user-memory registration a send connector can send from directly (an
 /// opaque token: the net transport's mhandle).
@@ -163,12 +326,6 @@ impl ConnTable {
     /// Every receive connector.
     pub(crate) fn recvs_mut(&mut self) -> impl Iterator<Item = &mut Box<dyn RecvConnector>> {
         self.recv.values_mut()
-    }
-
-    /// Moves every connector of `other` into this table.
-    pub(crate) fn absorb(&mut self, other: ConnTable) {
-        self.send.extend(other.send);
-        self.recv.extend(other.recv);
     }
 
     /// Closes every connector.

@@ -26,53 +26,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::error::Error;
-use crate::plugin::net::{NetError, NetPlugin, PtrType, RawComm, RawMr, RawRequest, RecvSlot};
+use crate::plugin::net::{NetError, NetHandle, NetPlugin, PtrType, RawComm, RawCtx, RawMr, RawRequest, RecvSlot};
 
-use super::{NCCL_STEPS, RecvConnector, SendConnector, UserReg};
-
-/// A host buffer aligned to 4 KiB (page), owned by a connector.
-pub(crate) struct AlignedBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the buffer is plain owned memory; access discipline is that of the
-// connector holding it (one thread at a time).
-unsafe impl Send for AlignedBuf {}
-
-impl AlignedBuf {
-    const ALIGN: usize = 4096;
-
-    /// Zeroed buffer of `len` bytes (`len` > 0).
-    pub(crate) fn new(len: usize) -> AlignedBuf {
-        let layout = std::alloc::Layout::from_size_align(len.max(1), Self::ALIGN).expect("buffer layout");
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        AlignedBuf { ptr, len }
-    }
-
-    pub(crate) fn ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-
-    /// Address of FIFO slot `slot` when the buffer is cut in slots of `step_size` bytes.
-    fn slot(&self, slot: usize, step_size: usize) -> *mut u8 {
-        debug_assert!((slot + 1) * step_size <= self.len);
-        // SAFETY: `slot * step_size` is inside the buffer (NCCL_STEPS × step_size bytes).
-        unsafe { self.ptr.add(slot * step_size) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        let layout = std::alloc::Layout::from_size_align(self.len.max(1), Self::ALIGN).expect("buffer layout");
-        // SAFETY: allocated in `new` with this very layout.
-        unsafe { std::alloc::dealloc(self.ptr, layout) };
-    }
-}
+use super::fifo::{AlignedBuf, SlotStack, Steps};
+use super::{
+    ConnRequest, Connected, Dir, NCCL_STEPS, PendingConn, RecvConnector, SendConnector, Transport, TransportPeer,
+    UserReg,
+};
 
 /// Where a send step's bytes are.
 #[derive(Clone, Copy, Debug)]
@@ -93,41 +53,6 @@ enum SendSlot {
     /// `isend` of `.1` bytes posted; a FIFO slot goes back to the free stack when
     /// it completes.
     InFlight(SendSrc, usize, RawRequest),
-}
-
-/// The free slots of one connector's FIFO, most recently freed on top.
-#[derive(Debug, Clone, Copy)]
-struct SlotStack {
-    idx: [u8; NCCL_STEPS],
-    len: usize,
-}
-
-impl SlotStack {
-    /// All slots free; slot 0 on top.
-    fn full() -> SlotStack {
-        let mut idx = [0u8; NCCL_STEPS];
-        for (i, v) in idx.iter_mut().enumerate() {
-            *v = (NCCL_STEPS - 1 - i) as u8;
-        }
-        SlotStack { idx, len: NCCL_STEPS }
-    }
-
-    /// The slot the next step gets, if any is free.
-    fn top(&self) -> Option<usize> {
-        self.len.checked_sub(1).map(|i| self.idx[i] as usize)
-    }
-
-    fn take(&mut self) -> Option<usize> {
-        let t = self.top()?;
-        self.len -= 1;
-        Some(t)
-    }
-
-    fn give(&mut self, slot: usize) {
-        debug_assert!(self.len < NCCL_STEPS && slot < NCCL_STEPS);
-        self.idx[self.len] = slot as u8;
-        self.len += 1;
-    }
 }
 
 /// User buffers registered with one plugin comm for the current operation:
@@ -202,11 +127,9 @@ pub(crate) struct SendConn {
     buf: AlignedBuf,
     step_size: usize,
     tag: i32,
-    /// Next step the producer fills.
-    head: u64,
-    /// Oldest step not yet completed.
-    tail: u64,
-    /// State of steps `tail..head`, indexed by step `% NCCL_STEPS`.
+    /// `head`: next step the producer fills; `tail`: oldest step not yet completed.
+    steps: Steps,
+    /// State of steps `tail..head`, indexed by [`Steps::index`].
     slots: [SendSlot; NCCL_STEPS],
     /// Free buffer slots.
     free: SlotStack,
@@ -239,8 +162,7 @@ impl SendConn {
             buf,
             step_size,
             tag,
-            head: 0,
-            tail: 0,
+            steps: Steps::default(),
             slots: [SendSlot::Empty; NCCL_STEPS],
             free: SlotStack::full(),
             user: UserRegs::default(),
@@ -278,7 +200,7 @@ impl SendConnector for SendConn {
     /// `[ptr, ptr + len)`: that memory must not be written until it completes.
     fn user_busy(&self, ptr: *const u8, len: usize) -> bool {
         let (start, end) = (ptr as usize, ptr as usize + len);
-        (self.tail..self.head).any(|step| match self.slots[(step % NCCL_STEPS as u64) as usize] {
+        (self.steps.tail..self.steps.head).any(|step| match self.slots[Steps::index(step)] {
             SendSlot::Filled(SendSrc::User(a, _), n) | SendSlot::InFlight(SendSrc::User(a, _), n, _) => {
                 a < end && start < a + n
             }
@@ -289,7 +211,7 @@ impl SendConnector for SendConn {
     /// Whether a step sent from user memory may be pushed (fewer than
     /// `NCCL_STEPS` steps in flight; no FIFO slot needed).
     fn can_push_user(&self) -> bool {
-        self.head - self.tail < NCCL_STEPS as u64
+        self.steps.has_room()
     }
 
     /// Queues a step of `size` bytes sent straight from registered user memory at
@@ -298,9 +220,9 @@ impl SendConnector for SendConn {
     fn push_user(&mut self, ptr: *const u8, size: usize, reg: UserReg) {
         let mr = RawMr(reg.0);
         debug_assert!(self.can_push_user() && size <= self.step_size);
-        let i = (self.head % NCCL_STEPS as u64) as usize;
+        let i = Steps::index(self.steps.head);
         self.slots[i] = SendSlot::Filled(SendSrc::User(ptr as usize, mr), size);
-        self.head += 1;
+        self.steps.head += 1;
     }
 
     /// Bytes one step (slot) holds.
@@ -310,7 +232,7 @@ impl SendConnector for SendConn {
 
     /// Whether the producer may fill the next step.
     fn can_push(&self) -> bool {
-        self.head - self.tail < NCCL_STEPS as u64 && self.free.top().is_some()
+        self.steps.has_room() && self.free.top().is_some()
     }
 
     /// Address of the slot of the next step (valid while `can_push()`).
@@ -323,14 +245,14 @@ impl SendConnector for SendConn {
     fn push(&mut self, size: usize) {
         debug_assert!(self.can_push() && size <= self.step_size);
         let slot = self.free.take().expect("push without can_push");
-        let i = (self.head % NCCL_STEPS as u64) as usize;
+        let i = Steps::index(self.steps.head);
         self.slots[i] = SendSlot::Filled(SendSrc::Slot(slot), size);
-        self.head += 1;
+        self.steps.head += 1;
     }
 
     /// Whether every pushed step has completed.
     fn idle(&self) -> bool {
-        self.head == self.tail
+        self.steps.is_idle()
     }
 
     /// Posts filled steps (in order) and tests in-flight ones. Returns whether
@@ -343,9 +265,9 @@ impl SendConnector for SendConn {
             )));
         };
         let mut moved = false;
-        let mut step = self.tail;
-        while step < self.head {
-            let i = (step % NCCL_STEPS as u64) as usize;
+        let mut step = self.steps.tail;
+        while step < self.steps.head {
+            let i = Steps::index(step);
             match self.slots[i] {
                 SendSlot::Empty => {}
                 SendSlot::Filled(src, size) => {
@@ -367,8 +289,8 @@ impl SendConnector for SendConn {
             step += 1;
         }
         // Test in posting order; retire completed steps from the tail.
-        while self.tail < self.head {
-            let i = (self.tail % NCCL_STEPS as u64) as usize;
+        while !self.steps.is_idle() {
+            let i = Steps::index(self.steps.tail);
             let SendSlot::InFlight(src, _, req) = self.slots[i] else {
                 break;
             };
@@ -378,7 +300,7 @@ impl SendConnector for SendConn {
                     if let SendSrc::Slot(slot) = src {
                         self.free.give(slot);
                     }
-                    self.tail += 1;
+                    self.steps.tail += 1;
                     moved = true;
                 }
                 Ok(false) => break,
@@ -440,10 +362,9 @@ pub(crate) struct RecvConn {
     buf: AlignedBuf,
     step_size: usize,
     tag: i32,
-    /// Next step the consumer takes.
-    tail: u64,
-    /// Next step to post an `irecv` for.
-    posted: u64,
+    /// `tail`: next step the consumer takes; `head`: next step to post an
+    /// `irecv` for.
+    steps: Steps,
     /// Steps the scheduled work will consume; receives are posted only up to here,
     /// so no receive stays outstanding once an operation is complete (a peer may
     /// then close its side without this rank seeing an error).
@@ -451,7 +372,7 @@ pub(crate) struct RecvConn {
     /// For steps `posted..limit`: where each lands ([`RecvDst::User`]), or `None`
     /// for the next free FIFO slot.
     targets: VecDeque<Option<RecvDst>>,
-    /// State of steps `tail..posted`, indexed by step `% NCCL_STEPS`.
+    /// State of steps `tail..head`, indexed by [`Steps::index`].
     slots: [RecvState; NCCL_STEPS],
     /// Free buffer slots.
     free: SlotStack,
@@ -484,8 +405,7 @@ impl RecvConn {
             buf,
             step_size,
             tag,
-            tail: 0,
-            posted: 0,
+            steps: Steps::default(),
             limit: 0,
             targets: VecDeque::new(),
             slots: [RecvState::Empty; NCCL_STEPS],
@@ -514,7 +434,7 @@ impl RecvConnector for RecvConn {
     /// Deregisters the user buffers of the finished operation (only once every
     /// expected step has been consumed; otherwise they stay until `close`).
     fn release_user(&mut self) {
-        if self.tail == self.limit {
+        if self.steps.tail == self.limit {
             self.user.release(&*self.net, self.comm);
         }
     }
@@ -524,9 +444,9 @@ impl RecvConnector for RecvConn {
     /// [`RecvConn::expect`]; it stays valid (and exclusively the consumer's) until
     /// [`RecvConn::pop`].
     fn peek(&self) -> Option<(*mut u8, usize)> {
-        let i = (self.tail % NCCL_STEPS as u64) as usize;
+        let i = Steps::index(self.steps.tail);
         match self.slots[i] {
-            RecvState::Ready(dst, size) if self.tail < self.posted => Some((self.addr(dst), size)),
+            RecvState::Ready(dst, size) if !self.steps.is_idle() => Some((self.addr(dst), size)),
             _ => None,
         }
     }
@@ -543,7 +463,7 @@ impl RecvConnector for RecvConn {
 
     /// Releases the consumed step; a FIFO slot is re-posted by `progress`.
     fn pop(&mut self) {
-        let i = (self.tail % NCCL_STEPS as u64) as usize;
+        let i = Steps::index(self.steps.tail);
         let RecvState::Ready(dst, _) = self.slots[i] else {
             debug_assert!(false, "pop of a step that is not ready");
             return;
@@ -552,7 +472,7 @@ impl RecvConnector for RecvConn {
         if let RecvDst::Slot(slot) = dst {
             self.free.give(slot);
         }
-        self.tail += 1;
+        self.steps.tail += 1;
     }
 
     /// Posts receives (into free slots or user memory) and tests posted ones, in order.
@@ -565,9 +485,9 @@ impl RecvConnector for RecvConn {
         };
         let mut moved = false;
         // Test posted receives in posting order.
-        let mut step = self.tail;
-        while step < self.posted {
-            let i = (step % NCCL_STEPS as u64) as usize;
+        let mut step = self.steps.tail;
+        while step < self.steps.head {
+            let i = Steps::index(step);
             if let RecvState::Posted(dst, req) = self.slots[i] {
                 let mut sizes = [0usize; 1];
                 match self.net.test(req, &mut sizes) {
@@ -592,8 +512,8 @@ impl RecvConnector for RecvConn {
             step += 1;
         }
         // Post receives ahead, at most NCCL_STEPS steps in flight.
-        while self.posted < self.limit && self.posted < self.tail + NCCL_STEPS as u64 {
-            let i = (self.posted % NCCL_STEPS as u64) as usize;
+        while self.steps.head < self.limit && self.steps.has_room() {
+            let i = Steps::index(self.steps.head);
             let dst = match self.targets.front().copied().flatten() {
                 Some(d) => d,
                 None => match self.free.top() {
@@ -618,7 +538,7 @@ impl RecvConnector for RecvConn {
                     }
                     self.targets.pop_front();
                     self.slots[i] = RecvState::Posted(dst, req);
-                    self.posted += 1;
+                    self.steps.head += 1;
                     moved = true;
                 }
                 Ok(None) => break,
@@ -643,5 +563,168 @@ impl RecvConnector for RecvConn {
 impl Drop for RecvConn {
     fn drop(&mut self) {
         self.close();
+    }
+}
+
+/// The network transport (NCCL's `netTransport`, `src/transport/net.cc`): one
+/// plugin sendComm/recvComm per connection. The receiver `listen`s and sends
+/// the 128-byte handle as its connect information; the sender `connect`s with
+/// it and the receiver `accept`s, both retried until the plugin returns a comm.
+pub(crate) struct NetTransport {
+    net: Arc<dyn NetPlugin>,
+    ctx: RawCtx,
+}
+
+impl NetTransport {
+    /// The transport over `net` with the communicator's plugin context `ctx`.
+    pub(crate) fn new(net: Arc<dyn NetPlugin>, ctx: RawCtx) -> NetTransport {
+        NetTransport { net, ctx }
+    }
+}
+
+impl Transport for NetTransport {
+    fn name(&self) -> &'static str {
+        "NET"
+    }
+
+    fn describe(&self) -> String {
+        format!("NET/{}", self.net.info().name)
+    }
+
+    /// NCCL's `canConnect` of the net transport: always across hosts; on one host
+    /// unless `NCCL_NET_DISABLE_INTRA=1` on either rank (`ncclTopoCheckNet`; with
+    /// no GPU in the topology the network is not ruled out as slower).
+    fn can_connect(&self, me: &TransportPeer, peer: &TransportPeer) -> bool {
+        me.host_hash != peer.host_hash || !(me.params.net_disable_intra || peer.params.net_disable_intra)
+    }
+
+    /// Receive side: `listen` on `req.net_dev`, the handle is the connect
+    /// information. Send side: nothing to allocate before the peer's handle.
+    fn setup(
+        &self,
+        req: &ConnRequest,
+        me: &TransportPeer,
+        peer: &TransportPeer,
+    ) -> Result<(Box<dyn PendingConn>, Vec<u8>), Error> {
+        let (ch, ci, dev) = (req.key.channel, req.key.conn, req.net_dev);
+        let name = &self.net.info().name;
+        match req.dir {
+            Dir::Recv => {
+                let mut handle: NetHandle = [0; 128];
+                let listen = self
+                    .net
+                    .listen(self.ctx, dev, &mut handle)
+                    .map_err(|e| Error::net(format!("listen on device {dev} for rank {}", peer.rank), e))?;
+                crate::nccl_info!(
+                    INIT,
+                    "Channel {ch:02}/{ci} : {}[{}] -> {}[{}] [receive] via NET/{name}/{dev}",
+                    peer.rank,
+                    peer.local_rank,
+                    me.rank,
+                    me.local_rank
+                );
+                let p = NetPending {
+                    net: self.net.clone(),
+                    ctx: self.ctx,
+                    req: *req,
+                    rank: me.rank,
+                    side: NetSide::Recv { listen: Some(listen) },
+                };
+                Ok((Box::new(p), handle.to_vec()))
+            }
+            Dir::Send => {
+                crate::nccl_info!(
+                    INIT,
+                    "Channel {ch:02}/{ci} : {}[{}] -> {}[{}] [send] via NET/{name}/{dev}",
+                    me.rank,
+                    me.local_rank,
+                    peer.rank,
+                    peer.local_rank
+                );
+                let p = NetPending {
+                    net: self.net.clone(),
+                    ctx: self.ctx,
+                    req: *req,
+                    rank: me.rank,
+                    side: NetSide::Send { handle: None },
+                };
+                Ok((Box::new(p), Vec::new()))
+            }
+        }
+    }
+}
+
+enum NetSide {
+    /// The listening comm until `accept` returns a recvComm.
+    Recv { listen: Option<RawComm> },
+    /// The peer's handle, kept across `connect` retries (the plugin keeps its
+    /// connection state in it).
+    Send { handle: Option<NetHandle> },
+}
+
+/// A net connection between setup and connect.
+struct NetPending {
+    net: Arc<dyn NetPlugin>,
+    ctx: RawCtx,
+    req: ConnRequest,
+    rank: usize,
+    side: NetSide,
+}
+
+impl PendingConn for NetPending {
+    fn connect(&mut self, peer_info: &[u8]) -> Result<Option<Connected>, Error> {
+        let (peer, step, dev) = (self.req.key.peer, self.req.step_size, self.req.net_dev);
+        match &mut self.side {
+            NetSide::Recv { listen } => {
+                let Some(l) = *listen else {
+                    return Err(Error::Internal(format!("accept from rank {peer} after it completed")));
+                };
+                match self.net.accept(l) {
+                    Ok(Some(c)) => {
+                        let _ = self.net.close_listen(l);
+                        *listen = None;
+                        let conn = RecvConn::new(self.net.clone(), c, step, peer as i32, peer)?;
+                        Ok(Some(Connected::Recv(Box::new(conn))))
+                    }
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(Error::net(format!("accept from rank {peer}"), e)),
+                }
+            }
+            NetSide::Send { handle } => {
+                if handle.is_none() {
+                    let h: NetHandle = peer_info.try_into().map_err(|_| {
+                        Error::Remote(format!(
+                            "rank {peer} sent a {}-byte connection handle, expected 128 bytes",
+                            peer_info.len()
+                        ))
+                    })?;
+                    *handle = Some(h);
+                }
+                let h = handle.as_mut().expect("handle set above");
+                match self.net.connect(self.ctx, dev, h) {
+                    Ok(Some(c)) => {
+                        let conn = SendConn::new(self.net.clone(), c, step, self.rank as i32, peer)?;
+                        Ok(Some(Connected::Send(Box::new(conn))))
+                    }
+                    Ok(None) => Ok(None),
+                    Err(e) => Err(Error::net(format!("connect to rank {peer}"), e)),
+                }
+            }
+        }
+    }
+
+    fn waiting_for(&self) -> String {
+        match self.side {
+            NetSide::Recv { .. } => format!("accept from rank {}", self.req.key.peer),
+            NetSide::Send { .. } => format!("connect to rank {}", self.req.key.peer),
+        }
+    }
+}
+
+impl Drop for NetPending {
+    fn drop(&mut self) {
+        if let NetSide::Recv { listen: Some(l) } = self.side {
+            let _ = self.net.close_listen(l);
+        }
     }
 }

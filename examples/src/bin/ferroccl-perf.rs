@@ -456,6 +456,8 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
             info.path.display(),
             comm.nchannels()
         );
+        let used: Vec<String> = comm.transports().iter().map(|(t, n)| format!("{t} x{n}")).collect();
+        println!("# transports (rank 0's connections): {}", used.join(", "));
         println!("#");
         println!(
             "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",
@@ -571,6 +573,7 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
                 "net": { "name": comm.net_info().name, "version": comm.net_info().version,
                          "path": comm.net_info().path.display().to_string() },
                 "nchannels": comm.nchannels(),
+                "transports": comm.transports().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
                 "check": args.check != 0,
                 "results": rows.iter().map(|r| serde_json::json!({
                     "size": r.bytes, "count": r.count,
