@@ -443,7 +443,8 @@ impl<S: Service> Loop<S> {
     fn drop_stalled_pending(&mut self) -> bool {
         let now = Instant::now();
         while let Some(&(tok, since)) = self.pending.front() {
-            if !self.conns.get(&tok).is_some_and(|c| c.peer.is_none()) {
+            if self.conns.get(&tok).is_none_or(|c| c.peer.is_some()) {
+                // No longer pending (authenticated or gone).
                 self.pending.pop_front();
                 continue;
             }
