@@ -3,10 +3,16 @@
 //! keeps retrying and recovers once descriptors are free; when they never are, the
 //! error of the rank in the root's process says that process ran out of file
 //! descriptors.
+//!
+//! Nothing here depends on timing: each child waits for the log line or state it
+//! needs (bounded by [`LIMIT`]), the starved process is filled only once no
+//! connection of its own is still open (so none frees a descriptor later), and the
+//! recovering root's process lives until the parent has seen both ranks finish (its
+//! replies go out on a thread of their own after it logs that all ranks joined).
 
 mod bootstrap_common;
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -44,6 +50,69 @@ fn exhaust_fds() -> Vec<i32> {
     fds
 }
 
+/// The descriptors of this process that are sockets but not listeners (connections
+/// being set up, used or torn down).
+fn connection_fds() -> Vec<i32> {
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    fds.into_iter()
+        .filter(|&fd| {
+            // SAFETY: fstat and getsockopt only write into the locals passed; a
+            // descriptor closed meanwhile makes them fail, which is handled.
+            unsafe {
+                let mut st: libc::stat = std::mem::zeroed();
+                if libc::fstat(fd, &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+                    return false;
+                }
+                let mut listening: libc::c_int = 0;
+                let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                libc::getsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ACCEPTCONN,
+                    (&mut listening as *mut libc::c_int).cast(),
+                    &mut len,
+                ) == 0
+                    && listening == 0
+            }
+        })
+        .collect()
+}
+
+/// Waits (at most `LIMIT`) until every socket of this process is a listener: the
+/// connection rank 0 reported to the root over, and the root's end of it, are closed
+/// (they close just after the root logs the arrival), so no descriptor of this
+/// process is freed after `exhaust_fds` took the rest.
+fn wait_for_listeners_only() {
+    let t0 = Instant::now();
+    loop {
+        let busy = connection_fds();
+        if busy.is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < LIMIT,
+            "connections still open after {LIMIT:?}: fds {busy:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits (at most `LIMIT`) for end of file on stdin: the parent closes it when this
+/// process may end.
+fn wait_for_stdin_closed() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(LIMIT)
+        .unwrap_or_else(|_| panic!("the parent did not close stdin within {LIMIT:?}"));
+}
+
 fn release(fds: Vec<i32>) {
     for fd in fds {
         // SAFETY: each fd was returned by dup above and is closed once.
@@ -65,10 +134,11 @@ fn child_role() {
             println!("ID {}", id.to_hex());
             let line = wait_for_log(&["accept failed", "retrying with backoff"], LIMIT);
             println!("root saw: {line}");
-            std::thread::sleep(Duration::from_millis(500));
             release(fds);
-            // The root process must outlive the ranks' init.
             wait_for_log(&["all 2 ranks joined"], LIMIT);
+            // The root's replies are sent by its reply thread after that line: stay
+            // until the parent has seen both ranks through init and beyond.
+            wait_for_stdin_closed();
             println!("root recovered");
         }
         // Rank 0 of 2 in the root's process; descriptors run out after it joined.
@@ -80,6 +150,7 @@ fn child_role() {
                 &[&format!("bootstrap root {}: rank 0/2 from", id.root_addr().unwrap())],
                 LIMIT,
             );
+            wait_for_listeners_only();
             let fds = exhaust_fds();
             println!("ID {}", id.to_hex());
             let e = h.join().unwrap().expect_err("rank 1 cannot get in");
@@ -148,22 +219,50 @@ fn finish(child: Child, rest: BufReader<std::process::ChildStdout>) -> String {
     text
 }
 
+/// The child's stdout and stderr once it has exited; it is killed if it runs past `LIMIT`.
+fn output_within_limit(child: Child) -> String {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let (out, killed) = match rx.recv_timeout(LIMIT) {
+        Ok(out) => (out, false),
+        Err(_) => {
+            // SAFETY: kill has no memory-safety preconditions; the child is not reaped
+            // yet (its waiter has not returned), so the pid is still our child's.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            (rx.recv().expect("waiter"), true)
+        }
+    };
+    let out = out.expect("child output");
+    format!(
+        "{}{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        if killed {
+            format!("(killed after {LIMIT:?})\n")
+        } else {
+            String::new()
+        }
+    )
+}
+
 #[test]
-#[ignore = "flaky on a loaded 2-core machine (a rank sometimes never gets the root's reply); being fixed"]
 fn a_root_out_of_descriptors_retries_and_recovers() {
     let mut root = spawn_child("root-recovers", None, 0);
     let (id, rest) = read_id(&mut root);
     let ranks: Vec<Child> = (0..2).map(|r| spawn_child("rank", Some(&id), r)).collect();
-    for (r, ch) in ranks.into_iter().enumerate() {
-        let out = ch.wait_with_output().unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(text.contains(&format!("rank {r} ok")), "rank {r}:\n{text}");
-    }
+    let outs: Vec<String> = ranks.into_iter().map(output_within_limit).collect();
+    // Both ranks are done with the root: let its process end.
+    drop(root.stdin.take());
     let text = finish(root, rest);
+    for (r, rank) in outs.into_iter().enumerate() {
+        assert!(
+            rank.contains(&format!("rank {r} ok")),
+            "rank {r}:\n{rank}\n--- root process:\n{text}"
+        );
+    }
     assert!(
         text.contains("root saw:") && text.contains("Too many open files"),
         "{text}"
@@ -172,22 +271,17 @@ fn a_root_out_of_descriptors_retries_and_recovers() {
 }
 
 #[test]
-#[ignore = "flaky on a loaded 2-core machine (the starved listener sometimes records no accept failure); being fixed"]
 fn a_starved_root_is_named_in_the_error() {
     let mut root = spawn_child("root-starves", None, 0);
     let (id, rest) = read_id(&mut root);
     let r1 = spawn_child("rank-fails", Some(&id), 1);
     let text = finish(root, rest);
-    let r1 = r1.wait_with_output().expect("rank 1 output");
-    let r1 = format!(
-        "{}{}",
-        String::from_utf8_lossy(&r1.stdout),
-        String::from_utf8_lossy(&r1.stderr)
-    );
+    let r1 = output_within_limit(r1);
     let line = text
         .lines()
         .find(|l| l.starts_with("rank 0 error"))
         .unwrap_or_else(|| panic!("no rank 0 error:\n{text}"));
+    println!("{line}");
     // The root and rank 0 share the starved process: whichever listener's accept
     // failed (the root's, or rank 0's root-reply listener) is named.
     assert!(

@@ -10,10 +10,16 @@
 //!   dropped with a log line;
 //! * a pending connection that does not finish within the pending timeout is dropped;
 //! * `accept` failing for lack of resources (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`)
-//!   first frees a descriptor by dropping the oldest pending connection, else backs
-//!   off (10 ms doubling to 1 s) and retries: it never stops accepting. The failures
-//!   are counted in [`Stats`] so that a later timeout can say the process ran out of
-//!   file descriptors.
+//!   frees a descriptor by dropping the oldest pending connection if that one has
+//!   stalled (pending for [`STALLED_AFTER`] or more), else backs off (10 ms doubling
+//!   to 1 s) and retries: it never stops accepting. The failures are counted in
+//!   [`Stats`] so that a later timeout can say the process ran out of file
+//!   descriptors. A connection accepted moments ago is never dropped this way: Linux
+//!   `accept` fails with `EMFILE` whenever no descriptor is free, even with nobody
+//!   waiting (the kernel reserves the new descriptor before it looks at the queue,
+//!   `net/socket.c`), so the listener that takes the process' last descriptor sees `EMFILE`
+//!   on its very next `accept`, while the client it just accepted (a rank whose
+//!   opening is still in flight) is as legitimate as any.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read};
@@ -27,7 +33,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::error::{BootstrapError, Result};
 use super::frame::{Inbound, InboundError};
-use super::wire::POLL_SLICE;
+use super::wire::{self, POLL_SLICE};
 
 /// Most connections a bootstrap listener keeps *pending* (accepted, handshake or
 /// opening message not yet complete). A well-behaved rank completes its opening in
@@ -41,6 +47,12 @@ const FIRST_CONN: usize = 2;
 const READ_CHUNK: usize = 64 * 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// A pending connection this old has stalled (a well-behaved client sends its
+/// handshake and opening right after connecting): when `accept` fails for lack of
+/// descriptors, the oldest pending connection is dropped only if it is at least this
+/// old. Generous, so that a rank descheduled between `connect` and `write` on a
+/// loaded machine is not mistaken for a stalled client.
+pub(crate) const STALLED_AFTER: Duration = Duration::from_secs(5);
 /// Repeated warnings of one kind are printed at most this often (with a count).
 const LOG_EVERY: Duration = Duration::from_secs(5);
 
@@ -105,9 +117,10 @@ impl Stats {
         }
         if dropped > 0 {
             parts.push(format!(
-                "dropped {dropped} unauthenticated connection{} (more than {MAX_PENDING_CONNECTIONS} pending, or to \
-                 free file descriptors)",
-                if dropped == 1 { "" } else { "s" }
+                "dropped {dropped} unauthenticated connection{} (more than {MAX_PENDING_CONNECTIONS} pending, or \
+                 stalled for {} while file descriptors ran out)",
+                if dropped == 1 { "" } else { "s" },
+                super::error::fmt_duration(STALLED_AFTER)
             ));
         }
         (!parts.is_empty()).then(|| parts.join("; "))
@@ -170,35 +183,12 @@ impl Reactor {
         service: S,
     ) -> Result<Reactor> {
         let name = params.name.clone();
-        let err = |what: &str, e: std::io::Error| BootstrapError::io(format!("{name}: {what}"), e);
-        listener.set_nonblocking(true).map_err(|e| err("set_nonblocking", e))?;
-        let mut listener = MioListener::from_std(listener);
-        let poll = Poll::new().map_err(|e| err("creating the event loop", e))?;
-        poll.registry()
-            .register(&mut listener, LISTENER, Interest::READABLE)
-            .map_err(|e| err("registering the listener", e))?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| err("creating the waker", e))?);
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut lp = Loop {
-            poll,
-            listener,
-            conns: HashMap::new(),
-            pending: VecDeque::new(),
-            npending: 0,
-            next_token: FIRST_CONN,
-            params,
-            stop: stop.clone(),
-            stats,
-            service,
-            paused_until: None,
-            backoff: BACKOFF_MIN,
-            fd_log: Throttle::default(),
-            drop_log: Throttle::default(),
-        };
+        let (mut lp, waker) = Loop::new(listener, params, stats, service)?;
+        let stop = lp.stop.clone();
         std::thread::Builder::new()
             .name(thread_name.into())
             .spawn(move || lp.run())
-            .map_err(|e| err("spawning the listener thread", e))?;
+            .map_err(|e| BootstrapError::io(format!("{name}: spawning the listener thread"), e))?;
         Ok(Reactor { stop, waker })
     }
 
@@ -255,14 +245,42 @@ struct Loop<S: Service> {
     drop_log: Throttle,
 }
 
-fn resource_error(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-    )
-}
-
 impl<S: Service> Loop<S> {
+    /// The event loop for `listener` (not yet running) and its waker.
+    fn new(
+        listener: std::net::TcpListener,
+        params: Params,
+        stats: Arc<Stats>,
+        service: S,
+    ) -> Result<(Self, Arc<Waker>)> {
+        let name = params.name.clone();
+        let err = |what: &str, e: std::io::Error| BootstrapError::io(format!("{name}: {what}"), e);
+        listener.set_nonblocking(true).map_err(|e| err("set_nonblocking", e))?;
+        let mut listener = MioListener::from_std(listener);
+        let poll = Poll::new().map_err(|e| err("creating the event loop", e))?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(|e| err("registering the listener", e))?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| err("creating the waker", e))?);
+        let lp = Loop {
+            poll,
+            listener,
+            conns: HashMap::new(),
+            pending: VecDeque::new(),
+            npending: 0,
+            next_token: FIRST_CONN,
+            params,
+            stop: Arc::new(AtomicBool::new(false)),
+            stats,
+            service,
+            paused_until: None,
+            backoff: BACKOFF_MIN,
+            fd_log: Throttle::default(),
+            drop_log: Throttle::default(),
+        };
+        Ok((lp, waker))
+    }
+
     fn run(&mut self) {
         let mut events = Events::with_capacity(256);
         let mut scratch = vec![0u8; READ_CHUNK];
@@ -351,27 +369,10 @@ impl<S: Service> Loop<S> {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) if resource_error(&e) => {
-                    self.stats.fd_errors.fetch_add(1, Ordering::Relaxed);
-                    if let Ok(mut g) = self.stats.last_fd_error.lock() {
-                        *g = Some(e.to_string());
-                    }
-                    if let Some(n) = self.fd_log.allow() {
-                        tracing::warn!(
-                            target: "ferroccl::bootstrap",
-                            "{}: accept failed: {e} (file descriptor limit {}); {}retrying with backoff",
-                            self.params.name,
-                            nofile_limit(),
-                            if n > 0 { format!("{n} similar failures not shown; ") } else { String::new() }
-                        );
-                    }
-                    if self.npending > 0 {
-                        // Free a descriptor held by a client that has not authenticated.
-                        self.drop_oldest_pending("freeing a file descriptor (accept failed for lack of them)");
+                Err(e) if wire::resource_error(&e) => {
+                    if self.out_of_resources(&e) {
                         continue;
                     }
-                    self.paused_until = Some(Instant::now() + self.backoff);
-                    self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
                     return;
                 }
                 Err(e) => {
@@ -407,6 +408,57 @@ impl<S: Service> Loop<S> {
                 return;
             }
         }
+    }
+
+    /// `accept` failed with `e`, a lack of descriptors (or buffers, memory): counts
+    /// and logs it, then frees a descriptor held by a stalled pending connection and
+    /// returns `true` (accept again now), or pauses accepting for the backoff and
+    /// returns `false`. A pending connection within its grace is kept: it may be a
+    /// rank whose opening is in flight, and `EMFILE` here may only mean that the
+    /// previous `accept` took the process' last descriptor.
+    fn out_of_resources(&mut self, e: &std::io::Error) -> bool {
+        self.stats.fd_errors.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut g) = self.stats.last_fd_error.lock() {
+            *g = Some(e.to_string());
+        }
+        if let Some(n) = self.fd_log.allow() {
+            tracing::warn!(
+                target: "ferroccl::bootstrap",
+                "{}: accept failed: {e} (file descriptor limit {}); {}retrying with backoff",
+                self.params.name,
+                nofile_limit(),
+                if n > 0 { format!("{n} similar failures not shown; ") } else { String::new() }
+            );
+        }
+        if self.drop_stalled_pending() {
+            return true;
+        }
+        self.paused_until = Some(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        false
+    }
+
+    /// Drops the oldest pending connection if it has been pending for
+    /// [`STALLED_AFTER`] or more; returns whether one was dropped.
+    fn drop_stalled_pending(&mut self) -> bool {
+        let now = Instant::now();
+        while let Some(&(tok, since)) = self.pending.front() {
+            if self.conns.get(&tok).is_none_or(|c| c.peer.is_some()) {
+                // No longer pending (authenticated or gone).
+                self.pending.pop_front();
+                continue;
+            }
+            if now.duration_since(since) < STALLED_AFTER {
+                return false;
+            }
+            self.drop_oldest_pending(&format!(
+                "freeing a file descriptor (accept failed for lack of them; it stalled for {} before its handshake \
+                 and opening message)",
+                super::error::fmt_duration(now.duration_since(since))
+            ));
+            return true;
+        }
+        false
     }
 
     fn expire_pending(&mut self) {
@@ -524,5 +576,93 @@ impl<S: Service> Loop<S> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nothing;
+
+    impl Service for Nothing {
+        fn on_opening(&mut self, _from: SocketAddr, _opening: Vec<u8>) -> Verdict {
+            Verdict::Close
+        }
+    }
+
+    fn test_loop() -> (Loop<Nothing>, SocketAddr, Arc<Stats>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let stats = Arc::new(Stats::default());
+        let params = Params {
+            name: "test listener".into(),
+            magic: 1,
+            opening_max: 16,
+            frame_max: 0,
+            pending_timeout: Duration::from_secs(600),
+            abort: Arc::new(AtomicBool::new(false)),
+        };
+        let (lp, _waker) = Loop::new(l, params, stats.clone(), Nothing).unwrap();
+        (lp, addr, stats)
+    }
+
+    /// Accepts until `n` connections are pending (bounded: they are in the backlog
+    /// once `connect` returned, but leave the kernel room).
+    fn accept_until_pending(lp: &mut Loop<Nothing>, n: usize) {
+        let mut scratch = vec![0u8; 1024];
+        let t0 = Instant::now();
+        while lp.npending < n {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{} of {n} accepted",
+                lp.npending
+            );
+            lp.accept_all(&mut scratch);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn out_of_descriptors_keeps_a_fresh_pending_connection() {
+        let (mut lp, addr, stats) = test_loop();
+        // A client whose opening has not arrived yet (a rank between connect and write).
+        let _client = std::net::TcpStream::connect(addr).unwrap();
+        accept_until_pending(&mut lp, 1);
+        let emfile = std::io::Error::from_raw_os_error(libc::EMFILE);
+        assert!(!lp.out_of_resources(&emfile), "must back off, not drop");
+        assert_eq!(lp.npending, 1);
+        assert_eq!(lp.conns.len(), 1);
+        assert!(lp.paused_until.is_some());
+        assert_eq!(stats.dropped_pending.load(Ordering::Relaxed), 0);
+        let t = stats.trouble().expect("trouble");
+        assert!(
+            t.starts_with("ran out of file descriptors: accept() failed 1 time (Too many open files"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn out_of_descriptors_drops_the_oldest_stalled_connection() {
+        let (mut lp, addr, stats) = test_loop();
+        let _a = std::net::TcpStream::connect(addr).unwrap();
+        accept_until_pending(&mut lp, 1);
+        let _b = std::net::TcpStream::connect(addr).unwrap();
+        accept_until_pending(&mut lp, 2);
+        // The first has been pending for the grace (the second for less).
+        let (first, since) = *lp.pending.front().unwrap();
+        lp.pending.front_mut().unwrap().1 = since.checked_sub(STALLED_AFTER).expect("an instant 5 s back");
+        let emfile = std::io::Error::from_raw_os_error(libc::EMFILE);
+        assert!(lp.out_of_resources(&emfile), "a stalled connection frees a descriptor");
+        assert_eq!(lp.npending, 1);
+        assert!(!lp.conns.contains_key(&first), "the stalled one is dropped");
+        assert!(!lp.out_of_resources(&emfile), "the fresh one is kept");
+        assert_eq!(lp.npending, 1);
+        assert_eq!(stats.dropped_pending.load(Ordering::Relaxed), 1);
+        let t = stats.trouble().expect("trouble");
+        assert!(
+            t.contains("accept() failed 2 times") && t.contains("dropped 1 unauthenticated connection"),
+            "{t}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, Weak, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use super::error::{BootstrapError, Result, fmt_duration};
@@ -390,18 +390,78 @@ pub(crate) struct RootParams {
     pub nranks: Option<usize>,
 }
 
-/// Roots running in this process, by listen address: a rank whose wait for the root
-/// times out can then say what went wrong at a root in its own process.
-static LOCAL_ROOTS: Mutex<Vec<(SocketAddr, Weak<Stats>)>> = Mutex::new(Vec::new());
+/// A root of this process as its ranks see it: while it runs, and after it gave up.
+/// A rank whose wait for the root's reply times out asks it what went wrong: a root
+/// that ran out of file descriptors may have been unable to send its report at all.
+#[derive(Debug)]
+struct LocalRoot {
+    addr: SocketAddr,
+    stats: Arc<Stats>,
+    /// `Some(message)` once the root gave up (its report of missing ranks).
+    failure: Mutex<Option<String>>,
+    /// The root's event loop has ended.
+    ended: AtomicBool,
+}
 
-/// Trouble met by a root of this process listening on `addr` (see [`Stats::trouble`]).
+/// Ended roots whose record is kept (the newest; older ones are forgotten). Only
+/// roots that failed or met trouble are kept after they end.
+const ENDED_ROOTS_KEPT: usize = 16;
+
+/// Roots of this process (running, and the last [`ENDED_ROOTS_KEPT`] that ended
+/// badly), oldest first.
+static LOCAL_ROOTS: Mutex<Vec<Arc<LocalRoot>>> = Mutex::new(Vec::new());
+
+/// What a rank of this process can learn about the root of this process listening
+/// on `addr`: the report it gave up with (which the rank may never have received),
+/// or the trouble it met so far (see [`Stats::trouble`]). `None` when there is no
+/// such root or nothing to say.
 pub(crate) fn local_root_trouble(addr: SocketAddr) -> Option<String> {
-    let mut g = LOCAL_ROOTS.lock().ok()?;
-    g.retain(|(_, w)| w.strong_count() > 0);
-    g.iter()
-        .find(|(a, _)| *a == addr)
-        .and_then(|(_, w)| w.upgrade())
-        .and_then(|s| s.trouble())
+    let root = LOCAL_ROOTS
+        .lock()
+        .ok()?
+        .iter()
+        .rev()
+        .find(|r| r.addr == addr)
+        .cloned()?;
+    if let Some(f) = root.failure.lock().ok().and_then(|g| g.clone()) {
+        return Some(format!("gave up with this report: \"{f}\""));
+    }
+    root.stats.trouble()
+}
+
+impl LocalRoot {
+    fn register(addr: SocketAddr, stats: Arc<Stats>) -> Arc<LocalRoot> {
+        let root = Arc::new(LocalRoot {
+            addr,
+            stats,
+            failure: Mutex::new(None),
+            ended: AtomicBool::new(false),
+        });
+        if let Ok(mut g) = LOCAL_ROOTS.lock() {
+            g.push(root.clone());
+        }
+        root
+    }
+
+    /// The root's event loop ended: forget it, unless it failed or met trouble; keep
+    /// at most [`ENDED_ROOTS_KEPT`] ended roots.
+    fn end(self: &Arc<Self>) {
+        self.ended.store(true, Ordering::SeqCst);
+        let Ok(mut g) = LOCAL_ROOTS.lock() else { return };
+        let keep = self.failure.lock().is_ok_and(|f| f.is_some()) || self.stats.trouble().is_some();
+        if !keep {
+            g.retain(|r| !Arc::ptr_eq(r, self));
+        }
+        let ended = g.iter().filter(|r| r.ended.load(Ordering::SeqCst)).count();
+        let mut excess = ended.saturating_sub(ENDED_ROOTS_KEPT);
+        g.retain(|r| {
+            if excess > 0 && r.ended.load(Ordering::SeqCst) {
+                excess -= 1;
+                return false;
+            }
+            true
+        });
+    }
 }
 
 struct RootService {
@@ -411,6 +471,15 @@ struct RootService {
     first: Option<Instant>,
     replies: mpsc::Sender<Vec<Outgoing>>,
     stats: Arc<Stats>,
+    record: Arc<LocalRoot>,
+}
+
+impl Drop for RootService {
+    /// The event loop owns the service: dropping it means the root has ended
+    /// (complete, failed, or aborted).
+    fn drop(&mut self) {
+        self.record.end();
+    }
 }
 
 impl RootService {
@@ -460,6 +529,9 @@ impl Service for RootService {
             let out = self.gather.time_out(self.timeout);
             if let Some(f) = self.gather.failure() {
                 tracing::error!(target: "ferroccl::bootstrap", "{f}");
+                if let Ok(mut g) = self.record.failure.lock() {
+                    *g = Some(f.to_string());
+                }
             }
             self.send(out);
             return false;
@@ -478,6 +550,7 @@ pub(crate) fn spawn_root(listener: TcpListener, p: RootParams) -> Result<()> {
         .map_err(|e| BootstrapError::io("root listener address", e))?;
     let (tx, rx) = mpsc::channel::<Vec<Outgoing>>();
     let stats = Arc::new(Stats::default());
+    let record = LocalRoot::register(local, stats.clone());
     let service = RootService {
         local,
         gather: match p.nranks {
@@ -488,6 +561,7 @@ pub(crate) fn spawn_root(listener: TcpListener, p: RootParams) -> Result<()> {
         first: None,
         replies: tx,
         stats: stats.clone(),
+        record,
     };
     let (magic, retry, abort, timeout) = (p.magic, p.retry, p.abort.clone(), p.timeout);
     std::thread::Builder::new()
@@ -509,13 +583,9 @@ pub(crate) fn spawn_root(listener: TcpListener, p: RootParams) -> Result<()> {
             pending_timeout: p.timeout,
             abort: p.abort.clone(),
         },
-        stats.clone(),
+        stats,
         service,
     )?;
-    if let Ok(mut g) = LOCAL_ROOTS.lock() {
-        g.retain(|(_, w)| w.strong_count() > 0);
-        g.push((local, Arc::downgrade(&stats)));
-    }
     Ok(())
 }
 
@@ -524,6 +594,9 @@ const REPLY_WORKERS: usize = 8;
 
 /// Sends a batch of replies, up to [`REPLY_WORKERS`] at a time, each bounded by
 /// `min(timeout, TIMEOUT_SLACK)`: an unreachable rank cannot delay the others' replies.
+/// A connection that cannot be made for lack of descriptors (or buffers, memory) is
+/// retried with backoff within that bound, as the root's listener retries `accept`:
+/// the report of a root that ran out of descriptors is the one that says so.
 fn send_replies(
     local: SocketAddr,
     out: Vec<Outgoing>,
@@ -547,7 +620,7 @@ fn send_replies(
                         count: retry.count.min(3),
                         sleep: retry.sleep,
                     };
-                    let r = wire::connect_bootstrap(o.to, magic, retry, &dl, flags, &what).and_then(|mut s| {
+                    let r = connect_for_reply(o.to, magic, retry, &dl, flags, &what).and_then(|mut s| {
                         let _ = s.set_write_timeout(Some(timeout.min(super::TIMEOUT_SLACK)));
                         wire::write_frame(&mut s, &o.reply.encode(), &what)
                     });
@@ -558,6 +631,39 @@ fn send_replies(
             });
         }
     });
+}
+
+/// [`wire::connect_bootstrap`], retried with backoff (10 ms doubling to 1 s) while it
+/// fails for lack of descriptors, buffers or memory, until `dl` or a flag ends it.
+fn connect_for_reply(
+    to: SocketAddr,
+    magic: u64,
+    retry: Retry,
+    dl: &Deadline,
+    flags: Flags<'_>,
+    what: &dyn Fn() -> String,
+) -> Result<std::net::TcpStream> {
+    let mut backoff = Duration::from_millis(10);
+    loop {
+        match wire::connect_bootstrap(to, magic, retry, dl, flags, what) {
+            Err(BootstrapError::Io { source, .. }) if wire::resource_error(&source) => {
+                tracing::debug!(target: "ferroccl::bootstrap", "{}: {source}; retrying with backoff", what());
+                let until = Instant::now() + backoff;
+                while Instant::now() < until {
+                    let slice = wire::next_slice(dl, flags, what).map_err(|e| match e {
+                        BootstrapError::Timeout { what, waited } => BootstrapError::Timeout {
+                            what: format!("{what} (the last attempt failed: {source})"),
+                            waited,
+                        },
+                        e => e,
+                    })?;
+                    std::thread::sleep(slice.min(until.saturating_duration_since(Instant::now())));
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            r => return r,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -716,6 +822,82 @@ mod tests {
         assert!(m.starts_with("bootstrap root: timed out after 2 s waiting for 3 ranks; ranks 1, 2 never connected; meanwhile the root rejected 2 records: rank 0 joined twice"), "{m}");
         assert!(m.contains("an undecodable record from 127.0.0.1:3 (bad family)"), "{m}");
         assert!(m.ends_with("; the root's listener ran out of file descriptors"), "{m}");
+    }
+
+    /// Starts a root on loopback and sends it `info` as a rank would; returns the root's
+    /// address and the listener `info` names for the reply (kept, never accepted).
+    fn root_with_one_record(timeout: Duration, nranks: usize) -> (SocketAddr, std::net::TcpListener) {
+        use std::io::Write;
+        let magic = 0x5eed;
+        let listener = wire::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        spawn_root(
+            listener,
+            RootParams {
+                magic,
+                timeout,
+                retry: Retry {
+                    count: 0,
+                    sleep: Duration::from_millis(1),
+                },
+                abort: Arc::new(AtomicBool::new(false)),
+                nranks: None,
+            },
+        )
+        .unwrap();
+        let reply = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let info = RankInfo {
+            rank: 0,
+            nranks,
+            reply_addr: reply.local_addr().unwrap(),
+            ring_addr: reply.local_addr().unwrap(),
+        };
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let mut bytes = wire::encode_handshake(magic, wire::SOCKET_TYPE_BOOTSTRAP).to_vec();
+        bytes.extend_from_slice(&(EXT_INFO_BYTES as u32).to_ne_bytes());
+        bytes.extend_from_slice(&info.encode());
+        s.write_all(&bytes).unwrap();
+        (addr, reply)
+    }
+
+    /// The record of the root at `addr`, once its event loop has ended (`None` if it
+    /// is forgotten); waits at most 60 s.
+    fn ended_root(addr: SocketAddr) -> Option<Arc<LocalRoot>> {
+        let t0 = Instant::now();
+        loop {
+            let found = LOCAL_ROOTS.lock().unwrap().iter().find(|r| r.addr == addr).cloned();
+            match found {
+                None => return None,
+                Some(r) if r.ended.load(Ordering::SeqCst) => return Some(r),
+                Some(_) => {}
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "the root at {addr} did not end");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    #[test]
+    fn a_root_that_gave_up_is_remembered_after_it_ends() {
+        let (addr, _reply) = root_with_one_record(Duration::from_millis(200), 2);
+        assert!(ended_root(addr).is_some(), "a failed root must stay known");
+        let t = local_root_trouble(addr).expect("the failed root's report");
+        assert!(
+            t.starts_with(
+                "gave up with this report: \"bootstrap root: timed out after 200 ms waiting for 2 ranks; rank 1 never \
+                 connected\""
+            ),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn a_root_that_completed_is_forgotten() {
+        let (addr, _reply) = root_with_one_record(Duration::from_secs(60), 1);
+        assert!(
+            ended_root(addr).is_none(),
+            "a complete root without trouble is forgotten"
+        );
+        assert_eq!(local_root_trouble(addr), None);
     }
 
     #[test]

@@ -112,6 +112,15 @@ pub(crate) struct Retry {
     pub sleep: Duration,
 }
 
+/// The error says the process or system is short of a resource (descriptors,
+/// buffers, memory), which may be freed later: `EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`.
+pub(crate) fn resource_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
 fn transient(e: &std::io::Error) -> bool {
     matches!(
         e.raw_os_error(),
