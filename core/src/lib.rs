@@ -12,6 +12,7 @@ pub mod plugin;
 pub mod proxy;
 pub mod stream;
 pub mod transport;
+pub mod tune;
 
 pub use bootstrap::{UniqueId, get_unique_id};
 pub use coll::CollKind;
