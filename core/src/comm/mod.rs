@@ -115,6 +115,54 @@ impl Drop for InitGuard {
     }
 }
 
+/// Builds a communicator's tuning (phase 7 of init): ranks per host from the
+/// peers' host hashes, the net device's speed and latency, the tuner plugin
+/// (`NCCL_TUNER_PLUGIN`, or the external net plugin's library), then the model.
+/// Errors: the tuner's `init` failing (communicator creation fails, as in NCCL).
+#[allow(clippy::too_many_arguments)]
+fn init_tuning(
+    config: &CommConfig,
+    params: &CommParams,
+    peers: &[PeerInfo],
+    rank: usize,
+    nchannels: usize,
+    net: &Arc<dyn NetPlugin>,
+    comm_id: u64,
+    external_net: Option<&std::path::Path>,
+) -> Result<crate::tune::Tuning> {
+    let mut per_host: std::collections::BTreeMap<u64, usize> = Default::default();
+    for p in peers {
+        *per_host.entry(p.host_hash).or_default() += 1;
+    }
+    let props = net.properties(0).ok();
+    let facts = crate::tune::host::HostFacts {
+        nranks: peers.len(),
+        nnodes: per_host.len().max(1),
+        min_local_ranks: per_host.values().copied().min().unwrap_or(1),
+        max_local_ranks: per_host.values().copied().max().unwrap_or(1),
+        local_ranks: per_host.get(&peers[rank].host_hash).copied().unwrap_or(1),
+        nchannels,
+        net_speed_mbps: props.as_ref().map_or(0, |p| p.speed),
+        net_latency_us: props.as_ref().map_or(0.0, |p| p.latency),
+    };
+    let opts = config.net.clone().unwrap_or_else(crate::plugin::LoadOptions::from_env);
+    let tuner = if config.preloaded_net.is_some() && opts.tuner_plugin.is_none() {
+        // An embedding that hands over its own net plugin gets a tuner only when it names one.
+        None
+    } else {
+        crate::tune::load_tuner(&opts, external_net)
+    };
+    let setup = crate::tune::TuningSetup {
+        rank,
+        facts,
+        comm_id,
+        simple_step_bytes: params.buffsize / NCCL_STEPS - crate::coll::desc::OP_HDR_BYTES,
+        protocols: vec![crate::tune::Protocol::Simple],
+        params: params.tune.clone(),
+    };
+    crate::tune::Tuning::new(setup, tuner)
+}
+
 /// The 64-bit communicator id handed to the plugin's `init` (v11+ `commId`).
 fn comm_hash(id: &UniqueId) -> u64 {
     let h = blake3::hash(id.as_bytes());
@@ -158,14 +206,14 @@ impl Comm {
         // 4. Peer-info exchange and agreement.
         let identity = loaded
             .as_ref()
-            .map(|(_, info)| NetIdentity::of(info))
+            .map(|(_, info, _)| NetIdentity::of(info))
             .map_err(Clone::clone);
         let peers = exchange_peer_info(&bootstrap, &PeerInfo::local(rank, &identity, &params))?;
         let agreement = agree(&peers, loaded.as_ref().err().map(String::as_str)).map_err(|d| {
             guard.agreed = true;
             Error::from(d)
         })?;
-        let (net, info) = loaded.map_err(Error::PluginLoad)?;
+        let (net, info, external_net) = loaded.map_err(Error::PluginLoad)?;
         let ctx = net
             .init_ctx(comm_hash(id), &crate::plugin::net::CommConfig::default())
             .map_err(|e| Error::net("plugin init", e))?;
@@ -198,8 +246,20 @@ impl Comm {
         let (sends, recvs) = setup::ring_keys(&channels, rank);
         let mut conns = ConnTable::default();
         setup::connect_keys(&net, ctx, &*oob, &plan, &sends, &recvs, &mut conns, deadline, &abort)?;
-        // 7. Proxy thread.
+        // 7. Tuning: the tuner plugin (after the graph, as NCCL's ncclTunerPluginLoad)
+        // and the cost model.
         let nchannels = channels.len();
+        let tuning = Arc::new(init_tuning(
+            &config,
+            &params,
+            &peers,
+            rank,
+            nchannels,
+            &net,
+            comm_hash(id),
+            external_net.as_deref(),
+        )?);
+        // 8. Proxy thread.
         let proxy = Proxy {
             net: net.clone(),
             ctx,
@@ -210,9 +270,6 @@ impl Comm {
                 channels,
                 ring_step,
                 p2p_step: params.p2p_chunksize,
-                chunk_slices: params.chunk_slices,
-                min_channel_bytes: params.min_channel_bytes,
-                allreduce_algo: params.allreduce_algo,
             },
             user_send_min: params.user_send_min,
             conns,
@@ -224,7 +281,7 @@ impl Comm {
             p2p_send_seq: Default::default(),
             p2p_recv_seq: Default::default(),
         };
-        let proxy = Arc::new(ProxyHandle::start(proxy, nranks)?);
+        let proxy = Arc::new(ProxyHandle::start(proxy, nranks, tuning)?);
         guard.disarm();
         tracing::info!(
             target: "ferroccl::init",
@@ -267,6 +324,13 @@ impl Comm {
     /// The network plugin in use.
     pub fn net_info(&self) -> &NetInfo {
         &self.inner.info
+    }
+
+    /// The communicator's tuning: the cost model, the tuner plugin in use, and
+    /// the last decision made per function (what the perf tool's `--show-tuning`
+    /// reports).
+    pub fn tuning(&self) -> &crate::tune::Tuning {
+        &self.inner.proxy.tuning
     }
 
     /// `ncclCommGetAsyncError`: the first error an operation of this communicator hit
@@ -336,6 +400,7 @@ impl CommInner {
     fn close(&self) {
         self.proxy.close();
         self.proxy.stop();
+        self.proxy.tuning.finalize();
         self.bootstrap.close();
         self.release();
     }
@@ -344,6 +409,7 @@ impl CommInner {
         self.proxy.raise_abort();
         self.bootstrap.abort();
         self.proxy.stop();
+        self.proxy.tuning.finalize();
         self.release();
     }
 }

@@ -29,9 +29,8 @@ use std::ptr::null_mut;
 use std::sync::Arc;
 
 use ferroccl_plugin_api::abi::{
-    NCCL_ALGO_PROTO_IGNORE, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, ncclFunc_t, ncclNvlDomainInfo_v5_t,
-    ncclResult_t, ncclTuner_v2_t, ncclTuner_v3_t, ncclTuner_v4_t, ncclTuner_v5_t, ncclTuner_v6_t,
-    ncclTunerConstants_v5_t,
+    NCCL_ALGO_PROTO_IGNORE, NCCL_NUM_ALGORITHMS, NCCL_NUM_PROTOCOLS, ncclFunc_t, ncclNvlDomainInfo_v5_t, ncclResult_t,
+    ncclTuner_v2_t, ncclTuner_v3_t, ncclTuner_v4_t, ncclTuner_v5_t, ncclTuner_v6_t, ncclTunerConstants_v5_t,
 };
 
 use super::library::{PluginLibrary, open_plugin_lib, search_dirs};
@@ -167,7 +166,11 @@ impl TunerAdapter {
                 4 => Table::V4(std::ptr::read_unaligned(sym.cast())),
                 5 => Table::V5(std::ptr::read_unaligned(sym.cast())),
                 6 => Table::V6(std::ptr::read_unaligned(sym.cast())),
-                v => return Err(TunerError::Load(format!("ncclTuner v{v} is not a known version (2 ..= 6)"))),
+                v => {
+                    return Err(TunerError::Load(format!(
+                        "ncclTuner v{v} is not a known version (2 ..= 6)"
+                    )));
+                }
             }
         };
         // SAFETY: every tuner struct starts with `const char* name`.
@@ -196,7 +199,11 @@ impl TunerAdapter {
     pub fn open_version(spec: &str, version: u32) -> Result<TunerAdapter, TunerError> {
         let dirs = search_dirs(&LoadOptions::default());
         let out = open_plugin_lib(spec, "libnccl-tuner", &dirs);
-        let tried: Vec<String> = out.attempts.iter().map(|a| format!("{} ({:?})", a.file, a.result)).collect();
+        let tried: Vec<String> = out
+            .attempts
+            .iter()
+            .map(|a| format!("{} ({:?})", a.file, a.result))
+            .collect();
         let lib = out
             .lib
             .ok_or_else(|| TunerError::Load(format!("could not open tuner '{spec}': tried {}", tried.join("; "))))?;

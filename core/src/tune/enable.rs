@@ -237,7 +237,11 @@ mod tests {
     #[test]
     fn the_source_examples() {
         // tuning.cc's own examples.
-        let m = EnableMatrix::parse(None, Some("ring,collnetdirect;allreduce:tree,collnetdirect;broadcast:ring")).unwrap();
+        let m = EnableMatrix::parse(
+            None,
+            Some("ring,collnetdirect;allreduce:tree,collnetdirect;broadcast:ring"),
+        )
+        .unwrap();
         assert_eq!(m.algo[F::Reduce.index()], [0, 1, 1, 0, 0, 0, 0]);
         assert_eq!(m.algo[F::AllReduce.index()], [1, 0, 1, 0, 0, 0, 0]);
         assert_eq!(m.algo[F::Broadcast.index()], [0, 1, 0, 0, 0, 0, 0]);
@@ -277,13 +281,22 @@ mod tests {
     #[test]
     fn errors_name_the_token() {
         let e = EnableMatrix::parse(None, Some("ring;tree")).unwrap_err();
-        assert!(matches!(&e, GrammarError::MissingPrefix { entry, .. } if entry == "tree"), "{e}");
+        assert!(
+            matches!(&e, GrammarError::MissingPrefix { entry, .. } if entry == "tree"),
+            "{e}"
+        );
         let e = EnableMatrix::parse(Some("LL,Fast"), None).unwrap_err();
-        assert!(matches!(&e, GrammarError::UnknownElement { token, .. } if token == "Fast"), "{e}");
+        assert!(
+            matches!(&e, GrammarError::UnknownElement { token, .. } if token == "Fast"),
+            "{e}"
+        );
         assert!(e.to_string().contains("NCCL_PROTO=\"LL,Fast\""), "{e}");
         assert!(e.to_string().contains("LL, LL128, Simple"), "{e}");
         let e = EnableMatrix::parse(None, Some("alltoall:ring")).unwrap_err();
-        assert!(matches!(&e, GrammarError::UnknownPrefix { token, .. } if token == "alltoall"), "{e}");
+        assert!(
+            matches!(&e, GrammarError::UnknownPrefix { token, .. } if token == "alltoall"),
+            "{e}"
+        );
         // NCCL does not trim: a space is part of the token.
         assert!(EnableMatrix::parse(None, Some("ring, tree")).is_err());
     }
@@ -294,8 +307,14 @@ mod tests {
         let t = m.matrix_text();
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "");
-        assert!(lines[1].starts_with("     Function |       LL     LL128    Simple   | "), "{t}");
-        assert!(lines[6].starts_with("    AllReduce |        0         0         1   | "), "{t}");
+        assert!(
+            lines[1].starts_with("     Function |       LL     LL128    Simple   | "),
+            "{t}"
+        );
+        assert!(
+            lines[6].starts_with("    AllReduce |        0         0         1   | "),
+            "{t}"
+        );
         assert!(lines[6].ends_with("            1              0              0              0              0              0              0  "), "{t}");
     }
 }

@@ -194,7 +194,15 @@ impl Protocol {
 /// NCCL's function names, in index order (`ncclFuncStr[0..5]`).
 pub const FUNC_NAMES: [&str; NUM_FUNCS] = ["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"];
 /// NCCL's algorithm names, in index order (`ncclAlgoStr`).
-pub const ALGO_NAMES: [&str; NUM_ALGOS] = ["Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"];
+pub const ALGO_NAMES: [&str; NUM_ALGOS] = [
+    "Tree",
+    "Ring",
+    "CollNetDirect",
+    "CollNetChain",
+    "NVLS",
+    "NVLSTree",
+    "PAT",
+];
 /// NCCL's protocol names, in index order (`ncclProtoStr`).
 pub const PROTO_NAMES: [&str; NUM_PROTOS] = ["LL", "LL128", "Simple"];
 

@@ -81,7 +81,11 @@ impl Decision {
             self.nbytes,
             self.algo.name(),
             self.proto.name(),
-            if self.allgather_reduce { " (allgather+reduce)" } else { "" },
+            if self.allgather_reduce {
+                " (allgather+reduce)"
+            } else {
+                ""
+            },
             self.nchannels,
             self.chunk_bytes,
             if self.by_tuner {

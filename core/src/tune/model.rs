@@ -366,8 +366,21 @@ pub fn tune_model(
         SIMPLE_MAX_NTHREADS
     };
     let nt = inp.params.nthreads;
-    let (r, t, s, ll, ll128) = (A::Ring.index(), A::Tree.index(), P::Simple.index(), P::Ll.index(), P::Ll128.index());
-    max_threads[r][s] = get_nthreads(&mut notes, "NCCL_NTHREADS", nt, 2 * WARP_SIZE, SIMPLE_MAX_NTHREADS, simple_default);
+    let (r, t, s, ll, ll128) = (
+        A::Ring.index(),
+        A::Tree.index(),
+        P::Simple.index(),
+        P::Ll.index(),
+        P::Ll128.index(),
+    );
+    max_threads[r][s] = get_nthreads(
+        &mut notes,
+        "NCCL_NTHREADS",
+        nt,
+        2 * WARP_SIZE,
+        SIMPLE_MAX_NTHREADS,
+        simple_default,
+    );
     max_threads[t][s] = get_nthreads(
         &mut notes,
         "NCCL_NTHREADS",
@@ -379,7 +392,14 @@ pub fn tune_model(
     for a in [A::CollNetDirect, A::CollNetChain, A::Nvls, A::NvlsTree] {
         max_threads[a.index()][s] = MAX_NTHREADS;
     }
-    let ll_threads = get_nthreads(&mut notes, "NCCL_NTHREADS", nt, 2 * WARP_SIZE, LL_MAX_NTHREADS, LL_MAX_NTHREADS);
+    let ll_threads = get_nthreads(
+        &mut notes,
+        "NCCL_NTHREADS",
+        nt,
+        2 * WARP_SIZE,
+        LL_MAX_NTHREADS,
+        LL_MAX_NTHREADS,
+    );
     max_threads[r][ll] = ll_threads;
     max_threads[t][ll] = ll_threads;
     let ll128_threads = get_nthreads(
@@ -598,7 +618,8 @@ pub fn tune_model(
                         }
                     }
                     A::CollNetDirect => {
-                        lat += (2.0 * (local.min(1.0) as f64 * intra_lat as f64 + local as f64 * 0.4)) as f32 + inter_lat;
+                        lat +=
+                            (2.0 * (local.min(1.0) as f64 * intra_lat as f64 + local as f64 * 0.4)) as f32 + inter_lat;
                     }
                     A::CollNetChain => {
                         lat += 2.0 * local * intra_lat + inter_lat;
@@ -807,8 +828,16 @@ mod tests {
         let want_bw = [141.0 * 8.0 / 14.0, 294.4 * 8.0 / 14.0, 320.0 * 8.0 / 14.0];
         let want_lat = [15.0, 40.6, 56.0];
         for p in 0..3 {
-            assert!(close(m.bandwidths[ar][ring][p], want_bw[p]), "bw[{p}] {}", m.bandwidths[ar][ring][p]);
-            assert!(close(m.latencies[ar][ring][p], want_lat[p]), "lat[{p}] {}", m.latencies[ar][ring][p]);
+            assert!(
+                close(m.bandwidths[ar][ring][p], want_bw[p]),
+                "bw[{p}] {}",
+                m.bandwidths[ar][ring][p]
+            );
+            assert!(
+                close(m.latencies[ar][ring][p], want_lat[p]),
+                "lat[{p}] {}",
+                m.latencies[ar][ring][p]
+            );
         }
         let t = |p, n| m.algo_time(F::AllReduce, A::Ring, p, n, 1).unwrap();
         assert!(close(t(P::Ll, 1 << 20), 28.0), "{}", t(P::Ll, 1 << 20));
@@ -831,7 +860,11 @@ mod tests {
         let simple = 294.4f32 * 0.5;
         let ll = (294.4f32 / 3.8).min(141.0) * 0.5;
         let ll128 = (294.4f32 * 7.0 / 9.0).min(16.0 * 36.7) * 0.5;
-        assert!(close(m.bandwidths[ar][tree][2], simple), "{}", m.bandwidths[ar][tree][2]);
+        assert!(
+            close(m.bandwidths[ar][tree][2], simple),
+            "{}",
+            m.bandwidths[ar][tree][2]
+        );
         assert!(close(m.bandwidths[ar][tree][0], ll), "{}", m.bandwidths[ar][tree][0]);
         assert!(close(m.bandwidths[ar][tree][1], ll128), "{}", m.bandwidths[ar][tree][1]);
         assert!(close(m.latencies[ar][tree][0], 6.8 + 14.0 * 0.6));
@@ -865,13 +898,26 @@ mod tests {
         let m = tune_model(&inp, &g, &mut c, &EnableMatrix::default(), &ALL_RUNNABLE);
         let (ar, ring, s) = (F::AllReduce.index(), A::Ring.index(), P::Simple.index());
         let want = 8.4 + 56.0 * 3.4 + 6.0 * (14.0 + 4.0);
-        assert!(close(m.latencies[ar][ring][s], want), "{} vs {want}", m.latencies[ar][ring][s]);
+        assert!(
+            close(m.latencies[ar][ring][s], want),
+            "{} vs {want}",
+            m.latencies[ar][ring][s]
+        );
         // Bandwidth uses bwInter beyond 2 nodes: 16 × 12 × 32/62.
         assert!(close(m.bandwidths[ar][ring][s], 16.0 * 12.0 * 32.0 / 62.0));
         let small = m.algo_time(F::AllReduce, A::Ring, P::Simple, 1024, 1).unwrap();
-        assert!(close(small, want + 1024.0 / (1000.0 * m.bandwidths[ar][ring][s])), "{small}");
+        assert!(
+            close(small, want + 1024.0 / (1000.0 * m.bandwidths[ar][ring][s])),
+            "{small}"
+        );
         let big = m.algo_time(F::AllReduce, A::Ring, P::Simple, 1 << 20, 1).unwrap();
-        assert!(close(big, want * 1.4 + (1 << 20) as f32 / (1000.0 * m.bandwidths[ar][ring][s])), "{big}");
+        assert!(
+            close(
+                big,
+                want * 1.4 + (1 << 20) as f32 / (1000.0 * m.bandwidths[ar][ring][s])
+            ),
+            "{big}"
+        );
         // Tree: 2 × (7 × NVLink Tree lat + log2(4) × (NET Tree lat + 2 × 2.0)).
         let tl = m.latencies[ar][A::Tree.index()][s];
         let want_tree = 8.4 + 2.0 * (7.0 * 4.0 + 2.0 * (14.0 + 4.0));

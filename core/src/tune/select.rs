@@ -212,7 +212,16 @@ impl ChunkGeometry {
 /// of `nbytes` over `nchannels` channels (NCCL passes 1 and one channel's part),
 /// for Ring, Tree (with the LL128 tree rule) and PAT; CollNet and NVLS keep the
 /// protocol's maximum here. `ppn` = ranks per node.
-pub fn chunk_size(g: &ChunkGeometry, f: F, a: A, p: P, nbytes: usize, nchannels: usize, nnodes: usize, ppn: f32) -> usize {
+pub fn chunk_size(
+    g: &ChunkGeometry,
+    f: F,
+    a: A,
+    p: P,
+    nbytes: usize,
+    nchannels: usize,
+    nnodes: usize,
+    ppn: f32,
+) -> usize {
     let mut chunk = g.max_chunk(f, a, p);
     let nch = nchannels.max(1);
     if a == A::Tree && p == P::Ll128 {
@@ -336,7 +345,13 @@ mod tests {
         let m = model(8);
         // Ring/Simple: 512 threads × 64 B per channel; 16 channels need 512 KiB.
         let r = resources(&m, A::Ring, P::Simple, 16 * 512 * 64, 16, 0, 0);
-        assert_eq!(r, Resources { nchannels: 16, nthreads: 544 });
+        assert_eq!(
+            r,
+            Resources {
+                nchannels: 16,
+                nthreads: 544
+            }
+        );
         let r = resources(&m, A::Ring, P::Simple, 4 * 512 * 64, 16, 0, 0);
         assert_eq!(r.nchannels, 4);
         let r = resources(&m, A::Ring, P::Simple, 8, 16, 0, 0);

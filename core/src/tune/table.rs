@@ -36,7 +36,10 @@ pub fn lines(m: &Model) -> Vec<String> {
             let mut line = format!("{fname:>13} |");
             for a in algos() {
                 for p in 0..3 {
-                    line.push_str(&format!("{:>8.1}/{:>6.1} |", m.latencies[f][a][p], m.bandwidths[f][a][p]));
+                    line.push_str(&format!(
+                        "{:>8.1}/{:>6.1} |",
+                        m.latencies[f][a][p], m.bandwidths[f][a][p]
+                    ));
                 }
             }
             out.push(line);
