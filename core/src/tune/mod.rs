@@ -438,6 +438,20 @@ impl Tuning {
                         && d.algo == Algorithm::Ring
                         && d.proto == Protocol::Simple
                         && own <= self.small_allreduce_bytes;
+                    if self.rank == 0 {
+                        // scheduleCollTasksToPlan's line, per operation.
+                        crate::nccl_info!(
+                            TUNING,
+                            "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{{}..{}}}",
+                            func.name(),
+                            own,
+                            di.algo.name(),
+                            di.proto.name(),
+                            0,
+                            di.nchannels - 1
+                        );
+                    }
+                    self.last.lock().unwrap_or_else(|e| e.into_inner()).insert(func, di);
                     out[i] = Some(di);
                 }
                 j = end;
@@ -548,19 +562,6 @@ impl Tuning {
             time_us: time,
             by_tuner,
         };
-        if self.rank == 0 {
-            crate::nccl_info!(
-                TUNING,
-                "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{{}..{}}}",
-                func.name(),
-                nbytes,
-                algo.name(),
-                proto.name(),
-                0,
-                d.nchannels - 1
-            );
-        }
-        self.last.lock().unwrap_or_else(|e| e.into_inner()).insert(func, d);
         Ok(d)
     }
 
