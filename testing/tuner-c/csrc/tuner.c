@@ -44,7 +44,7 @@ _Static_assert(sizeof(ncclTunerConstants_v5_t) == 1152, "constants layout");
 struct ctx {
   size_t nRanks, nNodes;
   int calls;
-  int forceAlgo, forceProto, forceChannels;
+  int forceAlgo, forceProto, forceChannels, overwrite;
   size_t chunk;
   char log[512];
   ncclDebugLogger_t logFn;
@@ -77,6 +77,7 @@ __attribute__((unused)) static struct ctx* newCtx(size_t nRanks, size_t nNodes, 
       c->forceChannels = n;
     }
   }
+  c->overwrite = getenv("CTUNER_OVERWRITE") != NULL;
   const char* ch = getenv("CTUNER_CHUNK");
   if (ch) c->chunk = (size_t)strtoull(ch, NULL, 10);
   if (logFn) logFn(3, 0x40, __FILE__, __LINE__, "CTuner v%d: init nRanks %zu nNodes %zu", TUNER_VERSION, nRanks, nNodes);
@@ -164,7 +165,7 @@ static ncclResult_t collInfoTable(void* ctx, ncclFunc_t coll, size_t nBytes, int
   logLine(c, line);
   if (c->forceAlgo >= 0 && c->forceAlgo < numAlgo && c->forceProto >= 0 && c->forceProto < numProto) {
     float* e = &t[c->forceAlgo * numProto + c->forceProto];
-    if (*e != IGNORE) *e = 0.0f;
+    if (*e != IGNORE || c->overwrite) *e = 0.0f;
     if (c->forceChannels > 0) *nChannels = c->forceChannels;
   }
   return 0;

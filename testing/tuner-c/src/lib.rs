@@ -19,6 +19,7 @@
 //!   `finalize`) with the arguments received, so tests can check what the host passed;
 //! * `CTUNER_FORCE=<algo>,<proto>[,<nChannels>]`: v3+ set that table entry to 0.0
 //!   (unless it is -1) and `*nChannels`; v2 return the pair;
+//! * `CTUNER_OVERWRITE=1`: force the entry even when it is -1 (an impossible choice);
 //! * `CTUNER_CHUNK=<bytes>`: v6 `getChunkSize` returns this chunk size;
 //! * `CTUNER_RING_BASE=<us>`: v5+ `init` writes `baseLatencies[Ring][*]`.
 //!
