@@ -436,19 +436,33 @@ fn rules_tuner_pins_choices_from_toml_and_nccl_csv() {
         "tuner_force",
         &tuner_env(
             "rules",
-            &[("NCCL_TUNER_CONFIG_FILE", toml.to_str().unwrap()), ("TUNE_FORCE_CHECK", "0,1")],
+            &[
+                ("NCCL_TUNER_CONFIG_FILE", toml.to_str().unwrap()),
+                ("TUNE_FORCE_CHECK", "0,1"),
+            ],
         ),
     );
-    assert!(outs[0].stdout.contains("TUNER/Plugin: Using Rules (v6)"), "{}", outs[0].stdout);
+    assert!(
+        outs[0].stdout.contains("TUNER/Plugin: Using Rules (v6)"),
+        "{}",
+        outs[0].stdout
+    );
     // A rule file in the CSV format of NCCL's example tuner carries over unchanged.
     let csv = dir.join("nccl_tuner.conf");
-    std::fs::write(&csv, "# NCCL example format\nallreduce,0,4294967295,ring,simple,2,-1,2\n").unwrap();
+    std::fs::write(
+        &csv,
+        "# NCCL example format\nallreduce,0,4294967295,ring,simple,2,-1,2\n",
+    )
+    .unwrap();
     run_case(
         2,
         "tuner_force",
         &tuner_env(
             "rules",
-            &[("NCCL_TUNER_CONFIG_FILE", csv.to_str().unwrap()), ("TUNE_FORCE_CHECK", "1,2")],
+            &[
+                ("NCCL_TUNER_CONFIG_FILE", csv.to_str().unwrap()),
+                ("TUNE_FORCE_CHECK", "1,2"),
+            ],
         ),
     );
     // A malformed file fails communicator creation, naming the line.
@@ -458,6 +472,12 @@ fn rules_tuner_pins_choices_from_toml_and_nccl_csv() {
         "init_fails",
         &tuner_env("rules", &[("NCCL_TUNER_CONFIG_FILE", csv.to_str().unwrap())]),
     );
-    assert!(outs[0].stdout.contains("nccl_tuner.conf:1: unknown algorithm \"fastest\""), "{}", outs[0].stdout);
+    assert!(
+        outs[0]
+            .stdout
+            .contains("nccl_tuner.conf:1: unknown algorithm \"fastest\""),
+        "{}",
+        outs[0].stdout
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

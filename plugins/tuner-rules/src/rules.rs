@@ -24,7 +24,15 @@ pub const ALGOS: [&str; 7] = [
     "pat",
 ];
 /// `NCCL_ALGO` spellings accepted too (`ncclAlgoStr`).
-const ALGOS_NCCL: [&str; 7] = ["tree", "ring", "collnetdirect", "collnetchain", "nvls", "nvlstree", "pat"];
+const ALGOS_NCCL: [&str; 7] = [
+    "tree",
+    "ring",
+    "collnetdirect",
+    "collnetchain",
+    "nvls",
+    "nvlstree",
+    "pat",
+];
 /// Protocol keywords in `NCCL_PROTO_*` order.
 pub const PROTOS: [&str; 3] = ["ll", "ll128", "simple"];
 
@@ -92,7 +100,15 @@ fn keyword(what: &str, v: &str, list: &[&str], alt: &[&str], origin: &str) -> Re
 
 impl Rule {
     /// Whether the rule applies to a `getCollInfo` call.
-    pub fn matches(&self, func: usize, nbytes: u64, nnodes: usize, nranks: usize, pipe_ops: i32, reg_buff: bool) -> bool {
+    pub fn matches(
+        &self,
+        func: usize,
+        nbytes: u64,
+        nnodes: usize,
+        nranks: usize,
+        pipe_ops: i32,
+        reg_buff: bool,
+    ) -> bool {
         self.func == func
             && (self.min_bytes..=self.max_bytes).contains(&nbytes)
             && self.nodes.is_none_or(|n| n == nnodes)
@@ -149,8 +165,16 @@ pub fn parse_csv(text: &str, file: &str) -> Result<Vec<Rule>, RulesError> {
             channels: (channels > 0).then_some(channels as i32),
             nodes: any(num(6, "nNodes")?).map(|v| v as usize),
             ranks: any(num(7, "nRanks")?).map(|v| v as usize),
-            pipe_ops: if f.len() >= 9 { any(num(8, "numPipeOps")?).map(|v| v as i32) } else { None },
-            reg_buff: if f.len() >= 10 { any(num(9, "regBuff")?).map(|v| v != 0) } else { None },
+            pipe_ops: if f.len() >= 9 {
+                any(num(8, "numPipeOps")?).map(|v| v as i32)
+            } else {
+                None
+            },
+            reg_buff: if f.len() >= 10 {
+                any(num(9, "regBuff")?).map(|v| v != 0)
+            } else {
+                None
+            },
             chunk_size: None,
             origin,
         });
@@ -258,7 +282,11 @@ pub fn load(path: &Path) -> Result<Option<Vec<Rule>>, RulesError> {
         }
     };
     let toml = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("toml"));
-    let rules = if toml { parse_toml(&text, &file)? } else { parse_csv(&text, &file)? };
+    let rules = if toml {
+        parse_toml(&text, &file)?
+    } else {
+        parse_csv(&text, &file)?
+    };
     Ok(Some(rules))
 }
 
@@ -358,11 +386,17 @@ protocol = "simple"
         assert_eq!((r[1].min_bytes, r[1].max_bytes), (1, u64::MAX));
         assert!(r[0].matches(4, 100, 1, 5, 3, true));
         assert!(!r[0].matches(4, 65537, 1, 5, 3, true));
-        let e = parse_toml("[[rule]]\ncollective = \"allreduce\"\nalgorithm = \"tree\"\nprotocol = \"simple\"\nchannel = 2\n", "x.toml")
-            .unwrap_err();
+        let e = parse_toml(
+            "[[rule]]\ncollective = \"allreduce\"\nalgorithm = \"tree\"\nprotocol = \"simple\"\nchannel = 2\n",
+            "x.toml",
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("unknown field `channel`"), "{e}");
-        let e = parse_toml("[[rule]]\ncollective = \"alltoall\"\nalgorithm = \"tree\"\nprotocol = \"simple\"\n", "x.toml")
-            .unwrap_err();
+        let e = parse_toml(
+            "[[rule]]\ncollective = \"alltoall\"\nalgorithm = \"tree\"\nprotocol = \"simple\"\n",
+            "x.toml",
+        )
+        .unwrap_err();
         assert_eq!(
             e.to_string(),
             "x.toml: rule 1: unknown collective \"alltoall\" (expected one of broadcast, reduce, allgather, reducescatter, allreduce)"
