@@ -426,9 +426,8 @@ fn coll_values(cx: &mut TunerCx) -> Res {
 fn coll_ignore(cx: &mut TunerCx) -> Res {
     sweep(cx, |case, r| {
         let Ok((t, _)) = r else { return Ok(()) };
-        for a in 0..7 {
-            for p in 0..3 {
-                let (before, after) = (case.table[a][p], t[a][p]);
+        for (a, (row_before, row_after)) in case.table.iter().zip(t.iter()).enumerate() {
+            for (p, (&before, &after)) in row_before.iter().zip(row_after).enumerate() {
                 let name = || {
                     format!(
                         "{}/{}",

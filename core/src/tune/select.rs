@@ -212,6 +212,7 @@ impl ChunkGeometry {
 /// of `nbytes` over `nchannels` channels (NCCL passes 1 and one channel's part),
 /// for Ring, Tree (with the LL128 tree rule) and PAT; CollNet and NVLS keep the
 /// protocol's maximum here. `ppn` = ranks per node.
+#[allow(clippy::too_many_arguments)]
 pub fn chunk_size(
     g: &ChunkGeometry,
     f: F,
