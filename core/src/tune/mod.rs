@@ -259,6 +259,17 @@ impl Tuning {
         for n in &model.notes {
             crate::nccl_info!(ENV, "{n}");
         }
+        for (var, set) in [
+            ("NCCL_NTHREADS", s.params.model.nthreads != -2),
+            ("NCCL_LL128_NTHREADS", s.params.model.ll128_nthreads != -2),
+        ] {
+            if set {
+                crate::nccl_info!(
+                    ENV,
+                    "{var} has no effect on a CPU host: a channel is one thread (channels follow FERROCCL_MIN_CHANNEL_BYTES / NCCL_THREAD_THRESHOLDS)"
+                );
+            }
+        }
         let mut geometry = ChunkGeometry::nccl_default();
         geometry.step_bytes[Protocol::Simple.index()] = s.simple_step_bytes;
         geometry.grain[Protocol::Simple.index()] = 64;

@@ -249,6 +249,82 @@ pub fn round_to_grain(g: &ChunkGeometry, p: P, chunk: usize) -> usize {
     chunk / grain * grain
 }
 
+/// One row of the explorer's summary: sizes `lo ..= hi` (powers of two) all pick
+/// `algo`/`proto`, with model times from `t_lo` to `t_hi` µs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChoiceRange {
+    /// Smallest size of the range (bytes).
+    pub lo: usize,
+    /// Largest size of the range (bytes).
+    pub hi: usize,
+    /// The algorithm picked.
+    pub algo: A,
+    /// The protocol picked.
+    pub proto: P,
+    /// Model time at `lo` (µs).
+    pub t_lo: f32,
+    /// Model time at `hi` (µs).
+    pub t_hi: f32,
+}
+
+impl std::fmt::Display for ChoiceRange {
+    /// `8 .. 128K   Tree/LL   25.20 .. 48.50 us`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let algo_proto = format!("{}/{}", self.algo.name(), self.proto.name());
+        write!(
+            f,
+            "{:>5} .. {:<5}  {:<20}  {:.2} .. {:.2} us",
+            human_size(self.lo),
+            human_size(self.hi),
+            algo_proto,
+            self.t_lo,
+            self.t_hi
+        )
+    }
+}
+
+/// `8`, `128K`, `64M`, `8G` (power-of-two sizes as the explorer prints them).
+pub fn human_size(b: usize) -> String {
+    const UNITS: [(usize, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
+    for (u, s) in UNITS {
+        if b >= u && b % u == 0 {
+            return format!("{}{s}", b / u);
+        }
+    }
+    b.to_string()
+}
+
+/// The choice per power-of-two size from `min` to `max` bytes for `f` (one
+/// operation, no tuner), grouped into ranges of equal choice: what the topology
+/// explorer prints per collective.
+pub fn choice_ranges(m: &Model, f: F, s: &TableSupport, min: usize, max: usize) -> Vec<ChoiceRange> {
+    let mut out: Vec<ChoiceRange> = Vec::new();
+    let mut n = min.max(1);
+    while n <= max {
+        if let Some((a, p, t)) = pick(&coll_cost_table(m, f, n, 1, s)) {
+            match out.last_mut() {
+                Some(r) if r.algo == a && r.proto == p => {
+                    r.hi = n;
+                    r.t_hi = t;
+                }
+                _ => out.push(ChoiceRange {
+                    lo: n,
+                    hi: n,
+                    algo: a,
+                    proto: p,
+                    t_lo: t,
+                    t_hi: t,
+                }),
+            }
+        }
+        match n.checked_mul(2) {
+            Some(x) => n = x,
+            None => break,
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,6 +436,27 @@ mod tests {
         // nt halves down to 64 (not a multiple of 128 after that), +32, then max(…, 96).
         assert_eq!(r.nthreads, 96);
         assert_eq!(resources(&m, A::Tree, P::Simple, 8, 16, 0, 0).nthreads, 640);
+    }
+
+    #[test]
+    fn explorer_ranges() {
+        let m = model(8);
+        let s = TableSupport {
+            max_local_ranks: 8,
+            local_ranks: 8,
+            ..TableSupport::default()
+        };
+        let r = choice_ranges(&m, F::AllReduce, &s, 8, 8 << 30);
+        assert_eq!(r.first().map(|x| (x.lo, x.algo, x.proto)), Some((8, A::Ring, P::Ll)));
+        assert_eq!(r.last().map(|x| (x.hi, x.proto)), Some((8 << 30, P::Simple)));
+        // Ranges are contiguous and each covers sizes of one choice.
+        for w in r.windows(2) {
+            assert_eq!(w[1].lo, w[0].hi * 2);
+            assert!((w[0].algo, w[0].proto) != (w[1].algo, w[1].proto));
+        }
+        assert!(r[0].to_string().starts_with("    8 .. "), "{}", r[0]);
+        assert_eq!(human_size(128 << 10), "128K");
+        assert_eq!(human_size(3000), "3000");
     }
 
     #[test]
