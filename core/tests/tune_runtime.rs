@@ -280,8 +280,9 @@ fn forced_tree_allreduce_2_5_and_8_ranks() {
 
 #[test]
 fn channels_and_the_allgather_reduce_variant_are_obeyed() {
-    // Many channels for small sizes, and the all-gather + reduce AllReduce for all
-    // sizes (up to 1 GiB) or for none: every combination gives correct data.
+    // Many channels for small sizes, and the all-gather + reduce AllReduce allowed
+    // at every size (the model then decides) or at none: every combination gives
+    // correct data.
     for (min_ch, small) in [("64", "1073741824"), ("64", "0"), ("1048576", "1073741824")] {
         forced(
             3,

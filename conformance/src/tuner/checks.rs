@@ -220,6 +220,7 @@ pub fn machines() -> Vec<Machine> {
         nchannels: 2,
         net_speed_mbps: 10_000,
         net_latency_us: 0.0,
+        cores: 2,
     };
     vec![
         Machine {

@@ -119,12 +119,10 @@ impl Drop for InitGuard {
 /// peers' host hashes, the net device's speed and latency, the tuner plugin
 /// (`NCCL_TUNER_PLUGIN`, or the external net plugin's library), then the model.
 /// Errors: the tuner's `init` failing (communicator creation fails, as in NCCL).
-#[allow(clippy::too_many_arguments)]
 fn init_tuning(
     config: &CommConfig,
     params: &CommParams,
-    peers: &[PeerInfo],
-    rank: usize,
+    (bootstrap, peers, rank): (&Bootstrap, &[PeerInfo], usize),
     nchannels: usize,
     net: &Arc<dyn NetPlugin>,
     comm_id: u64,
@@ -134,7 +132,34 @@ fn init_tuning(
     for p in peers {
         *per_host.entry(p.host_hash).or_default() += 1;
     }
+    // Every rank must decide alike, so the facts that can differ between hosts
+    // (device speed and latency, cores) are agreed on: the slowest device, the
+    // largest latency, the fewest cores.
     let props = net.properties(0).ok();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let mine = [
+        props.as_ref().map_or(0, |p| p.speed).to_le_bytes(),
+        props.as_ref().map_or(0.0f32, |p| p.latency).to_le_bytes(),
+        cores.to_le_bytes(),
+    ]
+    .concat();
+    let all = bootstrap.allgather(&mine)?;
+    let field = |b: &[u8], i: usize| -> [u8; 4] {
+        b.get(i * 4..i * 4 + 4)
+            .and_then(|s| s.try_into().ok())
+            .unwrap_or([0; 4])
+    };
+    let speed = all.iter().map(|b| i32::from_le_bytes(field(b, 0))).min().unwrap_or(0);
+    let latency = all
+        .iter()
+        .map(|b| f32::from_le_bytes(field(b, 1)))
+        .fold(0.0f32, f32::max);
+    let cores = all
+        .iter()
+        .map(|b| u32::from_le_bytes(field(b, 2)))
+        .min()
+        .unwrap_or(1)
+        .max(1);
     let facts = crate::tune::host::HostFacts {
         nranks: peers.len(),
         nnodes: per_host.len().max(1),
@@ -142,8 +167,9 @@ fn init_tuning(
         max_local_ranks: per_host.values().copied().max().unwrap_or(1),
         local_ranks: per_host.get(&peers[rank].host_hash).copied().unwrap_or(1),
         nchannels,
-        net_speed_mbps: props.as_ref().map_or(0, |p| p.speed),
-        net_latency_us: props.as_ref().map_or(0.0, |p| p.latency),
+        net_speed_mbps: speed,
+        net_latency_us: latency,
+        cores: cores as usize,
     };
     let opts = config.net.clone().unwrap_or_else(crate::plugin::LoadOptions::from_env);
     let tuner = if config.preloaded_net.is_some() && opts.tuner_plugin.is_none() {
@@ -252,8 +278,7 @@ impl Comm {
         let tuning = Arc::new(init_tuning(
             &config,
             &params,
-            &peers,
-            rank,
+            (&bootstrap, &peers, rank),
             nchannels,
             &net,
             comm_hash(id),

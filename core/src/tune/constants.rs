@@ -148,6 +148,22 @@ impl TunerConstants {
         c
     }
 
+    /// [`TunerConstants::cpu_host`] for a host oversubscribed by `factor`
+    /// (see `host::HostFacts::oversubscription`): the Tree and Ring hop latencies
+    /// scaled by it.
+    pub fn cpu_host_oversubscribed(factor: f64) -> TunerConstants {
+        let mut c = TunerConstants::cpu_host();
+        let f = factor.max(1.0);
+        for hw in [HW_NVLINK, HW_PCI, HW_NET] {
+            for a in 0..2 {
+                for p in 0..NUM_PROTOS {
+                    c.hw_latencies[hw][a][p] *= f;
+                }
+            }
+        }
+        c
+    }
+
     /// Copies the constants into the C struct a v5/v6 tuner `init` receives.
     pub fn to_abi(&self) -> ncclTunerConstants_v5_t {
         ncclTunerConstants_v5_t {

@@ -32,6 +32,19 @@ pub struct HostFacts {
     pub net_speed_mbps: i32,
     /// The net plugin's latency for the device, µs (`ncclNetProperties.latency`).
     pub net_latency_us: f32,
+    /// CPU cores on the host with the fewest (every rank must see the same facts).
+    pub cores: usize,
+}
+
+impl HostFacts {
+    /// How far the busiest host is oversubscribed: each rank keeps two threads
+    /// busy (the caller's and the proxy), so `2 × ranks / cores`, at least 1. A
+    /// hop between two ranks then waits for the receiver to be scheduled; the
+    /// host's per-hop latencies are multiplied by this (`BENCHMARKS.md`, "Tuning:
+    /// the CPU-host constants").
+    pub fn oversubscription(&self) -> f64 {
+        (2.0 * self.max_local_ranks as f64 / self.cores.max(1) as f64).max(1.0)
+    }
 }
 
 /// NCCL's NET bandwidth of a device (`ncclTopoAddNet`): `speed / 8000` GB/s,
@@ -47,7 +60,7 @@ pub fn net_bw(speed_mbps: i32) -> f32 {
 pub fn graph_info(h: &HostFacts) -> GraphInfo {
     let nch = h.nchannels.max(1);
     let bw = net_bw(h.net_speed_mbps) / nch as f32;
-    let p = PatternInfo {
+    let ring = PatternInfo {
         nchannels: nch,
         bw_intra: bw,
         bw_inter: bw,
@@ -58,9 +71,16 @@ pub fn graph_info(h: &HostFacts) -> GraphInfo {
         latency_inter: h.net_latency_us.max(0.0),
         same_channels: true,
     };
+    // The tree's per-channel bandwidth relative to the ring's, measured (see
+    // HOST_TREE_BW_RATIO).
+    let tree = PatternInfo {
+        bw_intra: bw * HOST_TREE_BW_RATIO,
+        bw_inter: bw * HOST_TREE_BW_RATIO,
+        ..ring
+    };
     GraphInfo {
-        tree: p,
-        ring: p,
+        tree,
+        ring,
         collnet_direct: PatternInfo::NONE,
         collnet_chain: PatternInfo::NONE,
         nvls: PatternInfo::NONE,
@@ -114,6 +134,14 @@ pub fn runnable(protocols: &[P]) -> Runnable {
 /// The host's per-channel bandwidth ceiling (see [`HOST_MAX_BW`]).
 pub const MAX_BW: f64 = HOST_MAX_BW;
 
+/// The host tree pattern's per-channel bandwidth relative to the ring's: on a
+/// host every rank of a chain moves the whole buffer up and down once, like a
+/// ring rank moves it twice in parts, and both run on the same CPU thread, so the
+/// two patterns move bytes at about the same rate; NCCL's GPU model then derates
+/// the tree (0.92 × 0.5 against the ring's n/2(n-1), plus its correction
+/// factors). Measured in `BENCHMARKS.md` ("Tuning: the CPU-host constants").
+pub const HOST_TREE_BW_RATIO: f32 = 1.0;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -129,12 +157,14 @@ mod tests {
             nchannels: 2,
             net_speed_mbps: 0,
             net_latency_us: 3.0,
+            cores: 2,
         };
         let g = graph_info(&h);
         assert_eq!(g.ring.nchannels, 2);
         assert!((g.ring.bw_inter - 1.25 / 2.0).abs() < 1e-6);
         assert_eq!(g.ring.latency_inter, 3.0);
         assert_eq!(g.nvls.nchannels, 0);
+        assert_eq!(h.oversubscription(), 2.0);
         let r = runnable(&[P::Simple]);
         assert!(r[F::AllReduce.index()][A::Tree.index()][P::Simple.index()]);
         assert!(!r[F::AllGather.index()][A::Tree.index()][P::Simple.index()]);

@@ -61,10 +61,12 @@ pub struct Decision {
     pub nchannels: usize,
     /// Chunk size in bytes (the unit of pipelining per channel and loop).
     pub chunk_bytes: usize,
-    /// Host-only AllReduce variant for small messages: every rank's input is
-    /// all-gathered around the ring and reduced locally in rank order (one pass
-    /// instead of reduce-scatter + all-gather). Chosen for Ring/Simple AllReduce
-    /// up to `FERROCCL_SMALL_ALLREDUCE_BYTES`; measurements in `BENCHMARKS.md`.
+    /// Host-only AllReduce variant: every rank's input is all-gathered around the
+    /// ring and reduced locally in rank order (n-1 hops of the whole buffer
+    /// instead of 2(n-1) hops of 1/n of it). Chosen for Ring/Simple AllReduce
+    /// when the model prices it below reduce-scatter + all-gather (see
+    /// [`Tuning::allgather_reduce_time`]) and the buffer is at most
+    /// `FERROCCL_SMALL_ALLREDUCE_BYTES` (its scratch is nranks × the buffer).
     pub allgather_reduce: bool,
     /// The model's (or the tuner's) cost of the chosen entry, µs.
     pub time_us: f32,
@@ -107,8 +109,9 @@ pub struct TuneParams {
     /// `FERROCCL_MIN_CHANNEL_BYTES`: bytes a channel must get before another is
     /// used (the host's `threadThresholds`, one thread per channel).
     pub min_channel_bytes: usize,
-    /// `FERROCCL_SMALL_ALLREDUCE_BYTES`: Ring/Simple AllReduces up to this size
-    /// run as all-gather + local reduction ([`Decision::allgather_reduce`]).
+    /// `FERROCCL_SMALL_ALLREDUCE_BYTES`: largest Ring/Simple AllReduce that may
+    /// run as all-gather + local reduction ([`Decision::allgather_reduce`]) when
+    /// the model prices it lower.
     pub small_allreduce_bytes: usize,
 }
 
@@ -136,7 +139,7 @@ impl TuneParams {
                 thread_thresholds: s("NCCL_THREAD_THRESHOLDS"),
             },
             min_channel_bytes: int("FERROCCL_MIN_CHANNEL_BYTES", 1 << 20, 1, 1 << 40)? as usize,
-            small_allreduce_bytes: int("FERROCCL_SMALL_ALLREDUCE_BYTES", 16 << 10, 0, 1 << 40)? as usize,
+            small_allreduce_bytes: int("FERROCCL_SMALL_ALLREDUCE_BYTES", 256 << 10, 0, 1 << 40)? as usize,
         })
     }
 }
@@ -210,8 +213,8 @@ impl Tuning {
     ///
     /// Errors: the tuner's `init` failing fails communicator creation, as in NCCL.
     pub fn new(s: TuningSetup, tuner: Option<Arc<TunerAdapter>>) -> Result<Tuning, Error> {
-        let mut constants = TunerConstants::cpu_host();
         let f = &s.facts;
+        let mut constants = TunerConstants::cpu_host_oversubscribed(f.oversubscription());
         let mut ctx = None;
         let mut tuner_name = None;
         if let Some(t) = tuner {
@@ -380,7 +383,9 @@ impl Tuning {
         }
     }
 
-    /// The cost table NCCL would hand the tuner for `func` on `nbytes`.
+    /// The cost table handed to the tuner for `func` on `nbytes`: NCCL's
+    /// (`updateCollCostTable`), except that a host's AllReduce Ring/Simple entry is
+    /// the cheaper of its two ring implementations (see [`Decision::allgather_reduce`]).
     pub fn cost_table(&self, func: Func, nbytes: usize, num_pipe_ops: usize, scaled_op: bool) -> CostTable {
         let support = TableSupport {
             collnet: false,
@@ -390,7 +395,42 @@ impl Tuning {
             scaled_op,
             fp8: false,
         };
-        select::coll_cost_table(&self.model, func, nbytes, num_pipe_ops, &support)
+        let mut t = select::coll_cost_table(&self.model, func, nbytes, num_pipe_ops, &support);
+        if func == Func::AllReduce
+            && let Some(ag) = self.allgather_reduce_time(nbytes, num_pipe_ops)
+        {
+            let e = &mut t[Algorithm::Ring.index()][Protocol::Simple.index()];
+            if *e >= 0.0 && ag < *e {
+                *e = ag;
+            }
+        }
+        t
+    }
+
+    /// The model's time (µs) of the all-gather + local reduce AllReduce on
+    /// `nbytes`, in the ring model's own terms: the ring's base latency, half its
+    /// hops (n-1 instead of 2(n-1)), and n-1 whole buffers per link at the ring's
+    /// bus bandwidth. `None` above `FERROCCL_SMALL_ALLREDUCE_BYTES` or where the
+    /// ring is not available.
+    pub fn allgather_reduce_time(&self, nbytes: usize, num_pipe_ops: usize) -> Option<f32> {
+        let n = self.facts.nranks;
+        if n < 2 || nbytes > self.small_allreduce_bytes {
+            return None;
+        }
+        let (fi, ri, si) = (
+            Func::AllReduce.index(),
+            Algorithm::Ring.index(),
+            Protocol::Simple.index(),
+        );
+        let bw = self.model.bandwidths[fi][ri][si];
+        if bw <= 0.0 {
+            return None;
+        }
+        let lat = self.model.latencies[fi][ri][si];
+        let base = self.constants.base_latencies[ri][si] as f32;
+        let nf = n as f32;
+        let bus = bw * 2.0 * (nf - 1.0) / nf;
+        Some((base + (lat - base) / 2.0) * num_pipe_ops as f32 + nbytes as f32 * (nf - 1.0) / (1000.0 * bus))
     }
 
     /// Decides every collective of one group (`colls`, in order; `None` for
@@ -448,7 +488,11 @@ impl Tuning {
                     di.allgather_reduce = func == Func::AllReduce
                         && d.algo == Algorithm::Ring
                         && d.proto == Protocol::Simple
-                        && own <= self.small_allreduce_bytes;
+                        && self.allgather_reduce_time(own, 1).is_some_and(|ag| {
+                            self.model
+                                .algo_time(func, Algorithm::Ring, Protocol::Simple, own, 1)
+                                .is_none_or(|rs| ag < rs)
+                        });
                     if self.rank == 0 {
                         // scheduleCollTasksToPlan's line, per operation.
                         crate::nccl_info!(
@@ -660,5 +704,112 @@ pub fn load_tuner(
             crate::nccl_warn!("TUNER/Plugin: {e}");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tuning(nranks: usize, cores: usize, params: TuneParams) -> Tuning {
+        let facts = HostFacts {
+            nranks,
+            nnodes: 1,
+            min_local_ranks: nranks,
+            max_local_ranks: nranks,
+            local_ranks: nranks,
+            nchannels: 2,
+            net_speed_mbps: 10_000,
+            net_latency_us: 0.0,
+            cores,
+        };
+        let setup = TuningSetup {
+            rank: 1,
+            facts,
+            comm_id: 7,
+            simple_step_bytes: (4 << 20) / 8 - 64,
+            protocols: vec![Protocol::Simple],
+            params,
+        };
+        Tuning::new(setup, None).expect("tuning")
+    }
+
+    fn params() -> TuneParams {
+        TuneParams {
+            enable: EnableMatrix::default(),
+            model: ModelParams::default(),
+            min_channel_bytes: 1 << 20,
+            small_allreduce_bytes: 256 << 10,
+        }
+    }
+
+    fn allreduce(count: usize) -> CollArgs {
+        CollArgs {
+            kind: CollKind::AllReduce,
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            count,
+            dtype: DataType::Float32,
+            op: RedOp::Sum,
+        }
+    }
+
+    #[test]
+    fn allgather_reduce_is_priced_not_thresholded() {
+        // Two ranks: n-1 = 1 hop of the whole buffer beats 2 hops of halves at any
+        // size up to the cap.
+        let t = tuning(2, 2, params());
+        for count in [2, 4096, 65536] {
+            let d = t.decide(&[allreduce(count)]).unwrap()[0].unwrap();
+            assert!(d.allgather_reduce, "{}", d.describe());
+        }
+        let d = t.decide(&[allreduce(1 << 20)]).unwrap()[0].unwrap();
+        assert!(!d.allgather_reduce, "above the cap: {}", d.describe());
+        // Eight ranks: the variant moves 7 whole buffers per link; only small ones pay.
+        let t = tuning(8, 16, params());
+        let small = t.decide(&[allreduce(2)]).unwrap()[0].unwrap();
+        let large = t.decide(&[allreduce(60_000)]).unwrap()[0].unwrap();
+        assert!(small.allgather_reduce, "{}", small.describe());
+        assert!(!large.allgather_reduce, "{}", large.describe());
+        // The tuner sees the cheaper ring implementation in the Ring/Simple entry.
+        let table = t.cost_table(Func::AllReduce, 8, 1, false);
+        let ag = t.allgather_reduce_time(8, 1).unwrap();
+        assert_eq!(table[1][2], ag);
+    }
+
+    #[test]
+    fn channels_follow_the_per_channel_threshold_and_groups_aggregate() {
+        let t = tuning(4, 8, params());
+        let d = t.decide(&[allreduce(1 << 18)]).unwrap()[0].unwrap();
+        assert_eq!(d.nchannels, 1, "1 MiB: {}", d.describe());
+        let d = t.decide(&[allreduce(1 << 20)]).unwrap()[0].unwrap();
+        assert_eq!(d.nchannels, 2, "4 MiB: {}", d.describe());
+        // A group of two similar AllReduces is decided once (numPipeOps 1 per
+        // channel, summed bytes); a much larger one is decided on its own.
+        let d = t
+            .decide(&[allreduce(1000), allreduce(1500), allreduce(1 << 20)])
+            .unwrap();
+        let (a, b, c) = (d[0].unwrap(), d[1].unwrap(), d[2].unwrap());
+        assert_eq!(a.nbytes, 10_000);
+        assert_eq!(b.nbytes, 10_000);
+        assert_eq!(c.nbytes, 4 << 20);
+        assert_eq!(a.num_pipe_ops, 2);
+        // Send/receive get no decision.
+        let p2p = CollArgs {
+            kind: CollKind::Send { peer: 0 },
+            ..allreduce(5)
+        };
+        assert!(t.decide(&[p2p]).unwrap()[0].is_none());
+        assert_eq!(t.last(Func::AllReduce).map(|d| d.nbytes), Some(4 << 20));
+    }
+
+    #[test]
+    fn forcing_a_protocol_the_host_lacks_is_an_error_naming_it() {
+        let mut p = params();
+        p.enable = EnableMatrix::parse(Some("LL"), None).unwrap();
+        let t = tuning(2, 2, p);
+        let e = t.decide(&[allreduce(10)]).unwrap_err();
+        assert!(matches!(e, Error::InvalidUsage(_)), "{e}");
+        assert!(e.to_string().contains("NCCL_PROTO was set to LL"), "{e}");
     }
 }
