@@ -90,6 +90,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--sizes", default=",".join(str(8 * 4**i) for i in range(12)) + f",{64 * MIB}")
     ap.add_argument("--perf", default="target/release/ferroccl-perf")
+    ap.add_argument("--configs", default="", help="only these configurations (comma list), e.g. model,ring,tree")
     ap.add_argument("env", nargs="*", help="KEY=VALUE for every run")
     a = ap.parse_args()
     extra = dict(kv.split("=", 1) for kv in a.env)
@@ -102,6 +103,8 @@ def main():
             times, decision = {}, None
             for _ in range(a.rounds):
                 for name, env in configs(size):
+                    if a.configs and name not in a.configs.split(","):
+                        continue
                     r = run(a.perf, n, size, {**extra, **env})
                     times.setdefault(name, []).append(r["out_of_place"]["time_us"])
                     if name == "model":

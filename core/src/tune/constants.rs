@@ -149,16 +149,19 @@ impl TunerConstants {
     }
 
     /// [`TunerConstants::cpu_host`] for a host oversubscribed by `factor`
-    /// (see `host::HostFacts::oversubscription`): the Tree and Ring hop latencies
-    /// scaled by it.
+    /// (see `host::HostFacts::oversubscription`): a Ring hop's latency is
+    /// multiplied by `factor` (every rank of a ring is busy at every step, so a
+    /// hop waits for its receiver to be scheduled among all of them), a Tree
+    /// hop's by `factor ^` [`HOST_TREE_OVERSUB_EXP`] (in a chain only the ranks
+    /// of the current hops are busy). The measurements behind this are in
+    /// `BENCHMARKS.md`.
     pub fn cpu_host_oversubscribed(factor: f64) -> TunerConstants {
         let mut c = TunerConstants::cpu_host();
         let f = factor.max(1.0);
         for hw in [HW_NVLINK, HW_PCI, HW_NET] {
-            for a in 0..2 {
-                for p in 0..NUM_PROTOS {
-                    c.hw_latencies[hw][a][p] *= f;
-                }
+            for p in 0..NUM_PROTOS {
+                c.hw_latencies[hw][0][p] *= f.powf(HOST_TREE_OVERSUB_EXP);
+                c.hw_latencies[hw][1][p] *= f;
             }
         }
         c
@@ -236,6 +239,10 @@ pub const HOST_BASE_LAT: f64 = 10.0;
 pub const HOST_HOP_LAT_INTRA: f64 = 5.0;
 /// CPU host: cost of one hop between hosts (µs).
 pub const HOST_HOP_LAT_NET: f64 = 20.0;
+/// CPU host: how a Tree hop's latency grows with oversubscription (`factor ^ exp`;
+/// a Ring hop's grows as `factor`). Fit to the 4- and 8-rank medians in
+/// `BENCHMARKS.md`.
+pub const HOST_TREE_OVERSUB_EXP: f64 = 0.6;
 /// CPU host: per-channel bandwidth ceiling (GB/s) standing in for the GPU
 /// per-channel caps (far above what a host channel reaches, so the measured
 /// graph bandwidth decides).

@@ -107,7 +107,8 @@ pub struct TuneParams {
     /// The model's parameters.
     pub model: ModelParams,
     /// `FERROCCL_MIN_CHANNEL_BYTES`: bytes a channel must get before another is
-    /// used (the host's `threadThresholds`, one thread per channel).
+    /// used (the host's `threadThresholds`, one thread per channel; default 16 MiB,
+    /// see `BENCHMARKS.md`).
     pub min_channel_bytes: usize,
     /// `FERROCCL_SMALL_ALLREDUCE_BYTES`: largest Ring/Simple AllReduce that may
     /// run as all-gather + local reduction ([`Decision::allgather_reduce`]) when
@@ -138,7 +139,7 @@ impl TuneParams {
                 net_overhead_ns: int("NCCL_NET_OVERHEAD", -2, i64::MIN, i64::MAX)?,
                 thread_thresholds: s("NCCL_THREAD_THRESHOLDS"),
             },
-            min_channel_bytes: int("FERROCCL_MIN_CHANNEL_BYTES", 1 << 20, 1, 1 << 40)? as usize,
+            min_channel_bytes: int("FERROCCL_MIN_CHANNEL_BYTES", 16 << 20, 1, 1 << 40)? as usize,
             small_allreduce_bytes: int("FERROCCL_SMALL_ALLREDUCE_BYTES", 256 << 10, 0, 1 << 40)? as usize,
         })
     }
