@@ -14,6 +14,9 @@
 //! * [`peer`] — the peer process of cross-process checks.
 //! * [`report`] — text, JSON and JUnit output.
 //!
+//! * [`tuner`] — the tuner section (`--tuner`): any `ncclTuner_v2` … `_v6` plugin,
+//!   each check per version in a worker, through the runtime's tuner adapter.
+//!
 //! Plugin authors: see `conformance/README.md`.
 
 pub mod checks;
@@ -24,6 +27,7 @@ pub mod peer;
 pub mod registry;
 pub mod report;
 pub mod runner;
+pub mod tuner;
 pub mod watch;
 pub mod worker;
 

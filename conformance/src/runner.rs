@@ -142,15 +142,15 @@ pub struct Summary {
 }
 
 /// Output of one worker process.
-struct WorkerRun {
-    outcome: Option<CheckOutcome>,
+pub(crate) struct WorkerRun {
+    pub(crate) outcome: Option<CheckOutcome>,
     status: Option<ExitStatus>,
     timed_out: bool,
     stderr: String,
-    elapsed: Duration,
+    pub(crate) elapsed: Duration,
 }
 
-fn spawn_worker(exe: &PathBuf, args: &[String], deadline: Duration) -> WorkerRun {
+pub(crate) fn spawn_worker(exe: &PathBuf, args: &[String], deadline: Duration) -> WorkerRun {
     let start = Instant::now();
     let mut cmd = Command::new(exe);
     cmd.args(args)
@@ -258,7 +258,7 @@ fn tail(s: &str, lines: usize) -> String {
 }
 
 /// Turns a worker run without a result line into a failure.
-fn worker_failure(run: &WorkerRun, deadline: Duration) -> CheckOutcome {
+pub(crate) fn worker_failure(run: &WorkerRun, deadline: Duration) -> CheckOutcome {
     use std::os::unix::process::ExitStatusExt;
     let during = run
         .stderr
@@ -297,7 +297,7 @@ fn worker_failure(run: &WorkerRun, deadline: Duration) -> CheckOutcome {
 }
 
 /// Shell-quotes `s` if needed.
-fn quote(s: &str) -> String {
+pub(crate) fn quote(s: &str) -> String {
     if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@".contains(c)) {
         s.to_owned()
     } else {

@@ -14,6 +14,7 @@ pub mod proxy;
 pub mod stream;
 pub mod topo;
 pub mod transport;
+pub mod tune;
 
 pub use bootstrap::{UniqueId, get_unique_id};
 pub use coll::CollKind;

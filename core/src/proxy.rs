@@ -20,17 +20,20 @@ use crate::bootstrap::Bootstrap;
 use crate::coll::desc::OpDesc;
 use crate::coll::exec::{self, ExecCx};
 use crate::coll::schedule::{self, Lane, SchedParams, Task, TaskConns};
-use crate::coll::{Algo, CollArgs, CollKind};
+use crate::coll::{CollArgs, CollKind};
 use crate::diag::{self, DIAG_TAG, NOTIFIED, Report};
 use crate::error::Error;
 use crate::stream::{Completion, Stream};
 use crate::transport::setup::{self, ConnPlan, TransportSetup};
 use crate::transport::{ConnKey, ConnTable};
+use crate::tune::{Decision, Tuning};
 
 /// One unit of work: the operations of one group (or a single collective) on this
 /// communicator, or an empty list (a marker used by `finalize`).
 pub(crate) struct Work {
     pub colls: Vec<CollArgs>,
+    /// The tuning decision of each collective (`None` for send/receive).
+    pub plans: Vec<Option<Decision>>,
     pub done: Arc<Completion>,
     /// Work that must finish first (the streams' previous operations).
     pub deps: Vec<Arc<Completion>>,
@@ -116,6 +119,9 @@ impl Shared {
 pub(crate) struct ProxyHandle {
     /// Ranks in the communicator (argument checks).
     pub nranks: usize,
+    /// The communicator's tuning: every collective is decided here, on the
+    /// enqueuing thread, before it is queued (NCCL decides at `ncclGroupEnd`).
+    pub tuning: Arc<Tuning>,
     /// State shared with the thread (abort flag, first error).
     pub shared: Arc<Shared>,
     tx: Mutex<Option<Sender<Work>>>,
@@ -130,7 +136,7 @@ impl ProxyHandle {
     /// Starts the proxy thread running `proxy`.
     ///
     /// Errors: [`Error::Internal`] when the thread cannot be spawned.
-    pub(crate) fn start(proxy: Proxy, nranks: usize) -> Result<ProxyHandle, Error> {
+    pub(crate) fn start(proxy: Proxy, nranks: usize, tuning: Arc<Tuning>) -> Result<ProxyHandle, Error> {
         let shared = proxy.shared.clone();
         let rank = proxy.params.rank;
         let (tx, rx) = mpsc::channel();
@@ -140,6 +146,7 @@ impl ProxyHandle {
             .map_err(|e| Error::Internal(format!("spawning the proxy thread: {e}")))?;
         Ok(ProxyHandle {
             nranks,
+            tuning,
             shared,
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
@@ -152,7 +159,8 @@ impl ProxyHandle {
     /// ordered after the previous work of every stream in `streams`.
     ///
     /// Errors: the communicator's asynchronous error; [`Error::InvalidUsage`] after
-    /// finalize/destroy; [`Error::Aborted`] when the thread has exited.
+    /// finalize/destroy; [`Error::Aborted`] when the thread has exited; the
+    /// tuning errors of [`Tuning::decide`] (nothing is queued then).
     pub(crate) fn submit(&self, colls: Vec<CollArgs>, streams: &[&Stream], what: String) -> Result<(), Error> {
         if let Some(e) = self.shared.error() {
             return Err(e);
@@ -162,6 +170,7 @@ impl ProxyHandle {
                 "communicator already finalized or destroyed".into(),
             ));
         }
+        let plans = self.tuning.decide(&colls)?;
         self.shared.acquire()?;
         let done = Completion::new();
         let mut deps = Vec::new();
@@ -181,6 +190,7 @@ impl ProxyHandle {
         if tx
             .send(Work {
                 colls,
+                plans,
                 done: done.clone(),
                 deps,
                 what,
@@ -380,8 +390,7 @@ impl Proxy {
             return Ok(());
         }
         let descs = self.describe(&work.colls);
-        let algos: Vec<Algo> = work.colls.iter().map(|a| self.choose(a)).collect();
-        let (mut tasks, _scratch) = schedule::build(&work.colls, &descs, &algos, &self.params)?;
+        let (mut tasks, _scratch) = schedule::build(&work.colls, &descs, &work.plans, &self.params)?;
         self.connect_missing(&tasks)?;
         if let Some(min) = self.user_send_min {
             self.register_user(&work.colls, &tasks, min);
@@ -549,15 +558,6 @@ impl Proxy {
             }
         }
         Ok(())
-    }
-
-    /// The algorithm for `a`: tree for AllReduce when `NCCL_ALGO` asks for it
-    /// (an interim choice until the tuning model decides), ring otherwise.
-    fn choose(&self, a: &CollArgs) -> Algo {
-        match (a.kind, self.params.allreduce_algo) {
-            (CollKind::AllReduce, Some(algo)) => algo,
-            _ => Algo::Ring,
-        }
     }
 
     /// The descriptors of `colls` (see `coll::desc`), advancing this

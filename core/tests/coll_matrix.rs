@@ -8,7 +8,7 @@
 //! checked everywhere: 2 and 8 ranks use the default (larger operations send
 //! from registered user memory, smaller ones copy through the FIFO), 3 ranks send
 //! from user memory whenever a step allows it, 4 ranks always copy. Tree
-//! AllReduce (`NCCL_ALGO=Tree`) runs the matrix on 3 and 5 ranks.
+//! AllReduce (`NCCL_ALGO=allreduce:tree`) runs the matrix on 3 and 5 ranks.
 
 mod coll_support;
 
@@ -117,12 +117,12 @@ fn matrix_8_ranks_small() {
 /// of 3 ranks sending from user memory where steps allow, and 5 ranks.
 #[test]
 fn matrix_tree_3_ranks() {
-    run_with(3, false, Some("0"), &[("NCCL_ALGO", "Tree")]);
+    run_with(3, false, Some("0"), &[("NCCL_ALGO", "allreduce:tree")]);
 }
 
 #[test]
 fn matrix_tree_5_ranks_small() {
-    run_with(5, true, None, &[("NCCL_ALGO", "Tree")]);
+    run_with(5, true, None, &[("NCCL_ALGO", "allreduce:tree")]);
 }
 
 /// Channels from the search over a topology file: a first run dumps the

@@ -11,10 +11,11 @@
 use ferroccl_kernels::{DataType, DevRedOp};
 
 use super::desc::{OP_HDR_BYTES, OpDesc};
-use super::{Algo, CollArgs, CollKind};
+use super::{CollArgs, CollKind};
 use crate::error::Error;
 use crate::graph::{Channel, MAX_TREE_ARITY};
 use crate::transport::{CONN_COLL, CONN_P2P, ConnKey};
+use crate::tune::{Algorithm, Decision};
 
 /// What one slice step does (NCCL's primitives, `src/device/prims_simple.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,16 +42,9 @@ pub(crate) enum Prim {
     Desc,
     /// Local only: output = post(pre(block 0) ⊕ pre(block 1) ⊕ …) over `blocks`
     /// consecutive blocks of `bytes` at the input, in rank order (the last step of
-    /// the small-message AllReduce, see [`SMALL_ALLREDUCE_BYTES`]).
+    /// the all-gather + reduce AllReduce, see [`Decision::allgather_reduce`]).
     ReduceBlocks,
 }
-
-/// AllReduces of at most this many bytes all-gather every rank's input (n-1 ring
-/// steps of the whole message) and reduce locally in rank order, instead of the
-/// ring's reduce-scatter + all-gather (2(n-1) steps): fewer round trips where
-/// latency dominates. Every rank reduces the same blocks in the same order, so
-/// results are still identical on every rank.
-pub(crate) const SMALL_ALLREDUCE_BYTES: usize = 16 << 10;
 
 /// Slices are cut so that one primitive call moves at least this many slices
 /// (pipelining along the ring: the peer reduces slice 1 while slice 2 is on the
@@ -291,12 +285,6 @@ pub(crate) struct SchedParams {
     pub ring_step: usize,
     /// Bytes per FIFO step of p2p connections.
     pub p2p_step: usize,
-    /// Slices per chunk (NCCL: `ALLREDUCE_CHUNKSTEPS / ALLREDUCE_SLICESTEPS`).
-    pub chunk_slices: usize,
-    /// Minimum bytes per channel before another channel is used.
-    pub min_channel_bytes: usize,
-    /// Algorithm forced for AllReduce (`NCCL_ALGO`), if any.
-    pub allreduce_algo: Option<Algo>,
 }
 
 impl SchedParams {
@@ -326,13 +314,13 @@ fn slice_limit(step: usize, es: usize) -> usize {
     (step - OP_HDR_BYTES) / es * es
 }
 
-/// Splits `total` elements into contiguous per-channel parts `(channel, start, len)`.
-pub(crate) fn channel_parts(total: usize, esize: usize, p: &SchedParams) -> Vec<(usize, usize, usize)> {
+/// Splits `total` elements into contiguous parts `(channel, start, len)` over
+/// the first `nchannels` channels (the tuning decision; at most the channels open).
+pub(crate) fn channel_parts(total: usize, nchannels: usize, p: &SchedParams) -> Vec<(usize, usize, usize)> {
     if total == 0 {
         return Vec::new();
     }
-    let min_elems = (p.min_channel_bytes / esize).max(1);
-    let used = div_up(total, min_elems).clamp(1, p.nchannels().max(1));
+    let used = nchannels.clamp(1, p.nchannels().max(1));
     let per = div_up(total, used);
     (0..used)
         .filter_map(|c| {
@@ -557,16 +545,16 @@ impl Builder<'_> {
 /// until the tasks are done).
 ///
 /// `descs[i]` is the descriptor of `colls[i]` (its header, see [`super::desc`]).
-/// `algos[i]` is the algorithm chosen for `colls[i]` (ignored where only the
-/// ring exists).
+/// `plans[i]` is the tuning decision for `colls[i]` (algorithm, channels, chunk
+/// size; `None` for send/receive, which use their own lanes).
 pub(crate) fn build(
     colls: &[CollArgs],
     descs: &[OpDesc],
-    algos: &[Algo],
+    plans: &[Option<Decision>],
     p: &SchedParams,
 ) -> Result<(Vec<Task>, Vec<Vec<u8>>), Error> {
     debug_assert_eq!(colls.len(), descs.len());
-    debug_assert_eq!(colls.len(), algos.len());
+    debug_assert_eq!(colls.len(), plans.len());
     let mut b = Builder {
         p,
         tasks: Vec::new(),
@@ -640,17 +628,24 @@ pub(crate) fn build(
                 );
             }
             _ if p.nranks == 1 => local_coll(&mut b, a, red),
-            CollKind::AllReduce if algos[i] == Algo::Tree => all_reduce_tree(&mut b, a, red.expect("reduction")),
-            CollKind::AllReduce if a.count * esize <= SMALL_ALLREDUCE_BYTES => {
-                all_reduce_small(&mut b, a, red.expect("reduction"))
+            _ => {
+                let d = plans[i].ok_or_else(|| Error::Internal(format!("{} has no tuning decision", a.kind.name())))?;
+                match a.kind {
+                    CollKind::AllReduce if d.algo == Algorithm::Tree => {
+                        all_reduce_tree(&mut b, a, red.expect("reduction"), &d)
+                    }
+                    CollKind::AllReduce if d.allgather_reduce => all_reduce_small(&mut b, a, red.expect("reduction")),
+                    CollKind::AllReduce => all_reduce(&mut b, a, red.expect("reduction"), &d),
+                    CollKind::ReduceScatter => reduce_scatter(&mut b, a, red.expect("reduction"), &d),
+                    CollKind::AllGather => all_gather(&mut b, a, &d),
+                    CollKind::Broadcast { root } => broadcast(&mut b, a, root, &d),
+                    CollKind::Reduce { root } => reduce(&mut b, a, root, red.expect("reduction"), &d),
+                    CollKind::Send { .. } | CollKind::Recv { .. } => unreachable!("p2p handled above"),
+                }
             }
-            CollKind::AllReduce => all_reduce(&mut b, a, red.expect("reduction")),
-            CollKind::ReduceScatter => reduce_scatter(&mut b, a, red.expect("reduction")),
-            CollKind::AllGather => all_gather(&mut b, a),
-            CollKind::Broadcast { root } => broadcast(&mut b, a, root),
-            CollKind::Reduce { root } => reduce(&mut b, a, root, red.expect("reduction")),
         }
-        if !p2p && (algos[i] == Algo::Ring || a.count == 0) {
+        let tree = plans[i].is_some_and(|d| d.algo == Algorithm::Tree);
+        if !p2p && (!tree || a.count == 0 || p.nranks == 1) {
             b.end_collective();
         }
     }
@@ -740,11 +735,12 @@ fn local_coll(b: &mut Builder<'_>, a: &CollArgs, red: Option<DevRedOp>) {
 /// broadcasting down (`recv` at a leaf, `recvCopySend` inside). A node reduces
 /// its children's data in child order after its own input, so every rank gets
 /// the same bits (the root's result).
-fn all_reduce_tree(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
+fn all_reduce_tree(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, d: &Decision) {
     let p = b.p;
     let es = a.dtype.size();
-    let slice = slice_limit(p.ring_step, es);
-    for (ch, cs, cl) in channel_parts(a.count, es, p) {
+    // Slices of one chunk at most (the chunk is one FIFO step unless a tuner says otherwise).
+    let slice = slice_limit(p.ring_step, es).min(chunk_elems(d, es) * es);
+    for (ch, cs, cl) in channel_parts(a.count, d.nchannels, p) {
         let lane = Lane::Channel(ch);
         let tree = &p.channels[ch].tree;
         let down = Peers::of(&tree.down);
@@ -810,13 +806,18 @@ fn loop_chunk(region: usize, nranks: usize, chunk_elems: usize, c: usize) -> (us
     }
 }
 
-fn all_reduce(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
+/// Elements of one chunk of the decision (at least one).
+fn chunk_elems(d: &Decision, es: usize) -> usize {
+    (d.chunk_bytes / es).max(1)
+}
+
+fn all_reduce(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, d: &Decision) {
     let p = b.p;
     let n = p.nranks;
     let es = a.dtype.size();
     let slice = slice_limit(p.ring_step, es);
-    let chunk_elems = slice / es * p.chunk_slices;
-    for (ch, cs, cl) in channel_parts(a.count, es, p) {
+    let chunk_elems = chunk_elems(d, es);
+    for (ch, cs, cl) in channel_parts(a.count, d.nchannels, p) {
         let lane = Lane::Channel(ch);
         let idx = p.ring_index(ch);
         let loop_elems = n * chunk_elems;
@@ -859,11 +860,10 @@ fn all_reduce(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
 }
 
 /// Per (channel, loop) sub-range `[start, start+len)` of each rank's block of `count` elements.
-fn block_ranges(count: usize, es: usize, p: &SchedParams) -> Vec<(usize, usize, usize)> {
-    let slice = slice_limit(p.ring_step, es);
-    let chunk_elems = slice / es * p.chunk_slices;
+fn block_ranges(count: usize, es: usize, d: &Decision, p: &SchedParams) -> Vec<(usize, usize, usize)> {
+    let chunk_elems = chunk_elems(d, es);
     let mut out = Vec::new();
-    for (ch, cs, cl) in channel_parts(count, es, p) {
+    for (ch, cs, cl) in channel_parts(count, d.nchannels, p) {
         let mut base = 0;
         while base < cl {
             let len = chunk_elems.min(cl - base);
@@ -874,13 +874,13 @@ fn block_ranges(count: usize, es: usize, p: &SchedParams) -> Vec<(usize, usize, 
     out
 }
 
-fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
+fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, d: &Decision) {
     let p = b.p;
     let n = p.nranks;
     let es = a.dtype.size();
     let slice = slice_limit(p.ring_step, es);
     let block = a.count * es;
-    for (ch, s, l) in block_ranges(a.count, es, p) {
+    for (ch, s, l) in block_ranges(a.count, es, d, p) {
         let lane = Lane::Channel(ch);
         let idx = p.ring_index(ch);
         let (off, len) = (s * es, l * es);
@@ -917,13 +917,13 @@ fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
     }
 }
 
-fn all_gather(b: &mut Builder<'_>, a: &CollArgs) {
+fn all_gather(b: &mut Builder<'_>, a: &CollArgs, d: &Decision) {
     let p = b.p;
     let n = p.nranks;
     let es = a.dtype.size();
     let slice = slice_limit(p.ring_step, es);
     let block = a.count * es;
-    for (ch, s, l) in block_ranges(a.count, es, p) {
+    for (ch, s, l) in block_ranges(a.count, es, d, p) {
         let lane = Lane::Channel(ch);
         let idx = p.ring_index(ch);
         let (off, len) = (s * es, l * es);
@@ -952,12 +952,12 @@ fn all_gather(b: &mut Builder<'_>, a: &CollArgs) {
     }
 }
 
-fn broadcast(b: &mut Builder<'_>, a: &CollArgs, root: usize) {
+fn broadcast(b: &mut Builder<'_>, a: &CollArgs, root: usize, d: &Decision) {
     let p = b.p;
     let n = p.nranks;
     let es = a.dtype.size();
     let slice = slice_limit(p.ring_step, es);
-    for (ch, s, l) in block_ranges(a.count, es, p) {
+    for (ch, s, l) in block_ranges(a.count, es, d, p) {
         let lane = Lane::Channel(ch);
         let idx = p.ring_index(ch);
         let root_idx = p.channels[ch].ring.index(root).unwrap_or(0);
@@ -973,12 +973,12 @@ fn broadcast(b: &mut Builder<'_>, a: &CollArgs, root: usize) {
     }
 }
 
-fn reduce(b: &mut Builder<'_>, a: &CollArgs, root: usize, red: DevRedOp) {
+fn reduce(b: &mut Builder<'_>, a: &CollArgs, root: usize, red: DevRedOp, d: &Decision) {
     let p = b.p;
     let n = p.nranks;
     let es = a.dtype.size();
     let slice = slice_limit(p.ring_step, es);
-    for (ch, s, l) in block_ranges(a.count, es, p) {
+    for (ch, s, l) in block_ranges(a.count, es, d, p) {
         let lane = Lane::Channel(ch);
         let idx = p.ring_index(ch);
         let root_idx = p.channels[ch].ring.index(root).unwrap_or(0);

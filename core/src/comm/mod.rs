@@ -187,6 +187,80 @@ fn local_facts(
     })
 }
 
+/// Builds a communicator's tuning (phase 7 of init): ranks per host from the
+/// peers' host hashes, the net device's speed and latency, the tuner plugin
+/// (`NCCL_TUNER_PLUGIN`, or the external net plugin's library), then the model.
+/// Errors: the tuner's `init` failing (communicator creation fails, as in NCCL).
+fn init_tuning(
+    config: &CommConfig,
+    params: &CommParams,
+    (bootstrap, peers, rank): (&Bootstrap, &[PeerInfo], usize),
+    nchannels: usize,
+    net: &Arc<dyn NetPlugin>,
+    comm_id: u64,
+    external_net: Option<&std::path::Path>,
+) -> Result<crate::tune::Tuning> {
+    let mut per_host: std::collections::BTreeMap<u64, usize> = Default::default();
+    for p in peers {
+        *per_host.entry(p.host_hash).or_default() += 1;
+    }
+    // Every rank must decide alike, so the facts that can differ between hosts
+    // (device speed and latency, cores) are agreed on: the slowest device, the
+    // largest latency, the fewest cores.
+    let props = net.properties(0).ok();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let mine = [
+        props.as_ref().map_or(0, |p| p.speed).to_le_bytes(),
+        props.as_ref().map_or(0.0f32, |p| p.latency).to_le_bytes(),
+        cores.to_le_bytes(),
+    ]
+    .concat();
+    let all = bootstrap.allgather(&mine)?;
+    let field = |b: &[u8], i: usize| -> [u8; 4] {
+        b.get(i * 4..i * 4 + 4)
+            .and_then(|s| s.try_into().ok())
+            .unwrap_or([0; 4])
+    };
+    let speed = all.iter().map(|b| i32::from_le_bytes(field(b, 0))).min().unwrap_or(0);
+    let latency = all
+        .iter()
+        .map(|b| f32::from_le_bytes(field(b, 1)))
+        .fold(0.0f32, f32::max);
+    let cores = all
+        .iter()
+        .map(|b| u32::from_le_bytes(field(b, 2)))
+        .min()
+        .unwrap_or(1)
+        .max(1);
+    let facts = crate::tune::host::HostFacts {
+        nranks: peers.len(),
+        nnodes: per_host.len().max(1),
+        min_local_ranks: per_host.values().copied().min().unwrap_or(1),
+        max_local_ranks: per_host.values().copied().max().unwrap_or(1),
+        local_ranks: per_host.get(&peers[rank].host_hash).copied().unwrap_or(1),
+        nchannels,
+        net_speed_mbps: speed,
+        net_latency_us: latency,
+        cores: cores as usize,
+    };
+    let opts = config.net.clone().unwrap_or_else(crate::plugin::LoadOptions::from_env);
+    let tuner = if config.preloaded_net.is_some() && opts.tuner_plugin.is_none() {
+        // An embedding that hands over its own net plugin gets a tuner only when it names one.
+        None
+    } else {
+        crate::tune::load_tuner(&opts, external_net)
+    };
+    let setup = crate::tune::TuningSetup {
+        rank,
+        facts,
+        comm_id,
+        simple_step_bytes: params.buffsize / NCCL_STEPS - crate::coll::desc::OP_HDR_BYTES,
+        protocols: vec![crate::tune::Protocol::Simple],
+        params: params.tune.clone(),
+    };
+    crate::tune::Tuning::new(setup, tuner)
+}
+
 /// The 64-bit communicator id handed to the plugin's `init` (v11+ `commId`).
 fn comm_hash(id: &UniqueId) -> u64 {
     let h = blake3::hash(id.as_bytes());
@@ -232,6 +306,10 @@ impl Comm {
         // 4. Local facts: the plugin context, its devices and this rank's
         // topology record (NCCL's ncclTopoGetSystem runs after ncclNetInit).
         let topo_params = crate::topo::TopoParams::from_config(crate::config::Config::global())?;
+        let (loaded, external_net) = match loaded {
+            Ok((net, info, ext)) => (Ok((net, info)), ext),
+            Err(e) => (Err(e), None),
+        };
         let local = loaded.and_then(|(net, info)| {
             local_facts(&net, &info, rank, comm_hash(id), &topo_params).map(|f| (net, info, f))
         });
@@ -306,8 +384,19 @@ impl Comm {
         let (sends, recvs) = setup::ring_keys(&channels, rank);
         let mut conns = ConnTable::default();
         setup::connect_keys(&transports, &plan, &sends, &recvs, &mut conns)?;
-        // 8. Proxy thread.
+        // 8. Tuning: the tuner plugin (after the graph, as NCCL's ncclTunerPluginLoad)
+        // and the cost model.
         let nchannels = channels.len();
+        let tuning = Arc::new(init_tuning(
+            &config,
+            &params,
+            (&bootstrap, &peers, rank),
+            nchannels,
+            &net,
+            comm_hash(id),
+            external_net.as_deref(),
+        )?);
+        // 9. Proxy thread.
         let proxy = Proxy {
             transports: transports.clone(),
             params: SchedParams {
@@ -316,9 +405,6 @@ impl Comm {
                 channels,
                 ring_step,
                 p2p_step: params.p2p_chunksize,
-                chunk_slices: params.chunk_slices,
-                min_channel_bytes: params.min_channel_bytes,
-                allreduce_algo: params.allreduce_algo,
             },
             user_send_min: params.user_send_min,
             conns,
@@ -333,7 +419,7 @@ impl Comm {
             bootstrap: bootstrap.clone(),
             waiting_on: Vec::new(),
         };
-        let proxy = Arc::new(ProxyHandle::start(proxy, nranks)?);
+        let proxy = Arc::new(ProxyHandle::start(proxy, nranks, tuning)?);
         guard.disarm();
         tracing::info!(
             target: "ferroccl::init",
@@ -385,6 +471,13 @@ impl Comm {
     /// connections and the point-to-point connections made on first use.
     pub fn transports(&self) -> Vec<(String, usize)> {
         self.inner.transports.usage()
+    }
+
+    /// The communicator's tuning: the cost model, the tuner plugin in use, and
+    /// the last decision made per function (what the perf tool's `--show-tuning`
+    /// reports).
+    pub fn tuning(&self) -> &crate::tune::Tuning {
+        &self.inner.proxy.tuning
     }
 
     /// `ncclCommGetAsyncError`: the first error an operation of this communicator hit
@@ -454,6 +547,7 @@ impl CommInner {
     fn close(&self) {
         self.proxy.close();
         self.proxy.stop();
+        self.proxy.tuning.finalize();
         self.bootstrap.close();
         self.release();
     }
@@ -462,6 +556,7 @@ impl CommInner {
         self.proxy.raise_abort();
         self.bootstrap.abort();
         self.proxy.stop();
+        self.proxy.tuning.finalize();
         self.release();
     }
 }

@@ -50,15 +50,12 @@ pub(crate) struct CommParams {
     pub nchannels: Option<usize>,
     pub buffsize: usize,
     pub p2p_chunksize: usize,
-    pub chunk_slices: usize,
-    pub min_channel_bytes: usize,
     /// `FERROCCL_NET_USER_SEND_MIN` (`None` when -1).
     pub user_send_min: Option<usize>,
     /// `FERROCCL_MAX_QUEUED_OPS`: enqueue blocks beyond this many queued work items.
     pub max_queued_ops: usize,
-    /// `NCCL_ALGO=Tree` or `Ring` for AllReduce (interim: the tuning model takes
-    /// the full NCCL grammar over).
-    pub allreduce_algo: Option<crate::coll::Algo>,
+    /// Tuning parameters (`NCCL_ALGO`, `NCCL_PROTO`, thread/channel thresholds, …).
+    pub tune: crate::tune::TuneParams,
     pub bootstrap: BootstrapConfig,
 }
 
@@ -125,14 +122,6 @@ impl CommParams {
             nchannels,
             buffsize,
             p2p_chunksize,
-            chunk_slices: 2,
-            // A collective spreads over another channel only when each gets at
-            // least this many bytes. All channels share one proxy thread, so extra
-            // channels only buy parallel kernel TCP work: on the 2-core benchmark
-            // machine, with sends and receives straight from user memory, one
-            // channel beat two at 1 MiB (400-560 vs 510-700 µs, 5 interleaved
-            // runs) and tied at 4 and 16 MiB. 256 KiB was the default before.
-            min_channel_bytes: params::MIN_CHANNEL_BYTES.get(cfg).map_err(cfg_err)? as usize,
             // Operations with buffers of at least this many bytes send straight from
             // user memory registered with the plugin for the operation (regMr at
             // its start, deregMr at its end) instead of copying into the FIFO
@@ -144,11 +133,7 @@ impl CommParams {
             // hold (each queued item is a few hundred bytes), as NCCL's bounded work
             // FIFO does.
             max_queued_ops: params::MAX_QUEUED_OPS.get(cfg).map_err(cfg_err)? as usize,
-            allreduce_algo: match str_param("NCCL_ALGO").map(|s| s.to_ascii_lowercase()).as_deref() {
-                Some("tree") => Some(crate::coll::Algo::Tree),
-                Some("ring") => Some(crate::coll::Algo::Ring),
-                _ => None,
-            },
+            tune: crate::tune::TuneParams::from_config(cfg)?,
             bootstrap,
         })
     }
@@ -156,17 +141,22 @@ impl CommParams {
 
 const NCCL_STEPS_MIN_BYTES: usize = 8 * 4096;
 
+/// A loaded net plugin: the plugin, its identity, and the file of an external
+/// (not in-tree, not preloaded) plugin library, where NCCL also looks for a tuner.
+pub(crate) type LoadedNetParts = (Arc<dyn NetPlugin>, NetInfo, Option<std::path::PathBuf>);
+
 /// Loads the net plugin for a communicator; the error is kept as text so it can be
 /// shared with the other ranks during the init agreement.
-pub(crate) fn load_net(c: &super::CommConfig) -> std::result::Result<(Arc<dyn NetPlugin>, NetInfo), String> {
+pub(crate) fn load_net(c: &super::CommConfig) -> std::result::Result<LoadedNetParts, String> {
     if let Some(p) = &c.preloaded_net {
-        return Ok((p.0.clone(), p.0.info().clone()));
+        return Ok((p.0.clone(), p.0.info().clone(), None));
     }
     let opts = c.net.clone().unwrap_or_else(LoadOptions::from_env);
     match crate::plugin::load_net(&opts) {
         Ok(l) => {
             let info = l.plugin.info().clone();
-            Ok((l.plugin, info))
+            let external = l.is_external().then(|| info.path.clone());
+            Ok((l.plugin, info, external))
         }
         Err(e) => Err(e.to_string()),
     }

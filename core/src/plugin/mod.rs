@@ -84,6 +84,7 @@ pub mod net;
 pub mod options;
 pub mod report;
 pub mod symbols;
+pub mod tuner;
 pub mod tuner_profiler;
 
 use std::path::PathBuf;

@@ -143,6 +143,17 @@ impl AuxLoader {
     /// [`PluginError::DlOpen`] / [`PluginError::NoSymbol`] on the first failure, and
     /// [`PluginError::StickyFailure`] on every later call after a failure.
     pub fn load(&self, opts: &LoadOptions, net: Option<&LoadedNet>) -> Result<Arc<AuxPlugin>, PluginError> {
+        let path = net.filter(|n| n.is_external()).map(|n| n.plugin.info().path.clone());
+        self.load_with_net_path(opts, path.as_deref())
+    }
+
+    /// [`AuxLoader::load`] given the file of the external net plugin in use
+    /// (`None` when the net plugin is an in-tree one or unknown).
+    pub fn load_with_net_path(
+        &self,
+        opts: &LoadOptions,
+        external_net: Option<&std::path::Path>,
+    ) -> Result<Arc<AuxPlugin>, PluginError> {
         crate::config::Config::global();
         let mut st = self.status.lock().unwrap_or_else(|e| e.into_inner());
         match &*st {
@@ -155,7 +166,7 @@ impl AuxLoader {
             }
             Status::Ready => {}
         }
-        let r = self.load_uncached(opts, net);
+        let r = self.load_uncached(opts, external_net);
         match &r {
             Ok(p) => {
                 tracing::info!(target: "ferroccl::plugin",
@@ -171,7 +182,11 @@ impl AuxLoader {
         r
     }
 
-    fn load_uncached(&self, opts: &LoadOptions, net: Option<&LoadedNet>) -> Result<Arc<AuxPlugin>, PluginError> {
+    fn load_uncached(
+        &self,
+        opts: &LoadOptions,
+        external_net: Option<&std::path::Path>,
+    ) -> Result<Arc<AuxPlugin>, PluginError> {
         let kind = self.kind;
         let setting = match kind {
             AuxKind::Tuner => opts.tuner_plugin.as_deref(),
@@ -207,7 +222,7 @@ impl AuxLoader {
         }
         let mut from_net = false;
         if outcome.lib.is_none()
-            && let Some(path) = net.filter(|n| n.is_external()).map(|n| n.plugin.info().path.clone())
+            && let Some(path) = external_net
         {
             let file = path.to_string_lossy().into_owned();
             match PluginLibrary::open(&file) {

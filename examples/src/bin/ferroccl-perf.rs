@@ -20,7 +20,8 @@
 //! Per size it prints nccl-tests' columns (size, count, type, redop, root, then
 //! time/algbw/busbw/#wrong out of place and in place), then "Out of bounds values"
 //! and "Avg bus bandwidth", plus each rank's peak RSS; `--json` prints one JSON
-//! document instead. Exit status 1 when any value was wrong or an error occurred.
+//! document instead. `--show-tuning` adds a `#  tuning:` line per size with the
+//! algorithm, protocol, channels and chunk size the tuning chose. Exit status 1 when any value was wrong or an error occurred.
 
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::Instant;
@@ -78,6 +79,10 @@ struct Args {
     /// Print one JSON document instead of the table.
     #[arg(long = "json")]
     json: bool,
+    /// After each size, print the algorithm, protocol, channels and chunk size the
+    /// tuning chose for it (a `#  tuning:` line; always present in `--json`).
+    #[arg(long = "show-tuning")]
+    show_tuning: bool,
 }
 
 /// Largest buffer size accepted (bytes): no allocation can be larger (`isize::MAX`).
@@ -148,6 +153,19 @@ impl Op {
             Op::Reduce => "reduce",
             Op::SendRecv => "sendrecv",
             Op::AllToAll => "alltoall",
+        }
+    }
+
+    /// The tuned function (`None` for send/receive patterns).
+    fn func(self) -> Option<ferroccl::tune::Func> {
+        use ferroccl::tune::Func;
+        match self {
+            Op::AllReduce => Some(Func::AllReduce),
+            Op::AllGather => Some(Func::AllGather),
+            Op::ReduceScatter => Some(Func::ReduceScatter),
+            Op::Broadcast => Some(Func::Broadcast),
+            Op::Reduce => Some(Func::Reduce),
+            Op::SendRecv | Op::AllToAll => None,
         }
     }
 
@@ -239,6 +257,8 @@ struct Row {
     /// (time us, algbw, busbw, wrong) out of place / in place.
     oop: (f64, f64, f64, Option<u64>),
     ip: Option<(f64, f64, f64, Option<u64>)>,
+    /// The tuning decision the timed operations ran with.
+    tuning: Option<ferroccl::tune::Decision>,
 }
 
 struct Bench<'a> {
@@ -251,6 +271,8 @@ struct Bench<'a> {
     send: Vec<u8>,
     recv: Vec<u8>,
     stream: Stream,
+    /// The decision of the last timed loop (read before the checks' own AllReduces).
+    decision: Option<ferroccl::tune::Decision>,
 }
 
 impl Bench<'_> {
@@ -367,6 +389,7 @@ impl Bench<'_> {
             self.launch(count, in_place)?;
         }
         self.stream.synchronize()?;
+        self.decision = self.op.func().and_then(|f| self.comm.tuning().last(f));
         let secs = t0.elapsed().as_secs_f64() / self.args.iters.max(1) as f64;
         let secs = self.sum_f64(secs)? / n as f64;
         let algbw = bytes as f64 / 1e9 / secs;
@@ -435,6 +458,7 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
         send,
         recv,
         stream: Stream::new(),
+        decision: None,
     };
     let lead = rank == 0;
     let root_col: i64 = if op.has_root() { args.root as i64 } else { -1 };
@@ -492,6 +516,7 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
         let oop = bench
             .measure(count, shown, false)
             .map_err(|e| format!("rank {rank}: {} {shown} B: {e}", op.name()))?;
+        let tuning = bench.decision;
         let ip = if op.in_place_supported() {
             Some(
                 bench
@@ -526,12 +551,18 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
                 None => line.push_str(&format!("  {:>7}  {:>6}  {:>6}  {:>6}", "N/A", "N/A", "N/A", "N/A")),
             }
             println!("{line}");
+            if args.show_tuning
+                && let Some(d) = &tuning
+            {
+                println!("#  tuning: {}", d.describe());
+            }
         }
         rows.push(Row {
             bytes: shown,
             count: total,
             oop,
             ip,
+            tuning,
         });
         if bytes >= maxb {
             break;
@@ -579,6 +610,10 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
                     "size": r.bytes, "count": r.count,
                     "out_of_place": { "time_us": r.oop.0, "algbw": r.oop.1, "busbw": r.oop.2, "wrong": r.oop.3 },
                     "in_place": r.ip.map(|i| serde_json::json!({ "time_us": i.0, "algbw": i.1, "busbw": i.2, "wrong": i.3 })),
+                    "tuning": r.tuning.map(|d| serde_json::json!({
+                        "algo": d.algo.name(), "proto": d.proto.name(), "nchannels": d.nchannels,
+                        "chunk_bytes": d.chunk_bytes, "allgather_reduce": d.allgather_reduce,
+                        "model_time_us": d.time_us, "by_tuner": d.by_tuner })),
                 })).collect::<Vec<_>>(),
                 "out_of_bounds": wrong_total,
                 "avg_busbw": avg_bus,

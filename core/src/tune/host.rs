@@ -1,0 +1,173 @@
+//! The model's inputs on a CPU-only host, filled from what the runtime knows
+//! until the topology search supplies real graphs: ranks and nodes (host hashes
+//! from the peer-info exchange), channels, and the net plugin's device
+//! properties (speed, latency). Where the GPU model's inputs have no meaning on
+//! a host (compute capability, NVLink, NVSwitch, CollNet, NVLS, PAT) they are
+//! set so those parts of the model are off; `BENCHMARKS.md` ("Tuning: the
+//! CPU-host constants") gives the measurements behind the numbers used instead.
+
+use super::constants::HOST_MAX_BW;
+use super::ids::{Algorithm as A, Func as F, Protocol as P};
+use super::model::{
+    CpuArch, CpuVendor, GraphInfo, ModelInput, ModelParams, PATTERN_BALANCED_TREE, PatternInfo, Runnable, path,
+};
+
+/// What a communicator on a host knows when it tunes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostFacts {
+    /// Ranks.
+    pub nranks: usize,
+    /// Distinct hosts among the ranks.
+    pub nnodes: usize,
+    /// Ranks on the host with the fewest.
+    pub min_local_ranks: usize,
+    /// Ranks on the host with the most.
+    pub max_local_ranks: usize,
+    /// Ranks on this rank's host.
+    pub local_ranks: usize,
+    /// Channels the communicator opened.
+    pub nchannels: usize,
+    /// The net plugin's speed for the device in use, Mbps (`ncclNetProperties.speed`;
+    /// ≤ 0 = NCCL's default 10 000).
+    pub net_speed_mbps: i32,
+    /// The net plugin's latency for the device, µs (`ncclNetProperties.latency`).
+    pub net_latency_us: f32,
+    /// CPU cores on the host with the fewest (every rank must see the same facts).
+    pub cores: usize,
+}
+
+impl HostFacts {
+    /// How far the busiest host is oversubscribed: each rank keeps two threads
+    /// busy (the caller's and the proxy), so `2 × ranks / cores`, at least 1. A
+    /// hop between two ranks then waits for the receiver to be scheduled; the
+    /// host's per-hop latencies are multiplied by this (`BENCHMARKS.md`, "Tuning:
+    /// the CPU-host constants").
+    pub fn oversubscription(&self) -> f64 {
+        (2.0 * self.max_local_ranks as f64 / self.cores.max(1) as f64).max(1.0)
+    }
+}
+
+/// NCCL's NET bandwidth of a device (`ncclTopoAddNet`): `speed / 8000` GB/s,
+/// 10 000 Mbps when the plugin reports none.
+pub fn net_bw(speed_mbps: i32) -> f32 {
+    let s = if speed_mbps <= 0 { 10_000 } else { speed_mbps };
+    s as f32 / 8000.0
+}
+
+/// The graphs of a host communicator: ring and tree over every channel, each
+/// channel carrying an equal share of the device's bandwidth (NCCL's search
+/// spreads the NIC over its channels the same way). No CollNet, NVLS or PAT graph.
+pub fn graph_info(h: &HostFacts) -> GraphInfo {
+    let nch = h.nchannels.max(1);
+    let bw = net_bw(h.net_speed_mbps) / nch as f32;
+    let ring = PatternInfo {
+        nchannels: nch,
+        bw_intra: bw,
+        bw_inter: bw,
+        // Everything moves through the net plugin: the intra-host path is "PCI"
+        // for the latency tables (not NVLink), the inter-host path the network.
+        type_intra: path::PHB,
+        type_inter: path::NET,
+        latency_inter: h.net_latency_us.max(0.0),
+        same_channels: true,
+    };
+    // The tree's per-channel bandwidth relative to the ring's, measured (see
+    // HOST_TREE_BW_RATIO).
+    let tree = PatternInfo {
+        bw_intra: bw * HOST_TREE_BW_RATIO,
+        bw_inter: bw * HOST_TREE_BW_RATIO,
+        ..ring
+    };
+    GraphInfo {
+        tree,
+        ring,
+        collnet_direct: PatternInfo::NONE,
+        collnet_chain: PatternInfo::NONE,
+        nvls: PatternInfo::NONE,
+        max_tree_pattern: PATTERN_BALANCED_TREE,
+    }
+}
+
+/// The communicator facts of a host: no GPU (compute capability 0, so LL128's
+/// automatic enable and PAT are off), no NVSwitch, no CollNet, an x86 or other CPU.
+pub fn model_input(h: &HostFacts, params: ModelParams) -> ModelInput {
+    ModelInput {
+        nranks: h.nranks,
+        nnodes: h.nnodes.max(1),
+        nchannels: h.nchannels.max(1),
+        min_compcap: 0,
+        max_compcap: 0,
+        cpu_arch: if cfg!(target_arch = "x86_64") {
+            CpuArch::X86
+        } else {
+            CpuArch::Other
+        },
+        cpu_vendor: CpuVendor::Other,
+        collnet_enable: false,
+        collnet_chain_support: false,
+        nvs_count: 0,
+        collnet_iallgather: false,
+        collnet_ireducescatter: false,
+        collnet_heads: 0,
+        max_local_ranks: h.max_local_ranks,
+        net_device_host: true,
+        cudart_version: 0,
+        params,
+    }
+}
+
+/// What the host's schedule builder can run: Ring for every function, Tree for
+/// AllReduce, with the protocols in `protocols` (today Simple only).
+pub fn runnable(protocols: &[P]) -> Runnable {
+    let mut r = [[[false; 3]; 7]; 5];
+    for f in F::ALL {
+        for &p in protocols {
+            r[f.index()][A::Ring.index()][p.index()] = true;
+            if f == F::AllReduce {
+                r[f.index()][A::Tree.index()][p.index()] = true;
+            }
+        }
+    }
+    r
+}
+
+/// The host's per-channel bandwidth ceiling (see [`HOST_MAX_BW`]).
+pub const MAX_BW: f64 = HOST_MAX_BW;
+
+/// The host tree pattern's per-channel bandwidth relative to the ring's: on a
+/// host every rank of a chain moves the whole buffer up and down once, like a
+/// ring rank moves it twice in parts, and both run on the same CPU thread, so the
+/// two patterns move bytes at about the same rate; NCCL's GPU model then derates
+/// the tree (0.92 × 0.5 against the ring's n/2(n-1), plus its correction
+/// factors). Measured in `BENCHMARKS.md` ("Tuning: the CPU-host constants").
+pub const HOST_TREE_BW_RATIO: f32 = 1.0;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn graph_from_plugin_speed() {
+        let h = HostFacts {
+            nranks: 4,
+            nnodes: 2,
+            min_local_ranks: 2,
+            max_local_ranks: 2,
+            local_ranks: 2,
+            nchannels: 2,
+            net_speed_mbps: 0,
+            net_latency_us: 3.0,
+            cores: 2,
+        };
+        let g = graph_info(&h);
+        assert_eq!(g.ring.nchannels, 2);
+        assert!((g.ring.bw_inter - 1.25 / 2.0).abs() < 1e-6);
+        assert_eq!(g.ring.latency_inter, 3.0);
+        assert_eq!(g.nvls.nchannels, 0);
+        assert_eq!(h.oversubscription(), 2.0);
+        let r = runnable(&[P::Simple]);
+        assert!(r[F::AllReduce.index()][A::Tree.index()][P::Simple.index()]);
+        assert!(!r[F::AllGather.index()][A::Tree.index()][P::Simple.index()]);
+        assert!(!r[F::AllReduce.index()][A::Ring.index()][P::Ll.index()]);
+    }
+}
