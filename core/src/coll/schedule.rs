@@ -682,27 +682,39 @@ fn all_reduce_small(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
     let block = |pos: usize| scratch.wrapping_add(p.ring_at(0, pos) * bytes);
     let lane = Lane::Channel(0);
     let slice = slice_limit(p.ring_step, b.es);
-    b.prim(lane, Prim::CopySend, a.send, block(idx), bytes, slice, None);
-    for j in 1..n - 1 {
+    // The blocks go round the ring one slice at a time (send this rank's slice,
+    // forward n-2, receive the last), as the ring all-gather's loop does: a rank
+    // never sends more than one slice ahead of what it receives, so the FIFOs
+    // bound nothing here whatever the buffer size (sending whole blocks first
+    // deadlocks once a block outgrows a FIFO that only credits on receipt, as
+    // shared memory does).
+    let mut off = 0;
+    while off < bytes {
+        let len = slice.min(bytes - off);
+        let at = |pos: usize| block(pos).wrapping_add(off);
         b.prim(
             lane,
-            Prim::RecvCopySend,
-            std::ptr::null(),
-            block((idx + n - j) % n),
-            bytes,
+            Prim::CopySend,
+            a.send.wrapping_add(off),
+            at(idx),
+            len,
             slice,
             None,
         );
+        for j in 1..n - 1 {
+            b.prim(
+                lane,
+                Prim::RecvCopySend,
+                std::ptr::null(),
+                at((idx + n - j) % n),
+                len,
+                slice,
+                None,
+            );
+        }
+        b.prim(lane, Prim::Recv, std::ptr::null(), at((idx + 1) % n), len, slice, None);
+        off += len;
     }
-    b.prim(
-        lane,
-        Prim::Recv,
-        std::ptr::null(),
-        block((idx + 1) % n),
-        bytes,
-        slice,
-        None,
-    );
     let desc = b.desc;
     let ops = b.lane(lane);
     ops.push(SliceOp {
