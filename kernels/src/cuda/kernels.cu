@@ -34,7 +34,6 @@
 #define FCCL_DMUL(a, b) __dmul_rn((a), (b))
 #define FCCL_F2U(x) __float_as_uint(x)
 #define FCCL_U2F(x) __uint_as_float(x)
-#define FCCL_D2U(x) ((u64)__double_as_longlong(x))
 #define FCCL_U2D(x) __longlong_as_double((long long)(x))
 #endif
 
