@@ -10,29 +10,14 @@
 
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::Instant;
 
 use ferroccl_kernels::cuda::source::{Unit, kernels_for};
-use ferroccl_kernels::cuda::{NVRTC_LIB_ENV, compile, compile_program, nvrtc_load};
+use ferroccl_kernels::cuda::{compile, compile_program, nvrtc_load};
 use ferroccl_kernels::{DataType, DevRedOp, KernelError, RedOp, Scalar};
-
-/// The wheel's library, asking the Python that pip installs into.
-fn nvrtc_from_python() -> Option<PathBuf> {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import nvidia.cuda_nvrtc as m; print(list(m.__path__)[0])",
-        ])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let dir = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
-    let lib = dir.join("lib").join("libnvrtc.so.12");
-    lib.is_file().then_some(lib)
-}
 
 fn require() -> bool {
     std::env::var("FERROCCL_REQUIRE_NVRTC").is_ok_and(|v| v == "1")
@@ -40,10 +25,7 @@ fn require() -> bool {
 
 #[test]
 fn every_kernel_compiles_to_ptx_for_sm80_and_sm90() {
-    let path = std::env::var_os(NVRTC_LIB_ENV)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(nvrtc_from_python);
+    let path = common::nvrtc_path();
     let info = match nvrtc_load(path.as_deref()) {
         Ok(i) => i,
         Err(e) => {
@@ -120,10 +102,7 @@ fn every_kernel_compiles_to_ptx_for_sm80_and_sm90() {
 
 #[test]
 fn a_kernel_that_does_not_compile_is_an_error_with_the_log() {
-    let path = std::env::var_os(NVRTC_LIB_ENV)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(nvrtc_from_python);
+    let path = common::nvrtc_path();
     if let Err(e) = nvrtc_load(path.as_deref()) {
         assert!(
             !require(),

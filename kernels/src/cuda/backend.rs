@@ -109,6 +109,17 @@ impl CudaBackend {
         self.shape
     }
 
+    /// The device's primary context (cudarc), for callers that allocate or time
+    /// work themselves.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream the backend launches on (cudarc).
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
     /// Compiles (once per process and architecture) and loads `unit` now, so the
     /// first collective does not pay for it.
     pub fn prepare(&self, unit: Unit) -> Result<(), KernelError> {

@@ -17,7 +17,7 @@ fn probe() -> Result<DriverInfo, KernelError> {
     let present = guard::quiet("cuda is_culib_present", || unsafe { sys::is_culib_present() }).map_err(KernelError::NoCuda)?;
     if !present {
         return Err(KernelError::NoCuda(
-            "the CUDA driver library (libcuda.so.1) is not on the loader path: no NVIDIA driver is installed".into(),
+            "the CUDA driver library (libcuda.so.1) is not on the loader path (is an NVIDIA driver installed?)".into(),
         ));
     }
     if let Err(e) = guard::call("cuInit", result::init) {
