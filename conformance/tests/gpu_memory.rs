@@ -35,7 +35,12 @@ fn gpu_memory_checks_skip_with_every_reason() {
         } else {
             "NCCL_PTR_DMABUF"
         };
-        assert!(m.contains(&format!("does not claim {bit}")), "v{} {}: {m}", r.version, r.id);
+        assert!(
+            m.contains(&format!("does not claim {bit}")),
+            "v{} {}: {m}",
+            r.version,
+            r.id
+        );
         if let Some(why) = &no_gpu {
             assert!(
                 m.contains("this machine cannot run GPU checks") && m.contains(why.as_str()),

@@ -62,15 +62,41 @@ fn main() {
     });
     let gbs = |us: f64| bytes as f64 / us / 1e3;
     let copy_traffic = 2.0 * gbs(copy_us);
-    println!("# {:>9} {:>8} {:>9} {:>9} {:>12} {:>6}", "type", "op", "us", "out GB/s", "traffic GB/s", "ratio");
-    println!("  {:>9} {:>8} {:>9.1} {:>9.1} {:>12.1} {:>6.2}", "-", "memcpy", copy_us, gbs(copy_us), copy_traffic, 1.0);
-    for t in [DataType::Float32, DataType::Bfloat16, DataType::Float16, DataType::Float64, DataType::Int32, DataType::Int8] {
+    println!(
+        "# {:>9} {:>8} {:>9} {:>9} {:>12} {:>6}",
+        "type", "op", "us", "out GB/s", "traffic GB/s", "ratio"
+    );
+    println!(
+        "  {:>9} {:>8} {:>9.1} {:>9.1} {:>12.1} {:>6.2}",
+        "-",
+        "memcpy",
+        copy_us,
+        gbs(copy_us),
+        copy_traffic,
+        1.0
+    );
+    for t in [
+        DataType::Float32,
+        DataType::Bfloat16,
+        DataType::Float16,
+        DataType::Float64,
+        DataType::Int32,
+        DataType::Int8,
+    ] {
         let op = DevRedOp::new(t, RedOp::Sum, 2).expect("op");
         let n = bytes / t.size() * t.size();
         for (name, dst) in [("a+b", d.as_ptr()), ("acc+=b", a.as_ptr())] {
-            let l = plan::reduce(&gpu.shape(), dst as u64, a.as_ptr() as u64, b.as_ptr() as u64, n, &op, Pre::None)
-                .expect("plan")
-                .expect("launch");
+            let l = plan::reduce(
+                &gpu.shape(),
+                dst as u64,
+                a.as_ptr() as u64,
+                b.as_ptr() as u64,
+                n,
+                &op,
+                Pre::None,
+            )
+            .expect("plan")
+            .expect("launch");
             // SAFETY: live device buffers of `bytes` bytes.
             let us = timed(&|| unsafe { gpu.enqueue(&l) }.expect("launch"));
             let traffic = 3.0 * gbs(us);

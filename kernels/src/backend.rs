@@ -79,7 +79,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         }
         // SAFETY: the caller guarantees both ranges are valid host memory that
         // does not overlap and that nothing else accesses `dst`.
-        unsafe { self.copy(std::slice::from_raw_parts_mut(dst, bytes), std::slice::from_raw_parts(src, bytes)) }
+        unsafe {
+            self.copy(
+                std::slice::from_raw_parts_mut(dst, bytes),
+                std::slice::from_raw_parts(src, bytes),
+            )
+        }
     }
 
     /// `dst = pre?(a) ⊕ pre?(b)` on `bytes` bytes; `dst` may equal `a` (in place,
@@ -100,7 +105,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         if bytes == 0 {
             return Ok(());
         }
-        // SAFETY (all arms): the caller guarantees every range is valid host
+        // SAFETY: (all arms) the caller guarantees every range is valid host
         // memory for `bytes` bytes, equal to `dst` or disjoint from it, and that
         // nothing else accesses `dst`; a mutable slice never aliases another
         // slice (an operand equal to `dst` is read from a copy, or is `dst`).
@@ -140,7 +145,11 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
             if std::ptr::eq(dst, src) {
                 self.pre_op_inplace(std::slice::from_raw_parts_mut(dst, bytes), op)
             } else {
-                self.pre_op(std::slice::from_raw_parts_mut(dst, bytes), std::slice::from_raw_parts(src, bytes), op)
+                self.pre_op(
+                    std::slice::from_raw_parts_mut(dst, bytes),
+                    std::slice::from_raw_parts(src, bytes),
+                    op,
+                )
             }
         }
     }

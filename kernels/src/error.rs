@@ -73,7 +73,9 @@ pub enum KernelError {
     },
     /// Operands of one primitive live in memory spaces no single backend can
     /// reach together (for example device memory and pageable host memory).
-    #[error("{what} is {found}, but {first} is {expected}: one backend cannot reach both (stage through pinned host memory or device memory)")]
+    #[error(
+        "{what} is {found}, but {first} is {expected}: one backend cannot reach both (stage through pinned host memory or device memory)"
+    )]
     MemorySpaceMismatch {
         /// The operand that does not fit.
         what: &'static str,

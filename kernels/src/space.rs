@@ -33,7 +33,10 @@ pub enum MemorySpace {
 impl MemorySpace {
     /// Whether the host may read and write it.
     pub fn host_accessible(&self) -> bool {
-        matches!(self, MemorySpace::Host { .. } | MemorySpace::Device { managed: true, .. })
+        matches!(
+            self,
+            MemorySpace::Host { .. } | MemorySpace::Device { managed: true, .. }
+        )
     }
 
     /// Whether device `ordinal` may read and write it.
@@ -50,7 +53,10 @@ impl fmt::Display for MemorySpace {
         match self {
             MemorySpace::Host { pinned: false } => f.write_str("pageable host memory"),
             MemorySpace::Host { pinned: true } => f.write_str("pinned host memory"),
-            MemorySpace::Device { ordinal, managed: false } => write!(f, "device memory of GPU {ordinal}"),
+            MemorySpace::Device {
+                ordinal,
+                managed: false,
+            } => write!(f, "device memory of GPU {ordinal}"),
             MemorySpace::Device { ordinal, managed: true } => write!(f, "managed memory (GPU {ordinal})"),
         }
     }
@@ -118,7 +124,10 @@ pub fn backend_for(ptr: *const u8) -> Result<&'static dyn Backend, KernelError> 
 pub fn backend_for_operands(
     operands: &[(&'static str, *const u8)],
 ) -> Result<(&'static dyn Backend, MemorySpace), KernelError> {
-    let spaces: Vec<MemorySpace> = operands.iter().map(|&(_, p)| memory_space(p)).collect::<Result<_, _>>()?;
+    let spaces: Vec<MemorySpace> = operands
+        .iter()
+        .map(|&(_, p)| memory_space(p))
+        .collect::<Result<_, _>>()?;
     let Some(first) = spaces.iter().position(|s| matches!(s, MemorySpace::Device { .. })) else {
         return Ok((&CPU, MemorySpace::Host { pinned: false }));
     };

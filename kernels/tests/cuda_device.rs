@@ -38,7 +38,9 @@ fn gpu(test: &str) -> Option<&'static CudaBackend> {
 fn same(dtype: DataType, x: &[u8], y: &[u8]) -> bool {
     x == y
         || (0..x.len() / dtype.size()).all(|i| match (reference::get(x, dtype, i), reference::get(y, dtype, i)) {
-            (reference::Value::F(a), reference::Value::F(b)) => a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            (reference::Value::F(a), reference::Value::F(b)) => {
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+            }
             (a, b) => a == b,
         })
 }
@@ -81,7 +83,9 @@ fn download(d: &DeviceBuffer, off: usize, n: usize) -> Vec<u8> {
 
 #[test]
 fn device_kernels_match_the_reference() {
-    let Some(gpu) = gpu("device_kernels_match_the_reference") else { return };
+    let Some(gpu) = gpu("device_kernels_match_the_reference") else {
+        return;
+    };
     let mut cases = 0;
     for (ti, t) in DataType::ALL.into_iter().enumerate() {
         let e = t.size();
@@ -109,12 +113,18 @@ fn device_kernels_match_the_reference() {
                         let pd = dd.as_ptr().wrapping_add(offs.0);
                         // SAFETY: three device ranges of n bytes inside live buffers.
                         unsafe { gpu.reduce_raw(pd, pa, pb, n, &dev, pre) }.unwrap();
-                        assert!(same(t, &download(&dd, offs.0, n), &want), "{t} {op} {pre:?} n={count} {offs:?}");
+                        assert!(
+                            same(t, &download(&dd, offs.0, n), &want),
+                            "{t} {op} {pre:?} n={count} {offs:?}"
+                        );
                         let acc = upload(&a, offs.1);
                         let pacc = acc.as_ptr().wrapping_add(offs.1);
                         // SAFETY: in place on a live device range; b disjoint.
                         unsafe { gpu.reduce_raw(pacc, pacc, pb, n, &dev, pre) }.unwrap();
-                        assert!(same(t, &download(&acc, offs.1, n), &want), "in place {t} {op} {pre:?} n={count}");
+                        assert!(
+                            same(t, &download(&acc, offs.1, n), &want),
+                            "in place {t} {op} {pre:?} n={count}"
+                        );
                         cases += 2;
                     }
                     let mut pw = vec![0u8; n];
@@ -139,7 +149,9 @@ fn device_kernels_match_the_reference() {
 
 #[test]
 fn memory_spaces_and_backend_choice() {
-    let Some(gpu) = gpu("memory_spaces_and_backend_choice") else { return };
+    let Some(gpu) = gpu("memory_spaces_and_backend_choice") else {
+        return;
+    };
     let dev = DeviceBuffer::alloc(0, 1 << 16).unwrap();
     let mut pinned = PinnedBuffer::alloc(0, 1 << 16).unwrap();
     let pageable = vec![0u8; 1 << 16];
@@ -150,8 +162,14 @@ fn memory_spaces_and_backend_choice() {
             managed: false
         }
     );
-    assert_eq!(memory_space(pinned.as_slice().as_ptr()).unwrap(), MemorySpace::Host { pinned: true });
-    assert_eq!(memory_space(pageable.as_ptr()).unwrap(), MemorySpace::Host { pinned: false });
+    assert_eq!(
+        memory_space(pinned.as_slice().as_ptr()).unwrap(),
+        MemorySpace::Host { pinned: true }
+    );
+    assert_eq!(
+        memory_space(pageable.as_ptr()).unwrap(),
+        MemorySpace::Host { pinned: false }
+    );
     assert_eq!(backend_for(dev.as_ptr()).unwrap().name(), "cuda");
     assert_eq!(backend_for(pageable.as_ptr()).unwrap().name(), "cpu");
     let (b, _) = backend_for_operands(&[("dst", dev.as_ptr()), ("src", pinned.as_slice().as_ptr())]).unwrap();
@@ -170,7 +188,8 @@ fn memory_spaces_and_backend_choice() {
     }
     let src = s[..4096].to_vec();
     let mut pin2 = PinnedBuffer::alloc(0, 4096).unwrap();
-    gpu.reduce(pin2.as_mut_slice(), &s[..4096], &s[..4096], &op, Pre::None).unwrap();
+    gpu.reduce(pin2.as_mut_slice(), &s[..4096], &s[..4096], &op, Pre::None)
+        .unwrap();
     let mut want = vec![0u8; 4096];
     reference::reduce(&mut want, &src, &src, &op, Pre::None);
     assert_eq!(pin2.as_slice(), &want[..]);

@@ -37,11 +37,21 @@ impl Emu {
     }
 
     fn build() -> Result<Emu, String> {
-        let cxx = [std::env::var("CXX").ok(), Some("c++".into()), Some("g++".into()), Some("clang++".into())]
-            .into_iter()
-            .flatten()
-            .find(|c| Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()))
-            .ok_or("no C++ compiler ($CXX, c++, g++, clang++) to build the GPU emulation")?;
+        let cxx = [
+            std::env::var("CXX").ok(),
+            Some("c++".into()),
+            Some("g++".into()),
+            Some("clang++".into()),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|c| {
+            Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .ok_or("no C++ compiler ($CXX, c++, g++, clang++) to build the GPU emulation")?;
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cuda-emu-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let src = dir.join("kernels_all.cu");
@@ -49,7 +59,14 @@ impl Emu {
         let header = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/emu/cuda_emu.h");
         let so = dir.join("libfccl_emu.so");
         let out = Command::new(&cxx)
-            .args(["-std=c++17", "-O1", "-fPIC", "-shared", "-ffp-contract=off", "-fno-strict-aliasing"])
+            .args([
+                "-std=c++17",
+                "-O1",
+                "-fPIC",
+                "-shared",
+                "-ffp-contract=off",
+                "-fno-strict-aliasing",
+            ])
             .args(["-Wall", "-Wno-unknown-pragmas", "-Werror=return-type", "-include"])
             .arg(&header)
             .args(["-x", "c++"])
@@ -97,7 +114,9 @@ impl Emu {
 fn same(dtype: DataType, x: &[u8], y: &[u8]) -> bool {
     x == y
         || (0..x.len() / dtype.size()).all(|i| match (reference::get(x, dtype, i), reference::get(y, dtype, i)) {
-            (reference::Value::F(a), reference::Value::F(b)) => a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+            (reference::Value::F(a), reference::Value::F(b)) => {
+                a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan())
+            }
             (a, b) => a == b,
         })
 }
@@ -157,7 +176,15 @@ fn offsets(t: DataType) -> [(usize, usize, usize); 4] {
     [(0, 0, 0), (e, e + 16, e + 32), (0, e.min(8), 0), (1, 3, 5)]
 }
 
-fn check_case(emu: &Emu, shape: &DeviceShape, t: DataType, op: &DevRedOp, count: usize, offs: (usize, usize, usize), seed: u64) {
+fn check_case(
+    emu: &Emu,
+    shape: &DeviceShape,
+    t: DataType,
+    op: &DevRedOp,
+    count: usize,
+    offs: (usize, usize, usize),
+    seed: u64,
+) {
     let n = count * t.size();
     let mut rnd = xorshift(seed);
     let mut a_buf = vec![0u8; n + 64];
@@ -166,7 +193,9 @@ fn check_case(emu: &Emu, shape: &DeviceShape, t: DataType, op: &DevRedOp, count:
     fill(&mut rnd, t, &mut b_buf[offs.2..offs.2 + n]);
     let a = a_buf[offs.1..offs.1 + n].to_vec();
     let b = b_buf[offs.2..offs.2 + n].to_vec();
-    let what = |p: &str, pre: Pre, rev: bool| format!("{p} {t} {} {pre:?} count {count} offsets {offs:?} reverse {rev}", op.op);
+    let what = |p: &str, pre: Pre, rev: bool| {
+        format!("{p} {t} {} {pre:?} count {count} offsets {offs:?} reverse {rev}", op.op)
+    };
     for pre in [Pre::None, Pre::A, Pre::B, Pre::Both] {
         let mut want = vec![0u8; n];
         reference::reduce(&mut want, &a, &b, op, pre);
@@ -174,12 +203,24 @@ fn check_case(emu: &Emu, shape: &DeviceShape, t: DataType, op: &DevRedOp, count:
             // Out of place, with guard bytes around dst.
             let mut d_buf = vec![0xA5u8; n + 64];
             let d = d_buf.as_mut_ptr() as u64 + offs.0 as u64;
-            let l = plan::reduce(shape, d, a_buf.as_ptr() as u64 + offs.1 as u64, b_buf.as_ptr() as u64 + offs.2 as u64, n, op, pre)
-                .unwrap();
+            let l = plan::reduce(
+                shape,
+                d,
+                a_buf.as_ptr() as u64 + offs.1 as u64,
+                b_buf.as_ptr() as u64 + offs.2 as u64,
+                n,
+                op,
+                pre,
+            )
+            .unwrap();
             if let Some(l) = l {
                 emu.run(&l, rev);
             }
-            assert!(same(t, &d_buf[offs.0..offs.0 + n], &want), "{}", what("reduce", pre, rev));
+            assert!(
+                same(t, &d_buf[offs.0..offs.0 + n], &want),
+                "{}",
+                what("reduce", pre, rev)
+            );
             assert!(
                 d_buf[..offs.0].iter().chain(&d_buf[offs.0 + n..]).all(|&x| x == 0xA5),
                 "{}: wrote outside dst",
@@ -191,7 +232,11 @@ fn check_case(emu: &Emu, shape: &DeviceShape, t: DataType, op: &DevRedOp, count:
             if let Some(l) = plan::reduce(shape, p, p, b_buf.as_ptr() as u64 + offs.2 as u64, n, op, pre).unwrap() {
                 emu.run(&l, rev);
             }
-            assert!(same(t, &acc[offs.1..offs.1 + n], &want), "{}", what("reduce in place", pre, rev));
+            assert!(
+                same(t, &acc[offs.1..offs.1 + n], &want),
+                "{}",
+                what("reduce in place", pre, rev)
+            );
         }
     }
     // pre_op (out of place and in place), post_op.
@@ -202,13 +247,21 @@ fn check_case(emu: &Emu, shape: &DeviceShape, t: DataType, op: &DevRedOp, count:
     if let Some(l) = plan::pre_op(shape, pd, a_buf.as_ptr() as u64 + offs.1 as u64, n, op).unwrap() {
         emu.run(&l, false);
     }
-    assert!(same(t, &p_buf[offs.0..offs.0 + n], &pw), "{}", what("pre_op", Pre::None, false));
+    assert!(
+        same(t, &p_buf[offs.0..offs.0 + n], &pw),
+        "{}",
+        what("pre_op", Pre::None, false)
+    );
     let mut pi = a_buf.clone();
     let pp = pi.as_mut_ptr() as u64 + offs.1 as u64;
     if let Some(l) = plan::pre_op(shape, pp, pp, n, op).unwrap() {
         emu.run(&l, true);
     }
-    assert!(same(t, &pi[offs.1..offs.1 + n], &pw), "{}", what("pre_op in place", Pre::None, true));
+    assert!(
+        same(t, &pi[offs.1..offs.1 + n], &pw),
+        "{}",
+        what("pre_op in place", Pre::None, true)
+    );
     let mut qw = a.clone();
     reference::post_op(&mut qw, op);
     let mut q = a_buf.clone();
@@ -216,7 +269,11 @@ fn check_case(emu: &Emu, shape: &DeviceShape, t: DataType, op: &DevRedOp, count:
     if let Some(l) = plan::post_op(shape, qp, n, op).unwrap() {
         emu.run(&l, false);
     }
-    assert!(same(t, &q[offs.1..offs.1 + n], &qw), "{}", what("post_op", Pre::None, false));
+    assert!(
+        same(t, &q[offs.1..offs.1 + n], &qw),
+        "{}",
+        what("post_op", Pre::None, false)
+    );
 }
 
 #[test]
@@ -234,7 +291,15 @@ fn emulated_kernels_match_the_reference() {
             let dev = DevRedOp::new(t, op, nranks).unwrap();
             for (ai, offs) in offsets(t).into_iter().enumerate() {
                 for count in [0usize, 1, 3, 7, 17, 33, 100] {
-                    check_case(&emu, &SMALL, t, &dev, count, offs, 1 + (ti * 1000 + oi * 100 + ai * 10) as u64 + count as u64);
+                    check_case(
+                        emu,
+                        &SMALL,
+                        t,
+                        &dev,
+                        count,
+                        offs,
+                        1 + (ti * 1000 + oi * 100 + ai * 10) as u64 + count as u64,
+                    );
                     cases += 1;
                 }
             }
@@ -243,7 +308,7 @@ fn emulated_kernels_match_the_reference() {
             // common one-element offset.
             let count = 4 * 1024 * (16 / t.size()) + 3 * (16 / t.size()) + 5;
             for offs in [offsets(t)[0], offsets(t)[1]] {
-                check_case(&emu, &SMALL, t, &dev, count, offs, 77 + ti as u64);
+                check_case(emu, &SMALL, t, &dev, count, offs, 77 + ti as u64);
                 cases += 1;
             }
         }
@@ -269,11 +334,24 @@ fn emulated_copy_moves_every_byte_once() {
         for (od, os) in [(0usize, 0usize), (3, 3), (1, 6)] {
             let src: Vec<u8> = (0..len + 32).map(|_| rnd() as u8).collect();
             let mut dst = vec![0u8; len + 32];
-            let l = plan::copy(shape, dst.as_mut_ptr() as u64 + od as u64, src.as_ptr() as u64 + os as u64, len).unwrap();
+            let l = plan::copy(
+                shape,
+                dst.as_mut_ptr() as u64 + od as u64,
+                src.as_ptr() as u64 + os as u64,
+                len,
+            )
+            .unwrap();
             assert!(l.grid >= 1 && l.grid <= shape.resident_blocks());
             emu.run(&l, od == 3);
-            assert_eq!(&dst[od..od + len], &src[os..os + len], "copy of {len} bytes, offsets {od}/{os}");
-            assert!(dst[..od].iter().chain(&dst[od + len..]).all(|&x| x == 0), "copy wrote outside dst");
+            assert_eq!(
+                &dst[od..od + len],
+                &src[os..os + len],
+                "copy of {len} bytes, offsets {od}/{os}"
+            );
+            assert!(
+                dst[..od].iter().chain(&dst[od + len..]).all(|&x| x == 0),
+                "copy wrote outside dst"
+            );
         }
     }
 }

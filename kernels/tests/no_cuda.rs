@@ -8,7 +8,9 @@
 
 use std::process::Command;
 
-use ferroccl_kernels::{DataType, DevRedOp, KernelError, MemorySpace, Pre, RedOp, backend_for, backend_for_operands, memory_space};
+use ferroccl_kernels::{
+    DataType, DevRedOp, KernelError, MemorySpace, Pre, RedOp, backend_for, backend_for_operands, memory_space,
+};
 
 const CHILD: &str = "FERROCCL_NO_CUDA_CHILD";
 
@@ -22,7 +24,13 @@ static STATIC_BYTES: [u8; 64] = [7; 64];
 fn host_pointers_and_cuda_entry_points_without_cuda() {
     let exe = std::env::current_exe().expect("test binary path");
     let out = Command::new(exe)
-        .args(["--exact", "child_checks", "--ignored", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "child_checks",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("CUDA_VISIBLE_DEVICES", "")
         .env(CHILD, "1")
         .output()
@@ -60,7 +68,12 @@ fn child_checks() {
         assert_eq!(memory_space(p).unwrap(), MemorySpace::Host { pinned: false }, "{what}");
         assert_eq!(backend_for(p).unwrap().name(), "cpu", "{what}");
     }
-    let (b, space) = backend_for_operands(&[("dst", heap.as_ptr()), ("a", stack.as_ptr()), ("b", STATIC_BYTES.as_ptr())]).unwrap();
+    let (b, space) = backend_for_operands(&[
+        ("dst", heap.as_ptr()),
+        ("a", stack.as_ptr()),
+        ("b", STATIC_BYTES.as_ptr()),
+    ])
+    .unwrap();
     assert_eq!((b.name(), space), ("cpu", MemorySpace::Host { pinned: false }));
 
     // The chosen backend works through the raw-address entry points.
@@ -69,7 +82,10 @@ fn child_checks() {
     let mut d = vec![0u8; 12];
     // SAFETY: three live, disjoint host buffers of 12 bytes.
     unsafe { b.reduce_raw(d.as_mut_ptr(), a.as_ptr(), a.as_ptr(), 12, &op, Pre::None) }.unwrap();
-    assert_eq!(d, [2i32, -4, 6].iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<_>>());
+    assert_eq!(
+        d,
+        [2i32, -4, 6].iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<_>>()
+    );
 
     // Every CUDA entry point: the "no CUDA" error.
     use ferroccl_kernels::cuda;

@@ -29,10 +29,7 @@ fn every_kernel_compiles_to_ptx_for_sm80_and_sm90() {
     let info = match nvrtc_load(path.as_deref()) {
         Ok(i) => i,
         Err(e) => {
-            assert!(
-                !require(),
-                "FERROCCL_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: {e}"
-            );
+            assert!(!require(), "FERROCCL_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: {e}");
             eprintln!("SKIPPED every_kernel_compiles_to_ptx_for_sm80_and_sm90: {e}");
             return;
         }
@@ -94,20 +91,14 @@ fn every_kernel_compiles_to_ptx_for_sm80_and_sm90() {
         );
     }
     assert_eq!(compiled, 2 * 57);
-    assert_eq!(
-        Unit::all().iter().map(|u| u.kernels().len()).sum::<usize>(),
-        57
-    );
+    assert_eq!(Unit::all().iter().map(|u| u.kernels().len()).sum::<usize>(), 57);
 }
 
 #[test]
 fn a_kernel_that_does_not_compile_is_an_error_with_the_log() {
     let path = common::nvrtc_path();
     if let Err(e) = nvrtc_load(path.as_deref()) {
-        assert!(
-            !require(),
-            "FERROCCL_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: {e}"
-        );
+        assert!(!require(), "FERROCCL_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: {e}");
         eprintln!("SKIPPED a_kernel_that_does_not_compile_is_an_error_with_the_log: {e}");
         return;
     }

@@ -44,7 +44,12 @@ const LEN: usize = 1 << 20;
 const SEED: u64 = 0x6770_7564;
 
 /// Registers `len` bytes of `buf` on `comm` the way `how` says.
-fn register(cx: &mut Cx, comm: ferroccl::plugin::net::RawComm, buf: &DeviceBuffer, how: Reg) -> Res<ferroccl::plugin::net::RawMr> {
+fn register(
+    cx: &mut Cx,
+    comm: ferroccl::plugin::net::RawComm,
+    buf: &DeviceBuffer,
+    how: Reg,
+) -> Res<ferroccl::plugin::net::RawMr> {
     let ptr = buf.as_ptr();
     match how {
         Reg::Cuda => cx.call(Call::RegMr, "regMr of 1 MiB of CUDA memory (NCCL_PTR_CUDA)", |n| {
@@ -89,7 +94,9 @@ pub(crate) fn transfer(cx: &mut Cx, how: Reg) -> Res {
     };
     let rr = cx.post("irecv into CUDA memory", |cx| cx.irecv_slots(p.recv, &[slot], false))?;
     let sp = sbuf.as_ptr();
-    let sr = cx.post("isend from CUDA memory", |cx| cx.isend_raw(p.send, sp, LEN, 0, Some(smr)))?;
+    let sr = cx.post("isend from CUDA memory", |cx| {
+        cx.isend_raw(p.send, sp, LEN, 0, Some(smr))
+    })?;
     let sizes = cx.wait_all("1 MiB GPU-to-GPU message", &[sr, rr])?;
     ensure!(
         sizes[1] == LEN,
@@ -101,7 +108,9 @@ pub(crate) fn transfer(cx: &mut Cx, how: Reg) -> Res {
     // iflush as recvProxyProgress does: a NULL request is done; otherwise test
     // it alone (sizes NULL) until done.
     let comm = p.recv;
-    if let Some(r) = cx.call(Call::Iflush, "iflush of the received CUDA buffer", |n| n.iflush(comm, &[slot]))? {
+    if let Some(r) = cx.call(Call::Iflush, "iflush of the received CUDA buffer", |n| {
+        n.iflush(comm, &[slot])
+    })? {
         let start = Instant::now();
         loop {
             if cx.call(Call::Test, "test of the iflush request", |n| n.test(r, &mut []))? {
@@ -117,8 +126,12 @@ pub(crate) fn transfer(cx: &mut Cx, how: Reg) -> Res {
     }
 
     let mut got = vec![0u8; LEN];
-    rbuf.read(0, &mut got)
-        .map_err(|e| fail!("the receive buffer is readable after the transfer", "cuMemcpyDtoH failed: {e}"))?;
+    rbuf.read(0, &mut got).map_err(|e| {
+        fail!(
+            "the receive buffer is readable after the transfer",
+            "cuMemcpyDtoH failed: {e}"
+        )
+    })?;
     if let Err(at) = verify(&got, SEED) {
         return Err(fail!(
             "received device bytes equal the sent device bytes",

@@ -196,7 +196,9 @@ fn gpu_check(cx: &mut Cx, bit: i32, name: &str, body: fn(&mut Cx) -> Res) -> Res
             cx.props.ptr_support
         )),
         (false, None) => Err(skip!("ptrSupport ({:#x}) does not claim {name}", cx.props.ptr_support)),
-        (true, Some(why)) => Err(skip!("ptrSupport claims {name} but this machine cannot run GPU checks: {why}")),
+        (true, Some(why)) => Err(skip!(
+            "ptrSupport claims {name} but this machine cannot run GPU checks: {why}"
+        )),
         (true, None) => body(cx),
     }
 }

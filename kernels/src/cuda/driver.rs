@@ -14,7 +14,8 @@ static DRIVER: OnceLock<Result<DriverInfo, KernelError>> = OnceLock::new();
 
 fn probe() -> Result<DriverInfo, KernelError> {
     // SAFETY: `is_culib_present` only tries to dlopen the candidate names.
-    let present = guard::quiet("cuda is_culib_present", || unsafe { sys::is_culib_present() }).map_err(KernelError::NoCuda)?;
+    let present =
+        guard::quiet("cuda is_culib_present", || unsafe { sys::is_culib_present() }).map_err(KernelError::NoCuda)?;
     if !present {
         return Err(KernelError::NoCuda(
             "the CUDA driver library (libcuda.so.1) is not on the loader path (is an NVIDIA driver installed?)".into(),
@@ -30,8 +31,10 @@ fn probe() -> Result<DriverInfo, KernelError> {
         )));
     }
     let mut version = 0;
-    // SAFETY: the driver is initialised; one valid out-pointer.
-    guard::call("cuDriverGetVersion", || unsafe { sys::cuDriverGetVersion(&mut version) }.result())?;
+    guard::call("cuDriverGetVersion", || {
+        // SAFETY: the driver is initialised; one valid out-pointer.
+        unsafe { sys::cuDriverGetVersion(&mut version) }.result()
+    })?;
     let devices = guard::call("cuDeviceGetCount", result::device::get_count)?;
     if devices <= 0 {
         return Err(KernelError::NoCuda("cuDeviceGetCount found no CUDA device".into()));
@@ -63,7 +66,10 @@ pub(crate) fn check_ordinal(ordinal: usize) -> Result<DriverInfo, KernelError> {
     if ordinal >= d.devices {
         return Err(KernelError::Cuda {
             call: "cuDeviceGet",
-            message: format!("device {ordinal} does not exist: this process sees {} CUDA device(s)", d.devices),
+            message: format!(
+                "device {ordinal} does not exist: this process sees {} CUDA device(s)",
+                d.devices
+            ),
         });
     }
     Ok(d)
@@ -138,7 +144,10 @@ pub(crate) fn classify(ptr: *const u8) -> Result<MemorySpace, KernelError> {
     Ok(if managed != 0 {
         MemorySpace::Device { ordinal, managed: true }
     } else if memtype == CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
-        MemorySpace::Device { ordinal, managed: false }
+        MemorySpace::Device {
+            ordinal,
+            managed: false,
+        }
     } else if memtype == CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
         MemorySpace::Host { pinned: true }
     } else {

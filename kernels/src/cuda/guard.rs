@@ -7,7 +7,10 @@ use crate::KernelError;
 /// Runs `f` (a cudarc call) under `catch_unwind`: a driver error becomes
 /// [`KernelError::Cuda`] naming `call`; a panic inside cudarc (a symbol missing
 /// from an old driver, say) becomes the same error with the panic's text.
-pub(crate) fn call<T, E: std::fmt::Debug>(call: &'static str, f: impl FnOnce() -> Result<T, E>) -> Result<T, KernelError> {
+pub(crate) fn call<T, E: std::fmt::Debug>(
+    call: &'static str,
+    f: impl FnOnce() -> Result<T, E>,
+) -> Result<T, KernelError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(KernelError::Cuda {

@@ -92,7 +92,9 @@ impl DeviceBuffer {
     /// (`CUDA_ERROR_NOT_SUPPORTED` where the kernel or driver lacks DMA-BUF).
     pub fn dmabuf_fd(&self, len: usize) -> Result<OwnedFd, KernelError> {
         // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+            .unwrap_or(4096)
+            .max(1);
         let size = len.div_ceil(page) * page;
         self.range(0, size.min(self.len))?;
         guard::call("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
@@ -149,8 +151,10 @@ impl PinnedBuffer {
     pub fn alloc(ordinal: usize, len: usize) -> Result<PinnedBuffer, KernelError> {
         let _ctx = driver::context(ordinal)?;
         let mut p: *mut c_void = std::ptr::null_mut();
-        // SAFETY: one out-pointer; the context is current; size non-zero.
-        guard::call("cuMemAllocHost", || unsafe { sys::cuMemAllocHost_v2(&mut p, len.max(1)) }.result())?;
+        guard::call("cuMemAllocHost", || {
+            // SAFETY: one out-pointer; the context is current; size non-zero.
+            unsafe { sys::cuMemAllocHost_v2(&mut p, len.max(1)) }.result()
+        })?;
         // SAFETY: the allocation has at least `len` bytes.
         unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, len) };
         Ok(PinnedBuffer { ptr: p.cast(), len })
@@ -171,7 +175,9 @@ impl PinnedBuffer {
 
 impl Drop for PinnedBuffer {
     fn drop(&mut self) {
-        // SAFETY: allocated by cuMemAllocHost, freed once.
-        let _ = guard::call("cuMemFreeHost", || unsafe { sys::cuMemFreeHost(self.ptr.cast()) }.result());
+        let _ = guard::call("cuMemFreeHost", || {
+            // SAFETY: allocated by cuMemAllocHost, freed once.
+            unsafe { sys::cuMemFreeHost(self.ptr.cast()) }.result()
+        });
     }
 }

@@ -40,9 +40,9 @@ mod nvrtc;
 #[cfg(feature = "cuda")]
 pub use backend::CudaBackend;
 #[cfg(feature = "cuda")]
-pub use driver::{device_count, driver_info};
-#[cfg(feature = "cuda")]
 pub(crate) use driver::{classify, device_backend};
+#[cfg(feature = "cuda")]
+pub use driver::{device_count, driver_info};
 #[cfg(feature = "cuda")]
 pub use memory::{DeviceBuffer, PinnedBuffer};
 #[cfg(feature = "cuda")]

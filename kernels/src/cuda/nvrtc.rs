@@ -15,7 +15,10 @@ use crate::KernelError;
 static LOADED: Mutex<Option<NvrtcInfo>> = Mutex::new(None);
 
 /// PTX per (virtual architecture, unit), for the life of the process.
-static PTX: Mutex<Option<HashMap<(u32, Unit), Arc<str>>>> = Mutex::new(None);
+static PTX: Mutex<Option<PtxCache>> = Mutex::new(None);
+
+/// Compiled PTX by (virtual architecture, unit).
+type PtxCache = HashMap<(u32, Unit), Arc<str>>;
 
 type VersionFn = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
 
@@ -44,7 +47,9 @@ pub fn nvrtc_load(path: Option<&Path>) -> Result<NvrtcInfo, KernelError> {
     }
     let path: Option<PathBuf> = match path {
         Some(p) => Some(p.to_path_buf()),
-        None => std::env::var_os(NVRTC_LIB_ENV).filter(|v| !v.is_empty()).map(PathBuf::from),
+        None => std::env::var_os(NVRTC_LIB_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
     };
     let mut named_version = None;
     if let Some(p) = &path {
@@ -52,8 +57,12 @@ pub fn nvrtc_load(path: Option<&Path>) -> Result<NvrtcInfo, KernelError> {
         // SAFETY: opening NVRTC runs its initialisers, which have no
         // preconditions; the handle is kept (never closed) so that the symbols
         // cudarc resolves stay valid for the life of the process.
-        let lib = unsafe { Library::open(Some(p), RTLD_NOW | RTLD_GLOBAL) }
-            .map_err(|e| KernelError::NoNvrtc(format!("cannot load {} (from {NVRTC_LIB_ENV} or the caller): {e}", p.display())))?;
+        let lib = unsafe { Library::open(Some(p), RTLD_NOW | RTLD_GLOBAL) }.map_err(|e| {
+            KernelError::NoNvrtc(format!(
+                "cannot load {} (from {NVRTC_LIB_ENV} or the caller): {e}",
+                p.display()
+            ))
+        })?;
         // SAFETY: `nvrtcVersion` has this signature in every NVRTC (nvrtc.h).
         let version = unsafe { lib.get::<VersionFn>(b"nvrtcVersion") }
             .map_err(|e| KernelError::NoNvrtc(format!("{} is not NVRTC (no nvrtcVersion): {e}", p.display())))?;
@@ -64,8 +73,8 @@ pub fn nvrtc_load(path: Option<&Path>) -> Result<NvrtcInfo, KernelError> {
         std::mem::forget(lib);
     }
     // SAFETY: `is_culib_present` only tries to dlopen candidate names.
-    let present = guard::quiet("nvrtc is_culib_present", || unsafe { sys::is_culib_present() })
-        .map_err(KernelError::NoNvrtc)?;
+    let present =
+        guard::quiet("nvrtc is_culib_present", || unsafe { sys::is_culib_present() }).map_err(KernelError::NoNvrtc)?;
     if !present {
         return Err(match (&path, named_version) {
             (Some(p), Some((ma, mi))) => KernelError::NoNvrtc(format!(
@@ -76,8 +85,10 @@ pub fn nvrtc_load(path: Option<&Path>) -> Result<NvrtcInfo, KernelError> {
         });
     }
     let (mut major, mut minor) = (0, 0);
-    // SAFETY: NVRTC is present (checked above); two valid out-pointers.
-    guard::call("nvrtcVersion", || unsafe { sys::nvrtcVersion(&mut major, &mut minor) }.result())?;
+    guard::call("nvrtcVersion", || {
+        // SAFETY: NVRTC is present (checked above); two valid out-pointers.
+        unsafe { sys::nvrtcVersion(&mut major, &mut minor) }.result()
+    })?;
     if let (Some(p), Some(named)) = (&path, named_version)
         && named != (major, minor)
     {
@@ -114,12 +125,13 @@ pub fn compile_program(name: &str, src: &str, arch: u32) -> Result<String, Kerne
         name: Some(format!("{name}.cu")),
         ..Default::default()
     };
-    let compiled = guard::quiet("nvrtcCompileProgram", || cudarc::nvrtc::compile_ptx_with_opts(src, opts)).map_err(|m| {
-        KernelError::Compile {
-            program: name.to_string(),
-            arch,
-            log: m,
-        }
+    let compiled = guard::quiet("nvrtcCompileProgram", || {
+        cudarc::nvrtc::compile_ptx_with_opts(src, opts)
+    })
+    .map_err(|m| KernelError::Compile {
+        program: name.to_string(),
+        arch,
+        log: m,
     })?;
     match compiled {
         Ok(ptx) => guard::quiet("nvrtcGetPTX", || ptx.to_src()).map_err(|m| KernelError::Compile {
@@ -144,12 +156,20 @@ pub fn compile_program(name: &str, src: &str, arch: u32) -> Result<String, Kerne
 /// the life of the process (NCCL compiles its kernels ahead of time; ferroccl
 /// compiles each unit once per architecture, on demand).
 pub fn compile(unit: Unit, arch: u32) -> Result<Arc<str>, KernelError> {
-    if let Some(p) = PTX.lock().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|m| m.get(&(arch, unit))) {
+    if let Some(p) = PTX
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .as_ref()
+        .and_then(|m| m.get(&(arch, unit)))
+    {
         return Ok(p.clone());
     }
     // Compiled outside the lock: another thread may compile the same unit
     // meanwhile; both results are identical and the first stored wins.
     let ptx: Arc<str> = compile_program(&unit.to_string().replace(' ', "_"), &source::program(&[unit]), arch)?.into();
     let mut g = PTX.lock().unwrap_or_else(|e| e.into_inner());
-    Ok(g.get_or_insert_with(HashMap::new).entry((arch, unit)).or_insert(ptx).clone())
+    Ok(g.get_or_insert_with(HashMap::new)
+        .entry((arch, unit))
+        .or_insert(ptx)
+        .clone())
 }

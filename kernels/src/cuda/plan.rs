@@ -69,7 +69,15 @@ pub fn split(addrs: &[u64], elem: u64, count: u64) -> (u64, u64) {
     (head, nvec)
 }
 
-fn launch(shape: &DeviceShape, kernel: Kernel, addrs: [u64; 3], elem: u64, count: u64, scalar: u64, flags: u64) -> Launch {
+fn launch(
+    shape: &DeviceShape,
+    kernel: Kernel,
+    addrs: [u64; 3],
+    elem: u64,
+    count: u64,
+    scalar: u64,
+    flags: u64,
+) -> Launch {
     let used: &[u64] = match kernel {
         Kernel::Reduce(..) => &addrs,
         _ => &addrs[..2],
@@ -141,7 +149,13 @@ pub fn reduce(
 
 /// `dst = pre(src)` (`dst` may equal `src`): the pre-multiply kernel, or a copy
 /// when the op has no pre-op; `None` when nothing is to be done.
-pub fn pre_op(shape: &DeviceShape, dst: u64, src: u64, bytes: usize, op: &DevRedOp) -> Result<Option<Launch>, KernelError> {
+pub fn pre_op(
+    shape: &DeviceShape,
+    dst: u64,
+    src: u64,
+    bytes: usize,
+    op: &DevRedOp,
+) -> Result<Option<Launch>, KernelError> {
     check_len("dst", bytes, op.dtype)?;
     if op.pre_mul.is_none() {
         return Ok(copy(shape, dst, src, bytes));
@@ -242,10 +256,14 @@ mod tests {
     #[test]
     fn grid_is_capped_by_the_device_and_at_least_one_block() {
         let op = DevRedOp::new(DataType::Float32, RedOp::Sum, 2).unwrap();
-        let big = reduce(&H100, 0x10000, 0x20000, 0x30000, 64 << 20, &op, Pre::None).unwrap().unwrap();
+        let big = reduce(&H100, 0x10000, 0x20000, 0x30000, 64 << 20, &op, Pre::None)
+            .unwrap()
+            .unwrap();
         assert_eq!(big.grid, 132 * 4);
         assert_eq!(big.block, BLOCK_THREADS);
-        let small = reduce(&H100, 0x10000, 0x20000, 0x30000, 64, &op, Pre::None).unwrap().unwrap();
+        let small = reduce(&H100, 0x10000, 0x20000, 0x30000, 64, &op, Pre::None)
+            .unwrap()
+            .unwrap();
         assert_eq!(small.grid, 1);
         assert_eq!(small.args[3], 16);
         assert!(reduce(&H100, 0, 0, 0, 0, &op, Pre::None).unwrap().is_none());
@@ -261,11 +279,19 @@ mod tests {
         assert_eq!(l.args[7], 2);
         assert_eq!(l.args[6], u64::from(half::f16::from_f32(0.5).to_bits()));
         let sum = DevRedOp::new(t, RedOp::Sum, 4).unwrap();
-        let l = reduce(&H100, 0x100, 0x200, 0x300, 64, &sum, Pre::Both).unwrap().unwrap();
+        let l = reduce(&H100, 0x100, 0x200, 0x300, 64, &sum, Pre::Both)
+            .unwrap()
+            .unwrap();
         assert_eq!(l.args[7], 0, "no pre-op: flags ignored");
-        assert_eq!(pre_op(&H100, 0x100, 0x200, 64, &sum).unwrap().unwrap().kernel, Kernel::Copy);
+        assert_eq!(
+            pre_op(&H100, 0x100, 0x200, 64, &sum).unwrap().unwrap().kernel,
+            Kernel::Copy
+        );
         assert!(pre_op(&H100, 0x100, 0x100, 64, &sum).unwrap().is_none());
-        assert_eq!(pre_op(&H100, 0x100, 0x100, 64, &pms).unwrap().unwrap().kernel, Kernel::PreMul(t));
+        assert_eq!(
+            pre_op(&H100, 0x100, 0x100, 64, &pms).unwrap().unwrap().kernel,
+            Kernel::PreMul(t)
+        );
         let iavg = DevRedOp::new(DataType::Int32, RedOp::Avg, 3).unwrap();
         let l = post_op(&H100, 0x100, 64, &iavg).unwrap().unwrap();
         assert_eq!((l.kernel, l.args[6]), (Kernel::PostDiv(DataType::Int32), 3));

@@ -186,7 +186,11 @@ mod tests {
 
     #[test]
     fn inventory_is_57_unique_kernels() {
-        let all: Vec<String> = Unit::all().into_iter().flat_map(|u| u.kernels()).map(|k| k.name()).collect();
+        let all: Vec<String> = Unit::all()
+            .into_iter()
+            .flat_map(|u| u.kernels())
+            .map(|k| k.name())
+            .collect();
         assert_eq!(all.len(), 1 + 10 * 5 + 6);
         let mut sorted = all.clone();
         sorted.sort();
