@@ -64,8 +64,13 @@ pub fn nvrtc_load(path: Option<&Path>) -> Result<NvrtcInfo, KernelError> {
             ))
         })?;
         // SAFETY: `nvrtcVersion` has this signature in every NVRTC (nvrtc.h).
-        let version = unsafe { lib.get::<VersionFn>(b"nvrtcVersion") }
-            .map_err(|e| KernelError::NoNvrtc(format!("{} is not NVRTC (no nvrtcVersion): {e}", p.display())))?;
+        let version = unsafe { lib.get::<VersionFn>(b"nvrtcVersion") }.map_err(|e| {
+            KernelError::NoNvrtc(format!(
+                "{} is not NVRTC (no nvrtcVersion): {}",
+                p.display(),
+                with_sources(&e)
+            ))
+        })?;
         let (mut major, mut minor) = (0, 0);
         // SAFETY: two valid out-pointers.
         unsafe { version(&mut major, &mut minor) };
@@ -105,6 +110,18 @@ pub fn nvrtc_load(path: Option<&Path>) -> Result<NvrtcInfo, KernelError> {
     };
     *loaded = Some(info.clone());
     Ok(info)
+}
+
+/// An error and its sources (libloading puts `dlerror`'s text in the source).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
 }
 
 /// [`nvrtc_load`] with the library from [`NVRTC_LIB_ENV`] or the loader path.
