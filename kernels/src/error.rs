@@ -44,4 +44,46 @@ pub enum KernelError {
     /// Average over zero ranks.
     #[error("average over nranks = 0")]
     ZeroRanks,
+    /// CUDA cannot be used in this process: no driver library, `cuInit` failed
+    /// (no device, `CUDA_VISIBLE_DEVICES` empty), or a build without the `cuda`
+    /// feature. The text says which and what to do.
+    #[error("no CUDA: {0}")]
+    NoCuda(String),
+    /// NVRTC (the run-time CUDA C compiler the device kernels need) cannot be
+    /// loaded; the text says where it was looked for.
+    #[error("no NVRTC: {0}")]
+    NoNvrtc(String),
+    /// A CUDA driver call failed.
+    #[error("CUDA call {call} failed: {message}")]
+    Cuda {
+        /// The driver entry point (`cuLaunchKernel`, ...).
+        call: &'static str,
+        /// The driver's error name and text.
+        message: String,
+    },
+    /// NVRTC rejected a kernel program.
+    #[error("NVRTC could not compile {program} for compute_{arch}: {log}")]
+    Compile {
+        /// Which program (`kernels for float`, ...).
+        program: String,
+        /// The virtual architecture, e.g. 90 for `compute_90`.
+        arch: u32,
+        /// NVRTC's result and program log.
+        log: String,
+    },
+    /// Operands of one primitive live in memory spaces no single backend can
+    /// reach together (for example device memory and pageable host memory).
+    #[error(
+        "{what} is {found}, but {first} is {expected}: one backend cannot reach both (stage through pinned host memory or device memory)"
+    )]
+    MemorySpaceMismatch {
+        /// The operand that does not fit.
+        what: &'static str,
+        /// Its memory space.
+        found: String,
+        /// The operand that chose the backend.
+        first: &'static str,
+        /// That operand's memory space.
+        expected: String,
+    },
 }

@@ -28,19 +28,32 @@
 //!   even back to 16 bits after *every* operation (including after the pre-multiply),
 //!   which equals NCCL's native `__hadd`/`__hmul` results bit for bit.
 
+//!
+//! Memory spaces (see [`memory_space`], [`backend_for_operands`]): the
+//! [`CpuBackend`] works on host memory; the CUDA backend ([`cuda::CudaBackend`],
+//! cargo feature `cuda`, on by default) runs the same primitives as CUDA kernels
+//! compiled at run time with NVRTC. The executor classifies its buffers once
+//! per operation and calls the raw-address methods of [`Backend`] on the
+//! backend that can reach them. Without CUDA every pointer is host memory and
+//! every CUDA entry point returns [`KernelError::NoCuda`]. `kernels/README.md`
+//! says which parts need a GPU.
+
 mod backend;
 mod cpu;
+pub mod cuda;
 mod dtype;
 mod error;
 mod half_conv;
 mod op;
 pub mod reference;
+mod space;
 
 pub use backend::{Backend, Pre};
 pub use cpu::{CpuBackend, Reducer};
 pub use dtype::DataType;
 pub use error::KernelError;
 pub use op::{Combine, DevRedOp, RedOp, Scalar};
+pub use space::{MemorySpace, backend_for, backend_for_operands, backend_for_space, memory_space};
 
 /// Deterministic xorshift64 (Marsaglia 2003) for the unit tests' bit patterns.
 #[cfg(test)]

@@ -1,9 +1,12 @@
-//! Memory registration: host regMr/deregMr, twice, sub-ranges; CUDA and DMA-BUF when claimed.
+//! Memory registration: host regMr/deregMr, twice, sub-ranges; CUDA and DMA-BUF
+//! when claimed and a GPU is present (bodies in `gpu.rs`), skipped with the
+//! reason otherwise.
 
 use crate::cx::{Cx, fill, verify};
 use crate::outcome::Res;
 use crate::registry::Registry;
 use crate::{ensure, fail, skip};
+use ferroccl_plugin_api::abi::{NCCL_PTR_CUDA, NCCL_PTR_DMABUF};
 
 pub(crate) fn register(r: &mut Registry) {
     r.add(
@@ -39,17 +42,17 @@ pub(crate) fn register(r: &mut Registry) {
     r.add(
         "memory.cuda",
         "§4.1",
-        "CUDA buffers register and transfer when ptrSupport claims NCCL_PTR_CUDA (needs a GPU)",
+        "CUDA buffers register (regMr NCCL_PTR_CUDA), transfer GPU to GPU, and iflush completes when ptrSupport claims NCCL_PTR_CUDA (needs a GPU)",
         cuda,
     )
-    .nccl("src/transport/net.cc sendProxyConnect: regMr(..., NCCL_PTR_CUDA, ...) of GPU FIFOs when useGdr");
+    .nccl("src/transport/net.cc sendProxyConnect/recvProxyConnect: regMr(..., NCCL_PTR_CUDA, ...) of GPU FIFOs when useGdr; recvProxyProgress: iflush when needFlush (src/graph/paths.cc ncclTopoNeedFlush)");
     r.add(
         "memory.dmabuf",
         "§1.5",
-        "regMrDmaBuf works when ptrSupport claims NCCL_PTR_DMABUF (needs a GPU)",
+        "regMrDmaBuf of CUDA memory (fd from cuMemGetHandleForAddressRange, offset 0, closed after registering) transfers GPU to GPU and iflush completes when ptrSupport claims NCCL_PTR_DMABUF (needs a GPU)",
         dmabuf,
     )
-    .nccl("src/transport/net.cc sendProxyConnect: regMrDmaBuf when useDmaBuf (ptrSupport & NCCL_PTR_DMABUF)");
+    .nccl("src/transport/net.cc sendProxyConnect/recvProxyConnect: cuMemGetHandleForAddressRange(DMA_BUF_FD) then regMrDmaBuf(..., NCCL_PTR_CUDA, 0ULL, dmabuf_fd, ...) and close(fd) when useDmaBuf");
 }
 
 fn reg_host(cx: &mut Cx, _: u64) -> Res {
@@ -169,46 +172,67 @@ fn null_mhandle(cx: &mut Cx, _: u64) -> Res {
     cx.close_pair(p)
 }
 
-fn gpu_present() -> bool {
-    std::path::Path::new("/dev/nvidia0").exists() || std::path::Path::new("/dev/nvidiactl").exists()
+/// Why GPU memory cannot be used in this process, if it cannot: the CUDA
+/// driver's state as `ferroccl-kernels` sees it (library present, `cuInit`,
+/// a device), or a build without the `cuda` feature.
+fn no_gpu_reason() -> Option<String> {
+    #[cfg(feature = "cuda")]
+    {
+        ferroccl_kernels::cuda::driver_info().err().map(|e| e.to_string())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        Some("this build of the conformance suite has no CUDA support (cargo feature `cuda` off)".to_string())
+    }
+}
+
+/// Skips with every reason that applies (the plugin does not claim `bit`, no
+/// usable GPU), or runs `body`.
+fn gpu_check(cx: &mut Cx, bit: i32, name: &str, body: fn(&mut Cx) -> Res) -> Res {
+    let claims = cx.props.ptr_support & bit != 0;
+    match (claims, no_gpu_reason()) {
+        (false, Some(why)) => Err(skip!(
+            "ptrSupport ({:#x}) does not claim {name}; and this machine cannot run GPU checks: {why}",
+            cx.props.ptr_support
+        )),
+        (false, None) => Err(skip!("ptrSupport ({:#x}) does not claim {name}", cx.props.ptr_support)),
+        (true, Some(why)) => Err(skip!(
+            "ptrSupport claims {name} but this machine cannot run GPU checks: {why}"
+        )),
+        (true, None) => body(cx),
+    }
 }
 
 fn cuda(cx: &mut Cx, _: u64) -> Res {
-    if cx.props.ptr_support & 2 == 0 {
-        return Err(skip!(
-            "ptrSupport ({:#x}) does not claim NCCL_PTR_CUDA",
-            cx.props.ptr_support
-        ));
-    }
-    if !gpu_present() {
-        return Err(skip!(
-            "ptrSupport claims NCCL_PTR_CUDA but no GPU is present on this machine"
-        ));
-    }
-    Err(skip!(
-        "ptrSupport claims NCCL_PTR_CUDA and a GPU is present, but this build of the suite allocates no CUDA memory yet"
-    ))
+    gpu_check(cx, NCCL_PTR_CUDA, "NCCL_PTR_CUDA", |cx| {
+        #[cfg(feature = "cuda")]
+        {
+            super::gpu::transfer(cx, super::gpu::Reg::Cuda)
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = cx;
+            unreachable!("no_gpu_reason() is Some without the cuda feature")
+        }
+    })
 }
 
 fn dmabuf(cx: &mut Cx, _: u64) -> Res {
-    if cx.props.ptr_support & 4 == 0 {
-        return Err(skip!(
-            "ptrSupport ({:#x}) does not claim NCCL_PTR_DMABUF",
-            cx.props.ptr_support
-        ));
-    }
-    if !cx.net.has_dmabuf() {
+    if cx.props.ptr_support & NCCL_PTR_DMABUF != 0 && !cx.net.has_dmabuf() {
         return Err(fail!(
             "a plugin claiming NCCL_PTR_DMABUF provides regMrDmaBuf",
             "ptrSupport has DMABUF but the regMrDmaBuf slot is NULL"
         ));
     }
-    if !gpu_present() {
-        return Err(skip!(
-            "ptrSupport claims NCCL_PTR_DMABUF but no GPU is present on this machine"
-        ));
-    }
-    Err(skip!(
-        "ptrSupport claims NCCL_PTR_DMABUF and a GPU is present, but this build of the suite exports no DMA-BUF yet"
-    ))
+    gpu_check(cx, NCCL_PTR_DMABUF, "NCCL_PTR_DMABUF", |cx| {
+        #[cfg(feature = "cuda")]
+        {
+            super::gpu::transfer(cx, super::gpu::Reg::DmaBuf)
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = cx;
+            unreachable!("no_gpu_reason() is Some without the cuda feature")
+        }
+    })
 }

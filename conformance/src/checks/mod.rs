@@ -2,6 +2,8 @@
 
 pub(crate) mod conn;
 mod fault;
+#[cfg(feature = "cuda")]
+mod gpu;
 mod loading;
 mod memory;
 mod perf;

@@ -1,0 +1,24 @@
+//! Shared by the CUDA tests: where NVRTC is.
+
+use std::path::PathBuf;
+
+/// `FERROCCL_NVRTC_LIB`, else the `nvidia-cuda-nvrtc-cu12` wheel's library,
+/// found by asking `python3` where `nvidia.cuda_nvrtc` is installed; `None`
+/// leaves the search to the loader path.
+#[allow(dead_code)]
+pub fn nvrtc_path() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(ferroccl_kernels::cuda::NVRTC_LIB_ENV).filter(|v| !v.is_empty()) {
+        return Some(PathBuf::from(p));
+    }
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import nvidia.cuda_nvrtc as m; print(list(m.__path__)[0])"])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let lib = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim())
+        .join("lib")
+        .join("libnvrtc.so.12");
+    lib.is_file().then_some(lib)
+}
