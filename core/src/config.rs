@@ -664,17 +664,17 @@ pub mod params {
     pub static TUNER_PLUGIN: StrParam = s("NCCL_TUNER_PLUGIN", None, "tuner plugin library");
     /// `NCCL_PROFILER_PLUGIN`.
     pub static PROFILER_PLUGIN: StrParam = s("NCCL_PROFILER_PLUGIN", None, "profiler plugin library");
-    /// `NCCL_PROTO`: protocols allowed (NCCL's grammar, `transport::proto`).
+    /// `NCCL_PROTO`: protocols allowed (NCCL's grammar, `tune::enable`).
     pub static PROTO: StrParam = s(
         "NCCL_PROTO",
         None,
         "protocols allowed, NCCL's grammar (e.g. LL,Simple or ^LL; shared memory carries LL or Simple, the network Simple)",
     );
-    /// `NCCL_ALGO` (accepted and echoed; only Ring exists).
+    /// `NCCL_ALGO`: algorithms allowed (NCCL's grammar, `tune::enable`).
     pub static ALGO: StrParam = s(
         "NCCL_ALGO",
         None,
-        "algorithms allowed (accepted and echoed; ferroccl uses Ring)",
+        "algorithms allowed, NCCL's grammar (e.g. Ring, ^Tree or allreduce:tree); this runtime runs Ring and Tree",
     );
 
     /// `NCCL_MIN_NCHANNELS`: at least this many channels (default 1: no lower bound
@@ -738,10 +738,11 @@ pub mod params {
         description: "bytes per network step of point-to-point operations",
     };
     /// `FERROCCL_MIN_CHANNEL_BYTES`: a collective spreads over another channel only
-    /// when each gets at least this many bytes.
+    /// when each gets at least this many bytes (the host's `threadThresholds`;
+    /// default 16 MiB, see BENCHMARKS.md).
     pub static MIN_CHANNEL_BYTES: IntParam = IntParam {
         name: "FERROCCL_MIN_CHANNEL_BYTES",
-        default: 1 << 20,
+        default: 16 << 20,
         min: 1,
         max: 1 << 40,
         description: "bytes per channel below which a collective uses fewer channels (ferroccl only)",
@@ -808,6 +809,78 @@ pub mod params {
         None,
         "colon-separated directories searched for plugin libraries (ferroccl only)",
     );
+
+    /// Tuning parameters (read by [`crate::tune::TuneParams`]; NCCL 2.30.7
+    /// `src/graph/tuning.cc`, `src/enqueue.cc`).
+    pub mod tune {
+        use super::{IntParam, StrParam};
+
+        /// `NCCL_NTHREADS`: threads per block (-2: NCCL's default). A CPU host
+        /// runs one thread per channel, so the value only enters the model.
+        pub static NTHREADS: IntParam = IntParam {
+            name: "NCCL_NTHREADS",
+            default: -2,
+            min: i64::MIN,
+            max: i64::MAX,
+            description: "threads per block in the cost model (-2: NCCL's default; no effect on a CPU host)",
+        };
+        /// `NCCL_LL128_NTHREADS`: LL128 threads per block (-2: NCCL's default).
+        pub static LL128_NTHREADS: IntParam = IntParam {
+            name: "NCCL_LL128_NTHREADS",
+            default: -2,
+            min: i64::MIN,
+            max: i64::MAX,
+            description: "LL128 threads per block in the cost model (-2: NCCL's default)",
+        };
+        /// `NCCL_PAT_ENABLE`: 0 off, 1 on, 2 automatic (NCCL's default).
+        pub static PAT_ENABLE: IntParam = IntParam {
+            name: "NCCL_PAT_ENABLE",
+            default: 2,
+            min: 0,
+            max: 2,
+            description: "PAT algorithm: 0 off, 1 on, 2 automatic",
+        };
+        /// `NCCL_LL128_C2C`: LL128 over C2C links (default 1).
+        pub static LL128_C2C: IntParam = IntParam {
+            name: "NCCL_LL128_C2C",
+            default: 1,
+            min: i64::MIN,
+            max: i64::MAX,
+            description: "allow LL128 over C2C links (non-zero: yes)",
+        };
+        /// `NCCL_NET_OVERHEAD`: network overhead in ns (-2: NCCL's default).
+        pub static NET_OVERHEAD: IntParam = IntParam {
+            name: "NCCL_NET_OVERHEAD",
+            default: -2,
+            min: i64::MIN,
+            max: i64::MAX,
+            description: "per-step network overhead in ns added by the cost model (-2: NCCL's default)",
+        };
+        /// `NCCL_THREAD_THRESHOLDS`: per algorithm and protocol thresholds.
+        pub static THREAD_THRESHOLDS: StrParam = StrParam {
+            name: "NCCL_THREAD_THRESHOLDS",
+            default: None,
+            choices: &[],
+            description: "bytes per thread below which fewer channels are used, per algorithm/protocol (NCCL's grammar)",
+        };
+        /// `FERROCCL_SMALL_ALLREDUCE_BYTES`: the largest AllReduce that may run as
+        /// all-gather + local reduction when the model prices it lower.
+        pub static SMALL_ALLREDUCE_BYTES: IntParam = IntParam {
+            name: "FERROCCL_SMALL_ALLREDUCE_BYTES",
+            default: 256 << 10,
+            min: 0,
+            max: 1 << 40,
+            description: "largest AllReduce run as all-gather + local reduce when the model prices it lower (ferroccl only)",
+        };
+        /// `NCCL_TUNER_CONFIG_FILE`: the rules of `libnccl-tuner-rules.so` (and
+        /// NCCL's example tuner's CSV).
+        pub static TUNER_CONFIG_FILE: StrParam = StrParam {
+            name: "NCCL_TUNER_CONFIG_FILE",
+            default: None,
+            choices: &[],
+            description: "rule file of the rules tuner (TOML or NCCL's example CSV; default nccl_tuner.conf)",
+        };
+    }
 
     /// Topology and graph parameters (read by [`crate::topo::TopoParams`], which
     /// parses and checks their values as NCCL's `src/graph/` does).
@@ -1179,6 +1252,13 @@ pub static PARAMS: &[Param] = &[
     Param::Str(&params::HOSTID),
     Param::Int(&params::SHM_DISABLE),
     Param::Int(&params::NET_DISABLE_INTRA),
+    Param::Int(&params::tune::NTHREADS),
+    Param::Int(&params::tune::LL128_NTHREADS),
+    Param::Int(&params::tune::PAT_ENABLE),
+    Param::Int(&params::tune::LL128_C2C),
+    Param::Int(&params::tune::NET_OVERHEAD),
+    Param::Str(&params::tune::THREAD_THRESHOLDS),
+    Param::Int(&params::tune::SMALL_ALLREDUCE_BYTES),
     Param::Str(&params::topo::TOPO_FILE),
     Param::Str(&params::topo::TOPO_DUMP_FILE),
     Param::Str(&params::topo::TOPO_DUMP_FILE_RANK),
@@ -1207,6 +1287,7 @@ pub static PARAMS: &[Param] = &[
 /// are validated and echoed like the runtime's; the plugins read them with
 /// `getenv`, which sees `nccl.conf` values once [`Config::global`] ran).
 pub static PLUGIN_PARAMS: &[(&str, &[Param])] = &[
+    ("tuner-rules", &[Param::Str(&params::tune::TUNER_CONFIG_FILE)]),
     (
         "net-socket",
         &[

@@ -135,9 +135,18 @@ fn tune_worker() {
             println!("rank {}: {ran} operations, {} failures", r.rank, fails.len());
             assert!(fails.is_empty(), "{}", fails.join("\n"));
         }
+        "ll_over_shm" => {
+            // NCCL_PROTO=LL with every rank on this host: shared memory carries
+            // every connection in LL, and the model chooses LL.
+            let d = allreduce_checked(&comm, 1000);
+            assert_eq!(d.proto, Protocol::Ll, "{}", d.describe());
+            assert_eq!(allreduce_checked(&comm, 300_000).proto, Protocol::Ll);
+            println!("rank {}: LL over shared memory", r.rank);
+        }
         "impossible_proto" => {
-            // NCCL_PROTO=LL: the runtime has no LL yet, so nothing can run; each
-            // call fails with NCCL's message, the communicator stays healthy.
+            // NCCL_PROTO=LL over the network (NCCL_SHM_DISABLE=1): the network
+            // transport runs Simple only, so nothing can run; each call fails
+            // with NCCL's message, the communicator stays healthy.
             let e = run_op(&comm, TestOp::AllReduce, DataType::Float32, RedOp::Sum, 1000, false).unwrap_err();
             let m = e.to_string();
             assert!(matches!(e, ferroccl::Error::InvalidUsage(_)), "{e}");
@@ -299,7 +308,12 @@ fn channels_and_the_allgather_reduce_variant_are_obeyed() {
 
 #[test]
 fn impossible_requests_are_clear_errors() {
-    run_case(2, "impossible_proto", &[("NCCL_PROTO", "LL")]);
+    run_case(2, "ll_over_shm", &[("NCCL_PROTO", "LL")]);
+    run_case(
+        2,
+        "impossible_proto",
+        &[("NCCL_PROTO", "LL"), ("NCCL_SHM_DISABLE", "1")],
+    );
     run_case(3, "impossible_algo", &[("NCCL_ALGO", "tree")]);
     // A malformed value fails communicator creation with NCCL's message.
     let outs = run_case(2, "init_fails", &[("NCCL_ALGO", "ring;tree")]);

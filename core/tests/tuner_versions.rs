@@ -33,25 +33,7 @@ fn gpu_table(nbytes: usize) -> CostTable {
         latency_inter: 0.0,
         same_channels: true,
     };
-    let inp = ModelInput {
-        nranks: 8,
-        nnodes: 1,
-        nchannels: 16,
-        min_compcap: 90,
-        max_compcap: 90,
-        cpu_arch: CpuArch::X86,
-        cpu_vendor: CpuVendor::Intel,
-        collnet_enable: false,
-        collnet_chain_support: false,
-        nvs_count: 0,
-        collnet_iallgather: false,
-        collnet_ireducescatter: false,
-        collnet_heads: 0,
-        max_local_ranks: 8,
-        net_device_host: true,
-        cudart_version: 12000,
-        params: ModelParams::default(),
-    };
+    let inp = ModelInput::gpu_cluster(8, 1, 90);
     let g = GraphInfo {
         tree: p,
         ring: p,

@@ -163,25 +163,7 @@ pub struct Machine {
 }
 
 fn gpu_input(nranks: usize, nnodes: usize, cc: i32) -> ModelInput {
-    ModelInput {
-        nranks,
-        nnodes,
-        nchannels: 16,
-        min_compcap: cc,
-        max_compcap: cc,
-        cpu_arch: CpuArch::X86,
-        cpu_vendor: CpuVendor::Intel,
-        collnet_enable: false,
-        collnet_chain_support: false,
-        nvs_count: 0,
-        collnet_iallgather: false,
-        collnet_ireducescatter: false,
-        collnet_heads: 0,
-        max_local_ranks: nranks / nnodes,
-        net_device_host: true,
-        cudart_version: 12000,
-        params: ModelParams::default(),
-    }
+    ModelInput::gpu_cluster(nranks, nnodes, cc)
 }
 
 fn pattern(nch: usize, intra: f32, inter: f32, ti: u8, tn: u8, lat: f32) -> PatternInfo {

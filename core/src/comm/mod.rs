@@ -187,18 +187,21 @@ fn local_facts(
     })
 }
 
-/// Builds a communicator's tuning (phase 7 of init): ranks per host from the
+/// Builds a communicator's tuning (phase 8 of init): ranks per host from the
 /// peers' host hashes, the net device's speed and latency, the tuner plugin
 /// (`NCCL_TUNER_PLUGIN`, or the external net plugin's library), then the model.
+/// `shm_proto`: the shared-memory protocol when shared memory may carry
+/// connections (`None` under `NCCL_SHM_DISABLE=1`); with every rank on this
+/// host it is the one protocol the model may choose, else Simple.
 /// Errors: the tuner's `init` failing (communicator creation fails, as in NCCL).
 fn init_tuning(
     config: &CommConfig,
     params: &CommParams,
     (bootstrap, peers, rank): (&Bootstrap, &[PeerInfo], usize),
     nchannels: usize,
-    net: &Arc<dyn NetPlugin>,
+    (net, external_net): (&Arc<dyn NetPlugin>, Option<&std::path::Path>),
     comm_id: u64,
-    external_net: Option<&std::path::Path>,
+    shm_proto: Option<crate::tune::Protocol>,
 ) -> Result<crate::tune::Tuning> {
     let mut per_host: std::collections::BTreeMap<u64, usize> = Default::default();
     for p in peers {
@@ -255,7 +258,13 @@ fn init_tuning(
         facts,
         comm_id,
         simple_step_bytes: params.buffsize / NCCL_STEPS - crate::coll::desc::OP_HDR_BYTES,
-        protocols: vec![crate::tune::Protocol::Simple],
+        // The protocols connections run: the shared-memory protocol where every
+        // peer is on this host and shared memory carries every connection, else
+        // Simple (the network transport's only protocol).
+        protocols: match shm_proto {
+            Some(p) if per_host.len() == 1 => vec![p],
+            _ => vec![crate::tune::Protocol::Simple],
+        },
         params: params.tune.clone(),
     };
     crate::tune::Tuning::new(setup, tuner)
@@ -290,7 +299,7 @@ impl Comm {
         let params = CommParams::resolve(&config)?;
         params::init_logging(rank);
         let tparams = TransportParams::from_config()?;
-        let shm_proto = proto::shm_protocol(crate::config::Config::global().get_str("NCCL_PROTO"))?;
+        let shm_proto = crate::tune::enable::shm_protocol(&params.tune.enable, proto::SHM_DEFAULT_PROTOCOL)?;
         // 2. Net plugin (before the bootstrap, as NCCL does).
         let loaded = params::load_net(&config);
         // 3. Bootstrap.
@@ -392,9 +401,9 @@ impl Comm {
             &params,
             (&bootstrap, &peers, rank),
             nchannels,
-            &net,
+            (&net, external_net.as_deref()),
             comm_hash(id),
-            external_net.as_deref(),
+            (!tparams.shm_disable).then_some(shm_proto),
         )?);
         // 9. Proxy thread.
         let proxy = Proxy {

@@ -427,42 +427,15 @@ impl TunerContext {
                 // SAFETY: C ABI call; `tpp` points to NA×NP floats inside `buf`.
                 unsafe { f(self.ctx.0, coll, nbytes, pipe, tpp, NA as c_int, NP as c_int, &mut nch) }
             }
-            Table::V4(t) => {
-                let f = t.getCollInfo.ok_or_else(|| a.null("getCollInfo"))?;
-                // SAFETY: as above.
-                unsafe {
-                    f(
-                        self.ctx.0,
-                        coll,
-                        nbytes,
-                        pipe,
-                        tpp,
-                        NA as c_int,
-                        NP as c_int,
-                        reg_buff as c_int,
-                        &mut nch,
-                    )
+            // v4, v5 and v6 share getCollInfo's signature (regBuff added in v4).
+            Table::V4(_) | Table::V5(_) | Table::V6(_) => {
+                let f = match a.table {
+                    Table::V4(t) => t.getCollInfo,
+                    Table::V5(t) => t.getCollInfo,
+                    Table::V6(t) => t.getCollInfo,
+                    _ => None,
                 }
-            }
-            Table::V5(t) => {
-                let f = t.getCollInfo.ok_or_else(|| a.null("getCollInfo"))?;
-                // SAFETY: as above.
-                unsafe {
-                    f(
-                        self.ctx.0,
-                        coll,
-                        nbytes,
-                        pipe,
-                        tpp,
-                        NA as c_int,
-                        NP as c_int,
-                        reg_buff as c_int,
-                        &mut nch,
-                    )
-                }
-            }
-            Table::V6(t) => {
-                let f = t.getCollInfo.ok_or_else(|| a.null("getCollInfo"))?;
+                .ok_or_else(|| a.null("getCollInfo"))?;
                 // SAFETY: as above.
                 unsafe {
                     f(

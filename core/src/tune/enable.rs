@@ -13,7 +13,7 @@
 //! element or function, or a prefix-less entry after the first, is an error
 //! (NCCL: WARN and `ncclInvalidUsage`).
 
-use super::ids::{ALGO_NAMES, FUNC_NAMES, NUM_ALGOS, NUM_FUNCS, NUM_PROTOS, PROTO_NAMES};
+use super::ids::{ALGO_NAMES, FUNC_NAMES, NUM_ALGOS, NUM_FUNCS, NUM_PROTOS, PROTO_NAMES, Protocol};
 
 /// Why a value of `NCCL_ALGO` or `NCCL_PROTO` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -316,5 +316,48 @@ mod tests {
             "{t}"
         );
         assert!(lines[6].ends_with("            1              0              0              0              0              0              0  "), "{t}");
+    }
+}
+
+/// The protocol this rank's shared-memory receive connections use (a property
+/// of the connection here, see `transport::proto`): `default` when the enable
+/// matrix turns it on for some function, else the other of Simple and LL if on.
+///
+/// Errors: [`crate::error::Error::InvalidUsage`] when the matrix enables neither
+/// Simple nor LL for any function (LL128 is not implemented).
+pub fn shm_protocol(m: &EnableMatrix, default: Protocol) -> Result<Protocol, crate::error::Error> {
+    let on = |p: Protocol| m.proto.iter().any(|row| row[p.index()] == 1);
+    let other = if default == Protocol::Simple {
+        Protocol::Ll
+    } else {
+        Protocol::Simple
+    };
+    [default, other].into_iter().find(|&p| on(p)).ok_or_else(|| {
+        crate::error::Error::InvalidUsage(format!(
+            "NCCL_PROTO=\"{}\" enables neither Simple nor LL, the protocols of the shared-memory \
+             transport (LL128 is not implemented)",
+            m.proto_str.as_deref().unwrap_or_default()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod shm_protocol_tests {
+    use super::*;
+
+    fn pick(proto: Option<&str>) -> Result<Protocol, crate::error::Error> {
+        shm_protocol(&EnableMatrix::parse(proto, None).unwrap(), Protocol::Simple)
+    }
+
+    #[test]
+    fn shm_protocol_honours_nccl_proto() {
+        assert_eq!(pick(None).unwrap(), Protocol::Simple);
+        assert_eq!(pick(Some("LL")).unwrap(), Protocol::Ll);
+        assert_eq!(pick(Some("^LL")).unwrap(), Protocol::Simple);
+        assert_eq!(pick(Some("Simple")).unwrap(), Protocol::Simple);
+        assert_eq!(pick(Some("allreduce:LL")).unwrap(), Protocol::Simple);
+        assert_eq!(pick(Some("^Simple")).unwrap(), Protocol::Ll);
+        let m = pick(Some("LL128")).unwrap_err().to_string();
+        assert!(m.contains("neither Simple nor LL"), "{m}");
     }
 }

@@ -156,40 +156,9 @@ impl From<Algo> for Algorithm {
     }
 }
 
-/// An NCCL protocol (`NCCL_PROTO_*`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Protocol {
-    /// `NCCL_PROTO_LL` (0): 8-byte flag + 8-byte data lines.
-    Ll = 0,
-    /// `NCCL_PROTO_LL128` (1): 120 data bytes and 8 flag bytes per 128.
-    Ll128 = 1,
-    /// `NCCL_PROTO_SIMPLE` (2): bulk data, completion by step counters.
-    Simple = 2,
-}
-
-impl Protocol {
-    /// Every protocol, in index order.
-    pub const ALL: [Protocol; NUM_PROTOS] = [Protocol::Ll, Protocol::Ll128, Protocol::Simple];
-
-    /// NCCL's spelling (`ncclProtoStr`, the `NCCL_PROTO` keywords).
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Ll => "LL",
-            Protocol::Ll128 => "LL128",
-            Protocol::Simple => "Simple",
-        }
-    }
-
-    /// The table index (`NCCL_PROTO_*` value).
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The protocol of index `i` (0–2).
-    pub fn from_index(i: usize) -> Option<Protocol> {
-        Protocol::ALL.get(i).copied()
-    }
-}
+/// An NCCL protocol (`NCCL_PROTO_*`): the transport layer's wire protocol, one
+/// type for the cost table and the connections that carry it.
+pub use crate::transport::proto::Protocol;
 
 /// NCCL's function names, in index order (`ncclFuncStr[0..5]`).
 pub const FUNC_NAMES: [&str; NUM_FUNCS] = ["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"];

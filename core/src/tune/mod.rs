@@ -123,24 +123,24 @@ impl TuneParams {
     /// NCCL would refuse (the message names the token), [`Error::Config`] for
     /// numbers out of range.
     pub fn from_config(cfg: &Config) -> Result<TuneParams, Error> {
-        let s = |n: &str| cfg.get_str(n).map(str::to_owned);
-        let int = |n: &str, d: i64, lo: i64, hi: i64| cfg.get_int(n, d, lo..=hi).map_err(Error::Config);
-        let enable = EnableMatrix::parse(s("NCCL_PROTO").as_deref(), s("NCCL_ALGO").as_deref()).map_err(|e| {
+        use crate::config::params::{self, tune as p};
+        let int = |p: &crate::config::IntParam| p.get(cfg).map_err(Error::Config);
+        let enable = EnableMatrix::parse(params::PROTO.get(cfg), params::ALGO.get(cfg)).map_err(|e| {
             crate::nccl_warn!("{e}");
             Error::InvalidUsage(e.to_string())
         })?;
         Ok(TuneParams {
             enable,
             model: ModelParams {
-                nthreads: int("NCCL_NTHREADS", -2, i64::MIN, i64::MAX)?,
-                ll128_nthreads: int("NCCL_LL128_NTHREADS", -2, i64::MIN, i64::MAX)?,
-                pat_enable: int("NCCL_PAT_ENABLE", 2, 0, 2)?,
-                ll128_c2c: int("NCCL_LL128_C2C", 1, i64::MIN, i64::MAX)? != 0,
-                net_overhead_ns: int("NCCL_NET_OVERHEAD", -2, i64::MIN, i64::MAX)?,
-                thread_thresholds: s("NCCL_THREAD_THRESHOLDS"),
+                nthreads: int(&p::NTHREADS)?,
+                ll128_nthreads: int(&p::LL128_NTHREADS)?,
+                pat_enable: int(&p::PAT_ENABLE)?,
+                ll128_c2c: int(&p::LL128_C2C)? != 0,
+                net_overhead_ns: int(&p::NET_OVERHEAD)?,
+                thread_thresholds: p::THREAD_THRESHOLDS.get(cfg).map(str::to_owned),
             },
-            min_channel_bytes: int("FERROCCL_MIN_CHANNEL_BYTES", 16 << 20, 1, 1 << 40)? as usize,
-            small_allreduce_bytes: int("FERROCCL_SMALL_ALLREDUCE_BYTES", 256 << 10, 0, 1 << 40)? as usize,
+            min_channel_bytes: int(&params::MIN_CHANNEL_BYTES)? as usize,
+            small_allreduce_bytes: int(&p::SMALL_ALLREDUCE_BYTES)? as usize,
         })
     }
 }

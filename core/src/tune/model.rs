@@ -214,6 +214,32 @@ pub struct ModelInput {
 }
 
 impl ModelInput {
+    /// An example GPU cluster, for tests and the conformance suite's cost
+    /// tables: `nnodes` nodes of `nranks / nnodes` GPUs of compute capability
+    /// `compcap` (90: Hopper), 16 channels, x86 Intel hosts, CUDA 12.0, no
+    /// NVSwitch, no CollNet, default parameters.
+    pub fn gpu_cluster(nranks: usize, nnodes: usize, compcap: i32) -> ModelInput {
+        ModelInput {
+            nranks,
+            nnodes,
+            nchannels: 16,
+            min_compcap: compcap,
+            max_compcap: compcap,
+            cpu_arch: CpuArch::X86,
+            cpu_vendor: CpuVendor::Intel,
+            collnet_enable: false,
+            collnet_chain_support: false,
+            nvs_count: 0,
+            collnet_iallgather: false,
+            collnet_ireducescatter: false,
+            collnet_heads: 0,
+            max_local_ranks: nranks / nnodes.max(1),
+            net_device_host: true,
+            cudart_version: 12000,
+            params: ModelParams::default(),
+        }
+    }
+
     /// Ranks per node, as NCCL's `ppn` (float).
     pub fn ppn(&self) -> f32 {
         self.nranks as f32 / self.nnodes.max(1) as f32
@@ -780,25 +806,7 @@ mod tests {
     }
 
     fn hopper_node(nranks: usize) -> (ModelInput, GraphInfo) {
-        let inp = ModelInput {
-            nranks,
-            nnodes: 1,
-            nchannels: 16,
-            min_compcap: 90,
-            max_compcap: 90,
-            cpu_arch: CpuArch::X86,
-            cpu_vendor: CpuVendor::Intel,
-            collnet_enable: false,
-            collnet_chain_support: false,
-            nvs_count: 0,
-            collnet_iallgather: false,
-            collnet_ireducescatter: false,
-            collnet_heads: 0,
-            max_local_ranks: nranks,
-            net_device_host: true,
-            cudart_version: 12000,
-            params: ModelParams::default(),
-        };
+        let inp = ModelInput::gpu_cluster(nranks, 1, 90);
         let g = GraphInfo {
             tree: nvl_pattern(16, 20.0),
             ring: nvl_pattern(16, 20.0),

@@ -287,7 +287,7 @@ impl std::fmt::Display for ChoiceRange {
 pub fn human_size(b: usize) -> String {
     const UNITS: [(usize, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
     for (u, s) in UNITS {
-        if b >= u && b % u == 0 {
+        if b >= u && b.is_multiple_of(u) {
             return format!("{}{s}", b / u);
         }
     }
@@ -342,25 +342,7 @@ mod tests {
             latency_inter: 0.0,
             same_channels: true,
         };
-        let inp = ModelInput {
-            nranks,
-            nnodes: 1,
-            nchannels: 16,
-            min_compcap: 90,
-            max_compcap: 90,
-            cpu_arch: CpuArch::X86,
-            cpu_vendor: CpuVendor::Intel,
-            collnet_enable: false,
-            collnet_chain_support: false,
-            nvs_count: 0,
-            collnet_iallgather: false,
-            collnet_ireducescatter: false,
-            collnet_heads: 0,
-            max_local_ranks: nranks,
-            net_device_host: true,
-            cudart_version: 12000,
-            params: ModelParams::default(),
-        };
+        let inp = ModelInput::gpu_cluster(nranks, 1, 90);
         let g = GraphInfo {
             tree: pat,
             ring: pat,
