@@ -127,9 +127,10 @@ impl TestOp {
     }
 
     /// nccl-tests' `getCollByteCount` for a size of `bytes` (elements of `elem_size`
-    /// bytes): `(count, shown)`, the per-rank parameter count passed to the
-    /// operation and the element count of the `count` column (`bytes / elem_size`
-    /// rounded down to a multiple of `nranks` where the buffer is split by rank).
+    /// bytes): `(count, total)`, the per-rank parameter count passed to the
+    /// operation (nccl-tests' `count` column) and the elements the size column
+    /// stands for (`bytes / elem_size`, rounded down to a multiple of `nranks`
+    /// where the buffer is split by rank).
     pub fn counts(&self, bytes: usize, elem_size: usize, nranks: usize) -> (usize, usize) {
         let total = bytes / elem_size;
         match self {

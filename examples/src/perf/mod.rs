@@ -294,10 +294,7 @@ pub fn accepted_flags() -> String {
 /// The collective named by a program name (`all_reduce_perf`, `/x/y/alltoall_perf`).
 pub fn coll_from_program(argv0: &str) -> Option<&'static str> {
     let base = std::path::Path::new(argv0).file_name()?.to_str()?;
-    PERF_BINARIES
-        .iter()
-        .position(|b| *b == base)
-        .map(|i| TestOp::NAMES[i])
+    PERF_BINARIES.iter().position(|b| *b == base).map(|i| TestOp::NAMES[i])
 }
 
 /// A size with an optional `K`/`M`/`G` suffix (powers of 1024, as nccl-tests'
@@ -361,10 +358,16 @@ impl Plan {
                 if matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand) {
                     message.push_str(&format!("\naccepted flags: {}\n", accepted_flags()));
                 }
-                return Err(PlanError { message, exit_code: code });
+                return Err(PlanError {
+                    message,
+                    exit_code: code,
+                });
             }
         };
-        let argv0 = argv.first().map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
+        let argv0 = argv
+            .first()
+            .map(|a| a.to_string_lossy().into_owned())
+            .unwrap_or_default();
         Plan::from_args(&args, &argv0)
     }
 
@@ -437,7 +440,11 @@ impl Plan {
             1 => Average::Mean,
             2 => Average::Min,
             3 => Average::Max,
-            v => return Err(usage(format!("-a {v}: expected 0 (rank 0), 1 (average), 2 (min) or 3 (max)"))),
+            v => {
+                return Err(usage(format!(
+                    "-a {v}: expected 0 (rank 0), 1 (average), 2 (min) or 3 (max)"
+                )));
+            }
         };
         if args.cudagraph != 0 {
             return Err(usage(format!(

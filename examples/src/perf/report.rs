@@ -192,12 +192,7 @@ pub fn format_now() -> String {
             return String::new();
         }
         let mut buf = [0u8; 64];
-        let n = libc::strftime(
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            c"%Y-%m-%d %H:%M:%S".as_ptr(),
-            &tm,
-        );
+        let n = libc::strftime(buf.as_mut_ptr().cast(), buf.len(), c"%Y-%m-%d %H:%M:%S".as_ptr(), &tm);
         String::from_utf8_lossy(&buf[..n]).into_owned()
     }
 }
@@ -231,12 +226,13 @@ fn num(v: &serde_json::Value) -> Option<f64> {
 /// `time_us`). Errors name the file and what was expected.
 pub fn read_series(path: &Path) -> Result<Vec<Series>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
-    let rows = v
-        .get("results")
-        .and_then(|r| r.as_array())
-        .ok_or_else(|| format!("{}: no \"results\" list (expected nccl-tests -J or ferroccl-perf --json output)", path.display()))?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+    let rows = v.get("results").and_then(|r| r.as_array()).ok_or_else(|| {
+        format!(
+            "{}: no \"results\" list (expected nccl-tests -J or ferroccl-perf --json output)",
+            path.display()
+        )
+    })?;
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -246,7 +242,10 @@ pub fn read_series(path: &Path) -> Result<Vec<Series>, String> {
     let mut out: Vec<(String, Vec<Point>)> = Vec::new();
     for (i, row) in rows.iter().enumerate() {
         let bad = |what: &str| format!("{}: results[{i}]: {what}", path.display());
-        let size = row.get("size").and_then(|s| s.as_u64()).ok_or_else(|| bad("no integer \"size\""))?;
+        let size = row
+            .get("size")
+            .and_then(|s| s.as_u64())
+            .ok_or_else(|| bad("no integer \"size\""))?;
         let perf = row
             .get("out_of_place")
             .filter(|p| !p.is_null())
