@@ -1,4 +1,5 @@
 //! Shared code of the example programs: `ferroccl-perf`'s command line, plan,
-//! result files and plots ([`perf`]).
+//! result files and plots ([`perf`]), `ferroccl-info params` ([`params`]).
 
+pub mod params;
 pub mod perf;
