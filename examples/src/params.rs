@@ -134,3 +134,31 @@ pub fn render(rows: &[ParamRow]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_named_as_nccl_orders_them() {
+        let cfg = Config::from_sources(
+            [("NCCL_DEBUG".to_string(), "WARN".to_string())],
+            [
+                (Path::new("/x/my.conf"), "NCCL_BUFFSIZE=8192\nNCCL_DEBUG=INFO\n"),
+                (Path::new("/etc/nccl.conf"), "NCCL_BUFFSIZE=1\nNCCL_IB_SL=3\n"),
+            ],
+        );
+        let rows = rows(&cfg, Some("/x/my.conf"));
+        let get = |n: &str| rows.iter().find(|r| r.name == n).unwrap();
+        assert_eq!(get("NCCL_DEBUG").source, "environment");
+        assert_eq!(get("NCCL_BUFFSIZE").source, "NCCL_CONF_FILE");
+        assert_eq!(get("NCCL_BUFFSIZE").value.as_deref(), Some("8192"));
+        assert_eq!(get("NCCL_IB_SL").source, "/etc/nccl.conf");
+        assert_eq!(get("NCCL_IB_SL").file.as_deref(), Some("/etc/nccl.conf"));
+        assert_eq!(get("NCCL_IB_TC").source, "default");
+        // Without NCCL_CONF_FILE the first file is ~/.nccl.conf.
+        let rows = super::rows(&cfg, None);
+        assert_eq!(rows.iter().find(|r| r.name == "NCCL_BUFFSIZE").unwrap().source, "~/.nccl.conf");
+        assert!(render(&rows).contains("NCCL_IB_SL"));
+    }
+}
