@@ -158,7 +158,10 @@ mod tests {
         assert_eq!(get("NCCL_IB_TC").source, "default");
         // Without NCCL_CONF_FILE the first file is ~/.nccl.conf.
         let rows = super::rows(&cfg, None);
-        assert_eq!(rows.iter().find(|r| r.name == "NCCL_BUFFSIZE").unwrap().source, "~/.nccl.conf");
+        assert_eq!(
+            rows.iter().find(|r| r.name == "NCCL_BUFFSIZE").unwrap().source,
+            "~/.nccl.conf"
+        );
         assert!(render(&rows).contains("NCCL_IB_SL"));
     }
 }
