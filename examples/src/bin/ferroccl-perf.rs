@@ -382,11 +382,6 @@ fn run_rank(
     launcher: &str,
     out: &Mutex<Out>,
 ) -> Result<bool, String> {
-    if let Some(root) = plan.coll.root()
-        && root >= nranks
-    {
-        return Err(format!("-r {root}: root must be below the number of ranks ({nranks})"));
-    }
     let (send_bytes, recv_bytes) = buffer_bytes(plan, nranks)?;
     // Allocate before joining, so a size this rank cannot hold fails fast.
     let send = buffer(send_bytes, "send")?;
@@ -430,7 +425,7 @@ fn run_rank(
             format!("{}(bytes)", plan.step_bytes)
         };
         println!(
-            "# nccl-tests conventions: ferroccl-perf {} nccl-library={NCCL_VERSION_CODE}",
+            "# nccl-tests version ferroccl-perf-{} nccl-headers={NCCL_VERSION_CODE} nccl-library={NCCL_VERSION_CODE}",
             env!("CARGO_PKG_VERSION")
         );
         println!("# Collective test starting: {program}");
@@ -824,17 +819,21 @@ fn print_our_json(
 /// Runs the `-t` x `-g` ranks of process `proc` of `nprocs`, each on a thread.
 fn run_process(plan: &Plan, nprocs: usize, proc: usize, id: &UniqueId, launcher: &str) -> Result<bool, String> {
     let per = plan.ranks_per_process();
-    let nranks = nprocs
-        .checked_mul(per)
-        .filter(|&n| n <= ferroccl::bootstrap::MAX_NRANKS)
-        .ok_or_else(|| {
-            format!(
-                "{nprocs} processes x -t {} x -g {} ranks is above the limit of {} ranks",
-                plan.nthreads,
-                plan.ngpus,
-                ferroccl::bootstrap::MAX_NRANKS
-            )
-        })?;
+    // The bootstrap checks the limit on ranks (and says so); only an overflow is caught here.
+    let nranks = nprocs.checked_mul(per).ok_or_else(|| {
+        format!(
+            "{nprocs} processes x -t {} x -g {} ranks overflows",
+            plan.nthreads, plan.ngpus
+        )
+    })?;
+    // Checked before any rank thread starts, so no thread is left waiting in init
+    // for a sibling that gave up.
+    if let Some(root) = plan.coll.root()
+        && root >= nranks
+    {
+        return Err(format!("-r {root}: root must be below the number of ranks ({nranks})"));
+    }
+    buffer_bytes(plan, nranks)?;
     let mut json_file = None;
     if proc == 0
         && let Some(p) = &plan.output_file
