@@ -132,8 +132,11 @@ fn every_datatype_and_reduction_over_two_ranks_is_checked() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// (size, count, type, redop, root, #wrong out of place, #wrong in place) of every row.
-fn shape(doc: &NcclTestsJson) -> Vec<(u64, u64, String, String, String, Option<f64>, Option<f64>)> {
+/// (size, count, type, redop, root, #wrong out of place, #wrong in place) of one row.
+type Shape = (u64, u64, String, String, String, Option<f64>, Option<f64>);
+
+/// The [`Shape`] of every row.
+fn shape(doc: &NcclTestsJson) -> Vec<Shape> {
     doc.results
         .iter()
         .map(|r| {
