@@ -121,6 +121,10 @@ fn bad_command_lines_are_usage_errors_that_say_what_is_accepted() {
         assert_eq!(e.exit_code, 2, "{line}");
         assert!(e.message.contains(want), "{line}: expected {want:?} in {}", e.message);
     }
+    // Help is not an error.
+    let h = Plan::parse(["all_reduce_perf", "-h"]).expect_err("help");
+    assert_eq!(h.exit_code, 0);
+    assert!(h.message.contains("--agg_iters"), "{}", h.message);
     // The binary itself: an unknown flag fails before anything runs and lists the flags.
     let o = Command::new(env!("CARGO_BIN_EXE_ferroccl-perf"))
         .args(["all_reduce", "-q", "1"])

@@ -277,3 +277,25 @@ pub fn read_series(path: &Path) -> Result<Vec<Series>, String> {
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_existing_file_is_kept_and_the_next_free_name_used() {
+        let d = std::env::temp_dir().join(format!("ferroccl-report-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("r.json");
+        std::fs::write(&p, "keep").unwrap();
+        let (_, first) = create_new(&p).unwrap();
+        assert_eq!(first, d.join("r.json.0"));
+        let (_, second) = create_new(&p).unwrap();
+        assert_eq!(second, d.join("r.json.1"));
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "keep");
+        let e = create_new(&d.join("missing/r.json")).unwrap_err();
+        assert!(e.contains("not accessible"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
