@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! target/dist/bin/ferroccl-perf, ferroccl-info
+//! target/dist/bin/all_reduce_perf, all_gather_perf, … -> ferroccl-perf (nccl-tests' names)
 //! target/dist/lib/libnccl-net-socket.so, libnccl-net-ib.so (where rdma-core headers exist), …
 //! ```
 //!
@@ -15,6 +16,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::workspace::{Plugin, Workspace, cargo};
+
+/// nccl-tests' binary names, each a symbolic link to `ferroccl-perf` in `bin/`
+/// (the perf tool takes the collective from the name it runs under; the same
+/// list as `ferroccl_examples::perf::PERF_BINARIES`).
+pub const PERF_LINKS: [&str; 7] = [
+    "all_reduce_perf",
+    "all_gather_perf",
+    "reduce_scatter_perf",
+    "broadcast_perf",
+    "reduce_perf",
+    "sendrecv_perf",
+    "alltoall_perf",
+];
 
 /// Options of `cargo xtask dist`.
 #[derive(Debug, Clone)]
@@ -44,6 +58,8 @@ pub struct DistReport {
     pub out: PathBuf,
     /// Files written under `bin/`.
     pub tools: Vec<PathBuf>,
+    /// Links written under `bin/` ([`PERF_LINKS`]), with their target's file name.
+    pub links: Vec<(PathBuf, String)>,
     /// Plugins written under `lib/`, with the plugin.
     pub plugins: Vec<(Plugin, PathBuf)>,
     /// Plugins left out and why.
@@ -57,6 +73,14 @@ impl DistReport {
         let _ = writeln!(s, "dist: {}", self.out.display());
         for t in &self.tools {
             let _ = writeln!(s, "  {}", rel(&self.out, t));
+        }
+        if let Some((_, target)) = self.links.first() {
+            let names: Vec<String> = self
+                .links
+                .iter()
+                .filter_map(|(l, _)| l.file_name().map(|n| n.to_string_lossy().into_owned()))
+                .collect();
+            let _ = writeln!(s, "  bin/{{{}}} -> {target}", names.join(","));
         }
         for (p, f) in &self.plugins {
             let _ = writeln!(
@@ -124,6 +148,17 @@ fn install(from: &Path, to: &Path) -> Result<(), String> {
     std::fs::rename(&tmp, to).map_err(|e| format!("cannot rename {} to {}: {e}", tmp.display(), to.display()))
 }
 
+/// Makes `link` a relative symbolic link to `target` (its sibling), replacing
+/// whatever is there.
+fn link_to(link: &Path, target: &str) -> Result<(), String> {
+    match std::fs::symlink_metadata(link) {
+        Ok(_) => std::fs::remove_file(link).map_err(|e| format!("cannot replace {}: {e}", link.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot inspect {}: {e}", link.display())),
+    }
+    std::os::unix::fs::symlink(target, link).map_err(|e| format!("cannot link {} to {target}: {e}", link.display()))
+}
+
 /// Builds and lays out the prefix (see the module docs).
 ///
 /// # Errors
@@ -183,6 +218,13 @@ pub fn dist(ws: &Workspace, opts: &DistOptions) -> Result<DistReport, String> {
         install(&profile_dir.join(t), &to)?;
         report.tools.push(to);
     }
+    if ws.tools.iter().any(|t| t == "ferroccl-perf") {
+        for name in PERF_LINKS {
+            let link = bin.join(name);
+            link_to(&link, "ferroccl-perf")?;
+            report.links.push((link, "ferroccl-perf".into()));
+        }
+    }
     for p in &build {
         let to = lib.join(&p.nccl_file);
         install(&profile_dir.join(format!("lib{}.so", p.lib_name)), &to)?;
@@ -216,6 +258,7 @@ mod tests {
         let out = PathBuf::from("/w/target/dist");
         let r = DistReport {
             tools: vec![out.join("bin/ferroccl-perf")],
+            links: vec![(out.join("bin/all_reduce_perf"), "ferroccl-perf".into())],
             plugins: vec![(plugin("socket", None), out.join("lib/libnccl-net-socket.so"))],
             skipped: vec![(
                 plugin("ib", Some("ib")),
@@ -225,6 +268,7 @@ mod tests {
         };
         let s = r.summary();
         assert!(s.contains("  bin/ferroccl-perf\n"), "{s}");
+        assert!(s.contains("  bin/{all_reduce_perf} -> ferroccl-perf\n"), "{s}");
         assert!(
             s.contains("lib/libnccl-net-socket.so  (ferroccl-net-socket, NCCL_NET_PLUGIN=socket)"),
             "{s}"

@@ -116,7 +116,10 @@ fn readme_cmd(ws: &Workspace, run: bool, max_size: &str) -> Result<(), String> {
         return Err(format!("the README's quick-start command failed ({status})"));
     }
     let plugin = readme::expected_plugin_file(&q.run)?;
-    readme::check_output(&stdout, max_bytes, &plugin)?;
-    println!("README quick start: OK (sizes up to {max_size}, every result checked, plugin {plugin})");
+    let largest = readme::largest_size(&cmd, max_bytes)?;
+    readme::check_output(&stdout, largest, &plugin)?;
+    println!(
+        "README quick start: OK (sizes up to {largest} B of -e {max_size}, every result checked, plugin {plugin})"
+    );
     Ok(())
 }

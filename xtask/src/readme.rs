@@ -139,6 +139,44 @@ pub fn expected_plugin_file(cmd: &str) -> Result<String, String> {
     })
 }
 
+/// The largest size the perf tool runs for `cmd` whose `-e` is `max_bytes`:
+/// nccl-tests' sweep (`src/common.cu`, `TimeTest`) goes from `-b` (default 32M)
+/// times `-f` while at most `-e`, or plus `-i` (default 1M) when `-f` is 1
+/// (the default), without clamping the last step to `-e`.
+///
+/// # Errors
+/// A `-b`, `-f` or `-i` value that does not parse.
+pub fn largest_size(cmd: &str, max_bytes: u64) -> Result<u64, String> {
+    let words: Vec<&str> = cmd.split_whitespace().collect();
+    let flag = |f: &str| words.windows(2).rev().find(|w| w[0] == f).map(|w| w[1]);
+    let size = |f: &str, default: u64| match flag(f) {
+        Some(v) => parse_size(v).ok_or_else(|| format!("bad {f} {v:?} in the quick-start command")),
+        None => Ok(default),
+    };
+    let mut size_now = size("-b", 32 << 20)?;
+    let step = size("-i", 1 << 20)?;
+    let factor = match flag("-f") {
+        Some(v) => v
+            .parse::<u64>()
+            .map_err(|_| format!("bad -f {v:?} in the quick-start command"))?,
+        None => 1,
+    };
+    let mut largest = size_now;
+    while size_now <= max_bytes {
+        largest = size_now;
+        let next = if factor > 1 {
+            size_now.checked_mul(factor)
+        } else {
+            size_now.checked_add(step)
+        };
+        match next {
+            Some(n) if n > size_now => size_now = n,
+            _ => break,
+        }
+    }
+    Ok(largest)
+}
+
 /// Bytes of a perf-tool size (`8`, `64K`, `1M`, `2G`).
 pub fn parse_size(s: &str) -> Option<u64> {
     let (num, mul) = match s.chars().last()? {
@@ -151,7 +189,8 @@ pub fn parse_size(s: &str) -> Option<u64> {
 }
 
 /// Checks the perf tool's output of the quick start: every result checked and
-/// correct (`# Out of bounds values : 0 OK`), sizes up to `max_bytes`, and the
+/// correct (`# Out of bounds values : 0 OK`), sizes up to `max_bytes` (the
+/// sweep's last size, [`largest_size`]), and the
 /// net plugin loaded from a file with NCCL's name `nccl_file`.
 ///
 /// # Errors
@@ -225,6 +264,10 @@ mod tests {
         assert_eq!(parse_size("64K"), Some(65536));
         assert_eq!(parse_size("8"), Some(8));
         assert_eq!(parse_size("x"), None);
+        // nccl-tests' sweep: 8 x 4^k while <= 1M ends at 512K; -f 1 adds -i.
+        assert_eq!(largest_size(&small, 1 << 20), Ok(512 << 10));
+        assert_eq!(largest_size("p -b 1M -e 4M", 4 << 20), Ok(4 << 20));
+        assert_eq!(largest_size("p -b 8 -f 2", 1 << 20), Ok(1 << 20));
     }
 
     #[test]

@@ -3,6 +3,10 @@
 //! checks its own output locally against a sequential reference
 //! ([`ferroccl_kernels::reference`]). Used by the perf tool's `-c 1` and by tests.
 //!
+//! [`TestOp`] is the one description of a collective the perf tool, the checker
+//! and the tests share: its name, buffer shapes, in-place offsets, bus factor and
+//! how to launch it ([`TestOp::launch`], [`TestOp::run_checked`]).
+//!
 //! Inputs are small integers (so sums are exact in every type) or, for `prod`, ones
 //! and twos (so products stay exact in float16); integers are compared exactly,
 //! floats within a per-type relative bound.
@@ -36,6 +40,213 @@ pub enum TestOp {
 }
 
 impl TestOp {
+    /// Every operation's nccl-tests name, in nccl-tests' binary order
+    /// (`all_reduce_perf`, `all_gather_perf`, …).
+    pub const NAMES: [&'static str; 7] = [
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "reduce",
+        "sendrecv",
+        "alltoall",
+    ];
+
+    /// The operation named `name` (nccl-tests' names, ASCII case-insensitive, `-`
+    /// for `_`, and the unseparated forms `allreduce`, `bcast`, …), with `root`
+    /// for the rooted ones. Errors name what was expected.
+    pub fn parse(name: &str, root: usize) -> Result<TestOp, String> {
+        Ok(match name.to_ascii_lowercase().replace('-', "_").as_str() {
+            "all_reduce" | "allreduce" => TestOp::AllReduce,
+            "all_gather" | "allgather" => TestOp::AllGather,
+            "reduce_scatter" | "reducescatter" => TestOp::ReduceScatter,
+            "broadcast" | "bcast" => TestOp::Broadcast { root },
+            "reduce" => TestOp::Reduce { root },
+            "sendrecv" | "send_recv" => TestOp::SendRecv,
+            "alltoall" | "all_to_all" => TestOp::AllToAll,
+            _ => {
+                return Err(format!(
+                    "unknown operation {name:?} (expected one of {})",
+                    Self::NAMES.join(", ")
+                ));
+            }
+        })
+    }
+
+    /// nccl-tests' name (`all_reduce`, …; its binaries are `<name>_perf`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            TestOp::AllReduce => "all_reduce",
+            TestOp::AllGather => "all_gather",
+            TestOp::ReduceScatter => "reduce_scatter",
+            TestOp::Broadcast { .. } => "broadcast",
+            TestOp::Reduce { .. } => "reduce",
+            TestOp::SendRecv => "sendrecv",
+            TestOp::AllToAll => "alltoall",
+        }
+    }
+
+    /// The root of a rooted operation (Broadcast, Reduce).
+    pub fn root(&self) -> Option<usize> {
+        match self {
+            TestOp::Broadcast { root } | TestOp::Reduce { root } => Some(*root),
+            _ => None,
+        }
+    }
+
+    /// The tuned collective function (`None` for the send/receive patterns,
+    /// which the tuning does not cover).
+    pub fn func(&self) -> Option<crate::tune::Func> {
+        use crate::tune::Func;
+        match self {
+            TestOp::AllReduce => Some(Func::AllReduce),
+            TestOp::AllGather => Some(Func::AllGather),
+            TestOp::ReduceScatter => Some(Func::ReduceScatter),
+            TestOp::Broadcast { .. } => Some(Func::Broadcast),
+            TestOp::Reduce { .. } => Some(Func::Reduce),
+            TestOp::SendRecv | TestOp::AllToAll => None,
+        }
+    }
+
+    /// nccl-tests' bus bandwidth factor for `nranks` (its `<coll>GetBw`):
+    /// AllReduce `2(n-1)/n`, AllGather/ReduceScatter/AllToAll `(n-1)/n`, else 1.
+    pub fn bus_factor(&self, nranks: usize) -> f64 {
+        let n = nranks as f64;
+        match self {
+            TestOp::AllReduce => 2.0 * (n - 1.0) / n,
+            TestOp::AllGather | TestOp::ReduceScatter | TestOp::AllToAll => (n - 1.0) / n,
+            TestOp::Broadcast { .. } | TestOp::Reduce { .. } | TestOp::SendRecv => 1.0,
+        }
+    }
+
+    /// Whether an in-place variant is run (nccl-tests runs one for every
+    /// collective; AllToAll in place would overwrite blocks still to be sent, so
+    /// it has none here).
+    pub fn has_in_place(&self) -> bool {
+        !matches!(self, TestOp::AllToAll)
+    }
+
+    /// nccl-tests' `getCollByteCount` for a size of `bytes` (elements of `elem_size`
+    /// bytes): `(count, total)`, the per-rank parameter count passed to the
+    /// operation (nccl-tests' `count` column) and the elements the size column
+    /// stands for (`bytes / elem_size`, rounded down to a multiple of `nranks`
+    /// where the buffer is split by rank).
+    pub fn counts(&self, bytes: usize, elem_size: usize, nranks: usize) -> (usize, usize) {
+        let total = bytes / elem_size;
+        match self {
+            TestOp::AllGather | TestOp::ReduceScatter | TestOp::AllToAll => (total / nranks, total / nranks * nranks),
+            _ => (total, total),
+        }
+    }
+
+    /// In-place element offsets of rank `rank` (nccl-tests' `sendInplaceOffset` and
+    /// `recvInplaceOffset` times the rank): where the operation reads its input and
+    /// writes its output inside the one receive buffer.
+    pub fn in_place_offsets(&self, count: usize, rank: usize) -> (usize, usize) {
+        match self {
+            TestOp::AllGather => (rank * count, 0),
+            TestOp::ReduceScatter => (0, rank * count),
+            _ => (0, 0),
+        }
+    }
+
+    /// Enqueues this operation on `stream`: `count` is the per-rank parameter count,
+    /// `op` the reduction (ignored by the non-reducing ones); SendRecv sends to
+    /// `rank+1` and receives from `rank-1`, AllToAll sends block `j` to rank `j`,
+    /// each as one group.
+    ///
+    /// # Safety
+    /// `send` must be readable for the send buffer and `recv` writable for the
+    /// receive buffer of [`buffer_elems`](Self::buffer_elems)`(count, nranks)`
+    /// elements of `dtype` (in place: both inside one receive buffer at
+    /// [`in_place_offsets`](Self::in_place_offsets)), untouched until `stream` is
+    /// synchronized.
+    #[allow(clippy::too_many_arguments)] // NCCL's collective signature plus the operation
+    pub unsafe fn launch(
+        &self,
+        comm: &crate::Comm,
+        send: *const u8,
+        recv: *mut u8,
+        count: usize,
+        dtype: DataType,
+        op: RedOp,
+        stream: &crate::Stream,
+    ) -> crate::Result<()> {
+        let (n, r, es) = (comm.nranks(), comm.rank(), dtype.size());
+        let (sp, rp, s) = (send, recv, stream);
+        // SAFETY: the caller guarantees the buffers (see above).
+        unsafe {
+            match *self {
+                TestOp::AllReduce => comm.all_reduce(sp, rp, count, dtype, op, s),
+                TestOp::AllGather => comm.all_gather(sp, rp, count, dtype, s),
+                TestOp::ReduceScatter => comm.reduce_scatter(sp, rp, count, dtype, op, s),
+                TestOp::Broadcast { root } => comm.broadcast(sp, rp, count, dtype, root, s),
+                TestOp::Reduce { root } => comm.reduce(sp, rp, count, dtype, op, root, s),
+                TestOp::SendRecv => {
+                    crate::group_start();
+                    let a = comm.send(sp, count, dtype, (r + 1) % n, s);
+                    let b = comm.recv(rp, count, dtype, (r + n - 1) % n, s);
+                    let g = crate::group_end();
+                    a.and(b).and(g)
+                }
+                TestOp::AllToAll => {
+                    crate::group_start();
+                    let mut res = Ok(());
+                    for p in 0..n {
+                        let a = comm.send(sp.wrapping_add(p * count * es), count, dtype, p, s);
+                        let b = comm.recv(rp.wrapping_add(p * count * es), count, dtype, p, s);
+                        res = res.and(a).and(b);
+                    }
+                    let g = crate::group_end();
+                    res.and(g)
+                }
+            }
+        }
+    }
+
+    /// Runs this operation once on fresh buffers with checked data (rank `rank`'s
+    /// input of [`fill`] with `seed`, receive buffer poisoned with `0xEE`) and
+    /// returns `#wrong` for this rank (0 where the output is unspecified), or the
+    /// operation's error. What the tests and a one-shot check use.
+    pub fn run_checked(
+        &self,
+        comm: &crate::Comm,
+        dtype: DataType,
+        op: RedOp,
+        count: usize,
+        in_place: bool,
+        seed: u64,
+    ) -> crate::Result<usize> {
+        let (n, r, es) = (comm.nranks(), comm.rank(), dtype.size());
+        let in_place = in_place && self.has_in_place();
+        let (se, re) = self.buffer_elems(count, n);
+        let mut sendbuf = vec![0u8; se * es];
+        fill(&mut sendbuf, dtype, &op, r, seed);
+        let mut recvbuf = vec![0xEEu8; re.max(se) * es];
+        let (soff, roff) = self.in_place_offsets(count, r);
+        let (sp, rp): (*const u8, *mut u8) = if in_place {
+            recvbuf[soff * es..soff * es + sendbuf.len()].copy_from_slice(&sendbuf);
+            let p = recvbuf.as_mut_ptr();
+            (p.wrapping_add(soff * es), p.wrapping_add(roff * es))
+        } else {
+            (sendbuf.as_ptr(), recvbuf.as_mut_ptr())
+        };
+        let stream = crate::Stream::new();
+        // SAFETY: both buffers are sized by `buffer_elems` and live past the
+        // synchronize below; nothing touches them meanwhile.
+        unsafe { self.launch(comm, sp, rp, count, dtype, op, &stream) }?;
+        stream.synchronize()?;
+        let got = if in_place {
+            &recvbuf[roff * es..(roff + re) * es]
+        } else {
+            &recvbuf[..re * es]
+        };
+        Ok(match expected(*self, dtype, &op, n, r, count, seed) {
+            Some(want) => count_wrong(dtype, got, &want),
+            None => 0,
+        })
+    }
+
     /// Elements in the send and receive buffers of one rank.
     pub fn buffer_elems(&self, count: usize, nranks: usize) -> (usize, usize) {
         match self {
@@ -46,7 +257,8 @@ impl TestOp {
         }
     }
 
-    fn reduces(&self) -> bool {
+    /// Whether the operation applies a reduction (so the redop column is meaningful).
+    pub fn reduces(&self) -> bool {
         matches!(self, TestOp::AllReduce | TestOp::ReduceScatter | TestOp::Reduce { .. })
     }
 }

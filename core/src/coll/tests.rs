@@ -7,12 +7,10 @@ use std::time::Duration;
 
 use ferroccl_kernels::{DataType, RedOp, Scalar};
 
-use super::check::{self, TestOp};
+use super::check::TestOp;
 use crate::bootstrap::{BootstrapConfig, get_unique_id};
 use crate::comm::{Comm, CommConfig, PreloadedNet};
-use crate::stream::Stream;
 use crate::transport::mem::MemNet;
-use crate::{group_end, group_start};
 
 fn config(net: &Arc<MemNet>, buffsize: usize, nchannels: usize) -> CommConfig {
     CommConfig {
@@ -46,69 +44,7 @@ fn with_comms(n: usize, buffsize: usize, nchannels: usize, f: impl Fn(&Comm) + S
 }
 
 fn run_op(comm: &Comm, top: TestOp, dtype: DataType, op: RedOp, count: usize, in_place: bool) -> usize {
-    let (n, r) = (comm.nranks(), comm.rank());
-    let es = dtype.size();
-    let (se, re) = top.buffer_elems(count, n);
-    let mut sendbuf = vec![0u8; se * es];
-    check::fill(&mut sendbuf, dtype, &op, r, 1);
-    let mut recvbuf = vec![0xEEu8; re * es];
-    let s = Stream::new();
-    // In place: place the input where the operation reads it inside the output.
-    let (sp, rp): (*const u8, *mut u8) = if in_place {
-        match top {
-            TestOp::AllGather => {
-                recvbuf[r * count * es..(r + 1) * count * es].copy_from_slice(&sendbuf);
-                let p = recvbuf.as_mut_ptr();
-                (p.wrapping_add(r * count * es), p)
-            }
-            TestOp::ReduceScatter => {
-                recvbuf = sendbuf.clone();
-                let p = recvbuf.as_mut_ptr();
-                (p, p.wrapping_add(r * count * es))
-            }
-            _ => {
-                recvbuf = sendbuf.clone();
-                let p = recvbuf.as_mut_ptr();
-                (p, p)
-            }
-        }
-    } else {
-        (sendbuf.as_ptr(), recvbuf.as_mut_ptr())
-    };
-    // SAFETY: buffers outlive the synchronize below.
-    unsafe {
-        match top {
-            TestOp::AllReduce => comm.all_reduce(sp, rp, count, dtype, op, &s),
-            TestOp::AllGather => comm.all_gather(sp, rp, count, dtype, &s),
-            TestOp::ReduceScatter => comm.reduce_scatter(sp, rp, count, dtype, op, &s),
-            TestOp::Broadcast { root } => comm.broadcast(sp, rp, count, dtype, root, &s),
-            TestOp::Reduce { root } => comm.reduce(sp, rp, count, dtype, op, root, &s),
-            TestOp::SendRecv => {
-                group_start();
-                comm.send(sp, count, dtype, (r + 1) % n, &s).unwrap();
-                comm.recv(rp, count, dtype, (r + n - 1) % n, &s).unwrap();
-                group_end()
-            }
-            TestOp::AllToAll => {
-                group_start();
-                for p in 0..n {
-                    comm.send(sp.wrapping_add(p * count * es), count, dtype, p, &s).unwrap();
-                    comm.recv(rp.wrapping_add(p * count * es), count, dtype, p, &s).unwrap();
-                }
-                group_end()
-            }
-        }
-    }
-    .expect("enqueue");
-    s.synchronize().expect("synchronize");
-    let got = match top {
-        TestOp::ReduceScatter if in_place => recvbuf[r * count * es..(r + 1) * count * es].to_vec(),
-        _ => recvbuf,
-    };
-    match check::expected(top, dtype, &op, n, r, count, 1) {
-        Some(want) => check::count_wrong(dtype, &got, &want),
-        None => 0,
-    }
+    top.run_checked(comm, dtype, op, count, in_place, 1).expect("run")
 }
 
 fn ops() -> Vec<RedOp> {

@@ -211,11 +211,12 @@ pub fn assert_all_ok(outs: &[Out], what: &str) {
     panic!("{msg}");
 }
 
-use ferroccl::coll::check::{self, TestOp};
-use ferroccl::{DataType, RedOp, Stream, group_end, group_start};
+use ferroccl::coll::check::TestOp;
+use ferroccl::{DataType, RedOp};
 
 /// Runs one operation on this rank with checked data (seed 1); returns `#wrong`
-/// (0 on ranks whose output is unspecified) or the operation's error.
+/// (0 on ranks whose output is unspecified) or the operation's error
+/// ([`TestOp::run_checked`], the launch code the perf tool shares).
 pub fn run_op(
     comm: &Comm,
     top: TestOp,
@@ -224,71 +225,7 @@ pub fn run_op(
     count: usize,
     in_place: bool,
 ) -> Result<usize, ferroccl::Error> {
-    let (n, r) = (comm.nranks(), comm.rank());
-    let es = dtype.size();
-    let (se, re) = top.buffer_elems(count, n);
-    let mut sendbuf = vec![0u8; se * es];
-    check::fill(&mut sendbuf, dtype, &op, r, 1);
-    let mut recvbuf = vec![0xEEu8; re * es];
-    let s = Stream::new();
-    let (sp, rp): (*const u8, *mut u8) = if in_place {
-        match top {
-            TestOp::AllGather => {
-                recvbuf[r * count * es..(r + 1) * count * es].copy_from_slice(&sendbuf);
-                let p = recvbuf.as_mut_ptr();
-                (p.wrapping_add(r * count * es), p)
-            }
-            TestOp::ReduceScatter => {
-                recvbuf = sendbuf.clone();
-                let p = recvbuf.as_mut_ptr();
-                (p, p.wrapping_add(r * count * es))
-            }
-            _ => {
-                recvbuf = sendbuf.clone();
-                let p = recvbuf.as_mut_ptr();
-                (p, p)
-            }
-        }
-    } else {
-        (sendbuf.as_ptr(), recvbuf.as_mut_ptr())
-    };
-    // SAFETY: the buffers outlive the synchronize below and are not touched meanwhile.
-    unsafe {
-        match top {
-            TestOp::AllReduce => comm.all_reduce(sp, rp, count, dtype, op, &s),
-            TestOp::AllGather => comm.all_gather(sp, rp, count, dtype, &s),
-            TestOp::ReduceScatter => comm.reduce_scatter(sp, rp, count, dtype, op, &s),
-            TestOp::Broadcast { root } => comm.broadcast(sp, rp, count, dtype, root, &s),
-            TestOp::Reduce { root } => comm.reduce(sp, rp, count, dtype, op, root, &s),
-            TestOp::SendRecv => {
-                group_start();
-                let a = comm.send(sp, count, dtype, (r + 1) % n, &s);
-                let b = comm.recv(rp, count, dtype, (r + n - 1) % n, &s);
-                let g = group_end();
-                a.and(b).and(g)
-            }
-            TestOp::AllToAll => {
-                group_start();
-                let mut res = Ok(());
-                for p in 0..n {
-                    let a = comm.send(sp.wrapping_add(p * count * es), count, dtype, p, &s);
-                    let b = comm.recv(rp.wrapping_add(p * count * es), count, dtype, p, &s);
-                    res = res.and(a).and(b);
-                }
-                let g = group_end();
-                res.and(g)
-            }
-        }
-    }?;
-    s.synchronize()?;
-    let got = match top {
-        TestOp::ReduceScatter if in_place => recvbuf[r * count * es..(r + 1) * count * es].to_vec(),
-        _ => recvbuf,
-    };
-    Ok(match check::expected(top, dtype, &op, n, r, count, 1) {
-        Some(want) => check::count_wrong(dtype, &got, &want),
-        None => 0,
-    })
+    top.run_checked(comm, dtype, op, count, in_place, 1)
 }
 
 /// Every op for `dtype` (the five built-ins and a PreMulSum by 2).

@@ -3,6 +3,7 @@
 //! ```text
 //! ferroccl-info plugins            # the full resolution the host does (NCCL_NET_PLUGIN, NCCL_NET, …)
 //! ferroccl-info plugins NAME|PATH  # one library: file, exported symbols, devices and properties
+//! ferroccl-info params [--json]    # every NCCL_*/FERROCCL_* parameter: type, default, range, value, source
 //! ferroccl-info ib                 # RDMA HCAs: ports, link layer, state, GID table, the GID index the IB plugin picks
 //! ```
 //!
@@ -47,6 +48,14 @@ enum Cmd {
         #[arg(long)]
         plugin_path: Vec<std::path::PathBuf>,
     },
+    /// Every registered parameter (runtime and in-tree plugins): type, default, range,
+    /// current value and its source (environment, NCCL_CONF_FILE, ~/.nccl.conf,
+    /// /etc/nccl.conf, default).
+    Params {
+        /// One JSON list instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// RDMA HCAs as the IB plugin sees them: ports, link layer, state, GID table and chosen GID index.
     Ib {
         /// The IB plugin to ask (resolved like NCCL_NET_PLUGIN): default `ib`, i.e. libnccl-net-ib.so.
@@ -77,6 +86,7 @@ fn main() -> ExitCode {
             plugin_path,
         } => (target, max_version, plugin_path),
         Cmd::Ib { plugin, plugin_path } => return ib_inventory(&plugin, plugin_path),
+        Cmd::Params { json } => return params(json),
     };
     // Environment over NCCL_CONF_FILE / ~/.nccl.conf over /etc/nccl.conf, as the runtime reads it.
     let opts = match LoadOptions::try_from_config() {
@@ -111,6 +121,35 @@ fn main() -> ExitCode {
         None => full_resolution(&opts),
     };
     if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// `ferroccl-info params`: read like the runtime (environment over
+/// `NCCL_CONF_FILE` or `~/.nccl.conf` over `/etc/nccl.conf`), without applying
+/// the files to the environment, so each value keeps its own source. Exit status
+/// 1 when a set value is invalid.
+fn params(json: bool) -> ExitCode {
+    let cfg = ferroccl::config::Config::from_process();
+    for w in cfg.warnings() {
+        eprintln!("warning: {w}");
+    }
+    let conf_file = std::env::var("NCCL_CONF_FILE").ok();
+    let rows = ferroccl_examples::params::rows(&cfg, conf_file.as_deref());
+    if json {
+        match serde_json::to_string_pretty(&rows) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{}", ferroccl_examples::params::render(&rows));
+    }
+    if rows.iter().any(|r| r.error.is_some()) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn print_plugin_log(cap: &LogCapture) {

@@ -2,109 +2,58 @@
 //!
 //! ```text
 //! ferroccl-perf --ranks 4 all_reduce -b 8 -e 64M -f 2 -c 1
+//! all_reduce_perf -b 8 -e 64M -f 2 -t 2 -d all -o all      # a link named like nccl-tests' binary
 //! mpirun -np 4 -x NCCL_COMM_ID=127.0.0.1:29500 ferroccl-perf all_reduce -c 1
+//! ferroccl-perf --plot sweep.svg a.json b.json
 //! ```
 //!
-//! Launch modes:
-//! * `--ranks N`: this process is rank 0; it creates the unique id and spawns N-1
-//!   copies of itself as ranks 1..N (id passed in hex through the environment,
-//!   children print nothing on stdout). All output comes from rank 0.
+//! Flags, defaults and output follow NVIDIA/nccl-tests (`src/common.cu`,
+//! `src/util.cu`); see [`ferroccl_examples::perf`] for the command line and what
+//! each flag maps to. Invoked under an nccl-tests binary name (`all_reduce_perf`,
+//! … as `cargo xtask dist` links them in `target/dist/bin`), the collective comes
+//! from the name.
+//!
+//! Ranks: every process runs `-t` x `-g` ranks, each on its own thread. Processes:
+//! * `--ranks N`: this process is process 0; it creates the unique id and spawns
+//!   N-1 copies of itself (id passed in hex through the environment, children
+//!   print nothing on stdout). All output comes from rank 0.
 //! * a launcher's environment (Open MPI `OMPI_COMM_WORLD_RANK/SIZE`, PMI
 //!   `PMI_RANK/PMI_SIZE`, PMIx `PMIX_RANK` + a size variable, Slurm
-//!   `SLURM_PROCID/SLURM_NTASKS`, torchrun `RANK/WORLD_SIZE`): every process is one
-//!   rank; `NCCL_COMM_ID=<host>:<port>` must name an address rank 0's host can
-//!   listen on (rank 0 starts the bootstrap root there), so the ranks need no other
-//!   way to share the unique id.
-//! * neither: a single rank.
+//!   `SLURM_PROCID/SLURM_NTASKS`, torchrun `RANK/WORLD_SIZE`): every process is
+//!   one process of the job; `NCCL_COMM_ID=<host>:<port>` must name an address
+//!   process 0's host can listen on.
+//! * neither: one process.
 //!
-//! Per size it prints nccl-tests' columns (size, count, type, redop, root, then
-//! time/algbw/busbw/#wrong out of place and in place), then "Out of bounds values"
-//! and "Avg bus bandwidth", plus each rank's peak RSS; `--json` prints one JSON
-//! document instead. `--show-tuning` adds a `#  tuning:` line per size with the
-//! algorithm, protocol, channels and chunk size the tuning chose. Exit status 1 when any value was wrong or an error occurred.
+//! Output: nccl-tests' header (`# nThread … nGpus …`, `# Using devices`, one
+//! `#  Rank …` line per rank), its columns per size (size, count, type, redop,
+//! root, then time/algbw/busbw/#wrong out of place and in place) for every
+//! datatype and reduction asked for, `# Out of bounds values`, `# Avg bus
+//! bandwidth`, plus the net plugin, transports and each rank's peak RSS.
+//! `-J FILE` also writes nccl-tests' JSON layout; `--json` prints ferroccl's own
+//! JSON document instead of the table; `--show-tuning` adds a `#  tuning:` line
+//! per size. Exit status 1 when any value was wrong or an error occurred, 2 for
+//! a bad command line.
 
+use std::io::Write;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::time::Instant;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use clap::Parser;
-use ferroccl::coll::check::{self, TestOp};
-use ferroccl::{Comm, CommConfig, DataType, RedOp, Scalar, Stream, UniqueId, group_end, group_start};
+use ferroccl::coll::check;
+use ferroccl::{Comm, CommConfig, DataType, RedOp, Stream, TestOp, UniqueId, group_end, group_start};
+use ferroccl_examples::perf::report::{self, JsonPerf, JsonRow, NcclTestsJson};
+use ferroccl_examples::perf::{MAX_SIZE, Plan};
 
 const ENV_RANK: &str = "FERROCCL_PERF_RANK";
 const ENV_NRANKS: &str = "FERROCCL_PERF_NRANKS";
 const ENV_ID: &str = "FERROCCL_PERF_ID";
 
-#[derive(Parser, Debug, Clone)]
-#[command(
-    name = "ferroccl-perf",
-    about = "nccl-tests style benchmark and checker for ferroccl collectives"
-)]
-struct Args {
-    /// Operation: all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv, alltoall.
-    #[arg(value_name = "OP")]
-    op_pos: Option<String>,
-    /// Operation (same as the positional argument).
-    #[arg(long = "op")]
-    op_flag: Option<String>,
-    /// Minimum size in bytes (suffixes K, M, G).
-    #[arg(short = 'b', long = "minbytes", default_value = "32M")]
-    minbytes: String,
-    /// Maximum size in bytes (suffixes K, M, G).
-    #[arg(short = 'e', long = "maxbytes", default_value = "32M")]
-    maxbytes: String,
-    /// Multiplication factor between sizes.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
-    stepfactor: usize,
-    /// Timed iterations per size.
-    #[arg(short = 'n', long = "iters", default_value_t = 20)]
-    iters: usize,
-    /// Warmup iterations per size.
-    #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
-    warmup: usize,
-    /// Check results (1) or not (0).
-    #[arg(short = 'c', long = "check", default_value_t = 1)]
-    check: u32,
-    /// Datatype: int8 uint8 int32 uint32 int64 uint64 half float double bfloat16.
-    #[arg(short = 'd', long = "datatype", default_value = "float")]
-    datatype: String,
-    /// Reduction: sum prod max min avg premulsum.
-    #[arg(short = 'o', long = "op_type", default_value = "sum")]
-    redop: String,
-    /// Root rank for broadcast/reduce.
-    #[arg(short = 'r', long = "root", default_value_t = 0)]
-    root: usize,
-    /// Spawn this many local ranks (processes); default: launcher environment or 1.
-    #[arg(long = "ranks")]
-    ranks: Option<usize>,
-    /// Print one JSON document instead of the table.
-    #[arg(long = "json")]
-    json: bool,
-    /// After each size, print the algorithm, protocol, channels and chunk size the
-    /// tuning chose for it (a `#  tuning:` line; always present in `--json`).
-    #[arg(long = "show-tuning")]
-    show_tuning: bool,
-}
+/// The NCCL version whose behaviour ferroccl follows (2.30.7), as
+/// `ncclGetVersion` codes it (`major*10000 + minor*100 + patch`).
+const NCCL_VERSION_CODE: i64 = 23007;
 
-/// Largest buffer size accepted (bytes): no allocation can be larger (`isize::MAX`).
-const MAX_SIZE: usize = isize::MAX as usize;
-
-/// A size with an optional `K`/`M`/`G` suffix (powers of 1024, as nccl-tests'
-/// `parsesize`), checked for overflow.
-fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let (num, mul) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('K') => (&t[..t.len() - 1], 1usize << 10),
-        Some('M') => (&t[..t.len() - 1], 1 << 20),
-        Some('G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    let n = num
-        .parse::<usize>()
-        .map_err(|_| format!("bad size {s:?} (expected e.g. 8, 128K, 64M, 1G)"))?;
-    n.checked_mul(mul)
-        .filter(|&b| b <= MAX_SIZE)
-        .ok_or_else(|| format!("size {s:?} is too large (at most {MAX_SIZE} bytes)"))
-}
+/// Bytes of one rank's `#  Rank …` line when gathered.
+const DEVICE_LINE: usize = 256;
 
 /// A zeroed buffer of `bytes`, or an error saying the allocation failed (never an abort).
 fn buffer(bytes: usize, what: &str) -> Result<Vec<u8>, String> {
@@ -113,104 +62,6 @@ fn buffer(bytes: usize, what: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| format!("cannot allocate the {what} buffer of {bytes} bytes: {e}"))?;
     v.resize(bytes, 0);
     Ok(v)
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Op {
-    AllReduce,
-    AllGather,
-    ReduceScatter,
-    Broadcast,
-    Reduce,
-    SendRecv,
-    AllToAll,
-}
-
-impl Op {
-    fn parse(s: &str) -> Result<Op, String> {
-        Ok(match s.to_ascii_lowercase().replace('-', "_").as_str() {
-            "all_reduce" | "allreduce" => Op::AllReduce,
-            "all_gather" | "allgather" => Op::AllGather,
-            "reduce_scatter" | "reducescatter" => Op::ReduceScatter,
-            "broadcast" | "bcast" => Op::Broadcast,
-            "reduce" => Op::Reduce,
-            "sendrecv" | "send_recv" => Op::SendRecv,
-            "alltoall" | "all_to_all" => Op::AllToAll,
-            _ => {
-                return Err(format!(
-                    "unknown operation {s:?} (expected all_reduce, all_gather, reduce_scatter, broadcast, reduce, sendrecv, alltoall)"
-                ));
-            }
-        })
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Op::AllReduce => "all_reduce",
-            Op::AllGather => "all_gather",
-            Op::ReduceScatter => "reduce_scatter",
-            Op::Broadcast => "broadcast",
-            Op::Reduce => "reduce",
-            Op::SendRecv => "sendrecv",
-            Op::AllToAll => "alltoall",
-        }
-    }
-
-    /// The tuned function (`None` for send/receive patterns).
-    fn func(self) -> Option<ferroccl::tune::Func> {
-        use ferroccl::tune::Func;
-        match self {
-            Op::AllReduce => Some(Func::AllReduce),
-            Op::AllGather => Some(Func::AllGather),
-            Op::ReduceScatter => Some(Func::ReduceScatter),
-            Op::Broadcast => Some(Func::Broadcast),
-            Op::Reduce => Some(Func::Reduce),
-            Op::SendRecv | Op::AllToAll => None,
-        }
-    }
-
-    /// nccl-tests' bus bandwidth factor.
-    fn bus_factor(self, n: usize) -> f64 {
-        let n = n as f64;
-        match self {
-            Op::AllReduce => 2.0 * (n - 1.0) / n,
-            Op::AllGather | Op::ReduceScatter | Op::AllToAll => (n - 1.0) / n,
-            Op::Broadcast | Op::Reduce | Op::SendRecv => 1.0,
-        }
-    }
-
-    fn reduces(self) -> bool {
-        matches!(self, Op::AllReduce | Op::ReduceScatter | Op::Reduce)
-    }
-
-    fn has_root(self) -> bool {
-        matches!(self, Op::Broadcast | Op::Reduce)
-    }
-
-    fn in_place_supported(self) -> bool {
-        !matches!(self, Op::SendRecv | Op::AllToAll)
-    }
-
-    fn test_op(self, root: usize) -> TestOp {
-        match self {
-            Op::AllReduce => TestOp::AllReduce,
-            Op::AllGather => TestOp::AllGather,
-            Op::ReduceScatter => TestOp::ReduceScatter,
-            Op::Broadcast => TestOp::Broadcast { root },
-            Op::Reduce => TestOp::Reduce { root },
-            Op::SendRecv => TestOp::SendRecv,
-            Op::AllToAll => TestOp::AllToAll,
-        }
-    }
-
-    /// (per-rank parameter count, total elements shown in the `count` column) for `bytes`.
-    fn counts(self, bytes: usize, es: usize, n: usize) -> (usize, usize) {
-        let total = bytes / es;
-        match self {
-            Op::AllGather | Op::ReduceScatter | Op::AllToAll => (total / n, total / n * n),
-            _ => (total, total),
-        }
-    }
 }
 
 /// Rank and size from a launcher's environment, if any: the first pair whose two
@@ -251,113 +102,183 @@ fn peak_rss_kib() -> u64 {
     }
 }
 
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// nccl-tests' `getFloatStr`: `value` in `width` columns, with 2, 1 or 0
+/// decimals as it grows, then C's `%.1e` style.
+fn float_str(value: f64, width: usize) -> String {
+    let mut power = 0usize;
+    let mut val: u64 = 1;
+    while value >= val as f64 && power < 40 {
+        power += 1;
+        val = val.saturating_mul(10);
+    }
+    if power + 2 < width {
+        format!("{value:>width$.2}")
+    } else if power + 1 < width {
+        format!("{value:>width$.1}")
+    } else if power < width + 1 {
+        format!("{value:>width$.0}")
+    } else {
+        // C's %.1e: mantissa, `e`, sign, at least two exponent digits.
+        let s = format!("{value:.1e}");
+        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let e: i32 = e.parse().unwrap_or(0);
+        let c = format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
+        format!("{c:>width$}")
+    }
+}
+
+/// C's `%g` (6 significant digits, trailing zeros dropped).
+fn fmt_g(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return if v.is_nan() { "nan".into() } else { format!("{v}") };
+    }
+    let exp = v.abs().log10().floor() as i32;
+    if !(-4..6).contains(&exp) {
+        let s = format!("{v:.5e}");
+        let (m, e) = s.split_once('e').unwrap_or((&s, "0"));
+        let m = m.trim_end_matches('0').trim_end_matches('.');
+        let e: i32 = e.parse().unwrap_or(0);
+        return format!("{m}e{}{:02}", if e < 0 { '-' } else { '+' }, e.abs());
+    }
+    let decimals = (5 - exp).max(0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+/// The numbers of one variant of one size.
+#[derive(Debug, Clone, Copy)]
+struct Perf {
+    time_us: f64,
+    algbw: f64,
+    busbw: f64,
+    /// `None` without `-c`.
+    wrong: Option<u64>,
+}
+
 struct Row {
     bytes: usize,
     count: usize,
-    /// (time us, algbw, busbw, wrong) out of place / in place.
-    oop: (f64, f64, f64, Option<u64>),
-    ip: Option<(f64, f64, f64, Option<u64>)>,
-    /// The tuning decision the timed operations ran with.
+    dtype: DataType,
+    redop: &'static str,
+    oop: Perf,
+    ip: Option<Perf>,
     tuning: Option<ferroccl::tune::Decision>,
+}
+
+/// Output shared by the threads of process 0 (only global rank 0 writes).
+struct Out {
+    json_file: Option<(std::fs::File, std::path::PathBuf)>,
 }
 
 struct Bench<'a> {
     comm: &'a Comm,
-    op: Op,
+    plan: &'a Plan,
+    coll: TestOp,
     dtype: DataType,
     redop: RedOp,
-    root: usize,
-    args: &'a Args,
     send: Vec<u8>,
     recv: Vec<u8>,
     stream: Stream,
-    /// The decision of the last timed loop (read before the checks' own AllReduces).
     decision: Option<ferroccl::tune::Decision>,
 }
 
 impl Bench<'_> {
     /// Enqueues one operation on `count` (per-rank parameter count).
     fn launch(&mut self, count: usize, in_place: bool) -> Result<(), ferroccl::Error> {
-        let (n, r) = (self.comm.nranks(), self.comm.rank());
         let es = self.dtype.size();
+        let (soff, roff) = self.coll.in_place_offsets(count, self.comm.rank());
         let rp = self.recv.as_mut_ptr();
-        let sp: *const u8 = if in_place {
-            match self.op {
-                Op::AllGather => rp.wrapping_add(r * count * es),
-                _ => rp,
-            }
+        let (sp, rp): (*const u8, *mut u8) = if in_place {
+            (rp.wrapping_add(soff * es), rp.wrapping_add(roff * es))
         } else {
-            self.send.as_ptr()
+            (self.send.as_ptr(), rp)
         };
-        let rp = if in_place && self.op == Op::ReduceScatter {
-            rp.wrapping_add(r * count * es)
-        } else {
-            rp
-        };
-        let (c, d, o, s) = (self.comm, self.dtype, self.redop, &self.stream);
-        // SAFETY: the buffers are owned by `self`, sized for the largest count, and
-        // not touched until the stream is synchronized.
+        // SAFETY: the buffers are owned by `self`, sized for the largest count of
+        // every datatype (in place: the receive buffer holds the send buffer too),
+        // and not touched until the stream is synchronized.
         unsafe {
-            match self.op {
-                Op::AllReduce => c.all_reduce(sp, rp, count, d, o, s),
-                Op::AllGather => c.all_gather(sp, rp, count, d, s),
-                Op::ReduceScatter => c.reduce_scatter(sp, rp, count, d, o, s),
-                Op::Broadcast => c.broadcast(sp, rp, count, d, self.root, s),
-                Op::Reduce => c.reduce(sp, rp, count, d, o, self.root, s),
-                Op::SendRecv => {
-                    group_start();
-                    let a = c.send(sp, count, d, (r + 1) % n, s);
-                    let b = c.recv(rp, count, d, (r + n - 1) % n, s);
-                    let g = group_end();
-                    a.and(b).and(g)
-                }
-                Op::AllToAll => {
-                    group_start();
-                    let mut res = Ok(());
-                    for p in 0..n {
-                        let a = c.send(sp.wrapping_add(p * count * es), count, d, p, s);
-                        let b = c.recv(rp.wrapping_add(p * count * es), count, d, p, s);
-                        res = res.and(a).and(b);
-                    }
-                    let g = group_end();
-                    res.and(g)
-                }
-            }
+            self.coll
+                .launch(self.comm, sp, rp, count, self.dtype, self.redop, &self.stream)
         }
     }
 
-    fn fill(&mut self, count: usize, in_place: bool) {
+    /// One timed iteration: `-m` operations (in one group when more than one),
+    /// then with `-z` a wait and a barrier.
+    fn iteration(&mut self, count: usize, in_place: bool) -> Result<(), ferroccl::Error> {
+        let agg = self.plan.agg_iters;
+        if agg > 1 {
+            group_start();
+        }
+        let mut res = Ok(());
+        for _ in 0..agg {
+            res = res.and(self.launch(count, in_place));
+        }
+        if agg > 1 {
+            res = res.and(group_end());
+        }
+        res?;
+        if self.plan.blocking {
+            self.stream.synchronize()?;
+            self.comm.barrier()?;
+        }
+        Ok(())
+    }
+
+    fn fill(&mut self, count: usize, in_place: bool, seed: u64) {
         let (n, r) = (self.comm.nranks(), self.comm.rank());
         let es = self.dtype.size();
-        let (se, re) = self.op.test_op(self.root).buffer_elems(count, n);
+        let (se, re) = self.coll.buffer_elems(count, n);
         let mut input = vec![0u8; se * es];
-        check::fill(&mut input, self.dtype, &self.redop, r, 7);
-        self.recv[..re * es].fill(0xA5);
+        check::fill(&mut input, self.dtype, &self.redop, r, seed);
+        self.recv[..se.max(re) * es].fill(0xA5);
         if in_place {
-            match self.op {
-                Op::AllGather => self.recv[r * count * es..(r + 1) * count * es].copy_from_slice(&input),
-                _ => self.recv[..se * es].copy_from_slice(&input),
-            }
+            let (soff, _) = self.coll.in_place_offsets(count, r);
+            self.recv[soff * es..soff * es + input.len()].copy_from_slice(&input);
         } else {
             self.send[..se * es].copy_from_slice(&input);
         }
     }
 
-    fn wrong(&self, count: usize, in_place: bool) -> u64 {
+    fn wrong(&self, count: usize, in_place: bool, seed: u64) -> u64 {
         let (n, r) = (self.comm.nranks(), self.comm.rank());
         let es = self.dtype.size();
-        let top = self.op.test_op(self.root);
-        let Some(want) = check::expected(top, self.dtype, &self.redop, n, r, count, 7) else {
+        let Some(want) = check::expected(self.coll, self.dtype, &self.redop, n, r, count, seed) else {
             return 0;
         };
-        let got = match self.op {
-            Op::ReduceScatter if in_place => &self.recv[r * count * es..(r + 1) * count * es],
-            _ => &self.recv[..want.len()],
+        let off = if in_place {
+            self.coll.in_place_offsets(count, r).1 * es
+        } else {
+            0
         };
-        check::count_wrong(self.dtype, got, &want) as u64
+        check::count_wrong(self.dtype, &self.recv[off..off + want.len()], &want) as u64
     }
 
-    /// Sum of a value over all ranks (through the communicator itself).
+    fn gather_f64(&self, v: f64) -> Result<Vec<f64>, ferroccl::Error> {
+        let n = self.comm.nranks();
+        let mut all = vec![0u8; 8 * n];
+        self.comm
+            .all_gather_sync(&v.to_ne_bytes(), &mut all, DataType::Float64)?;
+        Ok(all
+            .chunks(8)
+            .map(|c| f64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    }
+
     fn sum_u64(&self, v: u64) -> Result<u64, ferroccl::Error> {
         let mut out = [0u8; 8];
         self.comm
@@ -365,116 +286,180 @@ impl Bench<'_> {
         Ok(u64::from_ne_bytes(out))
     }
 
-    fn sum_f64(&self, v: f64) -> Result<f64, ferroccl::Error> {
-        let mut out = [0u8; 8];
-        self.comm
-            .all_reduce_sync(&v.to_ne_bytes(), &mut out, DataType::Float64, RedOp::Sum)?;
-        Ok(f64::from_ne_bytes(out))
-    }
-
-    fn measure(
-        &mut self,
-        count: usize,
-        bytes: usize,
-        in_place: bool,
-    ) -> Result<(f64, f64, f64, Option<u64>), ferroccl::Error> {
+    /// nccl-tests' `BenchTime`: one untimed run, `-n` timed iterations, the time
+    /// combined over ranks by `-a`, then `-c` checked runs.
+    fn measure(&mut self, count: usize, bytes: usize, in_place: bool, rep: u64) -> Result<Perf, ferroccl::Error> {
         let n = self.comm.nranks();
-        for _ in 0..self.args.warmup {
-            self.launch(count, in_place)?;
-        }
+        self.launch(count, in_place)?;
         self.stream.synchronize()?;
         self.comm.barrier()?;
         let t0 = Instant::now();
-        for _ in 0..self.args.iters {
-            self.launch(count, in_place)?;
+        for _ in 0..self.plan.iters {
+            self.iteration(count, in_place)?;
         }
+        let ops = (self.plan.iters * self.plan.agg_iters).max(1) as f64;
+        let cpu = t0.elapsed().as_secs_f64() / ops;
         self.stream.synchronize()?;
-        self.decision = self.op.func().and_then(|f| self.comm.tuning().last(f));
-        let secs = t0.elapsed().as_secs_f64() / self.args.iters.max(1) as f64;
-        let secs = self.sum_f64(secs)? / n as f64;
-        let algbw = bytes as f64 / 1e9 / secs;
-        let busbw = algbw * self.op.bus_factor(n);
-        let wrong = if self.args.check != 0 {
-            self.fill(count, in_place);
-            self.launch(count, in_place)?;
-            self.stream.synchronize()?;
-            let w = self.wrong(count, in_place);
-            Some(self.sum_u64(w)?)
+        let done = t0.elapsed().as_secs_f64() / ops;
+        self.decision = self.coll.func().and_then(|f| self.comm.tuning().last(f));
+        let mine = if self.plan.report_cputime { cpu } else { done };
+        let secs = self.plan.average.combine(&self.gather_f64(mine)?);
+        let algbw = if secs > 0.0 { bytes as f64 / 1e9 / secs } else { 0.0 };
+        let busbw = algbw * self.coll.bus_factor(n);
+        let wrong = if self.plan.check > 0 {
+            let mut total = 0;
+            for _ in 0..self.plan.check {
+                self.fill(count, in_place, rep);
+                self.launch(count, in_place)?;
+                self.stream.synchronize()?;
+                total = self.sum_u64(self.wrong(count, in_place, rep))?;
+                if total != 0 {
+                    break;
+                }
+            }
+            Some(total)
         } else {
             None
         };
-        Ok((secs * 1e6, algbw, busbw, wrong))
+        Ok(Perf {
+            time_us: secs * 1e6,
+            algbw,
+            busbw,
+            wrong,
+        })
     }
 }
 
-fn fmt_time(us: f64) -> String {
-    if us >= 10_000.0 {
-        format!("{us:7.0}")
-    } else {
-        format!("{us:7.2}")
-    }
-}
-
-fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, launcher: &str) -> Result<bool, String> {
-    let dtype: DataType = args
-        .datatype
-        .parse()
-        .map_err(|e| format!("-d {}: {e}", args.datatype))?;
-    let mut redop: RedOp = args.redop.parse().map_err(|e| format!("-o {}: {e}", args.redop))?;
-    if let RedOp::PreMulSum(_) = redop {
-        redop = RedOp::PreMulSum(Scalar::from_f64(dtype, 2.0));
-    }
-    if op.has_root() && args.root >= nranks {
-        return Err(format!(
-            "-r {}: root must be below the number of ranks ({nranks})",
-            args.root
-        ));
-    }
-    let (minb, maxb) = sizes(args)?;
-    let es = dtype.size();
-    let (_, max_total) = op.counts(maxb, es, nranks);
-    let (se, re) = op
-        .test_op(args.root)
-        .buffer_elems(op.counts(maxb, es, nranks).0, nranks);
-    let bytes = |elems: usize| {
-        elems
-            .checked_mul(es)
-            .filter(|&b| b <= MAX_SIZE)
-            .ok_or_else(|| format!("-e {}: the buffers of {nranks} ranks overflow", args.maxbytes))
+fn perf_cols(p: &Perf) -> String {
+    let wrong = match p.wrong {
+        Some(w) => format!("{:>6}", fmt_g(w as f64)),
+        None => "   N/A".to_string(),
     };
-    let (send_bytes, recv_bytes) = (bytes(se.max(max_total))?, bytes(re.max(max_total))?);
+    format!(
+        "  {}  {}  {}  {wrong}",
+        float_str(p.time_us, 7),
+        float_str(p.algbw, 6),
+        float_str(p.busbw, 6)
+    )
+}
+
+fn json_perf(p: &Perf, cputime: bool) -> JsonPerf {
+    JsonPerf {
+        time: (!cputime).then_some(p.time_us),
+        cpu_time: cputime.then_some(p.time_us),
+        alg_bw: p.algbw,
+        bus_bw: p.busbw,
+        nwrong: p.wrong.map(|w| w as f64),
+    }
+}
+
+/// Buffer sizes (send, receive) in bytes for the largest size of every datatype.
+fn buffer_bytes(plan: &Plan, nranks: usize) -> Result<(usize, usize), String> {
+    let (mut s, mut r) = (0usize, 0usize);
+    for dtype in &plan.dtypes {
+        let es = dtype.size();
+        let (count, shown) = plan.coll.counts(plan.max_bytes, es, nranks);
+        let (se, re) = plan.coll.buffer_elems(count, nranks);
+        let bytes = |elems: usize| {
+            elems
+                .checked_mul(es)
+                .filter(|&b| b <= MAX_SIZE)
+                .ok_or_else(|| format!("-e {}: the buffers of {nranks} ranks overflow", plan.max_bytes))
+        };
+        s = s.max(bytes(se.max(shown))?);
+        r = r.max(bytes(se.max(re).max(shown))?);
+    }
+    Ok((s, r))
+}
+
+/// One rank, on its own thread: init, header (rank 0), the sweeps, footer.
+fn run_rank(
+    plan: &Plan,
+    nranks: usize,
+    rank: usize,
+    local: usize,
+    id: &UniqueId,
+    launcher: &str,
+    out: &Mutex<Out>,
+) -> Result<bool, String> {
+    let (send_bytes, recv_bytes) = buffer_bytes(plan, nranks)?;
     // Allocate before joining, so a size this rank cannot hold fails fast.
     let send = buffer(send_bytes, "send")?;
     let recv = buffer(recv_bytes, "receive")?;
-    let comm =
-        Comm::init_rank(nranks, id, rank, CommConfig::default()).map_err(|e| format!("rank {rank}: init: {e}"))?;
-    let mut bench = Bench {
-        comm: &comm,
-        op,
-        dtype,
-        redop,
-        root: args.root,
-        args,
-        send,
-        recv,
-        stream: Stream::new(),
-        decision: None,
+    let config = CommConfig {
+        timeout: (plan.timeout_sec > 0).then(|| Duration::from_secs(plan.timeout_sec)),
+        ..CommConfig::default()
     };
+    let comm = Comm::init_rank(nranks, id, rank, config).map_err(|e| format!("rank {rank}: init: {e}"))?;
     let lead = rank == 0;
-    let root_col: i64 = if op.has_root() { args.root as i64 } else { -1 };
-    let redop_col = if op.reduces() { redop.name() } else { "none" };
-    if lead && !args.json {
+    let table = lead && !plan.json;
+    let program = plan.program_name();
+    let start_time = report::format_now();
+
+    // `#  Rank …` lines of every rank, gathered in rank order.
+    let line = format!(
+        "#  Rank {rank:>2} Group {:>2} Pid {:>6} on {:>10} device {local:>2} [0000:00:00] host memory, net {}",
+        0,
+        std::process::id(),
+        hostname(),
+        comm.net_info().name
+    );
+    let mut mine = [0u8; DEVICE_LINE];
+    let n = line.len().min(DEVICE_LINE - 1);
+    mine[..n].copy_from_slice(&line.as_bytes()[..n]);
+    let mut all = vec![0u8; DEVICE_LINE * nranks];
+    comm.all_gather_sync(&mine, &mut all, DataType::Uint8)
+        .map_err(|e| format!("rank {rank}: device lines: {e}"))?;
+    let device_lines: Vec<String> = all
+        .chunks(DEVICE_LINE)
+        .map(|c| {
+            let end = c.iter().position(|&b| b == 0).unwrap_or(c.len());
+            String::from_utf8_lossy(&c[..end]).into_owned()
+        })
+        .collect();
+
+    if table {
+        let step = if plan.step_factor > 1 {
+            format!("{}(factor)", plan.step_factor)
+        } else {
+            format!("{}(bytes)", plan.step_bytes)
+        };
         println!(
-            "# ferroccl-perf {}: nranks {nranks} ({launcher}) minBytes {minb} maxBytes {maxb} step: {}(factor) warmup iters: {} iters: {} validation: {}",
-            op.name(),
-            args.stepfactor,
-            args.warmup,
-            args.iters,
-            args.check
+            "# nccl-tests version ferroccl-perf-{} nccl-headers={NCCL_VERSION_CODE} nccl-library={NCCL_VERSION_CODE}",
+            env!("CARGO_PKG_VERSION")
         );
+        println!("# Collective test starting: {program}");
+        println!(
+            "# nThread {} nGpus {} minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} agg iters: {} validation: {} graph: 0",
+            plan.nthreads,
+            plan.ngpus,
+            plan.min_bytes,
+            plan.max_bytes,
+            plan.warmup,
+            plan.iters,
+            plan.agg_iters,
+            plan.check
+        );
+        if plan.blocking {
+            println!("# Blocking Enabled: wait for completion and barrier after each collective ");
+        }
+        if plan.parallel_init {
+            println!("# Parallel Init Enabled: threads call into NcclInitRank concurrently ");
+        }
+        if plan.local_register > 0 {
+            println!(
+                "# Registration (-R {}): host buffers need none in ferroccl; no effect",
+                plan.local_register
+            );
+        }
+        println!("#");
+        println!("# Using devices");
+        for l in &device_lines {
+            println!("{l}");
+        }
         let info = comm.net_info();
         println!(
-            "# net plugin: {} (ncclNet v{}) from {}; nchannels {}",
+            "# net plugin: {} (ncclNet v{}) from {}; nchannels {}; nranks {nranks} ({launcher})",
             info.name,
             info.version,
             info.path.display(),
@@ -482,93 +467,68 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
         );
         let used: Vec<String> = comm.transports().iter().map(|(t, n)| format!("{t} x{n}")).collect();
         println!("# transports (rank 0's connections): {}", used.join(", "));
+        if let Ok(g) = out.lock()
+            && let Some((_, p)) = &g.json_file
+        {
+            println!("# Writing JSON output to {}", p.display());
+        }
+        let time = if plan.report_cputime { "cputime" } else { "time" };
         println!("#");
         println!(
             "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       in-place          ",
             "", "", "", "", ""
         );
         println!(
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ",
             "size",
             "count",
             "type",
             "redop",
             "root",
-            "time",
+            time,
             "algbw",
             "busbw",
             "#wrong",
-            "time",
+            time,
             "algbw",
             "busbw",
             "#wrong"
         );
         println!(
-            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}",
+            "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6} ",
             "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""
         );
+        let _ = std::io::stdout().flush();
     }
-    let mut rows = Vec::new();
-    let mut bytes = minb;
-    loop {
-        let (count, total) = op.counts(bytes, es, nranks);
-        let shown = total * es;
-        let oop = bench
-            .measure(count, shown, false)
-            .map_err(|e| format!("rank {rank}: {} {shown} B: {e}", op.name()))?;
-        let tuning = bench.decision;
-        let ip = if op.in_place_supported() {
-            Some(
-                bench
-                    .measure(count, shown, true)
-                    .map_err(|e| format!("rank {rank}: {} {shown} B in place: {e}", op.name()))?,
-            )
-        } else {
-            None
-        };
-        if lead && !args.json {
-            let w = |x: Option<u64>| x.map_or("N/A".to_string(), |v| v.to_string());
-            let mut line = format!(
-                "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}  {}  {:6.2}  {:6.2}  {:>6}",
-                shown,
-                total,
-                dtype.name(),
-                redop_col,
-                root_col,
-                fmt_time(oop.0),
-                oop.1,
-                oop.2,
-                w(oop.3)
-            );
-            match ip {
-                Some(ip) => line.push_str(&format!(
-                    "  {}  {:6.2}  {:6.2}  {:>6}",
-                    fmt_time(ip.0),
-                    ip.1,
-                    ip.2,
-                    w(ip.3)
-                )),
-                None => line.push_str(&format!("  {:>7}  {:>6}  {:>6}  {:>6}", "N/A", "N/A", "N/A", "N/A")),
-            }
-            println!("{line}");
-            if args.show_tuning
-                && let Some(d) = &tuning
-            {
-                println!("#  tuning: {}", d.describe());
+
+    let mut bench = Bench {
+        comm: &comm,
+        plan,
+        coll: plan.coll,
+        dtype: plan.dtypes[0],
+        redop: RedOp::Sum,
+        send,
+        recv,
+        stream: Stream::new(),
+        decision: None,
+    };
+    let root_col: i64 = plan.coll.root().map_or(-1, |r| r as i64);
+    let mut rows: Vec<Row> = Vec::new();
+    let mut rep = 0u64;
+    let mut cycle = 0usize;
+    while plan.run_cycles == 0 || cycle < plan.run_cycles {
+        cycle += 1;
+        for &dtype in &plan.dtypes {
+            for &spec in &plan.ops {
+                bench.dtype = dtype;
+                bench.redop = spec.for_type(dtype);
+                let redop_col = if plan.coll.reduces() { spec.name() } else { "none" };
+                run_sweep(&mut bench, plan, dtype, redop_col, root_col, table, &mut rows, &mut rep)
+                    .map_err(|e| format!("rank {rank}: {} {}: {e}", plan.coll.name(), dtype.name()))?;
             }
         }
-        rows.push(Row {
-            bytes: shown,
-            count: total,
-            oop,
-            ip,
-            tuning,
-        });
-        if bytes >= maxb {
-            break;
-        }
-        bytes = bytes.saturating_mul(args.stepfactor.max(2)).min(maxb);
     }
+
     // Peak RSS of every rank, gathered through the communicator.
     let mine = peak_rss_kib();
     let mut all = vec![0u8; 8 * nranks];
@@ -578,54 +538,50 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
         .chunks(8)
         .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
         .collect();
+    // nccl-tests counts the checks that found wrong values.
+    let errors: u64 = rows
+        .iter()
+        .flat_map(|r| std::iter::once(r.oop.wrong).chain(r.ip.map(|i| i.wrong)))
+        .filter(|w| w.is_some_and(|w| w > 0))
+        .count() as u64;
     let wrong_total: u64 = rows
         .iter()
-        .map(|r| r.oop.3.unwrap_or(0) + r.ip.and_then(|i| i.3).unwrap_or(0))
+        .flat_map(|r| std::iter::once(r.oop.wrong).chain(r.ip.map(|i| i.wrong)))
+        .map(|w| w.unwrap_or(0))
         .sum();
     let busbw: Vec<f64> = rows
         .iter()
-        .flat_map(|r| std::iter::once(r.oop.2).chain(r.ip.map(|i| i.2)))
+        .flat_map(|r| std::iter::once(r.oop.busbw).chain(r.ip.map(|i| i.busbw)))
         .collect();
     let avg_bus = if busbw.is_empty() {
         0.0
     } else {
         busbw.iter().sum::<f64>() / busbw.len() as f64
     };
+    let min_bw: Option<f64> = std::env::var("NCCL_TESTS_MIN_BW")
+        .ok()
+        .and_then(|v| v.trim().parse().ok());
+    let bw_ok = min_bw.is_none_or(|m| avg_bus >= m * 0.9);
     comm.finalize().map_err(|e| format!("rank {rank}: finalize: {e}"))?;
     if lead {
-        if args.json {
-            let j = serde_json::json!({
-                "op": op.name(),
-                "nranks": nranks,
-                "launcher": launcher,
-                "datatype": dtype.name(),
-                "redop": redop_col,
-                "root": root_col,
-                "net": { "name": comm.net_info().name, "version": comm.net_info().version,
-                         "path": comm.net_info().path.display().to_string() },
-                "nchannels": comm.nchannels(),
-                "transports": comm.transports().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
-                "check": args.check != 0,
-                "results": rows.iter().map(|r| serde_json::json!({
-                    "size": r.bytes, "count": r.count,
-                    "out_of_place": { "time_us": r.oop.0, "algbw": r.oop.1, "busbw": r.oop.2, "wrong": r.oop.3 },
-                    "in_place": r.ip.map(|i| serde_json::json!({ "time_us": i.0, "algbw": i.1, "busbw": i.2, "wrong": i.3 })),
-                    "tuning": r.tuning.map(|d| serde_json::json!({
-                        "algo": d.algo.name(), "proto": d.proto.name(), "nchannels": d.nchannels,
-                        "chunk_bytes": d.chunk_bytes, "allgather_reduce": d.allgather_reduce,
-                        "model_time_us": d.time_us, "by_tuner": d.by_tuner })),
-                })).collect::<Vec<_>>(),
-                "out_of_bounds": wrong_total,
-                "avg_busbw": avg_bus,
-                "peak_rss_kib": rss,
-            });
-            println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+        if plan.json {
+            print_our_json(plan, &comm, nranks, launcher, &rows, wrong_total, avg_bus, &rss);
         } else {
             println!(
-                "# Out of bounds values : {wrong_total} {}",
-                if wrong_total == 0 { "OK" } else { "FAILED" }
+                "# {:<20} : {errors} {}",
+                "Out of bounds values",
+                if errors == 0 { "OK" } else { "FAILED" }
             );
-            println!("# Avg bus bandwidth    : {avg_bus:.4} ");
+            println!(
+                "# {:<20} : {} {}",
+                "Avg bus bandwidth",
+                fmt_g(avg_bus),
+                match min_bw {
+                    None => "",
+                    Some(_) if bw_ok => "OK",
+                    Some(_) => "FAILED",
+                }
+            );
             let list: Vec<String> = rss
                 .iter()
                 .enumerate()
@@ -633,33 +589,317 @@ fn run_rank(args: &Args, op: Op, nranks: usize, rank: usize, id: &UniqueId, laun
                 .collect();
             println!("# Peak RSS per rank (MiB): {}", list.join(", "));
             println!("#");
+            println!("# Collective test concluded: {program}");
+            println!();
+            println!("#");
+        }
+        let taken = out.lock().ok().and_then(|mut g| g.json_file.take());
+        if let Some((file, path)) = taken {
+            let doc = nccl_tests_json(
+                plan,
+                start_time,
+                device_lines,
+                &rows,
+                errors,
+                avg_bus,
+                min_bw.map(|_| bw_ok),
+            );
+            let text = serde_json::to_string(&doc).map_err(|e| format!("-J: {e}"))?;
+            let mut file = file;
+            file.write_all(text.as_bytes())
+                .and_then(|_| file.write_all(b"\n"))
+                .map_err(|e| format!("-J {}: {e}", path.display()))?;
         }
     }
     drop(bench);
     comm.destroy().map_err(|e| format!("rank {rank}: destroy: {e}"))?;
-    Ok(wrong_total == 0)
+    Ok(wrong_total == 0 && bw_ok)
+}
+
+/// nccl-tests' `TimeTest` for one datatype and reduction: warm up at the largest
+/// and the smallest size, then every size out of place and in place.
+#[allow(clippy::too_many_arguments)]
+fn run_sweep(
+    bench: &mut Bench<'_>,
+    plan: &Plan,
+    dtype: DataType,
+    redop_col: &'static str,
+    root_col: i64,
+    table: bool,
+    rows: &mut Vec<Row>,
+    rep: &mut u64,
+) -> Result<(), ferroccl::Error> {
+    let n = bench.comm.nranks();
+    let es = dtype.size();
+    for b in [plan.max_bytes, plan.min_bytes] {
+        let (count, _) = plan.coll.counts(b, es, n);
+        for _ in 0..plan.warmup {
+            bench.launch(count, false)?;
+        }
+        bench.stream.synchronize()?;
+    }
+    for &size in &plan.sizes {
+        let (count, shown) = plan.coll.counts(size, es, n);
+        let bytes = shown * es;
+        *rep += 1;
+        let oop = bench.measure(count, bytes, false, *rep)?;
+        let tuning = bench.decision;
+        let ip = if plan.coll.has_in_place() {
+            Some(bench.measure(count, bytes, true, *rep)?)
+        } else {
+            None
+        };
+        if table {
+            let mut line = format!(
+                "{bytes:>12}  {count:>12}  {:>8}  {redop_col:>6}  {root_col:>6}{}",
+                dtype.name(),
+                perf_cols(&oop)
+            );
+            match &ip {
+                Some(ip) => line.push_str(&perf_cols(ip)),
+                None => line.push_str(&format!("  {:>7}  {:>6}  {:>6}  {:>6}", "N/A", "N/A", "N/A", "N/A")),
+            }
+            println!("{line}");
+            if plan.show_tuning
+                && let Some(d) = &tuning
+            {
+                println!("#  tuning: {}", d.describe());
+            }
+            let _ = std::io::stdout().flush();
+        }
+        rows.push(Row {
+            bytes,
+            count,
+            dtype,
+            redop: redop_col,
+            oop,
+            ip,
+            tuning,
+        });
+    }
+    Ok(())
+}
+
+fn nccl_tests_json(
+    plan: &Plan,
+    start_time: String,
+    device_lines: Vec<String>,
+    rows: &[Row],
+    errors: u64,
+    avg_bus: f64,
+    bw_ok: Option<bool>,
+) -> NcclTestsJson {
+    let root_col: i64 = plan.coll.root().map_or(-1, |r| r as i64);
+    let devices = device_lines.iter().filter_map(|l| parse_device_line(l)).collect();
+    let mut env: Vec<String> = std::env::vars()
+        .filter(|(k, _)| k.starts_with("NCCL_") || k.starts_with("FERROCCL_"))
+        .filter(|(k, _)| k != ENV_ID)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    env.sort();
+    NcclTestsJson {
+        version: report::JSON_FILE_VERSION,
+        start_time,
+        args: std::env::args().collect(),
+        env,
+        nccl_version: NCCL_VERSION_CODE,
+        config: report::JsonConfig {
+            nthreads: plan.nthreads as i64,
+            ngpus: plan.ngpus as i64,
+            minimum_bytes: plan.min_bytes as u64,
+            maximum_bytes: plan.max_bytes as u64,
+            step_factor: (plan.step_factor > 1).then_some(plan.step_factor as i64),
+            step_bytes: (plan.step_factor <= 1).then_some(plan.step_bytes as u64),
+            warmup_iters: plan.warmup as i64,
+            iterations: plan.iters as i64,
+            aggregated_iterations: plan.agg_iters as i64,
+            validation: plan.check as i64,
+            graph: 0,
+            blocking_collectives: report::json_bool(plan.blocking),
+            parallel_init: report::json_bool(plan.parallel_init),
+            devices,
+        },
+        results: rows
+            .iter()
+            .map(|r| JsonRow {
+                size: r.bytes as u64,
+                count: r.count as u64,
+                dtype: r.dtype.name().to_string(),
+                redop: r.redop.to_string(),
+                root: format!("{root_col:>6}"),
+                out_of_place: Some(json_perf(&r.oop, plan.report_cputime)),
+                in_place: r.ip.as_ref().map(|p| json_perf(p, plan.report_cputime)),
+                actual_iterations: (plan.iters * plan.agg_iters) as i64,
+                experiment_name: plan.program_name(),
+            })
+            .collect(),
+        out_of_bounds: report::JsonOutOfBounds {
+            count: errors as i64,
+            okay: report::json_bool(errors == 0),
+        },
+        average_bus_bandwidth: report::JsonAvgBw {
+            bandwidth: avg_bus,
+            okay: bw_ok.map_or_else(|| "unchecked".to_string(), report::json_bool),
+        },
+        errors: Vec::new(),
+        end_time: report::format_now(),
+    }
+}
+
+/// Parses one `#  Rank …` line (nccl-tests' `parseRankInfo`).
+fn parse_device_line(l: &str) -> Option<report::JsonDevice> {
+    let rest = l.strip_prefix("#  Rank ")?;
+    let mut it = rest.split_whitespace();
+    let rank = it.next()?.parse().ok()?;
+    (it.next()? == "Group").then_some(())?;
+    let group = it.next()?.parse().ok()?;
+    (it.next()? == "Pid").then_some(())?;
+    let pid = it.next()?.parse().ok()?;
+    (it.next()? == "on").then_some(())?;
+    let hostname = it.next()?.to_string();
+    (it.next()? == "device").then_some(())?;
+    let device = it.next()?.parse().ok()?;
+    let tail = rest.split_once('[')?.1;
+    let (hex, info) = tail.split_once(']')?;
+    Some(report::JsonDevice {
+        rank,
+        group,
+        pid,
+        hostname,
+        device,
+        device_hex: hex.to_string(),
+        device_info: info.trim().to_string(),
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn print_our_json(
+    plan: &Plan,
+    comm: &Comm,
+    nranks: usize,
+    launcher: &str,
+    rows: &[Row],
+    wrong_total: u64,
+    avg_bus: f64,
+    rss: &[u64],
+) {
+    let perf =
+        |p: &Perf| serde_json::json!({ "time_us": p.time_us, "algbw": p.algbw, "busbw": p.busbw, "wrong": p.wrong });
+    let first = rows.first();
+    let j = serde_json::json!({
+        "op": plan.coll.name(),
+        "nranks": nranks,
+        "launcher": launcher,
+        "nthreads": plan.nthreads,
+        "ngpus": plan.ngpus,
+        "datatype": first.map_or(plan.dtypes[0].name(), |r| r.dtype.name()),
+        "redop": first.map_or("none", |r| r.redop),
+        "root": plan.coll.root().map_or(-1, |r| r as i64),
+        "net": { "name": comm.net_info().name, "version": comm.net_info().version,
+                 "path": comm.net_info().path.display().to_string() },
+        "nchannels": comm.nchannels(),
+        "transports": comm.transports().into_iter().collect::<std::collections::BTreeMap<_, _>>(),
+        "check": plan.check != 0,
+        "results": rows.iter().map(|r| serde_json::json!({
+            "size": r.bytes, "count": r.count, "type": r.dtype.name(), "redop": r.redop,
+            "out_of_place": perf(&r.oop),
+            "in_place": r.ip.as_ref().map(perf),
+            "tuning": r.tuning.map(|d| serde_json::json!({
+                "algo": d.algo.name(), "proto": d.proto.name(), "nchannels": d.nchannels,
+                "chunk_bytes": d.chunk_bytes, "allgather_reduce": d.allgather_reduce,
+                "model_time_us": d.time_us, "by_tuner": d.by_tuner })),
+        })).collect::<Vec<_>>(),
+        "out_of_bounds": wrong_total,
+        "avg_busbw": avg_bus,
+        "peak_rss_kib": rss,
+    });
+    println!("{}", serde_json::to_string_pretty(&j).expect("json"));
+}
+
+/// Runs the `-t` x `-g` ranks of process `proc` of `nprocs`, each on a thread.
+fn run_process(plan: &Plan, nprocs: usize, proc: usize, id: &UniqueId, launcher: &str) -> Result<bool, String> {
+    let per = plan.ranks_per_process();
+    // The bootstrap checks the limit on ranks (and says so); only an overflow is caught here.
+    let nranks = nprocs.checked_mul(per).ok_or_else(|| {
+        format!(
+            "{nprocs} processes x -t {} x -g {} ranks overflows",
+            plan.nthreads, plan.ngpus
+        )
+    })?;
+    // Checked before any rank thread starts, so no thread is left waiting in init
+    // for a sibling that gave up.
+    if let Some(root) = plan.coll.root()
+        && root >= nranks
+    {
+        return Err(format!("-r {root}: root must be below the number of ranks ({nranks})"));
+    }
+    buffer_bytes(plan, nranks)?;
+    let mut json_file = None;
+    if proc == 0
+        && let Some(p) = &plan.output_file
+    {
+        match report::create_new(p) {
+            Ok(f) => json_file = Some(f),
+            // As nccl-tests: the run goes on without the file.
+            Err(e) => println!("# skipping json output; {e}"),
+        }
+    }
+    let out = Mutex::new(Out { json_file });
+    let results: Vec<Result<bool, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..per)
+            .map(|i| {
+                let out = &out;
+                s.spawn(move || run_rank(plan, nranks, proc * per + i, i, id, launcher, out))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a rank thread panicked".into())))
+            .collect()
+    });
+    let mut ok = true;
+    let mut errs = Vec::new();
+    for r in results {
+        match r {
+            Ok(b) => ok &= b,
+            Err(e) => errs.push(e),
+        }
+    }
+    if errs.is_empty() { Ok(ok) } else { Err(errs.join("\n")) }
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let op_name = args
-        .op_flag
-        .clone()
-        .or(args.op_pos.clone())
-        .unwrap_or_else(|| "all_reduce".into());
-    let op = match Op::parse(&op_name) {
-        Ok(o) => o,
+    let plan = match Plan::parse(std::env::args_os()) {
+        Ok(p) => p,
         Err(e) => {
-            eprintln!("ferroccl-perf: {e}");
-            return ExitCode::from(2);
+            if e.exit_code == 0 {
+                print!("{e}");
+            } else {
+                eprint!("ferroccl-perf: {e}");
+                if !e.message.ends_with('\n') {
+                    eprintln!();
+                }
+            }
+            return ExitCode::from(e.exit_code);
         }
     };
-    // Bad sizes fail before any rank starts.
-    if let Err(e) = sizes(&args) {
-        eprintln!("ferroccl-perf: {e}");
-        return ExitCode::from(2);
+    if let Some((svg, inputs)) = &plan.plot {
+        return match ferroccl_examples::perf::plot::plot_files(svg, inputs) {
+            Ok(n) => {
+                println!(
+                    "# plotted {n} series from {} file(s) into {}",
+                    inputs.len(),
+                    svg.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("ferroccl-perf: --plot: {e}");
+                ExitCode::from(1)
+            }
+        };
     }
-    // Child of `--ranks N`.
+    // A process of `--ranks N`.
     if let (Ok(r), Ok(n), Ok(id)) = (
         std::env::var(ENV_RANK),
         std::env::var(ENV_NRANKS),
@@ -676,14 +916,10 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        return finish(run_rank(&args, op, n, r, &id, "--ranks"));
+        return finish(run_process(&plan, n, r, &id, "--ranks"));
     }
-    if let Some(n) = args.ranks {
-        if n == 0 {
-            eprintln!("ferroccl-perf: --ranks must be at least 1");
-            return ExitCode::from(2);
-        }
-        return spawn_local(&args, op, n);
+    if let Some(n) = plan.ranks {
+        return spawn_local(&plan, n);
     }
     let launched = match launcher_env() {
         Ok(l) => l,
@@ -712,30 +948,14 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-        return finish(run_rank(&args, op, size, rank, &id, who));
+        return finish(run_process(&plan, size, rank, &id, who));
     }
-    spawn_local(&args, op, 1)
+    spawn_local(&plan, 1)
 }
 
 /// Bootstrap settings for the unique id this process creates: the same parameters
 /// the ranks resolve (`NCCL_SOCKET_*`, `NCCL_COMM_ID`, `FERROCCL_TIMEOUT_SEC`), so a
 /// root started here gives up on missing ranks after the ranks' own timeout.
-/// `-b`/`-e` in bytes, checked: both parse, `-b` <= `-e`, `-f` >= 2 for a sweep.
-fn sizes(args: &Args) -> Result<(usize, usize), String> {
-    let minb = parse_size(&args.minbytes).map_err(|e| format!("-b: {e}"))?;
-    let maxb = parse_size(&args.maxbytes).map_err(|e| format!("-e: {e}"))?;
-    if minb > maxb {
-        return Err(format!(
-            "-b {} ({minb} bytes) is larger than -e {} ({maxb} bytes)",
-            args.minbytes, args.maxbytes
-        ));
-    }
-    if args.stepfactor < 2 && minb != maxb {
-        return Err("-f must be at least 2".into());
-    }
-    Ok((minb, maxb))
-}
-
 fn bootstrap_config() -> Result<ferroccl::bootstrap::BootstrapConfig, String> {
     ferroccl::bootstrap::BootstrapConfig::from_params(ferroccl::config::Config::global())
 }
@@ -777,7 +997,7 @@ fn describe_exit(s: std::process::ExitStatus) -> String {
     }
 }
 
-fn spawn_local(args: &Args, op: Op, n: usize) -> ExitCode {
+fn spawn_local(plan: &Plan, n: usize) -> ExitCode {
     if n > ferroccl::bootstrap::MAX_NRANKS {
         eprintln!(
             "ferroccl-perf: --ranks {n} is above the limit of {} ranks",
@@ -799,9 +1019,17 @@ fn spawn_local(args: &Args, op: Op, n: usize) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // The children keep the name this process was invoked under (a copy named
+    // `all_reduce_perf` runs all_reduce).
+    let argv0 = std::env::args_os().next().unwrap_or_default();
     let mut children: Vec<(usize, Child)> = Vec::new();
     for r in 1..n {
-        let spawned = Command::new(&exe)
+        let mut cmd = Command::new(&exe);
+        {
+            use std::os::unix::process::CommandExt;
+            cmd.arg0(&argv0);
+        }
+        let spawned = cmd
             .args(std::env::args_os().skip(1))
             .env(ENV_RANK, r.to_string())
             .env(ENV_NRANKS, n.to_string())
@@ -822,7 +1050,7 @@ fn spawn_local(args: &Args, op: Op, n: usize) -> ExitCode {
         }
     }
     let launcher = if n > 1 { "--ranks" } else { "single process" };
-    let mine = run_rank(args, op, n, 0, &id, launcher);
+    let mine = run_process(plan, n, 0, &id, launcher);
     let failed = mine.is_err();
     let mut ok = matches!(mine, Ok(true));
     if let Err(e) = &mine {
@@ -832,9 +1060,9 @@ fn spawn_local(args: &Args, op: Op, n: usize) -> ExitCode {
         let mut killed = false;
         if failed {
             // Give the others a moment to report their own error, then stop them.
-            let deadline = Instant::now() + std::time::Duration::from_secs(10);
+            let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline && matches!(c.try_wait(), Ok(None)) {
-                std::thread::sleep(std::time::Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(50));
             }
             killed = matches!(c.try_wait(), Ok(None));
             let _ = c.kill();
@@ -844,11 +1072,11 @@ fn spawn_local(args: &Args, op: Op, n: usize) -> ExitCode {
             Ok(_) if killed => ok = false,
             Ok(s) => {
                 // A child that died on its own: name it and how.
-                eprintln!("ferroccl-perf: rank {r} (pid {}) {}", c.id(), describe_exit(s));
+                eprintln!("ferroccl-perf: process {r} (pid {}) {}", c.id(), describe_exit(s));
                 ok = false;
             }
             Err(e) => {
-                eprintln!("ferroccl-perf: waiting for rank {r}: {e}");
+                eprintln!("ferroccl-perf: waiting for process {r}: {e}");
                 ok = false;
             }
         }

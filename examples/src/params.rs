@@ -1,0 +1,167 @@
+//! `ferroccl-info params`: every registered parameter ([`ferroccl::config::all_params`]:
+//! the runtime's and the in-tree plugins') with its type, default, accepted
+//! range, current value and where that value came from, as NCCL 2.30's
+//! parameter lister does. Sources, in NCCL's precedence (`src/misc/param.cc`,
+//! `initEnv`): `environment`, `NCCL_CONF_FILE`, `~/.nccl.conf`,
+//! `/etc/nccl.conf`, `default`.
+
+use std::path::Path;
+
+use ferroccl::config::{Config, Param, Source, all_params};
+use serde::Serialize;
+
+/// One parameter as listed.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ParamRow {
+    /// Variable name (`NCCL_BUFFSIZE`).
+    pub name: String,
+    /// Who reads it: `runtime`, `net-socket`, `net-ib`.
+    pub reader: String,
+    /// `int` or `string`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Value when unset (`null`: none).
+    pub default: Option<String>,
+    /// Accepted values: `[min, max]` for integers, the choices for a string with
+    /// a fixed set, `any` otherwise.
+    pub range: String,
+    /// The value in effect: the setting if valid, else the default.
+    pub value: Option<String>,
+    /// `environment`, `NCCL_CONF_FILE`, `~/.nccl.conf`, `/etc/nccl.conf` or `default`.
+    pub source: String,
+    /// The file a file source names.
+    pub file: Option<String>,
+    /// Why the set value is rejected, if it is.
+    pub error: Option<String>,
+    /// What it controls.
+    pub description: String,
+}
+
+/// Names the source of `setting` as NCCL's precedence list does; `env` is the
+/// environment the configuration was read from (for `NCCL_CONF_FILE`).
+pub fn source_name(source: &Source, conf_file: Option<&str>) -> String {
+    match source {
+        Source::Env => "environment".into(),
+        Source::File(p) if p == Path::new("/etc/nccl.conf") => "/etc/nccl.conf".into(),
+        Source::File(p) if conf_file.is_some_and(|c| !c.is_empty() && Path::new(c) == p) => "NCCL_CONF_FILE".into(),
+        Source::File(_) => "~/.nccl.conf".into(),
+    }
+}
+
+/// Every registered parameter, in registration order, as `cfg` sees it.
+/// `conf_file` is `NCCL_CONF_FILE` as the process environment had it.
+pub fn rows(cfg: &Config, conf_file: Option<&str>) -> Vec<ParamRow> {
+    all_params()
+        .map(|(reader, p)| {
+            let set = cfg.setting(p.name()).filter(|s| !s.value.is_empty());
+            let (source, file) = match set {
+                Some(s) => (
+                    source_name(&s.source, conf_file),
+                    match &s.source {
+                        Source::File(f) => Some(f.display().to_string()),
+                        Source::Env => None,
+                    },
+                ),
+                None => ("default".to_string(), None),
+            };
+            let error = p.check(cfg).err().map(|e| e.to_string());
+            let (kind, default, range, value) = match p {
+                Param::Int(ip) => {
+                    let value = ip.get(cfg).unwrap_or(ip.default);
+                    (
+                        "int",
+                        Some(ip.default.to_string()),
+                        format!("[{}, {}]", ip.min, ip.max),
+                        Some(value.to_string()),
+                    )
+                }
+                Param::Str(sp) => {
+                    let value = match sp.get_checked(cfg) {
+                        Ok(v) => v.map(str::to_string),
+                        Err(_) => sp.default.map(str::to_string),
+                    };
+                    let range = if sp.choices.is_empty() {
+                        "any".to_string()
+                    } else {
+                        sp.choices.join("|")
+                    };
+                    ("string", sp.default.map(str::to_string), range, value)
+                }
+            };
+            ParamRow {
+                name: p.name().to_string(),
+                reader: reader.to_string(),
+                kind: kind.to_string(),
+                default,
+                range,
+                value,
+                source,
+                file,
+                error,
+                description: p.description().to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The table `ferroccl-info params` prints.
+pub fn render(rows: &[ParamRow]) -> String {
+    let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut s = format!(
+        "{:<w$}  {:<10}  {:<6}  {:<16}  {:<24}  {:<16}  {:<14}  description\n",
+        "name", "read by", "type", "default", "range", "value", "source"
+    );
+    for r in rows {
+        let source = match &r.file {
+            Some(f) => format!("{} ({f})", r.source),
+            None => r.source.clone(),
+        };
+        s.push_str(&format!(
+            "{:<w$}  {:<10}  {:<6}  {:<16}  {:<24}  {:<16}  {:<14}  {}\n",
+            r.name,
+            r.reader,
+            r.kind,
+            dash(&r.default),
+            r.range,
+            dash(&r.value),
+            source,
+            r.description
+        ));
+        if let Some(e) = &r.error {
+            s.push_str(&format!("{:<w$}  invalid: {e}\n", ""));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_are_named_as_nccl_orders_them() {
+        let cfg = Config::from_sources(
+            [("NCCL_DEBUG".to_string(), "WARN".to_string())],
+            [
+                (Path::new("/x/my.conf"), "NCCL_BUFFSIZE=8192\nNCCL_DEBUG=INFO\n"),
+                (Path::new("/etc/nccl.conf"), "NCCL_BUFFSIZE=1\nNCCL_IB_SL=3\n"),
+            ],
+        );
+        let rows = rows(&cfg, Some("/x/my.conf"));
+        let get = |n: &str| rows.iter().find(|r| r.name == n).unwrap();
+        assert_eq!(get("NCCL_DEBUG").source, "environment");
+        assert_eq!(get("NCCL_BUFFSIZE").source, "NCCL_CONF_FILE");
+        assert_eq!(get("NCCL_BUFFSIZE").value.as_deref(), Some("8192"));
+        assert_eq!(get("NCCL_IB_SL").source, "/etc/nccl.conf");
+        assert_eq!(get("NCCL_IB_SL").file.as_deref(), Some("/etc/nccl.conf"));
+        assert_eq!(get("NCCL_IB_TC").source, "default");
+        // Without NCCL_CONF_FILE the first file is ~/.nccl.conf.
+        let rows = super::rows(&cfg, None);
+        assert_eq!(
+            rows.iter().find(|r| r.name == "NCCL_BUFFSIZE").unwrap().source,
+            "~/.nccl.conf"
+        );
+        assert!(render(&rows).contains("NCCL_IB_SL"));
+    }
+}
