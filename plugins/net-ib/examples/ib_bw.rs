@@ -98,17 +98,14 @@ fn parse(args: &[String]) -> Result<(Opts, Option<String>), String> {
 }
 
 fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(b)
 }
 
 fn unhex(s: &str) -> Result<Vec<u8>, String> {
     if s.len() != 256 {
         return Err(format!("handle: expected 256 hex digits, found {}", s.len()));
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("handle: {e}")))
-        .collect()
+    hex::decode(s).map_err(|e| format!("handle: {e}"))
 }
 
 /// Byte `i` of a message body (independent of the message number).

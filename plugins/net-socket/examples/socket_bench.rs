@@ -106,14 +106,12 @@ fn plugin_first(rep: usize, idx: usize) -> bool {
 }
 
 fn hex(h: &Handle) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(h)
 }
 
 fn unhex(s: &str) -> Handle {
     let mut h = [0u8; 128];
-    for (i, b) in h.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
-    }
+    hex::decode_to_slice(s, &mut h).unwrap();
     h
 }
 
