@@ -43,6 +43,41 @@ const MIB: usize = 1 << 20;
 const MEM_CAP: usize = 256 * MIB;
 const WINDOW: usize = 8;
 
+/// Which measurements run (`--only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Only {
+    /// The size sweep (throughput and round trip per size).
+    Sweep,
+    /// The dedicated 8-byte ping-pong.
+    Pingpong,
+}
+
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "socket_bench", about = "Socket plugin vs raw TCP on loopback, two processes")]
+struct Cli {
+    /// Shorter run (32 MiB per size, 3 reps, 5000 pings by default).
+    #[arg(long)]
+    quick: bool,
+    /// Repetitions (medians are printed); default 5, 3 with --quick.
+    #[arg(long, value_name = "N")]
+    reps: Option<usize>,
+    /// Round trips of the 8-byte ping-pong; default 20000, 5000 with --quick.
+    #[arg(long, value_name = "N")]
+    pings: Option<usize>,
+    /// Run only one part.
+    #[arg(long, value_enum)]
+    only: Option<Only>,
+    /// Write the table as CSV.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<String>,
+    /// Write a plot of bandwidth vs size as SVG.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<String>,
+    /// Run as the second process (internal).
+    #[arg(long, hide = true)]
+    peer: bool,
+}
+
 #[derive(Debug, Clone)]
 struct Opts {
     quick: bool,
@@ -56,19 +91,16 @@ struct Opts {
 }
 
 fn opts() -> Opts {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let val = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
-    let quick = args.iter().any(|a| a == "--quick");
-    let only = val("--only");
+    let c = <Cli as clap::Parser>::parse();
     Opts {
-        quick,
-        reps: val("--reps").map_or(if quick { 3 } else { 5 }, |v| v.parse().expect("--reps N")),
-        pings: val("--pings").map_or(if quick { 5_000 } else { 20_000 }, |v| v.parse().expect("--pings N")),
-        sweep: only.as_deref() != Some("pingpong"),
-        pingpong: only.as_deref() != Some("sweep"),
-        csv: val("--csv"),
-        svg: val("--svg"),
-        peer: args.iter().any(|a| a == "--peer"),
+        quick: c.quick,
+        reps: c.reps.unwrap_or(if c.quick { 3 } else { 5 }),
+        pings: c.pings.unwrap_or(if c.quick { 5_000 } else { 20_000 }),
+        sweep: c.only != Some(Only::Pingpong),
+        pingpong: c.only != Some(Only::Sweep),
+        csv: c.csv,
+        svg: c.svg,
+        peer: c.peer,
     }
 }
 
