@@ -5,7 +5,6 @@
 //! `sockaddr_in6`) @8, `int nRanks` @36, zeros up to 128.
 
 use std::fmt;
-use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
 use std::str::FromStr;
 
@@ -234,15 +233,11 @@ fn if_index(name: &str) -> Option<u32> {
     (idx != 0).then_some(idx)
 }
 
-/// Returns a random u64 read from `/dev/urandom` (falls back to time ⊕ pid ⊕ address
-/// entropy if the device cannot be read).
+/// Returns a random u64 from the OS (`getrandom`; falls back to time ⊕ pid ⊕ address
+/// entropy if the OS has none to give).
 pub fn random_magic() -> u64 {
-    let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-    {
-        return u64::from_ne_bytes(b);
+    if let Ok(v) = getrandom::u64() {
+        return v;
     }
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
