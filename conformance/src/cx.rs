@@ -617,14 +617,19 @@ impl Cx {
     }
 }
 
-/// Open file descriptors of this process (`/proc/self/fd`).
+/// Open file descriptors of this process (`/proc/self/fd`); 0 when unreadable.
 pub fn fd_count() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+    procfs::process::Process::myself()
+        .and_then(|p| p.fd_count())
+        .unwrap_or(0)
 }
 
-/// Threads of this process (`/proc/self/task`).
+/// Threads of this process (`/proc/self/task`); 0 when unreadable.
 pub fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+    procfs::process::Process::myself()
+        .and_then(|p| p.tasks())
+        .map(|t| t.count())
+        .unwrap_or(0)
 }
 
 impl Cx {

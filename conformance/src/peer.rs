@@ -31,19 +31,13 @@ const PEER_LIFETIME: Duration = Duration::from_secs(120);
 
 /// Hex of a handle.
 pub fn to_hex(h: &NetHandle) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(h)
 }
 
 /// Handle from hex; `None` if malformed.
 pub fn from_hex(s: &str) -> Option<Box<NetHandle>> {
-    let s = s.trim();
-    if s.len() != 256 {
-        return None;
-    }
     let mut h: Box<NetHandle> = Box::new([0u8; 128]);
-    for (i, b) in h.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
+    hex::decode_to_slice(s.trim(), &mut h[..]).ok()?;
     Some(h)
 }
 

@@ -4,7 +4,7 @@
 //! included); one that crashes becomes a failure naming the signal and the plugin
 //! call that was running.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
@@ -239,17 +239,7 @@ pub(crate) fn spawn_worker(exe: &PathBuf, args: &[String], deadline: Duration) -
 }
 
 fn signal_name(sig: i32) -> &'static str {
-    match sig {
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGILL => "SIGILL",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGTERM => "SIGTERM",
-        _ => "a signal",
-    }
+    signal_hook::low_level::signal_name(sig).unwrap_or("a signal")
 }
 
 fn tail(s: &str, lines: usize) -> String {
@@ -447,7 +437,7 @@ pub fn run(cfg: &SuiteConfig) -> Report {
         .iter()
         .map(|&v| checks.iter().filter(|c| c.applies_to(v)).count())
         .sum();
-    let show = cfg.progress && std::io::stderr().is_terminal();
+    let bar = progress_bar(cfg.progress, total);
     let mut done = 0usize;
     let gate = all_checks().into_iter().find(|c| c.id == GATE_CHECK);
     for &v in &versions {
@@ -474,11 +464,8 @@ pub fn run(cfg: &SuiteConfig) -> Report {
             if check.id == GATE_CHECK {
                 continue;
             }
-            if show {
-                let mut e = std::io::stderr().lock();
-                let _ = write!(e, "\r\x1b[2K[{done}/{total}] v{v} {}", check.id);
-                let _ = e.flush();
-            }
+            bar.set_message(format!("v{v} {}", check.id));
+            bar.set_position(done as u64);
             if let (Some(why), Body::Loaded(..)) = (&gate_failure, check.body) {
                 report.results.push(CheckResult {
                     id: check.id.clone(),
@@ -499,11 +486,20 @@ pub fn run(cfg: &SuiteConfig) -> Report {
             report.results.push(run_one(cfg, check, v));
         }
     }
-    if show {
-        let _ = write!(std::io::stderr(), "\r\x1b[2K");
-    }
+    bar.finish_and_clear();
     report.duration_s = start.elapsed().as_secs_f64();
     report
+}
+
+/// The progress line on stderr, `[done/total] vN check.id`, redrawn in place and
+/// cleared at the end; hidden unless `wanted` and stderr is a terminal.
+pub(crate) fn progress_bar(wanted: bool, total: usize) -> indicatif::ProgressBar {
+    if !(wanted && std::io::stderr().is_terminal()) {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(Some(total as u64), indicatif::ProgressDrawTarget::stderr());
+    bar.set_style(indicatif::ProgressStyle::with_template("[{pos}/{len}] {msg}").expect("a valid template"));
+    bar
 }
 
 /// Parses `--api`: `all`, `v9`, `9`, `v6..v12`, `v6-v8`, or a comma list of those.

@@ -27,7 +27,7 @@ const LIMIT: Duration = Duration::from_secs(90);
 /// Lowers the soft descriptor limit a little above what is open, then opens
 /// descriptors (duplicates of stdin) until `dup` fails; returns them.
 fn exhaust_fds() -> Vec<i32> {
-    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64;
+    let open = procfs::process::Process::myself().unwrap().fd_count().unwrap() as u64;
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -53,9 +53,11 @@ fn exhaust_fds() -> Vec<i32> {
 /// The descriptors of this process that are sockets but not listeners (connections
 /// being set up, used or torn down).
 fn connection_fds() -> Vec<i32> {
-    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+    let fds: Vec<i32> = procfs::process::Process::myself()
         .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .fd()
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.fd))
         .collect();
     fds.into_iter()
         .filter(|&fd| {

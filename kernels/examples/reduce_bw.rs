@@ -8,14 +8,22 @@ use std::time::Instant;
 
 use ferroccl_kernels::{Backend, CpuBackend, DataType, DevRedOp, Pre, RedOp};
 
+#[derive(Debug, clap::Parser)]
+#[command(name = "reduce_bw", about = "GB/s of dst = a op b on the CPU backend")]
+struct Cli {
+    /// Bytes per operand (rounded down to whole elements).
+    #[arg(default_value_t = 8 << 20)]
+    bytes: usize,
+    /// Datatype, NCCL's names (e.g. float, half, int32).
+    #[arg(default_value = "float")]
+    dtype: DataType,
+    /// Reduction (sum, prod, max, min, avg).
+    #[arg(default_value = "sum")]
+    op: RedOp,
+}
+
 fn main() {
-    let mut args = std::env::args().skip(1);
-    let bytes: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(8 << 20);
-    let dtype: DataType = args
-        .next()
-        .map(|s| s.parse().expect("dtype"))
-        .unwrap_or(DataType::Float32);
-    let op: RedOp = args.next().map(|s| s.parse().expect("op")).unwrap_or(RedOp::Sum);
+    let Cli { bytes, dtype, op } = <Cli as clap::Parser>::parse();
     let bytes = bytes / dtype.size() * dtype.size();
     let dev = DevRedOp::new(dtype, op, 2).expect("op");
     let a = vec![0x3fu8; bytes + 1];

@@ -554,63 +554,36 @@ fn handle_addr(h: &[u8; 128]) -> Option<SocketAddr> {
 
 /// Inodes of this process's sockets (`/proc/self/fd/*` -> `socket:[inode]`).
 fn own_socket_inodes() -> Vec<u64> {
-    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+    let Ok(fds) = procfs::process::Process::myself().and_then(|p| p.fd()) else {
         return Vec::new();
     };
-    dir.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter_map(|t| t.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok())
-        .collect()
+    fds.filter_map(|fd| match fd.ok()?.target {
+        procfs::process::FDTarget::Socket(inode) => Some(inode),
+        _ => None,
+    })
+    .collect()
 }
 
-/// Decodes `/proc/net/tcp{,6}`'s `HEXIP:HEXPORT` (IP words in host byte order);
-/// an unspecified address becomes loopback.
-fn proc_addr(col: &str) -> Option<SocketAddr> {
-    let (ip, port) = col.split_once(':')?;
-    let port = u16::from_str_radix(port, 16).ok()?;
-    let ip: std::net::IpAddr = if ip.len() == 8 {
-        let v4 = std::net::Ipv4Addr::from(u32::from_str_radix(ip, 16).ok()?.to_ne_bytes());
-        if v4.is_unspecified() {
-            std::net::Ipv4Addr::LOCALHOST.into()
-        } else {
-            v4.into()
-        }
-    } else {
-        let mut b = [0u8; 16];
-        for k in 0..4 {
-            let w = u32::from_str_radix(ip.get(8 * k..8 * k + 8)?, 16).ok()?;
-            b[4 * k..4 * k + 4].copy_from_slice(&w.to_ne_bytes());
-        }
-        let v6 = std::net::Ipv6Addr::from(b);
-        if v6.is_unspecified() {
-            std::net::Ipv6Addr::LOCALHOST.into()
-        } else {
-            v6.into()
-        }
-    };
-    Some(SocketAddr::new(ip, port))
-}
-
-/// Local addresses of this process's listening TCP sockets (`/proc/net/tcp{,6}`, state 0A).
+/// Local addresses of this process's listening TCP sockets (`/proc/net/tcp{,6}`,
+/// state LISTEN); an unspecified address becomes loopback.
 fn own_listen_ports() -> Vec<SocketAddr> {
     let mine = own_socket_inodes();
-    let mut out = Vec::new();
-    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(f) else { continue };
-        for line in text.lines().skip(1) {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            if cols.len() < 10 || cols[3] != "0A" {
-                continue;
+    let entries = [procfs::net::tcp(), procfs::net::tcp6()];
+    entries
+        .into_iter()
+        .flat_map(|t| t.unwrap_or_default())
+        .filter(|e| e.state == procfs::net::TcpState::Listen && mine.contains(&e.inode))
+        .map(|e| {
+            let mut a = e.local_address;
+            if a.ip().is_unspecified() {
+                a.set_ip(match a {
+                    SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                    SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+                });
             }
-            let port = proc_addr(cols[1]);
-            let inode: Option<u64> = cols[9].parse().ok();
-            if let (Some(port), Some(inode)) = (port, inode)
-                && mine.contains(&inode)
-            {
-                out.push(port);
-            }
-        }
-    }
-    out
+            a
+        })
+        .collect()
 }
 
 fn stray_client(cx: &mut Cx, _: u64) -> Res {

@@ -1,7 +1,6 @@
 //! The parent side of the tuner section: probe the exported versions, then run
 //! every selected check on every selected version in its own worker process.
 
-use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -125,13 +124,10 @@ pub fn run(cfg: &TunerSuiteConfig) -> Report {
         .iter()
         .flat_map(|&v| checks.iter().filter(move |c| c.applies_to(v)).map(move |c| (v, c)))
         .collect();
-    let show = cfg.progress && std::io::stderr().is_terminal();
+    let bar = crate::runner::progress_bar(cfg.progress, jobs.len());
     for (i, (v, c)) in jobs.iter().enumerate() {
-        if show {
-            let mut e = std::io::stderr().lock();
-            let _ = write!(e, "\r\x1b[2K[{}/{}] v{v} {}", i + 1, jobs.len(), c.id);
-            let _ = e.flush();
-        }
+        bar.set_message(format!("v{v} {}", c.id));
+        bar.set_position(i as u64 + 1);
         let args = vec![
             "--tuner".to_owned(),
             "--worker".into(),
@@ -155,9 +151,7 @@ pub fn run(cfg: &TunerSuiteConfig) -> Report {
             reproduce: reproduce(cfg, c.id, *v),
         });
     }
-    if show {
-        let _ = write!(std::io::stderr(), "\r\x1b[2K");
-    }
+    bar.finish_and_clear();
     report.duration_s = start.elapsed().as_secs_f64();
     report
 }

@@ -5,7 +5,6 @@
 //! `sockaddr_in6`) @8, `int nRanks` @36, zeros up to 128.
 
 use std::fmt;
-use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, ToSocketAddrs};
 use std::str::FromStr;
 
@@ -123,11 +122,7 @@ impl UniqueId {
 
     /// Lowercase hex of all 128 bytes (256 characters), for passing between processes.
     pub fn to_hex(&self) -> String {
-        let mut s = String::with_capacity(2 * NCCL_UNIQUE_ID_BYTES);
-        for b in &self.bytes {
-            s.push_str(&format!("{b:02x}"));
-        }
-        s
+        hex::encode(self.bytes)
     }
 
     /// Parses the output of [`UniqueId::to_hex`] (surrounding whitespace ignored,
@@ -142,30 +137,14 @@ impl UniqueId {
             )));
         }
         let mut bytes = [0u8; NCCL_UNIQUE_ID_BYTES];
-        let raw = t.as_bytes();
-        for (i, b) in bytes.iter_mut().enumerate() {
-            let hi = hex_val(raw[2 * i]);
-            let lo = hex_val(raw[2 * i + 1]);
-            match (hi, lo) {
-                (Some(h), Some(l)) => *b = (h << 4) | l,
-                _ => {
-                    return Err(BootstrapError::InvalidId(format!(
-                        "non-hex character near position {}",
-                        2 * i
-                    )));
-                }
+        hex::decode_to_slice(t, &mut bytes).map_err(|e| match e {
+            hex::FromHexError::InvalidHexCharacter { index, .. } => {
+                // Reported at the start of the byte's pair, as before.
+                BootstrapError::InvalidId(format!("non-hex character near position {}", index & !1))
             }
-        }
+            other => BootstrapError::InvalidId(format!("malformed hex: {other}")),
+        })?;
         Ok(UniqueId { bytes })
-    }
-}
-
-fn hex_val(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
     }
 }
 
@@ -254,15 +233,11 @@ fn if_index(name: &str) -> Option<u32> {
     (idx != 0).then_some(idx)
 }
 
-/// Returns a random u64 read from `/dev/urandom` (falls back to time ⊕ pid ⊕ address
-/// entropy if the device cannot be read).
+/// Returns a random u64 from the OS (`getrandom`; falls back to time ⊕ pid ⊕ address
+/// entropy if the OS has none to give).
 pub fn random_magic() -> u64 {
-    let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_ok()
-    {
-        return u64::from_ne_bytes(b);
+    if let Ok(v) = getrandom::u64() {
+        return v;
     }
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -3,6 +3,9 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use nix::net::if_::InterfaceFlags;
+use nix::sys::socket::SockaddrStorage;
+
 use super::error::{BootstrapError, Result};
 
 /// `MAX_IFS`: the most interfaces NCCL collects.
@@ -104,29 +107,15 @@ impl IfnameFilter {
 /// excluded, one address per name, first seen wins), in `getifaddrs` order.
 pub fn list_interfaces(family: SocketFamily) -> Result<Vec<Interface>> {
     let mut out: Vec<Interface> = Vec::new();
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head into `ifap`; freed below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
-        return Err(BootstrapError::io("getifaddrs", std::io::Error::last_os_error()));
-    }
-    let mut cur = ifap;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list returned by getifaddrs, valid until freeifaddrs.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_flags & (libc::IFF_RUNNING as u32) == 0 {
+    let list = nix::ifaddrs::getifaddrs().map_err(|e| BootstrapError::io("getifaddrs", std::io::Error::from(e)))?;
+    for ifa in list {
+        if !ifa.flags.contains(InterfaceFlags::IFF_RUNNING) {
             continue;
         }
-        // SAFETY: ifa_addr is non-null and points to a sockaddr of the family it names.
-        let Some(addr) = (unsafe { sockaddr_ip(ifa.ifa_addr) }) else {
+        let Some(addr) = ifa.address.as_ref().and_then(storage_ip) else {
             continue;
         };
-        let netmask = if ifa.ifa_netmask.is_null() {
-            None
-        } else {
-            // SAFETY: ifa_netmask is non-null and points to a sockaddr of the family it names.
-            unsafe { sockaddr_ip(ifa.ifa_netmask) }
-        };
+        let netmask = ifa.netmask.as_ref().and_then(storage_ip);
         if !family.allows(&addr) {
             continue;
         }
@@ -135,40 +124,28 @@ pub fn list_interfaces(family: SocketFamily) -> Result<Vec<Interface>> {
         {
             continue;
         }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        if out.iter().any(|i| i.name == name) {
+        if out.iter().any(|i| i.name == ifa.interface_name) {
             continue;
         }
         let netmask = netmask.unwrap_or(match addr {
             IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::BROADCAST),
             IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from([0xff; 16])),
         });
-        out.push(Interface { name, addr, netmask });
+        out.push(Interface {
+            name: ifa.interface_name,
+            addr,
+            netmask,
+        });
     }
-    // SAFETY: `ifap` came from a successful getifaddrs and is freed exactly once.
-    unsafe { libc::freeifaddrs(ifap) };
     Ok(out)
 }
 
-/// # Safety
-/// `sa` must point to a valid sockaddr whose real size matches its `sa_family`.
-unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
-    // SAFETY: caller guarantees `sa` is valid; the family says which struct it is.
-    unsafe {
-        match (*sa).sa_family as i32 {
-            libc::AF_INET => {
-                let sin = &*(sa as *const libc::sockaddr_in);
-                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
-            }
-            libc::AF_INET6 => {
-                let sin6 = &*(sa as *const libc::sockaddr_in6);
-                Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
-            }
-            _ => None,
-        }
+/// The IPv4/IPv6 address in `sa`; `None` for other families.
+fn storage_ip(sa: &SockaddrStorage) -> Option<IpAddr> {
+    match (sa.as_sockaddr_in(), sa.as_sockaddr_in6()) {
+        (Some(v4), _) => Some(IpAddr::V4(v4.ip())),
+        (None, Some(v6)) => Some(IpAddr::V6(v6.ip())),
+        (None, None) => None,
     }
 }
 

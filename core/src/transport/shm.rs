@@ -370,11 +370,8 @@ struct SendInfo {
 }
 
 fn random_u64() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: writes at most 8 bytes into `b`.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 8, 0) };
-    if n == 8 {
-        return u64::from_ne_bytes(b);
+    if let Ok(v) = getrandom::u64() {
+        return v;
     }
     // No getrandom: the clock and the pid still make a reused descriptor unlikely to match.
     let t = std::time::SystemTime::now()

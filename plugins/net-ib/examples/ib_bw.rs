@@ -38,77 +38,54 @@ const TAG: i32 = 0x1b;
 /// Bound on any single wait (connect, one message).
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
 
-#[derive(Debug, Clone, Copy)]
+/// Command line (exit status 2 on a usage error).
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "ib_bw",
+    about = "The IB plugin's isend/irecv bandwidth between two processes"
+)]
+struct Cli {
+    #[command(flatten)]
+    opts: Opts,
+    /// Run as the sender of the receiver whose handle (hex) is given (internal).
+    #[arg(long, hide = true, value_name = "HEXHANDLE")]
+    send: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, clap::Args)]
 struct Opts {
+    /// Message size in bytes (at least 16).
+    #[arg(long, default_value_t = 1 << 20, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(16..))]
     size: usize,
+    /// Messages in flight.
+    #[arg(long, default_value_t = 8, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=32))]
     inflight: usize,
+    /// Timed messages (at least 1).
+    #[arg(long, default_value_t = 200, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     iters: usize,
+    /// Untimed messages first.
+    #[arg(long, default_value_t = 16)]
     warmup: usize,
+    /// Plugin device index.
+    #[arg(long, default_value_t = 0)]
     dev: usize,
+    /// Microseconds to sleep between polls that found nothing (0 spins).
+    #[arg(long, default_value_t = 100, value_name = "US")]
     poll_sleep_us: u64,
+    /// sched_yield() between polls that found nothing (overrides --poll-sleep-us).
+    #[arg(long)]
     poll_yield: bool,
 }
 
-fn usage() -> String {
-    "usage: ib_bw [--size BYTES] [--inflight N (1..=32)] [--iters N] [--warmup N] [--dev N] [--poll-sleep-us US] [--poll-yield]"
-        .to_string()
-}
-
-fn parse(args: &[String]) -> Result<(Opts, Option<String>), String> {
-    let mut o = Opts {
-        size: 1 << 20,
-        inflight: 8,
-        iters: 200,
-        warmup: 16,
-        dev: 0,
-        poll_sleep_us: 100,
-        poll_yield: false,
-    };
-    let mut send = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut num = |what: &str| -> Result<usize, String> {
-            let v = it.next().ok_or_else(|| format!("{what} needs a value\n{}", usage()))?;
-            v.parse()
-                .map_err(|_| format!("{what}: expected a non-negative integer, found {v:?}"))
-        };
-        match a.as_str() {
-            "--size" => o.size = num("--size")?,
-            "--inflight" => o.inflight = num("--inflight")?,
-            "--iters" => o.iters = num("--iters")?,
-            "--warmup" => o.warmup = num("--warmup")?,
-            "--dev" => o.dev = num("--dev")?,
-            "--poll-sleep-us" => o.poll_sleep_us = num("--poll-sleep-us")? as u64,
-            "--poll-yield" => o.poll_yield = true,
-            "--send" => send = Some(it.next().ok_or("--send needs a handle")?.clone()),
-            "-h" | "--help" => return Err(usage()),
-            other => return Err(format!("unknown argument {other:?}\n{}", usage())),
-        }
-    }
-    if !(1..=32).contains(&o.inflight) {
-        return Err(format!("--inflight {}: expected 1..=32", o.inflight));
-    }
-    if o.size < 16 || o.iters == 0 {
-        return Err(format!(
-            "--size ≥ 16 and --iters ≥ 1 required (got {}, {})",
-            o.size, o.iters
-        ));
-    }
-    Ok((o, send))
-}
-
 fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(b)
 }
 
 fn unhex(s: &str) -> Result<Vec<u8>, String> {
     if s.len() != 256 {
         return Err(format!("handle: expected 256 hex digits, found {}", s.len()));
     }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| format!("handle: {e}")))
-        .collect()
+    hex::decode(s).map_err(|e| format!("handle: {e}"))
 }
 
 /// Byte `i` of a message body (independent of the message number).
@@ -409,9 +386,13 @@ fn receiver(o: Opts) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (o, send) = match parse(&args) {
-        Ok(x) => x,
+    let (o, send) = match <Cli as clap::Parser>::try_parse() {
+        Ok(c) => (c.opts, c.send),
+        Err(e) if !e.use_stderr() => {
+            // --help: printed to stdout.
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             eprintln!("ib_bw: {e}");
             return ExitCode::from(2);

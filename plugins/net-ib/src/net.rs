@@ -1174,43 +1174,23 @@ fn oob_ip(dev: &IbDev) -> std::net::IpAddr {
         return a.into();
     }
     let want = std::env::var("NCCL_SOCKET_IFNAME").ok();
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: out pointer; freed below.
-    if unsafe { libc::getifaddrs(&mut ifap) } == 0 {
-        let mut p = ifap;
-        let mut found = None;
-        while !p.is_null() {
-            // SAFETY: valid list node from getifaddrs.
-            let ifa = unsafe { &*p };
-            p = ifa.ifa_next;
-            if ifa.ifa_addr.is_null() || (ifa.ifa_flags & libc::IFF_UP as u32) == 0 {
-                continue;
+    let found = nix::ifaddrs::getifaddrs().ok().and_then(|mut list| {
+        list.find_map(|ifa| {
+            if !ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
+                return None;
             }
-            // SAFETY: non-NULL sockaddr.
-            if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) != libc::AF_INET {
-                continue;
-            }
-            // SAFETY: ifa_name is a NUL-terminated string.
-            let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-                .to_string_lossy()
-                .into_owned();
+            let ip = ifa.address.as_ref()?.as_sockaddr_in()?.ip();
+            let name = ifa.interface_name.as_str();
             let ok = match &want {
                 Some(w) if w.starts_with('^') => !w[1..].split(',').any(|x| name.starts_with(x)),
                 Some(w) => w.trim_start_matches('=').split(',').any(|x| name.starts_with(x)),
                 None => name != "lo",
             };
-            if ok {
-                // SAFETY: AF_INET ⇒ sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
-                break;
-            }
-        }
-        // SAFETY: from getifaddrs.
-        unsafe { libc::freeifaddrs(ifap) };
-        if let Some(a) = found {
-            return a.into();
-        }
+            ok.then_some(ip)
+        })
+    });
+    if let Some(a) = found {
+        return a.into();
     }
     std::net::Ipv4Addr::LOCALHOST.into()
 }

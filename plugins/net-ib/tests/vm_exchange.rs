@@ -38,14 +38,11 @@ fn wait(net: &IbNet, req: &mut <IbNet as Net>::Request, what: &str) -> Result<Te
 }
 
 fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(b)
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    hex::decode(s).expect("hex handle")
 }
 
 /// This test binary re-run as a child process for one test (`--exact`), its

@@ -50,16 +50,14 @@ fn wait(p: &dyn NetPlugin, req: RawRequest, sizes: &mut [usize]) {
 }
 
 fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex::encode(b)
 }
 
 fn sender(version: u32, h: &str) {
     let p = load(version).expect("child load");
     let ctx = p.init_ctx(1, &CommConfig::default()).unwrap();
     let mut handle = [0u8; 128];
-    for (i, b) in handle.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap();
-    }
+    hex::decode_to_slice(h, &mut handle).expect("hex handle");
     let deadline = Instant::now() + Duration::from_secs(60);
     let comm: RawComm = loop {
         if let Some(c) = p.connect(ctx, 0, &mut handle).unwrap() {

@@ -29,7 +29,6 @@
 //! defaults to `=lo` here.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
@@ -42,6 +41,41 @@ const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;
 const MEM_CAP: usize = 256 * MIB;
 const WINDOW: usize = 8;
+
+/// Which measurements run (`--only`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Only {
+    /// The size sweep (throughput and round trip per size).
+    Sweep,
+    /// The dedicated 8-byte ping-pong.
+    Pingpong,
+}
+
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "socket_bench", about = "Socket plugin vs raw TCP on loopback, two processes")]
+struct Cli {
+    /// Shorter run (32 MiB per size, 3 reps, 5000 pings by default).
+    #[arg(long)]
+    quick: bool,
+    /// Repetitions (medians are printed); default 5, 3 with --quick.
+    #[arg(long, value_name = "N")]
+    reps: Option<usize>,
+    /// Round trips of the 8-byte ping-pong; default 20000, 5000 with --quick.
+    #[arg(long, value_name = "N")]
+    pings: Option<usize>,
+    /// Run only one part.
+    #[arg(long, value_enum)]
+    only: Option<Only>,
+    /// Write the table as CSV.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<String>,
+    /// Write a plot of bandwidth vs size as SVG.
+    #[arg(long, value_name = "FILE")]
+    svg: Option<String>,
+    /// Run as the second process (internal).
+    #[arg(long, hide = true)]
+    peer: bool,
+}
 
 #[derive(Debug, Clone)]
 struct Opts {
@@ -56,19 +90,16 @@ struct Opts {
 }
 
 fn opts() -> Opts {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let val = |k: &str| args.iter().position(|a| a == k).and_then(|i| args.get(i + 1)).cloned();
-    let quick = args.iter().any(|a| a == "--quick");
-    let only = val("--only");
+    let c = <Cli as clap::Parser>::parse();
     Opts {
-        quick,
-        reps: val("--reps").map_or(if quick { 3 } else { 5 }, |v| v.parse().expect("--reps N")),
-        pings: val("--pings").map_or(if quick { 5_000 } else { 20_000 }, |v| v.parse().expect("--pings N")),
-        sweep: only.as_deref() != Some("pingpong"),
-        pingpong: only.as_deref() != Some("sweep"),
-        csv: val("--csv"),
-        svg: val("--svg"),
-        peer: args.iter().any(|a| a == "--peer"),
+        quick: c.quick,
+        reps: c.reps.unwrap_or(if c.quick { 3 } else { 5 }),
+        pings: c.pings.unwrap_or(if c.quick { 5_000 } else { 20_000 }),
+        sweep: c.only != Some(Only::Pingpong),
+        pingpong: c.only != Some(Only::Sweep),
+        csv: c.csv,
+        svg: c.svg,
+        peer: c.peer,
     }
 }
 
@@ -106,14 +137,12 @@ fn plugin_first(rep: usize, idx: usize) -> bool {
 }
 
 fn hex(h: &Handle) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(h)
 }
 
 fn unhex(s: &str) -> Handle {
     let mut h = [0u8; 128];
-    for (i, b) in h.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap();
-    }
+    hex::decode_to_slice(s, &mut h).unwrap();
     h
 }
 
@@ -379,107 +408,115 @@ fn human(size: usize) -> String {
     }
 }
 
-/// A plain SVG line plot of bandwidth (GB/s) vs message size (log2 axis), both series.
-fn svg(rows: &[(Step, Samples)], title: &str) -> String {
-    let (w, h) = (900.0, 540.0);
-    let (ml, mr, mt, mb) = (70.0, 30.0, 50.0, 60.0);
-    let (pw, ph) = (w - ml - mr, h - mt - mb);
-    let lx = |s: usize| (s as f64).log2();
+/// Draws bandwidth (GB/s, median) vs message size (log2 axis), both series, as SVG
+/// into `path` (plotters' SVG backend).
+fn svg(rows: &[(Step, Samples)], title: &str, path: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+
+    // Sizes are powers of two: the x axis is log2(size), one tick per size.
+    let lx = |s: usize| s.ilog2() as i32;
     let (x0, x1) = (lx(rows[0].0.size), lx(rows[rows.len() - 1].0.size));
     let ymax_data = rows
         .iter()
         .flat_map(|(_, s)| [median(&s.plugin_gbs), median(&s.raw_gbs)])
         .fold(0.0f64, f64::max);
-    let step = [0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 2.5, 5.0, 10.0]
-        .into_iter()
-        .find(|st| ymax_data / st <= 8.0)
-        .unwrap_or(20.0);
-    let ymax = ((ymax_data / step).ceil() * step).max(step);
-    let px = |s: usize| ml + (lx(s) - x0) / (x1 - x0) * pw;
-    let py = |g: f64| mt + ph - g / ymax * ph;
-    let mut o = String::new();
-    let _ = writeln!(
-        o,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(o, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        o,
-        r#"<text x="{}" y="25" text-anchor="middle" font-size="11">{title}</text>"#,
-        w / 2.0
-    );
-    // grid and ticks
-    let mut g = 0.0;
-    while g <= ymax + 1e-9 {
-        let y = py(g);
-        let _ = writeln!(
-            o,
-            r##"<line x1="{ml}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{g:.2}</text>"##,
-            ml + pw,
-            ml - 6.0,
-            y + 4.0
-        );
-        g += step;
-    }
-    for (st, _) in rows {
-        let x = px(st.size);
-        let _ = writeln!(
-            o,
-            r##"<line x1="{x:.1}" y1="{mt}" x2="{x:.1}" y2="{:.1}" stroke="#eee"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" font-size="10">{}</text>"##,
-            mt + ph,
-            mt + ph + 16.0,
-            human(st.size)
-        );
-    }
-    let _ = writeln!(
-        o,
-        r#"<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
-    );
-    let _ = writeln!(
-        o,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">message size (bytes, log2 scale)</text>"#,
-        ml + pw / 2.0,
-        h - 18.0
-    );
-    let _ = writeln!(
-        o,
-        r#"<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">throughput (GB/s, median)</text>"#,
-        mt + ph / 2.0,
-        mt + ph / 2.0
-    );
+    let ymax = if ymax_data > 0.0 { ymax_data * 1.1 } else { 1.0 };
+    let root = SVGBackend::new(path, (900, 540)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 11))
+        .margin(20)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x0..x1, 0.0..ymax)?;
+    chart
+        .configure_mesh()
+        .x_desc("message size (bytes, log2 scale)")
+        .y_desc("throughput (GB/s, median)")
+        .x_labels(rows.len())
+        .x_label_formatter(&|x| human(1usize << *x))
+        .y_label_formatter(&|y| format!("{y:.2}"))
+        .draw()?;
     type Pick = fn(&Samples) -> &Vec<f64>;
-    let series: [(&str, &str, Pick); 2] = [
-        ("ferroccl socket plugin (1 comm, 8 in flight)", "#1f77b4", |s| {
-            &s.plugin_gbs
-        }),
-        ("raw TCP, one stream", "#ff7f0e", |s| &s.raw_gbs),
+    let series: [(&str, RGBColor, Pick); 2] = [
+        (
+            "ferroccl socket plugin (1 comm, 8 in flight)",
+            RGBColor(0x1f, 0x77, 0xb4),
+            |s| &s.plugin_gbs,
+        ),
+        ("raw TCP, one stream", RGBColor(0xff, 0x7f, 0x0e), |s| &s.raw_gbs),
     ];
-    for (i, (name, color, get)) in series.iter().enumerate() {
-        let pts: Vec<String> = rows
-            .iter()
-            .map(|(st, s)| format!("{:.1},{:.1}", px(st.size), py(median(get(s)))))
-            .collect();
-        let _ = writeln!(
-            o,
-            r#"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2"/>"#,
-            pts.join(" ")
-        );
-        for p in &pts {
-            let (x, y) = p.split_once(',').unwrap();
-            let _ = writeln!(o, r#"<circle cx="{x}" cy="{y}" r="3" fill="{color}"/>"#);
-        }
-        let ly = mt + 18.0 + 18.0 * i as f64;
-        let _ = writeln!(
-            o,
-            r#"<line x1="{:.1}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="{color}" stroke-width="2"/><text x="{:.1}" y="{:.1}">{name}</text>"#,
-            ml + 12.0,
-            ml + 36.0,
-            ml + 42.0,
-            ly + 4.0
-        );
+    for (name, color, get) in series {
+        let pts: Vec<(i32, f64)> = rows.iter().map(|(st, s)| (lx(st.size), median(get(s)))).collect();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(2)));
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
     }
-    o.push_str("</svg>\n");
-    o
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+/// Writes the table (and the 8-byte ping-pong row) as CSV into `path`.
+fn write_csv(
+    path: &str,
+    o: &Opts,
+    rows: &[(Step, Samples)],
+    pp: &(Vec<f64>, Vec<f64>),
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut w = csv::Writer::from_path(path)?;
+    w.write_record([
+        "size_bytes",
+        "iters",
+        "window",
+        "plugin_gbps",
+        "raw_gbps",
+        "ratio",
+        "plugin_rtt_us",
+        "raw_rtt_us",
+        "rtt_ratio",
+        "reps",
+    ])?;
+    if o.sweep {
+        for (st, s) in rows {
+            w.write_record([
+                st.size.to_string(),
+                st.iters.to_string(),
+                st.window.to_string(),
+                format!("{:.4}", median(&s.plugin_gbs)),
+                format!("{:.4}", median(&s.raw_gbs)),
+                format!("{:.4}", median(&ratios(&s.plugin_gbs, &s.raw_gbs))),
+                format!("{:.2}", median(&s.plugin_us)),
+                format!("{:.2}", median(&s.raw_us)),
+                format!("{:.4}", median(&ratios(&s.plugin_us, &s.raw_us))),
+                o.reps.to_string(),
+            ])?;
+        }
+    }
+    if o.pingpong {
+        // The dedicated 8-byte ping-pong: no throughput figures.
+        w.write_record([
+            "8".to_string(),
+            o.pings.to_string(),
+            "1".to_string(),
+            String::new(),
+            String::new(),
+            String::new(),
+            format!("{:.2}", median(&pp.0)),
+            format!("{:.2}", median(&pp.1)),
+            format!("{:.4}", median(&ratios(&pp.0, &pp.1))),
+            o.reps.to_string(),
+        ])?;
+    }
+    w.flush()?;
+    Ok(())
 }
 
 fn main() {
@@ -628,45 +665,12 @@ fn main() {
     child.wait().unwrap();
 
     if let Some(path) = &o.csv {
-        let mut f = String::from(
-            "size_bytes,iters,window,plugin_gbps,raw_gbps,ratio,plugin_rtt_us,raw_rtt_us,rtt_ratio,reps\n",
-        );
-        if o.sweep {
-            for (st, s) in &rows {
-                let _ = writeln!(
-                    f,
-                    "{},{},{},{:.4},{:.4},{:.4},{:.2},{:.2},{:.4},{}",
-                    st.size,
-                    st.iters,
-                    st.window,
-                    median(&s.plugin_gbs),
-                    median(&s.raw_gbs),
-                    median(&ratios(&s.plugin_gbs, &s.raw_gbs)),
-                    median(&s.plugin_us),
-                    median(&s.raw_us),
-                    median(&ratios(&s.plugin_us, &s.raw_us)),
-                    o.reps
-                );
-            }
-        }
-        if o.pingpong {
-            // The dedicated 8-byte ping-pong: no throughput figures.
-            let _ = writeln!(
-                f,
-                "8,{},1,,,,{:.2},{:.2},{:.4},{}",
-                o.pings,
-                median(&pp.0),
-                median(&pp.1),
-                median(&ratios(&pp.0, &pp.1)),
-                o.reps
-            );
-        }
-        std::fs::write(path, f).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+        write_csv(path, &o, &rows, &pp).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
         println!("# wrote {path}");
     }
     if let (Some(path), true) = (&o.svg, o.sweep) {
         let title = format!("socket plugin vs raw TCP on loopback ({setup})");
-        std::fs::write(path, svg(&rows, &title)).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
+        svg(&rows, &title, path).unwrap_or_else(|e| panic!("cannot write {path}: {e}"));
         println!("# wrote {path}");
     }
 }

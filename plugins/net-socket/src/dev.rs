@@ -1,7 +1,8 @@
 //! Network interfaces as plugin devices (NCCL's `ncclFindInterfaces` rules, reference §6.1).
 
-use std::ffi::CStr;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
+
+use nix::net::if_::InterfaceFlags;
 
 use crate::config::Family;
 
@@ -25,51 +26,39 @@ pub struct Iface {
 /// skipped), one address per name in `getifaddrs` order.
 pub fn system_interfaces(family: Option<Family>) -> Vec<Iface> {
     let mut out: Vec<Iface> = Vec::new();
-    let mut ifap: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head into `ifap`; freed below.
-    if unsafe { libc::getifaddrs(&mut ifap) } != 0 {
+    let Ok(list) = nix::ifaddrs::getifaddrs() else {
         return out;
-    }
-    let mut p = ifap;
-    while !p.is_null() {
-        // SAFETY: `p` is a node of the list getifaddrs returned, alive until freeifaddrs.
-        let ifa = unsafe { &*p };
-        p = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+    };
+    for ifa in list {
+        if !ifa.flags.contains(InterfaceFlags::IFF_UP | InterfaceFlags::IFF_RUNNING) {
             continue;
         }
-        let flags = ifa.ifa_flags;
-        if flags & libc::IFF_UP as u32 == 0 || flags & libc::IFF_RUNNING as u32 == 0 {
+        let Some(sa) = ifa.address.as_ref() else {
             continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
-        // SAFETY: ifa_addr is non-NULL and points to a sockaddr of at least sa_family.
-        let fam = unsafe { (*ifa.ifa_addr).sa_family } as i32;
-        let (ip, scope_id) = match fam {
-            libc::AF_INET if family != Some(Family::V6) => {
-                // SAFETY: family AF_INET means the storage is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                (IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))), 0)
-            }
-            libc::AF_INET6 if family != Some(Family::V4) => {
-                // SAFETY: family AF_INET6 means the storage is a sockaddr_in6.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-                if ip.is_loopback() {
-                    continue;
-                }
-                (IpAddr::V6(ip), sin6.sin6_scope_id)
-            }
-            _ => continue,
         };
-        if out.iter().any(|i| i.name == name) {
+        let (ip, scope_id) = if let Some(sin) = sa.as_sockaddr_in()
+            && family != Some(Family::V6)
+        {
+            (IpAddr::V4(sin.ip()), 0)
+        } else if let Some(sin6) = sa.as_sockaddr_in6()
+            && family != Some(Family::V4)
+        {
+            if sin6.ip().is_loopback() {
+                continue;
+            }
+            (IpAddr::V6(sin6.ip()), sin6.scope_id())
+        } else {
+            continue;
+        };
+        if out.iter().any(|i| i.name == ifa.interface_name) {
             continue;
         }
-        out.push(Iface { name, ip, scope_id });
+        out.push(Iface {
+            name: ifa.interface_name,
+            ip,
+            scope_id,
+        });
     }
-    // SAFETY: `ifap` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(ifap) };
     out
 }
 
@@ -138,6 +127,8 @@ pub fn pci_path(ifname: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
     fn ifs(names: &[&str]) -> Vec<Iface> {

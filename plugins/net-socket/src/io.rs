@@ -149,15 +149,11 @@ fn tune(s: &Socket, cfg: &Config) -> io::Result<()> {
 
 /// A random 64-bit id (per-connection id of the handshake, connect tokens).
 pub fn random_u64() -> u64 {
-    let mut v = 0u64;
-    // SAFETY: getrandom writes at most 8 bytes into `v`.
-    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, libc::GRND_NONBLOCK) };
-    if n != 8 {
+    getrandom::u64().unwrap_or_else(|_| {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u128(Instant::now().elapsed().as_nanos() ^ std::process::id() as u128);
-        v = h.finish();
-    }
-    v
+        h.finish()
+    })
 }
 
 /// `recv` of at most `buf.len()` bytes; `Ok(None)` when nothing is available

@@ -18,14 +18,12 @@ const SIZE: usize = 64 << 20;
 const DETECT: Duration = Duration::from_secs(30);
 
 fn hex(h: &Handle) -> String {
-    h.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(h)
 }
 
 fn unhex(s: &str) -> Handle {
     let mut h = [0u8; 128];
-    for (i, b) in h.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex handle");
-    }
+    hex::decode_to_slice(s, &mut h).expect("hex handle");
     h
 }
 
