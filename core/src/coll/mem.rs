@@ -417,3 +417,111 @@ pub(crate) mod test_device {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Host memory is host memory whatever the driver's state (no driver here:
+    /// `memory_space` answers without loading anything), and NULL or empty
+    /// buffers are never classified.
+    #[test]
+    fn host_buffers_classify_as_host() {
+        let send = vec![1u8; 4096];
+        let mut recv = vec![0u8; 4096];
+        let m = OpMem::classify(
+            CollKind::AllReduce,
+            send.as_ptr(),
+            recv.as_mut_ptr(),
+            1024,
+            DataType::Float32,
+            2,
+        )
+        .expect("classify");
+        assert!(!m.any_staged(), "{m:?}");
+        assert!(matches!(m.send.space, MemorySpace::Host { .. }), "{m:?}");
+        assert_eq!((m.send.addr, m.send.len), (send.as_ptr() as usize, 4096));
+        let m = OpMem::classify(
+            CollKind::Recv { peer: 0 },
+            std::ptr::null(),
+            recv.as_mut_ptr(),
+            0,
+            DataType::Int8,
+            2,
+        )
+        .expect("classify");
+        assert_eq!((m.send.len, m.recv.len), (0, 0));
+        assert!(!m.any_staged());
+    }
+
+    /// Overlapping operands share one staged range (in-place aliasing is kept),
+    /// reads are copied in, writes copied back, and addresses outside staged
+    /// buffers map to themselves.
+    #[test]
+    fn stage_merges_overlaps_and_writes_back() {
+        static CPU: ferroccl_kernels::CpuBackend = ferroccl_kernels::CpuBackend;
+        let mut user = vec![0u8; 64];
+        for (i, b) in user.iter_mut().enumerate() {
+            *b = i as u8;
+        }
+        let p = user.as_mut_ptr();
+        let staged = BufMem {
+            addr: p as usize,
+            len: 64,
+            space: MemorySpace::Device {
+                ordinal: 0,
+                managed: false,
+            },
+            access: Access::Staged {
+                backend: &CPU,
+                pinned_for: None,
+            },
+        };
+        let mems = [OpMem {
+            send: staged,
+            recv: BufMem::HOST,
+        }];
+        let other = [7u8; 4];
+        // SAFETY: `user` is valid for 64 bytes and untouched until `finish`.
+        let mut st = unsafe {
+            Stage::begin(
+                &mems,
+                &[
+                    Operand {
+                        ptr: p.wrapping_add(8),
+                        len: 16,
+                        writes: false,
+                        reads: true,
+                    },
+                    Operand {
+                        ptr: p.wrapping_add(16),
+                        len: 16,
+                        writes: true,
+                        reads: false,
+                    },
+                ],
+            )
+        }
+        .expect("stage");
+        assert_eq!(st.parts.len(), 1, "overlapping operands share a range");
+        let (a, b) = (st.map(p.wrapping_add(8)), st.map(p.wrapping_add(16)));
+        assert_eq!(b as usize - a as usize, 8, "aliasing kept");
+        assert_ne!(a as usize, p as usize + 8, "mapped to a mirror");
+        assert_eq!(
+            st.map(other.as_ptr()),
+            other.as_ptr() as *mut u8,
+            "host memory maps to itself"
+        );
+        // SAFETY: the mirror holds the 24 staged bytes.
+        unsafe {
+            assert_eq!(std::slice::from_raw_parts(a, 24), &user[8..32], "copied in");
+            std::ptr::write_bytes(b, 0xAB, 16);
+        }
+        // SAFETY: as `begin`.
+        unsafe { st.finish() }.expect("finish");
+        drop(st);
+        assert!(user[16..32].iter().all(|&x| x == 0xAB), "written back");
+        assert_eq!(user[8..16], [8, 9, 10, 11, 12, 13, 14, 15], "read-only bytes unchanged");
+        assert_eq!(user[32], 32, "outside the range unchanged");
+    }
+}
