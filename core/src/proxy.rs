@@ -406,7 +406,13 @@ impl Proxy {
                 }
             }
         }
-        let mems: Vec<_> = work.colls.iter().map(|a| a.mem).collect();
+        // The memory of each operation's buffers, for the executor's staging of
+        // device memory; empty (nothing to look at per step) when all is host memory.
+        let mems: Vec<_> = if work.colls.iter().any(|a| a.mem.any_staged()) {
+            work.colls.iter().map(|a| a.mem).collect()
+        } else {
+            Vec::new()
+        };
         let r = self.progress_tasks(&mut tasks, &descs, &mems, &work.what);
         for c in self.conns.sends_mut() {
             c.release_user();

@@ -1,5 +1,12 @@
 //! Carrying out one [`SliceOp`] on host memory with the CPU kernels.
 //!
+//! User memory the host cannot touch (device memory, classified at enqueue,
+//! see [`super::mem`]) is staged around each step: the bytes the step reads are
+//! copied into host mirrors by the buffer's own backend (`Backend::copy_raw`),
+//! the step runs on the mirrors, and what it wrote is copied back before
+//! anything is sent from user memory. Without such memory (no driver, host
+//! buffers) nothing is staged and the steps run exactly as before.
+//!
 //! User buffers are only ever touched through short-lived slices built here. An
 //! input and an output slice of user memory are alive at the same time only when
 //! they are disjoint (a `RecvReduceCopySend` reducing straight into the output,
@@ -95,7 +102,8 @@ pub(crate) struct ExecCx<'a> {
     pub descs: &'a [OpDesc],
     /// This rank.
     pub rank: usize,
-    /// Memory of each operation's user buffers (`SliceOp::desc` indexes it).
+    /// Memory of the work's operations' user buffers (any order; empty when
+    /// every buffer is host memory).
     pub mems: &'a [OpMem],
 }
 
