@@ -788,6 +788,17 @@ pub mod params {
         max: 1,
         description: "1: ranks on one host do not use the network between them",
     };
+    /// `NCCL_DMABUF_ENABLE`: 1 (default) = register device memory with the net
+    /// plugin through DMA-BUF (`regMrDmaBuf`) when the plugin advertises
+    /// `NCCL_PTR_DMABUF` and the driver supports it (NCCL's `ncclParamDmaBufEnable`,
+    /// `src/init.cc`; decision in `transport::gdr`).
+    pub static DMABUF_ENABLE: IntParam = IntParam {
+        name: "NCCL_DMABUF_ENABLE",
+        default: 1,
+        min: 0,
+        max: 1,
+        description: "1: register GPU memory with the network through DMA-BUF when plugin and driver support it",
+    };
     /// `FERROCCL_MAX_QUEUED_OPS`: operations (or groups) queued on one
     /// communicator before enqueue blocks.
     pub static MAX_QUEUED_OPS: IntParam = IntParam {
@@ -1259,6 +1270,7 @@ pub static PARAMS: &[Param] = &[
     Param::Int(&params::tune::NET_OVERHEAD),
     Param::Str(&params::tune::THREAD_THRESHOLDS),
     Param::Int(&params::tune::SMALL_ALLREDUCE_BYTES),
+    Param::Int(&params::DMABUF_ENABLE),
     Param::Str(&params::topo::TOPO_FILE),
     Param::Str(&params::topo::TOPO_DUMP_FILE),
     Param::Str(&params::topo::TOPO_DUMP_FILE_RANK),

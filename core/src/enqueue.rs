@@ -1,4 +1,5 @@
-//! Enqueueing an operation (NCCL's `src/enqueue.cc`): argument checks, then
+//! Enqueueing an operation (NCCL's `src/enqueue.cc`): argument checks, the
+//! memory space of its buffers (`coll::mem`), then
 //! either the open group collects the operation or it is handed to the
 //! communicator's proxy thread at once. The public entry points that call this
 //! are the collective methods of `Comm` (`comm/colls.rs`).
@@ -7,6 +8,7 @@ use std::sync::Arc;
 
 use ferroccl_kernels::DataType;
 
+use crate::coll::mem::OpMem;
 use crate::coll::{CollArgs, CollKind};
 use crate::error::Error;
 use crate::group;
@@ -19,8 +21,12 @@ use crate::stream::Stream;
 /// Errors: [`Error::InvalidArgument`] for NULL buffers with bytes to move, a
 /// count whose byte size overflows, a root or peer outside the communicator;
 /// the errors of [`ProxyHandle::submit`].
-pub(crate) fn enqueue(comm: &Arc<ProxyHandle>, args: CollArgs, stream: &Stream) -> Result<(), Error> {
+pub(crate) fn enqueue(comm: &Arc<ProxyHandle>, mut args: CollArgs, stream: &Stream) -> Result<(), Error> {
     check_ptrs(args.kind, args.send, args.recv, args.count, args.dtype, comm.nranks)?;
+    // Host or device memory, once per operation: the executor stages device
+    // memory the host cannot touch, and the proxy registers user memory with the
+    // plugin only in a memory space the plugin takes (`coll::mem`).
+    args.mem = OpMem::classify(args.kind, args.send, args.recv, args.count, args.dtype, comm.nranks)?;
     match args.kind {
         CollKind::Broadcast { root } | CollKind::Reduce { root } if root >= comm.nranks => {
             return Err(Error::InvalidArgument(format!(

@@ -406,7 +406,14 @@ impl Proxy {
                 }
             }
         }
-        let r = self.progress_tasks(&mut tasks, &descs, &work.what);
+        // The memory of each operation's buffers, for the executor's staging of
+        // device memory; empty (nothing to look at per step) when all is host memory.
+        let mems: Vec<_> = if work.colls.iter().any(|a| a.mem.any_staged()) {
+            work.colls.iter().map(|a| a.mem).collect()
+        } else {
+            Vec::new()
+        };
+        let r = self.progress_tasks(&mut tasks, &descs, &mems, &work.what);
         for c in self.conns.sends_mut() {
             c.release_user();
         }
@@ -445,10 +452,12 @@ impl Proxy {
             let (sb, rb) = bytes(a);
             let reads = !matches!(a.kind, CollKind::Broadcast { root } if root != rank);
             let writes = !matches!(a.kind, CollKind::Reduce { root } if root != rank);
-            if reads && !a.send.is_null() && sb > 0 {
+            // Memory the host cannot touch is never registered as host memory:
+            // its steps go through the FIFOs, staged (`coll::mem`).
+            if reads && !a.send.is_null() && sb > 0 && !a.mem.send.staged() {
                 inputs.push((a.kind, a.send, sb));
             }
-            if writes && !a.recv.is_null() && rb > 0 {
+            if writes && !a.recv.is_null() && rb > 0 && !a.mem.recv.staged() {
                 outputs.push((a.kind, a.recv as *const u8, rb));
             }
         }
@@ -581,7 +590,13 @@ impl Proxy {
             .collect()
     }
 
-    fn progress_tasks(&mut self, tasks: &mut [Task], descs: &[OpDesc], what: &str) -> Result<(), Error> {
+    fn progress_tasks(
+        &mut self,
+        tasks: &mut [Task],
+        descs: &[OpDesc],
+        mems: &[crate::coll::mem::OpMem],
+        what: &str,
+    ) -> Result<(), Error> {
         let rank = self.params.rank;
         let mut last_progress = Instant::now();
         let mut idle_turns = 0u32;
@@ -600,6 +615,7 @@ impl Proxy {
                                 conns: &mut self.conns,
                                 descs,
                                 rank,
+                                mems,
                             };
                             // SAFETY: user addresses are valid by the enqueue contract; FIFO slots are ours.
                             if unsafe { exec::try_run(&st.ops[st.pos], t.lane, &t.conns, &mut cx) }? {

@@ -196,6 +196,7 @@ mod tests {
             count,
             dtype,
             op,
+            mem: crate::coll::mem::OpMem::HOST,
         }
     }
 

@@ -1,5 +1,12 @@
 //! Carrying out one [`SliceOp`] on host memory with the CPU kernels.
 //!
+//! User memory the host cannot touch (device memory, classified at enqueue,
+//! see [`super::mem`]) is staged around each step: the bytes the step reads are
+//! copied into host mirrors by the buffer's own backend (`Backend::copy_raw`),
+//! the step runs on the mirrors, and what it wrote is copied back before
+//! anything is sent from user memory. Without such memory (no driver, host
+//! buffers) nothing is staged and the steps run exactly as before.
+//!
 //! User buffers are only ever touched through short-lived slices built here. An
 //! input and an output slice of user memory are alive at the same time only when
 //! they are disjoint (a `RecvReduceCopySend` reducing straight into the output,
@@ -13,6 +20,7 @@
 use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, Pre};
 
 use super::desc::{OP_HDR_BYTES, OpDesc};
+use super::mem::{OpMem, Operand, Stage};
 use super::schedule::{Lane, Prim, SliceOp, TaskConns};
 use crate::error::Error;
 use crate::graph::MAX_TREE_ARITY;
@@ -94,6 +102,9 @@ pub(crate) struct ExecCx<'a> {
     pub descs: &'a [OpDesc],
     /// This rank.
     pub rank: usize,
+    /// Memory of the work's operations' user buffers (any order; empty when
+    /// every buffer is host memory).
+    pub mems: &'a [OpMem],
 }
 
 /// A header-only step: sends the descriptor to each `send_to` peer, or (its
@@ -143,15 +154,51 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
     let prim = op.prim;
     let conns = &mut *cx.conns;
     let desc = &cx.descs[op.desc as usize];
-    if prim == Prim::LocalCopy {
-        // SAFETY: user buffers valid for `n` bytes by contract.
-        unsafe { local_copy(op) }?;
-        return Ok(true);
-    }
-    if prim == Prim::ReduceBlocks {
-        // SAFETY: `src` is the plan's scratch of `blocks × n` bytes (ours), `dst` the
-        // user's output, valid for `n` bytes by contract.
-        unsafe { reduce_blocks(op) }?;
+    let mems = cx.mems;
+    let staged = OpMem::any_staged_in(mems);
+    if matches!(prim, Prim::LocalCopy | Prim::ReduceBlocks) {
+        // User memory the host cannot touch is staged around the step (`coll::mem`);
+        // the scratch of `ReduceBlocks` is host memory and never staged.
+        let (src_in, src_len) = if prim == Prim::LocalCopy {
+            (op.src, n)
+        } else {
+            (std::ptr::null(), 0)
+        };
+        let mut stage = if staged {
+            // SAFETY: user buffers valid for `n` bytes by contract.
+            unsafe {
+                Stage::begin(
+                    mems,
+                    &[
+                        Operand {
+                            ptr: src_in,
+                            len: src_len,
+                            writes: false,
+                            reads: true,
+                        },
+                        Operand {
+                            ptr: op.dst,
+                            len: n,
+                            writes: true,
+                            reads: false,
+                        },
+                    ],
+                )
+            }?
+        } else {
+            Stage::none()
+        };
+        let (src, dst) = (stage.map(op.src), stage.map(op.dst));
+        if prim == Prim::LocalCopy {
+            // SAFETY: user buffers (or their host mirrors) valid for `n` bytes by contract.
+            unsafe { local_copy(op, src, dst) }?;
+        } else {
+            // SAFETY: `src` is the plan's scratch of `blocks × n` bytes (ours), `dst` the
+            // user's output (or its mirror), valid for `n` bytes by contract.
+            unsafe { reduce_blocks(op, dst) }?;
+        }
+        // SAFETY: as `begin`.
+        unsafe { stage.finish() }?;
         return Ok(true);
     }
     // Every received step this one consumes; the operation's first step from a
@@ -253,13 +300,48 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
         }
     }
     let slot = (ns > 0 && user.is_none()).then_some(slots[0]);
+    // Stage the user memory the host cannot touch (`coll::mem`): from here on the
+    // step works on host addresses only (`src`, `dst`, `recvd` mapped), and what it
+    // wrote goes back before anything is pushed from user memory.
+    let reads_input = !matches!(prim, Prim::Recv | Prim::RecvCopySend);
+    let mut stage = if staged {
+        let lands_in_dst = recvd[..nr].iter().any(|&r| !disjoint(r, op.dst, n));
+        // SAFETY: user buffers valid for `n` bytes by contract, untouched by others
+        // while the step runs.
+        unsafe {
+            Stage::begin(
+                mems,
+                &[
+                    Operand {
+                        ptr: if reads_input { op.src } else { std::ptr::null() },
+                        len: n,
+                        writes: false,
+                        reads: true,
+                    },
+                    Operand {
+                        ptr: op.dst,
+                        len: n,
+                        writes: writes_user,
+                        reads: lands_in_dst,
+                    },
+                ],
+            )
+        }?
+    } else {
+        Stage::none()
+    };
+    let src: *const u8 = stage.map(op.src);
+    let dst: *mut u8 = stage.map(op.dst);
+    for r in recvd[..nr].iter_mut() {
+        *r = stage.map(*r);
+    }
     // SAFETY: FIFO slots hold at least `n` bytes (checked by the schedule's
     // slicing and the size check above), are owned by this executor, and never
     // overlap user memory; user addresses are valid by the enqueue contract.
     // `user_source` only picks a user source where the step writes no user memory
     // it reads (out-of-place) and the op needs no pre-op on what is sent.
     unsafe {
-        let user_in = || std::slice::from_raw_parts(op.src, n);
+        let user_in = || std::slice::from_raw_parts(src, n);
         // The received steps after the first, folded into a reduction's result.
         let fold_rest = |acc: &mut [u8], red: &DevRedOp| -> Result<(), Error> {
             for &r in &recvd[1..nr.max(1)] {
@@ -276,29 +358,29 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
                     _ => out.copy_from_slice(user_in()),
                 }
             }
-            (Prim::CopySend, true) => memmove(op.dst, op.src, n),
+            (Prim::CopySend, true) => memmove(dst, src, n),
             (Prim::CopySend, false) => {
-                std::ptr::copy_nonoverlapping(op.src, slot.expect("send slot"), n);
-                memmove(op.dst, op.src, n);
+                std::ptr::copy_nonoverlapping(src, slot.expect("send slot"), n);
+                memmove(dst, src, n);
             }
             // A received step may already sit in the output (`recv_target`):
             // `memmove` is then a no-op.
-            (Prim::Recv, _) | (Prim::RecvCopySend, true) => memmove(op.dst, recvd[0], n),
+            (Prim::Recv, _) | (Prim::RecvCopySend, true) => memmove(dst, recvd[0], n),
             (Prim::RecvCopySend, false) => {
                 std::ptr::copy_nonoverlapping(recvd[0], slot.expect("send slot"), n);
-                memmove(op.dst, recvd[0], n);
+                memmove(dst, recvd[0], n);
             }
             (Prim::RecvReduceCopySend, true) => {
                 let red = reduction(op)?;
                 let inp = std::slice::from_raw_parts(recvd[0], n);
-                let out = if std::ptr::eq(op.src, op.dst) {
+                let out = if std::ptr::eq(src, dst) {
                     // In place: the output slice is the input; pre-op it, not the
                     // received partial result.
-                    let acc = std::slice::from_raw_parts_mut(op.dst, n);
+                    let acc = std::slice::from_raw_parts_mut(dst, n);
                     BACKEND.reduce_inplace(acc, inp, red, Pre::A)?;
                     acc
                 } else {
-                    let out = std::slice::from_raw_parts_mut(op.dst, n);
+                    let out = std::slice::from_raw_parts_mut(dst, n);
                     BACKEND.reduce(out, inp, user_in(), red, Pre::B)?;
                     out
                 };
@@ -317,7 +399,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
                     if red.has_post_op() {
                         BACKEND.post_op(out, red)?;
                     }
-                    std::ptr::copy_nonoverlapping(out.as_ptr(), op.dst, n);
+                    std::ptr::copy_nonoverlapping(out.as_ptr(), dst, n);
                 }
             }
             (Prim::RecvReduceCopy, _) => {
@@ -328,7 +410,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
                 if red.has_post_op() {
                     BACKEND.post_op(acc, red)?;
                 }
-                memmove(op.dst, acc.as_ptr(), n);
+                memmove(dst, acc.as_ptr(), n);
             }
             (Prim::LocalCopy | Prim::ReduceBlocks | Prim::Desc, _) => unreachable!("handled above"),
         }
@@ -339,6 +421,8 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
             }
         }
     }
+    // SAFETY: as `Stage::begin` above.
+    unsafe { stage.finish() }?;
     for (i, peer) in op.send_to.iter().enumerate() {
         let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
         match user {
@@ -356,35 +440,36 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
     Ok(true)
 }
 
-/// `dst = post(pre(src))`, or a plain memmove without a reduction.
+/// `dst = post(pre(src))`, or a plain memmove without a reduction (`src`, `dst`:
+/// `op.src`/`op.dst` or their host mirrors).
 ///
 /// # Safety
-/// `op.src`/`op.dst` valid for `op.bytes` bytes.
-unsafe fn local_copy(op: &SliceOp) -> Result<(), Error> {
+/// `src`/`dst` valid host memory for `op.bytes` bytes.
+unsafe fn local_copy(op: &SliceOp, src: *const u8, dst: *mut u8) -> Result<(), Error> {
     let n = op.bytes;
     match &op.red {
         Some(red) if red.has_pre_op() || red.has_post_op() => {
             let red: &DevRedOp = red;
             // SAFETY: valid by contract; copied out first so in-place aliasing is harmless.
-            let mut tmp = unsafe { std::slice::from_raw_parts(op.src, n) }.to_vec();
+            let mut tmp = unsafe { std::slice::from_raw_parts(src, n) }.to_vec();
             BACKEND.pre_op_inplace(&mut tmp, red)?;
             BACKEND.post_op(&mut tmp, red)?;
             // SAFETY: `dst` valid for `n` bytes; `tmp` is our own allocation.
-            unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), op.dst, n) };
+            unsafe { std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, n) };
         }
         // SAFETY: valid by contract.
-        _ => unsafe { memmove(op.dst, op.src, n) },
+        _ => unsafe { memmove(dst, src, n) },
     }
     Ok(())
 }
 
-/// `dst = post(pre(b0) ⊕ pre(b1) ⊕ …)` over `op.blocks` blocks at `op.src`, reduced
+/// `dst = post(pre(b0) ⊕ pre(b1) ⊕ …)` over `op.blocks` blocks at `src`, reduced
 /// in block (= rank) order into block 0 of the scratch.
 ///
 /// # Safety
-/// `op.src` valid for `op.blocks × op.bytes` bytes and exclusively ours; `op.dst`
-/// valid for `op.bytes` bytes.
-unsafe fn reduce_blocks(op: &SliceOp) -> Result<(), Error> {
+/// `src` valid for `op.blocks × op.bytes` bytes and exclusively ours; `dst`
+/// valid for `op.bytes` bytes (`dst`: `op.dst` or its host mirror).
+unsafe fn reduce_blocks(op: &SliceOp, dst: *mut u8) -> Result<(), Error> {
     let n = op.bytes;
     let red = reduction(op)?;
     // SAFETY: see the function contract; blocks do not overlap each other.
@@ -399,6 +484,6 @@ unsafe fn reduce_blocks(op: &SliceOp) -> Result<(), Error> {
         BACKEND.post_op(acc, red)?;
     }
     // SAFETY: `dst` valid for `n` bytes; the scratch never overlaps user memory.
-    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), op.dst, n) };
+    unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dst, n) };
     Ok(())
 }

@@ -11,6 +11,7 @@
 pub mod check;
 pub(crate) mod desc;
 pub(crate) mod exec;
+pub(crate) mod mem;
 pub(crate) mod schedule;
 
 use ferroccl_kernels::{DataType, RedOp};
@@ -92,6 +93,8 @@ pub(crate) struct CollArgs {
     pub count: usize,
     pub dtype: DataType,
     pub op: RedOp,
+    /// Memory spaces of `send`/`recv`, classified at enqueue ([`mem::OpMem::classify`]).
+    pub mem: mem::OpMem,
 }
 
 // SAFETY: the addresses are the caller's buffers, which the enqueue API's contract

@@ -94,3 +94,219 @@ fn all_collectives_small_buffers_threads() {
         });
     }
 }
+
+/// The mock device of the staging tests: memory mapped `PROT_NONE`, so any
+/// dereference by the executor or a plugin would fault, reached only through
+/// `/proc/self/mem` (the kernel's forced access, standing in for a DMA engine)
+/// by [`MockDevice::copy_raw`]. Only copies: a staged step computes on host
+/// mirrors with the CPU backend, so the device backend is never asked to reduce.
+#[derive(Debug)]
+struct MockDevice;
+
+static MOCK_DEVICE: MockDevice = MockDevice;
+
+fn proc_mem() -> &'static std::fs::File {
+    static F: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    F.get_or_init(|| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/proc/self/mem")
+            .expect("open /proc/self/mem")
+    })
+}
+
+fn mock_read(p: *const u8, out: &mut [u8]) {
+    use std::os::unix::fs::FileExt;
+    proc_mem()
+        .read_exact_at(out, p as u64)
+        .expect("read mock device memory");
+}
+
+fn mock_write(p: *mut u8, data: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    proc_mem()
+        .write_all_at(data, p as u64)
+        .expect("write mock device memory");
+}
+
+impl ferroccl_kernels::Backend for MockDevice {
+    fn name(&self) -> &'static str {
+        "mock-device"
+    }
+    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(ferroccl_kernels::KernelError::NoCuda(
+            "mock device: slices of device memory".into(),
+        ))
+    }
+    fn reduce(
+        &self,
+        _: &mut [u8],
+        _: &[u8],
+        _: &[u8],
+        _: &ferroccl_kernels::DevRedOp,
+        _: ferroccl_kernels::Pre,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(ferroccl_kernels::KernelError::NoCuda("mock device only copies".into()))
+    }
+    fn reduce_inplace(
+        &self,
+        _: &mut [u8],
+        _: &[u8],
+        _: &ferroccl_kernels::DevRedOp,
+        _: ferroccl_kernels::Pre,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(ferroccl_kernels::KernelError::NoCuda("mock device only copies".into()))
+    }
+    fn pre_op(
+        &self,
+        _: &mut [u8],
+        _: &[u8],
+        _: &ferroccl_kernels::DevRedOp,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(ferroccl_kernels::KernelError::NoCuda("mock device only copies".into()))
+    }
+    fn pre_op_inplace(
+        &self,
+        _: &mut [u8],
+        _: &ferroccl_kernels::DevRedOp,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(ferroccl_kernels::KernelError::NoCuda("mock device only copies".into()))
+    }
+    fn post_op(&self, _: &mut [u8], _: &ferroccl_kernels::DevRedOp) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(ferroccl_kernels::KernelError::NoCuda("mock device only copies".into()))
+    }
+    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), ferroccl_kernels::KernelError> {
+        let mut tmp = vec![0u8; bytes];
+        mock_read(src, &mut tmp);
+        mock_write(dst, &tmp);
+        Ok(())
+    }
+}
+
+/// `len` bytes (at least a page) of mock device memory, unmapped on drop.
+struct MockBuf {
+    ptr: *mut u8,
+    map: usize,
+}
+
+impl MockBuf {
+    fn new(len: usize) -> MockBuf {
+        let map = len.max(1).next_multiple_of(4096);
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "mmap of mock device memory");
+        let b = MockBuf { ptr: p.cast(), map };
+        super::mem::test_device::declare(b.ptr, map, &MOCK_DEVICE);
+        b
+    }
+}
+
+impl Drop for MockBuf {
+    fn drop(&mut self) {
+        // SAFETY: mapped by `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.map) };
+    }
+}
+
+/// Runs `top` on mock device buffers (in or out of place) and counts wrong elements.
+fn run_op_device(comm: &Comm, top: TestOp, dtype: DataType, op: RedOp, count: usize, in_place: bool) -> usize {
+    let (n, r) = (comm.nranks(), comm.rank());
+    let es = dtype.size();
+    let (se, re) = top.buffer_elems(count, n);
+    let mut input = vec![0u8; se * es];
+    check::fill(&mut input, dtype, &op, r, 1);
+    let sendbuf = MockBuf::new(se * es);
+    // In place, the output buffer holds the input too (ReduceScatter: all of it).
+    let rlen = if in_place { se.max(re) } else { re } * es;
+    let recvbuf = MockBuf::new(rlen);
+    mock_write(recvbuf.ptr, &vec![0xEE; rlen]);
+    let (sp, rp): (*const u8, *mut u8) = if in_place {
+        let off = match top {
+            TestOp::AllGather => r * count * es,
+            _ => 0,
+        };
+        mock_write(recvbuf.ptr.wrapping_add(off), &input);
+        match top {
+            TestOp::AllGather => (recvbuf.ptr.wrapping_add(off), recvbuf.ptr),
+            TestOp::ReduceScatter => (recvbuf.ptr, recvbuf.ptr.wrapping_add(r * count * es)),
+            _ => (recvbuf.ptr, recvbuf.ptr),
+        }
+    } else {
+        mock_write(sendbuf.ptr, &input);
+        (sendbuf.ptr, recvbuf.ptr)
+    };
+    let s = Stream::new();
+    // SAFETY: the mappings outlive the synchronize below.
+    unsafe {
+        match top {
+            TestOp::AllReduce => comm.all_reduce(sp, rp, count, dtype, op, &s),
+            TestOp::AllGather => comm.all_gather(sp, rp, count, dtype, &s),
+            TestOp::ReduceScatter => comm.reduce_scatter(sp, rp, count, dtype, op, &s),
+            TestOp::Broadcast { root } => comm.broadcast(sp, rp, count, dtype, root, &s),
+            TestOp::Reduce { root } => comm.reduce(sp, rp, count, dtype, op, root, &s),
+            TestOp::SendRecv => {
+                group_start();
+                comm.send(sp, count, dtype, (r + 1) % n, &s).unwrap();
+                comm.recv(rp, count, dtype, (r + n - 1) % n, &s).unwrap();
+                group_end()
+            }
+            TestOp::AllToAll => unreachable!("not run here"),
+        }
+    }
+    .expect("enqueue");
+    s.synchronize().expect("synchronize");
+    let mut got = vec![0u8; rlen];
+    mock_read(recvbuf.ptr, &mut got);
+    if top == TestOp::ReduceScatter && in_place {
+        got = got[r * count * es..(r + 1) * count * es].to_vec();
+    }
+    match check::expected(top, dtype, &op, n, r, count, 1) {
+        Some(want) => check::count_wrong(dtype, &got, &want),
+        None => 0,
+    }
+}
+
+/// Device memory the host cannot touch, with a plugin that cannot either (the
+/// mock net has no `NCCL_PTR_CUDA`): every collective is staged through host
+/// bounce buffers by the device's backend, and gives the CPU reference's
+/// results. The buffers are `PROT_NONE`: one dereference by the executor or the
+/// plugin would kill the test with SIGSEGV. Sizes cover one step, several steps
+/// and several FIFO rounds (64 KiB buffers), with the registration threshold
+/// crossed (user buffers of host memory would be registered at these sizes).
+#[test]
+fn collectives_on_unreachable_memory_are_staged() {
+    for n in [1usize, 2, 3] {
+        with_comms(n, 64 << 10, 2, move |comm| {
+            for count in [1usize, 1031, 50_000] {
+                for dtype in [DataType::Int32, DataType::Float16, DataType::Float32] {
+                    let list = [RedOp::Sum, RedOp::Avg, RedOp::PreMulSum(Scalar::from_f64(dtype, 2.0))];
+                    for op in list {
+                        for in_place in [false, true] {
+                            for top in [TestOp::AllReduce, TestOp::ReduceScatter, TestOp::Reduce { root: n - 1 }] {
+                                let w = run_op_device(comm, top, dtype, op, count, in_place);
+                                assert_eq!(w, 0, "{top:?} {dtype} {op} count {count} in_place {in_place} n {n}");
+                            }
+                        }
+                    }
+                    for in_place in [false, true] {
+                        for top in [TestOp::AllGather, TestOp::Broadcast { root: n / 2 }, TestOp::SendRecv] {
+                            let w = run_op_device(comm, top, dtype, RedOp::Sum, count, in_place);
+                            assert_eq!(w, 0, "{top:?} {dtype} count {count} in_place {in_place} n {n}");
+                        }
+                    }
+                }
+            }
+            super::mem::test_device::clear();
+        });
+    }
+}

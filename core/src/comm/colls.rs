@@ -44,6 +44,8 @@ impl Comm {
                 count,
                 dtype,
                 op,
+                // Classified by `enqueue` once the arguments are checked.
+                mem: crate::coll::mem::OpMem::HOST,
             },
             stream,
         )

@@ -23,6 +23,7 @@
 //! and drives the connects.
 
 pub(crate) mod fifo;
+pub mod gdr;
 #[cfg(test)]
 pub(crate) mod mem;
 pub(crate) mod net;

@@ -752,6 +752,7 @@ mod tests {
             count,
             dtype: DataType::Float32,
             op: RedOp::Sum,
+            mem: crate::coll::mem::OpMem::HOST,
         }
     }
 

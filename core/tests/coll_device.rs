@@ -1,0 +1,164 @@
+//! Collectives on CUDA device memory: two real processes sharing GPU 0, each
+//! with `cuMemAlloc`ed send and receive buffers, over the socket plugin on
+//! loopback. The socket plugin has no `NCCL_PTR_CUDA`, so every step is staged
+//! through host memory by the device's CUDA backend (`coll::mem`); the results
+//! are checked against the CPU reference (`ferroccl::coll::check`).
+//!
+//! **Needs a GPU and NVRTC.** Without them the test prints `SKIPPED` with the
+//! reason and passes; with `FERROCCL_REQUIRE_GPU=1` it fails instead (the
+//! convention of `kernels/tests/cuda_device.rs`).
+
+#![cfg(feature = "cuda")]
+
+#[path = "coll_support/mod.rs"]
+mod coll_support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use coll_support::{assert_all_ok, join, launch, role};
+use ferroccl::coll::check;
+use ferroccl::stream::Stream;
+use ferroccl::{DataType, RedOp, TestOp};
+use ferroccl_kernels::cuda::{CudaBackend, DeviceBuffer, NVRTC_LIB_ENV, nvrtc_load};
+
+const WORKER: &str = "device_worker";
+
+fn nvrtc_path() -> Option<PathBuf> {
+    std::env::var_os(NVRTC_LIB_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// GPU 0 with its kernels, or why not.
+fn gpu() -> Result<&'static CudaBackend, String> {
+    nvrtc_load(nvrtc_path().as_deref())
+        .and_then(|_| CudaBackend::for_device(0))
+        .map_err(|e| e.to_string())
+}
+
+/// `Some(())` when a GPU is there; otherwise skips (or fails under
+/// `FERROCCL_REQUIRE_GPU=1`).
+fn require_gpu(test: &str) -> Option<()> {
+    match gpu() {
+        Ok(b) => {
+            eprintln!("{test}: GPU 0, compute_{}", b.arch());
+            Some(())
+        }
+        Err(e) => {
+            assert!(
+                std::env::var("FERROCCL_REQUIRE_GPU").as_deref() != Ok("1"),
+                "FERROCCL_REQUIRE_GPU=1 but: {e}"
+            );
+            eprintln!("SKIPPED {test}: {e}");
+            None
+        }
+    }
+}
+
+/// Runs `top` on device buffers and returns the number of wrong elements.
+fn run_device(comm: &ferroccl::Comm, top: TestOp, dtype: DataType, op: RedOp, count: usize, in_place: bool) -> usize {
+    let (n, r) = (comm.nranks(), comm.rank());
+    let es = dtype.size();
+    let (se, re) = top.buffer_elems(count, n);
+    let mut input = vec![0u8; se * es];
+    check::fill(&mut input, dtype, &op, r, 1);
+    let rlen = if in_place { se.max(re) } else { re } * es;
+    let mut sendbuf = DeviceBuffer::alloc(0, se * es).expect("device send buffer");
+    let mut recvbuf = DeviceBuffer::alloc(0, rlen).expect("device receive buffer");
+    recvbuf.write(0, &vec![0xEE; rlen]).expect("clear receive buffer");
+    let (sp, rp): (*const u8, *mut u8) = if in_place {
+        let off = if top == TestOp::AllGather { r * count * es } else { 0 };
+        recvbuf.write(off, &input).expect("input");
+        match top {
+            TestOp::AllGather => (recvbuf.as_ptr().wrapping_add(off), recvbuf.as_ptr()),
+            TestOp::ReduceScatter => (recvbuf.as_ptr(), recvbuf.as_ptr().wrapping_add(r * count * es)),
+            _ => (recvbuf.as_ptr(), recvbuf.as_ptr()),
+        }
+    } else {
+        sendbuf.write(0, &input).expect("input");
+        (sendbuf.as_ptr(), recvbuf.as_ptr())
+    };
+    let s = Stream::new();
+    // SAFETY: the device buffers outlive the synchronize below.
+    unsafe {
+        match top {
+            TestOp::AllReduce => comm.all_reduce(sp, rp, count, dtype, op, &s),
+            TestOp::AllGather => comm.all_gather(sp, rp, count, dtype, &s),
+            TestOp::ReduceScatter => comm.reduce_scatter(sp, rp, count, dtype, op, &s),
+            TestOp::Broadcast { root } => comm.broadcast(sp, rp, count, dtype, root, &s),
+            TestOp::Reduce { root } => comm.reduce(sp, rp, count, dtype, op, root, &s),
+            other => panic!("{other:?} is not run here"),
+        }
+    }
+    .expect("enqueue");
+    s.synchronize().expect("synchronize");
+    let mut got = vec![0u8; rlen];
+    recvbuf.read(0, &mut got).expect("read result");
+    if top == TestOp::ReduceScatter && in_place {
+        got = got[r * count * es..(r + 1) * count * es].to_vec();
+    }
+    match check::expected(top, dtype, &op, n, r, count, 1) {
+        Some(want) => check::count_wrong(dtype, &got, &want),
+        None => 0,
+    }
+}
+
+/// Child entry point: the collective matrix on device buffers.
+#[test]
+fn device_worker() {
+    let Some(r) = role("device") else { return };
+    let comm = join(&r, Duration::from_secs(60));
+    let mut wrong = 0;
+    for count in [1usize, 1031, 1 << 20] {
+        for dtype in [
+            DataType::Float32,
+            DataType::Int32,
+            DataType::Bfloat16,
+            DataType::Float16,
+        ] {
+            for op in [RedOp::Sum, RedOp::Max, RedOp::Avg] {
+                for in_place in [false, true] {
+                    for top in [TestOp::AllReduce, TestOp::ReduceScatter, TestOp::Reduce { root: 1 }] {
+                        let w = run_device(&comm, top, dtype, op, count, in_place);
+                        if w > 0 {
+                            println!("WRONG {top:?} {dtype} {op} count {count} in_place {in_place}: {w}");
+                        }
+                        wrong += w;
+                    }
+                }
+            }
+            for in_place in [false, true] {
+                for top in [TestOp::AllGather, TestOp::Broadcast { root: 0 }] {
+                    let w = run_device(&comm, top, dtype, RedOp::Sum, count, in_place);
+                    if w > 0 {
+                        println!("WRONG {top:?} {dtype} count {count} in_place {in_place}: {w}");
+                    }
+                    wrong += w;
+                }
+            }
+        }
+    }
+    comm.destroy().expect("destroy");
+    assert_eq!(wrong, 0, "rank {}: wrong elements on device buffers", r.rank);
+}
+
+/// Two processes sharing GPU 0: every collective on device memory, staged
+/// through host memory (the socket plugin lacks `NCCL_PTR_CUDA`), equals the
+/// CPU reference.
+#[test]
+fn device_buffers_two_processes_match_the_reference() {
+    if role("device").is_some() || require_gpu("device_buffers_two_processes_match_the_reference").is_none() {
+        return;
+    }
+    let outs = launch(
+        WORKER,
+        "device",
+        2,
+        &[0, 1],
+        &[("NCCL_SHM_DISABLE", "1")],
+        |_| Vec::new(),
+        Duration::from_secs(300),
+    );
+    assert_all_ok(&outs, "device buffers, 2 processes");
+}
