@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use ferroccl_kernels::{DataType, RedOp, Scalar};
 
-use super::check::TestOp;
+use super::check::{self, TestOp};
+use crate::stream::Stream;
+use crate::{group_end, group_start};
 use crate::bootstrap::{BootstrapConfig, get_unique_id};
 use crate::comm::{Comm, CommConfig, PreloadedNet};
 use crate::transport::mem::MemNet;
