@@ -12,9 +12,12 @@ const MAGIC: u64 = 0x4652_4343_4c50_5246; // "FRCCLPRF"
 const EVENT_MAGIC: u64 = 0x4652_4343_4c45_5654; // "FRCCLEVT"
 
 #[repr(C)]
-struct ProfBox<P> {
+struct ProfBox<P: Profiler> {
     magic: u64,
     prof: Option<P>,
+    /// Stopped events kept for their later children (`Profiler::RETAIN_STOPPED`),
+    /// oldest first; freed when evicted or at finalize.
+    retired: std::sync::Mutex<std::collections::VecDeque<usize>>,
 }
 
 #[repr(C)]
@@ -22,6 +25,29 @@ struct EventBox<P: Profiler> {
     magic: u64,
     prof: *const P,
     event: Option<P::Event>,
+    /// The profiler's box (for the retired list).
+    owner: *const ProfBox<P>,
+}
+
+/// A stopped event whose box is kept (its `event` is the retained copy).
+const RETIRED_MAGIC: u64 = 0x4652_4343_4c52_4554; // "FRCCLRET"
+
+/// The event a descriptor's `parentObj` names, if it is one of ours (live or retained).
+///
+/// # Safety
+/// `p` must be NULL or a handle this profiler returned (live or retained), or
+/// at least readable for a `u64`.
+unsafe fn parent_of<'a, P: Profiler>(p: *mut c_void) -> Option<&'a P::Event> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: readable per the caller's contract.
+    let m = unsafe { *(p as *const u64) };
+    if m != EVENT_MAGIC && m != RETIRED_MAGIC {
+        return None;
+    }
+    // SAFETY: the magic identifies an `EventBox<P>` created here.
+    unsafe { (*(p as *const EventBox<P>)).event.as_ref() }
 }
 
 /// # Safety
@@ -80,6 +106,7 @@ pub unsafe extern "C" fn init_v5<P: Profiler>(
             ctx.write(Box::into_raw(Box::new(ProfBox {
                 magic: MAGIC,
                 prof: Some(p),
+                retired: Default::default(),
             })) as *mut c_void);
         }
         Ok(())
@@ -108,11 +135,13 @@ pub unsafe extern "C" fn start_event_v6<P: Profiler>(
             let descr = descr
                 .as_ref()
                 .ok_or_else(|| NetError::InvalidArgument("eDescr is NULL".into()))?;
-            if let Some(ev) = prof.start_event(descr)? {
+            let parent = parent_of::<P>(descr.parentObj);
+            if let Some(ev) = prof.start_child(descr, parent)? {
                 let e = EventBox::<P> {
                     magic: EVENT_MAGIC,
                     prof: prof as *const P,
                     event: Some(ev),
+                    owner: b as *const ProfBox<P>,
                 };
                 *handle = Box::into_raw(Box::new(e)) as *mut c_void;
             }
@@ -127,13 +156,34 @@ pub unsafe extern "C" fn stop_event<P: Profiler>(handle: *mut c_void) -> ncclRes
     g::<P>("stopEvent", || {
         // SAFETY: `handle` comes from our startEvent; the profiler outlives its events.
         unsafe {
-            let e: &mut EventBox<P> = boxed(handle, EVENT_MAGIC, "event")?;
-            e.magic = 0;
-            let mut e = Box::from_raw(e as *mut EventBox<P>);
-            match e.event.take() {
-                Some(ev) => (*e.prof).stop_event(ev),
-                None => Ok(()),
+            if handle.is_null() {
+                // NCCL forwards a net plugin's Stop of an untracked event as NULL.
+                return Ok(());
             }
+            let e: &mut EventBox<P> = boxed(handle, EVENT_MAGIC, "event")?;
+            let prof = &*e.prof;
+            let Some(ev) = e.event.take() else { return Ok(()) };
+            if P::RETAIN_STOPPED > 0
+                && let Some(copy) = prof.retain(&ev)
+            {
+                e.event = Some(copy);
+                e.magic = RETIRED_MAGIC;
+                let owner = &*e.owner;
+                let evicted = {
+                    let mut q = owner.retired.lock().unwrap_or_else(|x| x.into_inner());
+                    q.push_back(e as *mut EventBox<P> as usize);
+                    if q.len() > P::RETAIN_STOPPED { q.pop_front() } else { None }
+                };
+                if let Some(old) = evicted {
+                    let old = old as *mut EventBox<P>;
+                    (*old).magic = 0;
+                    drop(Box::from_raw(old));
+                }
+                return prof.stop_event(ev);
+            }
+            e.magic = 0;
+            drop(Box::from_raw(e as *mut EventBox<P>));
+            prof.stop_event(ev)
         }
     })
 }
@@ -167,6 +217,12 @@ pub unsafe extern "C" fn finalize<P: Profiler>(ctx: *mut c_void) -> ncclResult_t
             let b: &mut ProfBox<P> = boxed(ctx, MAGIC, "profiler context")?;
             b.magic = 0;
             let mut b = Box::from_raw(b as *mut ProfBox<P>);
+            let retired = std::mem::take(&mut *b.retired.lock().unwrap_or_else(|x| x.into_inner()));
+            for old in retired {
+                let old = old as *mut EventBox<P>;
+                (*old).magic = 0;
+                drop(Box::from_raw(old));
+            }
             b.prof.take().map_or(Ok(()), P::finalize)
         }
     })
