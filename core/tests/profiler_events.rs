@@ -395,3 +395,88 @@ fn v3_v2_v1_event_trees() {
         run(v, 2);
     }
 }
+
+/// The trace profiler (`plugins/profiler-trace`) on 4 ranks: each process writes
+/// a Chrome trace that parses as JSON, has the AllReduce with its algorithm and
+/// protocol, and nests as it should — every ProxyStep inside its ProxyOp, every
+/// ProxyOp inside its Coll/P2p, every Coll/P2p inside its Group; start ≤ stop.
+#[test]
+fn trace_profiler_writes_nested_chrome_traces() {
+    let dir = std::env::temp_dir().join(format!("ferroccl-trace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let pattern = dir.join("trace-%h-%p.json").to_string_lossy().into_owned();
+    let env = [
+        ("NCCL_PROFILER_PLUGIN", "trace"),
+        ("NCCL_PROFILER_TRACE_FILE", pattern.as_str()),
+        ("NCCL_SHM_DISABLE", "1"),
+    ];
+    let nranks = 4;
+    let ranks: Vec<usize> = (0..nranks).collect();
+    let outs = launch(WORKER, "prof", nranks, &ranks, &env, |_| Vec::new(), LIMIT);
+    assert_all_ok(&outs, "trace profiler on 4 ranks");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("trace dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(files.len(), nranks, "one trace per process: {files:?}");
+    let mut ranks_seen = Vec::new();
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(!name.contains('%'), "{name}: %h/%p expanded");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(f).expect("read")).expect("JSON");
+        let evs = v["traceEvents"].as_array().expect("traceEvents");
+        // (id → (cat, ts, end, name, args)) of the complete events of the tree.
+        let mut by_id: HashMap<u64, (String, f64, f64, &serde_json::Value)> = HashMap::new();
+        for e in evs.iter().filter(|e| e["ph"] == "X" && e["args"]["id"].is_u64()) {
+            let ts = e["ts"].as_f64().expect("ts");
+            let dur = e["dur"].as_f64().expect("dur");
+            assert!(dur >= 0.0, "{f:?}: negative duration {e}");
+            assert!(e["args"]["notStopped"].is_null(), "{f:?}: event never stopped: {e}");
+            by_id.insert(
+                e["args"]["id"].as_u64().unwrap(),
+                (e["cat"].as_str().unwrap().to_string(), ts, ts + dur, e),
+            );
+        }
+        let coll: Vec<_> = by_id.values().filter(|x| x.0 == "coll").collect();
+        assert_eq!(coll.len(), 1, "{f:?}: one collective");
+        let c = coll[0].3;
+        assert_eq!(c["name"], "AllReduce");
+        assert!(c["args"]["algorithm"] == "RING" || c["args"]["algorithm"] == "TREE", "{c}");
+        assert_eq!(c["args"]["protocol"], "SIMPLE");
+        assert_eq!(c["args"]["count"], AR_COUNT);
+        ranks_seen.push(c["pid"].as_i64().unwrap());
+        let mut checked = [0usize; 3];
+        const EPS: f64 = 1e-3;
+        let links = by_id.iter().flat_map(|(id, (_, _, _, e))| {
+            [e["args"]["parent"].as_u64(), e["args"]["group"].as_u64()]
+                .into_iter()
+                .flatten()
+                .map(move |p| (*id, p))
+        });
+        for (id, p) in links {
+            let (cat, ts, end, _) = &by_id[&id];
+            let (pcat, pts, pend, _) = by_id.get(&p).unwrap_or_else(|| panic!("{f:?}: event {id} has unknown parent {p}"));
+            let slot = match (cat.as_str(), pcat.as_str()) {
+                ("proxyStep", "proxyOp") => 0,
+                ("proxyOp", "coll" | "p2p") => 1,
+                ("coll" | "p2p", "group") => 2,
+                ("coll" | "p2p", "api") | ("api", "api") => continue,
+                other => panic!("{f:?}: unexpected nesting {other:?}"),
+            };
+            assert!(
+                *pts <= ts + EPS && end <= &(pend + EPS),
+                "{f:?}: {cat} {id} [{ts}, {end}] is not inside {pcat} {p} [{pts}, {pend}]"
+            );
+            checked[slot] += 1;
+        }
+        assert!(checked.iter().all(|&n| n > 0), "{f:?}: nesting checked {checked:?}");
+        // Every step carries its transfer size and its state intervals.
+        let steps: Vec<_> = by_id.values().filter(|x| x.0 == "proxyStep").collect();
+        assert!(steps.iter().all(|s| s.3["args"]["transSize"].as_u64().is_some_and(|n| n > 0)));
+        assert!(evs.iter().any(|e| e["name"] == "SendWait") && evs.iter().any(|e| e["name"] == "RecvWait"));
+    }
+    ranks_seen.sort();
+    assert_eq!(ranks_seen, [0, 1, 2, 3], "one trace per rank");
+    let _ = std::fs::remove_dir_all(&dir);
+}

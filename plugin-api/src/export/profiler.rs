@@ -32,6 +32,20 @@ struct EventBox<P: Profiler> {
 /// A stopped event whose box is kept (its `event` is the retained copy).
 const RETIRED_MAGIC: u64 = 0x4652_4343_4c52_4554; // "FRCCLRET"
 
+/// The event an event handle names (a descriptor's `parentObj`, or another
+/// handle NCCL passes such as `coll.parentGroup`), if it is one of `P`'s live
+/// events or one of the stopped ones it retains
+/// ([`Profiler::RETAIN_STOPPED`](crate::sdk::Profiler::RETAIN_STOPPED)).
+///
+/// # Safety
+/// `p` must be NULL or a handle this profiler returned (live or retained), or
+/// at least readable for a `u64`; the reference must not outlive the event
+/// (use it within the `startEvent` call that received the handle).
+pub unsafe fn event_of<'a, P: Profiler>(p: *mut c_void) -> Option<&'a P::Event> {
+    // SAFETY: per the caller.
+    unsafe { parent_of::<P>(p) }
+}
+
 /// The event a descriptor's `parentObj` names, if it is one of ours (live or retained).
 ///
 /// # Safety
