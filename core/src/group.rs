@@ -117,7 +117,10 @@ pub(crate) fn api_event(prof: &Arc<Profiler>, args: &CollArgs) -> ApiTag {
             }
             g.api = Some((prof.clone(), h, mask));
         }
-        let (_, group_api, mask) = g.api.as_ref().map_or((None, EventHandle::NULL, 0), |(p, h, m)| (Some(p), *h, *m));
+        let (_, group_api, mask) = g
+            .api
+            .as_ref()
+            .map_or((None, EventHandle::NULL, 0), |(p, h, m)| (Some(p), *h, *m));
         let (ev, want) = match args.kind {
             CollKind::Send { .. } | CollKind::Recv { .. } => (
                 Event::P2pApi {
@@ -141,7 +144,10 @@ pub(crate) fn api_event(prof: &Arc<Profiler>, args: &CollArgs) -> ApiTag {
             ),
         };
         if mask & want == 0 {
-            return ApiTag { api: EventHandle::NULL, mask };
+            return ApiTag {
+                api: EventHandle::NULL,
+                mask,
+            };
         }
         let h = prof.start(group_api, &ev);
         prof.stop(h);

@@ -66,8 +66,10 @@ fn prof_worker() {
     ferroccl::group_start();
     // SAFETY: both buffers outlive the synchronize below.
     unsafe {
-        comm.send(out.as_ptr().cast(), P2P_COUNT, DataType::Int32, to, &s).expect("send");
-        comm.recv(inb.as_mut_ptr().cast(), P2P_COUNT, DataType::Int32, from, &s).expect("recv");
+        comm.send(out.as_ptr().cast(), P2P_COUNT, DataType::Int32, to, &s)
+            .expect("send");
+        comm.recv(inb.as_mut_ptr().cast(), P2P_COUNT, DataType::Int32, from, &s)
+            .expect("recv");
     }
     ferroccl::group_end().expect("group end");
     s.synchronize().expect("send/recv complete");
@@ -152,7 +154,9 @@ fn parse(file: &Path) -> Log {
             }
             "state" => match m["id"].parse::<u64>().ok().and_then(|id| log.events.get_mut(&id)) {
                 Some(e) => e.states.push((m["st"].parse().unwrap(), m["size"].parse().unwrap())),
-                None => log.problems.push(format!("line {n}: state of an unknown event: {line}")),
+                None => log
+                    .problems
+                    .push(format!("line {n}: state of an unknown event: {line}")),
             },
             "stop" => match m["id"].parse::<u64>().ok().and_then(|id| log.events.get_mut(&id)) {
                 Some(e) => e.stops += 1,
@@ -352,7 +356,8 @@ fn run(v: u32, nranks: usize) {
     let outs = launch(WORKER, "prof", nranks, &ranks, &env, |_| Vec::new(), LIMIT);
     assert_all_ok(&outs, &format!("profiler v{v} on {nranks} ranks"));
     assert!(
-        outs.iter().any(|o| o.stdout.contains("Profiler event mask") || o.stderr.contains("Profiler event mask")),
+        outs.iter()
+            .any(|o| o.stdout.contains("Profiler event mask") || o.stderr.contains("Profiler event mask")),
         "NCCL's 'Profiler event mask' INFO line is missing"
     );
     let logs: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -442,7 +447,10 @@ fn trace_profiler_writes_nested_chrome_traces() {
         assert_eq!(coll.len(), 1, "{f:?}: one collective");
         let c = coll[0].3;
         assert_eq!(c["name"], "AllReduce");
-        assert!(c["args"]["algorithm"] == "RING" || c["args"]["algorithm"] == "TREE", "{c}");
+        assert!(
+            c["args"]["algorithm"] == "RING" || c["args"]["algorithm"] == "TREE",
+            "{c}"
+        );
         assert_eq!(c["args"]["protocol"], "SIMPLE");
         assert_eq!(c["args"]["count"], AR_COUNT);
         ranks_seen.push(c["pid"].as_i64().unwrap());
@@ -456,7 +464,9 @@ fn trace_profiler_writes_nested_chrome_traces() {
         });
         for (id, p) in links {
             let (cat, ts, end, _) = &by_id[&id];
-            let (pcat, pts, pend, _) = by_id.get(&p).unwrap_or_else(|| panic!("{f:?}: event {id} has unknown parent {p}"));
+            let (pcat, pts, pend, _) = by_id
+                .get(&p)
+                .unwrap_or_else(|| panic!("{f:?}: event {id} has unknown parent {p}"));
             let slot = match (cat.as_str(), pcat.as_str()) {
                 ("proxyStep", "proxyOp") => 0,
                 ("proxyOp", "coll" | "p2p") => 1,
@@ -473,7 +483,11 @@ fn trace_profiler_writes_nested_chrome_traces() {
         assert!(checked.iter().all(|&n| n > 0), "{f:?}: nesting checked {checked:?}");
         // Every step carries its transfer size and its state intervals.
         let steps: Vec<_> = by_id.values().filter(|x| x.0 == "proxyStep").collect();
-        assert!(steps.iter().all(|s| s.3["args"]["transSize"].as_u64().is_some_and(|n| n > 0)));
+        assert!(
+            steps
+                .iter()
+                .all(|s| s.3["args"]["transSize"].as_u64().is_some_and(|n| n > 0))
+        );
         assert!(evs.iter().any(|e| e["name"] == "SendWait") && evs.iter().any(|e| e["name"] == "RecvWait"));
     }
     ranks_seen.sort();

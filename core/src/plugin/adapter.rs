@@ -654,6 +654,9 @@ impl NetPlugin for NetAdapter {
         self.isend_ph(comm, data, size, tag, mr, null_mut())
     }
 
+    // `phandle` is handed to the plugin as an opaque token; the host never
+    // dereferences it here (the profiler callback does, see `profiler::net_callback`).
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
     fn isend_ph(
         &self,
         comm: RawComm,
@@ -705,7 +708,9 @@ impl NetPlugin for NetAdapter {
         let mut data: Vec<*mut c_void> = slots.iter().map(|s| s.data.cast()).collect();
         let mut tags: Vec<c_int> = slots.iter().map(|s| s.tag).collect();
         let mut mhs: Vec<*mut c_void> = slots.iter().map(|s| mr_ptr(s.mr)).collect();
-        let mut phs: Vec<*mut c_void> = (0..slots.len()).map(|i| phandles.get(i).copied().unwrap_or(null_mut())).collect();
+        let mut phs: Vec<*mut c_void> = (0..slots.len())
+            .map(|i| phandles.get(i).copied().unwrap_or(null_mut()))
+            .collect();
         let mut sizes: Vec<usize> = slots.iter().map(|s| s.size).collect();
         let t = self.t()?;
         let v9plus = self.info.version >= 9;

@@ -106,7 +106,6 @@ pub mod wants {
 
 /// Event states (`ncclProfilerEventState_t`).
 pub mod state {
-    use ferroccl_plugin_api::abi;
     pub use abi::{
         ncclProfilerGroupEndApiStart as GROUP_END_API_START, ncclProfilerGroupStartApiStop as GROUP_START_API_STOP,
         ncclProfilerNetPluginUpdate as NET_PLUGIN_UPDATE, ncclProfilerProxyCtrlAppend as CTRL_APPEND,
@@ -116,6 +115,7 @@ pub mod state {
         ncclProfilerProxyStepRecvWait as RECV_WAIT, ncclProfilerProxyStepSendGPUWait as SEND_GPU_WAIT,
         ncclProfilerProxyStepSendPeerWait_v4 as SEND_PEER_WAIT, ncclProfilerProxyStepSendWait as SEND_WAIT,
     };
+    use ferroccl_plugin_api::abi;
 }
 
 /// The current activation mask (relaxed load of [`EVENT_MASK`]).
@@ -489,7 +489,9 @@ impl Profiler {
         let complete = each!(&table, t => t.init.is_some() && t.startEvent.is_some() && t.stopEvent.is_some()
             && t.recordEventState.is_some() && t.finalize.is_some());
         if !complete {
-            return Err(format!("profiler '{name}' (ncclProfiler v{version}) has a NULL function pointer"));
+            return Err(format!(
+                "profiler '{name}' (ncclProfiler v{version}) has a NULL function pointer"
+            ));
         }
         lib.pin();
         let mut ctx: *mut c_void = null_mut();
@@ -593,7 +595,8 @@ impl Profiler {
                     (t.startEvent.unwrap_unchecked())(self.ctx, &mut h, &mut d)
                 }
                 Table::V5(t) => {
-                    let mut d: abi::ncclProfilerEventDescr_v5_t = std::mem::transmute(self.descr_v6(parent.0, rank, ev));
+                    let mut d: abi::ncclProfilerEventDescr_v5_t =
+                        std::mem::transmute(self.descr_v6(parent.0, rank, ev));
                     (t.startEvent.unwrap_unchecked())(self.ctx, &mut h, &mut d)
                 }
                 Table::V6(t) => {
@@ -1146,17 +1149,15 @@ pub unsafe extern "C" fn net_callback(
     // SAFETY: `e_handle` points to the plugin's `void*`.
     let eh = unsafe { &mut *e_handle };
     match ty {
-        0 => {
-            if ph.mask & bits::NET_PLUGIN != 0 {
-                let h = prof.start(
-                    ph.step,
-                    &Event::NetPlugin {
-                        id: plugin_id,
-                        data: ext_data,
-                    },
-                );
-                *eh = h.0;
-            }
+        0 if ph.mask & bits::NET_PLUGIN != 0 => {
+            let h = prof.start(
+                ph.step,
+                &Event::NetPlugin {
+                    id: plugin_id,
+                    data: ext_data,
+                },
+            );
+            *eh = h.0;
         }
         1 => prof.stop_raw(*eh),
         2 => prof.record(EventHandle(*eh), state::NET_PLUGIN_UPDATE, StateArgs::NetData(ext_data)),

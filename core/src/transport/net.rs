@@ -26,8 +26,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::error::Error;
-use crate::profiler::{StepProf, StepTracker, state};
 use crate::plugin::net::{NetError, NetHandle, NetPlugin, PtrType, RawComm, RawCtx, RawMr, RawRequest, RecvSlot};
+use crate::profiler::{StepProf, StepTracker, state};
 
 use super::fifo::{AlignedBuf, SlotStack, Steps};
 use super::{

@@ -287,7 +287,7 @@ impl std::fmt::Display for ChoiceRange {
 pub fn human_size(b: usize) -> String {
     const UNITS: [(usize, &str); 3] = [(1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")];
     for (u, s) in UNITS {
-        if b >= u && b % u == 0 {
+        if b >= u && b.is_multiple_of(u) {
             return format!("{}{s}", b / u);
         }
     }

@@ -1,4 +1,5 @@
-//! The safe SDK trait for profiler plugins (`ncclProfiler_v6`, reference §3.2).
+//! The safe SDK trait for profiler plugins (`ncclProfiler_v6` … `_v1`, all
+//! seen through the v6 descriptor; reference §3.2).
 
 use std::ffi::CStr;
 

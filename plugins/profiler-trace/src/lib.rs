@@ -95,10 +95,7 @@ pub fn trace_path() -> PathBuf {
     } else {
         "host".into()
     };
-    PathBuf::from(
-        pat.replace("%h", &host)
-            .replace("%p", &std::process::id().to_string()),
-    )
+    PathBuf::from(pat.replace("%h", &host).replace("%p", &std::process::id().to_string()))
 }
 
 /// Reads a C string from a descriptor (NULL → empty).
@@ -212,7 +209,10 @@ impl TraceProfiler {
                 } else {
                     format!("ch {} recv←{}", o.channelId, o.peer)
                 };
-                (if o.isSend != 0 { "ProxyOp send" } else { "ProxyOp recv" }.to_string(), track)
+                (
+                    if o.isSend != 0 { "ProxyOp send" } else { "ProxyOp recv" }.to_string(),
+                    track,
+                )
             }
             abi::ncclProfileProxyStep => {
                 // SAFETY: as above.
@@ -272,7 +272,11 @@ impl Profiler for TraceProfiler {
         self.start_child(descr, None)
     }
 
-    fn start_child(&self, descr: &abi::ncclProfilerEventDescr_v6_t, parent: Option<&usize>) -> NetResult<Option<usize>> {
+    fn start_child(
+        &self,
+        descr: &abi::ncclProfilerEventDescr_v6_t,
+        parent: Option<&usize>,
+    ) -> NetResult<Option<usize>> {
         let rec = self.rec_of(descr, parent.copied());
         let mut st = store().lock().unwrap_or_else(|e| e.into_inner());
         st.recs.push(rec);
@@ -295,9 +299,10 @@ impl Profiler for TraceProfiler {
             let size = match (r.ty, args) {
                 // SAFETY: ProxyStep states carry `proxyStep.transSize`.
                 (abi::ncclProfileProxyStep, Some(a)) => Some(unsafe { a.proxyStep.transSize } as u64),
-                // SAFETY: `ProxyCtrlAppendEnd` carries `proxyCtrl.appendedProxyOps`.
                 (abi::ncclProfileProxyCtrl, Some(a)) if state == 18 => {
-                    Some(unsafe { a.proxyCtrl.appendedProxyOps }.max(0) as u64)
+                    // SAFETY: `ProxyCtrlAppendEnd` carries `proxyCtrl.appendedProxyOps`.
+                    let n = unsafe { a.proxyCtrl.appendedProxyOps };
+                    Some(n.max(0) as u64)
                 }
                 _ => None,
             };
