@@ -174,6 +174,7 @@ const P2P: u64 = 4;
 const PROXY_OP: u64 = 8;
 const PROXY_STEP: u64 = 16;
 const PROXY_CTRL: u64 = 32;
+const NET_PLUGIN: u64 = 128;
 const GROUP_API: u64 = 256;
 const COLL_API: u64 = 512;
 const P2P_API: u64 = 1024;
@@ -331,6 +332,20 @@ fn check(log: &Log, v: u32, nranks: usize) -> Vec<String> {
     if of(PROXY_STEP).any(|s| parent_ty(s) != PROXY_OP) {
         bad.push("a ProxyStep is not under a ProxyOp".into());
     }
+    // The socket plugin's events (net_socket_v1, id SOCK|1) under the steps (v3+).
+    let net: Vec<&Ev> = of(NET_PLUGIN).collect();
+    if v >= 3 {
+        if net.is_empty() {
+            bad.push("no NetPlugin events from the socket plugin".into());
+        }
+        for e in &net {
+            if parent_ty(e) != PROXY_STEP || e.f("netid") != ((2 << 16) | 1).to_string() {
+                bad.push(format!("NetPlugin event {:?} under type {}", e.fields, parent_ty(e)));
+            }
+        }
+    } else if !net.is_empty() {
+        bad.push(format!("{} NetPlugin events reached a v{v} plugin", net.len()));
+    }
     for c in of(PROXY_CTRL) {
         if c.parent != 0 || c.states.is_empty() {
             bad.push(format!("ProxyCtrl {:?} {:?}", c.fields, c.states));
@@ -403,8 +418,9 @@ fn v3_v2_v1_event_trees() {
 
 /// The trace profiler (`plugins/profiler-trace`) on 4 ranks: each process writes
 /// a Chrome trace that parses as JSON, has the AllReduce with its algorithm and
-/// protocol, and nests as it should — every ProxyStep inside its ProxyOp, every
-/// ProxyOp inside its Coll/P2p, every Coll/P2p inside its Group; start ≤ stop.
+/// protocol, and nests as it should — every socket event inside its ProxyStep,
+/// every ProxyStep inside its ProxyOp, every ProxyOp inside its Coll/P2p, every
+/// Coll/P2p inside its Group; start ≤ stop.
 #[test]
 fn trace_profiler_writes_nested_chrome_traces() {
     let dir = std::env::temp_dir().join(format!("ferroccl-trace-{}", std::process::id()));
@@ -454,7 +470,7 @@ fn trace_profiler_writes_nested_chrome_traces() {
         assert_eq!(c["args"]["protocol"], "SIMPLE");
         assert_eq!(c["args"]["count"], AR_COUNT);
         ranks_seen.push(c["pid"].as_i64().unwrap());
-        let mut checked = [0usize; 3];
+        let mut checked = [0usize; 4];
         const EPS: f64 = 1e-3;
         let links = by_id.iter().flat_map(|(id, (_, _, _, e))| {
             [e["args"]["parent"].as_u64(), e["args"]["group"].as_u64()]
@@ -471,6 +487,7 @@ fn trace_profiler_writes_nested_chrome_traces() {
                 ("proxyStep", "proxyOp") => 0,
                 ("proxyOp", "coll" | "p2p") => 1,
                 ("coll" | "p2p", "group") => 2,
+                ("net", "proxyStep") => 3,
                 ("coll" | "p2p", "api") | ("api", "api") => continue,
                 other => panic!("{f:?}: unexpected nesting {other:?}"),
             };

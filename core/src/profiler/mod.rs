@@ -518,6 +518,7 @@ impl Profiler {
             ));
         }
         let known = known(version);
+        let _ = NET_FNS.set(SyncTable(table, version));
         let m = mask();
         crate::nccl_info!(
             INIT,
@@ -621,69 +622,10 @@ impl Profiler {
         let _ = unsafe { each!(&self.table, t => (t.stopEvent.unwrap_unchecked())(h.0)) };
     }
 
-    /// Stops `h` even when NULL (NCCL forwards a net plugin's Stop unfiltered).
-    fn stop_raw(&self, h: *mut c_void) {
-        // SAFETY: as `stop`; profilers must accept NULL here (reference §6.3 notes).
-        let _ = unsafe { each!(&self.table, t => (t.stopEvent.unwrap_unchecked())(h)) };
-    }
-
     /// Records state `st` of event `h` (nothing for NULL, or for a state the
     /// version does not know).
     pub fn record(&self, h: EventHandle, st: i32, args: StateArgs) {
-        if h.is_null() {
-            return;
-        }
-        let v = self.version;
-        // v1–v3 know neither the _v4 states nor KernelChStop / NetPluginUpdate;
-        // v1–v5 know no CE states; v1–v4 no group-API states.
-        if (v <= 3 && (19..=22).contains(&st)) || (v <= 5 && st >= 25) || (v <= 4 && (23..=24).contains(&st)) {
-            return;
-        }
-        let r = if v <= 3 {
-            let mut a = abi::ncclProfilerEventStateArgs_v1_t::zeroed();
-            match args {
-                StateArgs::TransSize(n) => a.proxyOp.transSize = n,
-                StateArgs::Appended(n) => a.proxyCtrl.appendedProxyOps = n,
-                _ => {}
-            }
-            let p: *mut _ = if matches!(args, StateArgs::None) {
-                null_mut()
-            } else {
-                &mut a
-            };
-            // SAFETY: `p` is NULL or a live union of the version's type.
-            unsafe {
-                match &self.table {
-                    Table::V1(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
-                    Table::V2(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
-                    Table::V3(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
-                    _ => unreachable!("version checked"),
-                }
-            }
-        } else {
-            let mut a = abi::ncclProfilerEventStateArgs_v4_t::zeroed();
-            match args {
-                StateArgs::TransSize(n) => a.proxyStep.transSize = n,
-                StateArgs::Appended(n) => a.proxyCtrl.appendedProxyOps = n,
-                StateArgs::NetData(d) => a.netPlugin.data = d,
-                StateArgs::None => {}
-            }
-            let p: *mut _ = if matches!(args, StateArgs::None) {
-                null_mut()
-            } else {
-                &mut a
-            };
-            // SAFETY: as above (v4–v6 share the union type).
-            unsafe {
-                match &self.table {
-                    Table::V4(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
-                    Table::V5(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
-                    Table::V6(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
-                    _ => unreachable!("version checked"),
-                }
-            }
-        };
-        let _ = r;
+        record_in(&self.table, self.version, h, st, args)
     }
 
     fn descr_v6(&self, parent: *mut c_void, rank: c_int, ev: &Event) -> abi::ncclProfilerEventDescr_v6_t {
@@ -1018,6 +960,74 @@ impl Profiler {
     }
 }
 
+/// `recordEventState` through `table` of version `v` (see [`Profiler::record`]).
+fn record_in(table: &Table, v: u32, h: EventHandle, st: i32, args: StateArgs) {
+    if h.is_null() {
+        return;
+    }
+    // v1–v3 know neither the _v4 states nor KernelChStop / NetPluginUpdate;
+    // v1–v5 know no CE states; v1–v4 no group-API states.
+    if (v <= 3 && (19..=22).contains(&st)) || (v <= 5 && st >= 25) || (v <= 4 && (23..=24).contains(&st)) {
+        return;
+    }
+    let r = if v <= 3 {
+        let mut a = abi::ncclProfilerEventStateArgs_v1_t::zeroed();
+        match args {
+            StateArgs::TransSize(n) => a.proxyOp.transSize = n,
+            StateArgs::Appended(n) => a.proxyCtrl.appendedProxyOps = n,
+            _ => {}
+        }
+        let p: *mut _ = if matches!(args, StateArgs::None) {
+            null_mut()
+        } else {
+            &mut a
+        };
+        // SAFETY: `p` is NULL or a live union of the version's type.
+        unsafe {
+            match table {
+                Table::V1(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
+                Table::V2(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
+                Table::V3(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
+                _ => unreachable!("version checked"),
+            }
+        }
+    } else {
+        let mut a = abi::ncclProfilerEventStateArgs_v4_t::zeroed();
+        match args {
+            StateArgs::TransSize(n) => a.proxyStep.transSize = n,
+            StateArgs::Appended(n) => a.proxyCtrl.appendedProxyOps = n,
+            StateArgs::NetData(d) => a.netPlugin.data = d,
+            StateArgs::None => {}
+        }
+        let p: *mut _ = if matches!(args, StateArgs::None) {
+            null_mut()
+        } else {
+            &mut a
+        };
+        // SAFETY: as above (v4–v6 share the union type).
+        unsafe {
+            match table {
+                Table::V4(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
+                Table::V5(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
+                Table::V6(t) => (t.recordEventState.unwrap_unchecked())(h.0, st, p),
+                _ => unreachable!("version checked"),
+            }
+        }
+    };
+    let _ = r;
+}
+
+/// The profiler's vtable for the net-plugin callback's Stop/Update, which carry
+/// no step handle: NCCL's profiler plugin is process-wide (§5.4), and these
+/// slots need no context. Set by the first successful `init`; the library is
+/// pinned, so the pointers stay valid.
+struct SyncTable(Table, u32);
+// SAFETY: function pointers and the vtable's name pointer, never mutated.
+unsafe impl Send for SyncTable {}
+// SAFETY: as above.
+unsafe impl Sync for SyncTable {}
+static NET_FNS: std::sync::OnceLock<SyncTable> = std::sync::OnceLock::new();
+
 fn p2p_v2(func: &CStr, buff: *mut c_void, dtype: &CStr, count: usize, peer: i32) -> abi::ncclProfilerP2pDescr_v2_t {
     let mut c = abi::ncclProfilerP2pDescr_v2_t::zeroed();
     c.func = func.as_ptr();
@@ -1136,7 +1146,32 @@ pub unsafe extern "C" fn net_callback(
     plugin_id: i64,
     ext_data: *mut c_void,
 ) -> ncclResult_t {
-    if e_handle.is_null() || p_handle.is_null() {
+    if e_handle.is_null() {
+        return ncclResult_t::ncclSuccess;
+    }
+    if ty != 0 {
+        // Stop / Update / UpdateAndStop act on `*eHandle` alone (no step handle).
+        let Some(SyncTable(table, v)) = NET_FNS.get() else {
+            return ncclResult_t::ncclSuccess;
+        };
+        // SAFETY: `e_handle` points to the plugin's `void*`.
+        let eh = unsafe { *e_handle };
+        if ty == 2 || ty == 3 {
+            record_in(
+                table,
+                *v,
+                EventHandle(eh),
+                state::NET_PLUGIN_UPDATE,
+                StateArgs::NetData(ext_data),
+            );
+        }
+        if ty == 1 || ty == 3 {
+            // SAFETY: the plugin's stopEvent; profilers accept NULL (reference §6.3 notes).
+            let _ = unsafe { each!(table, t => (t.stopEvent.unwrap_unchecked())(eh)) };
+        }
+        return ncclResult_t::ncclSuccess;
+    }
+    if p_handle.is_null() {
         return ncclResult_t::ncclSuccess;
     }
     // SAFETY: per the contract, `p_handle` is one of our live `PHandle`s.
@@ -1158,12 +1193,6 @@ pub unsafe extern "C" fn net_callback(
                 },
             );
             *eh = h.0;
-        }
-        1 => prof.stop_raw(*eh),
-        2 => prof.record(EventHandle(*eh), state::NET_PLUGIN_UPDATE, StateArgs::NetData(ext_data)),
-        3 => {
-            prof.record(EventHandle(*eh), state::NET_PLUGIN_UPDATE, StateArgs::NetData(ext_data));
-            prof.stop_raw(*eh);
         }
         _ => {}
     }
