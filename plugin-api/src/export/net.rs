@@ -889,8 +889,8 @@ shim!(fn irecv_v9<P>(comm: Vp, n: c_int, data: Vpp, sizes: *mut usize, tags: *mu
 shim!(fn irecv_v10<P>(comm: Vp, n: c_int, data: Vpp, sizes: *mut usize, tags: *mut c_int, mhandles: Vpp,
 phandles: Vpp, request: Vpp) => "irecv",
 {
-    // SAFETY: `phandles` is NULL or has `n` entries (C API contract).
     let ph: &[*mut c_void] = if phandles.is_null() || n <= 0 { &[] } else {
+        // SAFETY: `phandles` is non-NULL and has `n` entries (C API contract).
         unsafe { std::slice::from_raw_parts(phandles, n as usize) }
     };
     crate::sdk::net_profiler::with_step_handles(ph, ||
