@@ -1054,6 +1054,27 @@ pub mod params {
         };
     }
 
+    /// Parameters of `plugins/profiler-trace` (`libnccl-profiler-trace.so`).
+    pub mod trace {
+        use super::{IntParam, StrParam};
+
+        /// `NCCL_PROFILER_TRACE_FILE`: the trace file, `%h` host name, `%p` pid.
+        pub static TRACE_FILE: StrParam = StrParam {
+            name: "NCCL_PROFILER_TRACE_FILE",
+            default: Some("ferroccl-trace-%h-%p.json"),
+            choices: &[],
+            description: "trace profiler: Chrome trace JSON output path (%h host name, %p process id)",
+        };
+        /// `NCCL_PROFILE_EVENT_MASK`: the activation mask (NCCL's example profiler's variable).
+        pub static EVENT_MASK: IntParam = IntParam {
+            name: "NCCL_PROFILE_EVENT_MASK",
+            default: 0x7fdf,
+            min: 0,
+            max: 0x7fff,
+            description: "trace profiler: ncclProfile* event bits to record (default all but ProxyCtrl)",
+        };
+    }
+
     /// Parameters of the in-tree socket plugin (`plugins/net-socket`,
     /// `libnccl-net-socket.so`), as NCCL's built-in socket transport reads them
     /// (`src/transport/net_socket.cc`). `NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`
@@ -1300,6 +1321,13 @@ pub static PARAMS: &[Param] = &[
 /// `getenv`, which sees `nccl.conf` values once [`Config::global`] ran).
 pub static PLUGIN_PARAMS: &[(&str, &[Param])] = &[
     ("tuner-rules", &[Param::Str(&params::tune::TUNER_CONFIG_FILE)]),
+    (
+        "profiler-trace",
+        &[
+            Param::Str(&params::trace::TRACE_FILE),
+            Param::Int(&params::trace::EVENT_MASK),
+        ],
+    ),
     (
         "net-socket",
         &[

@@ -44,9 +44,21 @@ pub(crate) fn enqueue(comm: &Arc<ProxyHandle>, mut args: CollArgs, stream: &Stre
         }
         _ => {}
     }
-    if let Some(args) = group::try_add(comm, args, stream) {
+    // One predictable branch when no profiler is loaded.
+    let tag = match &comm.profiler {
+        None => group::ApiTag::default(),
+        Some(p) => group::api_event(p, &args),
+    };
+    if let Some(args) = group::try_add(comm, args, stream, tag) {
         let what = group::describe(std::slice::from_ref(&args));
-        comm.submit(vec![args], &[stream], what)?;
+        if comm.profiler.is_some() {
+            group::api_group_end_start();
+        }
+        let r = comm.submit(vec![args], vec![tag], &[stream], what);
+        if comm.profiler.is_some() {
+            group::api_group_stop();
+        }
+        r?;
     }
     Ok(())
 }

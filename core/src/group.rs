@@ -11,13 +11,28 @@ use std::sync::Arc;
 
 use crate::coll::CollArgs;
 use crate::error::Error;
+use crate::profiler::{self, Event, EventHandle, Profiler, StateArgs, state, wants};
 use crate::proxy::ProxyHandle;
 use crate::stream::Stream;
+
+/// What an operation carries from its API call to the proxy thread for the
+/// profiler: its CollApi/P2pApi event (the parent of its Coll/P2p event) and
+/// the activation mask sampled when its group's GroupApi event started
+/// (0: nothing to emit).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ApiTag {
+    /// The CollApi / P2pApi event.
+    pub api: EventHandle,
+    /// The mask sampled at the GroupApi start.
+    pub mask: u64,
+}
 
 #[derive(Default)]
 struct GroupState {
     depth: usize,
-    ops: Vec<(Arc<ProxyHandle>, CollArgs, Stream)>,
+    ops: Vec<(Arc<ProxyHandle>, CollArgs, Stream, ApiTag)>,
+    /// The open GroupApi event (NCCL's thread-local `ncclProfilerApiState`).
+    api: Option<(Arc<Profiler>, EventHandle, u64)>,
 }
 
 thread_local! {
@@ -35,42 +50,127 @@ pub fn group_start() {
 /// the first enqueue error (every communicator still gets its operations or
 /// its error).
 pub fn group_end() -> Result<(), Error> {
-    let ops = GROUP.with(|g| {
+    let (ops, outermost) = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
             return Err(Error::InvalidUsage("ncclGroupEnd without ncclGroupStart".into()));
         }
         g.depth -= 1;
         Ok(if g.depth == 0 {
-            std::mem::take(&mut g.ops)
+            (std::mem::take(&mut g.ops), true)
         } else {
-            Vec::new()
+            (Vec::new(), false)
         })
     })?;
     // Partition by communicator, keeping the order of first appearance.
-    let mut comms: Vec<(Arc<ProxyHandle>, Vec<CollArgs>, Vec<Stream>)> = Vec::new();
-    for (c, a, s) in ops {
-        let i = match comms.iter().position(|(x, _, _)| Arc::ptr_eq(x, &c)) {
+    type PerComm = (Arc<ProxyHandle>, Vec<CollArgs>, Vec<Stream>, Vec<ApiTag>);
+    let mut comms: Vec<PerComm> = Vec::new();
+    for (c, a, s, t) in ops {
+        let i = match comms.iter().position(|(x, ..)| Arc::ptr_eq(x, &c)) {
             Some(i) => i,
             None => {
-                comms.push((c, Vec::new(), Vec::new()));
+                comms.push((c, Vec::new(), Vec::new(), Vec::new()));
                 comms.len() - 1
             }
         };
         comms[i].1.push(a);
+        comms[i].3.push(t);
         if !comms[i].2.iter().any(|x| x.same(&s)) {
             comms[i].2.push(s);
         }
     }
+    if outermost {
+        api_group_end_start();
+    }
     let mut first_err = None;
-    for (c, colls, streams) in comms {
+    for (c, colls, streams, tags) in comms {
         let what = describe(&colls);
         let refs: Vec<&Stream> = streams.iter().collect();
-        if let Err(e) = c.submit(colls, &refs, what) {
+        if let Err(e) = c.submit(colls, tags, &refs, what) {
             first_err.get_or_insert(e);
         }
     }
+    if outermost {
+        api_group_stop();
+    }
     first_err.map_or(Ok(()), Err)
+}
+
+/// Emits the API-level events of one operation (NCCL's `collTaskAppend` /
+/// `p2pTaskAppend` with `ncclProfilerStartGroupApiEvent`,
+/// `ncclProfilerStartCollApiEvent` / `P2pApiEvent`): starts this thread's
+/// GroupApi event if none is open (sampling the activation mask, recording
+/// `GroupStartApiStop`), then starts and stops the CollApi/P2pApi event under
+/// it. Returns what the operation carries to the proxy thread.
+pub(crate) fn api_event(prof: &Arc<Profiler>, args: &CollArgs) -> ApiTag {
+    use crate::coll::CollKind;
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.api.is_none() {
+            let mask = profiler::mask();
+            let mut h = EventHandle::NULL;
+            if mask & wants::GROUP_API_ != 0 {
+                // 1 = the implicit group of a standalone call; ≥ 2 inside ncclGroupStart.
+                let depth = g.depth as i32 + 1;
+                h = prof.start(EventHandle::NULL, &Event::GroupApi { depth });
+                prof.record(h, state::GROUP_START_API_STOP, StateArgs::None);
+            }
+            g.api = Some((prof.clone(), h, mask));
+        }
+        let (_, group_api, mask) = g
+            .api
+            .as_ref()
+            .map_or((None, EventHandle::NULL, 0), |(p, h, m)| (Some(p), *h, *m));
+        let (ev, want) = match args.kind {
+            CollKind::Send { .. } | CollKind::Recv { .. } => (
+                Event::P2pApi {
+                    func: profiler::func_name(args.kind),
+                    count: args.count,
+                    dtype: profiler::dtype_name(args.dtype),
+                },
+                wants::P2P_API_,
+            ),
+            k => (
+                Event::CollApi {
+                    func: profiler::func_name(k),
+                    count: args.count,
+                    dtype: profiler::dtype_name(args.dtype),
+                    root: match k {
+                        CollKind::Broadcast { root } | CollKind::Reduce { root } => root as i32,
+                        _ => 0,
+                    },
+                },
+                wants::COLL_API_,
+            ),
+        };
+        if mask & want == 0 {
+            return ApiTag {
+                api: EventHandle::NULL,
+                mask,
+            };
+        }
+        let h = prof.start(group_api, &ev);
+        prof.stop(h);
+        ApiTag { api: h, mask }
+    })
+}
+
+/// `GroupEndApiStart` on the open GroupApi event (the outermost group end
+/// begins launching).
+pub(crate) fn api_group_end_start() {
+    GROUP.with(|g| {
+        if let Some((p, h, _)) = &g.borrow().api {
+            p.record(*h, state::GROUP_END_API_START, StateArgs::None);
+        }
+    })
+}
+
+/// Stops the open GroupApi event (after the work was handed to the proxy threads).
+pub(crate) fn api_group_stop() {
+    let open = GROUP.with(|g| g.borrow_mut().api.take());
+    if let Some((p, h, _)) = open {
+        p.stop(h);
+    }
 }
 
 /// Whether a group is open on this thread.
@@ -79,13 +179,13 @@ pub fn in_group() -> bool {
 }
 
 /// Adds an operation to the open group; returns it back when no group is open.
-pub(crate) fn try_add(comm: &Arc<ProxyHandle>, args: CollArgs, stream: &Stream) -> Option<CollArgs> {
+pub(crate) fn try_add(comm: &Arc<ProxyHandle>, args: CollArgs, stream: &Stream, tag: ApiTag) -> Option<CollArgs> {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
             return Some(args);
         }
-        g.ops.push((comm.clone(), args, stream.clone()));
+        g.ops.push((comm.clone(), args, stream.clone(), tag));
         None
     })
 }

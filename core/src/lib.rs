@@ -10,6 +10,7 @@ pub mod graph;
 pub mod group;
 pub mod log;
 pub mod plugin;
+pub mod profiler;
 pub mod proxy;
 pub mod stream;
 pub mod topo;

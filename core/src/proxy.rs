@@ -23,6 +23,8 @@ use crate::coll::schedule::{self, Lane, SchedParams, Task, TaskConns};
 use crate::coll::{CollArgs, CollKind};
 use crate::diag::{self, DIAG_TAG, NOTIFIED, Report};
 use crate::error::Error;
+use crate::group::ApiTag;
+use crate::profiler::{self, Event, EventHandle, Profiler, StateArgs, StepProf, state, wants};
 use crate::stream::{Completion, Stream};
 use crate::transport::setup::{self, ConnPlan, TransportSetup};
 use crate::transport::{ConnKey, ConnTable};
@@ -34,6 +36,8 @@ pub(crate) struct Work {
     pub colls: Vec<CollArgs>,
     /// The tuning decision of each collective (`None` for send/receive).
     pub plans: Vec<Option<Decision>>,
+    /// Each operation's profiler tag (its API event and mask sample).
+    pub tags: Vec<ApiTag>,
     pub done: Arc<Completion>,
     /// Work that must finish first (the streams' previous operations).
     pub deps: Vec<Arc<Completion>>,
@@ -124,6 +128,8 @@ pub(crate) struct ProxyHandle {
     pub tuning: Arc<Tuning>,
     /// State shared with the thread (abort flag, first error).
     pub shared: Arc<Shared>,
+    /// The communicator's profiler plugin, if one is loaded and initialised.
+    pub profiler: Option<Arc<Profiler>>,
     tx: Mutex<Option<Sender<Work>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Last work enqueued (finalize waits for it).
@@ -138,6 +144,7 @@ impl ProxyHandle {
     /// Errors: [`Error::Internal`] when the thread cannot be spawned.
     pub(crate) fn start(proxy: Proxy, nranks: usize, tuning: Arc<Tuning>) -> Result<ProxyHandle, Error> {
         let shared = proxy.shared.clone();
+        let profiler = proxy.profiler.clone();
         let rank = proxy.params.rank;
         let (tx, rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -148,6 +155,7 @@ impl ProxyHandle {
             nranks,
             tuning,
             shared,
+            profiler,
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
             last: Mutex::new(None),
@@ -161,7 +169,14 @@ impl ProxyHandle {
     /// Errors: the communicator's asynchronous error; [`Error::InvalidUsage`] after
     /// finalize/destroy; [`Error::Aborted`] when the thread has exited; the
     /// tuning errors of [`Tuning::decide`] (nothing is queued then).
-    pub(crate) fn submit(&self, colls: Vec<CollArgs>, streams: &[&Stream], what: String) -> Result<(), Error> {
+    /// `tags` carries each operation's profiler tag (may be empty: no events).
+    pub(crate) fn submit(
+        &self,
+        colls: Vec<CollArgs>,
+        tags: Vec<ApiTag>,
+        streams: &[&Stream],
+        what: String,
+    ) -> Result<(), Error> {
         if let Some(e) = self.shared.error() {
             return Err(e);
         }
@@ -191,6 +206,7 @@ impl ProxyHandle {
             .send(Work {
                 colls,
                 plans,
+                tags,
                 done: done.clone(),
                 deps,
                 what,
@@ -279,15 +295,46 @@ pub(crate) struct Proxy {
     pub bootstrap: Arc<Bootstrap>,
     /// Peers the unfinished steps of the last failed work waited on.
     pub waiting_on: Vec<usize>,
+    /// The communicator's profiler plugin, if any.
+    pub profiler: Option<Arc<Profiler>>,
+}
+
+/// The profiler events of a work item that outlive its start: its ProxyOp events.
+struct ProfWork {
+    prof: Arc<Profiler>,
+    proxy_ops: Vec<EventHandle>,
 }
 
 impl Proxy {
     /// Thread body: runs work until the queue closes or the comm is aborted.
     pub(crate) fn run(mut self, rx: Receiver<Work>) {
         crate::log::set_rank(Some(self.params.rank as i32));
+        // The ProxyCtrl event of the current idle period (NCCL's progress thread
+        // sleeping on its ops pool: `ProxyCtrlSleep`, then `ProxyCtrlWakeup`).
+        let mut sleeping: Option<EventHandle> = None;
         loop {
+            if sleeping.is_none()
+                && let Some(p) = &self.profiler
+                && profiler::mask() & profiler::bits::PROXY_CTRL != 0
+            {
+                let h = p.start(EventHandle::NULL, &Event::ProxyCtrl);
+                p.record(h, state::CTRL_SLEEP, StateArgs::None);
+                sleeping = Some(h);
+            }
             let work = match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(w) => w,
+                Ok(w) => {
+                    if let (Some(p), Some(h)) = (&self.profiler, sleeping.take()) {
+                        p.record(h, state::CTRL_WAKEUP, StateArgs::None);
+                        p.stop(h);
+                        // Appending the work item's operations (`ProxyCtrlAppend`, then
+                        // `ProxyCtrlAppendEnd` with how many were appended).
+                        let a = p.start(EventHandle::NULL, &Event::ProxyCtrl);
+                        p.record(a, state::CTRL_APPEND, StateArgs::None);
+                        p.record(a, state::CTRL_APPEND_END, StateArgs::Appended(w.colls.len() as i32));
+                        p.stop(a);
+                    }
+                    w
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     if self.shared.abort.load(Ordering::Relaxed) {
                         break;
@@ -320,6 +367,10 @@ impl Proxy {
             }
             work.done.complete(r);
             self.shared.release();
+        }
+        if let (Some(p), Some(h)) = (&self.profiler, sleeping.take()) {
+            p.record(h, state::CTRL_WAKEUP, StateArgs::None);
+            p.stop(h);
         }
         // Fail whatever is still queued.
         let reason = self
@@ -413,7 +464,15 @@ impl Proxy {
         } else {
             Vec::new()
         };
+        // One predictable branch when no profiler is loaded.
+        let prof = match &self.profiler {
+            None => None,
+            Some(p) => self.prof_begin(p.clone(), work, &descs, &tasks),
+        };
         let r = self.progress_tasks(&mut tasks, &descs, &mems, &work.what);
+        if let Some(pw) = prof {
+            self.prof_end(pw);
+        }
         for c in self.conns.sends_mut() {
             c.release_user();
         }
@@ -421,6 +480,156 @@ impl Proxy {
             c.release_user();
         }
         r
+    }
+
+    /// Emits the start of a work item's events, as NCCL's `hostStreamPlanTask`
+    /// and `ncclProxyOpToArgs` do: the Group event, each operation's Coll/P2p
+    /// event (under its CollApi/P2pApi event; the Group for v1–v4 plugins),
+    /// one ProxyOp event per (operation, channel, peer, direction) that goes
+    /// through a NET connection (recording `ProxyOpInProgress_v4`), with the
+    /// connection told to emit ProxyStep events for that many steps; then
+    /// stops Coll/P2p and Group (zero host duration, as in NCCL: their
+    /// completion is that of their children). `None` when the mask wants none.
+    fn prof_begin(&mut self, p: Arc<Profiler>, work: &Work, descs: &[OpDesc], tasks: &[Task]) -> Option<ProfWork> {
+        let all = work.tags.iter().fold(0u64, |a, t| a | t.mask);
+        if all & wants::GROUP_ == 0 {
+            return None;
+        }
+        let tag = |i: usize| work.tags.get(i).copied().unwrap_or_default();
+        let group = p.start(EventHandle::NULL, &Event::Group);
+        let mut ops_ev = Vec::with_capacity(work.colls.len());
+        for (i, a) in work.colls.iter().enumerate() {
+            let t = tag(i);
+            let plan = work.plans.get(i).copied().flatten();
+            let ev = match a.kind {
+                CollKind::Send { peer } | CollKind::Recv { peer } => {
+                    if t.mask & wants::P2P_ == 0 {
+                        ops_ev.push(EventHandle::NULL);
+                        continue;
+                    }
+                    Event::P2p {
+                        func: profiler::func_name(a.kind),
+                        buff: if matches!(a.kind, CollKind::Send { .. }) {
+                            a.send as *mut _
+                        } else {
+                            a.recv.cast()
+                        },
+                        dtype: profiler::dtype_name(a.dtype),
+                        count: a.count,
+                        peer: peer as i32,
+                        nchannels: 1,
+                        parent_group: group,
+                    }
+                }
+                k => {
+                    if t.mask & wants::COLL_ == 0 {
+                        ops_ev.push(EventHandle::NULL);
+                        continue;
+                    }
+                    // NCCL's task counts AllGather and Broadcast in bytes of ncclInt8.
+                    let bytes = matches!(k, CollKind::AllGather | CollKind::Broadcast { .. });
+                    Event::Coll {
+                        seq: descs.get(i).map_or(0, |d| d.seq),
+                        func: profiler::func_name(k),
+                        send: a.send.cast(),
+                        recv: a.recv.cast(),
+                        count: if bytes { a.count * a.dtype.size() } else { a.count },
+                        root: match k {
+                            CollKind::Broadcast { root } | CollKind::Reduce { root } => root as i32,
+                            _ => 0,
+                        },
+                        dtype: if bytes {
+                            c"ncclInt8"
+                        } else {
+                            profiler::dtype_name(a.dtype)
+                        },
+                        nchannels: plan.map_or(1, |d| d.nchannels.min(255) as u8),
+                        nwarps: 0,
+                        algo: plan.map_or(c"RING", |d| profiler::algo_name(d.algo)),
+                        proto: plan.map_or(c"SIMPLE", |d| profiler::proto_name(d.proto)),
+                        parent_group: group,
+                    }
+                }
+            };
+            ops_ev.push(p.start(t.api, &ev));
+        }
+        // Steps per (operation, direction, connection), in operation order.
+        let mut counts: BTreeMap<(u32, bool, ConnKey), (usize, usize)> = BTreeMap::new();
+        for t in tasks {
+            for op in t.ops() {
+                for peer in op.send_to.iter() {
+                    let e = counts.entry((op.desc, true, t.lane.key(peer))).or_default();
+                    e.0 += 1;
+                    e.1 = e.1.max(op.bytes);
+                }
+                for peer in op.recv_from.iter() {
+                    let e = counts.entry((op.desc, false, t.lane.key(peer))).or_default();
+                    e.0 += 1;
+                    e.1 = e.1.max(op.bytes);
+                }
+            }
+        }
+        let mut proxy_ops = Vec::new();
+        for ((desc, is_send, key), (nsteps, bytes)) in counts {
+            let t = tag(desc as usize);
+            if t.mask & wants::PROXY_OP_ == 0 {
+                continue;
+            }
+            let capable = if is_send {
+                self.conns.send(&key).is_some_and(|c| c.prof_capable())
+            } else {
+                self.conns.recv(&key).is_some_and(|c| c.prof_capable())
+            };
+            if !capable {
+                continue;
+            }
+            let parent = ops_ev.get(desc as usize).copied().unwrap_or_default();
+            let h = p.start(
+                parent,
+                &Event::ProxyOp {
+                    channel: key.channel.min(255) as u8,
+                    peer: key.peer as i32,
+                    nsteps: nsteps as i32,
+                    chunk: bytes.min(i32::MAX as usize) as i32,
+                    is_send,
+                },
+            );
+            p.record(h, state::OP_IN_PROGRESS, StateArgs::None);
+            if t.mask & wants::PROXY_STEP_ != 0 {
+                let sp = StepProf {
+                    prof: p.clone(),
+                    op: h,
+                    mask: t.mask,
+                };
+                if is_send {
+                    if let Some(c) = self.conns.send(&key) {
+                        c.prof_attach(sp, nsteps);
+                    }
+                } else if let Some(c) = self.conns.recv(&key) {
+                    c.prof_attach(sp, nsteps);
+                }
+            }
+            proxy_ops.push(h);
+        }
+        for h in ops_ev {
+            p.stop(h);
+        }
+        p.stop(group);
+        Some(ProfWork { prof: p, proxy_ops })
+    }
+
+    /// Stops a work item's ProxyOp events (all its steps are done, or the work
+    /// failed and its connections are closing) and forgets steps never begun.
+    fn prof_end(&mut self, pw: ProfWork) {
+        for c in self.conns.sends_mut() {
+            c.prof_detach();
+        }
+        for c in self.conns.recvs_mut() {
+            c.prof_detach();
+        }
+        for h in pw.proxy_ops {
+            pw.prof.stop(h);
+        }
     }
 
     /// Registers the user buffers of `colls` of at least `min` bytes with the

@@ -193,13 +193,24 @@ macro_rules! export_tuner_plugin {
     };
 }
 
-/// Exports `ncclProfiler_v6` from one [`sdk::Profiler`](crate::sdk::Profiler)
-/// implementation (once per cdylib, module level):
-/// `ferroccl_plugin_api::export_profiler_plugin!(MyProfiler);`
+/// Exports `ncclProfiler_v6` … `ncclProfiler_v1` from one
+/// [`sdk::Profiler`](crate::sdk::Profiler) implementation (once per cdylib,
+/// module level): `ferroccl_plugin_api::export_profiler_plugin!(MyProfiler);`.
+/// Older hosts load the newest symbol they know; its descriptors are converted
+/// to the v6 layout the trait sees (v1 enum codes become NCCL's strings; fields
+/// a version lacks are 0/NULL; v1–v3 `init` passes commId 0 and -1 for the
+/// counts and rank).
 #[macro_export]
 macro_rules! export_profiler_plugin {
     ($ty:ty) => {
-        $crate::__export_symbols!(profiler, $ty; ncclProfiler_v6: ncclProfiler_v6_t = profiler_v6);
+        $crate::__export_symbols!(profiler, $ty;
+            ncclProfiler_v6: ncclProfiler_v6_t = profiler_v6,
+            ncclProfiler_v5: ncclProfiler_v5_t = profiler_v5,
+            ncclProfiler_v4: ncclProfiler_v4_t = profiler_v4,
+            ncclProfiler_v3: ncclProfiler_v3_t = profiler_v3,
+            ncclProfiler_v2: ncclProfiler_v2_t = profiler_v2,
+            ncclProfiler_v1: ncclProfiler_v1_t = profiler_v1,
+        );
     };
 }
 

@@ -8,11 +8,11 @@ use std::time::Duration;
 use ferroccl_kernels::{DataType, RedOp, Scalar};
 
 use super::check::{self, TestOp};
-use crate::stream::Stream;
-use crate::{group_end, group_start};
 use crate::bootstrap::{BootstrapConfig, get_unique_id};
 use crate::comm::{Comm, CommConfig, PreloadedNet};
+use crate::stream::Stream;
 use crate::transport::mem::MemNet;
+use crate::{group_end, group_start};
 
 fn config(net: &Arc<MemNet>, buffsize: usize, nchannels: usize) -> CommConfig {
     CommConfig {

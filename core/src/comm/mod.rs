@@ -405,7 +405,29 @@ impl Comm {
             comm_hash(id),
             (!tparams.shm_disable).then_some(shm_proto),
         )?);
-        // 9. Proxy thread.
+        // 9. Profiler plugin (NCCL loads it in initTransportsRank; `init` per
+        // communicator; a failing init only disables profiling).
+        let profiler = {
+            let opts = config.net.clone().unwrap_or_else(crate::plugin::LoadOptions::from_env);
+            if config.preloaded_net.is_some() && opts.profiler_plugin.is_none() {
+                None
+            } else {
+                let nnodes = peers
+                    .iter()
+                    .map(|p| p.host_hash)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len();
+                let facts = crate::profiler::CommFacts {
+                    comm_id: comm_hash(id),
+                    comm_name: None,
+                    nnodes: nnodes as i32,
+                    nranks: nranks as i32,
+                    rank: rank as i32,
+                };
+                crate::profiler::load(&opts, external_net.as_deref(), &facts)
+            }
+        };
+        // 10. Proxy thread.
         let proxy = Proxy {
             transports: transports.clone(),
             params: SchedParams {
@@ -427,6 +449,7 @@ impl Comm {
             p2p_recv_seq: Default::default(),
             bootstrap: bootstrap.clone(),
             waiting_on: Vec::new(),
+            profiler,
         };
         let proxy = Arc::new(ProxyHandle::start(proxy, nranks, tuning)?);
         guard.disarm();

@@ -168,22 +168,6 @@ fn c_string(p: *const c_char) -> Option<String> {
     Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-/// The profiler callback handed to v10+ `init`: ferroccl has no profiler plugin
-/// bridge yet, so events are accepted and dropped (`*eHandle = NULL`).
-unsafe extern "C" fn profiler_callback_noop(
-    e_handle: *mut *mut c_void,
-    _type: c_int,
-    _p_handle: *mut c_void,
-    _plugin_id: i64,
-    _ext_data: *mut c_void,
-) -> ncclResult_t {
-    if !e_handle.is_null() {
-        // SAFETY: a non-NULL `eHandle` points to a `void*` the plugin owns.
-        unsafe { *e_handle = null_mut() };
-    }
-    ncclResult_t::ncclSuccess
-}
-
 /// Converts a `usize` argument to the `int` an older version takes, or `InvalidArgument`.
 fn to_int(v: usize, what: &str, limit: usize) -> NetResult<c_int> {
     if v > limit {
@@ -364,7 +348,7 @@ impl NetPlugin for NetAdapter {
 
     fn init_ctx(&self, comm_id: u64, config: &CommConfig) -> NetResult<RawCtx> {
         let logger = Some(logger::nccl_logger());
-        let prof: abi::ncclProfilerCallback_t = Some(profiler_callback_noop);
+        let prof: abi::ncclProfilerCallback_t = Some(crate::profiler::net_callback);
         // From here on plugin code runs: never dlclose this library again.
         self.lib.pin();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -667,10 +651,25 @@ impl NetPlugin for NetAdapter {
         tag: i32,
         mr: Option<RawMr>,
     ) -> NetResult<Option<RawRequest>> {
+        self.isend_ph(comm, data, size, tag, mr, null_mut())
+    }
+
+    // `phandle` is handed to the plugin as an opaque token; the host never
+    // dereferences it here (the profiler callback does, see `profiler::net_callback`).
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
+    fn isend_ph(
+        &self,
+        comm: RawComm,
+        data: *mut u8,
+        size: usize,
+        tag: i32,
+        mr: Option<RawMr>,
+        phandle: *mut c_void,
+    ) -> NetResult<Option<RawRequest>> {
         let mut req: *mut c_void = null_mut();
         let p = data.cast::<c_void>();
         let mh = mr_ptr(mr);
-        // SAFETY: per-version isend signatures; `req` outlives the call; phandle NULL is allowed.
+        // SAFETY: per-version isend signatures; `req` outlives the call; `phandle` is NULL or a live PHandle.
         let r = unsafe {
             match self.t()? {
                 Table::V6(t) => {
@@ -683,9 +682,9 @@ impl NetPlugin for NetAdapter {
                     slot!(self, t, isend)(comm.0, p, to_int(size, "isend size", MAX_NET_SIZE)?, tag, mh, &mut req)
                 }
                 Table::V9(t) => slot!(self, t, isend)(comm.0, p, size, tag, mh, &mut req),
-                Table::V10(t) => slot!(self, t, isend)(comm.0, p, size, tag, mh, null_mut(), &mut req),
-                Table::V11(t) => slot!(self, t, isend)(comm.0, p, size, tag, mh, null_mut(), &mut req),
-                Table::V12(t) => slot!(self, t, isend)(comm.0, p, size, tag, mh, null_mut(), &mut req),
+                Table::V10(t) => slot!(self, t, isend)(comm.0, p, size, tag, mh, phandle, &mut req),
+                Table::V11(t) => slot!(self, t, isend)(comm.0, p, size, tag, mh, phandle, &mut req),
+                Table::V12(t) => slot!(self, t, isend)(comm.0, p, size, tag, mh, phandle, &mut req),
             }
         };
         self.check("isend", r)?;
@@ -693,13 +692,25 @@ impl NetPlugin for NetAdapter {
     }
 
     fn irecv(&self, comm: RawComm, slots: &[RecvSlot], optional_completion: bool) -> NetResult<Option<RawRequest>> {
+        self.irecv_ph(comm, slots, optional_completion, &[])
+    }
+
+    fn irecv_ph(
+        &self,
+        comm: RawComm,
+        slots: &[RecvSlot],
+        optional_completion: bool,
+        phandles: &[*mut c_void],
+    ) -> NetResult<Option<RawRequest>> {
         let n = c_int::try_from(slots.len()).ok().filter(|&n| n >= 1).ok_or_else(|| {
             NetError::InvalidArgument(format!("irecv of {} buffers (expected 1 ..= maxRecvs)", slots.len()))
         })?;
         let mut data: Vec<*mut c_void> = slots.iter().map(|s| s.data.cast()).collect();
         let mut tags: Vec<c_int> = slots.iter().map(|s| s.tag).collect();
         let mut mhs: Vec<*mut c_void> = slots.iter().map(|s| mr_ptr(s.mr)).collect();
-        let mut phs: Vec<*mut c_void> = vec![null_mut(); slots.len()];
+        let mut phs: Vec<*mut c_void> = (0..slots.len())
+            .map(|i| phandles.get(i).copied().unwrap_or(null_mut()))
+            .collect();
         let mut sizes: Vec<usize> = slots.iter().map(|s| s.size).collect();
         let t = self.t()?;
         let v9plus = self.info.version >= 9;

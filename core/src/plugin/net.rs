@@ -124,6 +124,33 @@ pub trait NetPlugin: Send + Sync {
     /// `irecv` of `slots.len()` buffers. `optional_completion` stores
     /// `NCCL_NET_OPTIONAL_RECV_COMPLETION` in `*request` first (v9+ only; cleared for older).
     fn irecv(&self, comm: RawComm, slots: &[RecvSlot], optional_completion: bool) -> NetResult<Option<RawRequest>>;
+    /// [`NetPlugin::isend`] passing `phandle` (v10+; ignored by older versions):
+    /// the host's profiler record of the step, which the plugin hands back to the
+    /// profiler callback ([`crate::profiler::net_callback`]). Default: `isend`.
+    fn isend_ph(
+        &self,
+        comm: RawComm,
+        data: *mut u8,
+        size: usize,
+        tag: i32,
+        mr: Option<RawMr>,
+        phandle: *mut c_void,
+    ) -> NetResult<Option<RawRequest>> {
+        let _ = phandle;
+        self.isend(comm, data, size, tag, mr)
+    }
+    /// [`NetPlugin::irecv`] passing one `phandle` per buffer (v10+; `phandles`
+    /// shorter than `slots` pads with NULL). Default: `irecv`.
+    fn irecv_ph(
+        &self,
+        comm: RawComm,
+        slots: &[RecvSlot],
+        optional_completion: bool,
+        phandles: &[*mut c_void],
+    ) -> NetResult<Option<RawRequest>> {
+        let _ = phandles;
+        self.irecv(comm, slots, optional_completion)
+    }
     /// `iflush`; `Ok(None)` when the plugin has nothing to flush.
     fn iflush(&self, comm: RawComm, slots: &[RecvSlot]) -> NetResult<Option<RawRequest>>;
     /// `test`: `Ok(true)` when done, with the sizes written to `sizes[..n]`

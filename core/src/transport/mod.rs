@@ -254,6 +254,20 @@ pub(crate) trait SendConnector: Send {
     fn release_user(&mut self);
     /// Closes the connection (idempotent).
     fn close(&mut self);
+    /// Profiles the next `nsteps` steps pushed to this connector under the
+    /// ProxyOp event of `op` (NET connectors emit ProxyStep events, NCCL's
+    /// `sendProxyProgress`); `false` (the default) when this transport has no
+    /// network proxy and emits nothing.
+    fn prof_attach(&mut self, op: crate::profiler::StepProf, nsteps: usize) -> bool {
+        let _ = (op, nsteps);
+        false
+    }
+    /// Whether [`Self::prof_attach`] would profile steps (a NET connector).
+    fn prof_capable(&self) -> bool {
+        false
+    }
+    /// Drops the profiling of steps not yet pushed (end of the work item).
+    fn prof_detach(&mut self) {}
 }
 
 /// The receiving side of one connection.
@@ -279,6 +293,20 @@ pub(crate) trait RecvConnector: Send {
     fn release_user(&mut self);
     /// Closes the connection (idempotent).
     fn close(&mut self);
+    /// Profiles the next `nsteps` steps expected from this connector under the
+    /// ProxyOp event of `op` (NET connectors emit ProxyStep events, NCCL's
+    /// `recvProxyProgress`); `false` (the default) when this transport has no
+    /// network proxy and emits nothing.
+    fn prof_attach(&mut self, op: crate::profiler::StepProf, nsteps: usize) -> bool {
+        let _ = (op, nsteps);
+        false
+    }
+    /// Whether [`Self::prof_attach`] would profile steps (a NET connector).
+    fn prof_capable(&self) -> bool {
+        false
+    }
+    /// Drops the profiling of steps not yet posted (end of the work item).
+    fn prof_detach(&mut self) {}
 }
 
 /// Every connector of a communicator, keyed by [`ConnKey`] and direction.

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use crate::error::Error;
 use crate::plugin::net::{NetError, NetHandle, NetPlugin, PtrType, RawComm, RawCtx, RawMr, RawRequest, RecvSlot};
+use crate::profiler::{StepProf, StepTracker, state};
 
 use super::fifo::{AlignedBuf, SlotStack, Steps};
 use super::{
@@ -135,6 +136,8 @@ pub(crate) struct SendConn {
     free: SlotStack,
     /// User buffers registered for the current operation.
     user: UserRegs,
+    /// ProxyStep events of the steps in flight (empty without a profiler).
+    prof: StepTracker,
     /// Peer rank (for messages).
     pub(crate) peer: usize,
 }
@@ -166,8 +169,22 @@ impl SendConn {
             slots: [SendSlot::Empty; NCCL_STEPS],
             free: SlotStack::full(),
             user: UserRegs::default(),
+            prof: StepTracker::default(),
             peer,
         })
+    }
+}
+
+impl SendConn {
+    /// A step was filled by the executor: begins its ProxyStep (NCCL starts it
+    /// when the slot is posted to the GPU and records `SendGPUWait`, then
+    /// `SendPeerWait` once the data is in; here the host executor fills the
+    /// slot before handing it over, so the GPU wait is empty).
+    #[inline]
+    fn prof_filled(&mut self, i: usize, size: usize) {
+        self.prof.begin(i);
+        self.prof.record(i, state::SEND_GPU_WAIT, size);
+        self.prof.record(i, state::SEND_PEER_WAIT, size);
     }
 }
 
@@ -223,6 +240,7 @@ impl SendConnector for SendConn {
         let i = Steps::index(self.steps.head);
         self.slots[i] = SendSlot::Filled(SendSrc::User(ptr as usize, mr), size);
         self.steps.head += 1;
+        self.prof_filled(i, size);
     }
 
     /// Bytes one step (slot) holds.
@@ -248,6 +266,7 @@ impl SendConnector for SendConn {
         let i = Steps::index(self.steps.head);
         self.slots[i] = SendSlot::Filled(SendSrc::Slot(slot), size);
         self.steps.head += 1;
+        self.prof_filled(i, size);
     }
 
     /// Whether every pushed step has completed.
@@ -275,8 +294,10 @@ impl SendConnector for SendConn {
                         SendSrc::Slot(slot) => (self.buf.slot(slot, self.step_size), self.mr),
                         SendSrc::User(ptr, mr) => (ptr as *mut u8, Some(mr)),
                     };
-                    match self.net.isend(comm, data, size, self.tag, mr) {
+                    let ph = self.prof.phandle(i);
+                    match self.net.isend_ph(comm, data, size, self.tag, mr, ph) {
                         Ok(Some(req)) => {
+                            self.prof.record(i, state::SEND_WAIT, size);
                             self.slots[i] = SendSlot::InFlight(src, size, req);
                             moved = true;
                         }
@@ -296,6 +317,7 @@ impl SendConnector for SendConn {
             };
             match self.net.test(req, &mut []) {
                 Ok(true) => {
+                    self.prof.end(i);
                     self.slots[i] = SendSlot::Empty;
                     if let SendSrc::Slot(slot) = src {
                         self.free.give(slot);
@@ -310,9 +332,23 @@ impl SendConnector for SendConn {
         Ok(moved)
     }
 
+    fn prof_attach(&mut self, op: StepProf, nsteps: usize) -> bool {
+        self.prof.attach(op, nsteps);
+        true
+    }
+
+    fn prof_capable(&self) -> bool {
+        true
+    }
+
+    fn prof_detach(&mut self) {
+        self.prof.detach();
+    }
+
     /// Deregisters and closes the sendComm (requests in flight are abandoned,
     /// as NCCL does on abort).
     fn close(&mut self) {
+        self.prof.abandon();
         self.user.release(&*self.net, self.comm);
         if let Some(comm) = self.comm.take() {
             if let Some(mr) = self.mr.take() {
@@ -378,6 +414,8 @@ pub(crate) struct RecvConn {
     free: SlotStack,
     /// User buffers registered for the current operation.
     user: UserRegs,
+    /// ProxyStep events of the steps in flight (empty without a profiler).
+    prof: StepTracker,
     /// Peer rank (for messages).
     pub(crate) peer: usize,
 }
@@ -411,6 +449,7 @@ impl RecvConn {
             slots: [RecvState::Empty; NCCL_STEPS],
             free: SlotStack::full(),
             user: UserRegs::default(),
+            prof: StepTracker::default(),
             peer,
         })
     }
@@ -469,6 +508,9 @@ impl RecvConnector for RecvConn {
             return;
         };
         self.slots[i] = RecvState::Empty;
+        // The consumer is done with the step: NCCL stops the ProxyStep when the
+        // GPU's head passes it.
+        self.prof.end(i);
         if let RecvDst::Slot(slot) = dst {
             self.free.give(slot);
         }
@@ -503,6 +545,9 @@ impl RecvConnector for RecvConn {
                             )));
                         }
                         self.slots[i] = RecvState::Ready(dst, sizes[0]);
+                        // No GDR flush on the host: the flush wait is empty.
+                        self.prof.record(i, state::RECV_FLUSH_WAIT, sizes[0]);
+                        self.prof.record(i, state::RECV_GPU_WAIT, sizes[0]);
                         moved = true;
                     }
                     Ok(false) => break,
@@ -531,8 +576,13 @@ impl RecvConnector for RecvConn {
                 tag: self.tag,
                 mr,
             };
-            match self.net.irecv(comm, &[slot], false) {
+            // The ProxyStep starts before the receive is posted (once, even if
+            // the plugin asks to retry).
+            self.prof.begin(i);
+            let ph = self.prof.phandle(i);
+            match self.net.irecv_ph(comm, &[slot], false, &[ph]) {
                 Ok(Some(req)) => {
+                    self.prof.record(i, state::RECV_WAIT, size);
                     if let RecvDst::Slot(_) = dst {
                         self.free.take();
                     }
@@ -548,8 +598,22 @@ impl RecvConnector for RecvConn {
         Ok(moved)
     }
 
+    fn prof_attach(&mut self, op: StepProf, nsteps: usize) -> bool {
+        self.prof.attach(op, nsteps);
+        true
+    }
+
+    fn prof_capable(&self) -> bool {
+        true
+    }
+
+    fn prof_detach(&mut self) {
+        self.prof.detach();
+    }
+
     /// Deregisters and closes the recvComm.
     fn close(&mut self) {
+        self.prof.abandon();
         self.user.release(&*self.net, self.comm);
         if let Some(comm) = self.comm.take() {
             if let Some(mr) = self.mr.take() {

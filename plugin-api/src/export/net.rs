@@ -792,12 +792,13 @@ type Vpp = *mut *mut c_void;
 type DevH = *mut *mut abi::ncclNetDeviceHandle_v7_t;
 
 shim!(fn init_v6<P>(logger: abi::ncclDebugLogger_t) => "init", init_shared_impl::<P>(logger));
-shim!(fn init_v10<P>(logger: abi::ncclDebugLogger_t, _prof: abi::ncclProfilerCallback_t) => "init",
-    init_shared_impl::<P>(logger));
+shim!(fn init_v10<P>(logger: abi::ncclDebugLogger_t, prof: abi::ncclProfilerCallback_t) => "init",
+    { crate::sdk::net_profiler::set_callback(prof); init_shared_impl::<P>(logger) });
 shim!(fn init_v11<P>(ctx: Vpp, comm_id: u64, config: *mut abi::ncclNetCommConfig_v12_t,
-    logger: abi::ncclDebugLogger_t, _prof: abi::ncclProfilerCallback_t) => "init",
+    logger: abi::ncclDebugLogger_t, prof: abi::ncclProfilerCallback_t) => "init",
+    { crate::sdk::net_profiler::set_callback(prof);
     // SAFETY: C API contract.
-    unsafe { init_ctx_impl::<P>(ctx, comm_id, config, logger) });
+    unsafe { init_ctx_impl::<P>(ctx, comm_id, config, logger) } });
 shim!(fn finalize<P>(ctx: Vp) => "finalize",
     // SAFETY: C API contract.
     unsafe { finalize_impl::<P>(ctx) });
@@ -872,10 +873,11 @@ shim!(fn isend_v6<P>(comm: Vp, data: Vp, size: c_int, tag: c_int, mhandle: Vp, r
 shim!(fn isend_v9<P>(comm: Vp, data: Vp, size: usize, tag: c_int, mhandle: Vp, request: Vpp) => "isend",
     // SAFETY: C API contract.
     unsafe { isend_impl::<P>(comm, data, size, tag, mhandle, request) });
-shim!(fn isend_v10<P>(comm: Vp, data: Vp, size: usize, tag: c_int, mhandle: Vp, _phandle: Vp, request: Vpp)
+shim!(fn isend_v10<P>(comm: Vp, data: Vp, size: usize, tag: c_int, mhandle: Vp, phandle: Vp, request: Vpp)
     => "isend",
-    // SAFETY: C API contract.
-    unsafe { isend_impl::<P>(comm, data, size, tag, mhandle, request) });
+    crate::sdk::net_profiler::with_step_handles(&[phandle], ||
+        // SAFETY: C API contract.
+        unsafe { isend_impl::<P>(comm, data, size, tag, mhandle, request) }));
 shim!(fn irecv_v6<P>(comm: Vp, n: c_int, data: Vpp, sizes: *mut c_int, tags: *mut c_int, mhandles: Vpp,
     request: Vpp) => "irecv",
     // SAFETY: C API contract (`sizes` has `n` entries).
@@ -885,9 +887,16 @@ shim!(fn irecv_v9<P>(comm: Vp, n: c_int, data: Vpp, sizes: *mut usize, tags: *mu
     // SAFETY: C API contract (`sizes` has `n` entries).
     unsafe { irecv_impl::<P>(false, comm, n, data, |i| Ok(*sizes.add(i)), tags, mhandles, request) });
 shim!(fn irecv_v10<P>(comm: Vp, n: c_int, data: Vpp, sizes: *mut usize, tags: *mut c_int, mhandles: Vpp,
-    _phandles: Vpp, request: Vpp) => "irecv",
-    // SAFETY: C API contract (`sizes` has `n` entries).
-    unsafe { irecv_impl::<P>(false, comm, n, data, |i| Ok(*sizes.add(i)), tags, mhandles, request) });
+phandles: Vpp, request: Vpp) => "irecv",
+{
+    let ph: &[*mut c_void] = if phandles.is_null() || n <= 0 { &[] } else {
+        // SAFETY: `phandles` is non-NULL and has `n` entries (C API contract).
+        unsafe { std::slice::from_raw_parts(phandles, n as usize) }
+    };
+    crate::sdk::net_profiler::with_step_handles(ph, ||
+        // SAFETY: C API contract (`sizes` has `n` entries).
+        unsafe { irecv_impl::<P>(false, comm, n, data, |i| Ok(*sizes.add(i)), tags, mhandles, request) })
+});
 shim!(fn iflush<P>(comm: Vp, n: c_int, data: Vpp, sizes: *mut c_int, mhandles: Vpp, request: Vpp) => "iflush",
     // SAFETY: C API contract (`sizes` has `n` entries).
     unsafe { irecv_impl::<P>(true, comm, n, data, |i| int_size(*sizes.add(i), "iflush"), null_mut(), mhandles, request) });

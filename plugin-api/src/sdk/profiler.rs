@@ -1,4 +1,5 @@
-//! The safe SDK trait for profiler plugins (`ncclProfiler_v6`, reference §3.2).
+//! The safe SDK trait for profiler plugins (`ncclProfiler_v6` … `_v1`, all
+//! seen through the v6 descriptor; reference §3.2).
 
 use std::ffi::CStr;
 
@@ -37,8 +38,36 @@ pub trait Profiler: Sized + Send + Sync + 'static {
     /// An error makes NCCL unload the profiler and continue without it.
     fn init(info: ProfilerInit<'_>, activation_mask: &mut i32) -> NetResult<Self>;
 
+    /// How many stopped events the SDK keeps a copy of (made by
+    /// [`Profiler::retain`]) so that later children still find them as their
+    /// parent: NCCL parents a Coll to its CollApi event and a ProxyOp to its
+    /// Coll event after those were stopped. The oldest copy is dropped first.
+    /// 0 (the default): nothing kept.
+    const RETAIN_STOPPED: usize = 0;
+
     /// Starts an event; `Ok(None)` = not tracked (`*eHandle = NULL`).
     fn start_event(&self, descr: &abi::ncclProfilerEventDescr_v6_t) -> NetResult<Option<Self::Event>>;
+
+    /// [`Profiler::start_event`] with the parent event resolved: `parent` is the
+    /// event `descr.parentObj` names when it is live or one of the last
+    /// [`Profiler::RETAIN_STOPPED`] stopped ones, `None` otherwise (NULL, not
+    /// tracked, or forgotten). Default: `start_event`.
+    fn start_child(
+        &self,
+        descr: &abi::ncclProfilerEventDescr_v6_t,
+        parent: Option<&Self::Event>,
+    ) -> NetResult<Option<Self::Event>> {
+        let _ = parent;
+        self.start_event(descr)
+    }
+
+    /// The copy of a stopping event to keep for its later children (see
+    /// [`Profiler::RETAIN_STOPPED`]); called just before [`Profiler::stop_event`].
+    /// Default: none.
+    fn retain(&self, event: &Self::Event) -> Option<Self::Event> {
+        let _ = event;
+        None
+    }
 
     /// Records a state transition of a started event (`args` may be absent).
     fn record_event_state(

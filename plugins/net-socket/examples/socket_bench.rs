@@ -35,7 +35,7 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use ferroccl_plugin_api::sdk::{Buf, CommConfig, Handle, Net, RecvBuf, TestStatus};
-use nccl_net_socket::{RecvComm, Request, SendComm, SocketNet};
+use nccl_net_socket::{ProfRequest as Request, RecvComm, SendComm, SocketNet};
 
 const KIB: usize = 1 << 10;
 const MIB: usize = 1 << 20;

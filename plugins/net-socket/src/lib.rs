@@ -23,6 +23,8 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::Mutex;
 
+use ferroccl_plugin_api::abi;
+use ferroccl_plugin_api::sdk::net_profiler::{NetEvent, step_handle};
 use ferroccl_plugin_api::sdk::{
     Buf, CommConfig, CommMut, Handle, MAX_RECVS, Net, NetError, NetResult, Properties, PtrType, RecvBuf, TestStatus,
 };
@@ -114,7 +116,7 @@ impl Net for SocketNet {
     type SendComm = SendComm;
     type RecvComm = RecvComm;
     type Mr = SocketMr;
-    type Request = Request;
+    type Request = ProfRequest;
 
     fn new() -> NetResult<Self> {
         Ok(SocketNet::with_config(Config::from_env().clone()))
@@ -202,17 +204,64 @@ impl Net for SocketNet {
         }
     }
 
-    fn isend(&self, comm: &mut SendComm, buf: Buf, tag: i32, _mr: Option<&SocketMr>) -> NetResult<Option<Request>> {
-        comm.isend(buf, tag)
+    fn isend(&self, comm: &mut SendComm, buf: Buf, tag: i32, _mr: Option<&SocketMr>) -> NetResult<Option<ProfRequest>> {
+        Ok(comm.isend(buf, tag)?.map(|r| ProfRequest::new(r, SOCKET_SEND, buf.len)))
     }
 
-    fn irecv(&self, comm: &mut RecvComm, bufs: &[RecvBuf<'_, SocketMr>]) -> NetResult<Option<Request>> {
+    fn irecv(&self, comm: &mut RecvComm, bufs: &[RecvBuf<'_, SocketMr>]) -> NetResult<Option<ProfRequest>> {
         let v: Vec<(Buf, i32)> = bufs.iter().map(|b| (b.buf, b.tag)).collect();
-        comm.irecv(&v)
+        let len = bufs.iter().map(|b| b.buf.len).sum();
+        Ok(comm.irecv(&v)?.map(|r| ProfRequest::new(r, SOCKET_RECV, len)))
     }
 
-    fn test(&self, req: &mut Request) -> NetResult<TestStatus> {
-        req.test()
+    fn test(&self, req: &mut ProfRequest) -> NetResult<TestStatus> {
+        let st = req.req.test();
+        if !matches!(st, Ok(TestStatus::Pending))
+            && let Some((ev, _)) = req.prof.take()
+        {
+            ev.stop();
+        }
+        st
+    }
+}
+
+/// `NCCL_SOCKET_SEND` / `NCCL_SOCKET_RECV` (`sock.op` of `ncclProfilerNetSockDescr_v1_t`).
+const SOCKET_SEND: i32 = 0;
+const SOCKET_RECV: i32 = 1;
+
+/// A request with its profiler event: one `ncclProfileSocket` event
+/// (`NCCL_PROFILER_NET_TYPE_SOCK | 1`, descriptor `ncclProfilerNetSockDescr_v1_t`)
+/// per `isend`/`irecv`, under the host's ProxyStep, from posting to the `test`
+/// that completes it (NCCL's socket transport emits one per socket task; here
+/// one per request, `sock.fd` = -1, `sock.length` = the posted bytes). Nothing
+/// when the host profiles nothing.
+pub struct ProfRequest {
+    req: Request,
+    prof: Option<(NetEvent, Box<abi::ncclProfilerNetSockDescr_v1_t>)>,
+}
+
+impl ProfRequest {
+    fn new(req: Request, op: i32, length: usize) -> ProfRequest {
+        let prof = step_handle(0).map(|h| {
+            let mut d = Box::new(abi::ncclProfilerNetSockDescr_v1_t::zeroed());
+            d.r#type = abi::ncclProfileSocket;
+            d.u.sock.fd = -1;
+            d.u.sock.op = op;
+            d.u.sock.length = length;
+            let id = (abi::NCCL_PROFILER_NET_TYPE_SOCK | 1) as i64;
+            // SAFETY: the boxed descriptor lives in this request until the event stops.
+            let ev = unsafe { h.start(id, (&mut *d as *mut abi::ncclProfilerNetSockDescr_v1_t).cast()) };
+            (ev, d)
+        });
+        ProfRequest { req, prof }
+    }
+}
+
+impl Drop for ProfRequest {
+    fn drop(&mut self) {
+        if let Some((ev, _)) = self.prof.take() {
+            ev.stop();
+        }
     }
 }
 

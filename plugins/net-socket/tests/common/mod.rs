@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use ferroccl_plugin_api::sdk::{Buf, CommConfig, Handle, Net, NetResult, RecvBuf, TestStatus};
-use nccl_net_socket::{Config, RecvComm, Request, SendComm, SocketNet};
+use nccl_net_socket::{Config, ProfRequest as Request, RecvComm, SendComm, SocketNet};
 
 /// Every wait in the tests is bounded by this (generous: the machine is shared).
 pub const BOUND: Duration = Duration::from_secs(60);
