@@ -290,3 +290,79 @@ fn plot_draws_an_nccl_tests_file_and_a_ferroccl_file() {
     assert!(err.contains("bad.json") && err.contains("no \"results\" list"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--trace DIR`: every process of `--ranks 2` writes one Chrome trace through
+/// the in-tree trace profiler, holding that rank's AllReduce with its proxy steps
+/// inside it. Over the network (`NCCL_SHM_DISABLE=1`): shared memory has no
+/// proxy, hence no ProxyOp/ProxyStep events, as in NCCL.
+#[test]
+fn trace_writes_one_timeline_per_process() {
+    let dir = scratch("trace");
+    let d = dir.to_str().unwrap();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ferroccl-perf"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NCCL_") || k.starts_with("FERROCCL_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("NCCL_NET_PLUGIN", "socket").env("NCCL_SHM_DISABLE", "1");
+    c.args([
+        "--ranks",
+        "2",
+        "-b",
+        "1K",
+        "-e",
+        "1K",
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "--trace",
+        d,
+        "all_reduce",
+    ]);
+    ok(&c.output().expect("run ferroccl-perf"));
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(files.len(), 2, "one trace per process: {files:?}");
+    let mut ranks = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let events = v["traceEvents"].as_array().expect("traceEvents");
+        let complete: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+        let colls: Vec<_> = complete
+            .iter()
+            .filter(|e| e["name"] == "AllReduce" && e["cat"] == "coll")
+            .collect();
+        assert!(!colls.is_empty(), "{}: no AllReduce event", f.display());
+        let span = |e: &serde_json::Value| {
+            let ts = e["ts"].as_f64().unwrap();
+            (ts, ts + e["dur"].as_f64().unwrap())
+        };
+        // Every step interval lies inside some collective of its rank (the tool
+        // runs its own collectives too, e.g. to gather the ranks' device lines).
+        let all_colls: Vec<_> = complete.iter().filter(|e| e["cat"] == "coll").collect();
+        let steps: Vec<_> = complete.iter().filter(|e| e["cat"] == "proxyStep").collect();
+        assert!(!steps.is_empty(), "{}: no proxy step events", f.display());
+        for s in &steps {
+            let (a, b) = span(s);
+            assert!(a <= b, "{s}");
+            assert!(
+                all_colls.iter().any(|c| {
+                    let (ca, cb) = span(c);
+                    c["pid"] == s["pid"] && ca <= a && b <= cb
+                }),
+                "{}: step outside every collective: {s}",
+                f.display()
+            );
+        }
+        ranks.push(colls[0]["pid"].as_u64().unwrap());
+    }
+    ranks.sort();
+    assert_eq!(ranks, [0, 1]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -899,6 +899,21 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Some(dir) = &plan.trace {
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            eprintln!("ferroccl-perf: --trace {}: {e}", dir.display());
+            return ExitCode::from(2);
+        }
+        let file = dir.join("ferroccl-trace-%h-%p.json");
+        // SAFETY: no other thread runs yet (before any rank, thread or child
+        // starts); children of --ranks inherit the variables.
+        unsafe {
+            if std::env::var_os("NCCL_PROFILER_PLUGIN").is_none() {
+                std::env::set_var("NCCL_PROFILER_PLUGIN", "trace");
+            }
+            std::env::set_var("NCCL_PROFILER_TRACE_FILE", &file);
+        }
+    }
     // A process of `--ranks N`.
     if let (Ok(r), Ok(n), Ok(id)) = (
         std::env::var(ENV_RANK),

@@ -130,6 +130,12 @@ pub struct Args {
     /// (ours or nccl-tests' JSON) and exit: `--plot OUT.svg A.json [B.json …]`.
     #[arg(long = "plot", num_args = 2.., value_names = ["SVG", "JSON"])]
     pub plot: Vec<PathBuf>,
+    /// Record a timeline of every rank with the in-tree trace profiler
+    /// (`libnccl-profiler-trace.so`): one Chrome/Perfetto trace JSON per process
+    /// in DIR (sets `NCCL_PROFILER_PLUGIN=trace` unless already set, and
+    /// `NCCL_PROFILER_TRACE_FILE=DIR/ferroccl-trace-%h-%p.json`).
+    #[arg(long = "trace", value_name = "DIR")]
+    pub trace: Option<PathBuf>,
 }
 
 /// How the time of one size is combined over ranks (nccl-tests `-a`).
@@ -252,6 +258,8 @@ pub struct Plan {
     pub invoked_as: Option<String>,
     /// `--plot SVG JSON…`: draw these result files instead of running.
     pub plot: Option<(PathBuf, Vec<PathBuf>)>,
+    /// `--trace DIR`: where the trace profiler writes its files.
+    pub trace: Option<PathBuf>,
 }
 
 /// A command line that cannot run: the message, and whether it is a usage error
@@ -493,6 +501,7 @@ impl Plan {
                 .plot
                 .split_first()
                 .map(|(svg, inputs)| (svg.clone(), inputs.to_vec())),
+            trace: args.trace.clone(),
         })
     }
 
