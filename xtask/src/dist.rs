@@ -83,13 +83,15 @@ impl DistReport {
             let _ = writeln!(s, "  bin/{{{}}} -> {target}", names.join(","));
         }
         for (p, f) in &self.plugins {
-            let _ = writeln!(
-                s,
-                "  {}  ({}, NCCL_NET_PLUGIN={})",
-                rel(&self.out, f),
-                p.package,
-                p.short_name()
-            );
+            // The variable that selects the plugin follows its NCCL file prefix.
+            let var = if p.nccl_file.starts_with("libnccl-profiler-") {
+                "NCCL_PROFILER_PLUGIN"
+            } else if p.nccl_file.starts_with("libnccl-tuner-") {
+                "NCCL_TUNER_PLUGIN"
+            } else {
+                "NCCL_NET_PLUGIN"
+            };
+            let _ = writeln!(s, "  {}  ({}, {var}={})", rel(&self.out, f), p.package, p.short_name());
         }
         for (p, why) in &self.skipped {
             let why = why.trim().replace('\n', "\n      ");

@@ -451,6 +451,42 @@ macro_rules! each {
     };
 }
 
+/// The v2/v3 collective descriptor (the same fields under two ABI types) of a
+/// `Event::Coll`; any other event gives a zeroed descriptor.
+macro_rules! coll_descr_v2 {
+    ($ty:ty, $ev:expr) => {{
+        let mut c = <$ty>::zeroed();
+        if let Event::Coll {
+            seq,
+            func,
+            send,
+            recv,
+            count,
+            root,
+            dtype,
+            nchannels,
+            nwarps,
+            algo,
+            proto,
+            ..
+        } = *$ev
+        {
+            c.seqNumber = seq;
+            c.func = func.as_ptr();
+            c.sendBuff = send;
+            c.recvBuff = recv;
+            c.count = count;
+            c.root = root;
+            c.datatype = dtype.as_ptr();
+            c.nMaxChannels = nchannels;
+            c.nWarps = nwarps;
+            c.algo = algo.as_ptr();
+            c.proto = proto.as_ptr();
+        }
+        c
+    }};
+}
+
 impl Profiler {
     /// Initialises the loaded profiler `p` for one communicator (`init` with the
     /// version's arguments and the address of [`EVENT_MASK`]), and logs NCCL's
@@ -806,34 +842,7 @@ impl Profiler {
         d.parentObj = parent;
         d.rank = rank;
         match *ev {
-            Event::Coll {
-                seq,
-                func,
-                send,
-                recv,
-                count,
-                root,
-                dtype,
-                nchannels,
-                nwarps,
-                algo,
-                proto,
-                ..
-            } => {
-                let mut c = abi::ncclProfilerCollDescr_v3_t::zeroed();
-                c.seqNumber = seq;
-                c.func = func.as_ptr();
-                c.sendBuff = send;
-                c.recvBuff = recv;
-                c.count = count;
-                c.root = root;
-                c.datatype = dtype.as_ptr();
-                c.nMaxChannels = nchannels;
-                c.nWarps = nwarps;
-                c.algo = algo.as_ptr();
-                c.proto = proto.as_ptr();
-                d.u.coll = c;
-            }
+            Event::Coll { .. } => d.u.coll = coll_descr_v2!(abi::ncclProfilerCollDescr_v3_t, ev),
             Event::P2p {
                 func,
                 buff,
@@ -859,34 +868,7 @@ impl Profiler {
         d.parentObj = parent;
         d.rank = rank;
         match *ev {
-            Event::Coll {
-                seq,
-                func,
-                send,
-                recv,
-                count,
-                root,
-                dtype,
-                nchannels,
-                nwarps,
-                algo,
-                proto,
-                ..
-            } => {
-                let mut c = abi::ncclProfilerCollDescr_v2_t::zeroed();
-                c.seqNumber = seq;
-                c.func = func.as_ptr();
-                c.sendBuff = send;
-                c.recvBuff = recv;
-                c.count = count;
-                c.root = root;
-                c.datatype = dtype.as_ptr();
-                c.nMaxChannels = nchannels;
-                c.nWarps = nwarps;
-                c.algo = algo.as_ptr();
-                c.proto = proto.as_ptr();
-                d.u.coll = c;
-            }
+            Event::Coll { .. } => d.u.coll = coll_descr_v2!(abi::ncclProfilerCollDescr_v2_t, ev),
             Event::P2p {
                 func,
                 buff,
