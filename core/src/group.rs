@@ -15,17 +15,7 @@ use crate::profiler::{self, Event, EventHandle, Profiler, StateArgs, state, want
 use crate::proxy::ProxyHandle;
 use crate::stream::Stream;
 
-/// What an operation carries from its API call to the proxy thread for the
-/// profiler: its CollApi/P2pApi event (the parent of its Coll/P2p event) and
-/// the activation mask sampled when its group's GroupApi event started
-/// (0: nothing to emit).
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ApiTag {
-    /// The CollApi / P2pApi event.
-    pub api: EventHandle,
-    /// The mask sampled at the GroupApi start.
-    pub mask: u64,
-}
+pub(crate) use crate::profiler::ApiTag;
 
 #[derive(Default)]
 struct GroupState {
@@ -124,7 +114,7 @@ pub(crate) fn api_event(prof: &Arc<Profiler>, args: &CollArgs) -> ApiTag {
         let (ev, want) = match args.kind {
             CollKind::Send { .. } | CollKind::Recv { .. } => (
                 Event::P2pApi {
-                    func: profiler::func_name(args.kind),
+                    func: args.kind.nccl_name(),
                     count: args.count,
                     dtype: profiler::dtype_name(args.dtype),
                 },
@@ -132,7 +122,7 @@ pub(crate) fn api_event(prof: &Arc<Profiler>, args: &CollArgs) -> ApiTag {
             ),
             k => (
                 Event::CollApi {
-                    func: profiler::func_name(k),
+                    func: k.nccl_name(),
                     count: args.count,
                     dtype: profiler::dtype_name(args.dtype),
                     root: match k {

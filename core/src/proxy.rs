@@ -23,7 +23,7 @@ use crate::coll::schedule::{self, Lane, SchedParams, Task, TaskConns};
 use crate::coll::{CollArgs, CollKind};
 use crate::diag::{self, DIAG_TAG, NOTIFIED, Report};
 use crate::error::Error;
-use crate::group::ApiTag;
+use crate::profiler::ApiTag;
 use crate::profiler::{self, Event, EventHandle, Profiler, StateArgs, StepProf, state, wants};
 use crate::stream::{Completion, Stream};
 use crate::transport::setup::{self, ConnPlan, TransportSetup};
@@ -508,7 +508,7 @@ impl Proxy {
                         continue;
                     }
                     Event::P2p {
-                        func: profiler::func_name(a.kind),
+                        func: a.kind.nccl_name(),
                         buff: if matches!(a.kind, CollKind::Send { .. }) {
                             a.send as *mut _
                         } else {
@@ -530,7 +530,7 @@ impl Proxy {
                     let bytes = matches!(k, CollKind::AllGather | CollKind::Broadcast { .. });
                     Event::Coll {
                         seq: descs.get(i).map_or(0, |d| d.seq),
-                        func: profiler::func_name(k),
+                        func: k.nccl_name(),
                         send: a.send.cast(),
                         recv: a.recv.cast(),
                         count: if bytes { a.count * a.dtype.size() } else { a.count },

@@ -104,3 +104,20 @@ unsafe impl Send for CollArgs {}
 
 #[cfg(test)]
 mod tests;
+
+impl CollKind {
+    /// NCCL's `ncclFuncToString` spelling of an operation (`Send`/`Recv` included).
+    pub fn nccl_name(self) -> &'static std::ffi::CStr {
+        use CollKind::*;
+        match self {
+            AllReduce => c"AllReduce",
+            AllGather => c"AllGather",
+            ReduceScatter => c"ReduceScatter",
+            Broadcast { .. } => c"Broadcast",
+            Reduce { .. } => c"Reduce",
+            Send { .. } => c"Send",
+            Recv { .. } => c"Recv",
+        }
+    }
+}
+

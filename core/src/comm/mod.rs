@@ -300,7 +300,9 @@ impl Comm {
         params::init_logging(rank);
         let tparams = TransportParams::from_config()?;
         let shm_proto = crate::tune::enable::shm_protocol(&params.tune.enable, proto::SHM_DEFAULT_PROTOCOL)?;
-        // 2. Net plugin (before the bootstrap, as NCCL does).
+        // 2. Net plugin (before the bootstrap, as NCCL does); its v10+ profiler
+        // events go to the profiler layer.
+        crate::plugin::adapter::set_net_profiler_callback(crate::profiler::net_callback);
         let loaded = params::load_net(&config);
         // 3. Bootstrap.
         let mut bcfg = params.bootstrap.clone();

@@ -341,6 +341,40 @@ macro_rules! slot {
     };
 }
 
+/// The signature of NCCL's `ncclProfilerCallback` (`src/plugin/profiler.cc`).
+pub type NetProfilerCallback =
+    unsafe extern "C" fn(*mut *mut c_void, c_int, *mut c_void, i64, *mut c_void) -> ncclResult_t;
+
+/// The profiler layer's net-plugin callback, installed once by the layer above
+/// (`comm` installs `profiler::net_callback` before loading a net plugin) so the
+/// plugin host never imports the profiler.
+static NET_PROFILER_HOOK: std::sync::OnceLock<NetProfilerCallback> = std::sync::OnceLock::new();
+
+/// Installs the callback v10+ net plugins' profiler events go to (the first
+/// call wins; later calls are ignored).
+pub fn set_net_profiler_callback(f: NetProfilerCallback) {
+    let _ = NET_PROFILER_HOOK.set(f);
+}
+
+/// What v10+ net plugins get as `profFunction`: forwards to the installed
+/// callback; without one, every call succeeds and does nothing.
+///
+/// # Safety
+/// Called by plugins per the ABI (see the installed callback's contract).
+unsafe extern "C" fn net_profiler_trampoline(
+    e_handle: *mut *mut c_void,
+    ty: c_int,
+    p_handle: *mut c_void,
+    plugin_id: i64,
+    ext_data: *mut c_void,
+) -> ncclResult_t {
+    match NET_PROFILER_HOOK.get() {
+        // SAFETY: forwarded unchanged under the same ABI contract.
+        Some(f) => unsafe { f(e_handle, ty, p_handle, plugin_id, ext_data) },
+        None => ncclResult_t::ncclSuccess,
+    }
+}
+
 impl NetPlugin for NetAdapter {
     fn info(&self) -> &NetInfo {
         &self.info
@@ -348,7 +382,7 @@ impl NetPlugin for NetAdapter {
 
     fn init_ctx(&self, comm_id: u64, config: &CommConfig) -> NetResult<RawCtx> {
         let logger = Some(logger::nccl_logger());
-        let prof: abi::ncclProfilerCallback_t = Some(crate::profiler::net_callback);
+        let prof: abi::ncclProfilerCallback_t = Some(net_profiler_trampoline);
         // From here on plugin code runs: never dlclose this library again.
         self.lib.pin();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -126,7 +126,7 @@ pub trait NetPlugin: Send + Sync {
     fn irecv(&self, comm: RawComm, slots: &[RecvSlot], optional_completion: bool) -> NetResult<Option<RawRequest>>;
     /// [`NetPlugin::isend`] passing `phandle` (v10+; ignored by older versions):
     /// the host's profiler record of the step, which the plugin hands back to the
-    /// profiler callback ([`crate::profiler::net_callback`]). Default: `isend`.
+    /// profiler callback (installed with `adapter::set_net_profiler_callback`). Default: `isend`.
     fn isend_ph(
         &self,
         comm: RawComm,

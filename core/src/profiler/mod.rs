@@ -149,20 +149,6 @@ impl Default for EventHandle {
     }
 }
 
-/// NCCL's `ncclFuncToString` spelling of an operation (`Send`/`Recv` included).
-pub fn func_name(kind: crate::coll::CollKind) -> &'static CStr {
-    use crate::coll::CollKind::*;
-    match kind {
-        AllReduce => c"AllReduce",
-        AllGather => c"AllGather",
-        ReduceScatter => c"ReduceScatter",
-        Broadcast { .. } => c"Broadcast",
-        Reduce { .. } => c"Reduce",
-        Send { .. } => c"Send",
-        Recv { .. } => c"Recv",
-    }
-}
-
 /// `ncclFunc_t` of an operation (v1 descriptors).
 fn func_code(name: &CStr) -> u8 {
     match name.to_bytes() {
@@ -1110,6 +1096,18 @@ impl Default for PHandle {
     }
 }
 
+/// What an operation carries from its API call to the proxy thread for the
+/// profiler: its CollApi/P2pApi event (the parent of its Coll/P2p event) and
+/// the activation mask sampled when its group's GroupApi event started
+/// (0: nothing to emit).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ApiTag {
+    /// The CollApi / P2pApi event.
+    pub api: EventHandle,
+    /// The mask sampled at the GroupApi start.
+    pub mask: u64,
+}
+
 /// `ncclProfilerCallback` (`src/plugin/profiler.cc`), handed to v10+ net
 /// plugins' `init`: Start (0) creates a NetPlugin event under the ProxyStep
 /// `pHandle` names when the op's mask has NetPlugin (else `*eHandle` is left
@@ -1196,7 +1194,7 @@ struct TrackerInner {
     ops: std::collections::VecDeque<(StepProf, usize, i32)>,
     /// Keeps the profiler alive while handles in `ph` point to it.
     prof: Arc<Profiler>,
-    ph: [PHandle; crate::transport::NCCL_STEPS],
+    ph: [PHandle; crate::config::NCCL_STEPS],
 }
 
 impl StepTracker {

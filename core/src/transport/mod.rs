@@ -39,7 +39,7 @@ use crate::config::Config;
 use crate::error::Error;
 
 /// `NCCL_STEPS`: FIFO slots per connection (most steps in flight on one connector).
-pub const NCCL_STEPS: usize = 8;
+pub use crate::config::NCCL_STEPS;
 
 /// Connection index of the collective algorithms' connections (ring and tree).
 pub(crate) const CONN_COLL: usize = 0;
