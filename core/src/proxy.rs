@@ -545,8 +545,8 @@ impl Proxy {
                         },
                         nchannels: plan.map_or(1, |d| d.nchannels.min(255) as u8),
                         nwarps: 0,
-                        algo: plan.map_or(c"RING", |d| profiler::algo_name(d.algo)),
-                        proto: plan.map_or(c"SIMPLE", |d| profiler::proto_name(d.proto)),
+                        algo: plan.map_or(c"RING", |d| d.algo.upper_name()),
+                        proto: plan.map_or(c"SIMPLE", |d| d.proto.upper_name()),
                         parent_group: group,
                     }
                 }

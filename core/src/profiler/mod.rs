@@ -187,30 +187,6 @@ fn dtype_code(name: &CStr) -> u8 {
         .map_or(1, |d| *d as u8)
 }
 
-/// NCCL's `ncclAlgoToString` spelling (differs from the `NCCL_ALGO` keywords).
-pub fn algo_name(a: crate::tune::Algorithm) -> &'static CStr {
-    use crate::tune::Algorithm::*;
-    match a {
-        Tree => c"TREE",
-        Ring => c"RING",
-        CollNetDirect => c"COLLNET_DIRECT",
-        CollNetChain => c"COLLNET_CHAIN",
-        Nvls => c"NVLS",
-        NvlsTree => c"NVLS_TREE",
-        Pat => c"PAT",
-    }
-}
-
-/// NCCL's `ncclProtoToString` spelling.
-pub fn proto_name(p: crate::tune::Protocol) -> &'static CStr {
-    use crate::tune::Protocol::*;
-    match p {
-        Ll => c"LL",
-        Ll128 => c"LL128",
-        Simple => c"SIMPLE",
-    }
-}
-
 fn code_of(table: &[&CStr], name: &CStr) -> u8 {
     table.iter().position(|n| *n == name).map_or(0xff, |i| i as u8)
 }

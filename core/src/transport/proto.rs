@@ -35,6 +35,15 @@ impl Protocol {
         }
     }
 
+    /// NCCL's `ncclProtoToString` spelling, as profilers get it (`"SIMPLE"`).
+    pub fn upper_name(self) -> &'static std::ffi::CStr {
+        match self {
+            Protocol::Ll => c"LL",
+            Protocol::Ll128 => c"LL128",
+            Protocol::Simple => c"SIMPLE",
+        }
+    }
+
     /// The cost-table index (the `NCCL_PROTO_*` value).
     pub fn index(self) -> usize {
         self as usize

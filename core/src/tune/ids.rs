@@ -103,6 +103,20 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// NCCL's `ncclAlgoToString` spelling, as profilers get it (differs from
+    /// the `NCCL_ALGO` keywords of [`Algorithm::name`]).
+    pub fn upper_name(self) -> &'static std::ffi::CStr {
+        match self {
+            Algorithm::Tree => c"TREE",
+            Algorithm::Ring => c"RING",
+            Algorithm::CollNetDirect => c"COLLNET_DIRECT",
+            Algorithm::CollNetChain => c"COLLNET_CHAIN",
+            Algorithm::Nvls => c"NVLS",
+            Algorithm::NvlsTree => c"NVLS_TREE",
+            Algorithm::Pat => c"PAT",
+        }
+    }
+
     /// Every algorithm, in index order.
     pub const ALL: [Algorithm; NUM_ALGOS] = [
         Algorithm::Tree,
