@@ -96,8 +96,8 @@ impl TestOp {
 
     /// The tuned collective function (`None` for the send/receive patterns,
     /// which the tuning does not cover).
-    pub fn func(&self) -> Option<crate::tune::Func> {
-        use crate::tune::Func;
+    pub fn func(&self) -> Option<crate::coll::ids::Func> {
+        use crate::coll::ids::Func;
         match self {
             TestOp::AllReduce => Some(Func::AllReduce),
             TestOp::AllGather => Some(Func::AllGather),

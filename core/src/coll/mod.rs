@@ -9,6 +9,9 @@
 //! `directRecvReduceCopySend`, …) moves data in slices of one FIFO step.
 
 pub mod check;
+/// NCCL's function, algorithm and protocol ids, and the decision a plan obeys.
+pub mod ids;
+pub use ids::Decision;
 pub(crate) mod desc;
 pub(crate) mod exec;
 pub(crate) mod mem;
@@ -120,4 +123,3 @@ impl CollKind {
         }
     }
 }
-

@@ -11,11 +11,11 @@
 use ferroccl_kernels::{DataType, DevRedOp};
 
 use super::desc::{OP_HDR_BYTES, OpDesc};
+use super::ids::{Algorithm, Decision};
 use super::{CollArgs, CollKind};
 use crate::error::Error;
 use crate::graph::{Channel, MAX_TREE_ARITY};
 use crate::transport::{CONN_COLL, CONN_P2P, ConnKey};
-use crate::tune::{Algorithm, Decision};
 
 /// What one slice step does (NCCL's primitives, `src/device/prims_simple.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 //! (`ncclFuncStr`, `ncclAlgoStr`, `ncclProtoStr` in `src/collectives.cc`;
 //! values from `src/include/plugin/nccl_tuner.h`, reference `nccl-plugin-abi.md` §4.5).
 
-use crate::coll::{Algo, CollKind};
+use super::{Algo, CollKind};
 
 /// `NCCL_NUM_FUNCTIONS`: the functions that go through the tuning model.
 pub const NUM_FUNCS: usize = 5;
@@ -188,6 +188,63 @@ pub const ALGO_NAMES: [&str; NUM_ALGOS] = [
 ];
 /// NCCL's protocol names, in index order (`ncclProtoStr`).
 pub const PROTO_NAMES: [&str; NUM_PROTOS] = ["LL", "LL128", "Simple"];
+
+/// What one collective runs with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    /// The function.
+    pub func: Func,
+    /// Bytes the model was asked about (`ncclFuncMaxSendRecvCount × typeSize`;
+    /// the aggregate's total when several operations were decided together).
+    pub nbytes: usize,
+    /// Operations decided together (NCCL's aggregation of a group's similar
+    /// collectives) and `numPipeOps`.
+    pub num_pipe_ops: usize,
+    /// The algorithm.
+    pub algo: Algorithm,
+    /// The protocol.
+    pub proto: Protocol,
+    /// Channels to spread the operation over (1 ..= the communicator's channels).
+    pub nchannels: usize,
+    /// Chunk size in bytes (the unit of pipelining per channel and loop).
+    pub chunk_bytes: usize,
+    /// Host-only AllReduce variant: every rank's input is all-gathered around the
+    /// ring and reduced locally in rank order (n-1 hops of the whole buffer
+    /// instead of 2(n-1) hops of 1/n of it). Chosen for Ring/Simple AllReduce
+    /// when the model prices it below reduce-scatter + all-gather (see
+    /// [`crate::tune::Tuning::allgather_reduce_time`]) and the buffer is at most
+    /// `FERROCCL_SMALL_ALLREDUCE_BYTES` (its scratch is nranks × the buffer).
+    pub allgather_reduce: bool,
+    /// The model's (or the tuner's) cost of the chosen entry, µs.
+    pub time_us: f32,
+    /// Whether a tuner plugin changed the table or the channel count.
+    pub by_tuner: bool,
+}
+
+impl Decision {
+    /// One-line description: `AllReduce 1048576 B: Ring/Simple channels 2 chunk 1048448 (model 412.3 us)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {} B: {}/{}{} channels {} chunk {}{}",
+            self.func.name(),
+            self.nbytes,
+            self.algo.name(),
+            self.proto.name(),
+            if self.allgather_reduce {
+                " (allgather+reduce)"
+            } else {
+                ""
+            },
+            self.nchannels,
+            self.chunk_bytes,
+            if self.by_tuner {
+                " (tuner)".to_string()
+            } else {
+                format!(" (model {:.1} us)", self.time_us)
+            }
+        )
+    }
+}
 
 #[cfg(test)]
 mod tests {
