@@ -143,6 +143,8 @@ struct LocalFacts {
     ndev: usize,
     /// This rank's topology record.
     record: crate::topo::TopoRecord,
+    /// Device 0's speed (Mbit/s) and latency (µs), for the tuning.
+    dev0: (i32, f32),
 }
 
 /// Opens the plugin context, counts its devices, reads their properties and
@@ -179,7 +181,13 @@ fn local_facts(
         for line in log {
             crate::nccl_info!(GRAPH, "{line}");
         }
-        Ok(LocalFacts { ctx, ndev, record })
+        let dev0 = (props[0].speed, props[0].latency);
+        Ok(LocalFacts {
+            ctx,
+            ndev,
+            record,
+            dev0,
+        })
     })();
     facts.map_err(|e| {
         let _ = net.finalize_ctx(ctx);
@@ -197,9 +205,9 @@ fn local_facts(
 fn init_tuning(
     config: &CommConfig,
     params: &CommParams,
-    (bootstrap, peers, rank): (&Bootstrap, &[PeerInfo], usize),
+    (peers, rank): (&[PeerInfo], usize),
     nchannels: usize,
-    (net, external_net): (&Arc<dyn NetPlugin>, Option<&std::path::Path>),
+    external_net: Option<&std::path::Path>,
     comm_id: u64,
     shm_proto: Option<crate::tune::Protocol>,
 ) -> Result<crate::tune::Tuning> {
@@ -208,33 +216,11 @@ fn init_tuning(
         *per_host.entry(p.host_hash).or_default() += 1;
     }
     // Every rank must decide alike, so the facts that can differ between hosts
-    // (device speed and latency, cores) are agreed on: the slowest device, the
-    // largest latency, the fewest cores.
-    let props = net.properties(0).ok();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    let mine = [
-        props.as_ref().map_or(0, |p| p.speed).to_le_bytes(),
-        props.as_ref().map_or(0.0f32, |p| p.latency).to_le_bytes(),
-        cores.to_le_bytes(),
-    ]
-    .concat();
-    let all = bootstrap.allgather(&mine)?;
-    let field = |b: &[u8], i: usize| -> [u8; 4] {
-        b.get(i * 4..i * 4 + 4)
-            .and_then(|s| s.try_into().ok())
-            .unwrap_or([0; 4])
-    };
-    let speed = all.iter().map(|b| i32::from_le_bytes(field(b, 0))).min().unwrap_or(0);
-    let latency = all
-        .iter()
-        .map(|b| f32::from_le_bytes(field(b, 1)))
-        .fold(0.0f32, f32::max);
-    let cores = all
-        .iter()
-        .map(|b| u32::from_le_bytes(field(b, 2)))
-        .min()
-        .unwrap_or(1)
-        .max(1);
+    // (device speed and latency, cores; exchanged in the peer-info records) are
+    // agreed on: the slowest device, the largest latency, the fewest cores.
+    let speed = peers.iter().map(|p| p.net_speed_mbps).min().unwrap_or(0);
+    let latency = peers.iter().map(|p| p.net_latency_us).fold(0.0f32, f32::max);
+    let cores = peers.iter().map(|p| p.cores).min().unwrap_or(1).max(1);
     let facts = crate::tune::host::HostFacts {
         nranks: peers.len(),
         nnodes: per_host.len().max(1),
@@ -335,6 +321,7 @@ impl Comm {
         let mut mine = PeerInfo::local(rank, &identity, &params, tparams);
         if let Ok((_, _, f)) = &local {
             mine.topo = f.record.to_bytes();
+            (mine.net_speed_mbps, mine.net_latency_us) = f.dev0;
         }
         let peers = exchange_peer_info(&bootstrap, &mine)?;
         let agreement = agree(&peers, local.as_ref().err().map(String::as_str)).map_err(|d| {
@@ -401,9 +388,9 @@ impl Comm {
         let tuning = Arc::new(init_tuning(
             &config,
             &params,
-            (&bootstrap, &peers, rank),
+            (&peers, rank),
             nchannels,
-            (&net, external_net.as_deref()),
+            external_net.as_deref(),
             comm_hash(id),
             (!tparams.shm_disable).then_some(shm_proto),
         )?);

@@ -61,7 +61,7 @@ fn file_hash(path: &Path) -> String {
 }
 
 /// One rank's record (`ncclPeerInfo`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct PeerInfo {
     /// The rank that sent it.
     pub rank: usize,
@@ -85,6 +85,13 @@ pub(crate) struct PeerInfo {
     pub nchannels: Option<usize>,
     /// The rank's topology facts (opaque here; see `crate::graph`).
     pub topo: Vec<u8>,
+    /// Net device 0's speed (Mbit/s, `ncclNetProperties.speed`; 0 unknown),
+    /// for the tuning every rank must compute alike.
+    pub net_speed_mbps: i32,
+    /// Net device 0's latency (µs, `ncclNetProperties.latency`; 0 unknown).
+    pub net_latency_us: f32,
+    /// CPU cores this process may run on.
+    pub cores: u32,
 }
 
 impl PeerInfo {
@@ -106,6 +113,9 @@ impl PeerInfo {
             p2p_chunksize: p.p2p_chunksize,
             nchannels: p.nchannels,
             topo: Vec::new(),
+            net_speed_mbps: 0,
+            net_latency_us: 0.0,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
         }
     }
 
@@ -224,6 +234,9 @@ mod tests {
             p2p_chunksize: 128 << 10,
             nchannels: Some(2 + rank),
             topo: vec![1, 2, 3],
+            net_speed_mbps: 10_000,
+            net_latency_us: 0.5,
+            cores: 2,
         }
     }
 

@@ -689,7 +689,7 @@ impl NetPlugin for NetAdapter {
     }
 
     // `phandle` is handed to the plugin as an opaque token; the host never
-    // dereferences it here (the profiler callback does, see `profiler::net_callback`).
+    // dereferences it here (the installed profiler callback does).
     #[allow(clippy::not_unsafe_ptr_arg_deref)]
     fn isend_ph(
         &self,
