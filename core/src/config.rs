@@ -808,6 +808,20 @@ pub mod params {
         max: 1 << 24,
         description: "operations queued per communicator before enqueue blocks (ferroccl only)",
     };
+    /// `FERROCCL_PROXY_SPIN_US`: how long the proxy thread busy-polls (without
+    /// yielding the CPU) for a peer's next step, or for the next operation, before
+    /// it yields and later sleeps; -1 = automatic: 50 µs while this host's ranks
+    /// in the communicator do not outnumber its online CPUs, else 0 (the
+    /// shared-memory transport's latency is the peer's proxy's reaction time, and
+    /// a `sched_yield` hands the core to any other runnable task for a whole time
+    /// slice; Open MPI likewise polls without yielding unless oversubscribed).
+    pub static PROXY_SPIN_US: IntParam = IntParam {
+        name: "FERROCCL_PROXY_SPIN_US",
+        default: -1,
+        min: -1,
+        max: 1_000_000,
+        description: "microseconds the proxy busy-polls before yielding; -1: 50 unless local ranks outnumber CPUs, then 0 (ferroccl only)",
+    };
     /// `NCCL_HOSTID`: replaces the boot id in the host identity (`getHostHash`).
     pub static HOSTID: StrParam = s(
         "NCCL_HOSTID",
@@ -1281,6 +1295,7 @@ pub static PARAMS: &[Param] = &[
     Param::Str(&params::NET_MAX_VERSION),
     Param::Str(&params::PLUGIN_PATH),
     Param::Int(&params::MAX_QUEUED_OPS),
+    Param::Int(&params::PROXY_SPIN_US),
     Param::Str(&params::HOSTID),
     Param::Int(&params::SHM_DISABLE),
     Param::Int(&params::NET_DISABLE_INTRA),

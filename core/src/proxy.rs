@@ -10,7 +10,7 @@
 //! and closes all its connections, so peers blocked on this rank fail fast too.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -50,13 +50,24 @@ pub(crate) struct Work {
 pub(crate) struct Shared {
     pub abort: Arc<AtomicBool>,
     pub error: Mutex<Option<Error>>,
-    /// Work submitted and not yet finished.
-    queued: Mutex<usize>,
-    /// Signalled when queued work finishes.
+    /// Work submitted and not yet finished (taken and returned without a lock:
+    /// the enqueuing thread and the proxy touch it once per operation each).
+    queued: AtomicUsize,
+    /// Enqueuing threads blocked in [`Shared::acquire`]; `release` takes the
+    /// lock and signals only when this is non-zero.
+    blocked: AtomicUsize,
+    /// The lock `drained` waits with (holds nothing: it orders a blocked
+    /// thread's last look at `queued` before its sleep against `release`'s signal).
+    gate: Mutex<()>,
+    /// Signalled when queued work has drained to the low watermark.
     drained: Condvar,
     /// Most work items queued at once (`FERROCCL_MAX_QUEUED_OPS`); submitting
-    /// more blocks until one finishes (NCCL blocks the same way when its bounded
-    /// work FIFO is full).
+    /// more blocks until the queue has drained to half of it (NCCL blocks the
+    /// same way when its bounded work FIFO is full). Waking the blocked thread
+    /// at half rather than at every free slot keeps a thread that enqueues
+    /// faster than the proxy drains from being woken once per operation: on a
+    /// host where it shares a core with the proxy each wake-up is two context
+    /// switches in the proxy's way.
     max_queued: usize,
 }
 
@@ -67,7 +78,9 @@ impl Shared {
         Shared {
             abort,
             error: Mutex::new(None),
-            queued: Mutex::new(0),
+            queued: AtomicUsize::new(0),
+            blocked: AtomicUsize::new(0),
+            gate: Mutex::new(()),
             drained: Condvar::new(),
             max_queued: max_queued.max(1),
         }
@@ -77,34 +90,56 @@ impl Shared {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Takes a free queue slot without blocking; whether one was free.
+    fn try_take(&self) -> bool {
+        self.queued
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| {
+                (q < self.max_queued).then_some(q + 1)
+            })
+            .is_ok()
+    }
+
     /// Takes a queue slot, waiting while `max_queued` items are queued. Errors:
     /// the communicator's error, or [`Error::Aborted`], if either happens while waiting.
     fn acquire(&self) -> Result<(), Error> {
-        let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
-        while *q >= self.max_queued {
+        if self.try_take() {
+            return Ok(());
+        }
+        let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        self.blocked.fetch_add(1, Ordering::SeqCst);
+        let r = loop {
+            // `blocked` is raised before this look (both SeqCst): a `release`
+            // that this look misses sees `blocked` and signals under `gate`.
+            if self.try_take() {
+                break Ok(());
+            }
             if let Some(e) = self.error() {
-                return Err(e);
+                break Err(e);
             }
             if self.abort.load(Ordering::Relaxed) {
-                return Err(Error::Aborted(
+                break Err(Error::Aborted(
                     "communicator aborted while the caller waited for queue space".into(),
                 ));
             }
-            q = self
+            g = self
                 .drained
-                .wait_timeout(q, Duration::from_millis(100))
+                .wait_timeout(g, Duration::from_millis(100))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
-        }
-        *q += 1;
-        Ok(())
+        };
+        self.blocked.fetch_sub(1, Ordering::SeqCst);
+        r
     }
 
-    /// Returns a queue slot.
+    /// Returns a queue slot; wakes blocked enqueuers once the queue has drained
+    /// to half of `max_queued`.
     fn release(&self) {
-        let mut q = self.queued.lock().unwrap_or_else(|e| e.into_inner());
-        *q = q.saturating_sub(1);
-        if *q + 1 == self.max_queued {
+        let prev = self
+            .queued
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| Some(q.saturating_sub(1)))
+            .unwrap_or(0);
+        if prev.saturating_sub(1) <= self.max_queued / 2 && self.blocked.load(Ordering::SeqCst) > 0 {
+            let _g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
             self.drained.notify_all();
         }
     }
@@ -275,6 +310,9 @@ pub(crate) struct Proxy {
     pub shared: Arc<Shared>,
     /// No-progress watchdog bound.
     pub timeout: Duration,
+    /// How long an idle proxy busy-polls before yielding the CPU
+    /// (`FERROCCL_PROXY_SPIN_US`; zero when the host is oversubscribed).
+    pub spin: Duration,
     /// Plugin device of point-to-point connections to each peer.
     pub p2p_devs: Vec<usize>,
     /// Plugin device of tree connections per channel (`None`: the channel's default).
@@ -321,7 +359,7 @@ impl Proxy {
                 p.record(h, state::CTRL_SLEEP, StateArgs::None);
                 sleeping = Some(h);
             }
-            let work = match rx.recv_timeout(Duration::from_millis(100)) {
+            let work = match self.next_work(&rx) {
                 Ok(w) => {
                     if let (Some(p), Some(h)) = (&self.profiler, sleeping.take()) {
                         p.record(h, state::CTRL_WAKEUP, StateArgs::None);
@@ -382,6 +420,29 @@ impl Proxy {
             self.shared.release();
         }
         self.conns.close_all();
+    }
+
+    /// The next work item: busy-polls the queue for the spin window first (an
+    /// operation enqueued right after the last one is taken without a wake-up),
+    /// then blocks for at most 100 ms.
+    fn next_work(&self, rx: &Receiver<Work>) -> Result<Work, RecvTimeoutError> {
+        if !self.spin.is_zero() {
+            let t0 = Instant::now();
+            loop {
+                match rx.try_recv() {
+                    Ok(w) => return Ok(w),
+                    Err(mpsc::TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                    Err(mpsc::TryRecvError::Empty) => {}
+                }
+                if t0.elapsed() >= self.spin {
+                    break;
+                }
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+        rx.recv_timeout(Duration::from_millis(100))
     }
 
     /// Sends this rank's failure report to every other rank, collects theirs
@@ -809,6 +870,7 @@ impl Proxy {
         let rank = self.params.rank;
         let mut last_progress = Instant::now();
         let mut idle_turns = 0u32;
+        let mut yields = 0u32;
         loop {
             let mut moved = false;
             let mut done = true;
@@ -854,6 +916,7 @@ impl Proxy {
             if moved {
                 last_progress = Instant::now();
                 idle_turns = 0;
+                yields = 0;
                 continue;
             }
             self.check_abort()?;
@@ -873,7 +936,12 @@ impl Proxy {
                     stuck_report(tasks)
                 )));
             }
-            if idle_turns < 2000 {
+            // Busy-poll while the spin window lasts (the peer's proxy is likely
+            // on another core), then hand the core over: yield, later sleep.
+            if !self.spin.is_zero() && last_progress.elapsed() < self.spin {
+                std::hint::spin_loop();
+            } else if yields < 2000 {
+                yields += 1;
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(Duration::from_micros(50));

@@ -202,6 +202,21 @@ fn local_facts(
 /// connections (`None` under `NCCL_SHM_DISABLE=1`); with every rank on this
 /// host it is the one protocol the model may choose, else Simple.
 /// Errors: the tuner's `init` failing (communicator creation fails, as in NCCL).
+/// The proxy's busy-poll window (`FERROCCL_PROXY_SPIN_US`): the value given,
+/// or with -1 50 µs while this host's ranks of the communicator (one proxy
+/// thread each) do not outnumber the host's online CPUs, else none.
+fn proxy_spin(us: i64, peers: &[PeerInfo], rank: usize) -> std::time::Duration {
+    let us = if us >= 0 {
+        us as u64
+    } else {
+        let local = peers.iter().filter(|p| p.host_hash == peers[rank].host_hash).count();
+        // SAFETY: sysconf reads a system value and touches no memory of ours.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        if online > 0 && local <= online as usize { 50 } else { 0 }
+    };
+    std::time::Duration::from_micros(us)
+}
+
 fn init_tuning(
     config: &CommConfig,
     params: &CommParams,
@@ -430,6 +445,7 @@ impl Comm {
             conns,
             shared: Arc::new(Shared::new(abort, params.max_queued_ops)),
             timeout: params.timeout,
+            spin: proxy_spin(params.proxy_spin_us, &peers, rank),
             p2p_devs,
             tree_devs: topo.tree_net_dev.clone(),
             ndev,

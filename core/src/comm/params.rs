@@ -54,6 +54,8 @@ pub(crate) struct CommParams {
     pub user_send_min: Option<usize>,
     /// `FERROCCL_MAX_QUEUED_OPS`: enqueue blocks beyond this many queued work items.
     pub max_queued_ops: usize,
+    /// `FERROCCL_PROXY_SPIN_US` (-1 = automatic, see `proxy_spin`).
+    pub proxy_spin_us: i64,
     /// Tuning parameters (`NCCL_ALGO`, `NCCL_PROTO`, thread/channel thresholds, …).
     pub tune: crate::tune::TuneParams,
     pub bootstrap: BootstrapConfig,
@@ -133,6 +135,7 @@ impl CommParams {
             // hold (each queued item is a few hundred bytes), as NCCL's bounded work
             // FIFO does.
             max_queued_ops: params::MAX_QUEUED_OPS.get(cfg).map_err(cfg_err)? as usize,
+            proxy_spin_us: params::PROXY_SPIN_US.get(cfg).map_err(cfg_err)?,
             tune: crate::tune::TuneParams::from_config(cfg)?,
             bootstrap,
         })
