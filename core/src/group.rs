@@ -180,9 +180,6 @@ pub(crate) fn try_add(comm: &Arc<ProxyHandle>, args: CollArgs, stream: &Stream, 
     })
 }
 
-pub(crate) fn describe(colls: &[CollArgs]) -> String {
-    match colls {
-        [one] => format!("{} of {} x {}", one.kind.name(), one.count, one.dtype),
-        _ => format!("group of {} operations", colls.len()),
-    }
+pub(crate) fn describe(colls: &[CollArgs]) -> crate::coll::WorkWhat {
+    crate::coll::WorkWhat::of(colls)
 }

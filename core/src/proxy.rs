@@ -20,7 +20,7 @@ use crate::bootstrap::Bootstrap;
 use crate::coll::desc::OpDesc;
 use crate::coll::exec::{self, ExecCx};
 use crate::coll::schedule::{self, Lane, SchedParams, Task, TaskConns};
-use crate::coll::{CollArgs, CollKind};
+use crate::coll::{CollArgs, CollKind, WorkWhat};
 use crate::diag::{self, DIAG_TAG, NOTIFIED, Report};
 use crate::error::Error;
 use crate::profiler::ApiTag;
@@ -42,8 +42,14 @@ pub(crate) struct Work {
     /// Work that must finish first (the streams' previous operations).
     pub deps: Vec<Arc<Completion>>,
     /// Description for logs and errors.
-    pub what: String,
+    pub what: WorkWhat,
 }
+
+/// Work whose buffers are all at most this many bytes waits for queued work
+/// (at most the proxy's spin window) so that it can run on the enqueuing thread
+/// (`ProxyHandle::submit`); larger work, where the hand-off is small beside the
+/// transfer, queues at once and keeps the caller free.
+const INLINE_WAIT_MAX_BYTES: usize = 64 << 10;
 
 /// State shared between the communicator handle and its proxy thread.
 #[derive(Debug)]
@@ -56,6 +62,9 @@ pub(crate) struct Shared {
     /// Enqueuing threads blocked in [`Shared::acquire`]; `release` takes the
     /// lock and signals only when this is non-zero.
     blocked: AtomicUsize,
+    /// Enqueuing threads asleep in [`Shared::wait_empty`] (signalled when the
+    /// queue empties).
+    idle_waiters: AtomicUsize,
     /// The lock `drained` waits with (holds nothing: it orders a blocked
     /// thread's last look at `queued` before its sleep against `release`'s signal).
     gate: Mutex<()>,
@@ -80,6 +89,7 @@ impl Shared {
             error: Mutex::new(None),
             queued: AtomicUsize::new(0),
             blocked: AtomicUsize::new(0),
+            idle_waiters: AtomicUsize::new(0),
             gate: Mutex::new(()),
             drained: Condvar::new(),
             max_queued: max_queued.max(1),
@@ -131,14 +141,43 @@ impl Shared {
         r
     }
 
+    /// Waits, asleep, until no work is queued or `until` passes; whether the
+    /// queue is empty.
+    fn wait_empty(&self, until: Instant) -> bool {
+        if self.queued.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
+        let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        self.idle_waiters.fetch_add(1, Ordering::SeqCst);
+        let empty = loop {
+            if self.queued.load(Ordering::SeqCst) == 0 {
+                break true;
+            }
+            let now = Instant::now();
+            if now >= until || self.abort.load(Ordering::Relaxed) {
+                break false;
+            }
+            g = self
+                .drained
+                .wait_timeout(g, until - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        self.idle_waiters.fetch_sub(1, Ordering::SeqCst);
+        empty
+    }
+
     /// Returns a queue slot; wakes blocked enqueuers once the queue has drained
-    /// to half of `max_queued`.
+    /// to half of `max_queued`, and `wait_empty` callers once it is empty.
     fn release(&self) {
         let prev = self
             .queued
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |q| Some(q.saturating_sub(1)))
             .unwrap_or(0);
-        if prev.saturating_sub(1) <= self.max_queued / 2 && self.blocked.load(Ordering::SeqCst) > 0 {
+        let now = prev.saturating_sub(1);
+        if (now <= self.max_queued / 2 && self.blocked.load(Ordering::SeqCst) > 0)
+            || (now == 0 && self.idle_waiters.load(Ordering::SeqCst) > 0)
+        {
             let _g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
             self.drained.notify_all();
         }
@@ -165,7 +204,13 @@ pub(crate) struct ProxyHandle {
     pub shared: Arc<Shared>,
     /// The communicator's profiler plugin, if one is loaded and initialised.
     pub profiler: Option<Arc<Profiler>>,
-    tx: Mutex<Option<Sender<Work>>>,
+    /// The proxy state; the proxy thread locks it for each item it runs, and
+    /// an enqueuing thread for work it runs itself.
+    core: Arc<Mutex<Proxy>>,
+    /// The proxy's busy-poll window: how long an enqueuing thread may run its
+    /// work itself before handing it to the proxy thread (zero: never).
+    spin: Duration,
+    tx: Mutex<Option<Sender<Item>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// Last work enqueued (finalize waits for it).
     last: Mutex<Option<Arc<Completion>>>,
@@ -181,16 +226,21 @@ impl ProxyHandle {
         let shared = proxy.shared.clone();
         let profiler = proxy.profiler.clone();
         let rank = proxy.params.rank;
+        let spin = proxy.spin;
+        let core = Arc::new(Mutex::new(proxy));
         let (tx, rx) = mpsc::channel();
+        let thread_core = core.clone();
         let thread = std::thread::Builder::new()
             .name(format!("ferroccl-proxy-r{rank}"))
-            .spawn(move || proxy.run(rx))
+            .spawn(move || Proxy::run(thread_core, rx))
             .map_err(|e| Error::Internal(format!("spawning the proxy thread: {e}")))?;
         Ok(ProxyHandle {
             nranks,
             tuning,
             shared,
             profiler,
+            core,
+            spin,
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
             last: Mutex::new(None),
@@ -210,7 +260,7 @@ impl ProxyHandle {
         colls: Vec<CollArgs>,
         tags: Vec<ApiTag>,
         streams: &[&Stream],
-        what: String,
+        what: WorkWhat,
     ) -> Result<(), Error> {
         if let Some(e) = self.shared.error() {
             return Err(e);
@@ -221,11 +271,24 @@ impl ProxyHandle {
             ));
         }
         let plans = self.tuning.decide(&colls)?;
+        // Latency-bound work behind queued work: wait (asleep, for at most the
+        // spin window) for the proxy thread to finish it, so this work can run
+        // on this thread (below) rather than queue behind it. Without this an
+        // application enqueueing small operations back to back keeps the queue
+        // full and every operation pays the hand-off to the proxy thread.
+        if !self.spin.is_zero()
+            && colls.iter().all(|a| {
+                let (sb, rb) = schedule::buffer_bytes(a.kind, a.count, a.dtype, self.nranks);
+                sb.max(rb) <= INLINE_WAIT_MAX_BYTES
+            })
+        {
+            self.shared.wait_empty(Instant::now() + self.spin);
+        }
         self.shared.acquire()?;
         let done = Completion::new();
         let mut deps = Vec::new();
         for s in streams {
-            if let Some(d) = s.push(done.clone(), what.clone()) {
+            if let Some(d) = s.push(done.clone(), what) {
                 deps.push(d);
             }
         }
@@ -237,17 +300,38 @@ impl ProxyHandle {
             return Err(e);
         };
         *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(done.clone());
-        if tx
-            .send(Work {
-                colls,
-                plans,
-                tags,
-                done: done.clone(),
-                deps,
-                what,
-            })
-            .is_err()
+        let work = Work {
+            colls,
+            plans,
+            tags,
+            done: done.clone(),
+            deps,
+            what,
+        };
+        // The proxy thread is idle (this is the only work queued) and the
+        // streams' previous work is done: run the work here for at most the spin
+        // window, as a rank's only thread would, instead of waking the proxy
+        // thread and waiting for it (two hand-offs per operation, each a context
+        // switch where threads outnumber cores). Work not done by then goes to
+        // the proxy thread as it stands, so enqueue still returns in bounded
+        // time whatever the peers do. `tx` stays locked meanwhile: work enqueued
+        // by another thread queues behind this one.
+        let item = if !self.spin.is_zero()
+            && self.shared.queued.load(Ordering::SeqCst) == 1
+            && work.deps.iter().all(|d| d.peek().is_some())
+            && let Ok(mut core) = self.core.try_lock()
         {
+            match core.run_inline(work, Instant::now() + self.spin) {
+                None => return Ok(()),
+                Some(rest) => rest,
+            }
+        } else {
+            Item::Fresh(work)
+        };
+        if let Err(mpsc::SendError(item)) = tx.send(item) {
+            if let Item::Resume(_, run) = item {
+                self.core.lock().unwrap_or_else(|e| e.into_inner()).end(run);
+            }
             let e = self
                 .shared
                 .error()
@@ -335,6 +419,85 @@ pub(crate) struct Proxy {
     pub waiting_on: Vec<usize>,
     /// The communicator's profiler plugin, if any.
     pub profiler: Option<Arc<Profiler>>,
+    /// The last finished work item's tasks, for a repeat of it.
+    pub plan_cache: Option<PlanCache>,
+}
+
+/// A work item the proxy has begun: its tasks and how far each has run. An
+/// enqueuing thread that ran the item for its spin window hands it to the proxy
+/// thread in this state.
+pub(crate) struct Running {
+    tasks: Vec<Task>,
+    /// Scratch buffers the tasks point into.
+    scratch: Vec<Vec<u8>>,
+    descs: Vec<OpDesc>,
+    mems: Vec<crate::coll::mem::OpMem>,
+    prof: Option<ProfWork>,
+    /// Whether [`Proxy::ready`] has run (connections set up, steps announced).
+    ready: bool,
+    /// What the tasks were built from, when they may be reused (see [`PlanCache`]).
+    key: Vec<PlanKey>,
+}
+
+/// One operation as far as its schedule depends on it: kind, buffer
+/// addresses, count, datatype, reduction, and the tuning decision.
+type PlanKey = (CollKind, usize, usize, usize, ferroccl_kernels::DataType, ferroccl_kernels::RedOp, Option<Decision>);
+
+/// The tasks of the last work item that ran to the end, kept for the next one
+/// when it is the same operations on the same buffers (an application's loop,
+/// a benchmark): the schedule is a pure function of those, so resetting each
+/// stream's position replaces a rebuild (a dozen allocations per operation).
+/// The scratch buffers they point into (the all-gather + reduce AllReduce's
+/// blocks) are wholly rewritten by every run before they are read.
+pub(crate) struct PlanCache {
+    key: Vec<PlanKey>,
+    tasks: Vec<Task>,
+    scratch: Vec<Vec<u8>>,
+}
+
+/// The plan key of `work`, or none when its buffers need staging (their
+/// staging state is per operation).
+fn plan_key(work: &Work, into: &mut Vec<PlanKey>) -> bool {
+    into.clear();
+    for (a, d) in work.colls.iter().zip(&work.plans) {
+        if a.mem.any_staged() {
+            into.clear();
+            return false;
+        }
+        into.push((a.kind, a.send as usize, a.recv as usize, a.count, a.dtype, a.op, *d));
+    }
+    true
+}
+
+// SAFETY: the tasks hold addresses of user buffers and of `scratch`, which
+// move with them; the enqueue contract keeps the user buffers valid and
+// untouched until the work completes, whichever thread runs it, and only the
+// thread holding the proxy lock touches a `Running`.
+unsafe impl Send for Running {}
+
+/// What the proxy thread receives.
+pub(crate) enum Item {
+    /// Work nobody has started.
+    Fresh(Work),
+    /// Work an enqueuing thread started and did not finish in its window.
+    Resume(Work, Running),
+    /// Work that failed while an enqueuing thread ran it: the proxy thread
+    /// records the failure (closing connections, agreeing with the survivors).
+    Failed(Work, Error),
+}
+
+impl Item {
+    fn work(&self) -> &Work {
+        match self {
+            Item::Fresh(w) | Item::Resume(w, _) | Item::Failed(w, _) => w,
+        }
+    }
+
+    fn into_work(self) -> Work {
+        match self {
+            Item::Fresh(w) | Item::Resume(w, _) | Item::Failed(w, _) => w,
+        }
+    }
 }
 
 /// The profiler events of a work item that outlive its start: its ProxyOp events.
@@ -345,104 +508,89 @@ struct ProfWork {
 
 impl Proxy {
     /// Thread body: runs work until the queue closes or the comm is aborted.
-    pub(crate) fn run(mut self, rx: Receiver<Work>) {
-        crate::log::set_rank(Some(self.params.rank as i32));
+    /// The proxy state is locked while an item runs (an enqueuing thread may run
+    /// one itself while the thread is idle, see [`ProxyHandle::submit`]).
+    pub(crate) fn run(core: Arc<Mutex<Proxy>>, rx: Receiver<Item>) {
+        let lock = || core.lock().unwrap_or_else(|e| e.into_inner());
+        let (rank, shared, profiler, bootstrap) = {
+            let p = lock();
+            (p.params.rank, p.shared.clone(), p.profiler.clone(), p.bootstrap.clone())
+        };
+        crate::log::set_rank(Some(rank as i32));
         // The ProxyCtrl event of the current idle period (NCCL's progress thread
         // sleeping on its ops pool: `ProxyCtrlSleep`, then `ProxyCtrlWakeup`).
         let mut sleeping: Option<EventHandle> = None;
         loop {
             if sleeping.is_none()
-                && let Some(p) = &self.profiler
+                && let Some(p) = &profiler
                 && profiler::mask() & profiler::bits::PROXY_CTRL != 0
             {
                 let h = p.start(EventHandle::NULL, &Event::ProxyCtrl);
                 p.record(h, state::CTRL_SLEEP, StateArgs::None);
                 sleeping = Some(h);
             }
-            let work = match self.next_work(&rx) {
-                Ok(w) => {
-                    if let (Some(p), Some(h)) = (&self.profiler, sleeping.take()) {
+            // Blocks at once when idle: work enqueued while this thread sleeps
+            // runs on the enqueuing thread (`ProxyHandle::submit`), so a spinning
+            // idle proxy would only take a core from it.
+            let item = match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(item) => {
+                    if let (Some(p), Some(h)) = (&profiler, sleeping.take()) {
                         p.record(h, state::CTRL_WAKEUP, StateArgs::None);
                         p.stop(h);
                         // Appending the work item's operations (`ProxyCtrlAppend`, then
                         // `ProxyCtrlAppendEnd` with how many were appended).
                         let a = p.start(EventHandle::NULL, &Event::ProxyCtrl);
                         p.record(a, state::CTRL_APPEND, StateArgs::None);
-                        p.record(a, state::CTRL_APPEND_END, StateArgs::Appended(w.colls.len() as i32));
+                        p.record(
+                            a,
+                            state::CTRL_APPEND_END,
+                            StateArgs::Appended(item.work().colls.len() as i32),
+                        );
                         p.stop(a);
                     }
-                    w
+                    item
                 }
                 Err(RecvTimeoutError::Timeout) => {
-                    if self.shared.abort.load(Ordering::Relaxed) {
+                    if shared.abort.load(Ordering::Relaxed) {
                         break;
                     }
                     // Idle: another rank failing reaches us through its report.
-                    if self.shared.error().is_none()
-                        && let Some(r) = self.bootstrap.survivor_report_pending(DIAG_TAG)
+                    if shared.error().is_none()
+                        && let Some(r) = bootstrap.survivor_report_pending(DIAG_TAG)
                     {
+                        let mut p = lock();
                         let e = Error::Remote(format!("rank {r} {NOTIFIED} while this rank had no work in flight"));
-                        self.conns.close_all();
-                        let e = self.agree_on_failure(Report::idle(self.params.rank), e);
-                        self.shared.set_error(&e);
+                        p.conns.close_all();
+                        let e = p.agree_on_failure(Report::idle(rank), e);
+                        shared.set_error(&e);
                     }
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
-            let mut r = self.execute(&work);
-            if let Err(e) = r {
-                tracing::warn!(target: "ferroccl::proxy", "{} failed: {e}", work.what);
-                self.conns.close_all();
-                let e = if matches!(e, Error::Aborted(_)) || self.shared.error().is_some() {
-                    e
-                } else {
-                    let report = Report::of(self.params.rank, &work.what, &e, std::mem::take(&mut self.waiting_on));
-                    self.agree_on_failure(report, e)
-                };
-                self.shared.set_error(&e);
-                r = Err(e);
-            }
-            work.done.complete(r);
-            self.shared.release();
+            lock().handle(item);
         }
-        if let (Some(p), Some(h)) = (&self.profiler, sleeping.take()) {
+        if let (Some(p), Some(h)) = (&profiler, sleeping.take()) {
             p.record(h, state::CTRL_WAKEUP, StateArgs::None);
             p.stop(h);
         }
         // Fail whatever is still queued.
-        let reason = self
-            .shared
+        let reason = shared
             .error()
             .unwrap_or_else(|| Error::Aborted("communicator closed".into()));
-        while let Ok(w) = rx.try_recv() {
+        let mut p = lock();
+        while let Ok(item) = rx.try_recv() {
+            let w = match item {
+                Item::Resume(w, run) => {
+                    p.end(run);
+                    w
+                }
+                other => other.into_work(),
+            };
             w.done.complete(Err(reason.clone()));
-            self.shared.release();
+            shared.release();
         }
-        self.conns.close_all();
-    }
-
-    /// The next work item: busy-polls the queue for the spin window first (an
-    /// operation enqueued right after the last one is taken without a wake-up),
-    /// then blocks for at most 100 ms.
-    fn next_work(&self, rx: &Receiver<Work>) -> Result<Work, RecvTimeoutError> {
-        if !self.spin.is_zero() {
-            let t0 = Instant::now();
-            loop {
-                match rx.try_recv() {
-                    Ok(w) => return Ok(w),
-                    Err(mpsc::TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
-                    Err(mpsc::TryRecvError::Empty) => {}
-                }
-                if t0.elapsed() >= self.spin {
-                    break;
-                }
-                for _ in 0..32 {
-                    std::hint::spin_loop();
-                }
-            }
-        }
-        rx.recv_timeout(Duration::from_millis(100))
+        p.conns.close_all();
     }
 
     /// Sends this rank's failure report to every other rank, collects theirs
@@ -487,7 +635,30 @@ impl Proxy {
         Ok(())
     }
 
+    /// Runs `work` to the end on this thread (the proxy thread's way).
     fn execute(&mut self, work: &Work) -> Result<(), Error> {
+        let Some(mut run) = self.begin(work)? else {
+            return Ok(());
+        };
+        let r = self.advance(&mut run, work.what, None);
+        self.end(run);
+        r.map(|_| ())
+    }
+
+    /// Starts `work`: [`Proxy::plan`], then [`Proxy::ready`]. `None` for an
+    /// empty work item (nothing to run).
+    fn begin(&mut self, work: &Work) -> Result<Option<Running>, Error> {
+        let Some(mut run) = self.plan(work)? else {
+            return Ok(None);
+        };
+        self.ready(&mut run, work)?;
+        Ok(Some(run))
+    }
+
+    /// Plans `work`: waits for the previous work of its streams, then describes
+    /// (advancing the sequence numbers) and schedules its operations. `None` for
+    /// an empty work item.
+    fn plan(&mut self, work: &Work) -> Result<Option<Running>, Error> {
         // Stream order: wait for the previous work of each stream involved.
         let shared = self.shared.clone();
         for d in &work.deps {
@@ -499,16 +670,68 @@ impl Proxy {
         }
         self.check_abort()?;
         if work.colls.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let descs = self.describe(&work.colls);
-        let (mut tasks, _scratch) = schedule::build(&work.colls, &descs, &work.plans, &self.params)?;
-        self.connect_missing(&tasks)?;
+        let hit = self.plan_cache.take().and_then(|mut c| {
+            let same = c.key.len() == work.colls.len()
+                && work
+                    .colls
+                    .iter()
+                    .zip(&work.plans)
+                    .zip(&c.key)
+                    .all(|((a, d), k)| {
+                        !a.mem.any_staged() && *k == (a.kind, a.send as usize, a.recv as usize, a.count, a.dtype, a.op, *d)
+                    });
+            same.then(|| {
+                for t in &mut c.tasks {
+                    t.reset();
+                }
+                c
+            })
+        });
+        let (tasks, scratch, key) = match hit {
+            Some(c) => (c.tasks, c.scratch, c.key),
+            None => {
+                let (tasks, scratch) = schedule::build(&work.colls, &descs, &work.plans, &self.params)?;
+                let mut key = Vec::new();
+                plan_key(work, &mut key);
+                (tasks, scratch, key)
+            }
+        };
+        Ok(Some(Running {
+            tasks,
+            scratch,
+            descs,
+            mems: Vec::new(),
+            prof: None,
+            ready: false,
+            key,
+        }))
+    }
+
+    /// Whether every connection the planned `run` uses exists already (else
+    /// [`Proxy::ready`] sets them up, which waits for the peers).
+    fn connected(&self, run: &Running) -> bool {
+        run.tasks.iter().all(|t| {
+            t.conns.send.iter().all(|k| self.conns.has_send(k)) && t.conns.recv.iter().all(|k| self.conns.has_recv(k))
+        })
+    }
+
+    /// Makes a planned work item ready to run: connects what its tasks need,
+    /// registers user memory, announces the steps each receive connector will
+    /// consume, and emits the work's profiler events.
+    fn ready(&mut self, run: &mut Running, work: &Work) -> Result<(), Error> {
+        if run.ready {
+            return Ok(());
+        }
+        let tasks = &run.tasks;
+        self.connect_missing(tasks)?;
         if let Some(min) = self.user_send_min {
-            self.register_user(&work.colls, &tasks, min);
+            self.register_user(&work.colls, tasks, min);
         }
         // Announce every step each receive connector will consume, in order.
-        for t in &tasks {
+        for t in tasks {
             for op in t.ops().filter(|op| op.recv_from.len() > 0) {
                 let target = exec::recv_target(op);
                 for peer in op.recv_from.iter() {
@@ -520,18 +743,29 @@ impl Proxy {
         }
         // The memory of each operation's buffers, for the executor's staging of
         // device memory; empty (nothing to look at per step) when all is host memory.
-        let mems: Vec<_> = if work.colls.iter().any(|a| a.mem.any_staged()) {
-            work.colls.iter().map(|a| a.mem).collect()
-        } else {
-            Vec::new()
-        };
+        if work.colls.iter().any(|a| a.mem.any_staged()) {
+            run.mems = work.colls.iter().map(|a| a.mem).collect();
+        }
         // One predictable branch when no profiler is loaded.
-        let prof = match &self.profiler {
+        run.prof = match &self.profiler {
             None => None,
-            Some(p) => self.prof_begin(p.clone(), work, &descs, &tasks),
+            Some(p) => self.prof_begin(p.clone(), work, &run.descs, &run.tasks),
         };
-        let r = self.progress_tasks(&mut tasks, &descs, &mems, &work.what);
-        if let Some(pw) = prof {
+        run.ready = true;
+        Ok(())
+    }
+
+    /// Progresses a started work item until it is done (`Ok(true)`) or, with
+    /// `until`, that instant passes first (`Ok(false)`: resume it later).
+    fn advance(&mut self, run: &mut Running, what: WorkWhat, until: Option<Instant>) -> Result<bool, Error> {
+        let Running { tasks, descs, mems, .. } = run;
+        self.progress_tasks(tasks, descs, mems, what, until)
+    }
+
+    /// Ends a work item (done or failed): stops its ProxyOp events and releases
+    /// the user memory its connections registered.
+    fn end(&mut self, run: Running) {
+        if let Some(pw) = run.prof {
             self.prof_end(pw);
         }
         for c in self.conns.sends_mut() {
@@ -540,7 +774,98 @@ impl Proxy {
         for c in self.conns.recvs_mut() {
             c.release_user();
         }
-        r
+        if !run.key.is_empty() && run.tasks.iter().all(Task::finished) {
+            self.plan_cache = Some(PlanCache {
+                key: run.key,
+                tasks: run.tasks,
+                scratch: run.scratch,
+            });
+        }
+    }
+
+    /// Records the outcome of `work`: on an error closes every connection, agrees
+    /// with the survivors on what failed (bounded, see `agree_on_failure`) and
+    /// keeps it as the communicator's error; then completes the work and returns
+    /// its queue slot.
+    fn finish(&mut self, work: Work, mut r: Result<(), Error>) {
+        if let Err(e) = r {
+            tracing::warn!(target: "ferroccl::proxy", "{} failed: {e}", work.what);
+            self.conns.close_all();
+            let e = if matches!(e, Error::Aborted(_)) || self.shared.error().is_some() {
+                e
+            } else {
+                let report = Report::of(
+                    self.params.rank,
+                    &work.what.to_string(),
+                    &e,
+                    std::mem::take(&mut self.waiting_on),
+                );
+                self.agree_on_failure(report, e)
+            };
+            self.shared.set_error(&e);
+            r = Err(e);
+        }
+        work.done.complete(r);
+        self.shared.release();
+    }
+
+    /// Runs `work` on the enqueuing thread while the proxy thread is idle, for
+    /// at most `until`: `None` when it finished (completed, slot returned), else
+    /// what the proxy thread must take over — the started work, or the error it
+    /// failed with (the failure agreement then runs on the proxy thread, not in
+    /// the caller's enqueue).
+    fn run_inline(&mut self, work: Work, until: Instant) -> Option<Item> {
+        let mut run = match self.plan(&work) {
+            Ok(Some(run)) => run,
+            Ok(None) => {
+                self.finish(work, Ok(()));
+                return None;
+            }
+            Err(e) => return Some(Item::Failed(work, e)),
+        };
+        // Setting up a connection waits for the peer for as long as the
+        // communicator's timeout: never on the caller's thread.
+        if !self.connected(&run) {
+            return Some(Item::Resume(work, run));
+        }
+        if let Err(e) = self.ready(&mut run, &work) {
+            self.end(run);
+            return Some(Item::Failed(work, e));
+        }
+        let rank = crate::log::rank();
+        crate::log::set_rank(Some(self.params.rank as i32));
+        let r = self.advance(&mut run, work.what, Some(until));
+        crate::log::set_rank(rank);
+        match r {
+            Ok(true) => {
+                self.end(run);
+                self.finish(work, Ok(()));
+                None
+            }
+            Ok(false) => Some(Item::Resume(work, run)),
+            Err(e) => {
+                self.end(run);
+                Some(Item::Failed(work, e))
+            }
+        }
+    }
+
+    /// Handles one item on the proxy thread.
+    fn handle(&mut self, item: Item) {
+        match item {
+            Item::Fresh(work) => {
+                let r = self.execute(&work);
+                self.finish(work, r);
+            }
+            Item::Resume(work, mut run) => {
+                let r = self
+                    .ready(&mut run, &work)
+                    .and_then(|()| self.advance(&mut run, work.what, None));
+                self.end(run);
+                self.finish(work, r.map(|_| ()));
+            }
+            Item::Failed(work, e) => self.finish(work, Err(e)),
+        }
     }
 
     /// Emits the start of a work item's events, as NCCL's `hostStreamPlanTask`
@@ -865,8 +1190,9 @@ impl Proxy {
         tasks: &mut [Task],
         descs: &[OpDesc],
         mems: &[crate::coll::mem::OpMem],
-        what: &str,
-    ) -> Result<(), Error> {
+        what: WorkWhat,
+        until: Option<Instant>,
+    ) -> Result<bool, Error> {
         let rank = self.params.rank;
         let mut last_progress = Instant::now();
         let mut idle_turns = 0u32;
@@ -911,13 +1237,19 @@ impl Proxy {
                 }
             }
             if done {
-                return Ok(());
+                return Ok(true);
             }
             if moved {
                 last_progress = Instant::now();
                 idle_turns = 0;
                 yields = 0;
+                if until.is_some_and(|u| last_progress >= u) {
+                    return Ok(false);
+                }
                 continue;
+            }
+            if until.is_some_and(|u| Instant::now() >= u) {
+                return Ok(false);
             }
             self.check_abort()?;
             idle_turns += 1;

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::coll::WorkWhat;
 use crate::error::Error;
 
 /// Completion flag of one enqueued piece of work.
@@ -80,7 +81,7 @@ impl Completion {
 struct StreamInner {
     /// Work not yet seen complete by `synchronize`, in enqueue order, with a
     /// description for timeout messages.
-    pending: VecDeque<(Arc<Completion>, String)>,
+    pending: VecDeque<(Arc<Completion>, WorkWhat)>,
     /// The first error of work already dropped from `pending` (reported by the
     /// next `synchronize`).
     first_error: Option<Error>,
@@ -117,7 +118,7 @@ impl Stream {
     /// Finished work at the front of the queue is dropped here (its first error
     /// kept for `synchronize`), so a caller that enqueues without ever
     /// synchronizing holds memory for unfinished work only.
-    pub(crate) fn push(&self, c: Arc<Completion>, what: String) -> Option<Arc<Completion>> {
+    pub(crate) fn push(&self, c: Arc<Completion>, what: WorkWhat) -> Option<Arc<Completion>> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(r) = g.pending.front().and_then(|(f, _)| f.peek()) {
             g.pending.pop_front();

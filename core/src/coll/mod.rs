@@ -105,6 +105,46 @@ pub(crate) struct CollArgs {
 // executor thread is the only one touching them meanwhile.
 unsafe impl Send for CollArgs {}
 
+/// What a work item is, for logs and errors: formatted only when printed (a
+/// work item is described on every enqueue and printed almost never).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WorkWhat {
+    /// One operation: `AllReduce of 2 x float32`.
+    One {
+        /// The operation.
+        kind: CollKind,
+        /// Its element count.
+        count: usize,
+        /// Its datatype.
+        dtype: DataType,
+    },
+    /// A group: `group of 3 operations`.
+    Group(usize),
+}
+
+impl WorkWhat {
+    /// The description of the operations `colls` of one work item.
+    pub(crate) fn of(colls: &[CollArgs]) -> WorkWhat {
+        match colls {
+            [one] => WorkWhat::One {
+                kind: one.kind,
+                count: one.count,
+                dtype: one.dtype,
+            },
+            _ => WorkWhat::Group(colls.len()),
+        }
+    }
+}
+
+impl std::fmt::Display for WorkWhat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkWhat::One { kind, count, dtype } => write!(f, "{} of {count} x {dtype}", kind.name()),
+            WorkWhat::Group(n) => write!(f, "group of {n} operations"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;
 

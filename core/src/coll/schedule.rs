@@ -227,6 +227,16 @@ impl Task {
             .flat_map(|s| s.streams.iter().flat_map(|st| st.ops.iter()))
     }
 
+    /// Rewinds the task to its first step (a finished task run again).
+    pub(crate) fn reset(&mut self) {
+        self.seg = 0;
+        for s in &mut self.segs {
+            for st in &mut s.streams {
+                st.pos = 0;
+            }
+        }
+    }
+
     /// Whether every step has run.
     pub(crate) fn finished(&self) -> bool {
         self.seg >= self.segs.len()

@@ -455,6 +455,7 @@ impl Comm {
             bootstrap: bootstrap.clone(),
             waiting_on: Vec::new(),
             profiler,
+            plan_cache: None,
         };
         let proxy = Arc::new(ProxyHandle::start(proxy, nranks, tuning)?);
         guard.disarm();

@@ -132,6 +132,9 @@ pub struct Tuning {
     last: Mutex<BTreeMap<Func, Decision>>,
     /// (func, algo, proto) a tuner forced that the host cannot run, already warned about.
     warned: Mutex<Vec<(Func, Algorithm, Protocol)>>,
+    /// The last single collective decided without a tuner plugin, for a repeat
+    /// of it (function, count, datatype, reduction).
+    repeat: Mutex<Option<RepeatKey>>,
 }
 
 impl std::fmt::Debug for Tuning {
@@ -143,6 +146,9 @@ impl std::fmt::Debug for Tuning {
             .finish()
     }
 }
+
+/// A decided single collective: (function, count, datatype, reduction) and its decision.
+type RepeatKey = ((Func, usize, DataType, RedOp), Decision);
 
 /// Maps a tuner failure to the error NCCL would return (the plugin's own code
 /// for a failed call).
@@ -238,6 +244,7 @@ impl Tuning {
             tuner_name,
             last: Mutex::new(BTreeMap::new()),
             warned: Mutex::new(Vec::new()),
+            repeat: Mutex::new(None),
         };
         t.log_init();
         Ok(t)
@@ -393,6 +400,30 @@ impl Tuning {
         let mut out = vec![None; colls.len()];
         let n_coll = colls.iter().filter(|a| Func::of(a.kind).is_some()).count();
         let num_pipe_ops = n_coll.div_ceil(self.facts.nchannels.max(1)).max(1);
+        // One collective (the common case): its own group, no binning; without
+        // a tuner plugin the decision is a pure function of the operation, so a
+        // repeat of the last one reuses it.
+        if n_coll == 1
+            && let Some(i) = colls.iter().position(|a| Func::of(a.kind).is_some())
+            && let Some(func) = Func::of(colls[i].kind)
+        {
+            let a = &colls[i];
+            let key = (func, a.count, a.dtype, a.op);
+            let cacheable = self.tuner_name.is_none();
+            if cacheable
+                && let Some((k, d)) = *self.repeat.lock().unwrap_or_else(|e| e.into_inner())
+                && k == key
+            {
+                self.log_decision(func, max_send_recv_bytes(func, a.count, a.dtype, nranks), &d);
+                out[i] = Some(d);
+                return Ok(out);
+            }
+            self.decide_group(colls, func, &[i], num_pipe_ops, &mut out)?;
+            if cacheable && let Some(d) = out[i] {
+                *self.repeat.lock().unwrap_or_else(|e| e.into_inner()) = Some((key, d));
+            }
+            return Ok(out);
+        }
         // Bins keyed by (function, reduction, datatype), tasks sorted by traffic.
         let mut bins: BTreeMap<(Func, String, u8), Vec<(usize, usize)>> = BTreeMap::new();
         for (i, a) in colls.iter().enumerate() {
@@ -422,44 +453,63 @@ impl Tuning {
                     end += 1;
                 }
                 let members: Vec<usize> = tasks[j..end].iter().map(|&(_, i)| i).collect();
-                let first = &colls[members[0]];
-                let count: usize = members.iter().map(|&i| colls[i].count).sum();
-                let nbytes = max_send_recv_bytes(func, count, first.dtype, nranks);
-                let scaled = matches!(first.op, RedOp::Avg | RedOp::PreMulSum(_));
-                let d = self.decide_one(func, nbytes, num_pipe_ops, scaled, first.dtype)?;
-                for &i in &members {
-                    let a = &colls[i];
-                    let own = max_send_recv_bytes(func, a.count, a.dtype, nranks);
-                    let mut di = d;
-                    di.chunk_bytes = self.chunk(func, d.algo, d.proto, own, d.nchannels);
-                    di.allgather_reduce = func == Func::AllReduce
-                        && d.algo == Algorithm::Ring
-                        && d.proto == Protocol::Simple
-                        && self.allgather_reduce_time(own, 1).is_some_and(|ag| {
-                            self.model
-                                .algo_time(func, Algorithm::Ring, Protocol::Simple, own, 1)
-                                .is_none_or(|rs| ag < rs)
-                        });
-                    if self.rank == 0 {
-                        // scheduleCollTasksToPlan's line, per operation.
-                        crate::nccl_info!(
-                            TUNING,
-                            "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{{}..{}}}",
-                            func.name(),
-                            own,
-                            di.algo.name(),
-                            di.proto.name(),
-                            0,
-                            di.nchannels - 1
-                        );
-                    }
-                    self.last.lock().unwrap_or_else(|e| e.into_inner()).insert(func, di);
-                    out[i] = Some(di);
-                }
+                self.decide_group(colls, func, &members, num_pipe_ops, &mut out)?;
                 j = end;
             }
         }
         Ok(out)
+    }
+
+    /// Decides the operations `members` of `colls` (all of `func`, aggregated
+    /// as NCCL's `scheduleCollTasksToPlan` groups them) into `out`.
+    fn decide_group(
+        &self,
+        colls: &[CollArgs],
+        func: Func,
+        members: &[usize],
+        num_pipe_ops: usize,
+        out: &mut [Option<Decision>],
+    ) -> Result<(), Error> {
+        let nranks = self.facts.nranks;
+        let first = &colls[members[0]];
+        let count: usize = members.iter().map(|&i| colls[i].count).sum();
+        let nbytes = max_send_recv_bytes(func, count, first.dtype, nranks);
+        let scaled = matches!(first.op, RedOp::Avg | RedOp::PreMulSum(_));
+        let d = self.decide_one(func, nbytes, num_pipe_ops, scaled, first.dtype)?;
+        for &i in members {
+            let a = &colls[i];
+            let own = max_send_recv_bytes(func, a.count, a.dtype, nranks);
+            let mut di = d;
+            di.chunk_bytes = self.chunk(func, d.algo, d.proto, own, d.nchannels);
+            di.allgather_reduce = func == Func::AllReduce
+                && d.algo == Algorithm::Ring
+                && d.proto == Protocol::Simple
+                && self.allgather_reduce_time(own, 1).is_some_and(|ag| {
+                    self.model
+                        .algo_time(func, Algorithm::Ring, Protocol::Simple, own, 1)
+                        .is_none_or(|rs| ag < rs)
+                });
+            self.log_decision(func, own, &di);
+            self.last.lock().unwrap_or_else(|e| e.into_inner()).insert(func, di);
+            out[i] = Some(di);
+        }
+        Ok(())
+    }
+
+    /// scheduleCollTasksToPlan's INFO line, per operation (rank 0).
+    fn log_decision(&self, func: Func, nbytes: usize, d: &Decision) {
+        if self.rank == 0 {
+            crate::nccl_info!(
+                TUNING,
+                "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{{}..{}}}",
+                func.name(),
+                nbytes,
+                d.algo.name(),
+                d.proto.name(),
+                0,
+                d.nchannels - 1
+            );
+        }
     }
 
     /// The decision for one (aggregated) operation of `func` on `nbytes`.
