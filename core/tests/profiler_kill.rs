@@ -7,9 +7,10 @@
 //! profiler gave, no event is stopped twice, parents start before children,
 //! `finalize` comes once and last, and every event started was stopped — the
 //! events of the failed collective included (the runtime stops the open
-//! ProxyStep and ProxyOp events when it tears the connection down; NCCL
-//! 2.30.7's `ncclCommAbort` frees its proxy ops without stopping their events,
-//! so a profiler written for NCCL must tolerate both).
+//! ProxyStep and ProxyOp events when it tears the connections down). NCCL does
+//! not promise as much: reference `nccl-graph-tuning.md` §6.4 notes events it
+//! never stops, which profilers must tolerate (the conformance suite's
+//! `profiler.unfinished` check).
 
 mod coll_support;
 
