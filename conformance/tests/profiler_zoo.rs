@@ -2,10 +2,11 @@
 //! profiler of every version (strict about handles and parents), the C
 //! recording profiler of every version and the in-tree trace plugin are
 //! conformant; the zoo profilers that crash in `startEvent`, block in
-//! `stopEvent`, fail `init`, export an unknown version or crash on
-//! `stopEvent(NULL)` are each caught by the check meant for them, with a message
-//! naming the call and the event type, and every other check still passes —
-//! without the suite hanging or crashing.
+//! `stopEvent`, fail `init`, export an unknown version, crash on
+//! `stopEvent(NULL)` or fail `finalize` while events are open are each caught
+//! by the check meant for them, with a message naming the call and the event
+//! type, and every other check still passes — without the suite hanging or
+//! crashing.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -206,4 +207,13 @@ fn crash_on_null_stop_is_caught_and_named() {
         "{obs}"
     );
     only_fails(&rep, "profiler.null_handles");
+}
+
+#[test]
+fn error_from_finalize_with_open_events_is_caught() {
+    let rep = suite("libnccl-profiler-zleak.so", None);
+    let (st, obs) = observed(&rep, "profiler.unfinished");
+    assert_eq!(st, Status::Fail);
+    assert!(obs.contains("finalize returned ncclInternalError (3)"), "{obs}");
+    only_fails(&rep, "profiler.unfinished");
 }

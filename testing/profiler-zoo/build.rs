@@ -18,6 +18,7 @@ fn main() {
         ("zinitfail", "ZOO_INITFAIL"),
         ("zbogus", "ZOO_BOGUS"),
         ("znull", "ZOO_NULL"),
+        ("zleak", "ZOO_LEAK"),
     ] {
         variants.push((name.into(), vec!["-DPROF_VERSION=6".into(), format!("-D{def}")]));
     }

@@ -25,6 +25,9 @@ enum { ok = 0, system_error = 2, internal_error = 3, invalid_usage = 5 };
 typedef struct { _Atomic uint32_t magic; } ctx_t;
 typedef struct { _Atomic uint32_t magic; uint64_t type; } ev_t;
 
+/* Events started and not yet stopped (ZOO_LEAK's finalize refuses when > 0). */
+static _Atomic long live_events;
+
 typedef struct {
 #if PROF_VERSION <= 4
   uint8_t type;
@@ -99,6 +102,7 @@ static int start(void* ctx, void** h, descr_head_t* d) {
   if (!e) return system_error;
   e->type = type;
   atomic_store(&e->magic, EV_LIVE);
+  atomic_fetch_add(&live_events, 1);
   *h = e;
   return ok;
 }
@@ -117,6 +121,7 @@ static int stop(void* h) {
 #endif
   uint32_t want = EV_LIVE;
   if (!atomic_compare_exchange_strong(&e->magic, &want, EV_DONE)) return invalid_usage;
+  atomic_fetch_sub(&live_events, 1);
   return ok;
 }
 
@@ -131,6 +136,9 @@ static int finalize(void* ctx) {
   ctx_t* c = ctx;
   uint32_t want = CTX_MAGIC;
   if (!c || !atomic_compare_exchange_strong(&c->magic, &want, 0)) return invalid_usage;
+#ifdef ZOO_LEAK
+  if (atomic_load(&live_events) > 0) return internal_error; /* "every event must be stopped first" */
+#endif
   return ok;
 }
 

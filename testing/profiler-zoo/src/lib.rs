@@ -12,6 +12,7 @@
 //! | `libnccl-profiler-zblock.so` | `ncclProfiler_v6` | as good, but `stopEvent` of a NetPlugin event never returns (it waits for a completion no one signals) |
 //! | `libnccl-profiler-zinitfail.so` | `ncclProfiler_v6` | `init` returns ncclSystemError |
 //! | `libnccl-profiler-zbogus.so` | `ncclProfiler_v7` only | a version NCCL 2.30.7 does not know |
+//! | `libnccl-profiler-zleak.so` | `ncclProfiler_v6` | as good, but `finalize` returns ncclInternalError while events are open (NCCL leaves some open, §6.4) |
 //! | `libnccl-profiler-znull.so` | `ncclProfiler_v6` | as good, but `stopEvent(NULL)` dereferences the handle (NCCL's net-plugin Stop path passes NULL) |
 //!
 //! The crate itself has no Rust code.
