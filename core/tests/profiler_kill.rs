@@ -47,13 +47,6 @@ fn profkill_worker() {
     let send = vec![0u8; count * 4];
     let mut recv = vec![0u8; count * 4];
     let s = Stream::new();
-    if r.rank == VICTIM {
-        std::thread::spawn(|| {
-            std::thread::sleep(Duration::from_millis(400));
-            // SAFETY: raising a signal on ourselves.
-            unsafe { libc::raise(libc::SIGKILL) };
-        });
-    }
     let start = Instant::now();
     let mut iters = 0;
     let err = loop {
@@ -72,6 +65,15 @@ fn profkill_worker() {
             break e;
         }
         iters += 1;
+        if r.rank == VICTIM && iters == 1 {
+            // Every rank is past init and the first AllReduce: the victim dies
+            // while the next ones are in flight (not during init on a slow machine).
+            std::thread::spawn(|| {
+                std::thread::sleep(Duration::from_millis(150));
+                // SAFETY: raising a signal on ourselves.
+                unsafe { libc::raise(libc::SIGKILL) };
+            });
+        }
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "no error after {iters} iterations"
