@@ -6,6 +6,8 @@
 #   * libnccl_net_ib.so + ib_bw   (cargo build -p ferroccl-net-ib --lib --example ib_bw)
 #   * ferroccl-conformance        (cargo build -p ferroccl-conformance)
 #   * ferroccl-perf               (cargo build -p ferroccl-examples --bin ferroccl-perf)
+#   * the IB profiler-event test  (cargo test -p ferroccl --test profiler_ib --no-run;
+#                                  with the socket plugin its launcher requires)
 # then boots the soft-RoCE guest ONCE via ../shared/tools/rxe-vm/run-in-vm.sh and
 # runs every check there, each printed as "=== PASS name" / "=== FAIL name".
 #
@@ -109,6 +111,8 @@ if [[ "${1:-}" == "--guest" ]]; then
     check hca-excluded-init-fails sh -c "NCCL_IB_HCA='^$dev' IB_VM_REQUIRE= '$IBT_VM_BIN' --nocapture 2>&1 | grep -q 'not selected by NCCL_IB_HCA'"
     check timeout-out-of-range-refused sh -c "NCCL_IB_TIMEOUT=32 IB_VM_REQUIRE= '$IBT_VM_BIN' --nocapture 2>&1 | grep -q 'NCCL_IB_TIMEOUT'"
     check no-libibverbs "$IBT_NOVERBS_BIN" --quiet
+    # net_ib_v1 profiler events under their ProxySteps (2 processes, recording profiler).
+    check profiler-ib-events "$IBT_PROFIB_BIN" --nocapture --test-threads=1
     check conformance-quick "$IBT_CONFORMANCE" "$so" --quick --api all
     # Collectives of the core runtime over the IB plugin (strict: no fallback to
     # the socket plugin), every result checked; the log must show FerrocclIB.
@@ -148,6 +152,9 @@ json_bw=$(cargo build -p ferroccl-net-ib --lib --example ib_bw --message-format=
     build_failed "cargo build -p ferroccl-net-ib --lib --example ib_bw"
 cargo build -p ferroccl-conformance -p ferroccl-examples --bin ferroccl-conformance --bin ferroccl-perf --bin ferroccl-info ||
     build_failed "cargo build -p ferroccl-conformance -p ferroccl-examples"
+cargo build -p ferroccl-net-socket || build_failed "cargo build -p ferroccl-net-socket"
+json_core=$(cargo test -p ferroccl --test profiler_ib --no-run --message-format=json) ||
+    build_failed "cargo test -p ferroccl --test profiler_ib --no-run"
 exe() { # json name kind-filter
     printf '%s\n' "$1" | grep '"executable":"/' | grep "\"name\":\"$2\"" | grep "$3" |
         sed -E 's/.*"executable":"([^"]+)".*/\1/' | tail -1
@@ -157,18 +164,19 @@ export IBT_VM_BIN=$(exe "$json" vm_exchange '"test":true')
 export IBT_NOVERBS_BIN=$(exe "$json" no_verbs '"test":true')
 export IBT_VERSIONS_BIN=$(exe "$json" vm_versions '"test":true')
 export IBT_BW=$(exe "$json_bw" ib_bw '"kind":\["example"\]')
+export IBT_PROFIB_BIN=$(exe "$json_core" profiler_ib '"test":true')
 export IBT_SO=$CARGO_TARGET_DIR/debug/libnccl_net_ib.so
 export IBT_CONFORMANCE=$CARGO_TARGET_DIR/debug/ferroccl-conformance
 export IBT_PERF=$CARGO_TARGET_DIR/debug/ferroccl-perf
 export IBT_INFO=$CARGO_TARGET_DIR/debug/ferroccl-info
-for v in IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO; do
+for v in IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_PROFIB_BIN IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO; do
     [[ -n "${!v}" && -x "${!v}" ]] || build_failed "$v: not found (${!v})"
 done
 echo "build: $((SECONDS - start)) s"
 
 export RXE_VM_SHARE="$ROOT:$CARGO_TARGET_DIR"
 export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-1500}
-export RXE_VM_ENV="${RXE_VM_ENV:-} IB_VM_PERF IB_VM_PERF_MIN IB_VM_CHECK_TIMEOUT IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO"
+export RXE_VM_ENV="${RXE_VM_ENV:-} IB_VM_PERF IB_VM_PERF_MIN IB_VM_CHECK_TIMEOUT IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_PROFIB_BIN IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO"
 vm_start=$SECONDS
 log=$(mktemp "${TMPDIR:-/tmp}/ib-vm-test.XXXXXX")
 # Not root: run the VM (only) under password-less sudo, passing through what

@@ -16,6 +16,9 @@
 //!
 //! * [`tuner`] — the tuner section (`--tuner`): any `ncclTuner_v2` … `_v6` plugin,
 //!   each check per version in a worker, through the runtime's tuner adapter.
+//! * [`profiler`] — the profiler section (`--profiler`): any `ncclProfiler_v1` …
+//!   `_v6` plugin fed NCCL's event trees from several threads, each check per
+//!   version in a worker that catches crashes and calls that never return.
 //!
 //! Plugin authors: see `conformance/README.md`.
 
@@ -24,6 +27,7 @@ pub mod cx;
 pub mod loader;
 pub mod outcome;
 pub mod peer;
+pub mod profiler;
 pub mod registry;
 pub mod report;
 pub mod runner;

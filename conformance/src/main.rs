@@ -4,6 +4,7 @@
 //! ferroccl-conformance [NAME|PATH] [--api v6..v12|all] [--filter GLOB] [--device N]
 //!                      [--format text|json|junit] [--output FILE] [--quick|--full] [--list]
 //! ferroccl-conformance --tuner [NAME|PATH] [--api v2..v6|all] [--filter GLOB] [--format …] [--list]
+//! ferroccl-conformance --profiler [NAME|PATH] [--api v1..v6|all] [--filter GLOB] [--format …] [--list]
 //! ```
 //! Exit status: 0 when every required check passed, 1 when one failed, 2 on a usage error.
 
@@ -62,8 +63,12 @@ struct Cli {
     list: bool,
     /// The library is a tuner plugin (ncclTuner_v2 … v6): run the tuner section
     /// (`tuner.*` checks; a short name resolves like NCCL_TUNER_PLUGIN).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "profiler")]
     tuner: bool,
+    /// The library is a profiler plugin (ncclProfiler_v1 … v6): run the profiler
+    /// section (`profiler.*` checks; a short name resolves like NCCL_PROFILER_PLUGIN).
+    #[arg(long)]
+    profiler: bool,
     /// Internal: run one check in this process and print its result.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -86,6 +91,9 @@ fn real_main() -> i32 {
     let cli = Cli::parse();
     if cli.tuner {
         return tuner_main(&cli);
+    }
+    if cli.profiler {
+        return profiler_main(&cli);
     }
     if cli.list {
         print!("{}", report::list());
@@ -239,6 +247,81 @@ fn tuner_main(cli: &Cli) -> i32 {
         return 2;
     }
     let text = tuner::retitle(&match cli.format {
+        Format::Text => report::text(&rep),
+        Format::Json => report::json(&rep),
+        Format::Junit => report::junit(&rep),
+    });
+    match &cli.output {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, &text) {
+                eprintln!("ferroccl-conformance: cannot write {}: {e}", path.display());
+                return 2;
+            }
+            let (p, f, k) = rep.counts();
+            eprintln!(
+                "ferroccl-conformance: {p} passed, {f} failed ({} required), {k} skipped; report in {}",
+                rep.required_failures(),
+                path.display()
+            );
+        }
+        None => {
+            let mut o = std::io::stdout().lock();
+            let _ = o.write_all(text.as_bytes());
+        }
+    }
+    rep.exit_code()
+}
+
+/// `--profiler`: the profiler section (see `ferroccl_conformance::profiler`).
+fn profiler_main(cli: &Cli) -> i32 {
+    use ferroccl_conformance::profiler;
+    if cli.list {
+        print!("{}", profiler::runner::list());
+        return 0;
+    }
+    let Some(plugin) = cli.plugin.clone() else {
+        eprintln!("ferroccl-conformance: name the profiler to test (a path, a file name, or e.g. `trace`)");
+        return 2;
+    };
+    let versions = match profiler::parse_api(&cli.api) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("ferroccl-conformance: {e}");
+            return 2;
+        }
+    };
+    if cli.probe {
+        return profiler::worker::probe_main(&plugin);
+    }
+    if let Some(id) = &cli.worker {
+        return profiler::worker::worker_main(id, &plugin, *versions.last().unwrap_or(&6));
+    }
+    let filter = match cli.filter.as_deref().map(Filter::new).transpose() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("ferroccl-conformance: {e}");
+            return 2;
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ferroccl-conformance: cannot locate my own executable to start workers: {e}");
+            return 2;
+        }
+    };
+    let rep = profiler::runner::run(&profiler::runner::ProfilerSuiteConfig {
+        plugin,
+        versions,
+        filter,
+        exe,
+        progress: true,
+    });
+    if rep.results.is_empty() {
+        eprintln!("ferroccl-conformance: no profiler check matched --filter (see --profiler --list)");
+        return 2;
+    }
+    let text = profiler::retitle(&match cli.format {
         Format::Text => report::text(&rep),
         Format::Json => report::json(&rep),
         Format::Junit => report::junit(&rep),

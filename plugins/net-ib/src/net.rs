@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use ferroccl_plugin_api::abi;
 use ferroccl_plugin_api::log::{NCCL_INIT, NCCL_NET};
+use ferroccl_plugin_api::sdk::net_profiler::{NetEvent, StepHandle, step_handle};
 use ferroccl_plugin_api::sdk::{
     Buf, CommConfig, CommMut, Handle, Net, NetError, NetResult, Properties, PtrType, RecvBuf, TestStatus,
 };
@@ -100,6 +102,9 @@ fn sys_err(e: impl std::fmt::Display) -> NetError {
 
 /// One active port of an RDMA device, with the shared context and PD.
 pub struct IbDev {
+    /// Index among the plugin's devices (NCCL's `dev`; `qp.device` of the
+    /// profiler's `ncclProfilerNetIbDescr_v1_t`).
+    pub index: usize,
     /// Device name.
     pub name: String,
     /// Port number.
@@ -353,6 +358,7 @@ impl IbNet {
                 };
                 let gid = ctx.query_gid(port, gid_index as i32).unwrap_or([0; 16]);
                 let dev = IbDev {
+                    index: out.len(),
                     name: info.name.clone(),
                     port,
                     link_layer: pa.link_layer,
@@ -702,8 +708,57 @@ pub struct IbRecvComm {
     inner: Arc<Mutex<Option<RecvInner>>>,
 }
 
-/// An outstanding request (keeps its comm's state alive; freed by the shims).
-pub struct IbRequest(ReqOwner);
+/// An outstanding request (keeps its comm's state alive; freed by the shims),
+/// with its profiler events.
+pub struct IbRequest(ReqOwner, QpEvents);
+
+/// The `ncclProfileQp` events of one request, as NCCL 2.30.7's IB transport
+/// emits them (`src/transport/net_ib/p2p.cc`, `net_ib_v1.h`; reference
+/// `nccl-graph-tuning.md` §6.6): plugin id `NCCL_PROFILER_NET_TYPE_IB | 1`,
+/// descriptor `ncclProfilerNetIbDescr_v1_t`, one event per (request, QP) work
+/// request under the host's ProxyStep. Send: started when `isend` returns the
+/// request (its writes are posted, or will be with the rest of the slot), with
+/// `qp.device`, `qp.wr_id` (the data writes' id), `qp.opcode`
+/// (`IBV_WR_RDMA_WRITE_WITH_IMM`, the signalled WR), `qp.qpNum` and `qp.length`
+/// (this QP's share of the message). Receive: one per (sub-request, QP) when
+/// the receive WRs are posted, under that sub-request's step, with
+/// `qp.device`, `qp.wr_id` and `qp.qpNum` only (as NCCL). Stopped once, when
+/// `test` reports the request done or failed, or when the request is dropped
+/// (NCCL also stops each QP's event at its completion and again at `test`; a
+/// profiler sees exactly one stop here). Empty when the host profiles nothing.
+#[derive(Default)]
+pub struct QpEvents(Vec<(NetEvent, Box<abi::ncclProfilerNetIbDescr_v1_t>)>);
+
+impl QpEvents {
+    fn start(&mut self, h: StepHandle, device: usize, wr_id: u64, opcode: i32, qp_num: u32, length: usize) {
+        let mut qp = abi::ncclProfilerNetIbQpDescr_v1_t::zeroed();
+        qp.device = device as i32;
+        qp.wr_id = wr_id;
+        qp.opcode = opcode;
+        qp.qpNum = qp_num as i32;
+        qp.length = length;
+        let mut d = Box::new(abi::ncclProfilerNetIbDescr_v1_t::zeroed());
+        d.r#type = abi::ncclProfileQp;
+        d.u.qp = qp;
+        let id = (abi::NCCL_PROFILER_NET_TYPE_IB | 1) as i64;
+        // SAFETY: the boxed descriptor stays in this request, unchanged, until the
+        // event is stopped; the step is in flight (we are inside isend/irecv).
+        let ev = unsafe { h.start(id, (&mut *d as *mut abi::ncclProfilerNetIbDescr_v1_t).cast()) };
+        self.0.push((ev, d));
+    }
+
+    fn stop_all(&mut self) {
+        for (ev, _d) in self.0.drain(..) {
+            ev.stop();
+        }
+    }
+}
+
+impl Drop for QpEvents {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
 
 enum ReqOwner {
     Send(Arc<Mutex<Option<SendInner>>>, u64),
@@ -1459,9 +1514,26 @@ impl Net for IbNet {
         let inner = g
             .as_mut()
             .ok_or_else(|| NetError::Internal("isend on a closed comm".into()))?;
-        Ok(inner
-            .isend(buf, tag, mr)?
-            .map(|id| IbRequest(ReqOwner::Send(comm.inner.clone(), id))))
+        let seq = inner.matcher.seq();
+        let Some(id) = inner.isend(buf, tag, mr)? else {
+            return Ok(None);
+        };
+        let mut ev = QpEvents::default();
+        if let Some(h) = step_handle(0) {
+            let conn = &inner.conn;
+            // Every QP carries a share of the message and the signalled write with immediate.
+            for (q, (_, len)) in proto::chunks(buf.len, conn.qps.len()).into_iter().enumerate() {
+                ev.start(
+                    h,
+                    conn.dev.index,
+                    (WR_DATA << WR_KIND_SHIFT) | seq,
+                    sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM as i32,
+                    conn.qps[q].qpn(),
+                    len,
+                );
+            }
+        }
+        Ok(Some(IbRequest(ReqOwner::Send(comm.inner.clone(), id), ev)))
     }
 
     fn irecv(&self, comm: &mut Self::RecvComm, bufs: &[RecvBuf<'_, Self::Mr>]) -> NetResult<Option<Self::Request>> {
@@ -1469,35 +1541,26 @@ impl Net for IbNet {
         let inner = g
             .as_mut()
             .ok_or_else(|| NetError::Internal("irecv on a closed comm".into()))?;
-        Ok(inner
-            .irecv(bufs)?
-            .map(|id| IbRequest(ReqOwner::Recv(comm.inner.clone(), id))))
+        let Some(id) = inner.irecv(bufs)? else {
+            return Ok(None);
+        };
+        let mut ev = QpEvents::default();
+        let conn = &inner.conn;
+        for i in 0..bufs.len() {
+            let Some(h) = step_handle(i) else { continue };
+            for (q, qp) in conn.qps.iter().enumerate() {
+                ev.start(h, conn.dev.index, (WR_RECV << WR_KIND_SHIFT) | q as u64, 0, qp.qpn(), 0);
+            }
+        }
+        Ok(Some(IbRequest(ReqOwner::Recv(comm.inner.clone(), id), ev)))
     }
 
     fn test(&self, req: &mut Self::Request) -> NetResult<TestStatus> {
-        match &mut req.0 {
-            ReqOwner::Send(c, id) => {
-                let mut g = lock(c);
-                let inner = g.as_mut().ok_or_else(closed)?;
-                if let Err(e) = inner.progress() {
-                    // Still report requests that finished before the error.
-                    if !matches!(inner.conn.reqs.get(id), Some(ReqState::Done { .. })) {
-                        return Err(e);
-                    }
-                }
-                inner.conn.take_done(*id)
-            }
-            ReqOwner::Recv(c, id) => {
-                let mut g = lock(c);
-                let inner = g.as_mut().ok_or_else(closed)?;
-                if let Err(e) = inner.progress()
-                    && !matches!(inner.conn.reqs.get(id), Some(ReqState::Done { .. }))
-                {
-                    return Err(e);
-                }
-                inner.conn.take_done(*id)
-            }
+        let st = test_request(&mut req.0);
+        if !matches!(st, Ok(TestStatus::Pending)) {
+            req.1.stop_all();
         }
+        st
     }
 
     fn close_send(&self, comm: Self::SendComm) -> NetResult<()> {
@@ -1508,6 +1571,33 @@ impl Net for IbNet {
     fn close_recv(&self, comm: Self::RecvComm) -> NetResult<()> {
         drop(lock(&comm.inner).take());
         Ok(())
+    }
+}
+
+/// `test` of one request: progress its comm, then report it.
+fn test_request(req: &mut ReqOwner) -> NetResult<TestStatus> {
+    match req {
+        ReqOwner::Send(c, id) => {
+            let mut g = lock(c);
+            let inner = g.as_mut().ok_or_else(closed)?;
+            if let Err(e) = inner.progress() {
+                // Still report requests that finished before the error.
+                if !matches!(inner.conn.reqs.get(id), Some(ReqState::Done { .. })) {
+                    return Err(e);
+                }
+            }
+            inner.conn.take_done(*id)
+        }
+        ReqOwner::Recv(c, id) => {
+            let mut g = lock(c);
+            let inner = g.as_mut().ok_or_else(closed)?;
+            if let Err(e) = inner.progress()
+                && !matches!(inner.conn.reqs.get(id), Some(ReqState::Done { .. }))
+            {
+                return Err(e);
+            }
+            inner.conn.take_done(*id)
+        }
     }
 }
 

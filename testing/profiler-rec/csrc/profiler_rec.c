@@ -255,7 +255,27 @@ static int start(void* ctx, void** h, descr_t* d) {
                      d->proxyOp.pid == getpid()); break;
     case 16: snprintf(f, sizeof f, "step=%d", d->proxyStep.step); break;
 #if PROF_VERSION >= 3
-    case 128: snprintf(f, sizeof f, "netid=%lld", (long long)d->netPlugin.id); break;
+    case 128: {
+      /* The built-in descriptors (net_ib_v1.h, net_socket_v1.h): type (uint8_t) at 0,
+       * the union at 8. IB qp: int device, (pad) uint64_t wr_id, int opcode, int qpNum,
+       * size_t length; socket: int fd, int op, size_t length. */
+      long long id = (long long)d->netPlugin.id;
+      const unsigned char* x = d->netPlugin.data;
+      if (x && id == ((1 << 16) | 1)) {
+        int dev, op, qp; uint64_t wr; size_t len;
+        memcpy(&dev, x + 8, 4); memcpy(&wr, x + 16, 8); memcpy(&op, x + 24, 4); memcpy(&qp, x + 28, 4);
+        memcpy(&len, x + 32, 8);
+        snprintf(f, sizeof f, "netid=%lld ntype=%d dev=%d wr=%llu op=%d qp=%d len=%zu", id, x[0], dev,
+                 (unsigned long long)wr, op, qp, len);
+      } else if (x && id == ((2 << 16) | 1)) {
+        int fd, op; size_t len;
+        memcpy(&fd, x + 8, 4); memcpy(&op, x + 12, 4); memcpy(&len, x + 16, 8);
+        snprintf(f, sizeof f, "netid=%lld ntype=%d fd=%d op=%d len=%zu", id, x[0], fd, op, len);
+      } else {
+        snprintf(f, sizeof f, "netid=%lld", id);
+      }
+      break;
+    }
 #endif
 #if PROF_VERSION >= 5
     case 256: snprintf(f, sizeof f, "depth=%d", d->groupApi.groupDepth); break;
