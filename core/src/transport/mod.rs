@@ -155,11 +155,8 @@ impl TransportParams {
     pub(crate) fn from_config() -> Result<TransportParams, Error> {
         let cfg = Config::global();
         let flag = |p: &crate::config::IntParam| p.get(cfg).map(|v| v == 1);
-        let p2p = p2p::P2pParams::parse(
-            cfg.get_str("NCCL_P2P_DISABLE").as_deref(),
-            cfg.get_str("NCCL_P2P_LEVEL").as_deref(),
-        )
-        .map_err(Error::InvalidUsage)?;
+        let p2p = p2p::P2pParams::parse(cfg.get_str("NCCL_P2P_DISABLE"), cfg.get_str("NCCL_P2P_LEVEL"))
+            .map_err(Error::InvalidUsage)?;
         Ok(TransportParams {
             shm_disable: flag(&crate::config::params::SHM_DISABLE)?,
             net_disable_intra: flag(&crate::config::params::NET_DISABLE_INTRA)?,

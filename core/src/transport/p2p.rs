@@ -516,28 +516,29 @@ mod tests {
     #[test]
     fn hostile_connect_info_is_rejected() {
         let good = sample().encode();
-        let cases: Vec<(Box<dyn Fn(&mut Vec<u8>)>, &str)> = vec![
-            (Box::new(|b: &mut Vec<u8>| b.truncate(50)), "50 bytes, expected 108"),
-            (Box::new(|b: &mut Vec<u8>| b.push(0)), "109 bytes"),
-            (Box::new(|b: &mut Vec<u8>| b[0] ^= 1), "magic"),
-            (Box::new(|b: &mut Vec<u8>| b[4] = 9), "version 9"),
-            (Box::new(|b: &mut Vec<u8>| b[6] = 7), "mode 7"),
-            (Box::new(|b: &mut Vec<u8>| b[7] = 2), "read flag 2"),
+        type Mutate = fn(&mut Vec<u8>);
+        let cases: Vec<(Mutate, &str)> = vec![
+            (|b: &mut Vec<u8>| b.truncate(50), "50 bytes, expected 108"),
+            (|b: &mut Vec<u8>| b.push(0), "109 bytes"),
+            (|b: &mut Vec<u8>| b[0] ^= 1, "magic"),
+            (|b: &mut Vec<u8>| b[4] = 9, "version 9"),
+            (|b: &mut Vec<u8>| b[6] = 7, "mode 7"),
+            (|b: &mut Vec<u8>| b[7] = 2, "read flag 2"),
             (
-                Box::new(|b: &mut Vec<u8>| b[12..28].copy_from_slice(b"not-a-bus-id!!!!")),
+                (|b: &mut Vec<u8>| b[12..28].copy_from_slice(b"not-a-bus-id!!!!")),
                 "bus id",
             ),
-            (Box::new(|b: &mut Vec<u8>| b[25] = b'x'), "bytes after its terminator"),
+            (|b: &mut Vec<u8>| b[25] = b'x', "bytes after its terminator"),
             (
-                Box::new(|b: &mut Vec<u8>| b[28..36].copy_from_slice(&0u64.to_le_bytes())),
+                (|b: &mut Vec<u8>| b[28..36].copy_from_slice(&0u64.to_le_bytes())),
                 "FIFO of 0 bytes",
             ),
             (
-                Box::new(|b: &mut Vec<u8>| b[28..36].copy_from_slice(&u64::MAX.to_le_bytes())),
+                (|b: &mut Vec<u8>| b[28..36].copy_from_slice(&u64::MAX.to_le_bytes())),
                 "FIFO of",
             ),
             (
-                Box::new(|b: &mut Vec<u8>| b[36..44].copy_from_slice(&(8u64 << 20).to_le_bytes())),
+                (|b: &mut Vec<u8>| b[36..44].copy_from_slice(&(8u64 << 20).to_le_bytes())),
                 "offset",
             ),
         ];

@@ -380,8 +380,8 @@ impl IpcMapping {
 impl Drop for IpcMapping {
     fn drop(&mut self) {
         let _ = guard::call("cuCtxSetCurrent", || self.ctx.bind_to_thread());
-        // SAFETY: opened by `open`, closed once.
         let _ = guard::call("cuIpcCloseMemHandle", || {
+            // SAFETY: opened by `open`, closed once.
             unsafe { sys::cuIpcCloseMemHandle(self.ptr) }.result()
         });
     }
