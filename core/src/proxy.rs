@@ -190,8 +190,13 @@ impl ProxyHandle {
         let done = Completion::new();
         let mut deps = Vec::new();
         for s in streams {
-            if let Some(d) = s.push(done.clone(), what.clone()) {
-                deps.push(d);
+            match s.push(done.clone(), what.clone()) {
+                Ok(d) => deps.extend(d),
+                Err(e) => {
+                    done.complete(Err(e.clone()));
+                    self.shared.release();
+                    return Err(e);
+                }
             }
         }
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());

@@ -386,3 +386,37 @@ impl Drop for IpcMapping {
         });
     }
 }
+
+type HostFn = Box<dyn FnOnce() + Send>;
+
+unsafe extern "C" fn run_host_fn(data: *mut c_void) {
+    // SAFETY: `data` is the `Box<HostFn>` leaked by `launch_host_func`, run once.
+    let f = unsafe { Box::from_raw(data.cast::<HostFn>()) };
+    // A panic must not unwind into the driver's callback thread.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || (*f)()));
+}
+
+/// Enqueues `f` on the CUDA stream `stream` (`cuLaunchHostFunc`): the driver
+/// runs it on its callback thread once everything enqueued on the stream
+/// before has completed, and holds the stream's later work until it returns.
+/// `f` must not call CUDA.
+///
+/// Errors: [`KernelError::NoCuda`]; [`KernelError::Cuda`] when the driver
+/// refuses (then `f` is dropped without running).
+///
+/// # Safety
+/// `stream` must be a live `CUstream` of a context of device `ordinal` (or
+/// NULL, the legacy default stream).
+pub unsafe fn launch_host_func(ordinal: usize, stream: *mut c_void, f: HostFn) -> Result<(), KernelError> {
+    context(ordinal)?;
+    let data = Box::into_raw(Box::new(f));
+    let r = guard::call("cuLaunchHostFunc", || {
+        // SAFETY: a live stream (caller); `run_host_fn` takes ownership of `data`.
+        unsafe { sys::cuLaunchHostFunc(stream as sys::CUstream, Some(run_host_fn), data.cast()) }.result()
+    });
+    if r.is_err() {
+        // SAFETY: the driver did not take `data`: it is still ours.
+        drop(unsafe { Box::from_raw(data) });
+    }
+    r
+}

@@ -42,7 +42,7 @@ pub use backend::CudaBackend;
 #[cfg(feature = "cuda")]
 pub use driver::{
     DeviceAttrs, IpcMapping, can_access_peer, device_attrs, device_count, dmabuf_fd_for, driver_info,
-    ipc_get_mem_handle,
+    ipc_get_mem_handle, launch_host_func,
 };
 #[cfg(feature = "cuda")]
 pub(crate) use driver::{classify, device_backend};
