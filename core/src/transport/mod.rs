@@ -16,10 +16,11 @@
 //! (`src/include/transport.h`) with `canConnect`, and `setup`/`connect` for each
 //! direction. Each connection (channel, peer, connection index, direction) goes
 //! to the first transport in NCCL's order whose [`Transport::can_connect`] accepts
-//! the pair (`src/transport.cc`, `selectTransport`): P2P (GPU memory; not built:
-//! there is no GPU on a CPU-only host, so `NCCL_P2P_DISABLE` and `NCCL_P2P_LEVEL`
-//! change nothing yet), then SHM ([`shm`], ranks on one host), then NET ([`net`],
-//! the plugin). [`setup`] exchanges the connect information over the bootstrap
+//! the pair (`src/transport.cc`, `selectTransport`): P2P ([`p2p`]: GPUs that
+//! can reach each other, within `NCCL_P2P_LEVEL` and without `NCCL_P2P_DISABLE`;
+//! ranks bind no GPU yet, so it never accepts a pair), then SHM ([`shm`], ranks
+//! on one host), then NET ([`net`], the plugin; device memory of an operation
+//! goes through GPUDirect RDMA where [`gdr`] allows it, else it is staged). [`setup`] exchanges the connect information over the bootstrap
 //! and drives the connects.
 
 pub(crate) mod fifo;
@@ -150,13 +151,18 @@ impl TransportParams {
     /// `NCCL_P2P_DISABLE` and `NCCL_P2P_LEVEL` (as NCCL's `ncclGetLevel`) from
     /// the process configuration.
     ///
-    /// Errors: [`Error::Config`] for a value other than 0 or 1, or a malformed
-    /// P2P variable.
+    /// Errors: [`Error::Config`] for a `NCCL_SHM_DISABLE` or
+    /// `NCCL_NET_DISABLE_INTRA` other than 0 or 1 (a malformed P2P variable is
+    /// warned about and ignored, as NCCL does).
     pub(crate) fn from_config() -> Result<TransportParams, Error> {
         let cfg = Config::global();
         let flag = |p: &crate::config::IntParam| p.get(cfg).map(|v| v == 1);
-        let p2p = p2p::P2pParams::parse(cfg.get_str("NCCL_P2P_DISABLE"), cfg.get_str("NCCL_P2P_LEVEL"))
-            .map_err(Error::InvalidUsage)?;
+        // NCCL's ncclGetLevel ignores a value it cannot read (the default stays).
+        let p2p =
+            p2p::P2pParams::parse(cfg.get_str("NCCL_P2P_DISABLE"), cfg.get_str("NCCL_P2P_LEVEL")).unwrap_or_else(|e| {
+                tracing::warn!(target: "ferroccl::init", "{e}; using the default");
+                p2p::P2pParams::default()
+            });
         Ok(TransportParams {
             shm_disable: flag(&crate::config::params::SHM_DISABLE)?,
             net_disable_intra: flag(&crate::config::params::NET_DISABLE_INTRA)?,
