@@ -31,6 +31,13 @@
  *   ZOO_QUIRK_CTX_TEARDOWN    (with ZOO_EXPORT_V12) the plugin tears itself down when its
  *                             last context is finalized: every call but init then fails
  *                             until init is called again
+ *   ZOO_QUIRK_GDR             a GPUDirect NIC for hosts without a GPU: advertises
+ *                             NCCL_PTR_CUDA (and NCCL_PTR_DMABUF with ZOO_GDR_DMABUF=1), takes
+ *                             the PCI path in ZOO_GDR_PCI_PATH, reaches memory registered as
+ *                             CUDA/DMA-BUF only through /proc/self/mem (as a DMA engine would:
+ *                             the mock device's pages are PROT_NONE), and appends every
+ *                             regMr/regMrDmaBuf/iflush and every transfer from or into such
+ *                             memory to the file named by ZOO_GDR_LOG (one line each, pid first)
  *
  * Export: by default a Rust cdylib (testing/zoo-*) defines the data symbol and a
  * constructor here fills it. With ZOO_STANDALONE this file is the whole plugin
@@ -159,6 +166,7 @@ struct zoo_comm;
 
 struct zoo_req {
   int state;
+  char* dev;    /* ZOO_QUIRK_GDR: the device address `data` mirrors (NULL: host memory) */
   uint64_t seq;
   struct zoo_comm* comm;
   char* data;
@@ -184,6 +192,7 @@ struct zoo_comm {
 
 struct zoo_mr {
   unsigned magic;
+  int cuda;    /* registered as NCCL_PTR_CUDA or through DMA-BUF */
   void* comm;  /* the comm it was registered on */
   char* base;  /* registered range */
   size_t size;
@@ -219,6 +228,14 @@ static ncclResult_t zoo_get_properties(int dev, ncclNetProperties_v8_t* props) {
   props->pciPath = NULL;
   props->guid = 0;
   props->ptrSupport = 1; /* NCCL_PTR_HOST */
+#ifdef ZOO_QUIRK_GDR
+  props->ptrSupport |= 2; /* NCCL_PTR_CUDA */
+  {
+    const char* d = getenv("ZOO_GDR_DMABUF");
+    if (d && strcmp(d, "1") == 0) props->ptrSupport |= 4; /* NCCL_PTR_DMABUF */
+    props->pciPath = getenv("ZOO_GDR_PCI_PATH");
+  }
+#endif
   props->regIsGlobal = 0;
   props->speed = 10000;
   props->port = 0;
@@ -422,11 +439,64 @@ static ncclResult_t zoo_accept(void* listenComm, void** recvComm, ncclNetDeviceH
   return ncclSuccess;
 }
 
+#ifdef ZOO_QUIRK_GDR
+#include <stdarg.h>
+/* Appends one line (pid first) to $ZOO_GDR_LOG. */
+static void gdr_log(const char* fmt, ...) {
+  const char* path = getenv("ZOO_GDR_LOG");
+  if (!path) return;
+  char line[256];
+  int n = snprintf(line, sizeof line, "%d ", (int)getpid());
+  va_list ap;
+  va_start(ap, fmt);
+  n += vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+  va_end(ap);
+  if (n > (int)sizeof line - 2) n = (int)sizeof line - 2;
+  line[n++] = '\n';
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  ssize_t w = write(fd, line, (size_t)n);
+  (void)w;
+  close(fd);
+}
+
+/* The "DMA engine": device memory is reached through /proc/self/mem only. */
+static int gdr_mem_fd(void) {
+  static int fd = -1;
+  if (fd < 0) fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+  return fd;
+}
+
+static int gdr_copy(char* dst, const char* src, size_t n, int to_device) {
+  int fd = gdr_mem_fd();
+  if (fd < 0) return -1;
+  size_t done = 0;
+  while (done < n) {
+    ssize_t k = to_device ? pwrite(fd, src + done, n - done, (off_t)(uintptr_t)(dst + done))
+                          : pread(fd, dst + done, n - done, (off_t)(uintptr_t)(src + done));
+    if (k <= 0) return -1;
+    done += (size_t)k;
+  }
+  return 0;
+}
+
+static int mr_is_cuda(void* mhandle) {
+  struct zoo_mr* mr = (struct zoo_mr*)mhandle;
+  return mr != NULL && mr->magic == ZOO_MR_MAGIC && mr->cuda;
+}
+#endif
+
 static ncclResult_t zoo_reg_mr(void* comm, void* data, size_t size, int type, void** mhandle) {
+#ifdef ZOO_QUIRK_GDR
+  if (type != 1 && type != 2) return ncclInternalError;
+  gdr_log("regMr type %d size %zu", type, size);
+#else
   if (type != 1) return ncclInternalError;
+#endif
   struct zoo_mr* mr = malloc(sizeof *mr);
   if (!mr) return ncclSystemError;
   mr->magic = ZOO_MR_MAGIC;
+  mr->cuda = type == 2;
   mr->comm = comm;
   mr->base = (char*)data;
   mr->size = size;
@@ -463,8 +533,24 @@ static ncclResult_t check_mr(void* comm, void* mhandle, void* data, size_t size)
 
 static ncclResult_t zoo_reg_mr_dmabuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                                       void** mhandle) {
+#ifdef ZOO_QUIRK_GDR
+  /* The descriptor must be open during the call (the host closes it afterwards). */
+  int valid = fcntl(fd, F_GETFD) >= 0;
+  gdr_log("regMrDmaBuf type %d size %zu offset %llu fd_valid %d", type, size, (unsigned long long)offset, valid);
+  if (!valid) return ncclInvalidArgument;
+  struct zoo_mr* mr = malloc(sizeof *mr);
+  if (!mr) return ncclSystemError;
+  mr->magic = ZOO_MR_MAGIC;
+  mr->cuda = 1;
+  mr->comm = comm;
+  mr->base = (char*)data;
+  mr->size = size;
+  *mhandle = mr;
+  return ncclSuccess;
+#else
   (void)comm; (void)data; (void)size; (void)type; (void)offset; (void)fd; (void)mhandle;
   return ncclInternalError;
+#endif
 }
 
 static ncclResult_t zoo_dereg_mr(void* comm, void* mhandle) {
@@ -497,9 +583,31 @@ static ncclResult_t zoo_isend(void* sendComm, void* data, int size, int tag, voi
   if (!c->is_send || size < 0) return ncclInternalError;
   ncclResult_t r = check_mr(sendComm, mhandle, data, (size_t)size);
   if (r != ncclSuccess) return r;
+#ifdef ZOO_QUIRK_GDR
+  char* mirror = NULL;
+  if (mr_is_cuda(mhandle)) {
+    /* DMA read of the device memory at post time (it stays unchanged until completion). */
+    mirror = malloc(size > 0 ? (size_t)size : 1);
+    if (!mirror) return ncclSystemError;
+    if (gdr_copy(mirror, data, (size_t)size, 0) != 0) {
+      free(mirror);
+      return ncclSystemError;
+    }
+  }
+#endif
   LOCK(c);
   *request = post(c, data, (size_t)size);
   if (*request) ((struct zoo_req*)*request)->true_size = (size_t)size;
+#ifdef ZOO_QUIRK_GDR
+  if (*request && mirror) {
+    struct zoo_req* q = (struct zoo_req*)*request;
+    q->dev = q->data;
+    q->data = mirror;
+    gdr_log("isend cuda size %d", size);
+  } else {
+    free(mirror);
+  }
+#endif
   UNLOCK(c);
   return ncclSuccess;
 }
@@ -511,16 +619,47 @@ static ncclResult_t zoo_irecv(void* recvComm, int n, void** data, int* sizes, in
   if (c->is_send || n != 1 || sizes[0] < 0) return ncclInternalError;
   ncclResult_t r = check_mr(recvComm, mhandles ? mhandles[0] : NULL, data[0], (size_t)sizes[0]);
   if (r != ncclSuccess) return r;
+#ifdef ZOO_QUIRK_GDR
+  char* mirror = NULL;
+  if (mr_is_cuda(mhandles ? mhandles[0] : NULL)) {
+    mirror = malloc(sizes[0] > 0 ? (size_t)sizes[0] : 1);
+    if (!mirror) return ncclSystemError;
+  }
+#endif
   LOCK(c);
   *request = post(c, data[0], (size_t)sizes[0]);
+#ifdef ZOO_QUIRK_GDR
+  if (*request && mirror) {
+    struct zoo_req* q = (struct zoo_req*)*request;
+    q->dev = q->data;
+    q->data = mirror;
+    gdr_log("irecv cuda size %d", sizes[0]);
+  } else {
+    free(mirror);
+  }
+#endif
   UNLOCK(c);
   return ncclSuccess;
 }
 
 static ncclResult_t zoo_iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
+#ifdef ZOO_QUIRK_GDR
+  (void)data;
+  struct zoo_comm* c = (struct zoo_comm*)recvComm;
+  int cuda = n == 1 && mhandles != NULL && mr_is_cuda(mhandles[0]);
+  gdr_log("iflush n %d size %d cuda %d", n, n > 0 ? sizes[0] : -1, cuda);
+  /* A request completed at its first test (the host must test it). */
+  LOCK(c);
+  struct zoo_req* r = post(c, NULL, 0);
+  if (r) r->state = REQ_DONE;
+  UNLOCK(c);
+  *request = r;
+  return ncclSuccess;
+#else
   (void)recvComm; (void)n; (void)data; (void)sizes; (void)mhandles;
   *request = NULL; /* host memory: nothing to flush */
   return ncclSuccess;
+#endif
 }
 
 /* Picks the next request to do I/O for: the oldest posted one (the contract);
@@ -650,6 +789,17 @@ static ncclResult_t test_locked(struct zoo_req* r, int* done, int* sizes) {
 #else
     sizes[0] = (int)r->true_size;
 #endif
+  }
+#endif
+#ifdef ZOO_QUIRK_GDR
+  if (r->dev) {
+    /* DMA write of the received bytes into device memory. */
+    if (!r->comm->is_send && gdr_copy(r->dev, r->data, r->true_size, 1) != 0) {
+      free(r->data);
+      r->state = REQ_FREE;
+      return ncclSystemError;
+    }
+    free(r->data);
   }
 #endif
   r->state = REQ_FREE;

@@ -9,6 +9,7 @@ pub mod error;
 pub mod graph;
 pub mod group;
 pub mod log;
+pub mod mockdev;
 pub mod plugin;
 pub mod profiler;
 pub mod proxy;

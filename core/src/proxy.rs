@@ -288,8 +288,13 @@ impl ProxyHandle {
         let done = Completion::new();
         let mut deps = Vec::new();
         for s in streams {
-            if let Some(d) = s.push(done.clone(), what) {
-                deps.push(d);
+            match s.push(done.clone(), what) {
+                Ok(d) => deps.extend(d),
+                Err(e) => {
+                    done.complete(Err(e.clone()));
+                    self.shared.release();
+                    return Err(e);
+                }
             }
         }
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
@@ -1047,19 +1052,21 @@ impl Proxy {
             let (sb, rb) = bytes(a);
             let reads = !matches!(a.kind, CollKind::Broadcast { root } if root != rank);
             let writes = !matches!(a.kind, CollKind::Reduce { root } if root != rank);
-            // Memory the host cannot touch is never registered as host memory:
-            // its steps go through the FIFOs, staged (`coll::mem`).
-            if reads && !a.send.is_null() && sb > 0 && !a.mem.send.staged() {
-                inputs.push((a.kind, a.send, sb));
+            // Device memory is registered only where GPUDirect RDMA is possible
+            // (the connector decides, `transport::gdr`); otherwise its steps go
+            // through the FIFOs, staged (`coll::mem`).
+            if reads && !a.send.is_null() && sb > 0 {
+                inputs.push((a.kind, a.send, sb, a.mem.send.space));
             }
-            if writes && !a.recv.is_null() && rb > 0 && !a.mem.recv.staged() {
-                outputs.push((a.kind, a.recv as *const u8, rb));
+            if writes && !a.recv.is_null() && rb > 0 {
+                outputs.push((a.kind, a.recv as *const u8, rb, a.mem.recv.space));
             }
         }
         let coll = |k: CollKind| !matches!(k, CollKind::Send { .. } | CollKind::Recv { .. });
-        let overlaps = |set: &[(CollKind, *const u8, usize)], p: *const u8, n: usize| {
+        type Buf = (CollKind, *const u8, usize, ferroccl_kernels::MemorySpace);
+        let overlaps = |set: &[Buf], p: *const u8, n: usize| {
             set.iter()
-                .any(|&(_, q, m)| (p as usize) < q as usize + m && (q as usize) < p as usize + n)
+                .any(|&(_, q, m, _)| (p as usize) < q as usize + m && (q as usize) < p as usize + n)
         };
         // Collective steps wait for in-flight sends before writing user memory
         // (`SendConnector::user_busy`), so their inputs may overlap outputs; a p2p
@@ -1067,14 +1074,14 @@ impl Proxy {
         let send_inputs: Vec<_> = inputs
             .iter()
             .copied()
-            .filter(|&(kind, p, n)| n >= min && (coll(kind) || !overlaps(&outputs, p, n)))
+            .filter(|&(kind, p, n, _)| n >= min && (coll(kind) || !overlaps(&outputs, p, n)))
             .collect();
         let recv_outputs: Vec<_> = outputs
             .iter()
             .copied()
-            .filter(|&(_, p, n)| n >= min && !overlaps(&inputs, p, n))
+            .filter(|&(_, p, n, _)| n >= min && !overlaps(&inputs, p, n))
             .collect();
-        outputs.retain(|&(_, _, n)| n >= min);
+        outputs.retain(|&(_, _, n, _)| n >= min);
         for t in tasks {
             // Which operations' buffers this lane's connectors may carry.
             let mine = |kind: CollKind| match t.lane {
@@ -1089,18 +1096,18 @@ impl Proxy {
             };
             for k in &t.conns.send {
                 if let Some(conn) = self.conns.send(k) {
-                    for &(kind, p, n) in &send_bufs {
+                    for &(kind, p, n, space) in &send_bufs {
                         if mine(kind) {
-                            conn.register_user(p, n);
+                            conn.register_user(p, n, space);
                         }
                     }
                 }
             }
             for k in &t.conns.recv {
                 if let Some(conn) = self.conns.recv(k) {
-                    for &(kind, p, n) in &recv_outputs {
+                    for &(kind, p, n, space) in &recv_outputs {
                         if mine(kind) {
-                            conn.register_user(p, n);
+                            conn.register_user(p, n, space);
                         }
                     }
                 }

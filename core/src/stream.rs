@@ -6,6 +6,19 @@
 //! enqueued on that stream before it has finished (on whatever communicator).
 //! Operations of one communicator additionally run in enqueue order, as NCCL
 //! requires every rank to issue them in the same order.
+//!
+//! **Stream-ordered execution on a caller's device stream** ([`Stream::on_device`]):
+//! NCCL enqueues its kernel on the caller's `cudaStream_t`, so an operation
+//! starts after the work the caller enqueued on that stream before it, and the
+//! caller's later work starts after the operation; the call itself returns at
+//! once. ferroccl runs operations on its proxy thread, so a stream bound to a
+//! [`DeviceStream`] keeps the same order with two hooks per operation, both
+//! enqueued on the caller's stream at enqueue time: a host callback
+//! ([`DeviceStream::host_callback`], CUDA's `cuLaunchHostFunc`, which runs once
+//! all earlier work on the stream has completed) opens the operation's gate,
+//! and a wait ([`DeviceStream::wait_for`]) holds the caller's later work until
+//! the operation is done ([`OpDone`]). The caller may then wait on its own
+//! stream (`cudaStreamSynchronize`) or on [`Stream::synchronize`].
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
@@ -77,6 +90,42 @@ impl Completion {
     }
 }
 
+/// A caller's device stream (a `cudaStream_t`) as the host sees it: the two
+/// hooks stream-ordered execution needs (see the module docs). Implemented for
+/// CUDA streams with `cuLaunchHostFunc`; tests use a mock stream.
+pub trait DeviceStream: Send + Sync + std::fmt::Debug {
+    /// Enqueues `f` on the stream: it runs once everything enqueued on the
+    /// stream before it has completed (CUDA's `cuLaunchHostFunc`). It must be
+    /// called exactly once, unless the stream fails (then never).
+    ///
+    /// Errors: the driver refused the enqueue.
+    fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<(), Error>;
+
+    /// Makes work enqueued on the stream after this call wait until `done`
+    /// reports the operation finished (successfully or not).
+    ///
+    /// Errors: the driver refused the enqueue.
+    fn wait_for(&self, done: OpDone) -> Result<(), Error>;
+}
+
+/// The completion of one enqueued operation, as a device stream waits for it.
+#[derive(Debug, Clone)]
+pub struct OpDone(Arc<Completion>);
+
+impl OpDone {
+    /// Whether the operation has finished.
+    pub fn is_done(&self) -> bool {
+        self.0.peek().is_some()
+    }
+
+    /// Waits until the operation finishes or `timeout` passes; its outcome, or
+    /// `None` on timeout. Every operation is bounded by its communicator's
+    /// watchdog, so a generous timeout always sees the outcome.
+    pub fn wait(&self, timeout: Duration) -> Option<Result<(), Error>> {
+        self.0.wait(Some(Instant::now() + timeout), &|| true)
+    }
+}
+
 #[derive(Debug, Default)]
 struct StreamInner {
     /// Work not yet seen complete by `synchronize`, in enqueue order, with a
@@ -97,6 +146,8 @@ struct StreamInner {
 pub struct Stream {
     inner: Arc<Mutex<StreamInner>>,
     timeout: Option<Duration>,
+    /// The caller's device stream operations are ordered with, if any.
+    device: Option<Arc<dyn DeviceStream>>,
 }
 
 impl Stream {
@@ -110,15 +161,37 @@ impl Stream {
         Stream {
             inner: Arc::default(),
             timeout: Some(timeout),
+            device: None,
         }
     }
 
-    /// Registers new work; returns the work it must wait for (the stream's last).
+    /// This stream, ordered with the caller's device stream `dev` from now on
+    /// (see the module docs): each operation enqueued on it waits for the work
+    /// enqueued on `dev` before it, and `dev`'s later work waits for the
+    /// operation. Enqueue still returns at once.
+    pub fn on_device(mut self, dev: Arc<dyn DeviceStream>) -> Stream {
+        self.device = Some(dev);
+        self
+    }
+
+    /// Registers new work `c`; returns the work it must wait for: the stream's
+    /// last, and with a device stream the gate its host callback opens. With a
+    /// device stream, the stream's later work is made to wait for `c`.
     ///
     /// Finished work at the front of the queue is dropped here (its first error
     /// kept for `synchronize`), so a caller that enqueues without ever
     /// synchronizing holds memory for unfinished work only.
-    pub(crate) fn push(&self, c: Arc<Completion>, what: WorkWhat) -> Option<Arc<Completion>> {
+    ///
+    /// Errors: the device stream refused a hook (nothing was registered).
+    pub(crate) fn push(&self, c: Arc<Completion>, what: WorkWhat) -> Result<Vec<Arc<Completion>>, Error> {
+        let mut deps = Vec::with_capacity(2);
+        if let Some(dev) = &self.device {
+            let gate = Completion::new();
+            let g = gate.clone();
+            dev.host_callback(Box::new(move || g.complete(Ok(()))))?;
+            dev.wait_for(OpDone(c.clone()))?;
+            deps.push(gate);
+        }
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         while let Some(r) = g.pending.front().and_then(|(f, _)| f.peek()) {
             g.pending.pop_front();
@@ -126,9 +199,11 @@ impl Stream {
                 g.first_error = Some(e);
             }
         }
-        let prev = g.pending.back().map(|(c, _)| c.clone());
+        if let Some((prev, _)) = g.pending.back() {
+            deps.push(prev.clone());
+        }
         g.pending.push_back((c, what));
-        prev
+        Ok(deps)
     }
 
     /// Whether all enqueued work has finished (`cudaStreamQuery`); errors of
@@ -197,5 +272,53 @@ impl Stream {
     /// Whether two handles name the same stream.
     pub(crate) fn same(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+/// A caller's CUDA stream (`cudaStream_t` / `CUstream`) as a [`DeviceStream`]:
+/// the gate and the wait are host functions enqueued with `cuLaunchHostFunc`
+/// (the wait blocks the driver's callback thread until the operation is done,
+/// bounded by `timeout`; operations are bounded by their communicator's
+/// watchdog, so it returns well before).
+#[cfg(feature = "cuda")]
+#[derive(Debug)]
+pub struct CudaStream {
+    raw: usize,
+    ordinal: usize,
+    timeout: Duration,
+}
+
+#[cfg(feature = "cuda")]
+impl CudaStream {
+    /// Wraps the CUDA stream `raw` of device `ordinal`.
+    ///
+    /// # Safety
+    /// `raw` must be a live `CUstream` of device `ordinal`'s primary context
+    /// (or NULL for the legacy default stream) for as long as operations are
+    /// enqueued on streams bound to this value and until they complete.
+    pub unsafe fn from_raw(raw: *mut std::ffi::c_void, ordinal: usize, timeout: Duration) -> CudaStream {
+        CudaStream {
+            raw: raw as usize,
+            ordinal,
+            timeout,
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl DeviceStream for CudaStream {
+    fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<(), Error> {
+        // SAFETY: a live stream of this device (the `from_raw` contract).
+        unsafe { ferroccl_kernels::cuda::launch_host_func(self.ordinal, self.raw as *mut std::ffi::c_void, f) }
+            .map_err(Error::from)
+    }
+
+    fn wait_for(&self, done: OpDone) -> Result<(), Error> {
+        let t = self.timeout;
+        self.host_callback(Box::new(move || {
+            if done.wait(t).is_none() {
+                tracing::warn!(target: "ferroccl::stream", "CUDA stream released after {t:?} without the operation finishing");
+            }
+        }))
     }
 }

@@ -162,3 +162,57 @@ fn device_buffers_two_processes_match_the_reference() {
     );
     assert_all_ok(&outs, "device buffers, 2 processes");
 }
+
+/// Child entry point: AllReduce ordered with a CUDA stream of the caller's
+/// (`Stream::on_device`): enqueue returns at once, and once the caller's stream
+/// is synchronized (`cuStreamSynchronize`) the result is there.
+#[test]
+fn cuda_stream_worker() {
+    let Some(r) = role("cudastream") else { return };
+    let comm = join(&r, Duration::from_secs(60));
+    let (dtype, op, count) = (DataType::Float32, RedOp::Sum, 1usize << 20);
+    let es = dtype.size();
+    let mut input = vec![0u8; count * es];
+    check::fill(&mut input, dtype, &op, r.rank, 1);
+    let mut sendbuf = DeviceBuffer::alloc(0, count * es).expect("send buffer");
+    let recvbuf = DeviceBuffer::alloc(0, count * es).expect("receive buffer");
+    sendbuf.write(0, &input).expect("input");
+    let user = gpu().expect("GPU").context().new_stream().expect("cuStreamCreate");
+    // SAFETY: `user` lives until the end of this function, after its synchronize.
+    let dev = unsafe {
+        ferroccl::stream::CudaStream::from_raw(user.cu_stream() as *mut std::ffi::c_void, 0, Duration::from_secs(120))
+    };
+    let s = Stream::new().on_device(std::sync::Arc::new(dev));
+    // SAFETY: the device buffers outlive the synchronizes below.
+    unsafe { comm.all_reduce(sendbuf.as_ptr(), recvbuf.as_ptr(), count, dtype, op, &s) }.expect("enqueue");
+    user.synchronize().expect("cuStreamSynchronize");
+    let mut got = vec![0u8; count * es];
+    recvbuf.read(0, &mut got).expect("read result");
+    let want = check::expected(TestOp::AllReduce, dtype, &op, r.nranks, r.rank, count, 1).expect("expected");
+    let wrong = check::count_wrong(dtype, &got, &want);
+    s.synchronize().expect("synchronize");
+    comm.destroy().expect("destroy");
+    assert_eq!(
+        wrong, 0,
+        "rank {}: wrong elements after the CUDA stream synchronized",
+        r.rank
+    );
+}
+
+/// Two processes: collectives ordered with each caller's CUDA stream.
+#[test]
+fn collectives_ordered_with_a_cuda_stream() {
+    if role("cudastream").is_some() || require_gpu("collectives_ordered_with_a_cuda_stream").is_none() {
+        return;
+    }
+    let outs = launch(
+        "cuda_stream_worker",
+        "cudastream",
+        2,
+        &[0, 1],
+        &[("NCCL_SHM_DISABLE", "1")],
+        |_| Vec::new(),
+        Duration::from_secs(300),
+    );
+    assert_all_ok(&outs, "CUDA stream ordering, 2 processes");
+}

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 /// (file suffix, defines).
-const VARIANTS: [(&str, &[&str]); 8] = [
+const VARIANTS: [(&str, &[&str]); 9] = [
     ("handle-state", &["ZOO_QUIRK_HANDLE_STATE"]),
     ("deref-mhandle", &["ZOO_QUIRK_DEREF_MHANDLE"]),
     ("oldest-test", &["ZOO_QUIRK_OLDEST_TEST"]),
@@ -15,6 +15,7 @@ const VARIANTS: [(&str, &[&str]); 8] = [
     ("ctx-teardown", &["ZOO_EXPORT_V12", "ZOO_QUIRK_CTX_TEARDOWN"]),
     ("no-sizes", &["ZOO_FAULT_NO_SIZES"]),
     ("no-devices", &["ZOO_FAULT_NO_DEVICES"]),
+    ("gdr", &["ZOO_QUIRK_GDR"]),
 ];
 
 fn main() {

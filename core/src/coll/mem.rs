@@ -58,7 +58,6 @@ pub(crate) struct BufMem {
     pub len: usize,
     /// Its memory space (as the driver reports it; decides how the plugin may
     /// register it, see `transport::gdr`).
-    #[allow(dead_code)]
     pub space: MemorySpace,
     /// How the executor reaches it.
     pub access: Access,
@@ -155,6 +154,20 @@ fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
             len,
             space: MemorySpace::Device {
                 ordinal: 0,
+                managed: false,
+            },
+            access: Access::Staged {
+                backend,
+                pinned_for: None,
+            },
+        });
+    }
+    if let Some((_, backend, gpu)) = crate::mockdev::lookup(p, len) {
+        return Ok(BufMem {
+            addr: p as usize,
+            len,
+            space: MemorySpace::Device {
+                ordinal: gpu.ordinal,
                 managed: false,
             },
             access: Access::Staged {

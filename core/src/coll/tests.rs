@@ -312,3 +312,108 @@ fn collectives_on_unreachable_memory_are_staged() {
         });
     }
 }
+
+/// A **mock** device stream: items run in order, only when the test calls
+/// [`MockStream::run_all`] (so "not yet" is deterministic, not a timing guess).
+#[derive(Debug, Default)]
+struct MockStream {
+    items: std::sync::Mutex<std::collections::VecDeque<MockItem>>,
+}
+
+enum MockItem {
+    Kernel(Box<dyn FnOnce() + Send>),
+    Wait(crate::stream::OpDone),
+}
+
+impl std::fmt::Debug for MockItem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MockItem::Kernel(_) => "Kernel",
+            MockItem::Wait(_) => "Wait",
+        })
+    }
+}
+
+impl MockStream {
+    fn kernel(&self, f: impl FnOnce() + Send + 'static) {
+        self.items.lock().unwrap().push_back(MockItem::Kernel(Box::new(f)));
+    }
+
+    fn len(&self) -> usize {
+        self.items.lock().unwrap().len()
+    }
+
+    /// Runs every item in order; a wait blocks (bounded) until its operation is done.
+    fn run_all(&self) {
+        loop {
+            let item = self.items.lock().unwrap().pop_front();
+            match item {
+                None => return,
+                Some(MockItem::Kernel(f)) => f(),
+                Some(MockItem::Wait(done)) => {
+                    let r = done
+                        .wait(Duration::from_secs(60))
+                        .expect("operation finished within 60 s");
+                    r.expect("operation succeeded");
+                }
+            }
+        }
+    }
+}
+
+impl crate::stream::DeviceStream for MockStream {
+    fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<(), crate::Error> {
+        self.items.lock().unwrap().push_back(MockItem::Kernel(f));
+        Ok(())
+    }
+    fn wait_for(&self, done: crate::stream::OpDone) -> Result<(), crate::Error> {
+        self.items.lock().unwrap().push_back(MockItem::Wait(done));
+        Ok(())
+    }
+}
+
+/// Stream-ordered execution on a (mock) device stream: enqueue returns while the
+/// caller's earlier work has not run; the operation waits for it (its input is
+/// written by that work, so running early would give wrong results); the
+/// caller's later work waits for the operation (it reads the output).
+#[test]
+fn operations_are_ordered_with_the_callers_device_stream() {
+    use std::sync::Mutex;
+    for n in [1usize, 2, 3] {
+        with_comms(n, 64 << 10, 2, move |comm| {
+            let (r, dtype, op, count) = (comm.rank(), DataType::Float32, RedOp::Sum, 20_000usize);
+            let mut want_in = vec![0u8; count * dtype.size()];
+            check::fill(&mut want_in, dtype, &op, r, 1);
+            let input = Arc::new(Mutex::new(vec![0u8; want_in.len()]));
+            let output = Arc::new(Mutex::new(vec![0u8; want_in.len()]));
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let dev = Arc::new(MockStream::default());
+            let s = Stream::new().on_device(dev.clone());
+            // The caller's earlier work: writes the input.
+            {
+                let (input, w) = (input.clone(), want_in.clone());
+                dev.kernel(move || input.lock().unwrap().copy_from_slice(&w));
+            }
+            let (ip, op_) = (input.lock().unwrap().as_ptr(), output.lock().unwrap().as_mut_ptr());
+            // SAFETY: the buffers live until the end of this closure, after the
+            // stream is synchronized; the input is written before the gate opens.
+            unsafe { comm.all_reduce(ip, op_, count, dtype, op, &s) }.expect("enqueue returns at once");
+            // The caller's later work: reads the output.
+            {
+                let (output, seen) = (output.clone(), seen.clone());
+                dev.kernel(move || *seen.lock().unwrap() = output.lock().unwrap().clone());
+            }
+            // Nothing on the device stream has run: the operation's gate is closed.
+            assert_eq!(dev.len(), 4, "input kernel, gate, wait, output kernel");
+            assert!(
+                !s.query(),
+                "rank {r}: the operation ran before the caller's earlier work"
+            );
+            dev.run_all();
+            s.synchronize().expect("synchronize");
+            let want = check::expected(TestOp::AllReduce, dtype, &op, n, r, count, 1).expect("expected");
+            let got = seen.lock().unwrap().clone();
+            assert_eq!(check::count_wrong(dtype, &got, &want), 0, "rank {r} of {n}");
+        });
+    }
+}

@@ -45,6 +45,9 @@ fn transport_peers(peers: &[PeerInfo]) -> Vec<TransportPeer> {
             pid_ns: p.pid_ns,
             params: p.transport,
             local_rank: peers[..p.rank].iter().filter(|q| q.host_hash == p.host_hash).count(),
+            // Ranks are host processes: no GPU is bound at init (so P2P never
+            // joins a pair; device memory is handled per operation).
+            gpu: None,
         })
         .collect()
 }
@@ -371,8 +374,16 @@ impl Comm {
         let tpeers = transport_peers(&peers);
         let pids = peers.iter().map(|p| p.pid).collect();
         let transports: Vec<Arc<dyn Transport>> = vec![
+            // NCCL's order: P2P, SHM, NET (src/transport.cc).
+            Arc::new(crate::transport::p2p::P2pTransport::new(
+                tpeers.iter().map(|p| p.params.p2p()).collect(),
+            )),
             Arc::new(ShmTransport::new(rank, pids, shm_proto, params.timeout)),
-            Arc::new(NetTransport::new(net.clone(), ctx)),
+            Arc::new(NetTransport::new(
+                net.clone(),
+                ctx,
+                crate::transport::gdr::GdrParams::from_config(&topo_params)?,
+            )),
         ];
         let transports = Arc::new(TransportSetup::new(
             transports,

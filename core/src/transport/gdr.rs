@@ -31,6 +31,7 @@ use ferroccl_kernels::MemorySpace;
 use ferroccl_plugin_api::abi::{NCCL_PTR_CUDA, NCCL_PTR_DMABUF};
 
 use crate::topo::paths::GdrMode;
+use crate::topo::types::PathType;
 
 /// Everything [`decide`] depends on besides the buffer's memory space, for one
 /// connection (one plugin device, one direction).
@@ -138,6 +139,212 @@ pub fn describe(path: &MemPath, gpu: usize, net: &str, dev: usize, read: bool) -
         MemPath::Staged(why) => Some(format!(
             "GPU Direct RDMA Disabled for GPU {gpu} / NET/{net}/{dev} ({dir}: {why}); staging through host memory"
         )),
+    }
+}
+
+/// What the GPUDirect decision needs to know about a GPU (NCCL reads these from
+/// its topology's GPU node: `gdrSupport`, `cudaCompCap`, the PCI position; and
+/// `dmaBufSupport` from the driver in `src/init.cc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuFacts {
+    /// Device ordinal.
+    pub ordinal: usize,
+    /// Compute capability, `major * 10 + minor`.
+    pub cuda_cc: i32,
+    /// The GPU supports GPUDirect RDMA.
+    pub gdr: bool,
+    /// The driver exports DMA-BUF handles for the GPU's memory.
+    pub dmabuf: bool,
+    /// sysfs PCI path of the GPU; `None` when unknown.
+    pub pci_path: Option<String>,
+}
+
+impl GpuFacts {
+    /// NCCL's `busId` of the GPU as printed in its GDR lines (`%lx` of the
+    /// `dddd:bb:dd.f` id read as one hex number, e.g. `3b000`); the ordinal
+    /// when the PCI position is unknown.
+    pub fn bus_id(&self) -> u64 {
+        self.pci_path
+            .as_deref()
+            .and_then(|p| p.rsplit('/').next())
+            .and_then(|bdf| u64::from_str_radix(&bdf.replace([':', '.'], ""), 16).ok())
+            .unwrap_or(self.ordinal as u64)
+    }
+}
+
+/// The facts of GPU `ordinal`: a mock GPU's ([`crate::mockdev`]) when a test
+/// declared one, else the CUDA driver's (`cuDeviceGetAttribute`,
+/// `cuDeviceGetPCIBusId` and the sysfs path of that bus id).
+///
+/// Errors: text naming why the driver could not answer (no CUDA, bad ordinal).
+pub fn gpu_facts(ordinal: usize) -> Result<GpuFacts, String> {
+    if let Some(g) = crate::mockdev::gpu(ordinal) {
+        return Ok(GpuFacts {
+            ordinal,
+            cuda_cc: g.cuda_cc,
+            gdr: g.gdr,
+            dmabuf: g.dmabuf,
+            pci_path: g.pci_path,
+        });
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let a = ferroccl_kernels::cuda::device_attrs(ordinal).map_err(|e| e.to_string())?;
+        let sys = std::path::Path::new("/sys/bus/pci/devices").join(&a.bus_id);
+        let pci_path = std::fs::canonicalize(&sys)
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
+        Ok(GpuFacts {
+            ordinal,
+            cuda_cc: a.cuda_cc,
+            gdr: a.gdr,
+            dmabuf: a.dmabuf,
+            pci_path,
+        })
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(format!("GPU {ordinal}: ferroccl was built without its `cuda` feature"))
+}
+
+/// A DMA-BUF descriptor for `[ptr, ptr + len)` of device memory and the offset
+/// of `ptr` in it (`cuMemGetHandleForAddressRange`, or the mock's stand-in).
+///
+/// Errors: text naming why none could be made.
+pub fn dmabuf_fd(ptr: *const u8, len: usize) -> Result<(std::os::fd::OwnedFd, u64), String> {
+    if let Some(r) = crate::mockdev::dmabuf_fd(ptr, len) {
+        return r.map_err(|e| format!("mock DMA-BUF: {e}"));
+    }
+    #[cfg(feature = "cuda")]
+    return ferroccl_kernels::cuda::dmabuf_fd_for(ptr, len).map_err(|e| e.to_string());
+    #[cfg(not(feature = "cuda"))]
+    Err("DMA-BUF needs the `cuda` feature".into())
+}
+
+/// The bridges above a PCI device in a sysfs path
+/// (`/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0` → root `pci0000:00`,
+/// chain `[0000:00:01.0, 0000:01:00.0]`, the device last).
+fn pci_chain(path: &str) -> Option<(&str, Vec<&str>)> {
+    let mut it = path.split('/').filter(|c| !c.is_empty());
+    let root = it.find(|c| c.starts_with("pci"))?;
+    let chain: Vec<&str> = it.collect();
+    (!chain.is_empty()).then_some((root, chain))
+}
+
+/// The PCI path type between a GPU and a NIC from their sysfs paths, as NCCL's
+/// topology would compute it (`src/graph/paths.cc`): `PIX` when they hang off
+/// the same bridge, `PXB` when they share a bridge farther up (no host bridge
+/// crossed), `PHB` when they only share the root complex (or either position
+/// is unknown: NCCL attaches such a device to its CPU), `SYS` across root
+/// complexes (NCCL: across CPU sockets; NUMA affinity is not read here).
+pub fn pci_distance(gpu: Option<&str>, nic: Option<&str>) -> PathType {
+    let (Some((gr, g)), Some((nr, n))) = (gpu.and_then(pci_chain), nic.and_then(pci_chain)) else {
+        return PathType::Phb;
+    };
+    if gr != nr {
+        return PathType::Sys;
+    }
+    let (gp, np) = (&g[..g.len() - 1], &n[..n.len() - 1]);
+    if !gp.is_empty() && gp == np {
+        return PathType::Pix;
+    }
+    let common = gp.iter().zip(np).take_while(|(a, b)| a == b).count();
+    if common > 0 { PathType::Pxb } else { PathType::Phb }
+}
+
+/// The parameters of the decision that come from the environment, read once
+/// per communicator: `NCCL_NET_GDR_LEVEL`, `NCCL_NET_GDR_READ`,
+/// `NCCL_NET_GDR_C2C`, `NCCL_DMABUF_ENABLE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GdrParams {
+    /// `NCCL_NET_GDR_LEVEL` (`None`: PXB).
+    pub level: Option<PathType>,
+    /// `NCCL_NET_GDR_READ` (-2: default, on from compute capability 8.0).
+    pub read: i64,
+    /// `NCCL_DMABUF_ENABLE`.
+    pub dmabuf_enable: bool,
+}
+
+impl Default for GdrParams {
+    fn default() -> Self {
+        GdrParams {
+            level: None,
+            read: -2,
+            dmabuf_enable: true,
+        }
+    }
+}
+
+impl GdrParams {
+    /// Reads the parameters from the process configuration.
+    ///
+    /// Errors: [`crate::Error::Config`] for an out-of-range `NCCL_DMABUF_ENABLE`.
+    pub fn from_config(topo: &crate::topo::TopoParams) -> Result<GdrParams, crate::Error> {
+        let cfg = crate::config::Config::global();
+        Ok(GdrParams {
+            level: topo.net_gdr_level,
+            read: topo.net_gdr_read,
+            dmabuf_enable: crate::config::params::DMABUF_ENABLE.get(cfg)? == 1,
+        })
+    }
+}
+
+/// The topology half of `ncclTopoCheckGdr` for a GPU and a NIC at `nic_pci`:
+/// the GPU must support GPUDirect RDMA; a send (`read`) needs
+/// `NCCL_NET_GDR_READ` (default: compute capability 8.0 or later; NVLink is not
+/// modelled for a buffer's GPU); the PCI distance must not exceed
+/// `NCCL_NET_GDR_LEVEL` (default PXB). Returns the mode with the distance and
+/// the level compared (for NCCL's INFO line).
+pub fn topo_check(gpu: &GpuFacts, nic_pci: Option<&str>, read: bool, p: &GdrParams) -> (GdrMode, PathType, PathType) {
+    let level = p.level.unwrap_or(PathType::Pxb);
+    let distance = pci_distance(gpu.pci_path.as_deref(), nic_pci);
+    let off = (GdrMode::Disable, distance, level);
+    if !gpu.gdr {
+        return off;
+    }
+    if read && (p.read == 0 || (p.read < 0 && gpu.cuda_cc < 80)) {
+        return off;
+    }
+    if distance > level {
+        return off;
+    }
+    (GdrMode::Default, distance, level)
+}
+
+/// NCCL's INFO line of `ncclTopoCheckGdr` (`src/graph/paths.cc`) for GPU `gpu`
+/// and net device `dev`: `GPU Direct RDMA Enabled for GPU 3b000 / HCA 0
+/// (distance 4 <= 5), read 1` or `... Disabled ... (distance 9 > 5)`.
+pub fn nccl_gdr_line(
+    gpu: &GpuFacts,
+    dev: usize,
+    read: bool,
+    mode: GdrMode,
+    distance: PathType,
+    level: PathType,
+) -> String {
+    let (d, l) = (distance as i32, level as i32);
+    if mode == GdrMode::Disable {
+        if distance > level {
+            format!(
+                "GPU Direct RDMA Disabled for GPU {:x} / HCA {dev} (distance {d} > {l})",
+                gpu.bus_id()
+            )
+        } else {
+            format!(
+                "GPU Direct RDMA Disabled for GPU {:x} / HCA {dev} ({})",
+                gpu.bus_id(),
+                if gpu.gdr {
+                    "NCCL_NET_GDR_READ: no GPUDirect reads"
+                } else {
+                    "the GPU does not support GPUDirect RDMA"
+                }
+            )
+        }
+    } else {
+        format!(
+            "GPU Direct RDMA Enabled for GPU {:x} / HCA {dev} (distance {d} <= {l}), read {}",
+            gpu.bus_id(),
+            i32::from(read)
+        )
     }
 }
 
@@ -277,5 +484,107 @@ mod tests {
              NCCL_PTR_CUDA); staging through host memory"
         );
         assert_eq!(describe(&MemPath::Host, 0, "IB", 0, true), None);
+    }
+
+    const ROOT0: &str = "/sys/devices/pci0000:00";
+
+    /// PCI distances from sysfs paths, as NCCL's topology would classify them.
+    #[test]
+    fn pci_distance_from_sysfs_paths() {
+        let p = |tail: &str| format!("{ROOT0}/{tail}");
+        let gpu = p("0000:00:01.0/0000:02:00.0/0000:03:00.0/0000:04:00.0");
+        // Same downstream port of a switch: one bridge between them.
+        let nic_pix = p("0000:00:01.0/0000:02:00.0/0000:03:00.0/0000:04:00.1");
+        // Another downstream port of the same switch: several bridges.
+        let nic_pxb = p("0000:00:01.0/0000:02:00.0/0000:03:04.0/0000:05:00.0");
+        // Another root port of the same root complex: through the host bridge.
+        let nic_phb = p("0000:00:03.0/0000:06:00.0");
+        let nic_sys = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0";
+        assert_eq!(pci_distance(Some(&gpu), Some(&nic_pix)), PathType::Pix);
+        assert_eq!(pci_distance(Some(&gpu), Some(&nic_pxb)), PathType::Pxb);
+        assert_eq!(pci_distance(Some(&gpu), Some(&nic_phb)), PathType::Phb);
+        assert_eq!(pci_distance(Some(&gpu), Some(nic_sys)), PathType::Sys);
+        // Unknown positions hang off the CPU.
+        assert_eq!(pci_distance(None, Some(&nic_pix)), PathType::Phb);
+        assert_eq!(pci_distance(Some(&gpu), None), PathType::Phb);
+        assert_eq!(pci_distance(Some("lo"), Some("garbage")), PathType::Phb);
+        // Two devices directly on the root complex: host bridge.
+        assert_eq!(
+            pci_distance(Some(&p("0000:00:02.0")), Some(&p("0000:00:03.0"))),
+            PathType::Phb
+        );
+    }
+
+    fn facts(cc: i32, gdr: bool, pci: &str) -> GpuFacts {
+        GpuFacts {
+            ordinal: 0,
+            cuda_cc: cc,
+            gdr,
+            dmabuf: true,
+            pci_path: Some(pci.to_string()),
+        }
+    }
+
+    /// ncclTopoCheckGdr's rules: GPU support, NCCL_NET_GDR_READ on sends,
+    /// NCCL_NET_GDR_LEVEL against the distance.
+    #[test]
+    fn topo_check_follows_nccl() {
+        let gpu_path = format!("{ROOT0}/0000:00:01.0/0000:01:00.0");
+        let nic = format!("{ROOT0}/0000:00:01.0/0000:01:00.1");
+        let far = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0";
+        let d = GdrParams::default();
+        let g80 = facts(80, true, &gpu_path);
+        assert_eq!(
+            topo_check(&g80, Some(&nic), true, &d),
+            (GdrMode::Default, PathType::Pix, PathType::Pxb)
+        );
+        assert_eq!(topo_check(&g80, Some(far), false, &d).0, GdrMode::Disable);
+        let sys = GdrParams {
+            level: Some(PathType::Sys),
+            ..d
+        };
+        assert_eq!(topo_check(&g80, Some(far), false, &sys).0, GdrMode::Default);
+        let loc = GdrParams {
+            level: Some(PathType::Loc),
+            ..d
+        };
+        assert_eq!(
+            topo_check(&g80, Some(&nic), false, &loc),
+            (GdrMode::Disable, PathType::Pix, PathType::Loc)
+        );
+        // Reads: off before 8.0 by default, off with NCCL_NET_GDR_READ=0, forced on with 1.
+        let g70 = facts(70, true, &gpu_path);
+        assert_eq!(topo_check(&g70, Some(&nic), true, &d).0, GdrMode::Disable);
+        assert_eq!(topo_check(&g70, Some(&nic), false, &d).0, GdrMode::Default);
+        let read1 = GdrParams { read: 1, ..d };
+        assert_eq!(topo_check(&g70, Some(&nic), true, &read1).0, GdrMode::Default);
+        let read0 = GdrParams { read: 0, ..d };
+        assert_eq!(topo_check(&g80, Some(&nic), true, &read0).0, GdrMode::Disable);
+        assert_eq!(topo_check(&g80, Some(&nic), false, &read0).0, GdrMode::Default);
+        // A GPU without GPUDirect RDMA.
+        assert_eq!(
+            topo_check(&facts(90, false, &gpu_path), Some(&nic), false, &d).0,
+            GdrMode::Disable
+        );
+    }
+
+    #[test]
+    fn nccl_lines_and_bus_ids() {
+        let g = facts(80, true, "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0");
+        assert_eq!(g.bus_id(), 0x81000);
+        assert_eq!(
+            nccl_gdr_line(&g, 1, true, GdrMode::Default, PathType::Pxb, PathType::Pxb),
+            "GPU Direct RDMA Enabled for GPU 81000 / HCA 1 (distance 5 <= 5), read 1"
+        );
+        assert_eq!(
+            nccl_gdr_line(&g, 0, false, GdrMode::Disable, PathType::Sys, PathType::Pxb),
+            "GPU Direct RDMA Disabled for GPU 81000 / HCA 0 (distance 9 > 5)"
+        );
+        let unknown = GpuFacts {
+            pci_path: None,
+            ordinal: 3,
+            ..g
+        };
+        assert_eq!(unknown.bus_id(), 3);
     }
 }

@@ -16,10 +16,11 @@
 //! (`src/include/transport.h`) with `canConnect`, and `setup`/`connect` for each
 //! direction. Each connection (channel, peer, connection index, direction) goes
 //! to the first transport in NCCL's order whose [`Transport::can_connect`] accepts
-//! the pair (`src/transport.cc`, `selectTransport`): P2P (GPU memory; not built:
-//! there is no GPU on a CPU-only host, so `NCCL_P2P_DISABLE` and `NCCL_P2P_LEVEL`
-//! change nothing yet), then SHM ([`shm`], ranks on one host), then NET ([`net`],
-//! the plugin). [`setup`] exchanges the connect information over the bootstrap
+//! the pair (`src/transport.cc`, `selectTransport`): P2P ([`p2p`]: GPUs that
+//! can reach each other, within `NCCL_P2P_LEVEL` and without `NCCL_P2P_DISABLE`;
+//! ranks bind no GPU yet, so it never accepts a pair), then SHM ([`shm`], ranks
+//! on one host), then NET ([`net`], the plugin; device memory of an operation
+//! goes through GPUDirect RDMA where [`gdr`] allows it, else it is staged). [`setup`] exchanges the connect information over the bootstrap
 //! and drives the connects.
 
 pub(crate) mod fifo;
@@ -27,6 +28,7 @@ pub mod gdr;
 #[cfg(test)]
 pub(crate) mod mem;
 pub(crate) mod net;
+pub(crate) mod p2p;
 pub(crate) mod proto;
 pub(crate) mod setup;
 pub(crate) mod shm;
@@ -98,6 +100,9 @@ pub(crate) struct TransportPeer {
     /// Index of the rank among the ranks of its host, printed where NCCL prints
     /// the device (`rank[dev]`).
     pub local_rank: usize,
+    /// The GPU the rank drives (NCCL's `busId`/`cudaDev`); `None`: a host
+    /// process (every ferroccl rank today: device memory appears per operation).
+    pub gpu: Option<p2p::GpuLoc>,
 }
 
 /// The PID namespace of this process as a number (device and inode of
@@ -111,37 +116,70 @@ pub(crate) fn pid_namespace() -> u64 {
 /// shares in its peer-info record, so that both ends of a connection choose
 /// the same transport even when the ranks' settings differ (a switch set on
 /// either end applies to the pair).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct TransportParams {
     /// `NCCL_SHM_DISABLE=1`: no shared-memory transport (`src/transport/shm.cc`).
     pub shm_disable: bool,
     /// `NCCL_NET_DISABLE_INTRA=1`: no network transport between ranks of one
     /// host (`src/graph/paths.cc`, `ncclTopoCheckNet`).
     pub net_disable_intra: bool,
+    /// `NCCL_P2P_DISABLE=1` (`src/graph/paths.cc`, `ncclGetLevel`).
+    #[serde(default)]
+    pub p2p_disable: bool,
+    /// `NCCL_P2P_LEVEL` as a `PATH_*` number; -1: unset (PXB).
+    #[serde(default = "unset_level")]
+    pub p2p_level: i8,
+}
+
+fn unset_level() -> i8 {
+    -1
+}
+
+impl Default for TransportParams {
+    fn default() -> Self {
+        TransportParams {
+            shm_disable: false,
+            net_disable_intra: false,
+            p2p_disable: false,
+            p2p_level: unset_level(),
+        }
+    }
 }
 
 impl TransportParams {
-    /// Reads `NCCL_SHM_DISABLE` and `NCCL_NET_DISABLE_INTRA` (0 or 1, default 0)
-    /// from the process configuration; logs at INFO that `NCCL_P2P_DISABLE` and
-    /// `NCCL_P2P_LEVEL` have no effect without a P2P transport.
+    /// Reads `NCCL_SHM_DISABLE` and `NCCL_NET_DISABLE_INTRA` (0 or 1, default 0),
+    /// `NCCL_P2P_DISABLE` and `NCCL_P2P_LEVEL` (as NCCL's `ncclGetLevel`) from
+    /// the process configuration.
     ///
-    /// Errors: [`Error::Config`] for a value other than 0 or 1.
+    /// Errors: [`Error::Config`] for a `NCCL_SHM_DISABLE` or
+    /// `NCCL_NET_DISABLE_INTRA` other than 0 or 1 (a malformed P2P variable is
+    /// warned about and ignored, as NCCL does).
     pub(crate) fn from_config() -> Result<TransportParams, Error> {
         let cfg = Config::global();
         let flag = |p: &crate::config::IntParam| p.get(cfg).map(|v| v == 1);
-        let p = TransportParams {
+        // NCCL's ncclGetLevel ignores a value it cannot read (the default stays).
+        let p2p =
+            p2p::P2pParams::parse(cfg.get_str("NCCL_P2P_DISABLE"), cfg.get_str("NCCL_P2P_LEVEL")).unwrap_or_else(|e| {
+                tracing::warn!(target: "ferroccl::init", "{e}; using the default");
+                p2p::P2pParams::default()
+            });
+        Ok(TransportParams {
             shm_disable: flag(&crate::config::params::SHM_DISABLE)?,
             net_disable_intra: flag(&crate::config::params::NET_DISABLE_INTRA)?,
-        };
-        for name in ["NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"] {
-            if let Some(v) = cfg.get_str(name) {
-                crate::nccl_info!(
-                    INIT,
-                    "{name}={v} has no effect: there is no P2P (GPU memory) transport on this host"
-                );
-            }
+            p2p_disable: p2p.disable,
+            p2p_level: p2p.level.map_or(-1, |l| l as i8),
+        })
+    }
+
+    /// The P2P switches of this record.
+    pub(crate) fn p2p(&self) -> p2p::P2pParams {
+        p2p::P2pParams {
+            disable: self.p2p_disable,
+            level: crate::topo::PathType::ALL
+                .iter()
+                .copied()
+                .find(|&t| t as i8 == self.p2p_level),
         }
-        Ok(p)
     }
 }
 
@@ -247,9 +285,10 @@ pub(crate) trait SendConnector: Send {
     fn idle(&self) -> bool;
     /// Proxy: posts filled steps and tests in-flight ones; whether anything moved.
     fn progress(&mut self) -> Result<bool, Error>;
-    /// Registers user memory for the current operation (a refusal only means
-    /// steps go through the FIFO).
-    fn register_user(&mut self, ptr: *const u8, len: usize);
+    /// Registers user memory in `space` for the current operation (a refusal
+    /// only means steps go through the FIFO). Device memory is registered only
+    /// where GPUDirect RDMA is possible ([`gdr::decide`]).
+    fn register_user(&mut self, ptr: *const u8, len: usize, space: ferroccl_kernels::MemorySpace);
     /// Drops the current operation's registrations (once idle).
     fn release_user(&mut self);
     /// Closes the connection (idempotent).
@@ -287,8 +326,9 @@ pub(crate) trait RecvConnector: Send {
     fn expect(&mut self, target: Option<(*mut u8, usize)>);
     /// Proxy: posts receives and tests posted ones; whether anything moved.
     fn progress(&mut self) -> Result<bool, Error>;
-    /// Registers user memory for the current operation.
-    fn register_user(&mut self, ptr: *const u8, len: usize);
+    /// Registers user memory in `space` for the current operation (device
+    /// memory only where GPUDirect RDMA is possible, [`gdr::decide`]).
+    fn register_user(&mut self, ptr: *const u8, len: usize, space: ferroccl_kernels::MemorySpace);
     /// Drops the current operation's registrations (once every expected step was consumed).
     fn release_user(&mut self);
     /// Closes the connection (idempotent).

@@ -23,13 +23,17 @@
 //! from what the schedule expects is an error ([`crate::Error::Remote`]).
 
 use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
+
+use ferroccl_kernels::MemorySpace;
 
 use crate::error::Error;
 use crate::plugin::net::{NetError, NetHandle, NetPlugin, PtrType, RawComm, RawCtx, RawMr, RawRequest, RecvSlot};
 use crate::profiler::{StepProf, StepTracker, state};
 
 use super::fifo::{AlignedBuf, SlotStack, Steps};
+use super::gdr::{self, GdrInputs, GdrParams, MemPath, StageReason};
 use super::{
     ConnRequest, Connected, Dir, NCCL_STEPS, PendingConn, RecvConnector, SendConnector, Transport, TransportPeer,
     UserReg,
@@ -56,44 +60,205 @@ enum SendSlot {
     InFlight(SendSrc, usize, RawRequest),
 }
 
-/// User buffers registered with one plugin comm for the current operation:
-/// `(start, end, mhandle)`. Registration is per operation (regMr at its start,
-/// deregMr at its end): a user buffer may be freed once the operation is done,
-/// and a registration outliving it could pin stale pages.
+/// One user-buffer registration: `[start, end)` as mhandle `mr`; `flush`: data
+/// received into it needs an `iflush` (GPUDirect receive into device memory
+/// where NCCL's `ncclTopoNeedFlush` says so).
+#[derive(Debug, Clone, Copy)]
+struct Reg {
+    start: usize,
+    end: usize,
+    mr: RawMr,
+    flush: bool,
+}
+
+/// User buffers registered with one plugin comm for the current operation.
+/// Registration is per operation (regMr at its start, deregMr at its end): a
+/// user buffer may be freed once the operation is done, and a registration
+/// outliving it could pin stale pages.
 #[derive(Debug, Default)]
-struct UserRegs(Vec<(usize, usize, RawMr)>);
+struct UserRegs(Vec<Reg>);
+
+/// The GPUDirect RDMA state of one connector (NCCL keeps `useGdr`,
+/// `useDmaBuf` and `needFlush` per connection in `src/transport/net.cc`): the
+/// plugin device's properties, the parameters, and the decision already made
+/// for each GPU whose memory this connector has seen (decided and logged once:
+/// ferroccl ranks are host processes, so the GPU is the buffer's, known at the
+/// first operation on it rather than at setup).
+pub(crate) struct GdrCx {
+    params: GdrParams,
+    dev: usize,
+    ptr_support: i32,
+    force_flush: bool,
+    nic_pci: Option<String>,
+    /// The setup's INFO line (`Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0`),
+    /// printed again with `/GDRDMA` when GPUDirect is first used.
+    chan_line: String,
+    seen: Vec<(usize, MemPath)>,
+}
+
+impl GdrCx {
+    /// The state for device `dev` of `net` (its properties; host-only when
+    /// they cannot be read).
+    pub(crate) fn new(net: &dyn NetPlugin, dev: usize, params: GdrParams, chan_line: String) -> GdrCx {
+        let props = net.properties(dev).unwrap_or_default();
+        GdrCx {
+            params,
+            dev,
+            ptr_support: props.ptr_support,
+            force_flush: props.force_flush,
+            nic_pci: props.pci_path,
+            chan_line,
+            seen: Vec::new(),
+        }
+    }
+
+    /// How device memory of GPU `ordinal` meets this connection (`read`: the
+    /// send side), decided with [`gdr::decide`] the first time and logged at
+    /// INFO as NCCL does.
+    fn path(&mut self, ordinal: usize, read: bool, has_dmabuf: bool) -> MemPath {
+        if let Some(&(_, p)) = self.seen.iter().find(|(o, _)| *o == ordinal) {
+            return p;
+        }
+        let (path, line) = match gdr::gpu_facts(ordinal) {
+            Ok(g) => {
+                let (topo, distance, level) = gdr::topo_check(&g, self.nic_pci.as_deref(), read, &self.params);
+                let inp = GdrInputs {
+                    ptr_support: self.ptr_support,
+                    topo,
+                    dmabuf_enable: self.params.dmabuf_enable,
+                    // A plugin without regMrDmaBuf cannot take a DMA-BUF however it advertises.
+                    driver_dmabuf: g.dmabuf && has_dmabuf,
+                    cuda_cc: g.cuda_cc,
+                    force_flush: self.force_flush,
+                };
+                let path = gdr::decide(
+                    MemorySpace::Device {
+                        ordinal,
+                        managed: false,
+                    },
+                    read,
+                    &inp,
+                );
+                let line = match path {
+                    // paths.cc returns before any line when the NIC lacks NCCL_PTR_CUDA.
+                    MemPath::Staged(StageReason::NoPtrCuda) => format!(
+                        "GPU Direct RDMA Disabled for GPU {:x} / HCA {} (the plugin does not advertise NCCL_PTR_CUDA)",
+                        g.bus_id(),
+                        self.dev
+                    ),
+                    _ => gdr::nccl_gdr_line(&g, self.dev, read, topo, distance, level),
+                };
+                (path, line)
+            }
+            Err(e) => (
+                MemPath::Staged(StageReason::Topology),
+                format!("GPU Direct RDMA Disabled for GPU {ordinal} / HCA {}: {e}", self.dev),
+            ),
+        };
+        crate::nccl_info!(NET, "{line}");
+        match path {
+            MemPath::Direct { dmabuf, flush, mode } => {
+                // net.cc sendSetup/recvSetup: "via NET/%s/%d%s%s" with "/GDRDMA" and "(PCI)".
+                crate::nccl_info!(
+                    INIT,
+                    "{}/GDRDMA{}",
+                    self.chan_line,
+                    if mode == crate::topo::paths::GdrMode::Pci {
+                        "(PCI)"
+                    } else {
+                        ""
+                    }
+                );
+                tracing::debug!(
+                    target: "ferroccl::net",
+                    "device memory of GPU {ordinal} on {}: registered directly (DMA-BUF {dmabuf}, flush {flush})",
+                    self.chan_line
+                );
+            }
+            MemPath::Staged(why) => tracing::debug!(
+                target: "ferroccl::net",
+                "device memory of GPU {ordinal} on {}: staged through host memory ({why})",
+                self.chan_line
+            ),
+            MemPath::Host => {}
+        }
+        self.seen.push((ordinal, path));
+        path
+    }
+}
 
 impl UserRegs {
-    /// Registers `[ptr, ptr + len)` unless a registration already covers it. A
+    /// Registers `[ptr, ptr + len)` in `space` unless a registration already
+    /// covers it: host memory with `regMr(NCCL_PTR_HOST)`; device memory, where
+    /// GPUDirect RDMA is possible for this connection (`gdr`, `read` = send
+    /// side), with `regMrDmaBuf` or `regMr(NCCL_PTR_CUDA)` as NCCL's
+    /// `sendProxyRegBuffer`/`recvProxyRegBuffer`; device memory without
+    /// GPUDirect is left alone (the executor stages it through the FIFO). A
     /// refusal is logged (DEBUG) and only means steps take the FIFO path.
-    fn register(&mut self, net: &dyn NetPlugin, comm: Option<RawComm>, ptr: *const u8, len: usize, peer: usize) {
+    #[allow(clippy::too_many_arguments)]
+    fn register(
+        &mut self,
+        net: &dyn NetPlugin,
+        comm: Option<RawComm>,
+        (ptr, len, space): (*const u8, usize, MemorySpace),
+        gdr: &mut GdrCx,
+        read: bool,
+        peer: usize,
+    ) {
         let Some(comm) = comm else { return };
         if len == 0 || self.find(ptr, len).is_some() {
             return;
         }
-        match net.reg_mr(comm, ptr as *mut u8, len, PtrType::Host) {
-            Ok(mr) => self.0.push((ptr as usize, ptr as usize + len, mr)),
+        let (r, flush) = match space {
+            s if s.host_accessible() => (net.reg_mr(comm, ptr as *mut u8, len, PtrType::Host), false),
+            MemorySpace::Device { ordinal, .. } => match gdr.path(ordinal, read, net.has_dmabuf()) {
+                MemPath::Direct {
+                    dmabuf: true, flush, ..
+                } => match gdr::dmabuf_fd(ptr, len) {
+                    // The descriptor is closed once registered, as NCCL does.
+                    Ok((fd, offset)) => (
+                        net.reg_mr_dmabuf(comm, ptr as *mut u8, len, PtrType::DmaBuf, offset, fd.as_raw_fd()),
+                        flush,
+                    ),
+                    Err(e) => {
+                        tracing::debug!(
+                            target: "ferroccl::net",
+                            "no DMA-BUF for {len} bytes at {ptr:?} ({e}); regMr with NCCL_PTR_CUDA"
+                        );
+                        (net.reg_mr(comm, ptr as *mut u8, len, PtrType::Cuda), flush)
+                    }
+                },
+                MemPath::Direct { flush, .. } => (net.reg_mr(comm, ptr as *mut u8, len, PtrType::Cuda), flush),
+                MemPath::Staged(_) | MemPath::Host => return,
+            },
+            MemorySpace::Host { .. } => return,
+        };
+        match r {
+            Ok(mr) => self.0.push(Reg {
+                start: ptr as usize,
+                end: ptr as usize + len,
+                mr,
+                flush,
+            }),
             Err(e) => tracing::debug!(
                 target: "ferroccl::net",
-                "regMr of {len} bytes of user memory for the connection with rank {peer} refused ({e}); using the FIFO"
+                "regMr of {len} bytes of {space} user memory for the connection with rank {peer} refused ({e}); \
+                 using the FIFO"
             ),
         }
     }
 
-    /// The mhandle of a registration covering `[ptr, ptr + len)`.
-    fn find(&self, ptr: *const u8, len: usize) -> Option<RawMr> {
+    /// The registration covering `[ptr, ptr + len)`.
+    fn find(&self, ptr: *const u8, len: usize) -> Option<Reg> {
         let (start, end) = (ptr as usize, ptr as usize + len);
-        self.0
-            .iter()
-            .find(|&&(s, e, _)| s <= start && end <= e)
-            .map(|&(_, _, mr)| mr)
+        self.0.iter().find(|r| r.start <= start && end <= r.end).copied()
     }
 
     /// Deregisters everything.
     fn release(&mut self, net: &dyn NetPlugin, comm: Option<RawComm>) {
         if let Some(comm) = comm {
-            for (_, _, mr) in self.0.drain(..) {
-                let _ = net.dereg_mr(comm, mr);
+            for r in self.0.drain(..) {
+                let _ = net.dereg_mr(comm, r.mr);
             }
         }
         self.0.clear();
@@ -136,6 +301,8 @@ pub(crate) struct SendConn {
     free: SlotStack,
     /// User buffers registered for the current operation.
     user: UserRegs,
+    /// GPUDirect RDMA state (device memory registration).
+    gdr: GdrCx,
     /// ProxyStep events of the steps in flight (empty without a profiler).
     prof: StepTracker,
     /// Peer rank (for messages).
@@ -150,6 +317,7 @@ impl SendConn {
         step_size: usize,
         tag: i32,
         peer: usize,
+        gdr: GdrCx,
     ) -> Result<SendConn, Error> {
         let (buf, mr) = register_fifo(
             &*net,
@@ -169,6 +337,7 @@ impl SendConn {
             slots: [SendSlot::Empty; NCCL_STEPS],
             free: SlotStack::full(),
             user: UserRegs::default(),
+            gdr,
             prof: StepTracker::default(),
             peer,
         })
@@ -195,13 +364,14 @@ impl SendConnector for SendConn {
     /// [`SendConn::release_user`] (the end of the operation: user buffers may be
     /// freed after that, so nothing is cached across operations). A refusal only
     /// means steps take the FIFO path.
-    fn register_user(&mut self, ptr: *const u8, len: usize) {
-        self.user.register(&*self.net, self.comm, ptr, len, self.peer)
+    fn register_user(&mut self, ptr: *const u8, len: usize, space: MemorySpace) {
+        self.user
+            .register(&*self.net, self.comm, (ptr, len, space), &mut self.gdr, true, self.peer)
     }
 
     /// The mhandle of a registration covering `[ptr, ptr + len)`, if any.
     fn user_reg(&self, ptr: *const u8, len: usize) -> Option<UserReg> {
-        self.user.find(ptr, len).map(|mr| UserReg(mr.0))
+        self.user.find(ptr, len).map(|r| UserReg(r.mr.0))
     }
 
     /// Deregisters the user buffers of the finished operation. Must only be called
@@ -371,8 +541,9 @@ enum RecvDst {
     /// FIFO slot `.0` of the connector's own buffer.
     Slot(usize),
     /// `.1` bytes of user memory at address `.0`, registered for the current
-    /// operation as mhandle `.2`.
-    User(usize, usize, RawMr),
+    /// operation as mhandle `.2`; `.3`: received data needs an `iflush`
+    /// (GPUDirect into device memory, NCCL's `needFlush`).
+    User(usize, usize, RawMr, bool),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -381,6 +552,9 @@ enum RecvState {
     Empty,
     /// `irecv` posted.
     Posted(RecvDst, RawRequest),
+    /// Received `.1` bytes; the `iflush` of request `.2` (`None`: the plugin
+    /// had nothing to flush) must complete before the consumer reads them.
+    Flushing(RecvDst, usize, Option<RawRequest>),
     /// Completed with `.1` bytes, waiting for the consumer.
     Ready(RecvDst, usize),
 }
@@ -414,6 +588,8 @@ pub(crate) struct RecvConn {
     free: SlotStack,
     /// User buffers registered for the current operation.
     user: UserRegs,
+    /// GPUDirect RDMA state (device memory registration, flushes).
+    gdr: GdrCx,
     /// ProxyStep events of the steps in flight (empty without a profiler).
     prof: StepTracker,
     /// Peer rank (for messages).
@@ -428,6 +604,7 @@ impl RecvConn {
         step_size: usize,
         tag: i32,
         peer: usize,
+        gdr: GdrCx,
     ) -> Result<RecvConn, Error> {
         let (buf, mr) = register_fifo(
             &*net,
@@ -449,6 +626,7 @@ impl RecvConn {
             slots: [RecvState::Empty; NCCL_STEPS],
             free: SlotStack::full(),
             user: UserRegs::default(),
+            gdr,
             prof: StepTracker::default(),
             peer,
         })
@@ -466,8 +644,15 @@ impl RecvConnector for RecvConn {
     /// Registers user memory `[ptr, ptr + len)` with this recvComm so that steps
     /// can land in it directly (see [`RecvConn::expect`]); as
     /// [`SendConn::register_user`].
-    fn register_user(&mut self, ptr: *const u8, len: usize) {
-        self.user.register(&*self.net, self.comm, ptr, len, self.peer)
+    fn register_user(&mut self, ptr: *const u8, len: usize, space: MemorySpace) {
+        self.user.register(
+            &*self.net,
+            self.comm,
+            (ptr, len, space),
+            &mut self.gdr,
+            false,
+            self.peer,
+        )
     }
 
     /// Deregisters the user buffers of the finished operation (only once every
@@ -495,7 +680,11 @@ impl RecvConnector for RecvConn {
     /// memory covered by a registration ([`RecvConn::register_user`]; otherwise
     /// the step uses a FIFO slot), `None` for a FIFO slot.
     fn expect(&mut self, target: Option<(*mut u8, usize)>) {
-        let t = target.and_then(|(p, n)| self.user.find(p, n).map(|mr| RecvDst::User(p as usize, n, mr)));
+        let t = target.and_then(|(p, n)| {
+            self.user
+                .find(p, n)
+                .map(|r| RecvDst::User(p as usize, n, r.mr, r.flush))
+        });
         self.targets.push_back(t);
         self.limit += 1;
     }
@@ -526,7 +715,7 @@ impl RecvConnector for RecvConn {
             )));
         };
         let mut moved = false;
-        // Test posted receives in posting order.
+        // Test posted receives (and their flushes) in posting order.
         let mut step = self.steps.tail;
         while step < self.steps.head {
             let i = Steps::index(step);
@@ -536,7 +725,7 @@ impl RecvConnector for RecvConn {
                     Ok(true) => {
                         let cap = match dst {
                             RecvDst::Slot(_) => self.step_size,
-                            RecvDst::User(_, n, _) => n,
+                            RecvDst::User(_, n, ..) => n,
                         };
                         if sizes[0] > cap {
                             return Err(Error::Remote(format!(
@@ -544,15 +733,45 @@ impl RecvConnector for RecvConn {
                                 self.peer, sizes[0]
                             )));
                         }
-                        self.slots[i] = RecvState::Ready(dst, sizes[0]);
-                        // No GDR flush on the host: the flush wait is empty.
                         self.prof.record(i, state::RECV_FLUSH_WAIT, sizes[0]);
-                        self.prof.record(i, state::RECV_GPU_WAIT, sizes[0]);
+                        self.slots[i] = match dst {
+                            // net.cc recvProxyProgress: data received by GPUDirect into
+                            // device memory that needs a flush (and is not empty) is
+                            // flushed with iflush before the GPU may read it.
+                            RecvDst::User(addr, _, mr, true) if sizes[0] > 0 => {
+                                let slot = RecvSlot {
+                                    data: addr as *mut u8,
+                                    size: sizes[0],
+                                    tag: self.tag,
+                                    mr: Some(mr),
+                                };
+                                let r = self.net.iflush(comm, &[slot]).map_err(|e| {
+                                    Error::net(format!("iflush of a receive from rank {}", self.peer), e)
+                                })?;
+                                RecvState::Flushing(dst, sizes[0], r)
+                            }
+                            _ => RecvState::Flushing(dst, sizes[0], None),
+                        };
                         moved = true;
                     }
                     Ok(false) => break,
                     Err(e) => return Err(Error::net(format!("test of a receive from rank {}", self.peer), e)),
                 }
+            }
+            if let RecvState::Flushing(dst, size, req) = self.slots[i] {
+                let done = match req {
+                    None => true,
+                    Some(r) => self
+                        .net
+                        .test(r, &mut [])
+                        .map_err(|e| Error::net(format!("test of a flush of a receive from rank {}", self.peer), e))?,
+                };
+                if !done {
+                    break;
+                }
+                self.slots[i] = RecvState::Ready(dst, size);
+                self.prof.record(i, state::RECV_GPU_WAIT, size);
+                moved = true;
             }
             step += 1;
         }
@@ -568,7 +787,7 @@ impl RecvConnector for RecvConn {
             };
             let (data, size, mr) = match dst {
                 RecvDst::Slot(slot) => (self.buf.slot(slot, self.step_size), self.step_size, self.mr),
-                RecvDst::User(addr, n, mr) => (addr as *mut u8, n, Some(mr)),
+                RecvDst::User(addr, n, mr, _) => (addr as *mut u8, n, Some(mr)),
             };
             let slot = RecvSlot {
                 data,
@@ -637,12 +856,14 @@ impl Drop for RecvConn {
 pub(crate) struct NetTransport {
     net: Arc<dyn NetPlugin>,
     ctx: RawCtx,
+    gdr: GdrParams,
 }
 
 impl NetTransport {
-    /// The transport over `net` with the communicator's plugin context `ctx`.
-    pub(crate) fn new(net: Arc<dyn NetPlugin>, ctx: RawCtx) -> NetTransport {
-        NetTransport { net, ctx }
+    /// The transport over `net` with the communicator's plugin context `ctx`
+    /// and the GPUDirect parameters `gdr` (for device memory in operations).
+    pub(crate) fn new(net: Arc<dyn NetPlugin>, ctx: RawCtx, gdr: GdrParams) -> NetTransport {
+        NetTransport { net, ctx, gdr }
     }
 }
 
@@ -679,38 +900,34 @@ impl Transport for NetTransport {
                     .net
                     .listen(self.ctx, dev, &mut handle)
                     .map_err(|e| Error::net(format!("listen on device {dev} for rank {}", peer.rank), e))?;
-                crate::nccl_info!(
-                    INIT,
+                let line = format!(
                     "Channel {ch:02}/{ci} : {}[{}] -> {}[{}] [receive] via NET/{name}/{dev}",
-                    peer.rank,
-                    peer.local_rank,
-                    me.rank,
-                    me.local_rank
+                    peer.rank, peer.local_rank, me.rank, me.local_rank
                 );
+                crate::nccl_info!(INIT, "{line}");
                 let p = NetPending {
                     net: self.net.clone(),
                     ctx: self.ctx,
                     req: *req,
                     rank: me.rank,
                     side: NetSide::Recv { listen: Some(listen) },
+                    gdr: Some(GdrCx::new(&*self.net, dev, self.gdr, line)),
                 };
                 Ok((Box::new(p), handle.to_vec()))
             }
             Dir::Send => {
-                crate::nccl_info!(
-                    INIT,
+                let line = format!(
                     "Channel {ch:02}/{ci} : {}[{}] -> {}[{}] [send] via NET/{name}/{dev}",
-                    me.rank,
-                    me.local_rank,
-                    peer.rank,
-                    peer.local_rank
+                    me.rank, me.local_rank, peer.rank, peer.local_rank
                 );
+                crate::nccl_info!(INIT, "{line}");
                 let p = NetPending {
                     net: self.net.clone(),
                     ctx: self.ctx,
                     req: *req,
                     rank: me.rank,
                     side: NetSide::Send { handle: None },
+                    gdr: Some(GdrCx::new(&*self.net, dev, self.gdr, line)),
                 };
                 Ok((Box::new(p), Vec::new()))
             }
@@ -733,6 +950,8 @@ struct NetPending {
     req: ConnRequest,
     rank: usize,
     side: NetSide,
+    /// The connector's GPUDirect state, handed to it once connected.
+    gdr: Option<GdrCx>,
 }
 
 impl PendingConn for NetPending {
@@ -747,7 +966,11 @@ impl PendingConn for NetPending {
                     Ok(Some(c)) => {
                         let _ = self.net.close_listen(l);
                         *listen = None;
-                        let conn = RecvConn::new(self.net.clone(), c, step, peer as i32, peer)?;
+                        let gdr = self
+                            .gdr
+                            .take()
+                            .ok_or_else(|| Error::Internal(format!("connection with rank {peer} completed twice")))?;
+                        let conn = RecvConn::new(self.net.clone(), c, step, peer as i32, peer, gdr)?;
                         Ok(Some(Connected::Recv(Box::new(conn))))
                     }
                     Ok(None) => Ok(None),
@@ -767,7 +990,11 @@ impl PendingConn for NetPending {
                 let h = handle.as_mut().expect("handle set above");
                 match self.net.connect(self.ctx, dev, h) {
                     Ok(Some(c)) => {
-                        let conn = SendConn::new(self.net.clone(), c, step, self.rank as i32, peer)?;
+                        let gdr = self
+                            .gdr
+                            .take()
+                            .ok_or_else(|| Error::Internal(format!("connection with rank {peer} completed twice")))?;
+                        let conn = SendConn::new(self.net.clone(), c, step, self.rank as i32, peer, gdr)?;
                         Ok(Some(Connected::Send(Box::new(conn))))
                     }
                     Ok(None) => Ok(None),

@@ -1115,7 +1115,7 @@ impl SendConnector for ShmSend {
         Ok(false)
     }
 
-    fn register_user(&mut self, _ptr: *const u8, _len: usize) {}
+    fn register_user(&mut self, _ptr: *const u8, _len: usize, _space: ferroccl_kernels::MemorySpace) {}
 
     fn release_user(&mut self) {}
 
@@ -1307,7 +1307,7 @@ impl RecvConnector for ShmRecv {
         Ok(false)
     }
 
-    fn register_user(&mut self, _ptr: *const u8, _len: usize) {}
+    fn register_user(&mut self, _ptr: *const u8, _len: usize, _space: ferroccl_kernels::MemorySpace) {}
 
     fn release_user(&mut self) {}
 
@@ -1343,6 +1343,7 @@ mod tests {
             pid_ns: pid_namespace(),
             params: Default::default(),
             local_rank: rank,
+            gpu: None,
         }
     }
 

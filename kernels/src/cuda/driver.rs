@@ -159,3 +159,264 @@ pub(crate) fn classify(ptr: *const u8) -> Result<MemorySpace, KernelError> {
 pub(crate) fn device_backend(ordinal: usize) -> Result<&'static CudaBackend, KernelError> {
     CudaBackend::for_device(ordinal)
 }
+
+/// What NCCL's transports ask the driver about a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceAttrs {
+    /// Compute capability, `major * 10 + minor`.
+    pub cuda_cc: i32,
+    /// `CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED`.
+    pub gdr: bool,
+    /// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`.
+    pub dmabuf: bool,
+    /// `cuDeviceGetPCIBusId`, lower case (`0000:3b:00.0`).
+    pub bus_id: String,
+}
+
+fn device_handle(ordinal: usize) -> Result<sys::CUdevice, KernelError> {
+    check_ordinal(ordinal)?;
+    let mut dev: sys::CUdevice = 0;
+    guard::call("cuDeviceGet", || {
+        // SAFETY: the driver is initialised and `ordinal` exists; one out-pointer.
+        unsafe { sys::cuDeviceGet(&mut dev, ordinal as i32) }.result()
+    })?;
+    Ok(dev)
+}
+
+fn attr(dev: sys::CUdevice, a: sys::CUdevice_attribute, call: &'static str) -> Result<i32, KernelError> {
+    let mut v = 0;
+    guard::call(call, || {
+        // SAFETY: a valid device handle and one int out-pointer.
+        unsafe { sys::cuDeviceGetAttribute(&mut v, a, dev) }.result()
+    })?;
+    Ok(v)
+}
+
+/// Compute capability, GPUDirect RDMA and DMA-BUF support, and PCI bus id of
+/// device `ordinal` (the facts NCCL's `ncclTopoCheckGdr` and `ncclTopoNeedFlush`
+/// read from the topology, and `src/init.cc` reads for `dmaBufSupport`).
+///
+/// Errors: [`KernelError::NoCuda`] without a driver; [`KernelError::Cuda`] for
+/// an ordinal the process does not see or a failing query.
+pub fn device_attrs(ordinal: usize) -> Result<DeviceAttrs, KernelError> {
+    use sys::CUdevice_attribute as A;
+    let dev = device_handle(ordinal)?;
+    let major = attr(
+        dev,
+        A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+        "cuDeviceGetAttribute",
+    )?;
+    let minor = attr(
+        dev,
+        A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+        "cuDeviceGetAttribute",
+    )?;
+    let gdr = attr(
+        dev,
+        A::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
+        "cuDeviceGetAttribute",
+    )? != 0;
+    // Older drivers do not know the DMA-BUF attribute: no DMA-BUF then.
+    let dmabuf = attr(dev, A::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, "cuDeviceGetAttribute").unwrap_or(0) != 0;
+    let mut buf = [0 as std::ffi::c_char; 32];
+    guard::call("cuDeviceGetPCIBusId", || {
+        // SAFETY: `buf` holds 32 bytes, the length passed.
+        unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, dev) }.result()
+    })?;
+    // SAFETY: the driver wrote a NUL-terminated string into `buf` (zeroed, so
+    // terminated even if it wrote nothing).
+    let bus_id = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
+        .to_string_lossy()
+        .to_ascii_lowercase();
+    Ok(DeviceAttrs {
+        cuda_cc: major * 10 + minor,
+        gdr,
+        dmabuf,
+        bus_id,
+    })
+}
+
+/// `cuDeviceCanAccessPeer(dev, peer)`; true for the same device (NCCL's
+/// `p2pCanConnect` treats one device as always reachable).
+///
+/// Errors: as [`device_attrs`].
+pub fn can_access_peer(dev: usize, peer: usize) -> Result<bool, KernelError> {
+    if dev == peer {
+        check_ordinal(dev)?;
+        return Ok(true);
+    }
+    let (d, p) = (device_handle(dev)?, device_handle(peer)?);
+    let mut v = 0;
+    guard::call("cuDeviceCanAccessPeer", || {
+        // SAFETY: valid device handles and one int out-pointer.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut v, d, p) }.result()
+    })?;
+    Ok(v != 0)
+}
+
+/// A DMA-BUF descriptor covering `[ptr, ptr + len)` of device memory and the
+/// offset of `ptr` in it, as NCCL's `sendProxyRegBuffer` /
+/// `recvProxyRegBuffer` get one for `regMrDmaBuf`: the handle is taken for the
+/// allocation's base (`cuMemGetAddressRange`) up to `ptr + len` rounded to the
+/// host page size, with `cuMemGetHandleForAddressRange(...,
+/// CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD)`.
+///
+/// Errors: [`KernelError::NoCuda`]; [`KernelError::Cuda`] when `ptr` is not
+/// device memory or the driver lacks DMA-BUF.
+pub fn dmabuf_fd_for(ptr: *const u8, len: usize) -> Result<(std::os::fd::OwnedFd, u64), KernelError> {
+    use std::os::fd::FromRawFd;
+    driver_info()?;
+    let ordinal = match classify(ptr)? {
+        MemorySpace::Device { ordinal, .. } => ordinal,
+        other => {
+            return Err(KernelError::Cuda {
+                call: "cuMemGetHandleForAddressRange",
+                message: format!("{ptr:?} is {other}, not device memory"),
+            });
+        }
+    };
+    context(ordinal)?;
+    let (mut base, mut size): (sys::CUdeviceptr, usize) = (0, 0);
+    guard::call("cuMemGetAddressRange", || {
+        // SAFETY: two out-pointers; the driver checks the address.
+        unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr as sys::CUdeviceptr) }.result()
+    })?;
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .unwrap_or(4096)
+        .max(1);
+    let offset = ptr as usize - base as usize;
+    let span = (offset + len).div_ceil(page) * page;
+    let span = span.min(size.div_ceil(page) * page);
+    let mut fd: i32 = -1;
+    guard::call("cuMemGetHandleForAddressRange", || {
+        // SAFETY: `fd` receives an int; the range starts at the allocation's
+        // base (page aligned) and is page-sized.
+        unsafe {
+            sys::cuMemGetHandleForAddressRange(
+                (&mut fd as *mut i32).cast::<c_void>(),
+                base,
+                span,
+                sys::CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0,
+            )
+        }
+        .result()
+    })?;
+    if fd < 0 {
+        return Err(KernelError::Cuda {
+            call: "cuMemGetHandleForAddressRange",
+            message: format!("returned success with fd {fd}"),
+        });
+    }
+    // SAFETY: the driver just created this descriptor for us to own.
+    Ok((unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }, offset as u64))
+}
+
+/// `cuIpcGetMemHandle` of the device allocation holding `ptr`: the 64 bytes
+/// NCCL's P2P transport sends its peer (`src/transport/p2p.cc`, legacy IPC).
+///
+/// Errors: [`KernelError::NoCuda`]; [`KernelError::Cuda`] when `ptr` is not
+/// the start of device memory the driver can export.
+pub fn ipc_get_mem_handle(ptr: *const u8) -> Result<[u8; 64], KernelError> {
+    driver_info()?;
+    if let MemorySpace::Device { ordinal, .. } = classify(ptr)? {
+        context(ordinal)?;
+    }
+    let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+    guard::call("cuIpcGetMemHandle", || {
+        // SAFETY: one out-struct of 64 bytes; the driver checks the pointer.
+        unsafe { sys::cuIpcGetMemHandle(&mut h, ptr as sys::CUdeviceptr) }.result()
+    })?;
+    Ok(h.reserved.map(|c| c as u8))
+}
+
+/// Device memory of another process opened from its IPC handle
+/// (`cuIpcOpenMemHandle` with lazy peer access), closed on drop.
+#[derive(Debug)]
+pub struct IpcMapping {
+    ptr: sys::CUdeviceptr,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: a device address and a context handle; the driver calls that use
+// them bind the context first and are thread-safe.
+unsafe impl Send for IpcMapping {}
+// SAFETY: as above; `&IpcMapping` only reads the address.
+unsafe impl Sync for IpcMapping {}
+
+impl IpcMapping {
+    /// Opens `handle` (from [`ipc_get_mem_handle`] in another process) in the
+    /// context of device `ordinal`.
+    ///
+    /// Errors: [`KernelError::NoCuda`]; [`KernelError::Cuda`] for a handle the
+    /// driver refuses (stale, from this process, another machine).
+    pub fn open(ordinal: usize, handle: &[u8; 64]) -> Result<IpcMapping, KernelError> {
+        let ctx = context(ordinal)?;
+        let h = sys::CUipcMemHandle_st {
+            reserved: handle.map(|b| b as std::ffi::c_char),
+        };
+        let mut ptr: sys::CUdeviceptr = 0;
+        guard::call("cuIpcOpenMemHandle", || {
+            // SAFETY: one out-pointer; the handle is passed by value.
+            unsafe {
+                sys::cuIpcOpenMemHandle_v2(
+                    &mut ptr,
+                    h,
+                    sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as std::ffi::c_uint,
+                )
+            }
+            .result()
+        })?;
+        Ok(IpcMapping { ptr, ctx })
+    }
+
+    /// The mapped device address.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr as *mut u8
+    }
+}
+
+impl Drop for IpcMapping {
+    fn drop(&mut self) {
+        let _ = guard::call("cuCtxSetCurrent", || self.ctx.bind_to_thread());
+        let _ = guard::call("cuIpcCloseMemHandle", || {
+            // SAFETY: opened by `open`, closed once.
+            unsafe { sys::cuIpcCloseMemHandle(self.ptr) }.result()
+        });
+    }
+}
+
+type HostFn = Box<dyn FnOnce() + Send>;
+
+unsafe extern "C" fn run_host_fn(data: *mut c_void) {
+    // SAFETY: `data` is the `Box<HostFn>` leaked by `launch_host_func`, run once.
+    let f = unsafe { Box::from_raw(data.cast::<HostFn>()) };
+    // A panic must not unwind into the driver's callback thread.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || (*f)()));
+}
+
+/// Enqueues `f` on the CUDA stream `stream` (`cuLaunchHostFunc`): the driver
+/// runs it on its callback thread once everything enqueued on the stream
+/// before has completed, and holds the stream's later work until it returns.
+/// `f` must not call CUDA.
+///
+/// Errors: [`KernelError::NoCuda`]; [`KernelError::Cuda`] when the driver
+/// refuses (then `f` is dropped without running).
+///
+/// # Safety
+/// `stream` must be a live `CUstream` of a context of device `ordinal` (or
+/// NULL, the legacy default stream).
+pub unsafe fn launch_host_func(ordinal: usize, stream: *mut c_void, f: HostFn) -> Result<(), KernelError> {
+    context(ordinal)?;
+    let data = Box::into_raw(Box::new(f));
+    let r = guard::call("cuLaunchHostFunc", || {
+        // SAFETY: a live stream (caller); `run_host_fn` takes ownership of `data`.
+        unsafe { sys::cuLaunchHostFunc(stream as sys::CUstream, Some(run_host_fn), data.cast()) }.result()
+    });
+    if r.is_err() {
+        // SAFETY: the driver did not take `data`: it is still ours.
+        drop(unsafe { Box::from_raw(data) });
+    }
+    r
+}

@@ -40,9 +40,12 @@ mod nvrtc;
 #[cfg(feature = "cuda")]
 pub use backend::CudaBackend;
 #[cfg(feature = "cuda")]
-pub(crate) use driver::{classify, device_backend};
+pub use driver::{
+    DeviceAttrs, IpcMapping, can_access_peer, device_attrs, device_count, dmabuf_fd_for, driver_info,
+    ipc_get_mem_handle, launch_host_func,
+};
 #[cfg(feature = "cuda")]
-pub use driver::{device_count, driver_info};
+pub(crate) use driver::{classify, device_backend};
 #[cfg(feature = "cuda")]
 pub use memory::{DeviceBuffer, PinnedBuffer};
 #[cfg(feature = "cuda")]

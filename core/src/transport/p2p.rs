@@ -1,0 +1,569 @@
+//! The P2P transport's host-side logic (NCCL's `p2pTransport`,
+//! `src/transport/p2p.cc`): which pairs of ranks it may join, and the connect
+//! information that carries a FIFO in GPU memory to the peer (a CUDA IPC
+//! handle, or the pointer itself within one process).
+//!
+//! Selection follows `p2pCanConnect` and `ncclTopoCheckP2p`
+//! (`src/graph/paths.cc`): same host; both ranks drive a GPU; neither sets
+//! `NCCL_P2P_DISABLE=1` (NCCL's `ncclGetLevel` then caps the level at `LOC`);
+//! the GPUs' path is no farther than `NCCL_P2P_LEVEL` (default `PXB`); and the
+//! driver says the devices can reach each other (`cuDeviceCanAccessPeer`, or the
+//! same device). Each refusal carries its reason, logged at INFO by
+//! [`P2pTransport::can_connect`] (NCCL logs "Could not enable P2P between dev …").
+//!
+//! What is not built yet: ferroccl ranks are host processes that do not bind a
+//! GPU at init (device memory appears per operation), so
+//! [`TransportPeer::gpu`] is `None` and this transport never accepts a pair;
+//! its data path (FIFOs in device memory driven by a device executor) does not
+//! exist, so [`P2pTransport::setup`] refuses with that reason if ever reached.
+
+use super::{ConnRequest, PendingConn, Transport, TransportPeer};
+use crate::error::Error;
+use crate::topo::PathType;
+use crate::transport::gdr::pci_distance;
+
+/// A rank's GPU as the P2P transport sees it (NCCL's `busId` / `cudaDev` in
+/// `struct ncclPeerInfo`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GpuLoc {
+    /// The device ordinal in the rank's own process.
+    pub dev: usize,
+    /// PCI bus id, lower case (`0000:3b:00.0`).
+    pub bus_id: String,
+    /// sysfs PCI path, when known (for the distance).
+    pub pci_path: Option<String>,
+}
+
+/// `NCCL_P2P_DISABLE` and `NCCL_P2P_LEVEL` of one rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct P2pParams {
+    /// `NCCL_P2P_DISABLE=1`.
+    pub disable: bool,
+    /// `NCCL_P2P_LEVEL` (`None`: PXB).
+    pub level: Option<PathType>,
+}
+
+impl P2pParams {
+    /// Parses the two variables as NCCL's `ncclGetLevel` does: `NCCL_P2P_DISABLE`
+    /// is a number (1 disables); `NCCL_P2P_LEVEL` a path type name (`LOC`, `NVL`,
+    /// `PIX`, `PXB`, `PHB`, `SYS`, …) or an old-style number 0–4 (LOC, PIX,
+    /// PXB, PHB, SYS).
+    ///
+    /// Errors: text naming the variable, the value and what is accepted.
+    pub(crate) fn parse(disable: Option<&str>, level: Option<&str>) -> Result<P2pParams, String> {
+        let disable = match disable.map(str::trim).filter(|s| !s.is_empty()) {
+            None => false,
+            Some(s) => match s.parse::<i64>() {
+                Ok(v) => v == 1,
+                Err(_) => return Err(format!("NCCL_P2P_DISABLE={s}: expected a number (1 disables P2P)")),
+            },
+        };
+        let level = match level.map(str::trim).filter(|s| !s.is_empty()) {
+            None => None,
+            Some(s) => Some(crate::topo::parse_level(s).ok_or_else(|| {
+                format!("NCCL_P2P_LEVEL={s}: expected LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS or 0-4")
+            })?),
+        };
+        Ok(P2pParams { disable, level })
+    }
+
+    /// The farthest path P2P may take for a pair where this rank has `self`
+    /// and the peer `other` (a switch on either end applies to the pair).
+    fn level_with(&self, other: &P2pParams) -> PathType {
+        if self.disable || other.disable {
+            return PathType::Loc;
+        }
+        let mine = self.level.unwrap_or(PathType::Pxb);
+        let theirs = other.level.unwrap_or(PathType::Pxb);
+        mine.min(theirs)
+    }
+}
+
+/// How the FIFO reaches the peer once P2P is chosen (NCCL's `P2P/direct
+/// pointer`, `P2P/IPC`; one device shared by both ranks is `P2P/IPC` too
+/// across processes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum P2pMode {
+    /// Same process: the pointer itself.
+    Direct,
+    /// Another process: a CUDA IPC handle.
+    Ipc,
+}
+
+/// Whether P2P can join `me` and `peer`, given `params` for each rank and the
+/// driver's `can_access(my dev, peer bus id)`; the refusal's reason otherwise.
+pub(crate) fn p2p_check(
+    me: &TransportPeer,
+    my_params: &P2pParams,
+    peer: &TransportPeer,
+    peer_params: &P2pParams,
+    can_access: &dyn Fn(usize, &str) -> Result<bool, String>,
+) -> Result<P2pMode, String> {
+    if me.host_hash != peer.host_hash {
+        return Err(format!("rank {} is on another host", peer.rank));
+    }
+    let Some(g1) = &me.gpu else {
+        return Err(format!("rank {} drives no GPU", me.rank));
+    };
+    let Some(g2) = &peer.gpu else {
+        return Err(format!("rank {} drives no GPU", peer.rank));
+    };
+    let level = my_params.level_with(peer_params);
+    let distance = if g1.bus_id == g2.bus_id {
+        PathType::Loc
+    } else {
+        pci_distance(g1.pci_path.as_deref(), g2.pci_path.as_deref())
+    };
+    if distance > level {
+        return Err(format!(
+            "P2P between GPU {} and GPU {} is disabled: distance {} > level {} (NCCL_P2P_LEVEL / NCCL_P2P_DISABLE)",
+            g1.bus_id, g2.bus_id, distance as i32, level as i32
+        ));
+    }
+    match can_access(g1.dev, &g2.bus_id) {
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(format!(
+                "Could not enable P2P between dev {}(={}) and dev {}",
+                g1.dev, g1.bus_id, g2.bus_id
+            ));
+        }
+        Err(e) => {
+            return Err(format!(
+                "peer query failed between dev {}(={}) and dev {}: {e}",
+                g1.dev, g1.bus_id, g2.bus_id
+            ));
+        }
+    }
+    Ok(if me.pid == peer.pid && me.pid_ns == peer.pid_ns {
+        P2pMode::Direct
+    } else {
+        P2pMode::Ipc
+    })
+}
+
+/// The driver's answer for P2P between this process' device `dev` and the GPU
+/// at `peer_bus` (`cuDeviceCanAccessPeer` after mapping the bus id to a local
+/// ordinal); without CUDA, the reason there is none.
+pub(crate) fn driver_can_access(dev: usize, peer_bus: &str) -> Result<bool, String> {
+    #[cfg(feature = "cuda")]
+    {
+        use ferroccl_kernels::cuda;
+        let n = cuda::device_count().map_err(|e| e.to_string())?;
+        let peer = (0..n)
+            .find(|&o| cuda::device_attrs(o).is_ok_and(|a| a.bus_id == peer_bus))
+            .ok_or_else(|| format!("GPU {peer_bus} is not visible in this process"))?;
+        cuda::can_access_peer(dev, peer).map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (dev, peer_bus);
+        Err("ferroccl was built without its `cuda` feature".into())
+    }
+}
+
+// The connect information is used by the device-memory data path, which is not
+// built (see the module docs); its encoding is fixed and tested here first.
+
+/// Size of an encoded [`ConnectInfo`].
+#[allow(dead_code)]
+pub(crate) const CONNECT_INFO_BYTES: usize = 4 + 2 + 1 + 1 + 4 + 16 + 8 + 8 + 64;
+#[allow(dead_code)]
+const MAGIC: u32 = 0x5032_5049; // "P2PI"
+#[allow(dead_code)]
+const VERSION: u16 = 1;
+/// Largest FIFO a peer may announce (NCCL_BUFFSIZE is at most a few hundred MiB).
+#[allow(dead_code)]
+const MAX_FIFO_BYTES: u64 = 1 << 32;
+
+/// What one side of a P2P connection sends the other (NCCL's `struct
+/// p2pConnectInfo`: `direct`, `read`, and the pointer or the IPC handle), in a
+/// fixed little-endian layout of [`CONNECT_INFO_BYTES`] bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(dead_code)]
+pub(crate) struct ConnectInfo {
+    /// How the FIFO is reached.
+    pub mode: P2pMode,
+    /// P2P read (the SIMPLE buffer lives with the sender).
+    pub read: bool,
+    /// The sender's process id (checked against its peer-info record).
+    pub pid: u32,
+    /// Bus id of the GPU holding the FIFO.
+    pub bus_id: String,
+    /// Bytes of the FIFO allocation.
+    pub size: u64,
+    /// Offset of the FIFO in the allocation the handle names.
+    pub offset: u64,
+    /// `Direct`: the pointer in its first 8 bytes; `Ipc`: the 64-byte
+    /// `CUipcMemHandle`.
+    pub handle: [u8; 64],
+}
+
+#[allow(dead_code)]
+impl ConnectInfo {
+    /// The wire form.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(CONNECT_INFO_BYTES);
+        v.extend_from_slice(&MAGIC.to_le_bytes());
+        v.extend_from_slice(&VERSION.to_le_bytes());
+        v.push(match self.mode {
+            P2pMode::Direct => 0,
+            P2pMode::Ipc => 1,
+        });
+        v.push(u8::from(self.read));
+        v.extend_from_slice(&self.pid.to_le_bytes());
+        let mut bus = [0u8; 16];
+        let b = self.bus_id.as_bytes();
+        bus[..b.len().min(16)].copy_from_slice(&b[..b.len().min(16)]);
+        v.extend_from_slice(&bus);
+        v.extend_from_slice(&self.size.to_le_bytes());
+        v.extend_from_slice(&self.offset.to_le_bytes());
+        v.extend_from_slice(&self.handle);
+        debug_assert_eq!(v.len(), CONNECT_INFO_BYTES);
+        v
+    }
+
+    /// Decodes rank `peer`'s connect information, rejecting anything but what
+    /// [`ConnectInfo::encode`] makes: wrong length, magic or version, an
+    /// unknown mode, a bus id that is not `dddd:bb:dd.f`, an empty or oversized
+    /// FIFO, an offset past it.
+    ///
+    /// Errors: [`Error::Remote`] naming the peer, what was expected and what was found.
+    pub(crate) fn decode(peer: usize, b: &[u8]) -> Result<ConnectInfo, Error> {
+        let bad = |what: String| Error::Remote(format!("rank {peer} sent bad P2P connect information: {what}"));
+        if b.len() != CONNECT_INFO_BYTES {
+            return Err(bad(format!("{} bytes, expected {CONNECT_INFO_BYTES}", b.len())));
+        }
+        let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let magic = u32_at(0);
+        if magic != MAGIC {
+            return Err(bad(format!("magic {magic:#010x}, expected {MAGIC:#010x}")));
+        }
+        let version = u16_at(4);
+        if version != VERSION {
+            return Err(bad(format!("version {version}, expected {VERSION}")));
+        }
+        let mode = match b[6] {
+            0 => P2pMode::Direct,
+            1 => P2pMode::Ipc,
+            m => return Err(bad(format!("mode {m}, expected 0 (direct pointer) or 1 (IPC handle)"))),
+        };
+        let read = match b[7] {
+            0 => false,
+            1 => true,
+            r => return Err(bad(format!("read flag {r}, expected 0 or 1"))),
+        };
+        let pid = u32_at(8);
+        let bus_raw = &b[12..28];
+        let end = bus_raw.iter().position(|&c| c == 0).unwrap_or(16);
+        if bus_raw[end..].iter().any(|&c| c != 0) {
+            return Err(bad("bus id with bytes after its terminator".into()));
+        }
+        let bus_id = std::str::from_utf8(&bus_raw[..end])
+            .ok()
+            .filter(|s| is_bus_id(s))
+            .ok_or_else(|| {
+                bad(format!(
+                    "bus id {:?}, expected dddd:bb:dd.f",
+                    String::from_utf8_lossy(&bus_raw[..end])
+                ))
+            })?
+            .to_string();
+        let size = u64_at(28);
+        if size == 0 || size > MAX_FIFO_BYTES {
+            return Err(bad(format!("FIFO of {size} bytes, expected 1..={MAX_FIFO_BYTES}")));
+        }
+        let offset = u64_at(36);
+        if offset >= size {
+            return Err(bad(format!("offset {offset} past the {size}-byte FIFO")));
+        }
+        let handle: [u8; 64] = b[44..108].try_into().expect("64 bytes");
+        if mode == P2pMode::Direct && handle[8..].iter().any(|&c| c != 0) {
+            return Err(bad("direct pointer with a non-zero IPC handle tail".into()));
+        }
+        Ok(ConnectInfo {
+            mode,
+            read,
+            pid,
+            bus_id,
+            size,
+            offset,
+            handle,
+        })
+    }
+}
+
+/// Whether `s` is a PCI bus id `dddd:bb:dd.f` (hex, lower or upper case).
+#[allow(dead_code)]
+fn is_bus_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+}
+
+/// The P2P transport (see the module docs for what is built).
+pub(crate) struct P2pTransport {
+    /// Every rank's `NCCL_P2P_DISABLE` / `NCCL_P2P_LEVEL`.
+    params: Vec<P2pParams>,
+}
+
+impl P2pTransport {
+    /// The transport for ranks with `params[r]` each.
+    pub(crate) fn new(params: Vec<P2pParams>) -> P2pTransport {
+        P2pTransport { params }
+    }
+}
+
+impl Transport for P2pTransport {
+    fn name(&self) -> &'static str {
+        "P2P"
+    }
+
+    fn describe(&self) -> String {
+        "P2P/IPC".into()
+    }
+
+    /// NCCL's `p2pCanConnect` ([`p2p_check`] with the driver's answer); a
+    /// refusal between ranks of one host is logged at INFO with its reason.
+    fn can_connect(&self, me: &TransportPeer, peer: &TransportPeer) -> bool {
+        let d = P2pParams::default();
+        let mine = self.params.get(me.rank).unwrap_or(&d);
+        let theirs = self.params.get(peer.rank).unwrap_or(&d);
+        match p2p_check(me, mine, peer, theirs, &driver_can_access) {
+            Ok(_) => true,
+            Err(why) => {
+                if me.host_hash == peer.host_hash {
+                    tracing::trace!(target: "ferroccl::p2p", "P2P refused for rank {} -> rank {}: {why}", me.rank, peer.rank);
+                }
+                false
+            }
+        }
+    }
+
+    fn setup(
+        &self,
+        req: &ConnRequest,
+        _me: &TransportPeer,
+        peer: &TransportPeer,
+    ) -> Result<(Box<dyn PendingConn>, Vec<u8>), Error> {
+        Err(Error::Internal(format!(
+            "P2P connection to rank {} on channel {}: the device-memory FIFO data path is not built \
+             (no device executor); NCCL_P2P_DISABLE=1 avoids it",
+            peer.rank, req.key.channel
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::TransportParams;
+
+    fn peer(rank: usize, host: u64, pid: u32, gpu: Option<(&str, &str)>) -> TransportPeer {
+        TransportPeer {
+            rank,
+            host_hash: host,
+            pid,
+            pid_ns: 1,
+            params: TransportParams::default(),
+            local_rank: rank,
+            gpu: gpu.map(|(bus, path)| GpuLoc {
+                dev: 0,
+                bus_id: bus.into(),
+                pci_path: Some(path.into()),
+            }),
+        }
+    }
+
+    const A: (&str, &str) = (
+        "0000:04:00.0",
+        "/sys/devices/pci0000:00/0000:00:01.0/0000:03:00.0/0000:04:00.0",
+    );
+    const B: (&str, &str) = (
+        "0000:05:00.0",
+        "/sys/devices/pci0000:00/0000:00:01.0/0000:03:00.0/0000:05:00.0",
+    );
+    const FAR: (&str, &str) = ("0000:81:00.0", "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0");
+
+    fn yes(_: usize, _: &str) -> Result<bool, String> {
+        Ok(true)
+    }
+
+    #[test]
+    fn selection_follows_nccl() {
+        let d = P2pParams::default();
+        let (a, b) = (peer(0, 7, 100, Some(A)), peer(1, 7, 200, Some(B)));
+        assert_eq!(p2p_check(&a, &d, &b, &d, &yes), Ok(P2pMode::Ipc));
+        let same_proc = peer(1, 7, 100, Some(B));
+        assert_eq!(p2p_check(&a, &d, &same_proc, &d, &yes), Ok(P2pMode::Direct));
+        // Another host, no GPU on either side.
+        assert!(
+            p2p_check(&a, &d, &peer(1, 8, 200, Some(B)), &d, &yes)
+                .unwrap_err()
+                .contains("another host")
+        );
+        assert!(
+            p2p_check(&peer(0, 7, 100, None), &d, &b, &d, &yes)
+                .unwrap_err()
+                .contains("rank 0 drives no GPU")
+        );
+        assert!(
+            p2p_check(&a, &d, &peer(1, 7, 200, None), &d, &yes)
+                .unwrap_err()
+                .contains("rank 1 drives no GPU")
+        );
+        // Across root complexes: beyond the default PXB; allowed with NCCL_P2P_LEVEL=SYS on both.
+        let far = peer(1, 7, 200, Some(FAR));
+        assert!(
+            p2p_check(&a, &d, &far, &d, &yes)
+                .unwrap_err()
+                .contains("distance 9 > level 5")
+        );
+        let sys = P2pParams::parse(None, Some("SYS")).unwrap();
+        assert_eq!(p2p_check(&a, &sys, &far, &sys, &yes), Ok(P2pMode::Ipc));
+        // The stricter side wins.
+        assert!(p2p_check(&a, &sys, &far, &d, &yes).is_err());
+        // NCCL_P2P_DISABLE=1 on either side: only the same GPU (LOC).
+        let off = P2pParams::parse(Some("1"), None).unwrap();
+        assert!(p2p_check(&a, &off, &b, &d, &yes).unwrap_err().contains("level 0"));
+        assert!(p2p_check(&a, &d, &b, &off, &yes).is_err());
+        let same_gpu = peer(1, 7, 200, Some(A));
+        assert_eq!(p2p_check(&a, &off, &same_gpu, &d, &yes), Ok(P2pMode::Ipc));
+        // The driver's answer.
+        let no = |_: usize, _: &str| Ok(false);
+        assert!(
+            p2p_check(&a, &d, &b, &d, &no)
+                .unwrap_err()
+                .contains("Could not enable P2P")
+        );
+        let fail = |_: usize, _: &str| Err("no CUDA driver".to_string());
+        assert!(p2p_check(&a, &d, &b, &d, &fail).unwrap_err().contains("no CUDA driver"));
+    }
+
+    /// Without a GPU bound to the ranks (every host today) the transport never
+    /// accepts a pair, and without CUDA the driver query says why.
+    #[test]
+    fn no_gpu_no_p2p() {
+        let t = P2pTransport::new(vec![P2pParams::default(); 2]);
+        let (a, b) = (peer(0, 7, 100, None), peer(1, 7, 200, None));
+        assert!(!t.can_connect(&a, &b));
+        if ferroccl_kernels::cuda::driver_info().is_err() {
+            let e = driver_can_access(0, "0000:04:00.0").unwrap_err();
+            assert!(!e.is_empty());
+            let (a, b) = (peer(0, 7, 100, Some(A)), peer(1, 7, 200, Some(B)));
+            assert!(!t.can_connect(&a, &b), "no driver: no P2P");
+        }
+    }
+
+    #[test]
+    fn params_parse_as_nccl() {
+        assert_eq!(P2pParams::parse(None, None).unwrap(), P2pParams::default());
+        assert!(P2pParams::parse(Some("1"), None).unwrap().disable);
+        assert!(!P2pParams::parse(Some("0"), None).unwrap().disable);
+        assert_eq!(P2pParams::parse(None, Some("PIX")).unwrap().level, Some(PathType::Pix));
+        assert_eq!(P2pParams::parse(None, Some("2")).unwrap().level, Some(PathType::Pxb));
+        assert!(
+            P2pParams::parse(Some("yes"), None)
+                .unwrap_err()
+                .contains("NCCL_P2P_DISABLE=yes")
+        );
+        assert!(
+            P2pParams::parse(None, Some("FAST"))
+                .unwrap_err()
+                .contains("NCCL_P2P_LEVEL=FAST")
+        );
+    }
+
+    fn sample() -> ConnectInfo {
+        let mut handle = [0u8; 64];
+        for (i, b) in handle.iter_mut().enumerate() {
+            *b = i as u8 ^ 0x5a;
+        }
+        ConnectInfo {
+            mode: P2pMode::Ipc,
+            read: true,
+            pid: 4242,
+            bus_id: "0000:3b:00.0".into(),
+            size: 4 << 20,
+            offset: 4096,
+            handle,
+        }
+    }
+
+    #[test]
+    fn connect_info_round_trips() {
+        let c = sample();
+        let b = c.encode();
+        assert_eq!(b.len(), CONNECT_INFO_BYTES);
+        assert_eq!(ConnectInfo::decode(3, &b).unwrap(), c);
+        let mut d = sample();
+        d.mode = P2pMode::Direct;
+        d.read = false;
+        d.handle = [0; 64];
+        d.handle[..8].copy_from_slice(&0x7f00_dead_b000u64.to_le_bytes());
+        assert_eq!(ConnectInfo::decode(3, &d.encode()).unwrap(), d);
+    }
+
+    /// Every malformed field is refused with a message naming the peer and what
+    /// was wrong; random bytes never decode (nor panic).
+    #[test]
+    fn hostile_connect_info_is_rejected() {
+        let good = sample().encode();
+        type Mutate = fn(&mut Vec<u8>);
+        let cases: Vec<(Mutate, &str)> = vec![
+            (|b: &mut Vec<u8>| b.truncate(50), "50 bytes, expected 108"),
+            (|b: &mut Vec<u8>| b.push(0), "109 bytes"),
+            (|b: &mut Vec<u8>| b[0] ^= 1, "magic"),
+            (|b: &mut Vec<u8>| b[4] = 9, "version 9"),
+            (|b: &mut Vec<u8>| b[6] = 7, "mode 7"),
+            (|b: &mut Vec<u8>| b[7] = 2, "read flag 2"),
+            (
+                (|b: &mut Vec<u8>| b[12..28].copy_from_slice(b"not-a-bus-id!!!!")),
+                "bus id",
+            ),
+            (|b: &mut Vec<u8>| b[25] = b'x', "bytes after its terminator"),
+            (
+                (|b: &mut Vec<u8>| b[28..36].copy_from_slice(&0u64.to_le_bytes())),
+                "FIFO of 0 bytes",
+            ),
+            (
+                (|b: &mut Vec<u8>| b[28..36].copy_from_slice(&u64::MAX.to_le_bytes())),
+                "FIFO of",
+            ),
+            (
+                (|b: &mut Vec<u8>| b[36..44].copy_from_slice(&(8u64 << 20).to_le_bytes())),
+                "offset",
+            ),
+        ];
+        for (mutate, want) in cases {
+            let mut b = good.clone();
+            mutate(&mut b);
+            let e = ConnectInfo::decode(5, &b).unwrap_err().to_string();
+            assert!(e.contains("rank 5") && e.contains(want), "{want}: {e}");
+        }
+        let mut direct = sample();
+        direct.mode = P2pMode::Direct;
+        let e = ConnectInfo::decode(5, &direct.encode()).unwrap_err().to_string();
+        assert!(e.contains("non-zero IPC handle tail"), "{e}");
+        // Pseudo-random input of every length up to twice the size.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for len in 0..2 * CONNECT_INFO_BYTES {
+            let b: Vec<u8> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            assert!(ConnectInfo::decode(1, &b).is_err());
+        }
+    }
+}
