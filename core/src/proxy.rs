@@ -446,7 +446,15 @@ pub(crate) struct Running {
 
 /// One operation as far as its schedule depends on it: kind, buffer
 /// addresses, count, datatype, reduction, and the tuning decision.
-type PlanKey = (CollKind, usize, usize, usize, ferroccl_kernels::DataType, ferroccl_kernels::RedOp, Option<Decision>);
+type PlanKey = (
+    CollKind,
+    usize,
+    usize,
+    usize,
+    ferroccl_kernels::DataType,
+    ferroccl_kernels::RedOp,
+    Option<Decision>,
+);
 
 /// The tasks of the last work item that ran to the end, kept for the next one
 /// when it is the same operations on the same buffers (an application's loop,
@@ -680,14 +688,9 @@ impl Proxy {
         let descs = self.describe(&work.colls);
         let hit = self.plan_cache.take().and_then(|mut c| {
             let same = c.key.len() == work.colls.len()
-                && work
-                    .colls
-                    .iter()
-                    .zip(&work.plans)
-                    .zip(&c.key)
-                    .all(|((a, d), k)| {
-                        !a.mem.any_staged() && *k == (a.kind, a.send as usize, a.recv as usize, a.count, a.dtype, a.op, *d)
-                    });
+                && work.colls.iter().zip(&work.plans).zip(&c.key).all(|((a, d), k)| {
+                    !a.mem.any_staged() && *k == (a.kind, a.send as usize, a.recv as usize, a.count, a.dtype, a.op, *d)
+                });
             same.then(|| {
                 for t in &mut c.tasks {
                     t.reset();

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use ferroccl::coll::check;
 use ferroccl::{Comm, CommConfig, DataType, RedOp, Stream, TestOp, UniqueId, group_end, group_start};
 use ferroccl_examples::perf::report::{self, JsonPerf, JsonRow, NcclTestsJson};
-use ferroccl_examples::perf::{MAX_SIZE, Plan};
+use ferroccl_examples::perf::{BindTo, MAX_SIZE, Plan};
 
 const ENV_RANK: &str = "FERROCCL_PERF_RANK";
 const ENV_NRANKS: &str = "FERROCCL_PERF_NRANKS";
@@ -818,6 +818,10 @@ fn print_our_json(
 
 /// Runs the `-t` x `-g` ranks of process `proc` of `nprocs`, each on a thread.
 fn run_process(plan: &Plan, nprocs: usize, proc: usize, id: &UniqueId, launcher: &str) -> Result<bool, String> {
+    // One rank per process only: the threads of `-t`/`-g` ranks must not share a core.
+    if launcher == "--ranks" && plan.bind_to == BindTo::Core && nprocs > 1 && plan.ranks_per_process() == 1 {
+        bind_to_core(proc, nprocs);
+    }
     let per = plan.ranks_per_process();
     // The bootstrap checks the limit on ranks (and says so); only an overflow is caught here.
     let nranks = nprocs.checked_mul(per).ok_or_else(|| {
@@ -1009,6 +1013,32 @@ fn describe_exit(s: std::process::ExitStatus) -> String {
             )
         }
         None => format!("ended with {s}"),
+    }
+}
+
+/// Binds this process (and the threads it starts) to the `proc`-th CPU it may
+/// run on, when the `nprocs` processes do not outnumber those CPUs (Open MPI's
+/// default binding for as many ranks as cores). A rank's threads then share one
+/// core, and two ranks never queue on the same core while another core idles
+/// (the scheduler's placement can put two busy-polling ranks on one core).
+/// Nothing happens when the affinity cannot be read or set.
+fn bind_to_core(proc: usize, nprocs: usize) {
+    // SAFETY: `cpu_set_t` is plain data, zero is a valid empty set; the calls
+    // read and write only `set`, whose size is passed.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return;
+        }
+        let allowed: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect();
+        if nprocs > allowed.len() {
+            return;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(allowed[proc], &mut one);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one);
     }
 }
 

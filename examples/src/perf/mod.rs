@@ -119,6 +119,12 @@ pub struct Args {
     /// Spawn this many local processes (ranks x -t x -g); default: launcher environment or 1.
     #[arg(long = "ranks")]
     pub ranks: Option<usize>,
+    /// With `--ranks`: bind process i to the i-th CPU this process may use
+    /// (`core`, the default, when the processes do not outnumber those CPUs and
+    /// each runs one rank, as Open MPI's `mpirun` binds its ranks) or leave them
+    /// to the scheduler (`none`).
+    #[arg(long = "bind-to", value_enum, default_value_t = BindTo::Core)]
+    pub bind_to: BindTo,
     /// Print one JSON document (ferroccl's layout) instead of the table.
     #[arg(long = "json")]
     pub json: bool,
@@ -254,12 +260,23 @@ pub struct Plan {
     pub show_tuning: bool,
     /// `--ranks`.
     pub ranks: Option<usize>,
+    /// `--bind-to`.
+    pub bind_to: BindTo,
     /// The program name the collective came from (`all_reduce_perf`), if any.
     pub invoked_as: Option<String>,
     /// `--plot SVG JSON…`: draw these result files instead of running.
     pub plot: Option<(PathBuf, Vec<PathBuf>)>,
     /// `--trace DIR`: where the trace profiler writes its files.
     pub trace: Option<PathBuf>,
+}
+
+/// Where `--ranks` processes run (`--bind-to`, `mpirun`'s grammar).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BindTo {
+    /// Process i on the i-th allowed CPU, when there are enough of them.
+    Core,
+    /// No binding.
+    None,
 }
 
 /// A command line that cannot run: the message, and whether it is a usage error
@@ -496,6 +513,7 @@ impl Plan {
             json: args.json,
             show_tuning: args.show_tuning,
             ranks: args.ranks,
+            bind_to: args.bind_to,
             invoked_as: from_name.map(|n| format!("{n}_perf")),
             plot: args
                 .plot
