@@ -553,24 +553,32 @@ impl Proxy {
             };
             ops_ev.push(p.start(t.api, &ev));
         }
-        // Steps per (operation, direction, connection), in operation order.
-        let mut counts: BTreeMap<(u32, bool, ConnKey), (usize, usize)> = BTreeMap::new();
+        // Steps per (operation, direction, connection), in operation order: every
+        // (op, peer) pair of the tasks sorted by key, then runs of equal keys summed
+        // (one vector per work item; a BTreeMap cost one node allocation per key).
+        let mut pairs: Vec<((u32, bool, ConnKey), usize)> = Vec::new();
         for t in tasks {
             for op in t.ops() {
                 for peer in op.send_to.iter() {
-                    let e = counts.entry((op.desc, true, t.lane.key(peer))).or_default();
-                    e.0 += 1;
-                    e.1 = e.1.max(op.bytes);
+                    pairs.push(((op.desc, true, t.lane.key(peer)), op.bytes));
                 }
                 for peer in op.recv_from.iter() {
-                    let e = counts.entry((op.desc, false, t.lane.key(peer))).or_default();
-                    e.0 += 1;
-                    e.1 = e.1.max(op.bytes);
+                    pairs.push(((op.desc, false, t.lane.key(peer)), op.bytes));
                 }
             }
         }
+        pairs.sort_unstable_by_key(|p| p.0);
         let mut proxy_ops = Vec::new();
-        for ((desc, is_send, key), (nsteps, bytes)) in counts {
+        let mut i = 0;
+        while i < pairs.len() {
+            let (desc, is_send, key) = pairs[i].0;
+            let mut nsteps = 0usize;
+            let mut bytes = 0usize;
+            while i < pairs.len() && pairs[i].0 == (desc, is_send, key) {
+                nsteps += 1;
+                bytes = bytes.max(pairs[i].1);
+                i += 1;
+            }
             let t = tag(desc as usize);
             if t.mask & wants::PROXY_OP_ == 0 {
                 continue;
