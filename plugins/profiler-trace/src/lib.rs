@@ -98,16 +98,10 @@ impl std::fmt::Debug for Name {
     }
 }
 
-/// The descriptor fields one event type keeps (copied at `startEvent`).
+/// The descriptor fields of the larger, rarer events (API calls, Coll, P2p),
+/// kept in a thread's side table so that every [`Entry`] stays small.
 #[derive(Debug, Clone, Copy)]
-pub enum Payload {
-    /// No fields (Group, ProxyCtrl, unknown types).
-    None,
-    /// GroupApi: `groupDepth`.
-    GroupApi {
-        /// `groupDepth`.
-        depth: i32,
-    },
+pub enum Detail {
     /// CollApi / P2pApi (`root` 0 for P2pApi).
     Api {
         /// `func`.
@@ -139,6 +133,8 @@ pub enum Payload {
         proto: Name,
         /// `nChannels`.
         nchannels: u8,
+        /// `parentGroup`'s event id (v5+), 0 when none.
+        group: u64,
     },
     /// P2p.
     P2p {
@@ -150,19 +146,38 @@ pub enum Payload {
         dtype: Name,
         /// `peer`.
         peer: i32,
+        /// `parentGroup`'s event id (v5+), 0 when none.
+        group: u64,
+    },
+}
+
+/// The descriptor fields one event type keeps (copied at `startEvent`; 16 bytes).
+#[derive(Debug, Clone, Copy)]
+pub enum Payload {
+    /// No fields (Group, ProxyCtrl, unknown types).
+    None,
+    /// GroupApi: `groupDepth`.
+    GroupApi {
+        /// `groupDepth`.
+        depth: i32,
+    },
+    /// CollApi, P2pApi, Coll, P2p: index of the [`Detail`] in the thread's side table.
+    Detail {
+        /// Index in the recording thread's details.
+        index: u32,
     },
     /// ProxyOp.
     ProxyOp {
         /// `channelId`.
         channel: u8,
+        /// `isSend`.
+        send: bool,
         /// `peer`.
         peer: i32,
         /// `nSteps`.
         nsteps: i32,
         /// `chunkSize`.
         chunk: i32,
-        /// `isSend`.
-        send: bool,
     },
     /// ProxyStep: `step`.
     ProxyStep {
@@ -181,8 +196,9 @@ pub enum Payload {
     },
 }
 
-/// One hot-path record of a thread's log (fixed size, `Copy`). Ids are
-/// [`TraceProfiler::Event`] values; 0 = none. Times are ns of `CLOCK_REALTIME`.
+/// One hot-path record of a thread's log (fixed size, `Copy`, 48 bytes). Ids
+/// are [`TraceProfiler::Event`] values; 0 = none. Times are [`Clock`] ticks in
+/// a thread's log, realtime ns once collected.
 #[derive(Debug, Clone, Copy)]
 pub enum Entry {
     /// `startEvent`.
@@ -191,14 +207,12 @@ pub enum Entry {
         id: u64,
         /// Its parent (`parentObj`), 0 when none or not ours.
         parent: u64,
-        /// A Coll/P2p's `parentGroup` (v5+), 0 when none.
-        group: u64,
-        /// `ncclProfile*` bit.
-        ty: u64,
-        /// Rank (trace pid).
-        rank: i32,
         /// Start time.
         t: u64,
+        /// `ncclProfile*` bit.
+        ty: u32,
+        /// Rank (trace pid).
+        rank: i32,
         /// Descriptor fields.
         p: Payload,
     },
@@ -206,12 +220,12 @@ pub enum Entry {
     State {
         /// The event.
         id: u64,
-        /// The state.
-        state: i32,
         /// Time.
         t: u64,
         /// Transfer size (ProxyStep) or appended ops (ProxyCtrlAppendEnd); `u64::MAX` = none.
         size: u64,
+        /// The state.
+        state: i32,
     },
     /// `stopEvent`.
     Stop {
@@ -220,6 +234,47 @@ pub enum Entry {
         /// Stop time.
         t: u64,
     },
+}
+
+/// A vector that grows by whole chunks of [`CHUNK`] elements (nothing is moved
+/// when it grows).
+#[derive(Debug)]
+struct Chunked<T> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+}
+
+impl<T: Copy> Chunked<T> {
+    #[inline]
+    fn push(&mut self, e: T) -> usize {
+        match self.chunks.last_mut() {
+            Some(c) if c.len() < c.capacity() => c.push(e),
+            _ => {
+                let mut c = Vec::with_capacity(CHUNK);
+                c.push(e);
+                self.chunks.push(c);
+            }
+        }
+        self.len += 1;
+        self.len - 1
+    }
+
+    fn to_vec(&self) -> Vec<T> {
+        let mut v = Vec::with_capacity(self.len);
+        for c in &self.chunks {
+            v.extend_from_slice(c);
+        }
+        v
+    }
+}
+
+impl<T> Default for Chunked<T> {
+    fn default() -> Self {
+        Chunked {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
 }
 
 /// One thread's log: chunks of [`CHUNK`] entries, and the thread's index
@@ -232,7 +287,8 @@ struct ThreadLog {
 
 #[derive(Debug, Default)]
 struct LogInner {
-    chunks: Vec<Vec<Entry>>,
+    entries: Chunked<Entry>,
+    details: Chunked<Detail>,
     next: u64,
 }
 
@@ -279,37 +335,98 @@ fn with_log<R>(f: impl FnOnce(&mut LogInner, u64) -> R) -> Option<R> {
     .ok()
 }
 
-impl LogInner {
-    #[inline]
-    fn push(&mut self, e: Entry) {
-        match self.chunks.last_mut() {
-            Some(c) if c.len() < c.capacity() => c.push(e),
-            _ => {
-                let mut c = Vec::with_capacity(CHUNK);
-                c.push(e);
-                self.chunks.push(c);
-            }
-        }
-    }
-}
-
 /// Appends `e` to this thread's log.
 #[inline]
 fn append(e: Entry) {
-    with_log(|l, _| l.push(e));
+    with_log(|l, _| l.entries.push(e));
 }
 
 /// `CLOCK_REALTIME` in ns.
-#[inline]
-fn now_ns() -> u64 {
+fn realtime_ns() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid out-parameter; CLOCK_REALTIME always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The hot path's clock: the CPU's time-stamp counter where it is invariant
+/// (x86-64 with `constant_tsc` and `nonstop_tsc`: one rate, every core, every
+/// power state), read in a few ns; `CLOCK_REALTIME` otherwise. Ticks become
+/// wall-clock ns at `finalize` by the line through two (counter, realtime)
+/// anchors: the first event of the process and the write.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    tsc: bool,
+    /// (ticks, realtime ns) at the first use.
+    anchor: (u64, u64),
+}
+
+fn clock() -> &'static Clock {
+    static C: OnceLock<Clock> = OnceLock::new();
+    C.get_or_init(|| {
+        let tsc = cfg!(target_arch = "x86_64")
+            && std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+                c.lines().find(|l| l.starts_with("flags")).is_some_and(|l| {
+                    l.split_whitespace().any(|f| f == "constant_tsc")
+                        && l.split_whitespace().any(|f| f == "nonstop_tsc")
+                })
+            });
+        let mut c = Clock { tsc, anchor: (0, 0) };
+        c.anchor = c.pair();
+        c
+    })
+}
+
+impl Clock {
+    #[inline]
+    fn ticks(&self) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        if self.tsc {
+            // SAFETY: RDTSC exists on every x86-64 CPU and has no side effect.
+            return unsafe { core::arch::x86_64::_rdtsc() };
+        }
+        realtime_ns()
+    }
+
+    /// A (ticks, realtime ns) pair read back to back (the closest of a few tries).
+    fn pair(&self) -> (u64, u64) {
+        let mut best = (u64::MAX, 0, 0);
+        for _ in 0..5 {
+            let a = self.ticks();
+            let ns = realtime_ns();
+            let b = self.ticks();
+            if b.wrapping_sub(a) < best.0 {
+                best = (b.wrapping_sub(a), a / 2 + b / 2, ns);
+            }
+        }
+        (best.1, best.2)
+    }
+
+    /// The map from ticks to realtime ns: `ns = a.1 + (ticks - a.0) * scale`.
+    /// The second anchor is taken now, at least 20 ms after the first.
+    fn to_ns(&self) -> impl Fn(u64) -> u64 + use<> {
+        let a = self.anchor;
+        if !self.tsc {
+            return Box::new(|t: u64| t) as Box<dyn Fn(u64) -> u64>;
+        }
+        let elapsed = realtime_ns().saturating_sub(a.1);
+        if elapsed < 20_000_000 {
+            std::thread::sleep(std::time::Duration::from_nanos(20_000_000 - elapsed));
+        }
+        let b = self.pair();
+        let scale = (b.1 - a.1) as f64 / b.0.saturating_sub(a.0).max(1) as f64;
+        Box::new(move |t: u64| (a.1 as i64 + ((t as i64 - a.0 as i64) as f64 * scale) as i64) as u64)
+    }
+}
+
 fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
+}
+
+/// The time of an event, in [`Clock`] ticks.
+#[inline]
+fn now_ns() -> u64 {
+    clock().ticks()
 }
 
 /// `NCCL_PROFILER_TRACE_FILE` with `%h`/`%p` expanded.
@@ -378,30 +495,41 @@ pub struct Rec {
 /// starts after its parent on the one clock; equal times keep log order).
 pub fn collect() -> Vec<Rec> {
     let logs: Vec<Arc<ThreadLog>> = lock(store()).logs.clone();
-    let mut entries: Vec<Entry> = Vec::new();
-    for l in &logs {
-        let inner = lock(&l.inner);
-        for c in &inner.chunks {
-            entries.extend_from_slice(c);
-        }
-    }
-    recs_of(&entries)
+    let to_ns = clock().to_ns();
+    let threads: Vec<(Vec<Entry>, Vec<Detail>)> = logs
+        .iter()
+        .map(|l| {
+            let inner = lock(&l.inner);
+            let mut entries = inner.entries.to_vec();
+            for e in &mut entries {
+                match e {
+                    Entry::Start { t, .. } | Entry::State { t, .. } | Entry::Stop { t, .. } => *t = to_ns(*t),
+                }
+            }
+            (entries, inner.details.to_vec())
+        })
+        .collect();
+    recs_of(&threads)
 }
 
-/// [`Rec`]s of `entries` (any thread order).
-pub fn recs_of(entries: &[Entry]) -> Vec<Rec> {
-    let mut starts: Vec<&Entry> = entries.iter().filter(|e| matches!(e, Entry::Start { .. })).collect();
-    starts.sort_by_key(|e| match e {
-        Entry::Start { t, .. } => *t,
-        _ => 0,
-    });
+/// [`Rec`]s of the logs of some threads: each thread's entries (times in
+/// realtime ns) with its side table of details.
+pub fn recs_of(threads: &[(Vec<Entry>, Vec<Detail>)]) -> Vec<Rec> {
+    let mut starts: Vec<(u64, &Entry, &[Detail])> = Vec::new();
+    for (entries, details) in threads {
+        for e in entries {
+            if let Entry::Start { t, .. } = e {
+                starts.push((*t, e, details));
+            }
+        }
+    }
+    starts.sort_by_key(|s| s.0);
     let mut index: HashMap<u64, usize> = HashMap::with_capacity(starts.len());
     let mut recs: Vec<Rec> = Vec::with_capacity(starts.len());
-    for e in starts {
+    for (_, e, details) in starts {
         let Entry::Start {
             id,
             parent,
-            group,
             ty,
             rank,
             t,
@@ -410,22 +538,33 @@ pub fn recs_of(entries: &[Entry]) -> Vec<Rec> {
         else {
             continue;
         };
+        let ty = u64::from(ty);
         let parent = index.get(&parent).copied();
-        let group = index.get(&group).copied();
         let prec = parent.map(|i| &recs[i]);
+        let detail = match p {
+            Payload::Detail { index } => details.get(index as usize).copied(),
+            _ => None,
+        };
+        let group = match detail {
+            Some(Detail::Coll { group, .. } | Detail::P2p { group, .. }) => index.get(&group).copied(),
+            _ => None,
+        };
         let mut args = serde_json::Map::new();
-        let (name, track) = match p {
-            Payload::GroupApi { depth } => {
+        let (name, track) = match (p, detail) {
+            (Payload::GroupApi { depth }, _) => {
                 args.insert("groupDepth".into(), json!(depth));
                 ("GroupApi".to_string(), "API".to_string())
             }
-            Payload::Api {
-                func,
-                count,
-                dtype,
-                root,
-                p2p,
-            } => {
+            (
+                _,
+                Some(Detail::Api {
+                    func,
+                    count,
+                    dtype,
+                    root,
+                    p2p,
+                }),
+            ) => {
                 args.insert("count".into(), json!(count));
                 args.insert("datatype".into(), json!(dtype.as_string()));
                 if !p2p {
@@ -433,16 +572,20 @@ pub fn recs_of(entries: &[Entry]) -> Vec<Rec> {
                 }
                 (format!("{} (API)", func.as_string()), "API".to_string())
             }
-            Payload::Coll {
-                seq,
-                func,
-                count,
-                dtype,
-                root,
-                algo,
-                proto,
-                nchannels,
-            } => {
+            (
+                _,
+                Some(Detail::Coll {
+                    seq,
+                    func,
+                    count,
+                    dtype,
+                    root,
+                    algo,
+                    proto,
+                    nchannels,
+                    ..
+                }),
+            ) => {
                 args.insert("seqNumber".into(), json!(seq));
                 args.insert("count".into(), json!(count));
                 args.insert("datatype".into(), json!(dtype.as_string()));
@@ -452,24 +595,31 @@ pub fn recs_of(entries: &[Entry]) -> Vec<Rec> {
                 args.insert("nChannels".into(), json!(nchannels));
                 (func.as_string(), "ops".to_string())
             }
-            Payload::P2p {
-                func,
-                count,
-                dtype,
-                peer,
-            } => {
+            (
+                _,
+                Some(Detail::P2p {
+                    func,
+                    count,
+                    dtype,
+                    peer,
+                    ..
+                }),
+            ) => {
                 args.insert("count".into(), json!(count));
                 args.insert("datatype".into(), json!(dtype.as_string()));
                 args.insert("peer".into(), json!(peer));
                 (format!("{} peer {}", func.as_string(), peer), "ops".to_string())
             }
-            Payload::ProxyOp {
-                channel,
-                peer,
-                nsteps,
-                chunk,
-                send,
-            } => {
+            (
+                Payload::ProxyOp {
+                    channel,
+                    peer,
+                    nsteps,
+                    chunk,
+                    send,
+                },
+                _,
+            ) => {
                 args.insert("channel".into(), json!(channel));
                 args.insert("peer".into(), json!(peer));
                 args.insert("nSteps".into(), json!(nsteps));
@@ -486,18 +636,18 @@ pub fn recs_of(entries: &[Entry]) -> Vec<Rec> {
                     ("ProxyOp recv".to_string(), format!("ch {channel} recv←{peer}"))
                 }
             }
-            Payload::ProxyStep { step } => {
+            (Payload::ProxyStep { step }, _) => {
                 args.insert("step".into(), json!(step));
                 let base = prec.map_or("steps", |p| p.track.as_str());
                 (format!("step {step}"), format!("{base} slot {}", step.rem_euclid(8)))
             }
-            Payload::NetPlugin { id } => {
+            (Payload::NetPlugin { id }, _) => {
                 args.insert("pluginId".into(), json!(format!("0x{id:x}")));
                 let track = prec.map_or_else(|| "net".to_string(), |p| format!("{} net", p.track));
                 ("net".to_string(), track)
             }
-            Payload::KernelCh { channel } => ("KernelCh".to_string(), format!("kernel ch {channel}")),
-            Payload::None => match ty {
+            (Payload::KernelCh { channel }, _) => ("KernelCh".to_string(), format!("kernel ch {channel}")),
+            _ => match ty {
                 abi::ncclProfileGroup => ("Group".to_string(), "ops".to_string()),
                 abi::ncclProfileProxyCtrl => ("ProxyCtrl".to_string(), "proxy".to_string()),
                 t => (format!("event 0x{t:x}"), "other".to_string()),
@@ -517,9 +667,9 @@ pub fn recs_of(entries: &[Entry]) -> Vec<Rec> {
             states: Vec::new(),
         });
     }
-    for e in entries {
+    for e in threads.iter().flat_map(|t| t.0.iter()) {
         match *e {
-            Entry::State { id, state, t, size } => {
+            Entry::State { id, t, size, state } => {
                 if let Some(&i) = index.get(&id) {
                     recs[i].states.push((state, us(t), (size != u64::MAX).then_some(size)));
                 }
@@ -545,45 +695,47 @@ pub struct TraceProfiler {
 }
 
 impl TraceProfiler {
-    /// The fixed-size fields of `d`'s event.
-    fn payload(d: &abi::ncclProfilerEventDescr_v6_t) -> (Payload, u64) {
-        let mut group = 0;
-        let p = match d.r#type {
+    /// The fixed-size fields of `d`'s event, and its [`Detail`] for the larger ones.
+    #[inline]
+    fn payload(d: &abi::ncclProfilerEventDescr_v6_t) -> (Payload, Option<Detail>) {
+        match d.r#type {
             abi::ncclProfileGroupApi => {
                 // SAFETY: the type selects the union member.
                 let g = unsafe { d.u.groupApi };
-                Payload::GroupApi { depth: g.groupDepth }
+                (Payload::GroupApi { depth: g.groupDepth }, None)
             }
             abi::ncclProfileCollApi => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.collApi };
-                Payload::Api {
+                let det = Detail::Api {
                     func: Name::of(c.func),
                     count: c.count,
                     dtype: Name::of(c.datatype),
                     root: c.root,
                     p2p: false,
-                }
+                };
+                (Payload::None, Some(det))
             }
             abi::ncclProfileP2pApi => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.p2pApi };
-                Payload::Api {
+                let det = Detail::Api {
                     func: Name::of(c.func),
                     count: c.count,
                     dtype: Name::of(c.datatype),
                     root: 0,
                     p2p: true,
-                }
+                };
+                (Payload::None, Some(det))
             }
             abi::ncclProfileColl => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.coll };
                 // SAFETY: `parentGroup` is NULL or one of this profiler's event handles.
-                group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }
+                let group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }
                     .copied()
                     .unwrap_or(0);
-                Payload::Coll {
+                let det = Detail::Coll {
                     seq: c.seqNumber,
                     func: Name::of(c.func),
                     count: c.count,
@@ -592,54 +744,55 @@ impl TraceProfiler {
                     algo: Name::of(c.algo),
                     proto: Name::of(c.proto),
                     nchannels: c.nChannels,
-                }
+                    group,
+                };
+                (Payload::None, Some(det))
             }
             abi::ncclProfileP2p => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.p2p };
                 // SAFETY: as above.
-                group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }
+                let group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }
                     .copied()
                     .unwrap_or(0);
-                Payload::P2p {
+                let det = Detail::P2p {
                     func: Name::of(c.func),
                     count: c.count,
                     dtype: Name::of(c.datatype),
                     peer: c.peer,
-                }
+                    group,
+                };
+                (Payload::None, Some(det))
             }
             abi::ncclProfileProxyOp => {
                 // SAFETY: as above.
                 let o = unsafe { d.u.proxyOp };
-                Payload::ProxyOp {
+                let p = Payload::ProxyOp {
                     channel: o.channelId,
+                    send: o.isSend != 0,
                     peer: o.peer,
                     nsteps: o.nSteps,
                     chunk: o.chunkSize,
-                    send: o.isSend != 0,
-                }
+                };
+                (p, None)
             }
             abi::ncclProfileProxyStep => {
                 // SAFETY: as above.
-                Payload::ProxyStep {
-                    step: unsafe { d.u.proxyStep }.step,
-                }
+                let step = unsafe { d.u.proxyStep }.step;
+                (Payload::ProxyStep { step }, None)
             }
             abi::ncclProfileNetPlugin => {
                 // SAFETY: as above.
-                Payload::NetPlugin {
-                    id: unsafe { d.u.netPlugin }.id,
-                }
+                let id = unsafe { d.u.netPlugin }.id;
+                (Payload::NetPlugin { id }, None)
             }
             abi::ncclProfileKernelCh => {
                 // SAFETY: as above.
-                Payload::KernelCh {
-                    channel: unsafe { d.u.kernelCh }.channelId,
-                }
+                let channel = unsafe { d.u.kernelCh }.channelId;
+                (Payload::KernelCh { channel }, None)
             }
-            _ => Payload::None,
-        };
-        (p, group)
+            _ => (Payload::None, None),
+        }
     }
 }
 
@@ -656,6 +809,7 @@ impl Profiler for TraceProfiler {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(DEFAULT_MASK);
         lock(store()).contexts += 1;
+        clock();
         Ok(TraceProfiler { rank: info.rank })
     }
 
@@ -664,21 +818,26 @@ impl Profiler for TraceProfiler {
     }
 
     fn start_child(&self, descr: &abi::ncclProfilerEventDescr_v6_t, parent: Option<&u64>) -> NetResult<Option<u64>> {
-        let (p, group) = Self::payload(descr);
+        let (p, detail) = Self::payload(descr);
         let rank = if descr.rank != 0 { descr.rank } else { self.rank };
         let t = now_ns();
         let parent = parent.copied().unwrap_or(0);
-        let ty = descr.r#type;
+        let ty = descr.r#type as u32;
         Ok(with_log(|l, idx| {
             l.next += 1;
             let id = (idx << 40) | l.next;
-            l.push(Entry::Start {
+            let p = match detail {
+                Some(d) => Payload::Detail {
+                    index: l.details.push(d) as u32,
+                },
+                None => p,
+            };
+            l.entries.push(Entry::Start {
                 id,
                 parent,
-                group,
+                t,
                 ty,
                 rank,
-                t,
                 p,
             });
             id
@@ -705,9 +864,9 @@ impl Profiler for TraceProfiler {
         };
         append(Entry::State {
             id: *event,
-            state,
             t,
             size,
+            state,
         });
         Ok(())
     }
@@ -922,6 +1081,17 @@ mod tests {
         assert!(
             ca <= sa && sb <= cb,
             "step [{sa}, {sb}] outside its collective [{ca}, {cb}]"
+        );
+    }
+
+    /// A hot-path record stays small (the larger fields go to the side table).
+    #[test]
+    fn entries_are_small() {
+        assert!(std::mem::size_of::<Entry>() <= 48, "{}", std::mem::size_of::<Entry>());
+        assert!(
+            std::mem::size_of::<Payload>() <= 16,
+            "{}",
+            std::mem::size_of::<Payload>()
         );
     }
 
