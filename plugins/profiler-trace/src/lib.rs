@@ -28,12 +28,14 @@
 //!
 //! # Cost on the hot path
 //! `startEvent`, `recordEventState` and `stopEvent` append one fixed-size
-//! [`Entry`] (no heap string, no JSON, no allocation but one chunk of
-//! [`CHUNK`] entries now and then) to the calling thread's own log, whose
+//! [`Entry`] (48 bytes; no heap string, no JSON, no allocation but one chunk
+//! of [`CHUNK_BYTES`] now and then) to the calling thread's own log, whose
 //! mutex only `finalize` ever contends for; each thread registers its log once
 //! in a process-wide list. Event ids are (thread, sequence) pairs, so no
-//! counter is shared either. `finalize` merges the logs into [`Rec`]s and
-//! serialises them with `serde_json`.
+//! counter is shared either; times are raw TSC reads ([`Clock`]). What
+//! remains per event is the SDK's handle box. `finalize` merges the logs into
+//! [`Rec`]s and serialises them with `serde_json`. `examples/microbench.rs`
+//! measures the cost per call.
 //!
 //! Memory: every event is kept until the process ends (a trace tool).
 
@@ -51,9 +53,11 @@ use serde_json::{Value, json};
 /// The default activation mask: every type but ProxyCtrl.
 pub const DEFAULT_MASK: i32 = 0x7fff & !(abi::ncclProfileProxyCtrl as i32);
 
-/// Entries per chunk of a thread's log (a full chunk is kept, a new one is
-/// reserved: nothing is ever moved or copied on the hot path).
-pub const CHUNK: usize = 4096;
+/// Bytes per chunk of a thread's log (a full chunk is kept, a new one is
+/// reserved: nothing is ever moved or copied on the hot path). Chunks are
+/// advised as transparent huge pages where the kernel allows it, so that
+/// filling them takes a page fault per 2 MiB rather than per 4 KiB.
+pub const CHUNK_BYTES: usize = 4 << 20;
 
 /// A short name copied out of a descriptor's C string (NCCL's function,
 /// datatype, algorithm and protocol names are at most 15 bytes; longer ones are
@@ -236,7 +240,7 @@ pub enum Entry {
     },
 }
 
-/// A vector that grows by whole chunks of [`CHUNK`] elements (nothing is moved
+/// A vector that grows by whole chunks of [`CHUNK_BYTES`] (nothing is moved
 /// when it grows).
 #[derive(Debug)]
 struct Chunked<T> {
@@ -250,7 +254,8 @@ impl<T: Copy> Chunked<T> {
         match self.chunks.last_mut() {
             Some(c) if c.len() < c.capacity() => c.push(e),
             _ => {
-                let mut c = Vec::with_capacity(CHUNK);
+                let mut c: Vec<T> = Vec::with_capacity(CHUNK_BYTES / std::mem::size_of::<T>().max(1));
+                advise_huge(c.as_mut_ptr().cast(), c.capacity() * std::mem::size_of::<T>());
                 c.push(e);
                 self.chunks.push(c);
             }
@@ -268,6 +273,19 @@ impl<T: Copy> Chunked<T> {
     }
 }
 
+/// `madvise(MADV_HUGEPAGE)` on the 2 MiB-aligned part of `[p, p + len)` (a hint:
+/// failure changes nothing).
+fn advise_huge(p: *mut u8, len: usize) {
+    const HUGE: usize = 2 << 20;
+    let start = (p as usize).next_multiple_of(HUGE);
+    let end = (p as usize + len) / HUGE * HUGE;
+    if end > start {
+        // SAFETY: the range lies inside an allocation this thread owns; MADV_HUGEPAGE
+        // only changes how the kernel backs it, never its contents.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+}
+
 impl<T> Default for Chunked<T> {
     fn default() -> Self {
         Chunked {
@@ -277,7 +295,7 @@ impl<T> Default for Chunked<T> {
     }
 }
 
-/// One thread's log: chunks of [`CHUNK`] entries, and the thread's index
+/// One thread's log: chunks of [`CHUNK_BYTES`], and the thread's index
 /// (the high half of its event ids).
 #[derive(Debug)]
 struct ThreadLog {
@@ -1005,36 +1023,28 @@ mod tests {
     fn records_from_several_threads_keep_their_tree() {
         let p = TraceProfiler { rank: 3 };
         let mut d = descr(abi::ncclProfileColl);
-        // SAFETY: writing the union member the type selects.
-        unsafe {
-            d.u.coll.seqNumber = 7;
-            d.u.coll.func = c"AllReduce".as_ptr();
-            d.u.coll.count = 1 << 20;
-            d.u.coll.datatype = c"ncclFloat32".as_ptr();
-            d.u.coll.algo = c"RING".as_ptr();
-            d.u.coll.proto = c"SIMPLE".as_ptr();
-            d.u.coll.nChannels = 2;
-        }
+        d.u.coll.seqNumber = 7;
+        d.u.coll.func = c"AllReduce".as_ptr();
+        d.u.coll.count = 1 << 20;
+        d.u.coll.datatype = c"ncclFloat32".as_ptr();
+        d.u.coll.algo = c"RING".as_ptr();
+        d.u.coll.proto = c"SIMPLE".as_ptr();
+        d.u.coll.nChannels = 2;
         let coll = p.start_event(&d).unwrap().expect("coll id");
         p.stop_event(coll).unwrap();
         let (op, step) = std::thread::scope(|s| {
             s.spawn(|| {
                 let mut d = descr(abi::ncclProfileProxyOp);
-                // SAFETY: as above.
-                unsafe {
-                    d.u.proxyOp.channelId = 1;
-                    d.u.proxyOp.peer = 2;
-                    d.u.proxyOp.nSteps = 4;
-                    d.u.proxyOp.isSend = 1;
-                }
+                d.u.proxyOp.channelId = 1;
+                d.u.proxyOp.peer = 2;
+                d.u.proxyOp.nSteps = 4;
+                d.u.proxyOp.isSend = 1;
                 let op = p.start_child(&d, Some(&coll)).unwrap().expect("op id");
                 let mut d = descr(abi::ncclProfileProxyStep);
-                // SAFETY: as above.
-                unsafe { d.u.proxyStep.step = 9 };
+                d.u.proxyStep.step = 9;
                 let mut step = p.start_child(&d, Some(&op)).unwrap().expect("step id");
                 let mut a = abi::ncclProfilerEventStateArgs_v6_t::zeroed();
-                // SAFETY: as above.
-                unsafe { a.proxyStep.transSize = 4096 };
+                a.proxyStep.transSize = 4096;
                 p.record_event_state(&mut step, 9, Some(&a)).unwrap();
                 (op, step)
             })
