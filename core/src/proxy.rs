@@ -297,12 +297,26 @@ pub(crate) struct Proxy {
     pub waiting_on: Vec<usize>,
     /// The communicator's profiler plugin, if any.
     pub profiler: Option<Arc<Profiler>>,
+    /// Vectors the profiler's bookkeeping reuses from one work item to the next.
+    pub prof_bufs: ProfBufs,
 }
 
-/// The profiler events of a work item that outlive its start: its ProxyOp events.
+/// The vectors of [`Proxy::prof_begin`] / [`Proxy::prof_end`], kept across work
+/// items so that emitting a work item's events allocates nothing once they
+/// have grown.
+#[derive(Default)]
+pub(crate) struct ProfBufs {
+    /// Each operation's Coll/P2p event.
+    ops_ev: Vec<EventHandle>,
+    /// ((operation, is send, connection), bytes) of every step, sorted.
+    pairs: Vec<((u32, bool, ConnKey), usize)>,
+    /// The work item's ProxyOp events, stopped at its end.
+    proxy_ops: Vec<EventHandle>,
+}
+
+/// The profiler of a work item whose ProxyOp events (in [`ProfBufs::proxy_ops`]) are open.
 struct ProfWork {
     prof: Arc<Profiler>,
-    proxy_ops: Vec<EventHandle>,
 }
 
 impl Proxy {
@@ -497,7 +511,9 @@ impl Proxy {
         }
         let tag = |i: usize| work.tags.get(i).copied().unwrap_or_default();
         let group = p.start(EventHandle::NULL, &Event::Group);
-        let mut ops_ev = Vec::with_capacity(work.colls.len());
+        let mut bufs = std::mem::take(&mut self.prof_bufs);
+        let ops_ev = &mut bufs.ops_ev;
+        ops_ev.clear();
         for (i, a) in work.colls.iter().enumerate() {
             let t = tag(i);
             let plan = work.plans.get(i).copied().flatten();
@@ -556,7 +572,8 @@ impl Proxy {
         // Steps per (operation, direction, connection), in operation order: every
         // (op, peer) pair of the tasks sorted by key, then runs of equal keys summed
         // (one vector per work item; a BTreeMap cost one node allocation per key).
-        let mut pairs: Vec<((u32, bool, ConnKey), usize)> = Vec::new();
+        let pairs = &mut bufs.pairs;
+        pairs.clear();
         for t in tasks {
             for op in t.ops() {
                 for peer in op.send_to.iter() {
@@ -568,7 +585,8 @@ impl Proxy {
             }
         }
         pairs.sort_unstable_by_key(|p| p.0);
-        let mut proxy_ops = Vec::new();
+        let proxy_ops = &mut bufs.proxy_ops;
+        proxy_ops.clear();
         let mut i = 0;
         while i < pairs.len() {
             let (desc, is_send, key) = pairs[i].0;
@@ -619,11 +637,12 @@ impl Proxy {
             }
             proxy_ops.push(h);
         }
-        for h in ops_ev {
+        for &h in ops_ev.iter() {
             p.stop(h);
         }
         p.stop(group);
-        Some(ProfWork { prof: p, proxy_ops })
+        self.prof_bufs = bufs;
+        Some(ProfWork { prof: p })
     }
 
     /// Stops a work item's ProxyOp events (all its steps are done, or the work
@@ -635,9 +654,10 @@ impl Proxy {
         for c in self.conns.recvs_mut() {
             c.prof_detach();
         }
-        for h in pw.proxy_ops {
+        for &h in &self.prof_bufs.proxy_ops {
             pw.prof.stop(h);
         }
+        self.prof_bufs.proxy_ops.clear();
     }
 
     /// Registers the user buffers of `colls` of at least `min` bytes with the

@@ -439,6 +439,7 @@ impl Comm {
             bootstrap: bootstrap.clone(),
             waiting_on: Vec::new(),
             profiler,
+            prof_bufs: Default::default(),
         };
         let proxy = Arc::new(ProxyHandle::start(proxy, nranks, tuning)?);
         guard.disarm();

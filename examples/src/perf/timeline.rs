@@ -14,8 +14,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use ab_glyph::{Font, FontRef, PxScale, ScaleFont, point};
 use plotters::prelude::*;
-use plotters::style::FontStyle;
 use serde_json::Value;
 
 /// Picture width in pixels.
@@ -96,15 +96,44 @@ fn channel_row(track: &str) -> Option<&str> {
     Some(t.find(" slot ").map_or(t, |i| &t[..i]))
 }
 
-fn load_font() -> Result<(), String> {
+fn load_font() -> Result<FontRef<'static>, String> {
     for f in FONTS {
         if let Ok(bytes) = std::fs::read(f) {
             let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-            return plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-                .map_err(|_| format!("{f}: not a TrueType font"));
+            return FontRef::try_from_slice(bytes).map_err(|e| format!("{f}: not a TrueType font: {e}"));
         }
     }
     Err(format!("no font for the labels: none of {FONTS:?} exists"))
+}
+
+/// A label to draw once the shapes are done: text, top-left corner, pixel size, colour.
+struct Label(String, (i32, i32), f32, RGBColor);
+
+/// Rasterises `l` onto the RGB buffer `buf` (`w` × `h`), blending by coverage.
+fn draw_label(buf: &mut [u8], (w, h): (u32, u32), font: &FontRef<'_>, l: &Label) {
+    let Label(text, (x, y), size, RGBColor(r, g, b)) = l;
+    let scaled = font.as_scaled(PxScale::from(*size));
+    let mut caret = *x as f32;
+    let baseline = *y as f32 + scaled.ascent();
+    for ch in text.chars() {
+        let id = scaled.glyph_id(ch);
+        let glyph = id.with_scale_and_position(*size, point(caret, baseline));
+        caret += scaled.h_advance(id);
+        let Some(outline) = font.outline_glyph(glyph) else {
+            continue;
+        };
+        let bounds = outline.px_bounds();
+        outline.draw(|gx, gy, c| {
+            let (px, py) = (bounds.min.x as i64 + i64::from(gx), bounds.min.y as i64 + i64::from(gy));
+            if px < 0 || py < 0 || px >= i64::from(w) || py >= i64::from(h) {
+                return;
+            }
+            let i = (py as usize * w as usize + px as usize) * 3;
+            for (k, v) in [*r, *g, *b].into_iter().enumerate() {
+                buf[i + k] = (f32::from(buf[i + k]) * (1.0 - c) + f32::from(v) * c) as u8;
+            }
+        });
+    }
 }
 
 /// Renders `inputs` (Chrome trace files of the trace profiler) into the PNG
@@ -138,12 +167,33 @@ pub fn render_files(out: &Path, inputs: &[PathBuf]) -> Result<usize, String> {
     seqs.sort();
     seqs.dedup();
     let first = seqs[seqs.len().saturating_sub(LAST)];
-    let chosen: Vec<&&Span> = colls
+    // A process may hold several communicators (the perf tool's own, the
+    // benchmark's): per rank, the latest instance of each chosen seqNumber.
+    let mut latest: BTreeMap<(i64, u64), &Span> = BTreeMap::new();
+    for s in colls
         .iter()
-        .filter(|s| s.name == name && s.seq.is_some_and(|q| q >= first))
-        .collect();
+        .filter(|s| s.name == name && s.count == max && s.seq.is_some_and(|q| q >= first))
+    {
+        let e = latest.entry((s.pid, s.seq.unwrap_or(0))).or_insert(s);
+        if s.ts > e.ts {
+            *e = s;
+        }
+    }
+    let chosen: Vec<&Span> = latest.into_values().collect();
     let t0 = chosen.iter().map(|s| s.ts).fold(f64::INFINITY, f64::min);
-    let t1 = chosen.iter().map(|s| s.end).fold(f64::NEG_INFINITY, f64::max);
+    // Its end, but no further than the rank's next collective starts (a span
+    // stretched over late children would otherwise widen the picture).
+    let t1 = chosen
+        .iter()
+        .map(|c| {
+            let next = colls
+                .iter()
+                .filter(|s| s.pid == c.pid && s.ts > c.ts)
+                .map(|s| s.ts)
+                .fold(f64::INFINITY, f64::min);
+            c.end.min(next)
+        })
+        .fold(f64::NEG_INFINITY, f64::max);
     let span_us = (t1 - t0).max(1.0);
     let visible = |s: &Span| s.end >= t0 && s.ts <= t1;
     // Rows: per rank its collectives, then its channel tracks (sorted by name).
@@ -168,7 +218,8 @@ pub fn render_files(out: &Path, inputs: &[PathBuf]) -> Result<usize, String> {
         .map(|(i, (r, t))| ((*r, t.as_str()), i))
         .collect();
 
-    load_font()?;
+    let font = load_font()?;
+    let mut labels: Vec<Label> = Vec::new();
     let top = 40;
     let plot_h = rows.len() as i32 * ROW_H;
     let h = (top + plot_h + 70) as u32;
@@ -179,17 +230,16 @@ pub fn render_files(out: &Path, inputs: &[PathBuf]) -> Result<usize, String> {
         root.fill(&WHITE).map_err(e)?;
         let x_of =
             |t: f64| LABEL_W + (((t - t0) / span_us).clamp(0.0, 1.0) * f64::from(W as i32 - LABEL_W - 20)) as i32;
-        let font = |size: f64| ("sans-serif", size).into_font();
-        root.draw(&Text::new(
+        labels.push(Label(
             format!(
                 "{name} of count {max} (seqNumber {first}..={}) on {} rank(s): {span_us:.0} µs",
                 seqs.last().copied().unwrap_or(first),
                 ranks.len(),
             ),
             (LABEL_W, 10),
-            font(16.0),
-        ))
-        .map_err(e)?;
+            18.0,
+            BLACK,
+        ));
         // Row backgrounds and labels.
         for (i, (r, t)) in rows.iter().enumerate() {
             let y = top + i as i32 * ROW_H;
@@ -207,7 +257,7 @@ pub fn render_files(out: &Path, inputs: &[PathBuf]) -> Result<usize, String> {
             } else {
                 format!("  {t}")
             };
-            root.draw(&Text::new(label, (6, y + 4), font(13.0))).map_err(e)?;
+            labels.push(Label(label, (6, y + 3), 14.0, BLACK));
         }
         // Time axis: 10 ticks.
         let ay = top + plot_h;
@@ -216,11 +266,9 @@ pub fn render_files(out: &Path, inputs: &[PathBuf]) -> Result<usize, String> {
             let x = x_of(t);
             root.draw(&PathElement::new(vec![(x, top), (x, ay + 4)], RGBColor(210, 210, 210)))
                 .map_err(e)?;
-            root.draw(&Text::new(format!("{:.0}", t - t0), (x - 10, ay + 8), font(12.0)))
-                .map_err(e)?;
+            labels.push(Label(format!("{:.0}", t - t0), (x - 10, ay + 8), 13.0, BLACK));
         }
-        root.draw(&Text::new("µs", (W as i32 - 30, ay + 8), font(12.0)))
-            .map_err(e)?;
+        labels.push(Label("time (µs)".into(), (LABEL_W - 80, ay + 8), 13.0, BLACK));
         // Spans.
         for s in spans.iter().filter(|s| visible(s)) {
             let row = match s.cat.as_str() {
@@ -237,8 +285,9 @@ pub fn render_files(out: &Path, inputs: &[PathBuf]) -> Result<usize, String> {
                         RGBColor(49, 130, 189).filled(),
                     ))
                     .map_err(e)?;
-                    root.draw(&Text::new(s.name.clone(), (x0 + 4, y + 4), font(12.0).color(&WHITE)))
-                        .map_err(e)?;
+                    if x1 - x0 > 8 * s.name.len() as i32 {
+                        labels.push(Label(s.name.clone(), (x0 + 4, y + 3), 13.0, WHITE));
+                    }
                 }
                 "proxyOp" => {
                     root.draw(&Rectangle::new(
@@ -266,11 +315,10 @@ pub fn render_files(out: &Path, inputs: &[PathBuf]) -> Result<usize, String> {
         // Legend.
         let ly = ay + 30;
         let mut x = LABEL_W;
-        let key = |name: &str, c: RGBColor, x: &mut i32| -> Result<(), String> {
+        let mut key = |name: &str, c: RGBColor, x: &mut i32| -> Result<(), String> {
             root.draw(&Rectangle::new([(*x, ly), (*x + 14, ly + 14)], c.filled()))
                 .map_err(e)?;
-            root.draw(&Text::new(name.to_string(), (*x + 18, ly), font(13.0)))
-                .map_err(e)?;
+            labels.push(Label(name.to_string(), (*x + 18, ly), 14.0, BLACK));
             *x += 30 + 8 * name.len() as i32;
             Ok(())
         };
@@ -281,6 +329,9 @@ pub fn render_files(out: &Path, inputs: &[PathBuf]) -> Result<usize, String> {
         }
         key("net plugin", BLACK, &mut x)?;
         root.present().map_err(e)?;
+    }
+    for l in &labels {
+        draw_label(&mut buf, (W, h), &font, l);
     }
     let f = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut enc = png::Encoder::new(std::io::BufWriter::new(f), W, h);
