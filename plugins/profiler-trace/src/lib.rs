@@ -422,7 +422,7 @@ impl Clock {
 
     /// The map from ticks to realtime ns: `ns = a.1 + (ticks - a.0) * scale`.
     /// The second anchor is taken now, at least 20 ms after the first.
-    fn to_ns(&self) -> impl Fn(u64) -> u64 + use<> {
+    fn ns_map(&self) -> impl Fn(u64) -> u64 + use<> {
         let a = self.anchor;
         if !self.tsc {
             return Box::new(|t: u64| t) as Box<dyn Fn(u64) -> u64>;
@@ -513,7 +513,7 @@ pub struct Rec {
 /// starts after its parent on the one clock; equal times keep log order).
 pub fn collect() -> Vec<Rec> {
     let logs: Vec<Arc<ThreadLog>> = lock(store()).logs.clone();
-    let to_ns = clock().to_ns();
+    let to_ns = clock().ns_map();
     let threads: Vec<(Vec<Entry>, Vec<Detail>)> = logs
         .iter()
         .map(|l| {
