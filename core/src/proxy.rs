@@ -426,6 +426,8 @@ pub(crate) struct Proxy {
     pub profiler: Option<Arc<Profiler>>,
     /// The last finished work item's tasks, for a repeat of it.
     pub plan_cache: Option<PlanCache>,
+    /// Vectors the profiler's bookkeeping reuses from one work item to the next.
+    pub prof_bufs: ProfBufs,
 }
 
 /// A work item the proxy has begun: its tasks and how far each has run. An
@@ -513,10 +515,22 @@ impl Item {
     }
 }
 
-/// The profiler events of a work item that outlive its start: its ProxyOp events.
+/// The vectors of [`Proxy::prof_begin`] / [`Proxy::prof_end`], kept across work
+/// items so that emitting a work item's events allocates nothing once they
+/// have grown.
+#[derive(Default)]
+pub(crate) struct ProfBufs {
+    /// Each operation's Coll/P2p event.
+    ops_ev: Vec<EventHandle>,
+    /// ((operation, is send, connection), bytes) of every step, sorted.
+    pairs: Vec<((u32, bool, ConnKey), usize)>,
+    /// The work item's ProxyOp events, stopped at its end.
+    proxy_ops: Vec<EventHandle>,
+}
+
+/// The profiler of a work item whose ProxyOp events (in [`ProfBufs::proxy_ops`]) are open.
 struct ProfWork {
     prof: Arc<Profiler>,
-    proxy_ops: Vec<EventHandle>,
 }
 
 impl Proxy {
@@ -891,7 +905,9 @@ impl Proxy {
         }
         let tag = |i: usize| work.tags.get(i).copied().unwrap_or_default();
         let group = p.start(EventHandle::NULL, &Event::Group);
-        let mut ops_ev = Vec::with_capacity(work.colls.len());
+        let mut bufs = std::mem::take(&mut self.prof_bufs);
+        let ops_ev = &mut bufs.ops_ev;
+        ops_ev.clear();
         for (i, a) in work.colls.iter().enumerate() {
             let t = tag(i);
             let plan = work.plans.get(i).copied().flatten();
@@ -947,24 +963,34 @@ impl Proxy {
             };
             ops_ev.push(p.start(t.api, &ev));
         }
-        // Steps per (operation, direction, connection), in operation order.
-        let mut counts: BTreeMap<(u32, bool, ConnKey), (usize, usize)> = BTreeMap::new();
+        // Steps per (operation, direction, connection), in operation order: every
+        // (op, peer) pair of the tasks sorted by key, then runs of equal keys summed
+        // (one vector per work item; a BTreeMap cost one node allocation per key).
+        let pairs = &mut bufs.pairs;
+        pairs.clear();
         for t in tasks {
             for op in t.ops() {
                 for peer in op.send_to.iter() {
-                    let e = counts.entry((op.desc, true, t.lane.key(peer))).or_default();
-                    e.0 += 1;
-                    e.1 = e.1.max(op.bytes);
+                    pairs.push(((op.desc, true, t.lane.key(peer)), op.bytes));
                 }
                 for peer in op.recv_from.iter() {
-                    let e = counts.entry((op.desc, false, t.lane.key(peer))).or_default();
-                    e.0 += 1;
-                    e.1 = e.1.max(op.bytes);
+                    pairs.push(((op.desc, false, t.lane.key(peer)), op.bytes));
                 }
             }
         }
-        let mut proxy_ops = Vec::new();
-        for ((desc, is_send, key), (nsteps, bytes)) in counts {
+        pairs.sort_unstable_by_key(|p| p.0);
+        let proxy_ops = &mut bufs.proxy_ops;
+        proxy_ops.clear();
+        let mut i = 0;
+        while i < pairs.len() {
+            let (desc, is_send, key) = pairs[i].0;
+            let mut nsteps = 0usize;
+            let mut bytes = 0usize;
+            while i < pairs.len() && pairs[i].0 == (desc, is_send, key) {
+                nsteps += 1;
+                bytes = bytes.max(pairs[i].1);
+                i += 1;
+            }
             let t = tag(desc as usize);
             if t.mask & wants::PROXY_OP_ == 0 {
                 continue;
@@ -1005,11 +1031,12 @@ impl Proxy {
             }
             proxy_ops.push(h);
         }
-        for h in ops_ev {
+        for &h in ops_ev.iter() {
             p.stop(h);
         }
         p.stop(group);
-        Some(ProfWork { prof: p, proxy_ops })
+        self.prof_bufs = bufs;
+        Some(ProfWork { prof: p })
     }
 
     /// Stops a work item's ProxyOp events (all its steps are done, or the work
@@ -1021,9 +1048,10 @@ impl Proxy {
         for c in self.conns.recvs_mut() {
             c.prof_detach();
         }
-        for h in pw.proxy_ops {
+        for &h in &self.prof_bufs.proxy_ops {
             pw.prof.stop(h);
         }
+        self.prof_bufs.proxy_ops.clear();
     }
 
     /// Registers the user buffers of `colls` of at least `min` bytes with the

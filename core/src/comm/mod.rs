@@ -467,6 +467,7 @@ impl Comm {
             waiting_on: Vec::new(),
             profiler,
             plan_cache: None,
+            prof_bufs: Default::default(),
         };
         let proxy = Arc::new(ProxyHandle::start(proxy, nranks, tuning)?);
         guard.disarm();

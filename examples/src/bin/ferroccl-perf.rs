@@ -5,6 +5,7 @@
 //! all_reduce_perf -b 8 -e 64M -f 2 -t 2 -d all -o all      # a link named like nccl-tests' binary
 //! mpirun -np 4 -x NCCL_COMM_ID=127.0.0.1:29500 ferroccl-perf all_reduce -c 1
 //! ferroccl-perf --plot sweep.svg a.json b.json
+//! ferroccl-perf --render-trace trace.png /tmp/trc/*.json
 //! ```
 //!
 //! Flags, defaults and output follow NVIDIA/nccl-tests (`src/common.cu`,
@@ -887,6 +888,22 @@ fn main() -> ExitCode {
             return ExitCode::from(e.exit_code);
         }
     };
+    if let Some((png, inputs)) = &plan.render_trace {
+        return match ferroccl_examples::perf::timeline::render_files(png, inputs) {
+            Ok(n) => {
+                println!(
+                    "# drew {n} rows from {} trace file(s) into {}",
+                    inputs.len(),
+                    png.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("ferroccl-perf: --render-trace: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     if let Some((svg, inputs)) = &plan.plot {
         return match ferroccl_examples::perf::plot::plot_files(svg, inputs) {
             Ok(n) => {

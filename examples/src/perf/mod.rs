@@ -6,10 +6,11 @@
 //! `all_reduce_perf`, the collective is AllReduce, as nccl-tests' one binary per
 //! collective) into a [`Plan`]: what the ranks run, and how it is reported.
 //! [`report`] holds nccl-tests' JSON layout (`-J`) and ours (`--json`);
-//! [`plot`] draws result files.
+//! [`plot`] draws result files; [`timeline`] draws trace files.
 
 pub mod plot;
 pub mod report;
+pub mod timeline;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -136,6 +137,11 @@ pub struct Args {
     /// (ours or nccl-tests' JSON) and exit: `--plot OUT.svg A.json [B.json …]`.
     #[arg(long = "plot", num_args = 2.., value_names = ["SVG", "JSON"])]
     pub plot: Vec<PathBuf>,
+    /// Draw a PNG timeline (per-rank and per-channel rows, collectives over
+    /// their proxy ops and step states) of trace files written with `--trace`
+    /// and exit: `--render-trace OUT.png TRACE.json [TRACE.json …]`.
+    #[arg(long = "render-trace", num_args = 2.., value_names = ["PNG", "TRACE"])]
+    pub render_trace: Vec<PathBuf>,
     /// Record a timeline of every rank with the in-tree trace profiler
     /// (`libnccl-profiler-trace.so`): one Chrome/Perfetto trace JSON per process
     /// in DIR (sets `NCCL_PROFILER_PLUGIN=trace` unless already set, and
@@ -266,6 +272,8 @@ pub struct Plan {
     pub invoked_as: Option<String>,
     /// `--plot SVG JSON…`: draw these result files instead of running.
     pub plot: Option<(PathBuf, Vec<PathBuf>)>,
+    /// `--render-trace PNG TRACE…`: draw these trace files instead of running.
+    pub render_trace: Option<(PathBuf, Vec<PathBuf>)>,
     /// `--trace DIR`: where the trace profiler writes its files.
     pub trace: Option<PathBuf>,
 }
@@ -519,6 +527,10 @@ impl Plan {
                 .plot
                 .split_first()
                 .map(|(svg, inputs)| (svg.clone(), inputs.to_vec())),
+            render_trace: args
+                .render_trace
+                .split_first()
+                .map(|(png, inputs)| (png.clone(), inputs.to_vec())),
             trace: args.trace.clone(),
         })
     }

@@ -26,12 +26,24 @@
 //!   `RecvWait`, `RecvFlushWait`, `RecvGPUWait`) with the transfer size;
 //! * net-plugin events on the track of their step; ProxyCtrl on `proxy`.
 //!
+//! # Cost on the hot path
+//! `startEvent`, `recordEventState` and `stopEvent` append one fixed-size
+//! [`Entry`] (48 bytes; no heap string, no JSON, no allocation but one chunk
+//! of [`CHUNK_BYTES`] now and then) to the calling thread's own log, whose
+//! mutex only `finalize` ever contends for; each thread registers its log once
+//! in a process-wide list. Event ids are (thread, sequence) pairs, so no
+//! counter is shared either; times are raw TSC reads ([`Clock`]). What
+//! remains per event is the SDK's handle box. `finalize` merges the logs into
+//! [`Rec`]s and serialises them with `serde_json`. `examples/microbench.rs`
+//! measures the cost per call.
+//!
 //! Memory: every event is kept until the process ends (a trace tool).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ferroccl_plugin_api::abi;
 use ferroccl_plugin_api::export::profiler::event_of;
@@ -41,34 +53,267 @@ use serde_json::{Value, json};
 /// The default activation mask: every type but ProxyCtrl.
 pub const DEFAULT_MASK: i32 = 0x7fff & !(abi::ncclProfileProxyCtrl as i32);
 
-/// One recorded event.
-#[derive(Debug, Clone)]
-pub struct Rec {
-    /// `ncclProfile*` bit.
-    pub ty: u64,
-    /// Display name.
-    pub name: String,
-    /// Rank (trace pid).
-    pub rank: i32,
-    /// Track name.
-    pub track: String,
-    /// Start, µs since the epoch.
-    pub start: f64,
-    /// Stop, µs (None while running).
-    pub stop: Option<f64>,
-    /// Parent record.
-    pub parent: Option<usize>,
-    /// The Group record of a Coll/P2p (`parentGroup`, v5+).
-    pub group: Option<usize>,
-    /// Arguments.
-    pub args: serde_json::Map<String, Value>,
-    /// State records: (state, µs, transfer size).
-    pub states: Vec<(i32, f64, Option<u64>)>,
+/// Bytes per chunk of a thread's log (a full chunk is kept, a new one is
+/// reserved: nothing is ever moved or copied on the hot path). Chunks are
+/// advised as transparent huge pages where the kernel allows it, so that
+/// filling them takes a page fault per 2 MiB rather than per 4 KiB.
+pub const CHUNK_BYTES: usize = 4 << 20;
+
+/// A short name copied out of a descriptor's C string (NCCL's function,
+/// datatype, algorithm and protocol names are at most 15 bytes; longer ones are
+/// cut), so a record holds no pointer and no heap string.
+#[derive(Clone, Copy, Default)]
+pub struct Name {
+    len: u8,
+    bytes: [u8; 15],
+}
+
+impl Name {
+    /// Copies up to 15 bytes of `p` (NULL → empty).
+    fn of(p: *const c_char) -> Name {
+        let mut n = Name::default();
+        if p.is_null() {
+            return n;
+        }
+        // SAFETY: NCCL's descriptors hold NUL-terminated strings valid for the call;
+        // reading stops at the NUL or after 15 bytes.
+        unsafe {
+            while (n.len as usize) < n.bytes.len() {
+                let b = *p.add(n.len as usize) as u8;
+                if b == 0 {
+                    break;
+                }
+                n.bytes[n.len as usize] = b;
+                n.len += 1;
+            }
+        }
+        n
+    }
+
+    /// The name (lossy UTF-8).
+    pub fn as_string(&self) -> String {
+        String::from_utf8_lossy(&self.bytes[..self.len as usize]).into_owned()
+    }
+}
+
+impl std::fmt::Debug for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.as_string())
+    }
+}
+
+/// The descriptor fields of the larger, rarer events (API calls, Coll, P2p),
+/// kept in a thread's side table so that every [`Entry`] stays small.
+#[derive(Debug, Clone, Copy)]
+pub enum Detail {
+    /// CollApi / P2pApi (`root` 0 for P2pApi).
+    Api {
+        /// `func`.
+        func: Name,
+        /// `count`.
+        count: usize,
+        /// `datatype`.
+        dtype: Name,
+        /// `root` (CollApi).
+        root: i32,
+        /// P2pApi rather than CollApi.
+        p2p: bool,
+    },
+    /// Coll.
+    Coll {
+        /// `seqNumber`.
+        seq: u64,
+        /// `func`.
+        func: Name,
+        /// `count`.
+        count: usize,
+        /// `datatype`.
+        dtype: Name,
+        /// `root`.
+        root: i32,
+        /// `algo`.
+        algo: Name,
+        /// `proto`.
+        proto: Name,
+        /// `nChannels`.
+        nchannels: u8,
+        /// `parentGroup`'s event id (v5+), 0 when none.
+        group: u64,
+    },
+    /// P2p.
+    P2p {
+        /// `func`.
+        func: Name,
+        /// `count`.
+        count: usize,
+        /// `datatype`.
+        dtype: Name,
+        /// `peer`.
+        peer: i32,
+        /// `parentGroup`'s event id (v5+), 0 when none.
+        group: u64,
+    },
+}
+
+/// The descriptor fields one event type keeps (copied at `startEvent`; 16 bytes).
+#[derive(Debug, Clone, Copy)]
+pub enum Payload {
+    /// No fields (Group, ProxyCtrl, unknown types).
+    None,
+    /// GroupApi: `groupDepth`.
+    GroupApi {
+        /// `groupDepth`.
+        depth: i32,
+    },
+    /// CollApi, P2pApi, Coll, P2p: index of the [`Detail`] in the thread's side table.
+    Detail {
+        /// Index in the recording thread's details.
+        index: u32,
+    },
+    /// ProxyOp.
+    ProxyOp {
+        /// `channelId`.
+        channel: u8,
+        /// `isSend`.
+        send: bool,
+        /// `peer`.
+        peer: i32,
+        /// `nSteps`.
+        nsteps: i32,
+        /// `chunkSize`.
+        chunk: i32,
+    },
+    /// ProxyStep: `step`.
+    ProxyStep {
+        /// `step`.
+        step: i32,
+    },
+    /// NetPlugin: the plugin's `id`.
+    NetPlugin {
+        /// `id`.
+        id: i64,
+    },
+    /// KernelCh: `channelId`.
+    KernelCh {
+        /// `channelId`.
+        channel: u8,
+    },
+}
+
+/// One hot-path record of a thread's log (fixed size, `Copy`, 48 bytes). Ids
+/// are [`TraceProfiler::Event`] values; 0 = none. Times are [`Clock`] ticks in
+/// a thread's log, realtime ns once collected.
+#[derive(Debug, Clone, Copy)]
+pub enum Entry {
+    /// `startEvent`.
+    Start {
+        /// The new event.
+        id: u64,
+        /// Its parent (`parentObj`), 0 when none or not ours.
+        parent: u64,
+        /// Start time.
+        t: u64,
+        /// `ncclProfile*` bit.
+        ty: u32,
+        /// Rank (trace pid).
+        rank: i32,
+        /// Descriptor fields.
+        p: Payload,
+    },
+    /// `recordEventState`.
+    State {
+        /// The event.
+        id: u64,
+        /// Time.
+        t: u64,
+        /// Transfer size (ProxyStep) or appended ops (ProxyCtrlAppendEnd); `u64::MAX` = none.
+        size: u64,
+        /// The state.
+        state: i32,
+    },
+    /// `stopEvent`.
+    Stop {
+        /// The event.
+        id: u64,
+        /// Stop time.
+        t: u64,
+    },
+}
+
+/// A vector that grows by whole chunks of [`CHUNK_BYTES`] (nothing is moved
+/// when it grows).
+#[derive(Debug)]
+struct Chunked<T> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+}
+
+impl<T: Copy> Chunked<T> {
+    #[inline]
+    fn push(&mut self, e: T) -> usize {
+        match self.chunks.last_mut() {
+            Some(c) if c.len() < c.capacity() => c.push(e),
+            _ => {
+                let mut c: Vec<T> = Vec::with_capacity(CHUNK_BYTES / std::mem::size_of::<T>().max(1));
+                advise_huge(c.as_mut_ptr().cast(), c.capacity() * std::mem::size_of::<T>());
+                c.push(e);
+                self.chunks.push(c);
+            }
+        }
+        self.len += 1;
+        self.len - 1
+    }
+
+    fn to_vec(&self) -> Vec<T> {
+        let mut v = Vec::with_capacity(self.len);
+        for c in &self.chunks {
+            v.extend_from_slice(c);
+        }
+        v
+    }
+}
+
+/// `madvise(MADV_HUGEPAGE)` on the 2 MiB-aligned part of `[p, p + len)` (a hint:
+/// failure changes nothing).
+fn advise_huge(p: *mut u8, len: usize) {
+    const HUGE: usize = 2 << 20;
+    let start = (p as usize).next_multiple_of(HUGE);
+    let end = (p as usize + len) / HUGE * HUGE;
+    if end > start {
+        // SAFETY: the range lies inside an allocation this thread owns; MADV_HUGEPAGE
+        // only changes how the kernel backs it, never its contents.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+    }
+}
+
+impl<T> Default for Chunked<T> {
+    fn default() -> Self {
+        Chunked {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+/// One thread's log: chunks of [`CHUNK_BYTES`], and the thread's index
+/// (the high half of its event ids).
+#[derive(Debug)]
+struct ThreadLog {
+    idx: u64,
+    inner: Mutex<LogInner>,
+}
+
+#[derive(Debug, Default)]
+struct LogInner {
+    entries: Chunked<Entry>,
+    details: Chunked<Detail>,
+    next: u64,
 }
 
 #[derive(Debug, Default)]
 struct Store {
-    recs: Vec<Rec>,
+    /// Every thread's log that ever recorded (kept after the thread exits).
+    logs: Vec<Arc<ThreadLog>>,
     /// Live contexts in this process.
     contexts: usize,
 }
@@ -78,10 +323,128 @@ fn store() -> &'static Mutex<Store> {
     S.get_or_init(Default::default)
 }
 
-fn now_us() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+thread_local! {
+    /// This thread's log, registered in [`store`] at its first event.
+    static LOG: RefCell<Option<Arc<ThreadLog>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on this thread's log (registering it first); `None` while the
+/// thread is being torn down.
+#[inline]
+fn with_log<R>(f: impl FnOnce(&mut LogInner, u64) -> R) -> Option<R> {
+    LOG.try_with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let log = slot.get_or_insert_with(|| {
+            let mut st = lock(store());
+            let log = Arc::new(ThreadLog {
+                idx: st.logs.len() as u64 + 1,
+                inner: Mutex::new(LogInner::default()),
+            });
+            st.logs.push(log.clone());
+            log
+        });
+        let mut inner = lock(&log.inner);
+        f(&mut inner, log.idx)
+    })
+    .ok()
+}
+
+/// Appends `e` to this thread's log.
+#[inline]
+fn append(e: Entry) {
+    with_log(|l, _| l.entries.push(e));
+}
+
+/// `CLOCK_REALTIME` in ns.
+fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-parameter; CLOCK_REALTIME always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The hot path's clock: the CPU's time-stamp counter where it is invariant
+/// (x86-64 with `constant_tsc` and `nonstop_tsc`: one rate, every core, every
+/// power state), read in a few ns; `CLOCK_REALTIME` otherwise. Ticks become
+/// wall-clock ns at `finalize` by the line through two (counter, realtime)
+/// anchors: the first event of the process and the write.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    tsc: bool,
+    /// (ticks, realtime ns) at the first use.
+    anchor: (u64, u64),
+}
+
+fn clock() -> &'static Clock {
+    static C: OnceLock<Clock> = OnceLock::new();
+    C.get_or_init(|| {
+        let tsc = cfg!(target_arch = "x86_64")
+            && std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
+                c.lines().find(|l| l.starts_with("flags")).is_some_and(|l| {
+                    l.split_whitespace().any(|f| f == "constant_tsc")
+                        && l.split_whitespace().any(|f| f == "nonstop_tsc")
+                })
+            });
+        let mut c = Clock { tsc, anchor: (0, 0) };
+        c.anchor = c.pair();
+        c
+    })
+}
+
+impl Clock {
+    #[inline]
+    fn ticks(&self) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        if self.tsc {
+            // SAFETY: RDTSC exists on every x86-64 CPU and has no side effect.
+            return unsafe { core::arch::x86_64::_rdtsc() };
+        }
+        realtime_ns()
+    }
+
+    /// A (ticks, realtime ns) pair read back to back (the closest of a few tries).
+    fn pair(&self) -> (u64, u64) {
+        let mut best = (u64::MAX, 0, 0);
+        for _ in 0..5 {
+            let a = self.ticks();
+            let ns = realtime_ns();
+            let b = self.ticks();
+            if b.wrapping_sub(a) < best.0 {
+                best = (b.wrapping_sub(a), a / 2 + b / 2, ns);
+            }
+        }
+        (best.1, best.2)
+    }
+
+    /// The map from ticks to realtime ns: `ns = a.1 + (ticks - a.0) * scale`.
+    /// The second anchor is taken now, at least 20 ms after the first.
+    fn ns_map(&self) -> impl Fn(u64) -> u64 + use<> {
+        let a = self.anchor;
+        if !self.tsc {
+            return Box::new(|t: u64| t) as Box<dyn Fn(u64) -> u64>;
+        }
+        let elapsed = realtime_ns().saturating_sub(a.1);
+        if elapsed < 20_000_000 {
+            std::thread::sleep(std::time::Duration::from_nanos(20_000_000 - elapsed));
+        }
+        let b = self.pair();
+        let scale = (b.1 - a.1) as f64 / b.0.saturating_sub(a.0).max(1) as f64;
+        Box::new(move |t: u64| (a.1 as i64 + ((t as i64 - a.0 as i64) as f64 * scale) as i64) as u64)
+    }
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1e3
+}
+
+/// The time of an event, in [`Clock`] ticks.
+#[inline]
+fn now_ns() -> u64 {
+    clock().ticks()
 }
 
 /// `NCCL_PROFILER_TRACE_FILE` with `%h`/`%p` expanded.
@@ -96,15 +459,6 @@ pub fn trace_path() -> PathBuf {
         "host".into()
     };
     PathBuf::from(pat.replace("%h", &host).replace("%p", &std::process::id().to_string()))
-}
-
-/// Reads a C string from a descriptor (NULL → empty).
-fn cstr(p: *const c_char) -> String {
-    if p.is_null() {
-        return String::new();
-    }
-    // SAFETY: NCCL's descriptors hold NUL-terminated strings valid for the call.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 
 fn state_name(s: i32) -> &'static str {
@@ -130,6 +484,228 @@ fn state_name(s: i32) -> &'static str {
     }
 }
 
+/// One event as the trace shows it (built at `finalize` from the logs).
+#[derive(Debug, Clone)]
+pub struct Rec {
+    /// `ncclProfile*` bit.
+    pub ty: u64,
+    /// Display name.
+    pub name: String,
+    /// Rank (trace pid).
+    pub rank: i32,
+    /// Track name.
+    pub track: String,
+    /// Start, µs since the epoch.
+    pub start: f64,
+    /// Stop, µs (None while running).
+    pub stop: Option<f64>,
+    /// Parent record.
+    pub parent: Option<usize>,
+    /// The Group record of a Coll/P2p (`parentGroup`, v5+).
+    pub group: Option<usize>,
+    /// Arguments.
+    pub args: serde_json::Map<String, Value>,
+    /// State records: (state, µs, transfer size).
+    pub states: Vec<(i32, f64, Option<u64>)>,
+}
+
+/// The records of every thread's log so far, parents before children (an event
+/// starts after its parent on the one clock; equal times keep log order).
+pub fn collect() -> Vec<Rec> {
+    let logs: Vec<Arc<ThreadLog>> = lock(store()).logs.clone();
+    let to_ns = clock().ns_map();
+    let threads: Vec<(Vec<Entry>, Vec<Detail>)> = logs
+        .iter()
+        .map(|l| {
+            let inner = lock(&l.inner);
+            let mut entries = inner.entries.to_vec();
+            for e in &mut entries {
+                match e {
+                    Entry::Start { t, .. } | Entry::State { t, .. } | Entry::Stop { t, .. } => *t = to_ns(*t),
+                }
+            }
+            (entries, inner.details.to_vec())
+        })
+        .collect();
+    recs_of(&threads)
+}
+
+/// [`Rec`]s of the logs of some threads: each thread's entries (times in
+/// realtime ns) with its side table of details.
+pub fn recs_of(threads: &[(Vec<Entry>, Vec<Detail>)]) -> Vec<Rec> {
+    let mut starts: Vec<(u64, &Entry, &[Detail])> = Vec::new();
+    for (entries, details) in threads {
+        for e in entries {
+            if let Entry::Start { t, .. } = e {
+                starts.push((*t, e, details));
+            }
+        }
+    }
+    starts.sort_by_key(|s| s.0);
+    let mut index: HashMap<u64, usize> = HashMap::with_capacity(starts.len());
+    let mut recs: Vec<Rec> = Vec::with_capacity(starts.len());
+    for (_, e, details) in starts {
+        let Entry::Start {
+            id,
+            parent,
+            ty,
+            rank,
+            t,
+            p,
+        } = *e
+        else {
+            continue;
+        };
+        let ty = u64::from(ty);
+        let parent = index.get(&parent).copied();
+        let prec = parent.map(|i| &recs[i]);
+        let detail = match p {
+            Payload::Detail { index } => details.get(index as usize).copied(),
+            _ => None,
+        };
+        let group = match detail {
+            Some(Detail::Coll { group, .. } | Detail::P2p { group, .. }) => index.get(&group).copied(),
+            _ => None,
+        };
+        let mut args = serde_json::Map::new();
+        let (name, track) = match (p, detail) {
+            (Payload::GroupApi { depth }, _) => {
+                args.insert("groupDepth".into(), json!(depth));
+                ("GroupApi".to_string(), "API".to_string())
+            }
+            (
+                _,
+                Some(Detail::Api {
+                    func,
+                    count,
+                    dtype,
+                    root,
+                    p2p,
+                }),
+            ) => {
+                args.insert("count".into(), json!(count));
+                args.insert("datatype".into(), json!(dtype.as_string()));
+                if !p2p {
+                    args.insert("root".into(), json!(root));
+                }
+                (format!("{} (API)", func.as_string()), "API".to_string())
+            }
+            (
+                _,
+                Some(Detail::Coll {
+                    seq,
+                    func,
+                    count,
+                    dtype,
+                    root,
+                    algo,
+                    proto,
+                    nchannels,
+                    ..
+                }),
+            ) => {
+                args.insert("seqNumber".into(), json!(seq));
+                args.insert("count".into(), json!(count));
+                args.insert("datatype".into(), json!(dtype.as_string()));
+                args.insert("root".into(), json!(root));
+                args.insert("algorithm".into(), json!(algo.as_string()));
+                args.insert("protocol".into(), json!(proto.as_string()));
+                args.insert("nChannels".into(), json!(nchannels));
+                (func.as_string(), "ops".to_string())
+            }
+            (
+                _,
+                Some(Detail::P2p {
+                    func,
+                    count,
+                    dtype,
+                    peer,
+                    ..
+                }),
+            ) => {
+                args.insert("count".into(), json!(count));
+                args.insert("datatype".into(), json!(dtype.as_string()));
+                args.insert("peer".into(), json!(peer));
+                (format!("{} peer {}", func.as_string(), peer), "ops".to_string())
+            }
+            (
+                Payload::ProxyOp {
+                    channel,
+                    peer,
+                    nsteps,
+                    chunk,
+                    send,
+                },
+                _,
+            ) => {
+                args.insert("channel".into(), json!(channel));
+                args.insert("peer".into(), json!(peer));
+                args.insert("nSteps".into(), json!(nsteps));
+                args.insert("chunkSize".into(), json!(chunk));
+                if let Some(p) = prec {
+                    args.insert("of".into(), json!(p.name));
+                    if let Some(s) = p.args.get("seqNumber") {
+                        args.insert("seqNumber".into(), s.clone());
+                    }
+                }
+                if send {
+                    ("ProxyOp send".to_string(), format!("ch {channel} send→{peer}"))
+                } else {
+                    ("ProxyOp recv".to_string(), format!("ch {channel} recv←{peer}"))
+                }
+            }
+            (Payload::ProxyStep { step }, _) => {
+                args.insert("step".into(), json!(step));
+                let base = prec.map_or("steps", |p| p.track.as_str());
+                (format!("step {step}"), format!("{base} slot {}", step.rem_euclid(8)))
+            }
+            (Payload::NetPlugin { id }, _) => {
+                args.insert("pluginId".into(), json!(format!("0x{id:x}")));
+                let track = prec.map_or_else(|| "net".to_string(), |p| format!("{} net", p.track));
+                ("net".to_string(), track)
+            }
+            (Payload::KernelCh { channel }, _) => ("KernelCh".to_string(), format!("kernel ch {channel}")),
+            _ => match ty {
+                abi::ncclProfileGroup => ("Group".to_string(), "ops".to_string()),
+                abi::ncclProfileProxyCtrl => ("ProxyCtrl".to_string(), "proxy".to_string()),
+                t => (format!("event 0x{t:x}"), "other".to_string()),
+            },
+        };
+        index.insert(id, recs.len());
+        recs.push(Rec {
+            ty,
+            name,
+            rank,
+            track,
+            start: us(t),
+            stop: None,
+            parent,
+            group,
+            args,
+            states: Vec::new(),
+        });
+    }
+    for e in threads.iter().flat_map(|t| t.0.iter()) {
+        match *e {
+            Entry::State { id, t, size, state } => {
+                if let Some(&i) = index.get(&id) {
+                    recs[i].states.push((state, us(t), (size != u64::MAX).then_some(size)));
+                }
+            }
+            Entry::Stop { id, t } => {
+                if let Some(&i) = index.get(&id) {
+                    recs[i].stop = Some(us(t));
+                }
+            }
+            Entry::Start { .. } => {}
+        }
+    }
+    for r in &mut recs {
+        r.states.sort_by(|a, b| a.1.total_cmp(&b.1));
+    }
+    recs
+}
+
 /// The trace profiler of one communicator.
 #[derive(Debug)]
 pub struct TraceProfiler {
@@ -137,126 +713,112 @@ pub struct TraceProfiler {
 }
 
 impl TraceProfiler {
-    /// Builds the record of an event from its descriptor (`parent` resolved by the SDK).
-    fn rec_of(&self, d: &abi::ncclProfilerEventDescr_v6_t, parent: Option<usize>) -> Rec {
-        let st = store().lock().unwrap_or_else(|e| e.into_inner());
-        let prec = parent.and_then(|p| st.recs.get(p));
-        let mut args = serde_json::Map::new();
-        let rank = if d.rank != 0 { d.rank } else { self.rank };
-        let mut group = None;
-        let (name, track) = match d.r#type {
+    /// The fixed-size fields of `d`'s event, and its [`Detail`] for the larger ones.
+    #[inline]
+    fn payload(d: &abi::ncclProfilerEventDescr_v6_t) -> (Payload, Option<Detail>) {
+        match d.r#type {
             abi::ncclProfileGroupApi => {
                 // SAFETY: the type selects the union member.
                 let g = unsafe { d.u.groupApi };
-                args.insert("groupDepth".into(), json!(g.groupDepth));
-                ("GroupApi".to_string(), "API".to_string())
+                (Payload::GroupApi { depth: g.groupDepth }, None)
             }
             abi::ncclProfileCollApi => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.collApi };
-                args.insert("count".into(), json!(c.count));
-                args.insert("datatype".into(), json!(cstr(c.datatype)));
-                args.insert("root".into(), json!(c.root));
-                (format!("{} (API)", cstr(c.func)), "API".to_string())
+                let det = Detail::Api {
+                    func: Name::of(c.func),
+                    count: c.count,
+                    dtype: Name::of(c.datatype),
+                    root: c.root,
+                    p2p: false,
+                };
+                (Payload::None, Some(det))
             }
             abi::ncclProfileP2pApi => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.p2pApi };
-                args.insert("count".into(), json!(c.count));
-                args.insert("datatype".into(), json!(cstr(c.datatype)));
-                (format!("{} (API)", cstr(c.func)), "API".to_string())
+                let det = Detail::Api {
+                    func: Name::of(c.func),
+                    count: c.count,
+                    dtype: Name::of(c.datatype),
+                    root: 0,
+                    p2p: true,
+                };
+                (Payload::None, Some(det))
             }
-            abi::ncclProfileGroup => ("Group".to_string(), "ops".to_string()),
             abi::ncclProfileColl => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.coll };
                 // SAFETY: `parentGroup` is NULL or one of this profiler's event handles.
-                group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }.copied();
-                args.insert("seqNumber".into(), json!(c.seqNumber));
-                args.insert("count".into(), json!(c.count));
-                args.insert("datatype".into(), json!(cstr(c.datatype)));
-                args.insert("root".into(), json!(c.root));
-                args.insert("algorithm".into(), json!(cstr(c.algo)));
-                args.insert("protocol".into(), json!(cstr(c.proto)));
-                args.insert("nChannels".into(), json!(c.nChannels));
-                (cstr(c.func), "ops".to_string())
+                let group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }
+                    .copied()
+                    .unwrap_or(0);
+                let det = Detail::Coll {
+                    seq: c.seqNumber,
+                    func: Name::of(c.func),
+                    count: c.count,
+                    dtype: Name::of(c.datatype),
+                    root: c.root,
+                    algo: Name::of(c.algo),
+                    proto: Name::of(c.proto),
+                    nchannels: c.nChannels,
+                    group,
+                };
+                (Payload::None, Some(det))
             }
             abi::ncclProfileP2p => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.p2p };
                 // SAFETY: as above.
-                group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }.copied();
-                args.insert("count".into(), json!(c.count));
-                args.insert("datatype".into(), json!(cstr(c.datatype)));
-                args.insert("peer".into(), json!(c.peer));
-                (format!("{} peer {}", cstr(c.func), c.peer), "ops".to_string())
+                let group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }
+                    .copied()
+                    .unwrap_or(0);
+                let det = Detail::P2p {
+                    func: Name::of(c.func),
+                    count: c.count,
+                    dtype: Name::of(c.datatype),
+                    peer: c.peer,
+                    group,
+                };
+                (Payload::None, Some(det))
             }
             abi::ncclProfileProxyOp => {
                 // SAFETY: as above.
                 let o = unsafe { d.u.proxyOp };
-                args.insert("channel".into(), json!(o.channelId));
-                args.insert("peer".into(), json!(o.peer));
-                args.insert("nSteps".into(), json!(o.nSteps));
-                args.insert("chunkSize".into(), json!(o.chunkSize));
-                if let Some(p) = prec {
-                    args.insert("of".into(), json!(p.name));
-                    if let Some(s) = p.args.get("seqNumber") {
-                        args.insert("seqNumber".into(), s.clone());
-                    }
-                }
-                let track = if o.isSend != 0 {
-                    format!("ch {} send→{}", o.channelId, o.peer)
-                } else {
-                    format!("ch {} recv←{}", o.channelId, o.peer)
+                let p = Payload::ProxyOp {
+                    channel: o.channelId,
+                    send: o.isSend != 0,
+                    peer: o.peer,
+                    nsteps: o.nSteps,
+                    chunk: o.chunkSize,
                 };
-                (
-                    if o.isSend != 0 { "ProxyOp send" } else { "ProxyOp recv" }.to_string(),
-                    track,
-                )
+                (p, None)
             }
             abi::ncclProfileProxyStep => {
                 // SAFETY: as above.
-                let s = unsafe { d.u.proxyStep };
-                args.insert("step".into(), json!(s.step));
-                let base = prec.map_or_else(|| "steps".to_string(), |p| p.track.clone());
-                (
-                    format!("step {}", s.step),
-                    format!("{base} slot {}", s.step.rem_euclid(8)),
-                )
+                let step = unsafe { d.u.proxyStep }.step;
+                (Payload::ProxyStep { step }, None)
             }
             abi::ncclProfileNetPlugin => {
                 // SAFETY: as above.
-                let n = unsafe { d.u.netPlugin };
-                args.insert("pluginId".into(), json!(format!("0x{:x}", n.id)));
-                let track = prec.map_or_else(|| "net".to_string(), |p| format!("{} net", p.track));
-                ("net".to_string(), track)
+                let id = unsafe { d.u.netPlugin }.id;
+                (Payload::NetPlugin { id }, None)
             }
-            abi::ncclProfileProxyCtrl => ("ProxyCtrl".to_string(), "proxy".to_string()),
             abi::ncclProfileKernelCh => {
                 // SAFETY: as above.
-                let k = unsafe { d.u.kernelCh };
-                ("KernelCh".to_string(), format!("kernel ch {}", k.channelId))
+                let channel = unsafe { d.u.kernelCh }.channelId;
+                (Payload::KernelCh { channel }, None)
             }
-            t => (format!("event 0x{t:x}"), "other".to_string()),
-        };
-        Rec {
-            ty: d.r#type,
-            name,
-            rank,
-            track,
-            start: now_us(),
-            stop: None,
-            parent,
-            group,
-            args,
-            states: Vec::new(),
+            _ => (Payload::None, None),
         }
     }
 }
 
 impl Profiler for TraceProfiler {
     const NAME: &'static CStr = c"FerrocclTrace";
-    type Event = usize;
+    /// The event's id: the recording thread's index (high 24 bits) and its
+    /// sequence number there (never 0).
+    type Event = u64;
     const RETAIN_STOPPED: usize = 1 << 16;
 
     fn init(info: ProfilerInit<'_>, activation_mask: &mut i32) -> NetResult<Self> {
@@ -264,70 +826,83 @@ impl Profiler for TraceProfiler {
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(DEFAULT_MASK);
-        store().lock().unwrap_or_else(|e| e.into_inner()).contexts += 1;
+        lock(store()).contexts += 1;
+        clock();
         Ok(TraceProfiler { rank: info.rank })
     }
 
-    fn start_event(&self, descr: &abi::ncclProfilerEventDescr_v6_t) -> NetResult<Option<usize>> {
+    fn start_event(&self, descr: &abi::ncclProfilerEventDescr_v6_t) -> NetResult<Option<u64>> {
         self.start_child(descr, None)
     }
 
-    fn start_child(
-        &self,
-        descr: &abi::ncclProfilerEventDescr_v6_t,
-        parent: Option<&usize>,
-    ) -> NetResult<Option<usize>> {
-        let rec = self.rec_of(descr, parent.copied());
-        let mut st = store().lock().unwrap_or_else(|e| e.into_inner());
-        st.recs.push(rec);
-        Ok(Some(st.recs.len() - 1))
+    fn start_child(&self, descr: &abi::ncclProfilerEventDescr_v6_t, parent: Option<&u64>) -> NetResult<Option<u64>> {
+        let (p, detail) = Self::payload(descr);
+        let rank = if descr.rank != 0 { descr.rank } else { self.rank };
+        let t = now_ns();
+        let parent = parent.copied().unwrap_or(0);
+        let ty = descr.r#type as u32;
+        Ok(with_log(|l, idx| {
+            l.next += 1;
+            let id = (idx << 40) | l.next;
+            let p = match detail {
+                Some(d) => Payload::Detail {
+                    index: l.details.push(d) as u32,
+                },
+                None => p,
+            };
+            l.entries.push(Entry::Start {
+                id,
+                parent,
+                t,
+                ty,
+                rank,
+                p,
+            });
+            id
+        }))
     }
 
-    fn retain(&self, event: &usize) -> Option<usize> {
+    fn retain(&self, event: &u64) -> Option<u64> {
         Some(*event)
     }
 
     fn record_event_state(
         &self,
-        event: &mut usize,
+        event: &mut u64,
         state: abi::ncclProfilerEventState_t,
         args: Option<&abi::ncclProfilerEventStateArgs_v6_t>,
     ) -> NetResult<()> {
-        let t = now_us();
-        let mut st = store().lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = st.recs.get_mut(*event) {
-            let size = match (r.ty, args) {
-                // SAFETY: ProxyStep states carry `proxyStep.transSize`.
-                (abi::ncclProfileProxyStep, Some(a)) => Some(unsafe { a.proxyStep.transSize } as u64),
-                (abi::ncclProfileProxyCtrl, Some(a)) if state == 18 => {
-                    // SAFETY: `ProxyCtrlAppendEnd` carries `proxyCtrl.appendedProxyOps`.
-                    let n = unsafe { a.proxyCtrl.appendedProxyOps };
-                    Some(n.max(0) as u64)
-                }
-                _ => None,
-            };
-            r.states.push((state, t, size));
-        }
+        let t = now_ns();
+        let size = match args {
+            // SAFETY: ProxyStep states (8..=12, 20) carry `proxyStep.transSize`.
+            Some(a) if matches!(state, 8..=12 | 20) => (unsafe { a.proxyStep.transSize }) as u64,
+            // SAFETY: `ProxyCtrlAppendEnd` carries `proxyCtrl.appendedProxyOps`.
+            Some(a) if state == 18 => unsafe { a.proxyCtrl.appendedProxyOps }.max(0) as u64,
+            _ => u64::MAX,
+        };
+        append(Entry::State {
+            id: *event,
+            t,
+            size,
+            state,
+        });
         Ok(())
     }
 
-    fn stop_event(&self, event: usize) -> NetResult<()> {
-        let t = now_us();
-        let mut st = store().lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = st.recs.get_mut(event) {
-            r.stop = Some(t);
-        }
+    fn stop_event(&self, event: u64) -> NetResult<()> {
+        append(Entry::Stop { id: event, t: now_ns() });
         Ok(())
     }
 
     fn finalize(self) -> NetResult<()> {
         let path = trace_path();
-        let json = {
-            let mut st = store().lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut st = lock(store());
             st.contexts = st.contexts.saturating_sub(1);
-            to_chrome(&st.recs)
-        };
-        if let Err(e) = std::fs::write(&path, json.to_string()) {
+        }
+        let json = to_chrome(&collect());
+        let text = serde_json::to_string(&json).unwrap_or_default();
+        if let Err(e) = std::fs::write(&path, text) {
             ferroccl_plugin_api::net_warn!("PROFILER/Trace: cannot write {}: {e}", path.display());
         } else {
             ferroccl_plugin_api::net_info!(0x1, "PROFILER/Trace: wrote {}", path.display());
@@ -429,3 +1004,112 @@ fn cat(ty: u64) -> &'static str {
 }
 
 ferroccl_plugin_api::export_profiler_plugin!(TraceProfiler);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn descr(ty: u64) -> abi::ncclProfilerEventDescr_v6_t {
+        let mut d = abi::ncclProfilerEventDescr_v6_t::zeroed();
+        d.r#type = ty;
+        d
+    }
+
+    /// Events of one collective recorded from two threads (API and Coll on one,
+    /// the proxy's op and step on another, stopped in a third) come back as
+    /// records with their parents, names, fields and states, and the Chrome
+    /// trace nests the step inside the stretched collective.
+    #[test]
+    fn records_from_several_threads_keep_their_tree() {
+        let p = TraceProfiler { rank: 3 };
+        let mut d = descr(abi::ncclProfileColl);
+        d.u.coll.seqNumber = 7;
+        d.u.coll.func = c"AllReduce".as_ptr();
+        d.u.coll.count = 1 << 20;
+        d.u.coll.datatype = c"ncclFloat32".as_ptr();
+        d.u.coll.algo = c"RING".as_ptr();
+        d.u.coll.proto = c"SIMPLE".as_ptr();
+        d.u.coll.nChannels = 2;
+        let coll = p.start_event(&d).unwrap().expect("coll id");
+        p.stop_event(coll).unwrap();
+        let (op, step) = std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut d = descr(abi::ncclProfileProxyOp);
+                d.u.proxyOp.channelId = 1;
+                d.u.proxyOp.peer = 2;
+                d.u.proxyOp.nSteps = 4;
+                d.u.proxyOp.isSend = 1;
+                let op = p.start_child(&d, Some(&coll)).unwrap().expect("op id");
+                let mut d = descr(abi::ncclProfileProxyStep);
+                d.u.proxyStep.step = 9;
+                let mut step = p.start_child(&d, Some(&op)).unwrap().expect("step id");
+                let mut a = abi::ncclProfilerEventStateArgs_v6_t::zeroed();
+                a.proxyStep.transSize = 4096;
+                p.record_event_state(&mut step, 9, Some(&a)).unwrap();
+                (op, step)
+            })
+            .join()
+            .unwrap()
+        });
+        assert_ne!(coll >> 40, op >> 40, "ids of two threads differ in their thread index");
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                p.stop_event(step).unwrap();
+                p.stop_event(op).unwrap();
+            });
+        });
+        let recs: Vec<Rec> = collect().into_iter().filter(|r| r.rank == 3).collect();
+        let by = |n: &str| {
+            recs.iter()
+                .position(|r| r.name == n)
+                .unwrap_or_else(|| panic!("{n} in {recs:?}"))
+        };
+        let (c, o, s) = (by("AllReduce"), by("ProxyOp send"), by("step 9"));
+        assert_eq!(recs[o].parent, Some(c));
+        assert_eq!(recs[s].parent, Some(o));
+        assert_eq!(recs[c].args["algorithm"], "RING");
+        assert_eq!(recs[c].args["datatype"], "ncclFloat32");
+        assert_eq!(recs[c].args["seqNumber"], 7);
+        assert_eq!(recs[o].track, "ch 1 send→2");
+        assert_eq!(recs[o].args["seqNumber"], 7);
+        assert_eq!(recs[s].track, "ch 1 send→2 slot 1");
+        assert_eq!(recs[s].states.len(), 1);
+        assert_eq!(recs[s].states[0].0, 9);
+        assert_eq!(recs[s].states[0].2, Some(4096));
+        for r in &recs {
+            assert!(r.stop.is_some_and(|t| r.start <= t), "{r:?}");
+        }
+        let v = to_chrome(&recs);
+        let ev = v["traceEvents"].as_array().unwrap();
+        let span = |name: &str| {
+            let e = ev.iter().find(|e| e["name"] == name).unwrap();
+            let ts = e["ts"].as_f64().unwrap();
+            (ts, ts + e["dur"].as_f64().unwrap())
+        };
+        let (ca, cb) = span("AllReduce");
+        let (sa, sb) = span("step 9");
+        assert!(
+            ca <= sa && sb <= cb,
+            "step [{sa}, {sb}] outside its collective [{ca}, {cb}]"
+        );
+    }
+
+    /// A hot-path record stays small (the larger fields go to the side table).
+    #[test]
+    fn entries_are_small() {
+        assert!(std::mem::size_of::<Entry>() <= 48, "{}", std::mem::size_of::<Entry>());
+        assert!(
+            std::mem::size_of::<Payload>() <= 16,
+            "{}",
+            std::mem::size_of::<Payload>()
+        );
+    }
+
+    /// Names longer than 15 bytes are cut, NULL is empty.
+    #[test]
+    fn names_are_copied_and_bounded() {
+        assert_eq!(Name::of(c"ncclFloat8e4m3".as_ptr()).as_string(), "ncclFloat8e4m3");
+        assert_eq!(Name::of(c"0123456789abcdefXYZ".as_ptr()).as_string(), "0123456789abcde");
+        assert_eq!(Name::of(std::ptr::null()).as_string(), "");
+    }
+}
