@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Profiler overhead (issue 14, BENCHMARKS.md §8): 2-rank AllReduce over the
+# socket plugin (NCCL_SHM_DISABLE=1, so proxy steps and net-plugin events
+# exist) without a profiler ("none") and with the trace profiler taking every
+# event ("traceall"), at 8 B, 1 MiB and 64 MiB, modes interleaved and their
+# order reversed per size. Prints: mode, bytes, time and busbw out of place,
+# time and busbw in place.
+# Usage: benchmarks/profiler_overhead.sh [ROUNDS]   (default 4)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-4}
+cargo build --release -q -p ferroccl-examples -p ferroccl-net-socket -p ferroccl-profiler-trace
+B=target/release
+export LD_LIBRARY_PATH=$B NCCL_NET_PLUGIN=socket NCCL_SHM_DISABLE=1
+TRC=$(mktemp -d)
+trap 'rm -rf "$TRC"' EXIT
+run() { # mode perf-args...
+  local mode=$1; shift
+  case $mode in
+    none) "$B/ferroccl-perf" --ranks 2 "$@" all_reduce ;;
+    traceall) NCCL_PROFILE_EVENT_MASK=32767 "$B/ferroccl-perf" --ranks 2 "$@" --trace "$TRC" all_reduce ;;
+  esac 2>&1 | awk -v m="$mode" '/^ +[0-9]+ +[0-9]+ / { print m, $1, $6, $8, $10, $12 }'
+}
+for _ in $(seq "$ROUNDS"); do
+  for m in none traceall; do run $m -b 8 -e 8 -n 3000 -w 100; done
+  for m in traceall none; do run $m -b 1M -e 1M -n 200 -w 20; done
+  for m in none traceall; do run $m -b 64M -e 64M -n 20 -w 3; done
+done
