@@ -12,8 +12,9 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ferroccl_conformance::profiler::runner::{ProfilerSuiteConfig, run};
+use ferroccl_conformance::profiler::SECTION;
 use ferroccl_conformance::runner::Report;
+use ferroccl_conformance::section::SectionConfig;
 use ferroccl_conformance::{Filter, Status};
 
 /// `target/<profile>/`: the test binary lives in `target/<profile>/deps/`.
@@ -33,7 +34,7 @@ fn lib(file: &str) -> PathBuf {
 
 fn suite(file: &str, filter: Option<&str>) -> Report {
     let start = Instant::now();
-    let rep = run(&ProfilerSuiteConfig {
+    let rep = SECTION.run(&SectionConfig {
         plugin: lib(file).display().to_string(),
         versions: (1..=6).collect(),
         filter: filter.map(|f| Filter::new(f).expect("filter")),

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ferroccl_conformance::runner::Report;
-use ferroccl_conformance::tuner::runner::{TunerSuiteConfig, run};
+use ferroccl_conformance::section::SectionConfig;
+use ferroccl_conformance::tuner::SECTION;
 use ferroccl_conformance::{Filter, Status};
 
 /// `target/<profile>/`: the test binary lives in `target/<profile>/deps/`.
@@ -24,7 +25,7 @@ fn suite(file: &str, filter: Option<&str>) -> Report {
     let so = profile_dir().join(file);
     assert!(so.is_file(), "{} missing (a dev-dependency builds it)", so.display());
     let start = Instant::now();
-    let rep = run(&TunerSuiteConfig {
+    let rep = SECTION.run(&SectionConfig {
         plugin: so.display().to_string(),
         versions: (2..=6).collect(),
         filter: filter.map(|f| Filter::new(f).expect("filter")),
