@@ -198,6 +198,24 @@ impl<Cx> Section<Cx> {
         s
     }
 
+    /// Panics unless every check id is unique and starts with `NAME.`, every
+    /// reference section starts with `§`, and every rule is one line.
+    #[cfg(test)]
+    pub(crate) fn assert_registry_well_formed(&self) {
+        let c = (self.checks)();
+        let mut ids: Vec<_> = c.iter().map(|c| c.id).collect();
+        ids.sort();
+        let n = ids.len();
+        ids.dedup();
+        assert_eq!(n, ids.len());
+        let prefix = format!("{}.", self.name);
+        for x in &c {
+            assert!(x.id.starts_with(&prefix), "{}", x.id);
+            assert!(x.section.starts_with('§'), "{}", x.id);
+            assert!(!x.rule.contains('\n'), "{}", x.id);
+        }
+    }
+
     /// The check named `id`, or the failure a worker reports for an unknown id.
     pub fn find(&self, id: &str) -> Result<SectionCheck<Cx>, CheckOutcome> {
         (self.checks)().into_iter().find(|c| c.id == id).ok_or_else(|| {

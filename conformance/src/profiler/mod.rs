@@ -82,16 +82,6 @@ mod tests {
 
     #[test]
     fn check_ids_are_unique_and_sections_cited() {
-        let c = checks::all();
-        let mut ids: Vec<_> = c.iter().map(|c| c.id).collect();
-        ids.sort();
-        let n = ids.len();
-        ids.dedup();
-        assert_eq!(n, ids.len());
-        for x in &c {
-            assert!(x.id.starts_with("profiler."), "{}", x.id);
-            assert!(x.section.starts_with('§'), "{}", x.id);
-            assert!(!x.rule.contains('\n'), "{}", x.id);
-        }
+        SECTION.assert_registry_well_formed();
     }
 }
