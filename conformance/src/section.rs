@@ -118,10 +118,10 @@ pub struct SectionProbe {
     pub path: String,
     /// Versions exported that NCCL 2.30.7 looks for, ascending.
     pub versions: Vec<u32>,
-    /// Symbols of the section's type with versions NCCL does not know (empty
-    /// where the section does not look for them).
-    #[serde(default)]
-    pub unknown: Vec<String>,
+    /// Symbols of the section's type with versions NCCL does not know (`None`,
+    /// and left out of the record, where the section does not look for them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<Vec<String>>,
 }
 
 /// A plugin section of the suite, described once.
@@ -150,8 +150,8 @@ pub struct Section<Cx: 'static> {
     pub checks: fn() -> Vec<SectionCheck<Cx>>,
     /// The NCCL 2.30.7 source whose use of the API a check of a reference section relies on.
     pub nccl_source: fn(&str) -> &'static str,
-    /// Symbol versions beyond [`Section::versions`] the probe reports as unknown.
-    pub unknown_versions: RangeInclusive<u32>,
+    /// Symbol versions beyond [`Section::versions`] the probe reports as unknown (none: `None`).
+    pub unknown_versions: Option<RangeInclusive<u32>>,
     /// Body of `--NAME --worker ID` (`id`, `plugin`, `version`; the exit status).
     pub worker_main: fn(&str, &str, u32) -> i32,
 }
@@ -217,12 +217,12 @@ impl<Cx> Section<Cx> {
     }
 
     /// The check named `id`, or the failure a worker reports for an unknown id.
-    pub fn find(&self, id: &str) -> Result<SectionCheck<Cx>, CheckOutcome> {
+    pub fn find(&self, id: &str) -> Result<SectionCheck<Cx>, Box<CheckOutcome>> {
         (self.checks)().into_iter().find(|c| c.id == id).ok_or_else(|| {
-            CheckOutcome::fail(
+            Box::new(CheckOutcome::fail(
                 format!("a known {} check id", self.name),
                 format!("no {} check named {id:?} (see {})", self.name, self.list_hint),
-            )
+            ))
         })
     }
 
@@ -248,14 +248,14 @@ impl<Cx> Section<Cx> {
             .map(|s| s.version)
             .collect();
         versions.sort();
-        let unknown = self
-            .unknown_versions
-            .clone()
-            .filter_map(|v| {
-                let name = std::ffi::CString::new(format!("{}{v}", self.symbol)).ok()?;
-                lib.symbol(&name).map(|_| format!("{}{v}", self.symbol))
-            })
-            .collect();
+        let unknown = self.unknown_versions.clone().map(|range| {
+            range
+                .filter_map(|v| {
+                    let name = std::ffi::CString::new(format!("{}{v}", self.symbol)).ok()?;
+                    lib.symbol(&name).map(|_| format!("{}{v}", self.symbol))
+                })
+                .collect()
+        });
         Ok(SectionProbe {
             path: lib.opened_as().to_owned(),
             versions,
@@ -425,16 +425,15 @@ impl<Cx> Section<Cx> {
                 self.symbols_rule,
                 CheckOutcome::fail(
                     format!("one of {}{:?} is exported", self.symbol, cfg.versions),
-                    if p.unknown.is_empty() {
-                        format!("{} exports {} versions {:?}", p.path, self.name, p.versions)
-                    } else {
-                        format!(
+                    match p.unknown.as_deref() {
+                        None | Some([]) => format!("{} exports {} versions {:?}", p.path, self.name, p.versions),
+                        Some(unknown) => format!(
                             "{} exports {} versions {:?} and {}, which NCCL 2.30.7 does not look for",
                             p.path,
                             self.name,
                             p.versions,
-                            p.unknown.join(", ")
-                        )
+                            unknown.join(", ")
+                        ),
                     },
                 ),
             ));

@@ -41,7 +41,7 @@ pub const SECTION: Section<checks::ProfCx> = Section {
     list_hint: "--profiler --list",
     checks: checks::all,
     nccl_source,
-    unknown_versions: 7..=16,
+    unknown_versions: Some(7..=16),
     worker_main: worker::worker_main,
 };
 

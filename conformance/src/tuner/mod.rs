@@ -40,8 +40,8 @@ pub const SECTION: Section<checks::TunerCx> = Section {
     list_hint: "--list",
     checks: checks::all,
     nccl_source,
-    // NCCL 2.30.7 does not look beyond the versions it knows for a tuner, nor do we.
-    unknown_versions: 1..=0,
+    // The tuner section names no unknown versions (as before the sections shared code).
+    unknown_versions: None,
     worker_main: worker::worker_main,
 };
 

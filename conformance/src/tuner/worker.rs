@@ -102,7 +102,7 @@ fn start_watch() {
 pub fn run_check(id: &str, plugin: &str, version: u32) -> CheckOutcome {
     let check = match SECTION.find(id) {
         Ok(c) => c,
-        Err(out) => return out,
+        Err(out) => return *out,
     };
     let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let adapter = {
