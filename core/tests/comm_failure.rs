@@ -7,22 +7,10 @@ mod coll_support;
 
 use std::time::{Duration, Instant};
 
-use coll_support::{Out, all_reduce_until_error, assert_all_ok, config, join, launch, launch_with_id, role};
+use coll_support::{all_reduce_until_error, assert_all_ok, config, dump, join, launch, launch_with_id, role};
 use ferroccl::{Comm, DataType, Error, RedOp};
 
 const WORKER: &str = "failure_worker";
-
-fn dump(outs: &[Out]) -> String {
-    outs.iter()
-        .map(|o| {
-            format!(
-                "--- rank {} ({:?}, success {})\n{}\n{}",
-                o.rank, o.elapsed, o.success, o.stdout, o.stderr
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 /// Child entry point for every scenario below.
 #[test]

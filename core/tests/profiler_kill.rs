@@ -18,23 +18,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use coll_support::{Out, all_reduce_until_error, join, launch, role};
+use coll_support::{all_reduce_until_error, dump, join, launch, role};
 
 const WORKER: &str = "profkill_worker";
 /// Rank that dies.
 const VICTIM: usize = 1;
-
-fn dump(outs: &[Out]) -> String {
-    outs.iter()
-        .map(|o| {
-            format!(
-                "--- rank {} ({:?}, success {})\n{}\n{}",
-                o.rank, o.elapsed, o.success, o.stdout, o.stderr
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 /// Child entry point (does nothing when run as a normal test).
 #[test]

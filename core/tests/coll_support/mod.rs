@@ -196,6 +196,19 @@ pub fn launch_with_id(
     outs
 }
 
+/// Every child's rank, time, success, stdout and stderr, for a failure message.
+pub fn dump(outs: &[Out]) -> String {
+    outs.iter()
+        .map(|o| {
+            format!(
+                "--- rank {} ({:?}, success {})\n{}\n{}",
+                o.rank, o.elapsed, o.success, o.stdout, o.stderr
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Panics with every child's output unless all succeeded.
 pub fn assert_all_ok(outs: &[Out], what: &str) {
     if outs.iter().all(|o| o.success) {
