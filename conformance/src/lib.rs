@@ -20,6 +20,9 @@
 //!   `_v6` plugin fed NCCL's event trees from several threads, each check per
 //!   version in a worker that catches crashes and calls that never return.
 //!
+//! * [`section`] — what the tuner and profiler sections share: `--api`, the
+//!   check record, the worker-per-check runner, `--list`, the probe.
+//!
 //! Plugin authors: see `conformance/README.md`.
 
 pub mod checks;
@@ -31,6 +34,7 @@ pub mod profiler;
 pub mod registry;
 pub mod report;
 pub mod runner;
+pub mod section;
 pub mod tuner;
 pub mod watch;
 pub mod worker;

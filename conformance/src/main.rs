@@ -15,6 +15,7 @@ use clap::{Parser, ValueEnum};
 use ferroccl_conformance::peer::Role;
 use ferroccl_conformance::registry::Filter;
 use ferroccl_conformance::runner::{SuiteConfig, parse_api, run};
+use ferroccl_conformance::section::{Section, SectionConfig};
 use ferroccl_conformance::worker::{Target, probe_main, setup, worker_main};
 use ferroccl_conformance::{peer, report};
 
@@ -90,10 +91,10 @@ fn main() {
 fn real_main() -> i32 {
     let cli = Cli::parse();
     if cli.tuner {
-        return tuner_main(&cli);
+        return section_main(&cli, &ferroccl_conformance::tuner::SECTION);
     }
     if cli.profiler {
-        return profiler_main(&cli);
+        return section_main(&cli, &ferroccl_conformance::profiler::SECTION);
     }
     if cli.list {
         print!("{}", report::list());
@@ -197,18 +198,21 @@ fn real_main() -> i32 {
     rep.exit_code()
 }
 
-/// `--tuner`: the tuner section (see `ferroccl_conformance::tuner`).
-fn tuner_main(cli: &Cli) -> i32 {
-    use ferroccl_conformance::tuner;
+/// `--tuner` / `--profiler`: a plugin section (see `ferroccl_conformance::section`).
+fn section_main<Cx>(cli: &Cli, section: &Section<Cx>) -> i32 {
+    let name = section.name;
     if cli.list {
-        print!("{}", tuner::runner::list());
+        print!("{}", section.list());
         return 0;
     }
     let Some(plugin) = cli.plugin.clone() else {
-        eprintln!("ferroccl-conformance: name the tuner to test (a path, a file name, or e.g. `rules`)");
+        eprintln!(
+            "ferroccl-conformance: name the {name} to test (a path, a file name, or e.g. `{}`)",
+            section.example_name
+        );
         return 2;
     };
-    let versions = match tuner::parse_api(&cli.api) {
+    let versions = match section.parse_api(&cli.api) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("ferroccl-conformance: {e}");
@@ -216,10 +220,10 @@ fn tuner_main(cli: &Cli) -> i32 {
         }
     };
     if cli.probe {
-        return tuner::worker::probe_main(&plugin);
+        return section.probe_main(&plugin);
     }
     if let Some(id) = &cli.worker {
-        return tuner::worker::worker_main(id, &plugin, *versions.last().unwrap_or(&6));
+        return (section.worker_main)(id, &plugin, *versions.last().unwrap_or(&6));
     }
     let filter = match cli.filter.as_deref().map(Filter::new).transpose() {
         Ok(f) => f,
@@ -235,7 +239,7 @@ fn tuner_main(cli: &Cli) -> i32 {
             return 2;
         }
     };
-    let rep = tuner::runner::run(&tuner::runner::TunerSuiteConfig {
+    let rep = section.run(&SectionConfig {
         plugin,
         versions,
         filter,
@@ -243,85 +247,10 @@ fn tuner_main(cli: &Cli) -> i32 {
         progress: true,
     });
     if rep.results.is_empty() {
-        eprintln!("ferroccl-conformance: no tuner check matched --filter (see --tuner --list)");
+        eprintln!("ferroccl-conformance: no {name} check matched --filter (see --{name} --list)");
         return 2;
     }
-    let text = tuner::retitle(&match cli.format {
-        Format::Text => report::text(&rep),
-        Format::Json => report::json(&rep),
-        Format::Junit => report::junit(&rep),
-    });
-    match &cli.output {
-        Some(path) => {
-            if let Err(e) = std::fs::write(path, &text) {
-                eprintln!("ferroccl-conformance: cannot write {}: {e}", path.display());
-                return 2;
-            }
-            let (p, f, k) = rep.counts();
-            eprintln!(
-                "ferroccl-conformance: {p} passed, {f} failed ({} required), {k} skipped; report in {}",
-                rep.required_failures(),
-                path.display()
-            );
-        }
-        None => {
-            let mut o = std::io::stdout().lock();
-            let _ = o.write_all(text.as_bytes());
-        }
-    }
-    rep.exit_code()
-}
-
-/// `--profiler`: the profiler section (see `ferroccl_conformance::profiler`).
-fn profiler_main(cli: &Cli) -> i32 {
-    use ferroccl_conformance::profiler;
-    if cli.list {
-        print!("{}", profiler::runner::list());
-        return 0;
-    }
-    let Some(plugin) = cli.plugin.clone() else {
-        eprintln!("ferroccl-conformance: name the profiler to test (a path, a file name, or e.g. `trace`)");
-        return 2;
-    };
-    let versions = match profiler::parse_api(&cli.api) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("ferroccl-conformance: {e}");
-            return 2;
-        }
-    };
-    if cli.probe {
-        return profiler::worker::probe_main(&plugin);
-    }
-    if let Some(id) = &cli.worker {
-        return profiler::worker::worker_main(id, &plugin, *versions.last().unwrap_or(&6));
-    }
-    let filter = match cli.filter.as_deref().map(Filter::new).transpose() {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("ferroccl-conformance: {e}");
-            return 2;
-        }
-    };
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("ferroccl-conformance: cannot locate my own executable to start workers: {e}");
-            return 2;
-        }
-    };
-    let rep = profiler::runner::run(&profiler::runner::ProfilerSuiteConfig {
-        plugin,
-        versions,
-        filter,
-        exe,
-        progress: true,
-    });
-    if rep.results.is_empty() {
-        eprintln!("ferroccl-conformance: no profiler check matched --filter (see --profiler --list)");
-        return 2;
-    }
-    let text = profiler::retitle(&match cli.format {
+    let text = section.retitle(&match cli.format {
         Format::Text => report::text(&rep),
         Format::Json => report::json(&rep),
         Format::Junit => report::junit(&rep),

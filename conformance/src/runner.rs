@@ -313,20 +313,7 @@ pub fn reproduce(cfg: &SuiteConfig, check: &Check, version: u32) -> String {
 
 /// Probes the library in a worker (its constructors run there, not here).
 pub fn probe(cfg: &SuiteConfig) -> Result<Probe, String> {
-    let run = spawn_worker(
-        &cfg.exe,
-        &["--probe".into(), cfg.plugin.clone()],
-        Duration::from_secs(30),
-    );
-    match &run.outcome {
-        Some(o) if o.status == Status::Pass => o
-            .metrics
-            .clone()
-            .and_then(|m| serde_json::from_value(m).ok())
-            .ok_or_else(|| "probe returned no symbol list".to_owned()),
-        Some(o) => Err(o.message.clone()),
-        None => Err(worker_failure(&run, Duration::from_secs(30)).message),
-    }
+    crate::section::probe_in_worker(&cfg.exe, &["--probe".into(), cfg.plugin.clone()])
 }
 
 /// The check every loaded check depends on (see [`run`]).
@@ -504,38 +491,7 @@ pub(crate) fn progress_bar(wanted: bool, total: usize) -> indicatif::ProgressBar
 
 /// Parses `--api`: `all`, `v9`, `9`, `v6..v12`, `v6-v8`, or a comma list of those.
 pub fn parse_api(spec: &str) -> Result<Vec<u32>, String> {
-    let mut out = Vec::new();
-    let num = |s: &str| -> Result<u32, String> {
-        let n: u32 = s
-            .trim()
-            .trim_start_matches(['v', 'V'])
-            .parse()
-            .map_err(|_| format!("--api: {s:?} is not a version like v9"))?;
-        if (6..=12).contains(&n) {
-            Ok(n)
-        } else {
-            Err(format!("--api: v{n} is outside v6..v12"))
-        }
-    };
-    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        if part.eq_ignore_ascii_case("all") {
-            out.extend(6..=12);
-        } else if let Some((a, b)) = part.split_once("..").or_else(|| part.split_once('-')) {
-            let (a, b) = (num(a)?, num(b.trim_start_matches('='))?);
-            if a > b {
-                return Err(format!("--api: empty range {part:?}"));
-            }
-            out.extend(a..=b);
-        } else {
-            out.push(num(part)?);
-        }
-    }
-    out.sort();
-    out.dedup();
-    if out.is_empty() {
-        return Err("--api: no version given".into());
-    }
-    Ok(out)
+    crate::section::parse_versions(spec, 6..=12, 9, "")
 }
 
 #[cfg(test)]

@@ -8,54 +8,19 @@
 //! type, and every other check still passes — without the suite hanging or
 //! crashing.
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ferroccl_conformance::profiler::runner::{ProfilerSuiteConfig, run};
+use ferroccl_conformance::Status;
+use ferroccl_conformance::profiler::SECTION;
 use ferroccl_conformance::runner::Report;
-use ferroccl_conformance::{Filter, Status};
 
-/// `target/<profile>/`: the test binary lives in `target/<profile>/deps/`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("profile dir")
-        .to_path_buf()
-}
-
-fn lib(file: &str) -> PathBuf {
-    let so = profile_dir().join(file);
-    assert!(so.is_file(), "{} missing (a dev-dependency builds it)", so.display());
-    so
-}
+mod common;
+use common::{observed, profile_dir};
 
 fn suite(file: &str, filter: Option<&str>) -> Report {
-    let start = Instant::now();
-    let rep = run(&ProfilerSuiteConfig {
-        plugin: lib(file).display().to_string(),
-        versions: (1..=6).collect(),
-        filter: filter.map(|f| Filter::new(f).expect("filter")),
-        exe: PathBuf::from(env!("CARGO_BIN_EXE_ferroccl-conformance")),
-        progress: false,
-    });
     // Generous: a blocked call costs the 10 s watchdog; the rest are milliseconds.
-    assert!(
-        start.elapsed() < Duration::from_secs(240),
-        "the suite took {:?}",
-        start.elapsed()
-    );
-    rep
-}
-
-fn observed(rep: &Report, id: &str) -> (Status, String) {
-    let r = rep
-        .results
-        .iter()
-        .find(|r| r.id == id)
-        .unwrap_or_else(|| panic!("{id} did not run: {rep:#?}"));
-    (r.outcome.status, r.outcome.observed.clone().unwrap_or_default())
+    common::run_section(&SECTION, file, filter, Duration::from_secs(240))
 }
 
 /// Every check other than `id` passed (the fault is caught by its own check only).

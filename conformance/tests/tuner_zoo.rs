@@ -4,48 +4,17 @@
 //! error or fail `init` are each caught by the check meant for them, with a
 //! message naming what happened, without the suite hanging or crashing.
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use ferroccl_conformance::Status;
 use ferroccl_conformance::runner::Report;
-use ferroccl_conformance::tuner::runner::{TunerSuiteConfig, run};
-use ferroccl_conformance::{Filter, Status};
+use ferroccl_conformance::tuner::SECTION;
 
-/// `target/<profile>/`: the test binary lives in `target/<profile>/deps/`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test exe");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("profile dir")
-        .to_path_buf()
-}
+mod common;
+use common::observed;
 
 fn suite(file: &str, filter: Option<&str>) -> Report {
-    let so = profile_dir().join(file);
-    assert!(so.is_file(), "{} missing (a dev-dependency builds it)", so.display());
-    let start = Instant::now();
-    let rep = run(&TunerSuiteConfig {
-        plugin: so.display().to_string(),
-        versions: (2..=6).collect(),
-        filter: filter.map(|f| Filter::new(f).expect("filter")),
-        exe: PathBuf::from(env!("CARGO_BIN_EXE_ferroccl-conformance")),
-        progress: false,
-    });
-    assert!(
-        start.elapsed() < Duration::from_secs(120),
-        "the suite took {:?}",
-        start.elapsed()
-    );
-    rep
-}
-
-fn observed(rep: &Report, id: &str) -> (Status, String) {
-    let r = rep
-        .results
-        .iter()
-        .find(|r| r.id == id)
-        .unwrap_or_else(|| panic!("{id} did not run: {rep:#?}"));
-    (r.outcome.status, r.outcome.observed.clone().unwrap_or_default())
+    common::run_section(&SECTION, file, filter, Duration::from_secs(120))
 }
 
 #[test]

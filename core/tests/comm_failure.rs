@@ -7,22 +7,10 @@ mod coll_support;
 
 use std::time::{Duration, Instant};
 
-use coll_support::{Out, assert_all_ok, config, join, launch, launch_with_id, role};
-use ferroccl::{Comm, DataType, Error, RedOp, Stream};
+use coll_support::{all_reduce_until_error, assert_all_ok, config, dump, join, launch, launch_with_id, role};
+use ferroccl::{Comm, DataType, Error, RedOp};
 
 const WORKER: &str = "failure_worker";
-
-fn dump(outs: &[Out]) -> String {
-    outs.iter()
-        .map(|o| {
-            format!(
-                "--- rank {} ({:?}, success {})\n{}\n{}",
-                o.rank, o.elapsed, o.success, o.stdout, o.stderr
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 /// Child entry point for every scenario below.
 #[test]
@@ -30,10 +18,6 @@ fn failure_worker() {
     if let Some(r) = role("kill") {
         const TIMEOUT: Duration = Duration::from_secs(10);
         let comm = join(&r, TIMEOUT);
-        let count = 1 << 20;
-        let send = vec![0u8; count * 4];
-        let mut recv = vec![0u8; count * 4];
-        let s = Stream::new();
         if r.rank == 1 {
             // The victim dies while collectives are in flight.
             std::thread::spawn(|| {
@@ -43,28 +27,7 @@ fn failure_worker() {
             });
         }
         let start = Instant::now();
-        let mut iters = 0;
-        let err = loop {
-            // SAFETY: buffers outlive the synchronize.
-            let r1 = unsafe {
-                comm.all_reduce(
-                    send.as_ptr(),
-                    recv.as_mut_ptr(),
-                    count,
-                    DataType::Float32,
-                    RedOp::Sum,
-                    &s,
-                )
-            };
-            if let Err(e) = r1.and_then(|_| s.synchronize()) {
-                break e;
-            }
-            iters += 1;
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "no error after {iters} iterations"
-            );
-        };
+        let (err, iters) = all_reduce_until_error(&comm, 1 << 20, |_| {});
         let detected = start.elapsed();
         println!(
             "rank {} got error after {iters} iterations ({detected:?}): {err}",

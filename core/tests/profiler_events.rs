@@ -22,8 +22,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use coll_support::{assert_all_ok, join, launch, role};
-use ferroccl::{DataType, RedOp, Stream};
+use coll_support::{all_reduce_then_ring_exchange, assert_all_ok, join, launch, role};
 
 const WORKER: &str = "prof_worker";
 const LIMIT: Duration = Duration::from_secs(180);
@@ -37,45 +36,9 @@ const P2P_COUNT: usize = 70_000;
 fn prof_worker() {
     let Some(r) = role("prof") else { return };
     let comm = join(&r, Duration::from_secs(60));
-    let n = r.nranks;
-    // One AllReduce (standalone: an implicit group).
-    let send: Vec<f32> = (0..AR_COUNT).map(|i| (i % 13) as f32 + r.rank as f32).collect();
-    let mut recv = vec![0f32; AR_COUNT];
-    let s = Stream::new();
-    // SAFETY: both buffers outlive the synchronize below.
-    unsafe {
-        comm.all_reduce(
-            send.as_ptr().cast(),
-            recv.as_mut_ptr().cast(),
-            AR_COUNT,
-            DataType::Float32,
-            RedOp::Sum,
-            &s,
-        )
-    }
-    .expect("AllReduce");
-    s.synchronize().expect("AllReduce completes");
-    let rank_sum: f32 = (0..n).map(|x| x as f32).sum();
-    for (i, v) in recv.iter().enumerate() {
-        assert_eq!(*v, (i % 13) as f32 * n as f32 + rank_sum, "element {i}");
-    }
-    // A group of one send and one receive around the ring.
-    let out: Vec<i32> = (0..P2P_COUNT as i32).map(|i| i * 3 + r.rank as i32).collect();
-    let mut inb = vec![0i32; P2P_COUNT];
-    let (to, from) = ((r.rank + 1) % n, (r.rank + n - 1) % n);
-    ferroccl::group_start();
-    // SAFETY: both buffers outlive the synchronize below.
-    unsafe {
-        comm.send(out.as_ptr().cast(), P2P_COUNT, DataType::Int32, to, &s)
-            .expect("send");
-        comm.recv(inb.as_mut_ptr().cast(), P2P_COUNT, DataType::Int32, from, &s)
-            .expect("recv");
-    }
-    ferroccl::group_end().expect("group end");
-    s.synchronize().expect("send/recv complete");
-    for (i, v) in inb.iter().enumerate() {
-        assert_eq!(*v, i as i32 * 3 + from as i32, "element {i}");
-    }
+    // One AllReduce (standalone: an implicit group), then a group of one send
+    // and one receive around the ring.
+    all_reduce_then_ring_exchange(&comm, &r, AR_COUNT, 13, P2P_COUNT, 3);
     comm.destroy().expect("destroy");
     println!("rank {} done", r.rank);
 }

@@ -19,8 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use coll_support::{assert_all_ok, join, launch, role, target_dir};
-use ferroccl::{DataType, RedOp, Stream};
+use coll_support::{all_reduce_then_ring_exchange, assert_all_ok, join, launch, role, target_dir};
 
 const WORKER: &str = "profib_worker";
 const COUNT: usize = 300_000;
@@ -33,43 +32,7 @@ const WRITE_WITH_IMM: &str = "1";
 fn profib_worker() {
     let Some(r) = role("profib") else { return };
     let comm = join(&r, Duration::from_secs(60));
-    let n = r.nranks;
-    let send: Vec<f32> = (0..COUNT).map(|i| (i % 7) as f32 + r.rank as f32).collect();
-    let mut recv = vec![0f32; COUNT];
-    let s = Stream::new();
-    // SAFETY: both buffers outlive the synchronize below.
-    unsafe {
-        comm.all_reduce(
-            send.as_ptr().cast(),
-            recv.as_mut_ptr().cast(),
-            COUNT,
-            DataType::Float32,
-            RedOp::Sum,
-            &s,
-        )
-    }
-    .expect("AllReduce");
-    s.synchronize().expect("AllReduce completes");
-    let ranks: f32 = (0..n).map(|x| x as f32).sum();
-    for (i, v) in recv.iter().enumerate() {
-        assert_eq!(*v, (i % 7) as f32 * n as f32 + ranks, "element {i}");
-    }
-    let out: Vec<i32> = (0..P2P_COUNT as i32).map(|i| i * 5 + r.rank as i32).collect();
-    let mut inb = vec![0i32; P2P_COUNT];
-    let (to, from) = ((r.rank + 1) % n, (r.rank + n - 1) % n);
-    ferroccl::group_start();
-    // SAFETY: both buffers outlive the synchronize below.
-    unsafe {
-        comm.send(out.as_ptr().cast(), P2P_COUNT, DataType::Int32, to, &s)
-            .expect("send");
-        comm.recv(inb.as_mut_ptr().cast(), P2P_COUNT, DataType::Int32, from, &s)
-            .expect("recv");
-    }
-    ferroccl::group_end().expect("group end");
-    s.synchronize().expect("send/recv complete");
-    for (i, v) in inb.iter().enumerate() {
-        assert_eq!(*v, i as i32 * 5 + from as i32, "element {i}");
-    }
+    all_reduce_then_ring_exchange(&comm, &r, COUNT, 7, P2P_COUNT, 5);
     comm.destroy().expect("destroy");
 }
 

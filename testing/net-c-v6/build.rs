@@ -19,16 +19,7 @@ fn main() {
     let compiler = cc::Build::new().get_compiler();
     let cc_cmd = |args: &[&str], src: &Path, dst: &Path, extra_after: &[&str]| {
         let mut c = compiler.to_command();
-        c.args([
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-std=c11",
-            "-D_GNU_SOURCE",
-        ]);
+        c.args(ferroccl_test_cbuild::C_FLAGS);
         c.args(args)
             .arg(src)
             .arg("-o")

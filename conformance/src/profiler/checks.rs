@@ -42,31 +42,9 @@ pub struct ProfCx {
     pub notes: Vec<String>,
 }
 
-/// One profiler check.
-#[derive(Debug, Clone)]
-pub struct ProfilerCheck {
-    /// Stable id (`profiler.*`).
-    pub id: &'static str,
-    /// Reference section (`§3.2` = ABI, `§5.4` = loading, `§6.x` = event model).
-    pub section: &'static str,
-    /// The rule, one line.
-    pub rule: &'static str,
-    /// Required or advisory.
-    pub level: Level,
-    /// Oldest version.
-    pub min_version: u32,
-    /// Newest version.
-    pub max_version: u32,
-    /// The body.
-    pub body: fn(&mut ProfCx) -> Res,
-}
-
-impl ProfilerCheck {
-    /// Whether the check applies to `v`.
-    pub fn applies_to(&self, v: u32) -> bool {
-        (self.min_version..=self.max_version).contains(&v)
-    }
-}
+/// One profiler check (id `profiler.*`; the record every plugin section uses).
+/// Reference sections: `§3.2` = ABI, `§5.4` = loading, `§6.x` = event model.
+pub type ProfilerCheck = crate::section::SectionCheck<ProfCx>;
 
 /// Every profiler check, in run order.
 pub fn all() -> Vec<ProfilerCheck> {

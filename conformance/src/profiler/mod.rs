@@ -12,58 +12,60 @@
 //! * [`worker`] — one check on one version in its own process, every plugin
 //!   call under a per-thread watchdog and a crash reporter naming the call and
 //!   the event type.
-//! * [`runner`] — probes which `ncclProfiler_vN` the library exports, runs each
-//!   check per version in a worker, and returns the suite's usual
-//!   [`crate::runner::Report`] (so `--format text|json|junit` work unchanged).
+//! * [`SECTION`] — the section described for [`crate::section`], which probes
+//!   which `ncclProfiler_vN` the library exports, runs each check per version
+//!   in a worker, and returns the suite's usual [`crate::runner::Report`] (so
+//!   `--format text|json|junit` work unchanged).
 
 pub mod checks;
-pub mod runner;
 pub mod shim;
 pub mod worker;
 
+use ferroccl::plugin::symbols::PluginType;
+
+use crate::section::Section;
+
+/// The profiler section as the shared plumbing ([`crate::section`]) runs it:
+/// `ncclProfiler_v1` … `_v6`, resolved like `NCCL_PROFILER_PLUGIN`; the probe
+/// also names `ncclProfiler_v7` … `_v16`, which NCCL 2.30.7 does not look for.
+pub const SECTION: Section<checks::ProfCx> = Section {
+    name: "profiler",
+    family: "ncclProfiler",
+    symbol: "ncclProfiler_v",
+    versions: 1..=6,
+    lib_prefix: "libnccl-profiler",
+    ty: PluginType::Profiler,
+    example_name: "trace",
+    load_section: "§5.4",
+    symbols_rule: "the library exports ncclProfiler_vN (N = 1 ..= 6, the versions NCCL 2.30.7 looks for) for a requested version",
+    list_hint: "--profiler --list",
+    checks: checks::all,
+    nccl_source,
+    unknown_versions: Some(7..=16),
+    worker_main: worker::worker_main,
+};
+
 /// Parses `--api` for profilers: `all`, `v4`, `v1..v6`, or a comma list (1 ..= 6).
 pub fn parse_api(spec: &str) -> Result<Vec<u32>, String> {
-    let num = |s: &str| -> Result<u32, String> {
-        let n: u32 = s
-            .trim()
-            .trim_start_matches(['v', 'V'])
-            .parse()
-            .map_err(|_| format!("--api: {s:?} is not a version like v4"))?;
-        if (1..=6).contains(&n) {
-            Ok(n)
-        } else {
-            Err(format!("--api: profiler API v{n} is outside v1..v6"))
-        }
-    };
-    let mut out = Vec::new();
-    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        if part.eq_ignore_ascii_case("all") {
-            out.extend(1..=6);
-        } else if let Some((a, b)) = part.split_once("..").or_else(|| part.split_once('-')) {
-            let (a, b) = (num(a)?, num(b.trim_start_matches('='))?);
-            if a > b {
-                return Err(format!("--api: empty range {part:?}"));
-            }
-            out.extend(a..=b);
-        } else {
-            out.push(num(part)?);
-        }
-    }
-    out.sort();
-    out.dedup();
-    if out.is_empty() {
-        return Err("--api: no version given".into());
-    }
-    Ok(out)
+    SECTION.parse_api(spec)
 }
 
-/// Renames the net-specific words of a rendered report for a profiler run
-/// (`exports ncclNet` → `exports ncclProfiler`, JUnit suites `ncclNet_vN` →
-/// `ncclProfiler_vN`).
-pub fn retitle(rendered: &str) -> String {
-    rendered
-        .replacen("exports ncclNet ", "exports ncclProfiler ", 1)
-        .replace("name=\"ncclNet_v", "name=\"ncclProfiler_v")
+/// The NCCL 2.30.7 source whose use of the profiler API a check of `section` relies on.
+fn nccl_source(section: &str) -> &'static str {
+    match section {
+        "§5.4" => {
+            "src/plugin/profiler.cc: ncclProfilerPluginLoad (ncclProfiler_v6 down to _v1, NCCL_PROFILER_PLUGIN, then the net plugin's library), ncclProfilerPluginInit/Finalize per communicator"
+        }
+        "§3.2" => "src/plugin/profiler/profiler_v1..v6.cc: each version's init arguments and descriptor layout",
+        "§6.5" => "src/proxy.cc: ncclProxyGetPostedOps, ncclProxyProgress (ProxyCtrl events)",
+        "§6.6" => {
+            "src/plugin/profiler.cc: ncclProfilerCallback (handed to v10+ net plugins); src/transport/net_socket.cc, net_ib/p2p.cc"
+        }
+        "§6.4" => "src/transport/net.cc: sendProxyProgress, recvProxyProgress (ProxyStep start, states, stop)",
+        _ => {
+            "src/group.cc, src/enqueue.cc (GroupApi/CollApi/P2pApi, Group/Coll/P2p at hostStreamPlanTask), src/proxy.cc (ProxyOp), src/plugin/profiler.cc (ncclProfilerStart*/Stop* helpers)"
+        }
+    }
 }
 
 #[cfg(test)]
@@ -80,16 +82,6 @@ mod tests {
 
     #[test]
     fn check_ids_are_unique_and_sections_cited() {
-        let c = checks::all();
-        let mut ids: Vec<_> = c.iter().map(|c| c.id).collect();
-        ids.sort();
-        let n = ids.len();
-        ids.dedup();
-        assert_eq!(n, ids.len());
-        for x in &c {
-            assert!(x.id.starts_with("profiler."), "{}", x.id);
-            assert!(x.section.starts_with('§'), "{}", x.id);
-            assert!(!x.rule.contains('\n'), "{}", x.id);
-        }
+        SECTION.assert_registry_well_formed();
     }
 }

@@ -1,6 +1,6 @@
 //! The worker side of the profiler section: one check on one API version in
-//! this process (`--profiler --worker ID`), or the symbol probe
-//! (`--profiler --probe`).
+//! this process (`--profiler --worker ID`); the symbol probe
+//! (`--profiler --probe`) is [`crate::section::Section::probe_main`].
 //!
 //! Every plugin call goes through the [`super::shim`] and is announced with
 //! [`enter`] in a per-thread slot (checks call the plugin from several threads
@@ -14,13 +14,13 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ferroccl::plugin::library::{PluginLibrary, open_plugin_lib, search_dirs};
-use ferroccl::plugin::symbols::{PluginType, exported_symbols};
-use serde::{Deserialize, Serialize};
+use ferroccl::plugin::symbols::PluginType;
 
-use super::checks::{ProfCx, all};
+use super::SECTION;
+use super::checks::ProfCx;
 use super::shim::{self, RawVtable, TYPE_NAMES, type_index};
-use crate::outcome::{CheckOutcome, Stop};
+use crate::outcome::CheckOutcome;
+use crate::section::{die_with_parent, judge_body, on_fatal_signals};
 use crate::watch::{CRASH_MARKER, emit_result};
 
 /// Longest a profiler call may take. Profiler calls sit on NCCL's critical
@@ -123,16 +123,9 @@ extern "C" fn on_fatal_signal(sig: libc::c_int) {
 
 fn start_watch() {
     EPOCH.get_or_init(Instant::now);
-    for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT, libc::SIGFPE, libc::SIGILL] {
-        // SAFETY: installing a handler that only calls async-signal-safe functions
-        // (and reads a const-initialised thread-local).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_fatal_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
+    // The handler only calls async-signal-safe functions and reads a
+    // const-initialised thread-local.
+    on_fatal_signals(on_fatal_signal);
     let _ = std::thread::Builder::new()
         .name("profiler-watchdog".into())
         .spawn(|| {
@@ -164,28 +157,14 @@ fn start_watch() {
         });
 }
 
-fn open(plugin: &str) -> Result<PluginLibrary, String> {
-    let dirs = search_dirs(&ferroccl::plugin::LoadOptions::default());
-    let out = open_plugin_lib(plugin, "libnccl-profiler", &dirs);
-    let tried: Vec<String> = out
-        .attempts
-        .iter()
-        .map(|a| format!("{} ({:?})", a.file, a.result))
-        .collect();
-    out.lib
-        .ok_or_else(|| format!("could not open profiler '{plugin}': tried {}", tried.join("; ")))
-}
-
 /// Runs profiler check `id` on version `version` of `plugin` (never panics).
 pub fn run_check(id: &str, plugin: &str, version: u32) -> CheckOutcome {
-    let Some(check) = all().into_iter().find(|c| c.id == id) else {
-        return CheckOutcome::fail(
-            "a known profiler check id",
-            format!("no profiler check named {id:?} (see --profiler --list)"),
-        );
+    let check = match SECTION.find(id) {
+        Ok(c) => c,
+        Err(out) => return *out,
     };
     let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        let lib = match open(plugin) {
+        let lib = match SECTION.open(plugin) {
             Ok(l) => std::sync::Arc::new(l),
             Err(e) => return CheckOutcome::fail("the plugin library opens", e),
         };
@@ -207,21 +186,17 @@ pub fn run_check(id: &str, plugin: &str, version: u32) -> CheckOutcome {
             version,
             notes: Vec::new(),
         };
-        let mut out = match (check.body)(&mut cx) {
-            Ok(()) => match shim::take_findings().as_slice() {
-                [] => CheckOutcome::pass(),
-                [first, rest @ ..] => CheckOutcome::fail(
-                    "every profiler call returns ncclSuccess (NCCL ignores the result: an error means the plugin lost track of an event)",
-                    if rest.is_empty() {
-                        first.to_string()
-                    } else {
-                        format!("{first} (and {} more failed call(s))", rest.len())
-                    },
-                ),
-            },
-            Err(Stop::Fail { expected, observed }) => CheckOutcome::fail(expected, observed),
-            Err(Stop::Skip(s)) => CheckOutcome::skip(s),
-        };
+        let mut out = judge_body(check.body, &mut cx, || match shim::take_findings().as_slice() {
+            [] => CheckOutcome::pass(),
+            [first, rest @ ..] => CheckOutcome::fail(
+                "every profiler call returns ncclSuccess (NCCL ignores the result: an error means the plugin lost track of an event)",
+                if rest.is_empty() {
+                    first.to_string()
+                } else {
+                    format!("{first} (and {} more failed call(s))", rest.len())
+                },
+            ),
+        });
         let [i, s, t, r, f] = shim::counts();
         cx.notes.push(format!(
             "calls made: init {i}, startEvent {s}, stopEvent {t}, recordEventState {r}, finalize {f}"
@@ -234,59 +209,9 @@ pub fn run_check(id: &str, plugin: &str, version: u32) -> CheckOutcome {
 
 /// Body of `--profiler --worker ID`.
 pub fn worker_main(id: &str, plugin: &str, version: u32) -> i32 {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) only changes this process's own settings.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    die_with_parent();
     start_watch();
     let out = run_check(id, plugin, version);
-    emit_result(&out);
-    0
-}
-
-/// What the library exports, found without calling any plugin function.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProfilerProbe {
-    /// The file opened.
-    pub path: String,
-    /// `ncclProfiler_vN` versions exported that NCCL 2.30.7 looks for (1 ..= 6), ascending.
-    pub versions: Vec<u32>,
-    /// `ncclProfiler_vN` symbols of versions NCCL does not know (7 ..= 16).
-    pub unknown: Vec<String>,
-}
-
-/// Opens `plugin` (a path, or a name resolved like `NCCL_PROFILER_PLUGIN`) and
-/// lists its profiler symbols.
-pub fn probe(plugin: &str) -> Result<ProfilerProbe, String> {
-    let lib = open(plugin)?;
-    let mut versions: Vec<u32> = exported_symbols(&lib)
-        .iter()
-        .filter(|s| s.ty == PluginType::Profiler)
-        .map(|s| s.version)
-        .collect();
-    versions.sort();
-    let unknown = (7..=16)
-        .filter_map(|v| {
-            let name = std::ffi::CString::new(format!("ncclProfiler_v{v}")).ok()?;
-            lib.symbol(&name).map(|_| format!("ncclProfiler_v{v}"))
-        })
-        .collect();
-    Ok(ProfilerProbe {
-        path: lib.opened_as().to_owned(),
-        versions,
-        unknown,
-    })
-}
-
-/// Body of `--profiler --probe`.
-pub fn probe_main(plugin: &str) -> i32 {
-    // SAFETY: as in `worker_main`.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    let out = match probe(plugin) {
-        Ok(p) => CheckOutcome {
-            metrics: serde_json::to_value(&p).ok(),
-            ..CheckOutcome::pass()
-        },
-        Err(e) => CheckOutcome::fail("the profiler library opens", e),
-    };
     emit_result(&out);
     0
 }

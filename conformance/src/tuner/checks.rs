@@ -28,31 +28,9 @@ pub struct TunerCx {
     pub notes: Vec<String>,
 }
 
-/// One tuner check.
-#[derive(Debug, Clone)]
-pub struct TunerCheck {
-    /// Stable id (`tuner.*`).
-    pub id: &'static str,
-    /// Reference section (`§3.1` = ABI, `§3.5` = how NCCL calls a tuner, `§5.3` = loading).
-    pub section: &'static str,
-    /// The rule, one line.
-    pub rule: &'static str,
-    /// Required or advisory.
-    pub level: Level,
-    /// Oldest version.
-    pub min_version: u32,
-    /// Newest version.
-    pub max_version: u32,
-    /// The body.
-    pub body: fn(&mut TunerCx) -> Res,
-}
-
-impl TunerCheck {
-    /// Whether the check applies to `v`.
-    pub fn applies_to(&self, v: u32) -> bool {
-        (self.min_version..=self.max_version).contains(&v)
-    }
-}
+/// One tuner check (id `tuner.*`; the record every plugin section uses).
+/// Reference sections: `§3.1` = ABI, `§3.5` = how NCCL calls a tuner, `§5.3` = loading.
+pub type TunerCheck = crate::section::SectionCheck<TunerCx>;
 
 /// Every tuner check, in run order.
 pub fn all() -> Vec<TunerCheck> {

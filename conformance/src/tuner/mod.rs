@@ -8,8 +8,9 @@
 //!   level, API versions, body.
 //! * [`worker`] — one check on one version in its own process, every plugin call
 //!   under a watchdog and a crash reporter naming the call.
-//! * [`runner`] — probes which `ncclTunerPlugin_vN` the library exports, runs
-//!   each check per version in a worker, and returns the suite's usual
+//! * [`SECTION`] — the section described for [`crate::section`], which probes
+//!   which `ncclTunerPlugin_vN` the library exports, runs each check per
+//!   version in a worker, and returns the suite's usual
 //!   [`crate::runner::Report`] (so `--format text|json|junit` work unchanged).
 //!
 //! The cost tables handed to the plugin are NCCL 2.30.7's own, computed by
@@ -18,52 +19,47 @@
 //! function and sizes from 8 B to 1 GiB.
 
 pub mod checks;
-pub mod runner;
 pub mod worker;
+
+use ferroccl::plugin::symbols::PluginType;
+
+use crate::section::Section;
+
+/// The tuner section as the shared plumbing ([`crate::section`]) runs it:
+/// `ncclTunerPlugin_v2` … `_v6`, resolved like `NCCL_TUNER_PLUGIN`.
+pub const SECTION: Section<checks::TunerCx> = Section {
+    name: "tuner",
+    family: "ncclTuner",
+    symbol: "ncclTunerPlugin_v",
+    versions: 2..=6,
+    lib_prefix: "libnccl-tuner",
+    ty: PluginType::Tuner,
+    example_name: "rules",
+    load_section: "§5.3",
+    symbols_rule: "the library exports ncclTunerPlugin_vN for a requested version",
+    list_hint: "--list",
+    checks: checks::all,
+    nccl_source,
+    // The tuner section names no unknown versions (as before the sections shared code).
+    unknown_versions: None,
+    worker_main: worker::worker_main,
+};
 
 /// Parses `--api` for tuners: `all`, `v4`, `v2..v6`, or a comma list (2 ..= 6).
 pub fn parse_api(spec: &str) -> Result<Vec<u32>, String> {
-    let num = |s: &str| -> Result<u32, String> {
-        let n: u32 = s
-            .trim()
-            .trim_start_matches(['v', 'V'])
-            .parse()
-            .map_err(|_| format!("--api: {s:?} is not a version like v4"))?;
-        if (2..=6).contains(&n) {
-            Ok(n)
-        } else {
-            Err(format!("--api: tuner API v{n} is outside v2..v6"))
-        }
-    };
-    let mut out = Vec::new();
-    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        if part.eq_ignore_ascii_case("all") {
-            out.extend(2..=6);
-        } else if let Some((a, b)) = part.split_once("..").or_else(|| part.split_once('-')) {
-            let (a, b) = (num(a)?, num(b.trim_start_matches('='))?);
-            if a > b {
-                return Err(format!("--api: empty range {part:?}"));
-            }
-            out.extend(a..=b);
-        } else {
-            out.push(num(part)?);
-        }
-    }
-    out.sort();
-    out.dedup();
-    if out.is_empty() {
-        return Err("--api: no version given".into());
-    }
-    Ok(out)
+    SECTION.parse_api(spec)
 }
 
-/// Renames the net-specific words of a rendered report for a tuner run
-/// (`exports ncclNet` → `exports ncclTuner`, JUnit suites `ncclNet_vN` →
-/// `ncclTuner_vN`).
-pub fn retitle(rendered: &str) -> String {
-    rendered
-        .replacen("exports ncclNet ", "exports ncclTuner ", 1)
-        .replace("name=\"ncclNet_v", "name=\"ncclTuner_v")
+/// The NCCL 2.30.7 source whose use of the tuner API a check of `section` relies on.
+fn nccl_source(section: &str) -> &'static str {
+    match section {
+        "§5.3" => {
+            "src/plugin/tuner.cc: ncclTunerPluginLoad (ncclTunerPlugin_v6 down to _v2, NCCL_TUNER_PLUGIN, then the net plugin's library)"
+        }
+        _ => {
+            "src/enqueue.cc: topoGetAlgoInfo calls comm->tuner->getCollInfo on every collective with the cost table; src/init.cc: tuner init at comm init, finalize at destroy"
+        }
+    }
 }
 
 #[cfg(test)]
@@ -79,16 +75,6 @@ mod tests {
 
     #[test]
     fn check_ids_are_unique_and_sections_cited() {
-        let c = checks::all();
-        let mut ids: Vec<_> = c.iter().map(|c| c.id).collect();
-        ids.sort();
-        let n = ids.len();
-        ids.dedup();
-        assert_eq!(n, ids.len());
-        for x in &c {
-            assert!(x.id.starts_with("tuner."), "{}", x.id);
-            assert!(x.section.starts_with('§'), "{}", x.id);
-            assert!(!x.rule.contains('\n'), "{}", x.id);
-        }
+        SECTION.assert_registry_well_formed();
     }
 }

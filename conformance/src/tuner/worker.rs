@@ -1,5 +1,6 @@
 //! The worker side of the tuner section: one check on one API version in this
-//! process (`--tuner --worker ID`), or the symbol probe (`--tuner --probe`).
+//! process (`--tuner --worker ID`); the symbol probe (`--tuner --probe`) is
+//! [`crate::section::Section::probe_main`].
 //!
 //! Every tuner call is announced with [`enter`]; a watchdog thread fails the
 //! check when a call does not return within 20 s, and a fatal signal prints the
@@ -10,13 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ferroccl::plugin::library::{open_plugin_lib, search_dirs};
-use ferroccl::plugin::symbols::{PluginType, exported_symbols};
 use ferroccl::plugin::tuner::TunerAdapter;
-use serde::{Deserialize, Serialize};
 
-use super::checks::{TunerCx, all};
-use crate::outcome::{CheckOutcome, Stop};
+use super::SECTION;
+use super::checks::TunerCx;
+use crate::outcome::CheckOutcome;
+use crate::section::{die_with_parent, judge_body, on_fatal_signals};
 use crate::watch::{CRASH_MARKER, emit_result};
 
 /// Tuner entry points the watchdog names.
@@ -70,15 +70,7 @@ extern "C" fn on_fatal_signal(sig: libc::c_int) {
 
 fn start_watch() {
     EPOCH.get_or_init(Instant::now);
-    for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGABRT, libc::SIGFPE, libc::SIGILL] {
-        // SAFETY: installing a handler that only calls async-signal-safe functions.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_fatal_signal as *const () as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
+    on_fatal_signals(on_fatal_signal);
     let _ = std::thread::Builder::new().name("tuner-watchdog".into()).spawn(|| {
         loop {
             std::thread::sleep(Duration::from_millis(20));
@@ -108,11 +100,9 @@ fn start_watch() {
 
 /// Runs tuner check `id` on version `version` of `plugin` (never panics).
 pub fn run_check(id: &str, plugin: &str, version: u32) -> CheckOutcome {
-    let Some(check) = all().into_iter().find(|c| c.id == id) else {
-        return CheckOutcome::fail(
-            "a known tuner check id",
-            format!("no tuner check named {id:?} (see --list)"),
-        );
+    let check = match SECTION.find(id) {
+        Ok(c) => c,
+        Err(out) => return *out,
     };
     let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let adapter = {
@@ -127,11 +117,7 @@ pub fn run_check(id: &str, plugin: &str, version: u32) -> CheckOutcome {
             version,
             notes: Vec::new(),
         };
-        let mut out = match (check.body)(&mut cx) {
-            Ok(()) => CheckOutcome::pass(),
-            Err(Stop::Fail { expected, observed }) => CheckOutcome::fail(expected, observed),
-            Err(Stop::Skip(s)) => CheckOutcome::skip(s),
-        };
+        let mut out = judge_body(check.body, &mut cx, CheckOutcome::pass);
         out.notes.append(&mut cx.notes);
         out
     }));
@@ -140,59 +126,9 @@ pub fn run_check(id: &str, plugin: &str, version: u32) -> CheckOutcome {
 
 /// Body of `--tuner --worker ID`.
 pub fn worker_main(id: &str, plugin: &str, version: u32) -> i32 {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) only changes this process's own settings.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    die_with_parent();
     start_watch();
     let out = run_check(id, plugin, version);
-    emit_result(&out);
-    0
-}
-
-/// What the library exports, found without calling any plugin function.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TunerProbe {
-    /// The file opened.
-    pub path: String,
-    /// `ncclTunerPlugin_vN` versions exported, ascending.
-    pub versions: Vec<u32>,
-}
-
-/// Opens `plugin` (a path, or a name resolved like `NCCL_TUNER_PLUGIN`) and lists
-/// its tuner symbols.
-pub fn probe(plugin: &str) -> Result<TunerProbe, String> {
-    let dirs = search_dirs(&ferroccl::plugin::LoadOptions::default());
-    let out = open_plugin_lib(plugin, "libnccl-tuner", &dirs);
-    let tried: Vec<String> = out
-        .attempts
-        .iter()
-        .map(|a| format!("{} ({:?})", a.file, a.result))
-        .collect();
-    let Some(lib) = out.lib else {
-        return Err(format!("could not open tuner '{plugin}': tried {}", tried.join("; ")));
-    };
-    let mut versions: Vec<u32> = exported_symbols(&lib)
-        .iter()
-        .filter(|s| s.ty == PluginType::Tuner)
-        .map(|s| s.version)
-        .collect();
-    versions.sort();
-    Ok(TunerProbe {
-        path: lib.opened_as().to_owned(),
-        versions,
-    })
-}
-
-/// Body of `--tuner --probe`.
-pub fn probe_main(plugin: &str) -> i32 {
-    // SAFETY: as in `worker_main`.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    let out = match probe(plugin) {
-        Ok(p) => CheckOutcome {
-            metrics: serde_json::to_value(&p).ok(),
-            ..CheckOutcome::pass()
-        },
-        Err(e) => CheckOutcome::fail("the tuner library opens", e),
-    };
     emit_result(&out);
     0
 }

@@ -196,6 +196,19 @@ pub fn launch_with_id(
     outs
 }
 
+/// Every child's rank, time, success, stdout and stderr, for a failure message.
+pub fn dump(outs: &[Out]) -> String {
+    outs.iter()
+        .map(|o| {
+            format!(
+                "--- rank {} ({:?}, success {})\n{}\n{}",
+                o.rank, o.elapsed, o.success, o.stdout, o.stderr
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Panics with every child's output unless all succeeded.
 pub fn assert_all_ok(outs: &[Out], what: &str) {
     if outs.iter().all(|o| o.success) {
@@ -301,4 +314,98 @@ pub fn run_matrix(comm: &Comm, dtypes: &[DataType], ops: Option<&[RedOp]>, count
         }
     }
     (fails, ran)
+}
+
+/// Runs on `comm` one AllReduce (sum) of `ar_count` f32, rank `r` sending
+/// `i % ar_mod + rank` at element `i`, then a group of one send to the next
+/// rank and one receive from the previous rank around the ring of `p2p_count`
+/// i32, rank `r` sending `i * p2p_mul + rank`; waits for each on a stream and
+/// asserts every element received (panics naming the first wrong element).
+pub fn all_reduce_then_ring_exchange(
+    comm: &Comm,
+    role: &Role,
+    ar_count: usize,
+    ar_mod: usize,
+    p2p_count: usize,
+    p2p_mul: i32,
+) {
+    use ferroccl::{DataType, RedOp, Stream};
+    let n = role.nranks;
+    let send: Vec<f32> = (0..ar_count).map(|i| (i % ar_mod) as f32 + role.rank as f32).collect();
+    let mut recv = vec![0f32; ar_count];
+    let s = Stream::new();
+    // SAFETY: both buffers outlive the synchronize below.
+    unsafe {
+        comm.all_reduce(
+            send.as_ptr().cast(),
+            recv.as_mut_ptr().cast(),
+            ar_count,
+            DataType::Float32,
+            RedOp::Sum,
+            &s,
+        )
+    }
+    .expect("AllReduce");
+    s.synchronize().expect("AllReduce completes");
+    let rank_sum: f32 = (0..n).map(|x| x as f32).sum();
+    for (i, v) in recv.iter().enumerate() {
+        assert_eq!(*v, (i % ar_mod) as f32 * n as f32 + rank_sum, "element {i}");
+    }
+    let out: Vec<i32> = (0..p2p_count as i32).map(|i| i * p2p_mul + role.rank as i32).collect();
+    let mut inb = vec![0i32; p2p_count];
+    let (to, from) = ((role.rank + 1) % n, (role.rank + n - 1) % n);
+    ferroccl::group_start();
+    // SAFETY: both buffers outlive the synchronize below.
+    unsafe {
+        comm.send(out.as_ptr().cast(), p2p_count, DataType::Int32, to, &s)
+            .expect("send");
+        comm.recv(inb.as_mut_ptr().cast(), p2p_count, DataType::Int32, from, &s)
+            .expect("recv");
+    }
+    ferroccl::group_end().expect("group end");
+    s.synchronize().expect("send/recv complete");
+    for (i, v) in inb.iter().enumerate() {
+        assert_eq!(*v, i as i32 * p2p_mul + from as i32, "element {i}");
+    }
+}
+
+/// Runs AllReduce (sum) of `count` f32 on `comm` over and over, each waited
+/// for on a stream, until one fails, calling `after_each` with the number of
+/// iterations done after every one that succeeded; returns the error and that
+/// number. Panics when 60 s pass without an error (a generous bound: the tests
+/// using it kill a peer, so an error must come).
+pub fn all_reduce_until_error(
+    comm: &Comm,
+    count: usize,
+    mut after_each: impl FnMut(usize),
+) -> (ferroccl::Error, usize) {
+    use ferroccl::{DataType, RedOp, Stream};
+    let send = vec![0u8; count * 4];
+    let mut recv = vec![0u8; count * 4];
+    let s = Stream::new();
+    let start = Instant::now();
+    let mut iters = 0;
+    let err = loop {
+        // SAFETY: the buffers outlive the synchronize.
+        let r1 = unsafe {
+            comm.all_reduce(
+                send.as_ptr(),
+                recv.as_mut_ptr(),
+                count,
+                DataType::Float32,
+                RedOp::Sum,
+                &s,
+            )
+        };
+        if let Err(e) = r1.and_then(|_| s.synchronize()) {
+            break e;
+        }
+        iters += 1;
+        after_each(iters);
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no error after {iters} iterations"
+        );
+    };
+    (err, iters)
 }
