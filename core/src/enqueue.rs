@@ -50,7 +50,7 @@ pub(crate) fn enqueue(comm: &Arc<ProxyHandle>, mut args: CollArgs, stream: &Stre
         Some(p) => group::api_event(p, &args),
     };
     if let Some(args) = group::try_add(comm, args, stream, tag) {
-        let what = group::describe(std::slice::from_ref(&args));
+        let what = crate::coll::WorkWhat::of(std::slice::from_ref(&args));
         if comm.profiler.is_some() {
             group::api_group_end_start();
         }

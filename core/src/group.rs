@@ -74,7 +74,7 @@ pub fn group_end() -> Result<(), Error> {
     }
     let mut first_err = None;
     for (c, colls, streams, tags) in comms {
-        let what = describe(&colls);
+        let what = crate::coll::WorkWhat::of(&colls);
         let refs: Vec<&Stream> = streams.iter().collect();
         if let Err(e) = c.submit(colls, tags, &refs, what) {
             first_err.get_or_insert(e);
@@ -178,8 +178,4 @@ pub(crate) fn try_add(comm: &Arc<ProxyHandle>, args: CollArgs, stream: &Stream, 
         g.ops.push((comm.clone(), args, stream.clone(), tag));
         None
     })
-}
-
-pub(crate) fn describe(colls: &[CollArgs]) -> crate::coll::WorkWhat {
-    crate::coll::WorkWhat::of(colls)
 }

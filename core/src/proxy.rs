@@ -470,18 +470,20 @@ pub(crate) struct PlanCache {
     scratch: Vec<Vec<u8>>,
 }
 
-/// The plan key of `work`, or none when its buffers need staging (their
-/// staging state is per operation).
-fn plan_key(work: &Work, into: &mut Vec<PlanKey>) -> bool {
-    into.clear();
-    for (a, d) in work.colls.iter().zip(&work.plans) {
-        if a.mem.any_staged() {
-            into.clear();
-            return false;
-        }
-        into.push((a.kind, a.send as usize, a.recv as usize, a.count, a.dtype, a.op, *d));
-    }
-    true
+/// The plan key of one operation and its decision; `None` when its buffers
+/// need staging (their staging state is per operation, so never reused).
+fn op_key(a: &CollArgs, d: &Option<Decision>) -> Option<PlanKey> {
+    (!a.mem.any_staged()).then_some((a.kind, a.send as usize, a.recv as usize, a.count, a.dtype, a.op, *d))
+}
+
+/// The plan key of `work` (empty when any operation cannot be reused).
+fn plan_key(work: &Work) -> Vec<PlanKey> {
+    work.colls
+        .iter()
+        .zip(&work.plans)
+        .map(|(a, d)| op_key(a, d))
+        .collect::<Option<Vec<_>>>()
+        .unwrap_or_default()
 }
 
 // SAFETY: the tasks hold addresses of user buffers and of `scratch`, which
@@ -702,9 +704,12 @@ impl Proxy {
         let descs = self.describe(&work.colls);
         let hit = self.plan_cache.take().and_then(|mut c| {
             let same = c.key.len() == work.colls.len()
-                && work.colls.iter().zip(&work.plans).zip(&c.key).all(|((a, d), k)| {
-                    !a.mem.any_staged() && *k == (a.kind, a.send as usize, a.recv as usize, a.count, a.dtype, a.op, *d)
-                });
+                && work
+                    .colls
+                    .iter()
+                    .zip(&work.plans)
+                    .zip(&c.key)
+                    .all(|((a, d), k)| op_key(a, d).as_ref() == Some(k));
             same.then(|| {
                 for t in &mut c.tasks {
                     t.reset();
@@ -716,9 +721,7 @@ impl Proxy {
             Some(c) => (c.tasks, c.scratch, c.key),
             None => {
                 let (tasks, scratch) = schedule::build(&work.colls, &descs, &work.plans, &self.params)?;
-                let mut key = Vec::new();
-                plan_key(work, &mut key);
-                (tasks, scratch, key)
+                (tasks, scratch, plan_key(work))
             }
         };
         Ok(Some(Running {
