@@ -54,7 +54,7 @@ pub(crate) fn enqueue(comm: &Arc<ProxyHandle>, mut args: CollArgs, stream: &Stre
         if comm.profiler.is_some() {
             group::api_group_end_start();
         }
-        let r = comm.submit(vec![args], vec![tag], &[stream], what);
+        let r = comm.submit(smallvec::smallvec![args], smallvec::smallvec![tag], &[stream], what);
         if comm.profiler.is_some() {
             group::api_group_stop();
         }

@@ -76,7 +76,7 @@ pub fn group_end() -> Result<(), Error> {
     for (c, colls, streams, tags) in comms {
         let what = crate::coll::WorkWhat::of(&colls);
         let refs: Vec<&Stream> = streams.iter().collect();
-        if let Err(e) = c.submit(colls, tags, &refs, what) {
+        if let Err(e) = c.submit(colls.into(), tags.into(), &refs, what) {
             first_err.get_or_insert(e);
         }
     }

@@ -33,17 +33,28 @@ use crate::tune::{Decision, Tuning};
 /// One unit of work: the operations of one group (or a single collective) on this
 /// communicator, or an empty list (a marker used by `finalize`).
 pub(crate) struct Work {
-    pub colls: Vec<CollArgs>,
+    pub colls: PerOp<CollArgs>,
     /// The tuning decision of each collective (`None` for send/receive).
-    pub plans: Vec<Option<Decision>>,
+    pub plans: PerOp<Option<Decision>>,
     /// Each operation's profiler tag (its API event and mask sample).
-    pub tags: Vec<ApiTag>,
-    pub done: Arc<Completion>,
+    pub tags: PerOp<ApiTag>,
+    /// Its completion record, once registered (queued work); `None` while an
+    /// enqueuing thread runs it before registering anything
+    /// ([`ProxyHandle::submit`]).
+    pub done: Option<Arc<Completion>>,
     /// Work that must finish first (the streams' previous operations).
-    pub deps: Vec<Arc<Completion>>,
+    pub deps: Deps,
     /// Description for logs and errors.
     pub what: WorkWhat,
 }
+
+/// One entry per operation of a work item: a lone collective (the common
+/// case) needs no heap allocation.
+pub(crate) type PerOp<T> = smallvec::SmallVec<[T; 1]>;
+
+/// Work an item waits for (see [`Stream::push`]): at most a stream's previous
+/// operation and its device gate without a heap allocation.
+pub(crate) type Deps = smallvec::SmallVec<[Arc<Completion>; 2]>;
 
 /// Work whose buffers are all at most this many bytes waits for queued work
 /// (at most the proxy's spin window) so that it can run on the enqueuing thread
@@ -51,11 +62,20 @@ pub(crate) struct Work {
 /// transfer, queues at once and keeps the caller free.
 const INLINE_WAIT_MAX_BYTES: usize = 64 << 10;
 
+/// While a work item keeps moving, [`Proxy::progress_tasks`] checks its
+/// deadline after each move past this many (each move is at least one step,
+/// so the check lags the deadline by a few steps at most, and a small
+/// operation that runs straight through never reads the clock).
+const MOVES_BEFORE_CLOCK_READS: u32 = 4;
+
 /// State shared between the communicator handle and its proxy thread.
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub abort: Arc<AtomicBool>,
     pub error: Mutex<Option<Error>>,
+    /// Whether `error` holds an error: every operation asks, so the common
+    /// answer (none) takes no lock.
+    failed: AtomicBool,
     /// Work submitted and not yet finished (taken and returned without a lock:
     /// the enqueuing thread and the proxy touch it once per operation each).
     queued: AtomicUsize,
@@ -87,6 +107,7 @@ impl Shared {
         Shared {
             abort,
             error: Mutex::new(None),
+            failed: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             blocked: AtomicUsize::new(0),
             idle_waiters: AtomicUsize::new(0),
@@ -97,6 +118,9 @@ impl Shared {
     }
 
     pub(crate) fn error(&self) -> Option<Error> {
+        if !self.failed.load(Ordering::Acquire) {
+            return None;
+        }
         self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -141,12 +165,13 @@ impl Shared {
         r
     }
 
-    /// Waits, asleep, until no work is queued or `until` passes; whether the
-    /// queue is empty.
-    fn wait_empty(&self, until: Instant) -> bool {
+    /// Waits, asleep, until no work is queued or `window` has passed; whether
+    /// the queue is empty (the clock is read only when it is not).
+    fn wait_empty(&self, window: Duration) -> bool {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return true;
         }
+        let until = Instant::now() + window;
         let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
         self.idle_waiters.fetch_add(1, Ordering::SeqCst);
         let empty = loop {
@@ -187,6 +212,7 @@ impl Shared {
         let mut g = self.error.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
             *g = Some(e.clone());
+            self.failed.store(true, Ordering::Release);
         }
     }
 }
@@ -257,8 +283,8 @@ impl ProxyHandle {
     /// `tags` carries each operation's profiler tag (may be empty: no events).
     pub(crate) fn submit(
         &self,
-        colls: Vec<CollArgs>,
-        tags: Vec<ApiTag>,
+        colls: PerOp<CollArgs>,
+        tags: PerOp<ApiTag>,
         streams: &[&Stream],
         what: WorkWhat,
     ) -> Result<(), Error> {
@@ -282,70 +308,121 @@ impl ProxyHandle {
                 sb.max(rb) <= INLINE_WAIT_MAX_BYTES
             })
         {
-            self.shared.wait_empty(Instant::now() + self.spin);
+            self.shared.wait_empty(self.spin);
         }
-        self.shared.acquire()?;
-        let done = Completion::new();
-        let mut deps = Vec::new();
-        for s in streams {
-            match s.push(done.clone(), what) {
-                Ok(d) => deps.extend(d),
-                Err(e) => {
-                    done.complete(Err(e.clone()));
-                    self.shared.release();
-                    return Err(e);
-                }
-            }
-        }
-        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(tx) = tx.as_ref() else {
-            let e = Error::InvalidUsage("communicator already destroyed".into());
-            done.complete(Err(e.clone()));
-            self.shared.release();
-            return Err(e);
-        };
-        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(done.clone());
         let work = Work {
             colls,
             plans,
             tags,
-            done: done.clone(),
-            deps,
+            done: None,
+            deps: Deps::new(),
             what,
         };
-        // The proxy thread is idle (this is the only work queued) and the
-        // streams' previous work is done: run the work here for at most the spin
-        // window, as a rank's only thread would, instead of waking the proxy
-        // thread and waiting for it (two hand-offs per operation, each a context
-        // switch where threads outnumber cores). Work not done by then goes to
-        // the proxy thread as it stands, so enqueue still returns in bounded
-        // time whatever the peers do. `tx` stays locked meanwhile: work enqueued
-        // by another thread queues behind this one.
-        let item = if !self.spin.is_zero()
-            && self.shared.queued.load(Ordering::SeqCst) == 1
-            && work.deps.iter().all(|d| d.peek().is_some())
+        // Nothing is queued (the proxy thread is idle) and the streams'
+        // previous work is done: run the work here for at most the spin window,
+        // as a rank's only thread would, instead of waking the proxy thread and
+        // waiting for it (two hand-offs per operation, each a context switch
+        // where threads outnumber cores). Work that finishes here is never
+        // registered anywhere (no completion record, no queue slot, no stream
+        // entry: nothing is left to wait for). Work not done by then goes to
+        // the proxy thread as it stands (`hand_over`), so enqueue still returns
+        // in bounded time whatever the peers do.
+        if !self.spin.is_zero()
+            && self.shared.queued.load(Ordering::SeqCst) == 0
+            && streams.iter().all(|s| s.quiet())
             && let Ok(mut core) = self.core.try_lock()
         {
-            match core.run_inline(work, Instant::now() + self.spin) {
-                None => return Ok(()),
-                Some(rest) => rest,
+            return match core.run_inline(work, self.spin) {
+                None => Ok(()),
+                Some(rest) => self.hand_over(rest, streams, core),
+            };
+        }
+        self.queue(work, streams)
+    }
+
+    /// Registers `work`'s completion with `streams` and with `last` (finalize
+    /// waits for it), recording the streams' previous work as its dependencies.
+    /// Errors: a device stream refused its hooks (the work is completed with
+    /// that error).
+    fn register(&self, work: &mut Work, streams: &[&Stream]) -> Result<(), Error> {
+        let done = Completion::new();
+        for s in streams {
+            if let Err(e) = s.push(done.clone(), work.what, &mut work.deps) {
+                done.complete(Err(e.clone()));
+                return Err(e);
             }
-        } else {
-            Item::Fresh(work)
-        };
-        if let Err(mpsc::SendError(item)) = tx.send(item) {
-            if let Item::Resume(_, run) = item {
-                self.core.lock().unwrap_or_else(|e| e.into_inner()).end(run);
-            }
-            let e = self
-                .shared
-                .error()
-                .unwrap_or_else(|| Error::Aborted("proxy thread has exited".into()));
-            done.complete(Err(e.clone()));
+        }
+        *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(done.clone());
+        work.done = Some(done);
+        Ok(())
+    }
+
+    /// Queues fresh `work` for the proxy thread (waiting for a queue slot).
+    fn queue(&self, mut work: Work, streams: &[&Stream]) -> Result<(), Error> {
+        self.shared.acquire()?;
+        if let Err(e) = self.register(&mut work, streams) {
             self.shared.release();
             return Err(e);
         }
-        Ok(())
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let (work, e) = match tx.as_ref() {
+            None => (work, Error::InvalidUsage("communicator already destroyed".into())),
+            Some(tx) => match tx.send(Item::Fresh(work)) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::SendError(item)) => (
+                    item.split().0,
+                    self.shared
+                        .error()
+                        .unwrap_or_else(|| Error::Aborted("proxy thread has exited".into())),
+                ),
+            },
+        };
+        work.complete(Err(e.clone()));
+        self.shared.release();
+        Err(e)
+    }
+
+    /// Hands work an enqueuing thread started (and did not finish, or saw
+    /// fail) to the proxy thread: registers it as queued work, parks it in the
+    /// proxy state it holds locked (`core`), where the proxy thread takes it
+    /// before any other item (so work other threads queued meanwhile still
+    /// runs after it), and wakes the thread. Never blocks: the queue slot is
+    /// taken even past `FERROCCL_MAX_QUEUED_OPS` (the proxy lock is held, and
+    /// only the proxy thread frees slots).
+    fn hand_over(&self, item: Item, streams: &[&Stream], mut core: std::sync::MutexGuard<'_, Proxy>) -> Result<(), Error> {
+        self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        let (mut work, rest) = item.split();
+        if let Err(e) = self.register(&mut work, streams) {
+            if let Parked::Running(run) = rest {
+                core.end(run);
+            }
+            drop(core);
+            self.shared.release();
+            return Err(e);
+        }
+        let ncolls = work.colls.len();
+        core.parked = Some((work, rest));
+        drop(core);
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        if tx.as_ref().is_some_and(|tx| tx.send(Item::Wake(ncolls)).is_ok()) {
+            return Ok(());
+        }
+        drop(tx);
+        // The proxy thread has exited (it fails parked work on its way out, so
+        // this finds it only when the thread was gone before it was parked).
+        let e = self
+            .shared
+            .error()
+            .unwrap_or_else(|| Error::Aborted("proxy thread has exited".into()));
+        let mut core = self.core.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((work, rest)) = core.parked.take() {
+            if let Parked::Running(run) = rest {
+                core.end(run);
+            }
+            work.complete(Err(e.clone()));
+            self.shared.release();
+        }
+        Err(e)
     }
 
     /// Waits for the last enqueued work (bounded by the thread's watchdog; stops
@@ -428,6 +505,14 @@ pub(crate) struct Proxy {
     pub plan_cache: Option<PlanCache>,
     /// Vectors the profiler's bookkeeping reuses from one work item to the next.
     pub prof_bufs: ProfBufs,
+    /// The descriptor vector of the last finished work item, reused by the next.
+    pub desc_buf: Vec<OpDesc>,
+    /// Whether the running work item registered user memory with its
+    /// connectors (released at its end).
+    pub user_registered: bool,
+    /// Work an enqueuing thread handed over ([`ProxyHandle::hand_over`]): the
+    /// proxy thread runs it before the item it received.
+    pub parked: Option<(Work, Parked)>,
 }
 
 /// A work item the proxy has begun: its tasks and how far each has run. An
@@ -501,18 +586,66 @@ pub(crate) enum Item {
     /// Work that failed while an enqueuing thread ran it: the proxy thread
     /// records the failure (closing connections, agreeing with the survivors).
     Failed(Work, Error),
+    /// An enqueuing thread parked work of this many operations in
+    /// [`Proxy::parked`] (see [`ProxyHandle::hand_over`]).
+    Wake(usize),
+}
+
+/// What an enqueuing thread hands over besides the work: how far it got.
+pub(crate) enum Parked {
+    /// Started, not finished in the window.
+    Running(Running),
+    /// Failed with this error.
+    Failed(Error),
+    /// Not started.
+    Fresh,
 }
 
 impl Item {
-    fn work(&self) -> &Work {
+    /// Operations of the item (for the ProxyCtrl append event).
+    fn ncolls(&self) -> usize {
         match self {
-            Item::Fresh(w) | Item::Resume(w, _) | Item::Failed(w, _) => w,
+            Item::Fresh(w) | Item::Resume(w, _) | Item::Failed(w, _) => w.colls.len(),
+            Item::Wake(n) => *n,
         }
     }
 
-    fn into_work(self) -> Work {
+    /// The work and how far it got (`Wake` carries no work: an empty one).
+    fn split(self) -> (Work, Parked) {
         match self {
-            Item::Fresh(w) | Item::Resume(w, _) | Item::Failed(w, _) => w,
+            Item::Fresh(w) => (w, Parked::Fresh),
+            Item::Resume(w, r) => (w, Parked::Running(r)),
+            Item::Failed(w, e) => (w, Parked::Failed(e)),
+            Item::Wake(_) => (Work::empty(), Parked::Fresh),
+        }
+    }
+
+    fn join(work: Work, rest: Parked) -> Item {
+        match rest {
+            Parked::Running(r) => Item::Resume(work, r),
+            Parked::Failed(e) => Item::Failed(work, e),
+            Parked::Fresh => Item::Fresh(work),
+        }
+    }
+}
+
+impl Work {
+    /// A work item of no operations.
+    fn empty() -> Work {
+        Work {
+            colls: PerOp::new(),
+            plans: PerOp::new(),
+            tags: PerOp::new(),
+            done: None,
+            deps: Deps::new(),
+            what: WorkWhat::of(&[]),
+        }
+    }
+
+    /// Completes the work's record, if it has one, with `r`.
+    fn complete(&self, r: Result<(), Error>) {
+        if let Some(d) = &self.done {
+            d.complete(r);
         }
     }
 }
@@ -573,7 +706,7 @@ impl Proxy {
                         p.record(
                             a,
                             state::CTRL_APPEND_END,
-                            StateArgs::Appended(item.work().colls.len() as i32),
+                            StateArgs::Appended(item.ncolls() as i32),
                         );
                         p.stop(a);
                     }
@@ -608,15 +741,16 @@ impl Proxy {
             .error()
             .unwrap_or_else(|| Error::Aborted("communicator closed".into()));
         let mut p = lock();
-        while let Ok(item) = rx.try_recv() {
-            let w = match item {
-                Item::Resume(w, run) => {
-                    p.end(run);
-                    w
-                }
-                other => other.into_work(),
-            };
-            w.done.complete(Err(reason.clone()));
+        let parked = p.parked.take().map(|(w, rest)| Item::join(w, rest));
+        for item in parked.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+            if let Item::Wake(_) = item {
+                continue;
+            }
+            let (w, rest) = item.split();
+            if let Parked::Running(run) = rest {
+                p.end(run);
+            }
+            w.complete(Err(reason.clone()));
             shared.release();
         }
         p.conns.close_all();
@@ -701,7 +835,8 @@ impl Proxy {
         if work.colls.is_empty() {
             return Ok(None);
         }
-        let descs = self.describe(&work.colls);
+        let mut descs = std::mem::take(&mut self.desc_buf);
+        self.describe(&work.colls, &mut descs);
         let hit = self.plan_cache.take().and_then(|mut c| {
             let same = c.key.len() == work.colls.len()
                 && work
@@ -781,10 +916,12 @@ impl Proxy {
     }
 
     /// Progresses a started work item until it is done (`Ok(true)`) or, with
-    /// `until`, that instant passes first (`Ok(false)`: resume it later).
-    fn advance(&mut self, run: &mut Running, what: WorkWhat, until: Option<Instant>) -> Result<bool, Error> {
+    /// `window`, that long has passed first (`Ok(false)`: resume it later;
+    /// the window starts at the first wait or after a few moves, see
+    /// [`Proxy::progress_tasks`]).
+    fn advance(&mut self, run: &mut Running, what: WorkWhat, window: Option<Duration>) -> Result<bool, Error> {
         let Running { tasks, descs, mems, .. } = run;
-        self.progress_tasks(tasks, descs, mems, what, until)
+        self.progress_tasks(tasks, descs, mems, what, window)
     }
 
     /// Ends a work item (done or failed): stops its ProxyOp events and releases
@@ -793,12 +930,20 @@ impl Proxy {
         if let Some(pw) = run.prof {
             self.prof_end(pw);
         }
-        for c in self.conns.sends_mut() {
-            c.release_user();
+        // Registrations of a work item that did not finish may outlive it
+        // (a connector releases only once idle): asked again at the next end.
+        if self.user_registered {
+            self.user_registered = !run.tasks.iter().all(Task::finished);
+            for c in self.conns.sends_mut() {
+                c.release_user();
+            }
+            for c in self.conns.recvs_mut() {
+                c.release_user();
+            }
         }
-        for c in self.conns.recvs_mut() {
-            c.release_user();
-        }
+        let mut descs = run.descs;
+        descs.clear();
+        self.desc_buf = descs;
         if !run.key.is_empty() && run.tasks.iter().all(Task::finished) {
             self.plan_cache = Some(PlanCache {
                 key: run.key,
@@ -830,16 +975,19 @@ impl Proxy {
             self.shared.set_error(&e);
             r = Err(e);
         }
-        work.done.complete(r);
-        self.shared.release();
+        // Work that never left its enqueuing thread has no record and no slot.
+        if let Some(d) = &work.done {
+            d.complete(r);
+            self.shared.release();
+        }
     }
 
     /// Runs `work` on the enqueuing thread while the proxy thread is idle, for
-    /// at most `until`: `None` when it finished (completed, slot returned), else
+    /// at most `window` (see [`Proxy::advance`]): `None` when it finished (completed, slot returned), else
     /// what the proxy thread must take over — the started work, or the error it
     /// failed with (the failure agreement then runs on the proxy thread, not in
     /// the caller's enqueue).
-    fn run_inline(&mut self, work: Work, until: Instant) -> Option<Item> {
+    fn run_inline(&mut self, work: Work, window: Duration) -> Option<Item> {
         let mut run = match self.plan(&work) {
             Ok(Some(run)) => run,
             Ok(None) => {
@@ -859,7 +1007,7 @@ impl Proxy {
         }
         let rank = crate::log::rank();
         crate::log::set_rank(Some(self.params.rank as i32));
-        let r = self.advance(&mut run, work.what, Some(until));
+        let r = self.advance(&mut run, work.what, Some(window));
         crate::log::set_rank(rank);
         match r {
             Ok(true) => {
@@ -875,9 +1023,18 @@ impl Proxy {
         }
     }
 
-    /// Handles one item on the proxy thread.
+    /// Handles one item on the proxy thread, after any work an enqueuing
+    /// thread parked (which was enqueued first).
     fn handle(&mut self, item: Item) {
+        if let Some((work, rest)) = self.parked.take() {
+            self.handle_one(Item::join(work, rest));
+        }
+        self.handle_one(item);
+    }
+
+    fn handle_one(&mut self, item: Item) {
         match item {
+            Item::Wake(_) => {}
             Item::Fresh(work) => {
                 let r = self.execute(&work);
                 self.finish(work, r);
@@ -1080,6 +1237,7 @@ impl Proxy {
             // Nothing to register (small operations): skip the bookkeeping below.
             return;
         }
+        self.user_registered = true;
         let mut inputs = Vec::new();
         let mut outputs = Vec::new();
         for a in colls {
@@ -1209,21 +1367,20 @@ impl Proxy {
     /// communicator's sequence numbers: one for collectives, one per peer and
     /// direction for point-to-point. Every rank advances them identically as
     /// long as the ranks issue the same operations.
-    fn describe(&mut self, colls: &[CollArgs]) -> Vec<OpDesc> {
+    /// `descs` is cleared first (its allocation is reused).
+    fn describe(&mut self, colls: &[CollArgs], descs: &mut Vec<OpDesc>) {
         let rank = self.params.rank;
-        colls
-            .iter()
-            .map(|a| {
-                let seq = match a.kind {
-                    CollKind::Send { peer } => self.p2p_send_seq.entry(peer).or_default(),
-                    CollKind::Recv { peer } => self.p2p_recv_seq.entry(peer).or_default(),
-                    _ => &mut self.coll_seq,
-                };
-                let d = OpDesc::of(a, *seq, rank);
-                *seq += 1;
-                d
-            })
-            .collect()
+        descs.clear();
+        descs.extend(colls.iter().map(|a| {
+            let seq = match a.kind {
+                CollKind::Send { peer } => self.p2p_send_seq.entry(peer).or_default(),
+                CollKind::Recv { peer } => self.p2p_recv_seq.entry(peer).or_default(),
+                _ => &mut self.coll_seq,
+            };
+            let d = OpDesc::of(a, *seq, rank);
+            *seq += 1;
+            d
+        }));
     }
 
     fn progress_tasks(
@@ -1232,10 +1389,17 @@ impl Proxy {
         descs: &[OpDesc],
         mems: &[crate::coll::mem::OpMem],
         what: WorkWhat,
-        until: Option<Instant>,
+        window: Option<Duration>,
     ) -> Result<bool, Error> {
         let rank = self.params.rank;
-        let mut last_progress = Instant::now();
+        // When the last progress was seen; `None` while the loop keeps moving
+        // (the clock is read on idle turns, and against the window after
+        // `MOVES_BEFORE_CLOCK_READS` moves). The window's deadline is set at
+        // the first clock read.
+        let mut until: Option<Instant> = None;
+        let mut past = |now: Instant| window.is_some_and(|w| now >= *until.get_or_insert(now + w));
+        let mut last_progress: Option<Instant> = None;
+        let mut moves = 0u32;
         let mut idle_turns = 0u32;
         let mut yields = 0u32;
         loop {
@@ -1281,15 +1445,18 @@ impl Proxy {
                 return Ok(true);
             }
             if moved {
-                last_progress = Instant::now();
+                last_progress = None;
                 idle_turns = 0;
                 yields = 0;
-                if until.is_some_and(|u| last_progress >= u) {
+                moves = moves.saturating_add(1);
+                if moves > MOVES_BEFORE_CLOCK_READS && window.is_some() && past(Instant::now()) {
                     return Ok(false);
                 }
                 continue;
             }
-            if until.is_some_and(|u| Instant::now() >= u) {
+            let now = Instant::now();
+            let since = now - *last_progress.get_or_insert(now);
+            if past(now) {
                 return Ok(false);
             }
             self.check_abort()?;
@@ -1300,7 +1467,7 @@ impl Proxy {
                 self.waiting_on = waiting_on(tasks);
                 return Err(Error::Remote(format!("rank {r} {NOTIFIED} while this rank ran {what}")));
             }
-            if idle_turns.is_multiple_of(64) && last_progress.elapsed() >= self.timeout {
+            if idle_turns.is_multiple_of(64) && since >= self.timeout {
                 self.waiting_on = waiting_on(tasks);
                 return Err(Error::Timeout(format!(
                     "{what} made no progress for {:?} on rank {}: {}",
@@ -1311,7 +1478,7 @@ impl Proxy {
             }
             // Busy-poll while the spin window lasts (the peer's proxy is likely
             // on another core), then hand the core over: yield, later sleep.
-            if !self.spin.is_zero() && last_progress.elapsed() < self.spin {
+            if !self.spin.is_zero() && since < self.spin {
                 std::hint::spin_loop();
             } else if yields < 2000 {
                 yields += 1;

@@ -21,6 +21,7 @@
 //! stream (`cudaStreamSynchronize`) or on [`Stream::synchronize`].
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,20 +29,29 @@ use crate::coll::WorkWhat;
 use crate::error::Error;
 
 /// Completion flag of one enqueued piece of work.
+///
+/// The outcome is one atomic word ([`PENDING`], [`SUCCEEDED`], [`FAILED`]),
+/// so finishing successfully and asking whether work has finished take no
+/// lock (both happen once per operation on the enqueue path); the error of a
+/// failed operation and the sleep of a waiter go through the mutex.
 #[derive(Debug, Default)]
 pub(crate) struct Completion {
-    state: Mutex<CompletionState>,
+    outcome: AtomicU8,
+    /// Threads blocked in [`Completion::wait`]: `complete` skips the lock and
+    /// the wake-up system call when there are none (the common case of a
+    /// proxy finishing work nobody is waiting on yet).
+    waiters: AtomicUsize,
+    /// The error of a [`FAILED`] outcome (set before the outcome is published).
+    error: Mutex<Option<Error>>,
     cv: Condvar,
 }
 
-#[derive(Debug, Default)]
-struct CompletionState {
-    outcome: Option<Result<(), Error>>,
-    /// Threads blocked in [`Completion::wait`]: `complete` skips the wake-up
-    /// system call when there are none (the common case of a proxy finishing
-    /// work nobody is waiting on yet).
-    waiters: usize,
-}
+/// [`Completion::outcome`]: not finished.
+const PENDING: u8 = 0;
+/// [`Completion::outcome`]: finished successfully.
+const SUCCEEDED: u8 = 1;
+/// [`Completion::outcome`]: failed; the error is in [`Completion::error`].
+const FAILED: u8 = 2;
 
 impl Completion {
     pub(crate) fn new() -> Arc<Completion> {
@@ -50,27 +60,73 @@ impl Completion {
 
     /// Records the outcome (the first one wins) and wakes waiters.
     pub(crate) fn complete(&self, r: Result<(), Error>) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if s.outcome.is_none() {
-            s.outcome = Some(r);
-        }
-        if s.waiters > 0 {
+        // The outcome is published with SeqCst and `waiters` read with SeqCst,
+        // against a waiter's SeqCst increment then read of the outcome: either
+        // the waiter sees the outcome, or this sees the waiter (and notifies
+        // under the lock the waiter holds until it sleeps).
+        let won = match r {
+            Ok(()) => self
+                .outcome
+                .compare_exchange(PENDING, SUCCEEDED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok(),
+            Err(e) => {
+                let mut g = self.error.lock().unwrap_or_else(|e| e.into_inner());
+                let won = self
+                    .outcome
+                    .compare_exchange(PENDING, FAILED, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok();
+                if won {
+                    // Readers of a FAILED outcome take this lock, so they see the error.
+                    *g = Some(e);
+                }
+                won
+            }
+        };
+        if won && self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.error.lock().unwrap_or_else(|e| e.into_inner());
             self.cv.notify_all();
         }
     }
 
     /// The outcome if finished.
     pub(crate) fn peek(&self) -> Option<Result<(), Error>> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).outcome.clone()
+        match self.outcome.load(Ordering::Acquire) {
+            PENDING => None,
+            SUCCEEDED => Some(Ok(())),
+            _ => Some(Err(self.failure())),
+        }
+    }
+
+    /// Whether the work has finished (successfully or not).
+    pub(crate) fn is_done(&self) -> bool {
+        self.outcome.load(Ordering::Acquire) != PENDING
+    }
+
+    /// The error of a [`FAILED`] outcome.
+    fn failure(&self) -> Error {
+        self.error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or_else(|| Error::Internal("failed operation without an error".into()))
     }
 
     /// Waits until finished or `deadline` passes (`None` = no deadline, but
     /// `keep_waiting` is asked every 100 ms and stops the wait when it says no).
     pub(crate) fn wait(&self, deadline: Option<Instant>, keep_waiting: &dyn Fn() -> bool) -> Option<Result<(), Error>> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = self.peek() {
+            return Some(r);
+        }
+        let mut s = self.error.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            if let Some(r) = s.outcome.as_ref() {
-                return Some(r.clone());
+            match self.outcome.load(Ordering::SeqCst) {
+                PENDING => {}
+                SUCCEEDED => return Some(Ok(())),
+                _ => {
+                    return Some(Err(s
+                        .clone()
+                        .unwrap_or_else(|| Error::Internal("failed operation without an error".into()))));
+                }
             }
             let mut slice = Duration::from_millis(100);
             if let Some(d) = deadline {
@@ -83,9 +139,12 @@ impl Completion {
             if !keep_waiting() {
                 return None;
             }
-            s.waiters += 1;
-            s = self.cv.wait_timeout(s, slice).unwrap_or_else(|e| e.into_inner()).0;
-            s.waiters -= 1;
+            self.waiters.fetch_add(1, Ordering::SeqCst);
+            // Checked again after announcing the wait (see `complete`).
+            if self.outcome.load(Ordering::SeqCst) == PENDING {
+                s = self.cv.wait_timeout(s, slice).unwrap_or_else(|e| e.into_inner()).0;
+            }
+            self.waiters.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -115,7 +174,7 @@ pub struct OpDone(Arc<Completion>);
 impl OpDone {
     /// Whether the operation has finished.
     pub fn is_done(&self) -> bool {
-        self.0.peek().is_some()
+        self.0.is_done()
     }
 
     /// Waits until the operation finishes or `timeout` passes; its outcome, or
@@ -134,6 +193,18 @@ struct StreamInner {
     /// The first error of work already dropped from `pending` (reported by the
     /// next `synchronize`).
     first_error: Option<Error>,
+}
+
+impl StreamInner {
+    /// Drops finished work from the front of `pending`, keeping the first error.
+    fn drop_finished(&mut self) {
+        while let Some(r) = self.pending.front().and_then(|(f, _)| f.peek()) {
+            self.pending.pop_front();
+            if let (Err(e), None) = (r, &self.first_error) {
+                self.first_error = Some(e);
+            }
+        }
+    }
 }
 
 /// An ordered queue of asynchronous operations (like a `cudaStream_t`).
@@ -174,17 +245,16 @@ impl Stream {
         self
     }
 
-    /// Registers new work `c`; returns the work it must wait for: the stream's
-    /// last, and with a device stream the gate its host callback opens. With a
-    /// device stream, the stream's later work is made to wait for `c`.
+    /// Registers new work `c`; adds the work it must wait for to `deps`: the
+    /// stream's last, and with a device stream the gate its host callback
+    /// opens. With a device stream, the stream's later work is made to wait for `c`.
     ///
     /// Finished work at the front of the queue is dropped here (its first error
     /// kept for `synchronize`), so a caller that enqueues without ever
     /// synchronizing holds memory for unfinished work only.
     ///
     /// Errors: the device stream refused a hook (nothing was registered).
-    pub(crate) fn push(&self, c: Arc<Completion>, what: WorkWhat) -> Result<Vec<Arc<Completion>>, Error> {
-        let mut deps = Vec::with_capacity(2);
+    pub(crate) fn push(&self, c: Arc<Completion>, what: WorkWhat, deps: &mut crate::proxy::Deps) -> Result<(), Error> {
         if let Some(dev) = &self.device {
             let gate = Completion::new();
             let g = gate.clone();
@@ -193,24 +263,35 @@ impl Stream {
             deps.push(gate);
         }
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some(r) = g.pending.front().and_then(|(f, _)| f.peek()) {
-            g.pending.pop_front();
-            if let (Err(e), None) = (r, &g.first_error) {
-                g.first_error = Some(e);
-            }
-        }
+        g.drop_finished();
         if let Some((prev, _)) = g.pending.back() {
             deps.push(prev.clone());
         }
         g.pending.push_back((c, what));
-        Ok(deps)
+        Ok(())
+    }
+
+    /// Whether new work on this stream may run at once on the enqueuing
+    /// thread without being registered: no device stream to order with, and
+    /// every operation enqueued before it has finished (finished ones are
+    /// dropped here, their first error kept for `synchronize`).
+    pub(crate) fn quiet(&self) -> bool {
+        if self.device.is_some() {
+            return false;
+        }
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.pending.is_empty() {
+            return true;
+        }
+        g.drop_finished();
+        g.pending.is_empty()
     }
 
     /// Whether all enqueued work has finished (`cudaStreamQuery`); errors of
     /// finished work are reported by [`Stream::synchronize`].
     pub fn query(&self) -> bool {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.pending.iter().all(|(c, _)| c.peek().is_some())
+        g.pending.iter().all(|(c, _)| c.is_done())
     }
 
     /// Waits for every operation enqueued so far (`cudaStreamSynchronize`).

@@ -468,6 +468,9 @@ impl Comm {
             profiler,
             plan_cache: None,
             prof_bufs: Default::default(),
+            desc_buf: Vec::new(),
+            user_registered: false,
+            parked: None,
         };
         let proxy = Arc::new(ProxyHandle::start(proxy, nranks, tuning)?);
         guard.disarm();

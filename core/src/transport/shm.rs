@@ -1015,10 +1015,15 @@ impl SendConnector for ShmSend {
         self.layout.step_size
     }
 
-    /// Takes back returned credits first, so that the most recently freed slot
-    /// is reused while it is still in cache.
+    /// Takes back returned credits only once half the FIFO is in flight (or
+    /// there is no room): the receiver's `head` is a cache line it writes on
+    /// every step, so reading it is a cross-core transfer, and reading it
+    /// before every step would put one on the critical path of every small
+    /// operation (the step's slot and `tail` stores wait behind the load).
     fn can_push(&self) -> bool {
-        self.reclaim();
+        if self.steps.get().in_flight() >= (NCCL_STEPS / 2) as u64 || !self.room() {
+            self.reclaim();
+        }
         let ok = self.room();
         self.waiting.set(!ok);
         ok

@@ -395,9 +395,9 @@ impl Tuning {
     /// Errors: [`Error::InvalidUsage`] when `NCCL_ALGO`/`NCCL_PROTO` leave nothing
     /// to run; the tuner's error when its `getCollInfo` fails (NCCL propagates it);
     /// [`Error::Internal`] when nothing is runnable otherwise.
-    pub(crate) fn decide(&self, colls: &[CollArgs]) -> Result<Vec<Option<Decision>>, Error> {
+    pub(crate) fn decide(&self, colls: &[CollArgs]) -> Result<crate::proxy::PerOp<Option<Decision>>, Error> {
         let nranks = self.facts.nranks;
-        let mut out = vec![None; colls.len()];
+        let mut out: crate::proxy::PerOp<Option<Decision>> = smallvec::smallvec![None; colls.len()];
         let n_coll = colls.iter().filter(|a| Func::of(a.kind).is_some()).count();
         let num_pipe_ops = n_coll.div_ceil(self.facts.nchannels.max(1)).max(1);
         // One collective (the common case): its own group, no binning; without

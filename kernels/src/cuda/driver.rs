@@ -55,6 +55,12 @@ pub fn driver_info() -> Result<DriverInfo, KernelError> {
     DRIVER.get_or_init(probe).clone()
 }
 
+/// Whether [`driver_info`] succeeds, without cloning its error (the per-buffer
+/// memory classification asks this on every operation).
+fn driver_present() -> bool {
+    DRIVER.get_or_init(probe).is_ok()
+}
+
 /// Number of CUDA devices. Errors: [`KernelError::NoCuda`].
 pub fn device_count() -> Result<usize, KernelError> {
     driver_info().map(|d| d.devices)
@@ -101,7 +107,7 @@ pub(crate) fn context(ordinal: usize) -> Result<Arc<CudaContext>, KernelError> {
 /// ordinal, managed). Host when CUDA is absent or the address is unknown to the
 /// driver (plain `malloc`ed or stack memory).
 pub(crate) fn classify(ptr: *const u8) -> Result<MemorySpace, KernelError> {
-    if driver_info().is_err() {
+    if !driver_present() {
         return Ok(MemorySpace::Host { pinned: false });
     }
     let mut memtype: u32 = 0;
