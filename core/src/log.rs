@@ -400,6 +400,20 @@ impl<S: Subscriber> Layer<S> for NcclLayer {
         classify(meta).is_some_and(|(l, f)| self.settings.enabled(l, f))
     }
 
+    /// The most verbose `tracing` level this layer can print, so that events
+    /// above it cost one comparison at their call site (with `NCCL_DEBUG`
+    /// unset, none: the per-operation INFO lines are skipped before any
+    /// metadata is looked at). `nccl::RAW` and `nccl::VERSION` events are
+    /// emitted at `tracing` INFO whatever the NCCL level they carry.
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        use tracing::level_filters::LevelFilter;
+        Some(match self.settings.level {
+            Level::None => LevelFilter::OFF,
+            Level::Version | Level::Warn | Level::Info => LevelFilter::INFO,
+            _ => LevelFilter::TRACE,
+        })
+    }
+
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         let meta = event.metadata();
         let Some((mut level, mut flags)) = classify(meta) else {

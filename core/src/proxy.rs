@@ -331,6 +331,9 @@ impl ProxyHandle {
             && self.shared.queued.load(Ordering::SeqCst) == 0
             && streams.iter().all(|s| s.quiet())
             && let Ok(mut core) = self.core.try_lock()
+            // Work another thread parked (`hand_over`) between this thread's
+            // look at the queue and its lock runs first: queue behind it.
+            && core.parked.is_none()
         {
             return match core.run_inline(work, self.spin) {
                 None => Ok(()),
@@ -1324,6 +1327,9 @@ impl Proxy {
                     recvs.push(*k);
                 }
             }
+        }
+        if sends.is_empty() && recvs.is_empty() {
+            return Ok(());
         }
         let plan = ConnPlan {
             rank: self.params.rank,
