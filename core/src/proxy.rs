@@ -392,7 +392,12 @@ impl ProxyHandle {
     /// runs after it), and wakes the thread. Never blocks: the queue slot is
     /// taken even past `FERROCCL_MAX_QUEUED_OPS` (the proxy lock is held, and
     /// only the proxy thread frees slots).
-    fn hand_over(&self, item: Item, streams: &[&Stream], mut core: std::sync::MutexGuard<'_, Proxy>) -> Result<(), Error> {
+    fn hand_over(
+        &self,
+        item: Item,
+        streams: &[&Stream],
+        mut core: std::sync::MutexGuard<'_, Proxy>,
+    ) -> Result<(), Error> {
         self.shared.queued.fetch_add(1, Ordering::SeqCst);
         let (mut work, rest) = item.split();
         if let Err(e) = self.register(&mut work, streams) {
@@ -706,11 +711,7 @@ impl Proxy {
                         // `ProxyCtrlAppendEnd` with how many were appended).
                         let a = p.start(EventHandle::NULL, &Event::ProxyCtrl);
                         p.record(a, state::CTRL_APPEND, StateArgs::None);
-                        p.record(
-                            a,
-                            state::CTRL_APPEND_END,
-                            StateArgs::Appended(item.ncolls() as i32),
-                        );
+                        p.record(a, state::CTRL_APPEND_END, StateArgs::Appended(item.ncolls() as i32));
                         p.stop(a);
                     }
                     item

@@ -1033,9 +1033,7 @@ impl SendConnector for ShmSend {
     /// the load), while the few lines of a small step are as cheap to reach in
     /// one slot as in another.
     fn can_push(&self) -> bool {
-        if self.last_size.get() >= SMALL_STEP
-            || self.steps.get().in_flight() >= (NCCL_STEPS / 2) as u64
-            || !self.room()
+        if self.last_size.get() >= SMALL_STEP || self.steps.get().in_flight() >= (NCCL_STEPS / 2) as u64 || !self.room()
         {
             self.reclaim();
         }
