@@ -21,7 +21,7 @@
 //! stream (`cudaStreamSynchronize`) or on [`Stream::synchronize`].
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -185,6 +185,16 @@ impl OpDone {
     }
 }
 
+/// A stream's state, shared by its clones.
+#[derive(Debug, Default)]
+struct StreamState {
+    q: Mutex<StreamInner>,
+    /// Whether `q.pending` may hold work: set when work is pushed, cleared
+    /// (under the lock) once `pending` is found empty, so that the enqueue
+    /// path's [`Stream::quiet`] usually takes no lock.
+    busy: AtomicBool,
+}
+
 #[derive(Debug, Default)]
 struct StreamInner {
     /// Work not yet seen complete by `synchronize`, in enqueue order, with a
@@ -215,7 +225,7 @@ impl StreamInner {
 /// of the stream's own.
 #[derive(Debug, Clone, Default)]
 pub struct Stream {
-    inner: Arc<Mutex<StreamInner>>,
+    inner: Arc<StreamState>,
     timeout: Option<Duration>,
     /// The caller's device stream operations are ordered with, if any.
     device: Option<Arc<dyn DeviceStream>>,
@@ -262,12 +272,13 @@ impl Stream {
             dev.wait_for(OpDone(c.clone()))?;
             deps.push(gate);
         }
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let mut g = self.inner.q.lock().unwrap_or_else(|e| e.into_inner());
         g.drop_finished();
         if let Some((prev, _)) = g.pending.back() {
             deps.push(prev.clone());
         }
         g.pending.push_back((c, what));
+        self.inner.busy.store(true, Ordering::Release);
         Ok(())
     }
 
@@ -279,18 +290,22 @@ impl Stream {
         if self.device.is_some() {
             return false;
         }
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if g.pending.is_empty() {
+        if !self.inner.busy.load(Ordering::Acquire) {
             return true;
         }
+        let mut g = self.inner.q.lock().unwrap_or_else(|e| e.into_inner());
         g.drop_finished();
-        g.pending.is_empty()
+        let empty = g.pending.is_empty();
+        if empty {
+            self.inner.busy.store(false, Ordering::Release);
+        }
+        empty
     }
 
     /// Whether all enqueued work has finished (`cudaStreamQuery`); errors of
     /// finished work are reported by [`Stream::synchronize`].
     pub fn query(&self) -> bool {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.inner.q.lock().unwrap_or_else(|e| e.into_inner());
         g.pending.iter().all(|(c, _)| c.is_done())
     }
 
@@ -313,23 +328,29 @@ impl Stream {
         // The loop below then finds the others finished (or waits for stragglers)
         // and reports the first error in enqueue order.
         let last = {
-            let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let g = self.inner.q.lock().unwrap_or_else(|e| e.into_inner());
             g.pending.back().cloned()
         };
         // On timeout the loop below names the oldest operation still pending.
         if let Some((c, _)) = last {
             let _ = c.wait(deadline, &|| true);
         }
-        let mut first_err = self.inner.lock().unwrap_or_else(|e| e.into_inner()).first_error.take();
+        let mut first_err = self
+            .inner
+            .q
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .first_error
+            .take();
         loop {
             let next = {
-                let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+                let g = self.inner.q.lock().unwrap_or_else(|e| e.into_inner());
                 g.pending.front().cloned()
             };
             let Some((c, what)) = next else { break };
             match c.wait(deadline, &|| true) {
                 Some(r) => {
-                    let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut g = self.inner.q.lock().unwrap_or_else(|e| e.into_inner());
                     if g.pending.front().is_some_and(|(f, _)| Arc::ptr_eq(f, &c)) {
                         g.pending.pop_front();
                     }
