@@ -368,19 +368,24 @@ impl ProxyHandle {
             return Err(e);
         }
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let (work, e) = match tx.as_ref() {
-            None => (work, Error::InvalidUsage("communicator already destroyed".into())),
+        let (item, e) = match tx.as_ref() {
+            None => (
+                Item::Fresh(work),
+                Error::InvalidUsage("communicator already destroyed".into()),
+            ),
             Some(tx) => match tx.send(Item::Fresh(work)) {
                 Ok(()) => return Ok(()),
                 Err(mpsc::SendError(item)) => (
-                    item.split().0,
+                    item,
                     self.shared
                         .error()
                         .unwrap_or_else(|| Error::Aborted("proxy thread has exited".into())),
                 ),
             },
         };
-        work.complete(Err(e.clone()));
+        if let Some(work) = item.work() {
+            work.complete(Err(e.clone()));
+        }
         self.shared.release();
         Err(e)
     }
@@ -399,17 +404,19 @@ impl ProxyHandle {
         mut core: std::sync::MutexGuard<'_, Proxy>,
     ) -> Result<(), Error> {
         self.shared.queued.fetch_add(1, Ordering::SeqCst);
-        let (mut work, rest) = item.split();
-        if let Err(e) = self.register(&mut work, streams) {
-            if let Parked::Running(run) = rest {
-                core.end(run);
-            }
+        let mut item = item;
+        let registered = match item.work_mut() {
+            Some(work) => self.register(work, streams),
+            None => Ok(()),
+        };
+        if let Err(e) = registered {
+            core.abandon(item);
             drop(core);
             self.shared.release();
             return Err(e);
         }
-        let ncolls = work.colls.len();
-        core.parked = Some((work, rest));
+        let ncolls = item.ncolls();
+        core.parked = Some(item);
         drop(core);
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         if tx.as_ref().is_some_and(|tx| tx.send(Item::Wake(ncolls)).is_ok()) {
@@ -423,10 +430,9 @@ impl ProxyHandle {
             .error()
             .unwrap_or_else(|| Error::Aborted("proxy thread has exited".into()));
         let mut core = self.core.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((work, rest)) = core.parked.take() {
-            if let Parked::Running(run) = rest {
-                core.end(run);
-            }
+        if let Some(item) = core.parked.take()
+            && let Some(work) = core.abandon(item)
+        {
             work.complete(Err(e.clone()));
             self.shared.release();
         }
@@ -520,7 +526,7 @@ pub(crate) struct Proxy {
     pub user_registered: bool,
     /// Work an enqueuing thread handed over ([`ProxyHandle::hand_over`]): the
     /// proxy thread runs it before the item it received.
-    pub parked: Option<(Work, Parked)>,
+    pub parked: Option<Item>,
 }
 
 /// A work item the proxy has begun: its tasks and how far each has run. An
@@ -599,16 +605,6 @@ pub(crate) enum Item {
     Wake(usize),
 }
 
-/// What an enqueuing thread hands over besides the work: how far it got.
-pub(crate) enum Parked {
-    /// Started, not finished in the window.
-    Running(Running),
-    /// Failed with this error.
-    Failed(Error),
-    /// Not started.
-    Fresh,
-}
-
 impl Item {
     /// Operations of the item (for the ProxyCtrl append event).
     fn ncolls(&self) -> usize {
@@ -618,38 +614,23 @@ impl Item {
         }
     }
 
-    /// The work and how far it got (`Wake` carries no work: an empty one).
-    fn split(self) -> (Work, Parked) {
+    /// The item's work (`None` for [`Item::Wake`]).
+    fn work(&self) -> Option<&Work> {
         match self {
-            Item::Fresh(w) => (w, Parked::Fresh),
-            Item::Resume(w, r) => (w, Parked::Running(r)),
-            Item::Failed(w, e) => (w, Parked::Failed(e)),
-            Item::Wake(_) => (Work::empty(), Parked::Fresh),
+            Item::Fresh(w) | Item::Resume(w, _) | Item::Failed(w, _) => Some(w),
+            Item::Wake(_) => None,
         }
     }
 
-    fn join(work: Work, rest: Parked) -> Item {
-        match rest {
-            Parked::Running(r) => Item::Resume(work, r),
-            Parked::Failed(e) => Item::Failed(work, e),
-            Parked::Fresh => Item::Fresh(work),
+    fn work_mut(&mut self) -> Option<&mut Work> {
+        match self {
+            Item::Fresh(w) | Item::Resume(w, _) | Item::Failed(w, _) => Some(w),
+            Item::Wake(_) => None,
         }
     }
 }
 
 impl Work {
-    /// A work item of no operations.
-    fn empty() -> Work {
-        Work {
-            colls: PerOp::new(),
-            plans: PerOp::new(),
-            tags: PerOp::new(),
-            done: None,
-            deps: Deps::new(),
-            what: WorkWhat::of(&[]),
-        }
-    }
-
     /// Completes the work's record, if it has one, with `r`.
     fn complete(&self, r: Result<(), Error>) {
         if let Some(d) = &self.done {
@@ -745,17 +726,12 @@ impl Proxy {
             .error()
             .unwrap_or_else(|| Error::Aborted("communicator closed".into()));
         let mut p = lock();
-        let parked = p.parked.take().map(|(w, rest)| Item::join(w, rest));
+        let parked = p.parked.take();
         for item in parked.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
-            if let Item::Wake(_) = item {
-                continue;
+            if let Some(w) = p.abandon(item) {
+                w.complete(Err(reason.clone()));
+                shared.release();
             }
-            let (w, rest) = item.split();
-            if let Parked::Running(run) = rest {
-                p.end(run);
-            }
-            w.complete(Err(reason.clone()));
-            shared.release();
         }
         p.conns.close_all();
     }
@@ -1030,10 +1006,24 @@ impl Proxy {
     /// Handles one item on the proxy thread, after any work an enqueuing
     /// thread parked (which was enqueued first).
     fn handle(&mut self, item: Item) {
-        if let Some((work, rest)) = self.parked.take() {
-            self.handle_one(Item::join(work, rest));
+        if let Some(parked) = self.parked.take() {
+            self.handle_one(parked);
         }
         self.handle_one(item);
+    }
+
+    /// Gives up `item` without running it further: ends its started work
+    /// (events stopped, user memory released) and returns the work to be
+    /// completed (`None` for [`Item::Wake`]).
+    fn abandon(&mut self, item: Item) -> Option<Work> {
+        match item {
+            Item::Resume(w, run) => {
+                self.end(run);
+                Some(w)
+            }
+            Item::Fresh(w) | Item::Failed(w, _) => Some(w),
+            Item::Wake(_) => None,
+        }
     }
 
     fn handle_one(&mut self, item: Item) {
