@@ -29,24 +29,26 @@
 //! # Cost on the hot path
 //! `startEvent`, `recordEventState` and `stopEvent` append one fixed-size
 //! [`Entry`] (48 bytes; no heap string, no JSON, no allocation but one chunk
-//! of [`CHUNK_BYTES`] now and then) to the calling thread's own log, whose
-//! mutex only `finalize` ever contends for; each thread registers its log once
-//! in a process-wide list. Event ids are (thread, sequence) pairs, so no
-//! counter is shared either; times are raw TSC reads ([`Clock`]). What
-//! remains per event is the SDK's handle box. `finalize` merges the logs into
+//! of [`CHUNK_BYTES`] now and then) to the calling thread's own log, which
+//! takes no lock: its thread is the only writer and publishes each record
+//! with one release store, which `finalize` reads with acquire; each thread
+//! registers its log once in a process-wide list. Event ids are (thread,
+//! sequence) pairs, so no counter is shared either; times are raw TSC reads
+//! ([`Clock`]). An event's id is its handle (the SDK's `UNBOXED` mode): no
+//! box, no retained copy and no lock per event. `finalize` merges the logs into
 //! [`Rec`]s and serialises them with `serde_json`. `examples/microbench.rs`
 //! measures the cost per call.
 //!
 //! Memory: every event is kept until the process ends (a trace tool).
 
-use std::cell::RefCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ferroccl_plugin_api::abi;
-use ferroccl_plugin_api::export::profiler::event_of;
 use ferroccl_plugin_api::sdk::{NetResult, Profiler, ProfilerInit};
 use serde_json::{Value, json};
 
@@ -240,36 +242,103 @@ pub enum Entry {
     },
 }
 
-/// A vector that grows by whole chunks of [`CHUNK_BYTES`] (nothing is moved
-/// when it grows).
-#[derive(Debug)]
-struct Chunked<T> {
-    chunks: Vec<Vec<T>>,
-    len: usize,
+/// Most chunks of [`CHUNK_BYTES`] one thread's log holds (16 GiB of
+/// entries); what a thread records beyond that is dropped.
+pub const MAX_CHUNKS: usize = 4096;
+
+/// An append-only vector with one writer (the thread that owns it) and any
+/// number of readers, growing by whole chunks of [`CHUNK_BYTES`] (nothing is
+/// moved when it grows). The writer takes no lock: it writes the next slot,
+/// which no reader looks at yet, then publishes it by storing `len` (release);
+/// a reader loads `len` (acquire) and reads that prefix.
+struct AppendLog<T> {
+    /// Chunk pointers (NULL: not allocated yet); [`MAX_CHUNKS`] of them.
+    chunks: Box<[AtomicPtr<T>]>,
+    /// Published elements.
+    len: AtomicUsize,
 }
 
-impl<T: Copy> Chunked<T> {
-    #[inline]
-    fn push(&mut self, e: T) -> usize {
-        match self.chunks.last_mut() {
-            Some(c) if c.len() < c.capacity() => c.push(e),
-            _ => {
-                let mut c: Vec<T> = Vec::with_capacity(CHUNK_BYTES / std::mem::size_of::<T>().max(1));
-                advise_huge(c.as_mut_ptr().cast(), c.capacity() * std::mem::size_of::<T>());
-                c.push(e);
-                self.chunks.push(c);
-            }
+// SAFETY: the elements are `Copy` values written by one thread before `len`
+// publishes them (release) and only read below the published `len` (acquire).
+unsafe impl<T: Copy + Send> Sync for AppendLog<T> {}
+// SAFETY: as above; the chunks are owned by the log.
+unsafe impl<T: Copy + Send> Send for AppendLog<T> {}
+
+impl<T> std::fmt::Debug for AppendLog<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppendLog")
+            .field("len", &self.len.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl<T: Copy> AppendLog<T> {
+    /// Elements per chunk.
+    const PER_CHUNK: usize = CHUNK_BYTES / std::mem::size_of::<T>();
+
+    fn new() -> Self {
+        AppendLog {
+            chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            len: AtomicUsize::new(0),
         }
-        self.len += 1;
-        self.len - 1
     }
 
+    /// Appends `e`; its index, or `None` when the log is full.
+    ///
+    /// # Safety
+    /// Only one thread (the log's owner) may ever call `push` on this log.
+    #[inline]
+    unsafe fn push(&self, e: T) -> Option<usize> {
+        let n = self.len.load(Ordering::Relaxed);
+        let chunk = self.chunks.get(n / Self::PER_CHUNK)?;
+        let mut p = chunk.load(Ordering::Relaxed);
+        if p.is_null() {
+            p = Self::new_chunk();
+            chunk.store(p, Ordering::Release);
+        }
+        // SAFETY: `p` holds PER_CHUNK elements; slot `n % PER_CHUNK` is not yet
+        // published, so no reader touches it, and only this thread writes.
+        unsafe { p.add(n % Self::PER_CHUNK).write(e) };
+        self.len.store(n + 1, Ordering::Release);
+        Some(n)
+    }
+
+    #[cold]
+    fn new_chunk() -> *mut T {
+        let mut c: Vec<T> = Vec::with_capacity(Self::PER_CHUNK);
+        advise_huge(c.as_mut_ptr().cast(), c.capacity() * std::mem::size_of::<T>());
+        std::mem::ManuallyDrop::new(c).as_mut_ptr()
+    }
+
+    /// A copy of the published elements.
     fn to_vec(&self) -> Vec<T> {
-        let mut v = Vec::with_capacity(self.len);
-        for c in &self.chunks {
-            v.extend_from_slice(c);
+        let n = self.len.load(Ordering::Acquire);
+        let mut v = Vec::with_capacity(n);
+        let mut left = n;
+        for c in self.chunks.iter() {
+            if left == 0 {
+                break;
+            }
+            let k = left.min(Self::PER_CHUNK);
+            // SAFETY: the first `n` elements were written (and their chunk
+            // pointers stored) before `len` was published with release.
+            unsafe { v.extend_from_slice(std::slice::from_raw_parts(c.load(Ordering::Relaxed), k)) };
+            left -= k;
         }
         v
+    }
+}
+
+impl<T> Drop for AppendLog<T> {
+    fn drop(&mut self) {
+        for c in self.chunks.iter() {
+            let p = c.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: allocated by `new_chunk` as a `Vec<T>` of this capacity;
+                // `T: Copy` elements need no drop.
+                drop(unsafe { Vec::from_raw_parts(p, 0, CHUNK_BYTES / std::mem::size_of::<T>()) });
+            }
+        }
     }
 }
 
@@ -286,28 +355,13 @@ fn advise_huge(p: *mut u8, len: usize) {
     }
 }
 
-impl<T> Default for Chunked<T> {
-    fn default() -> Self {
-        Chunked {
-            chunks: Vec::new(),
-            len: 0,
-        }
-    }
-}
-
-/// One thread's log: chunks of [`CHUNK_BYTES`], and the thread's index
+/// One thread's log: its entries and details, and the thread's index
 /// (the high half of its event ids).
 #[derive(Debug)]
 struct ThreadLog {
     idx: u64,
-    inner: Mutex<LogInner>,
-}
-
-#[derive(Debug, Default)]
-struct LogInner {
-    entries: Chunked<Entry>,
-    details: Chunked<Detail>,
-    next: u64,
+    entries: AppendLog<Entry>,
+    details: AppendLog<Detail>,
 }
 
 #[derive(Debug, Default)]
@@ -327,36 +381,69 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What a thread holds of its own log: the log (it is the only writer) and
+/// the sequence number of its last event.
+struct Local {
+    log: Arc<ThreadLog>,
+    next: Cell<u64>,
+}
+
+impl Local {
+    /// Appends `e` to this thread's entries.
+    #[inline]
+    fn push(&self, e: Entry) {
+        // SAFETY: `Local` lives in this thread's TLS: its thread is the log's only writer.
+        let _ = unsafe { self.log.entries.push(e) };
+    }
+
+    /// Appends `d` to this thread's details; its index (`None`: full).
+    #[inline]
+    fn push_detail(&self, d: Detail) -> Option<usize> {
+        // SAFETY: as in `push`.
+        unsafe { self.log.details.push(d) }
+    }
+
+    /// A new event id: the thread index (high 24 bits) and the next sequence number.
+    #[inline]
+    fn next_id(&self) -> u64 {
+        let n = self.next.get() + 1;
+        self.next.set(n);
+        (self.log.idx << 40) | n
+    }
+}
+
 thread_local! {
     /// This thread's log, registered in [`store`] at its first event.
-    static LOG: RefCell<Option<Arc<ThreadLog>>> = const { RefCell::new(None) };
+    static LOG: OnceCell<Local> = const { OnceCell::new() };
 }
 
 /// Runs `f` on this thread's log (registering it first); `None` while the
 /// thread is being torn down.
 #[inline]
-fn with_log<R>(f: impl FnOnce(&mut LogInner, u64) -> R) -> Option<R> {
-    LOG.try_with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let log = slot.get_or_insert_with(|| {
-            let mut st = lock(store());
-            let log = Arc::new(ThreadLog {
-                idx: st.logs.len() as u64 + 1,
-                inner: Mutex::new(LogInner::default()),
-            });
-            st.logs.push(log.clone());
-            log
-        });
-        let mut inner = lock(&log.inner);
-        f(&mut inner, log.idx)
-    })
-    .ok()
+fn with_log<R>(f: impl FnOnce(&Local) -> R) -> Option<R> {
+    LOG.try_with(|cell| f(cell.get_or_init(register))).ok()
+}
+
+/// Creates this thread's log and registers it in [`store`].
+#[cold]
+fn register() -> Local {
+    let mut st = lock(store());
+    let log = Arc::new(ThreadLog {
+        idx: st.logs.len() as u64 + 1,
+        entries: AppendLog::new(),
+        details: AppendLog::new(),
+    });
+    st.logs.push(log.clone());
+    Local {
+        log,
+        next: Cell::new(0),
+    }
 }
 
 /// Appends `e` to this thread's log.
 #[inline]
 fn append(e: Entry) {
-    with_log(|l, _| l.entries.push(e));
+    with_log(|l| l.push(e));
 }
 
 /// `CLOCK_REALTIME` in ns.
@@ -517,14 +604,13 @@ pub fn collect() -> Vec<Rec> {
     let threads: Vec<(Vec<Entry>, Vec<Detail>)> = logs
         .iter()
         .map(|l| {
-            let inner = lock(&l.inner);
-            let mut entries = inner.entries.to_vec();
+            let mut entries = l.entries.to_vec();
             for e in &mut entries {
                 match e {
                     Entry::Start { t, .. } | Entry::State { t, .. } | Entry::Stop { t, .. } => *t = to_ns(*t),
                 }
             }
-            (entries, inner.details.to_vec())
+            (entries, l.details.to_vec())
         })
         .collect();
     recs_of(&threads)
@@ -749,10 +835,7 @@ impl TraceProfiler {
             abi::ncclProfileColl => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.coll };
-                // SAFETY: `parentGroup` is NULL or one of this profiler's event handles.
-                let group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }
-                    .copied()
-                    .unwrap_or(0);
+                let group = TraceProfiler::event_of_handle(c.parentGroup as usize).unwrap_or(0);
                 let det = Detail::Coll {
                     seq: c.seqNumber,
                     func: Name::of(c.func),
@@ -769,10 +852,7 @@ impl TraceProfiler {
             abi::ncclProfileP2p => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.p2p };
-                // SAFETY: as above.
-                let group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }
-                    .copied()
-                    .unwrap_or(0);
+                let group = TraceProfiler::event_of_handle(c.parentGroup as usize).unwrap_or(0);
                 let det = Detail::P2p {
                     func: Name::of(c.func),
                     count: c.count,
@@ -817,9 +897,11 @@ impl TraceProfiler {
 impl Profiler for TraceProfiler {
     const NAME: &'static CStr = c"FerrocclTrace";
     /// The event's id: the recording thread's index (high 24 bits) and its
-    /// sequence number there (never 0).
+    /// sequence number there (never 0). It is also the event's handle
+    /// ([`Profiler::UNBOXED`]): no box, no retained copy, no lock in the SDK, and
+    /// a stopped parent's id stays valid for its later children.
     type Event = u64;
-    const RETAIN_STOPPED: usize = 1 << 16;
+    const UNBOXED: bool = true;
 
     fn init(info: ProfilerInit<'_>, activation_mask: &mut i32) -> NetResult<Self> {
         *activation_mask = std::env::var("NCCL_PROFILE_EVENT_MASK")
@@ -841,16 +923,13 @@ impl Profiler for TraceProfiler {
         let t = now_ns();
         let parent = parent.copied().unwrap_or(0);
         let ty = descr.r#type as u32;
-        Ok(with_log(|l, idx| {
-            l.next += 1;
-            let id = (idx << 40) | l.next;
-            let p = match detail {
-                Some(d) => Payload::Detail {
-                    index: l.details.push(d) as u32,
-                },
+        Ok(with_log(|l| {
+            let id = l.next_id();
+            let p = match detail.and_then(|d| l.push_detail(d)) {
+                Some(index) => Payload::Detail { index: index as u32 },
                 None => p,
             };
-            l.entries.push(Entry::Start {
+            l.push(Entry::Start {
                 id,
                 parent,
                 t,
@@ -862,12 +941,28 @@ impl Profiler for TraceProfiler {
         }))
     }
 
-    fn retain(&self, event: &u64) -> Option<u64> {
-        Some(*event)
+    fn handle_of(event: &u64) -> usize {
+        *event as usize
+    }
+
+    fn event_of_handle(h: usize) -> Option<u64> {
+        (h != 0).then_some(h as u64)
     }
 
     fn record_event_state(
         &self,
+        event: &mut u64,
+        state: abi::ncclProfilerEventState_t,
+        args: Option<&abi::ncclProfilerEventStateArgs_v6_t>,
+    ) -> NetResult<()> {
+        Self::record_unboxed(event, state, args)
+    }
+
+    fn stop_event(&self, event: u64) -> NetResult<()> {
+        Self::stop_unboxed(event)
+    }
+
+    fn record_unboxed(
         event: &mut u64,
         state: abi::ncclProfilerEventState_t,
         args: Option<&abi::ncclProfilerEventStateArgs_v6_t>,
@@ -889,7 +984,7 @@ impl Profiler for TraceProfiler {
         Ok(())
     }
 
-    fn stop_event(&self, event: u64) -> NetResult<()> {
+    fn stop_unboxed(event: u64) -> NetResult<()> {
         append(Entry::Stop { id: event, t: now_ns() });
         Ok(())
     }
