@@ -355,12 +355,286 @@ fn advise_huge(p: *mut u8, len: usize) {
     }
 }
 
+/// A thread's entries as variable-length records (see [`encode`]) in chunks
+/// of [`CHUNK_BYTES`]: one writer (the owning thread), any number of readers,
+/// published as [`AppendLog`] does. A record never straddles two chunks: when
+/// the next one does not fit, the rest of the chunk starts with [`TAG_PAD`].
+struct ByteLog {
+    /// Chunk pointers (NULL: not allocated yet); [`MAX_CHUNKS`] of them.
+    chunks: Box<[AtomicPtr<u8>]>,
+    /// Published bytes, counting the padded ends of chunks.
+    len: AtomicUsize,
+}
+
+impl std::fmt::Debug for ByteLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByteLog")
+            .field("len", &self.len.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl ByteLog {
+    fn new() -> Self {
+        ByteLog {
+            chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            len: AtomicUsize::new(0),
+        }
+    }
+
+    /// Appends one record; `false` when the log is full.
+    ///
+    /// # Safety
+    /// Only one thread (the log's owner) may ever call `push` on this log.
+    #[inline]
+    unsafe fn push(&self, rec: &[u8]) -> bool {
+        debug_assert!(!rec.is_empty() && rec.len() <= MAX_RECORD);
+        let mut len = self.len.load(Ordering::Relaxed);
+        let off = len % CHUNK_BYTES;
+        if off + rec.len() > CHUNK_BYTES {
+            // `off > 0`, so this chunk exists; nobody reads past `len` yet.
+            let p = self.chunks[len / CHUNK_BYTES].load(Ordering::Relaxed);
+            // SAFETY: `off < CHUNK_BYTES` lies inside the chunk; unpublished, ours alone.
+            unsafe { p.add(off).write(TAG_PAD) };
+            len += CHUNK_BYTES - off;
+        }
+        let Some(chunk) = self.chunks.get(len / CHUNK_BYTES) else {
+            return false;
+        };
+        let mut p = chunk.load(Ordering::Relaxed);
+        if p.is_null() {
+            p = AppendLog::<u8>::new_chunk();
+            chunk.store(p, Ordering::Release);
+        }
+        // SAFETY: the record fits in the chunk from `len % CHUNK_BYTES` on; those
+        // bytes are not yet published, so no reader touches them, and only this
+        // thread writes.
+        unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), p.add(len % CHUNK_BYTES), rec.len()) };
+        self.len.store(len + rec.len(), Ordering::Release);
+        true
+    }
+
+    /// The published records, decoded; Start ids are rebuilt from the thread
+    /// index `idx` and their order (the `n`-th start of a thread has sequence `n`).
+    fn entries(&self, idx: u64) -> Vec<Entry> {
+        let n = self.len.load(Ordering::Acquire);
+        let mut out = Vec::with_capacity(n / 24);
+        let mut seq = 0u64;
+        let mut pos = 0;
+        while pos < n {
+            let end = n.min((pos / CHUNK_BYTES + 1) * CHUNK_BYTES);
+            let p = self.chunks[pos / CHUNK_BYTES].load(Ordering::Relaxed);
+            // SAFETY: bytes `[pos, end)` were written (as whole records or a pad
+            // tag) before `len` was published with release, all in this chunk.
+            let bytes = unsafe { std::slice::from_raw_parts(p.add(pos % CHUNK_BYTES), end - pos) };
+            let mut r = Reader(bytes);
+            while !r.0.is_empty() {
+                match decode(&mut r, idx, &mut seq) {
+                    Some(e) => out.push(e),
+                    None => break, // TAG_PAD (or a damaged tail): next chunk
+                }
+            }
+            pos = end.next_multiple_of(CHUNK_BYTES);
+        }
+        out
+    }
+}
+
+impl Drop for ByteLog {
+    fn drop(&mut self) {
+        for c in self.chunks.iter() {
+            let p = c.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: allocated by `AppendLog::<u8>::new_chunk` as a `Vec<u8>` of this capacity.
+                drop(unsafe { Vec::from_raw_parts(p, 0, CHUNK_BYTES) });
+            }
+        }
+    }
+}
+
+/// Record tags of a [`ByteLog`].
+const TAG_PAD: u8 = 0;
+const TAG_START: u8 = 1;
+const TAG_STATE: u8 = 2;
+const TAG_STATE_NO_SIZE: u8 = 3;
+const TAG_STOP: u8 = 4;
+/// The longest record (a Start with a ProxyOp payload is 40 bytes).
+const MAX_RECORD: usize = 48;
+
+/// A record being written: a fixed buffer and its length.
+struct Writer {
+    buf: [u8; MAX_RECORD],
+    len: usize,
+}
+
+impl Writer {
+    #[inline]
+    fn new(tag: u8) -> Self {
+        let mut w = Writer {
+            buf: [0; MAX_RECORD],
+            len: 0,
+        };
+        w.put(&[tag]);
+        w
+    }
+
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
+        self.len += b.len();
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+/// Reads little-endian fields off the front of a record slice.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (h, t) = self.0.split_first_chunk::<N>()?;
+        self.0 = t;
+        Some(*h)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take::<1>().map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn i32(&mut self) -> Option<i32> {
+        self.take().map(i32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take().map(u64::from_le_bytes)
+    }
+}
+
+/// The record of `e` in a [`ByteLog`]: a tag, then the fields little-endian;
+/// a Start without its id (rebuilt from the order of starts) and with only
+/// its payload's own fields; a state without the size when it has none.
+/// 17 to 40 bytes instead of the 48 of an [`Entry`]: what the log writes per
+/// event is most of what keeping every event costs (page faults on fresh memory).
+#[inline]
+fn encode(e: &Entry) -> Writer {
+    match *e {
+        Entry::Start {
+            parent, t, ty, rank, p, ..
+        } => {
+            let mut w = Writer::new(TAG_START);
+            w.put(&ty.to_le_bytes());
+            w.put(&rank.to_le_bytes());
+            w.put(&t.to_le_bytes());
+            w.put(&parent.to_le_bytes());
+            match p {
+                Payload::None => w.put(&[0]),
+                Payload::GroupApi { depth } => {
+                    w.put(&[1]);
+                    w.put(&depth.to_le_bytes());
+                }
+                Payload::Detail { index } => {
+                    w.put(&[2]);
+                    w.put(&index.to_le_bytes());
+                }
+                Payload::ProxyOp {
+                    channel,
+                    send,
+                    peer,
+                    nsteps,
+                    chunk,
+                } => {
+                    w.put(&[3, channel, send as u8]);
+                    w.put(&peer.to_le_bytes());
+                    w.put(&nsteps.to_le_bytes());
+                    w.put(&chunk.to_le_bytes());
+                }
+                Payload::ProxyStep { step } => {
+                    w.put(&[4]);
+                    w.put(&step.to_le_bytes());
+                }
+                Payload::NetPlugin { id } => {
+                    w.put(&[5]);
+                    w.put(&id.to_le_bytes());
+                }
+                Payload::KernelCh { channel } => w.put(&[6, channel]),
+            }
+            w
+        }
+        Entry::State { id, t, size, state } => {
+            let mut w = Writer::new(if size == u64::MAX { TAG_STATE_NO_SIZE } else { TAG_STATE });
+            w.put(&id.to_le_bytes());
+            w.put(&t.to_le_bytes());
+            w.put(&state.to_le_bytes());
+            if size != u64::MAX {
+                w.put(&size.to_le_bytes());
+            }
+            w
+        }
+        Entry::Stop { id, t } => {
+            let mut w = Writer::new(TAG_STOP);
+            w.put(&id.to_le_bytes());
+            w.put(&t.to_le_bytes());
+            w
+        }
+    }
+}
+
+/// The next record of `r` ([`encode`]'s inverse); `None` at [`TAG_PAD`] or a
+/// truncated record. `seq` counts the thread's starts so far.
+fn decode(r: &mut Reader<'_>, idx: u64, seq: &mut u64) -> Option<Entry> {
+    match r.u8()? {
+        TAG_START => {
+            let (ty, rank, t, parent) = (r.u32()?, r.i32()?, r.u64()?, r.u64()?);
+            let p = match r.u8()? {
+                0 => Payload::None,
+                1 => Payload::GroupApi { depth: r.i32()? },
+                2 => Payload::Detail { index: r.u32()? },
+                3 => Payload::ProxyOp {
+                    channel: r.u8()?,
+                    send: r.u8()? != 0,
+                    peer: r.i32()?,
+                    nsteps: r.i32()?,
+                    chunk: r.i32()?,
+                },
+                4 => Payload::ProxyStep { step: r.i32()? },
+                5 => Payload::NetPlugin {
+                    id: i64::from_le_bytes(r.take()?),
+                },
+                6 => Payload::KernelCh { channel: r.u8()? },
+                _ => return None,
+            };
+            *seq += 1;
+            Some(Entry::Start {
+                id: (idx << 40) | *seq,
+                parent,
+                t,
+                ty,
+                rank,
+                p,
+            })
+        }
+        tag @ (TAG_STATE | TAG_STATE_NO_SIZE) => {
+            let (id, t, state) = (r.u64()?, r.u64()?, r.i32()?);
+            let size = if tag == TAG_STATE { r.u64()? } else { u64::MAX };
+            Some(Entry::State { id, t, size, state })
+        }
+        TAG_STOP => Some(Entry::Stop {
+            id: r.u64()?,
+            t: r.u64()?,
+        }),
+        _ => None,
+    }
+}
+
 /// One thread's log: its entries and details, and the thread's index
 /// (the high half of its event ids).
 #[derive(Debug)]
 struct ThreadLog {
     idx: u64,
-    entries: AppendLog<Entry>,
+    entries: ByteLog,
     details: AppendLog<Detail>,
 }
 
@@ -386,14 +660,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Local {
     log: Arc<ThreadLog>,
     next: Cell<u64>,
+    /// The log is full: this thread records nothing more.
+    full: Cell<bool>,
 }
 
 impl Local {
     /// Appends `e` to this thread's entries.
     #[inline]
     fn push(&self, e: Entry) {
+        if self.full.get() {
+            return;
+        }
+        let rec = encode(&e);
         // SAFETY: `Local` lives in this thread's TLS: its thread is the log's only writer.
-        let _ = unsafe { self.log.entries.push(e) };
+        if !unsafe { self.log.entries.push(rec.bytes()) } {
+            // Nothing more, not even a shorter record that would still fit: the
+            // ids of starts are their order in the log.
+            self.full.set(true);
+        }
     }
 
     /// Appends `d` to this thread's details; its index (`None`: full).
@@ -430,13 +714,14 @@ fn register() -> Local {
     let mut st = lock(store());
     let log = Arc::new(ThreadLog {
         idx: st.logs.len() as u64 + 1,
-        entries: AppendLog::new(),
+        entries: ByteLog::new(),
         details: AppendLog::new(),
     });
     st.logs.push(log.clone());
     Local {
         log,
         next: Cell::new(0),
+        full: Cell::new(false),
     }
 }
 
@@ -604,7 +889,7 @@ pub fn collect() -> Vec<Rec> {
     let threads: Vec<(Vec<Entry>, Vec<Detail>)> = logs
         .iter()
         .map(|l| {
-            let mut entries = l.entries.to_vec();
+            let mut entries = l.entries.entries(l.idx);
             for e in &mut entries {
                 match e {
                     Entry::Start { t, .. } | Entry::State { t, .. } | Entry::Stop { t, .. } => *t = to_ns(*t),
@@ -1198,6 +1483,66 @@ mod tests {
             "{}",
             std::mem::size_of::<Payload>()
         );
+    }
+
+    /// Every kind of record comes back from a thread's byte log as it went in
+    /// (Start ids rebuilt from their order), across chunk boundaries, which
+    /// records never straddle.
+    #[test]
+    fn byte_log_round_trips_across_chunks() {
+        let idx = 5;
+        let payloads = [
+            Payload::None,
+            Payload::GroupApi { depth: -2 },
+            Payload::Detail { index: 77 },
+            Payload::ProxyOp {
+                channel: 3,
+                send: true,
+                peer: 1,
+                nsteps: 9,
+                chunk: 1 << 20,
+            },
+            Payload::ProxyStep { step: 12 },
+            Payload::NetPlugin { id: 0x1_0001 },
+            Payload::KernelCh { channel: 7 },
+        ];
+        let mut want = Vec::new();
+        let mut seq = 0;
+        // Enough records to fill more than two chunks.
+        for i in 0..(2 * CHUNK_BYTES / 25) as u64 {
+            let e = match i % 4 {
+                0 | 1 => {
+                    seq += 1;
+                    Entry::Start {
+                        id: (idx << 40) | seq,
+                        parent: i.wrapping_mul(0x9e37_79b9),
+                        t: i,
+                        ty: 1 << (i % 15),
+                        rank: i as i32 % 3,
+                        p: payloads[(i / 4) as usize % payloads.len()],
+                    }
+                }
+                2 => Entry::State {
+                    id: i,
+                    t: i + 1,
+                    size: if i % 8 == 2 { u64::MAX } else { i * 3 },
+                    state: (i % 25) as i32,
+                },
+                _ => Entry::Stop { id: i, t: i + 2 },
+            };
+            want.push(e);
+        }
+        let log = ByteLog::new();
+        for e in &want {
+            // SAFETY: this thread is the log's only writer.
+            assert!(unsafe { log.push(encode(e).bytes()) });
+        }
+        assert!(
+            log.len.load(Ordering::Relaxed) > 2 * CHUNK_BYTES,
+            "crossed two chunk ends"
+        );
+        let got = log.entries(idx);
+        assert_eq!(format!("{got:?}"), format!("{want:?}"));
     }
 
     /// Names longer than 15 bytes are cut, NULL is empty.
