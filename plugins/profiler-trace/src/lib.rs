@@ -382,16 +382,19 @@ impl ByteLog {
         }
     }
 
-    /// Appends one record; `false` when the log is full.
+    /// Appends one record (`rec.len` bytes of it); `false` when the log is full.
+    /// The whole [`MAX_RECORD`]-byte buffer is copied (one fixed-size copy, no
+    /// `memmove` call): the bytes past the record are unpublished and the next
+    /// record overwrites them.
     ///
     /// # Safety
     /// Only one thread (the log's owner) may ever call `push` on this log.
     #[inline]
-    unsafe fn push(&self, rec: &[u8]) -> bool {
-        debug_assert!(!rec.is_empty() && rec.len() <= MAX_RECORD);
+    unsafe fn push(&self, rec: &Writer) -> bool {
+        debug_assert!(rec.len > 0 && rec.len <= MAX_RECORD);
         let mut len = self.len.load(Ordering::Relaxed);
         let off = len % CHUNK_BYTES;
-        if off + rec.len() > CHUNK_BYTES {
+        if off + MAX_RECORD > CHUNK_BYTES {
             // `off > 0`, so this chunk exists; nobody reads past `len` yet.
             let p = self.chunks[len / CHUNK_BYTES].load(Ordering::Relaxed);
             // SAFETY: `off < CHUNK_BYTES` lies inside the chunk; unpublished, ours alone.
@@ -406,11 +409,15 @@ impl ByteLog {
             p = AppendLog::<u8>::new_chunk();
             chunk.store(p, Ordering::Release);
         }
-        // SAFETY: the record fits in the chunk from `len % CHUNK_BYTES` on; those
-        // bytes are not yet published, so no reader touches them, and only this
+        // SAFETY: MAX_RECORD bytes fit in the chunk from `len % CHUNK_BYTES` on;
+        // they are not yet published, so no reader touches them, and only this
         // thread writes.
-        unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), p.add(len % CHUNK_BYTES), rec.len()) };
-        self.len.store(len + rec.len(), Ordering::Release);
+        unsafe {
+            p.add(len % CHUNK_BYTES)
+                .cast::<[u8; MAX_RECORD]>()
+                .write_unaligned(rec.buf)
+        };
+        self.len.store(len + rec.len, Ordering::Release);
         true
     }
 
@@ -482,11 +489,6 @@ impl Writer {
     fn put(&mut self, b: &[u8]) {
         self.buf[self.len..self.len + b.len()].copy_from_slice(b);
         self.len += b.len();
-    }
-
-    #[inline]
-    fn bytes(&self) -> &[u8] {
-        &self.buf[..self.len]
     }
 }
 
@@ -673,7 +675,7 @@ impl Local {
         }
         let rec = encode(&e);
         // SAFETY: `Local` lives in this thread's TLS: its thread is the log's only writer.
-        if !unsafe { self.log.entries.push(rec.bytes()) } {
+        if !unsafe { self.log.entries.push(&rec) } {
             // Nothing more, not even a shorter record that would still fit: the
             // ids of starts are their order in the log.
             self.full.set(true);
@@ -1535,7 +1537,7 @@ mod tests {
         let log = ByteLog::new();
         for e in &want {
             // SAFETY: this thread is the log's only writer.
-            assert!(unsafe { log.push(encode(e).bytes()) });
+            assert!(unsafe { log.push(&encode(e)) });
         }
         assert!(
             log.len.load(Ordering::Relaxed) > 2 * CHUNK_BYTES,
