@@ -273,7 +273,9 @@ const MAX_SPARE_DESCRS: usize = 64;
 
 thread_local! {
     /// Descriptors of stopped events, reused by this thread's next requests
-    /// (no allocation per request while profiling).
+    /// (no allocation per request while profiling). Boxes, not values: each is
+    /// handed to a request and must keep its address while the event runs.
+    #[allow(clippy::vec_box)]
     static SPARE_DESCRS: RefCell<Vec<Box<abi::ncclProfilerNetSockDescr_v1_t>>> = const { RefCell::new(Vec::new()) };
 }
 
