@@ -382,16 +382,14 @@ impl ByteLog {
         }
     }
 
-    /// Appends one record (`rec.len` bytes of it); `false` when the log is full.
-    /// The whole [`MAX_RECORD`]-byte buffer is copied (one fixed-size copy, no
-    /// `memmove` call): the bytes past the record are unpublished and the next
-    /// record overwrites them.
+    /// Appends the record of `e` ([`encode`], written in place: no staging
+    /// buffer, no `memmove` call); `false` when the log is full. Room for
+    /// [`MAX_RECORD`] bytes is kept before each record.
     ///
     /// # Safety
     /// Only one thread (the log's owner) may ever call `push` on this log.
     #[inline]
-    unsafe fn push(&self, rec: &Writer) -> bool {
-        debug_assert!(rec.len > 0 && rec.len <= MAX_RECORD);
+    unsafe fn push(&self, e: &Entry) -> bool {
         let mut len = self.len.load(Ordering::Relaxed);
         let off = len % CHUNK_BYTES;
         if off + MAX_RECORD > CHUNK_BYTES {
@@ -412,12 +410,8 @@ impl ByteLog {
         // SAFETY: MAX_RECORD bytes fit in the chunk from `len % CHUNK_BYTES` on;
         // they are not yet published, so no reader touches them, and only this
         // thread writes.
-        unsafe {
-            p.add(len % CHUNK_BYTES)
-                .cast::<[u8; MAX_RECORD]>()
-                .write_unaligned(rec.buf)
-        };
-        self.len.store(len + rec.len, Ordering::Release);
+        let n = unsafe { encode(e, p.add(len % CHUNK_BYTES)) };
+        self.len.store(len + n, Ordering::Release);
         true
     }
 
@@ -468,27 +462,31 @@ const TAG_STOP: u8 = 4;
 /// The longest record (a Start with a ProxyOp payload is 40 bytes).
 const MAX_RECORD: usize = 48;
 
-/// A record being written: a fixed buffer and its length.
+/// A record being written straight into its place in the log (no staging
+/// buffer: fields are stored once, unaligned, little-endian).
 struct Writer {
-    buf: [u8; MAX_RECORD],
+    p: *mut u8,
     len: usize,
 }
 
 impl Writer {
+    /// Starts a record with `tag` at `p`.
+    ///
+    /// # Safety
+    /// `p` must be writable for [`MAX_RECORD`] bytes.
     #[inline]
-    fn new(tag: u8) -> Self {
-        let mut w = Writer {
-            buf: [0; MAX_RECORD],
-            len: 0,
-        };
-        w.put(&[tag]);
+    unsafe fn at(p: *mut u8, tag: u8) -> Self {
+        let mut w = Writer { p, len: 0 };
+        w.put([tag]);
         w
     }
 
     #[inline]
-    fn put(&mut self, b: &[u8]) {
-        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
-        self.len += b.len();
+    fn put<const N: usize>(&mut self, b: [u8; N]) {
+        assert!(self.len + N <= MAX_RECORD, "record longer than MAX_RECORD");
+        // SAFETY: `p` is writable for MAX_RECORD bytes (`Writer::at`), checked above.
+        unsafe { self.p.add(self.len).cast::<[u8; N]>().write_unaligned(b) };
+        self.len += N;
     }
 }
 
@@ -520,26 +518,30 @@ impl Reader<'_> {
 /// its payload's own fields; a state without the size when it has none.
 /// 17 to 40 bytes instead of the 48 of an [`Entry`]: what the log writes per
 /// event is most of what keeping every event costs (page faults on fresh memory).
+///
+/// # Safety
+/// `dst` must be writable for [`MAX_RECORD`] bytes.
 #[inline]
-fn encode(e: &Entry) -> Writer {
+unsafe fn encode(e: &Entry, dst: *mut u8) -> usize {
     match *e {
         Entry::Start {
             parent, t, ty, rank, p, ..
         } => {
-            let mut w = Writer::new(TAG_START);
-            w.put(&ty.to_le_bytes());
-            w.put(&rank.to_le_bytes());
-            w.put(&t.to_le_bytes());
-            w.put(&parent.to_le_bytes());
+            // SAFETY: per the caller.
+            let mut w = unsafe { Writer::at(dst, TAG_START) };
+            w.put(ty.to_le_bytes());
+            w.put(rank.to_le_bytes());
+            w.put(t.to_le_bytes());
+            w.put(parent.to_le_bytes());
             match p {
-                Payload::None => w.put(&[0]),
+                Payload::None => w.put([0]),
                 Payload::GroupApi { depth } => {
-                    w.put(&[1]);
-                    w.put(&depth.to_le_bytes());
+                    w.put([1]);
+                    w.put(depth.to_le_bytes());
                 }
                 Payload::Detail { index } => {
-                    w.put(&[2]);
-                    w.put(&index.to_le_bytes());
+                    w.put([2]);
+                    w.put(index.to_le_bytes());
                 }
                 Payload::ProxyOp {
                     channel,
@@ -548,38 +550,40 @@ fn encode(e: &Entry) -> Writer {
                     nsteps,
                     chunk,
                 } => {
-                    w.put(&[3, channel, send as u8]);
-                    w.put(&peer.to_le_bytes());
-                    w.put(&nsteps.to_le_bytes());
-                    w.put(&chunk.to_le_bytes());
+                    w.put([3, channel, send as u8]);
+                    w.put(peer.to_le_bytes());
+                    w.put(nsteps.to_le_bytes());
+                    w.put(chunk.to_le_bytes());
                 }
                 Payload::ProxyStep { step } => {
-                    w.put(&[4]);
-                    w.put(&step.to_le_bytes());
+                    w.put([4]);
+                    w.put(step.to_le_bytes());
                 }
                 Payload::NetPlugin { id } => {
-                    w.put(&[5]);
-                    w.put(&id.to_le_bytes());
+                    w.put([5]);
+                    w.put(id.to_le_bytes());
                 }
-                Payload::KernelCh { channel } => w.put(&[6, channel]),
+                Payload::KernelCh { channel } => w.put([6, channel]),
             }
-            w
+            w.len
         }
         Entry::State { id, t, size, state } => {
-            let mut w = Writer::new(if size == u64::MAX { TAG_STATE_NO_SIZE } else { TAG_STATE });
-            w.put(&id.to_le_bytes());
-            w.put(&t.to_le_bytes());
-            w.put(&state.to_le_bytes());
+            // SAFETY: per the caller.
+            let mut w = unsafe { Writer::at(dst, if size == u64::MAX { TAG_STATE_NO_SIZE } else { TAG_STATE }) };
+            w.put(id.to_le_bytes());
+            w.put(t.to_le_bytes());
+            w.put(state.to_le_bytes());
             if size != u64::MAX {
-                w.put(&size.to_le_bytes());
+                w.put(size.to_le_bytes());
             }
-            w
+            w.len
         }
         Entry::Stop { id, t } => {
-            let mut w = Writer::new(TAG_STOP);
-            w.put(&id.to_le_bytes());
-            w.put(&t.to_le_bytes());
-            w
+            // SAFETY: per the caller.
+            let mut w = unsafe { Writer::at(dst, TAG_STOP) };
+            w.put(id.to_le_bytes());
+            w.put(t.to_le_bytes());
+            w.len
         }
     }
 }
@@ -673,9 +677,8 @@ impl Local {
         if self.full.get() {
             return;
         }
-        let rec = encode(&e);
         // SAFETY: `Local` lives in this thread's TLS: its thread is the log's only writer.
-        if !unsafe { self.log.entries.push(&rec) } {
+        if !unsafe { self.log.entries.push(&e) } {
             // Nothing more, not even a shorter record that would still fit: the
             // ids of starts are their order in the log.
             self.full.set(true);
@@ -1537,7 +1540,7 @@ mod tests {
         let log = ByteLog::new();
         for e in &want {
             // SAFETY: this thread is the log's only writer.
-            assert!(unsafe { log.push(&encode(e)) });
+            assert!(unsafe { log.push(e) });
         }
         assert!(
             log.len.load(Ordering::Relaxed) > 2 * CHUNK_BYTES,
