@@ -389,7 +389,7 @@ impl ByteLog {
     /// # Safety
     /// Only one thread (the log's owner) may ever call `push` on this log.
     #[inline]
-    unsafe fn push(&self, e: &Entry) -> bool {
+    unsafe fn push(&self, e: &Entry, prev_t: &mut u64) -> bool {
         let mut len = self.len.load(Ordering::Relaxed);
         let off = len % CHUNK_BYTES;
         if off + MAX_RECORD > CHUNK_BYTES {
@@ -410,7 +410,7 @@ impl ByteLog {
         // SAFETY: MAX_RECORD bytes fit in the chunk from `len % CHUNK_BYTES` on;
         // they are not yet published, so no reader touches them, and only this
         // thread writes.
-        let n = unsafe { encode(e, p.add(len % CHUNK_BYTES)) };
+        let n = unsafe { encode(e, p.add(len % CHUNK_BYTES), prev_t) };
         self.len.store(len + n, Ordering::Release);
         true
     }
@@ -421,6 +421,7 @@ impl ByteLog {
         let n = self.len.load(Ordering::Acquire);
         let mut out = Vec::with_capacity(n / 24);
         let mut seq = 0u64;
+        let mut prev_t = 0u64;
         let mut pos = 0;
         while pos < n {
             let end = n.min((pos / CHUNK_BYTES + 1) * CHUNK_BYTES);
@@ -430,7 +431,7 @@ impl ByteLog {
             let bytes = unsafe { std::slice::from_raw_parts(p.add(pos % CHUNK_BYTES), end - pos) };
             let mut r = Reader(bytes);
             while !r.0.is_empty() {
-                match decode(&mut r, idx, &mut seq) {
+                match decode(&mut r, idx, &mut seq, &mut prev_t) {
                     Some(e) => out.push(e),
                     None => break, // TAG_PAD (or a damaged tail): next chunk
                 }
@@ -459,7 +460,8 @@ const TAG_START: u8 = 1;
 const TAG_STATE: u8 = 2;
 const TAG_STATE_NO_SIZE: u8 = 3;
 const TAG_STOP: u8 = 4;
-/// The longest record (a Start with a ProxyOp payload is 40 bytes).
+/// Room kept for a record (the longest, a Start with a ProxyOp payload and a
+/// full time, is 44 bytes).
 const MAX_RECORD: usize = 48;
 
 /// A record being written straight into its place in the log (no staging
@@ -488,7 +490,25 @@ impl Writer {
         unsafe { self.p.add(self.len).cast::<[u8; N]>().write_unaligned(b) };
         self.len += N;
     }
+
+    /// A time as its difference from the previous record's (`prev`, updated):
+    /// 4 bytes, or [`TIME_FULL`] and the 8 bytes of the time when the
+    /// difference does not fit (long idle gaps, a clock stepping back).
+    #[inline]
+    fn time(&mut self, t: u64, prev: &mut u64) {
+        let d = t.wrapping_sub(*prev);
+        if d < u64::from(TIME_FULL) {
+            self.put((d as u32).to_le_bytes());
+        } else {
+            self.put(TIME_FULL.to_le_bytes());
+            self.put(t.to_le_bytes());
+        }
+        *prev = t;
+    }
 }
+
+/// The 4-byte time difference that announces a full 8-byte time.
+const TIME_FULL: u32 = u32::MAX;
 
 /// Reads little-endian fields off the front of a record slice.
 struct Reader<'a>(&'a [u8]);
@@ -511,18 +531,28 @@ impl Reader<'_> {
     fn u64(&mut self) -> Option<u64> {
         self.take().map(u64::from_le_bytes)
     }
+    /// A time written by [`Writer::time`] after `prev` (updated).
+    fn time(&mut self, prev: &mut u64) -> Option<u64> {
+        let t = match self.u32()? {
+            TIME_FULL => self.u64()?,
+            d => prev.wrapping_add(u64::from(d)),
+        };
+        *prev = t;
+        Some(t)
+    }
 }
 
 /// The record of `e` in a [`ByteLog`]: a tag, then the fields little-endian;
 /// a Start without its id (rebuilt from the order of starts) and with only
 /// its payload's own fields; a state without the size when it has none.
-/// 17 to 40 bytes instead of the 48 of an [`Entry`]: what the log writes per
+/// Times are differences from the thread's previous record ([`Writer::time`]).
+/// 13 to 44 bytes (mostly 13 to 36) instead of the 48 of an [`Entry`]: what the log writes per
 /// event is most of what keeping every event costs (page faults on fresh memory).
 ///
 /// # Safety
 /// `dst` must be writable for [`MAX_RECORD`] bytes.
 #[inline]
-unsafe fn encode(e: &Entry, dst: *mut u8) -> usize {
+unsafe fn encode(e: &Entry, dst: *mut u8, prev_t: &mut u64) -> usize {
     match *e {
         Entry::Start {
             parent, t, ty, rank, p, ..
@@ -531,7 +561,7 @@ unsafe fn encode(e: &Entry, dst: *mut u8) -> usize {
             let mut w = unsafe { Writer::at(dst, TAG_START) };
             w.put(ty.to_le_bytes());
             w.put(rank.to_le_bytes());
-            w.put(t.to_le_bytes());
+            w.time(t, prev_t);
             w.put(parent.to_le_bytes());
             match p {
                 Payload::None => w.put([0]),
@@ -571,7 +601,7 @@ unsafe fn encode(e: &Entry, dst: *mut u8) -> usize {
             // SAFETY: per the caller.
             let mut w = unsafe { Writer::at(dst, if size == u64::MAX { TAG_STATE_NO_SIZE } else { TAG_STATE }) };
             w.put(id.to_le_bytes());
-            w.put(t.to_le_bytes());
+            w.time(t, prev_t);
             w.put(state.to_le_bytes());
             if size != u64::MAX {
                 w.put(size.to_le_bytes());
@@ -582,7 +612,7 @@ unsafe fn encode(e: &Entry, dst: *mut u8) -> usize {
             // SAFETY: per the caller.
             let mut w = unsafe { Writer::at(dst, TAG_STOP) };
             w.put(id.to_le_bytes());
-            w.put(t.to_le_bytes());
+            w.time(t, prev_t);
             w.len
         }
     }
@@ -590,10 +620,10 @@ unsafe fn encode(e: &Entry, dst: *mut u8) -> usize {
 
 /// The next record of `r` ([`encode`]'s inverse); `None` at [`TAG_PAD`] or a
 /// truncated record. `seq` counts the thread's starts so far.
-fn decode(r: &mut Reader<'_>, idx: u64, seq: &mut u64) -> Option<Entry> {
+fn decode(r: &mut Reader<'_>, idx: u64, seq: &mut u64, prev_t: &mut u64) -> Option<Entry> {
     match r.u8()? {
         TAG_START => {
-            let (ty, rank, t, parent) = (r.u32()?, r.i32()?, r.u64()?, r.u64()?);
+            let (ty, rank, t, parent) = (r.u32()?, r.i32()?, r.time(prev_t)?, r.u64()?);
             let p = match r.u8()? {
                 0 => Payload::None,
                 1 => Payload::GroupApi { depth: r.i32()? },
@@ -623,13 +653,13 @@ fn decode(r: &mut Reader<'_>, idx: u64, seq: &mut u64) -> Option<Entry> {
             })
         }
         tag @ (TAG_STATE | TAG_STATE_NO_SIZE) => {
-            let (id, t, state) = (r.u64()?, r.u64()?, r.i32()?);
+            let (id, t, state) = (r.u64()?, r.time(prev_t)?, r.i32()?);
             let size = if tag == TAG_STATE { r.u64()? } else { u64::MAX };
             Some(Entry::State { id, t, size, state })
         }
         TAG_STOP => Some(Entry::Stop {
             id: r.u64()?,
-            t: r.u64()?,
+            t: r.time(prev_t)?,
         }),
         _ => None,
     }
@@ -668,6 +698,8 @@ struct Local {
     next: Cell<u64>,
     /// The log is full: this thread records nothing more.
     full: Cell<bool>,
+    /// The time of the last record (records hold the difference).
+    prev_t: Cell<u64>,
 }
 
 impl Local {
@@ -677,8 +709,12 @@ impl Local {
         if self.full.get() {
             return;
         }
+        let mut prev_t = self.prev_t.get();
+        // SAFETY: as above.
         // SAFETY: `Local` lives in this thread's TLS: its thread is the log's only writer.
-        if !unsafe { self.log.entries.push(&e) } {
+        let ok = unsafe { self.log.entries.push(&e, &mut prev_t) };
+        self.prev_t.set(prev_t);
+        if !ok {
             // Nothing more, not even a shorter record that would still fit: the
             // ids of starts are their order in the log.
             self.full.set(true);
@@ -727,6 +763,7 @@ fn register() -> Local {
         log,
         next: Cell::new(0),
         full: Cell::new(false),
+        prev_t: Cell::new(0),
     }
 }
 
@@ -1514,14 +1551,19 @@ mod tests {
         let mut want = Vec::new();
         let mut seq = 0;
         // Enough records to fill more than two chunks.
-        for i in 0..(2 * CHUNK_BYTES / 25) as u64 {
+        for i in 0..(2 * CHUNK_BYTES / 16) as u64 {
             let e = match i % 4 {
                 0 | 1 => {
                     seq += 1;
                     Entry::Start {
                         id: (idx << 40) | seq,
                         parent: i.wrapping_mul(0x9e37_79b9),
-                        t: i,
+                        // Forward steps, a jump past 32 bits, and a step back.
+                        t: match i % 1000 {
+                            4 => i << 40,
+                            8 => i / 2,
+                            _ => i,
+                        },
                         ty: 1 << (i % 15),
                         rank: i as i32 % 3,
                         p: payloads[(i / 4) as usize % payloads.len()],
@@ -1538,9 +1580,10 @@ mod tests {
             want.push(e);
         }
         let log = ByteLog::new();
+        let mut prev_t = 0;
         for e in &want {
             // SAFETY: this thread is the log's only writer.
-            assert!(unsafe { log.push(e) });
+            assert!(unsafe { log.push(e, &mut prev_t) });
         }
         assert!(
             log.len.load(Ordering::Relaxed) > 2 * CHUNK_BYTES,
