@@ -27,9 +27,10 @@
 //! * net-plugin events on the track of their step; ProxyCtrl on `proxy`.
 //!
 //! # Cost on the hot path
-//! `startEvent`, `recordEventState` and `stopEvent` append one fixed-size
-//! [`Entry`] (48 bytes; no heap string, no JSON, no allocation but one chunk
-//! of [`CHUNK_BYTES`] now and then) to the calling thread's own log, which
+//! `startEvent`, `recordEventState` and `stopEvent` append one [`Entry`],
+//! encoded as a variable-length record of 13 to 44 bytes (no heap string, no
+//! JSON, no allocation but one chunk of [`CHUNK_BYTES`] now and then), to the
+//! calling thread's own log, which
 //! takes no lock: its thread is the only writer and publishes each record
 //! with one release store, which `finalize` reads with acquire; each thread
 //! registers its log once in a process-wide list. Event ids are (thread,
@@ -202,7 +203,8 @@ pub enum Payload {
     },
 }
 
-/// One hot-path record of a thread's log (fixed size, `Copy`, 48 bytes). Ids
+/// One record of a thread's log as `finalize` sees it (`Copy`, at most 48
+/// bytes; stored as a variable-length record in the thread's log). Ids
 /// are [`TraceProfiler::Event`] values; 0 = none. Times are [`Clock`] ticks in
 /// a thread's log, realtime ns once collected.
 #[derive(Debug, Clone, Copy)]
