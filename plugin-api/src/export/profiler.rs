@@ -42,6 +42,10 @@ const RETIRED_MAGIC: u64 = 0x4652_4343_4c52_4554; // "FRCCLRET"
 /// `p` must be NULL or a handle this profiler returned (live or retained), or
 /// at least readable for a `u64`; the reference must not outlive the event
 /// (use it within the `startEvent` call that received the handle).
+///
+/// Always `None` for [`Profiler::UNBOXED`](crate::sdk::Profiler::UNBOXED)
+/// profilers, whose events are their handles: they call their own
+/// [`Profiler::event_of_handle`](crate::sdk::Profiler::event_of_handle).
 pub unsafe fn event_of<'a, P: Profiler>(p: *mut c_void) -> Option<&'a P::Event> {
     // SAFETY: per the caller.
     unsafe { parent_of::<P>(p) }
@@ -53,7 +57,7 @@ pub unsafe fn event_of<'a, P: Profiler>(p: *mut c_void) -> Option<&'a P::Event> 
 /// `p` must be NULL or a handle this profiler returned (live or retained), or
 /// at least readable for a `u64`.
 unsafe fn parent_of<'a, P: Profiler>(p: *mut c_void) -> Option<&'a P::Event> {
-    if p.is_null() {
+    if P::UNBOXED || p.is_null() {
         return None;
     }
     // SAFETY: readable per the caller's contract.
@@ -79,6 +83,15 @@ unsafe fn boxed<'a, T>(p: *mut c_void, magic: u64, what: &str) -> NetResult<&'a 
     }
     // SAFETY: the magic identifies a box of type `T` created in this module.
     Ok(unsafe { &mut *(p as *mut T) })
+}
+
+/// The event an [`Profiler::UNBOXED`](crate::sdk::Profiler::UNBOXED) handle names.
+fn unboxed<P: Profiler>(handle: *mut c_void) -> NetResult<P::Event> {
+    if handle.is_null() {
+        return Err(NetError::InvalidArgument("event is NULL".into()));
+    }
+    P::event_of_handle(handle as usize)
+        .ok_or_else(|| NetError::Internal(format!("{handle:p} is not an event of this profiler")))
 }
 
 fn g<P: Profiler>(what: &str, f: impl FnOnce() -> NetResult<()>) -> ncclResult_t {
@@ -418,6 +431,14 @@ pub unsafe extern "C" fn start_event_v6<P: Profiler>(
             let descr = descr
                 .as_ref()
                 .ok_or_else(|| NetError::InvalidArgument("eDescr is NULL".into()))?;
+            if P::UNBOXED {
+                // The event is its own handle: nothing to box, nothing to retain.
+                let parent = P::event_of_handle(descr.parentObj as usize);
+                if let Some(ev) = prof.start_child(descr, parent.as_ref())? {
+                    *handle = P::handle_of(&ev) as *mut c_void;
+                }
+                return Ok(());
+            }
             let parent = parent_of::<P>(descr.parentObj);
             if let Some(ev) = prof.start_child(descr, parent)? {
                 let e = EventBox::<P> {
@@ -442,6 +463,9 @@ pub unsafe extern "C" fn stop_event<P: Profiler>(handle: *mut c_void) -> ncclRes
             if handle.is_null() {
                 // NCCL forwards a net plugin's Stop of an untracked event as NULL.
                 return Ok(());
+            }
+            if P::UNBOXED {
+                return P::stop_unboxed(unboxed::<P>(handle)?);
             }
             let e: &mut EventBox<P> = boxed(handle, EVENT_MAGIC, "event")?;
             let prof = &*e.prof;
@@ -485,6 +509,10 @@ pub unsafe extern "C" fn record_state_v6<P: Profiler>(
     g::<P>("recordEventState", || {
         // SAFETY: `handle` comes from our startEvent; `args` is NULL or valid.
         unsafe {
+            if P::UNBOXED {
+                let mut ev = unboxed::<P>(handle)?;
+                return P::record_unboxed(&mut ev, state, args.as_ref());
+            }
             let e: &mut EventBox<P> = boxed(handle, EVENT_MAGIC, "event")?;
             let prof = &*e.prof;
             match e.event.as_mut() {

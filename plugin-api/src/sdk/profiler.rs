@@ -25,8 +25,9 @@ pub struct ProfilerInit<'a> {
 /// [`export_profiler_plugin!`](crate::export_profiler_plugin).
 ///
 /// Events are boxed by the SDK; the `eHandle` NCCL sees is the box, freed at
-/// `stopEvent`. A descriptor's `parentObj` is that opaque handle of the parent
-/// event (compare it, never dereference it).
+/// `stopEvent` (or, with [`Profiler::UNBOXED`], the event itself). A
+/// descriptor's `parentObj` is that opaque handle of the parent event (compare
+/// it, never dereference it).
 pub trait Profiler: Sized + Send + Sync + 'static {
     /// The vtable `name`.
     const NAME: &'static CStr;
@@ -82,6 +83,52 @@ pub trait Profiler: Sized + Send + Sync + 'static {
 
     /// Stops an event; the SDK frees it afterwards.
     fn stop_event(&self, event: Self::Event) -> NetResult<()> {
+        drop(event);
+        Ok(())
+    }
+
+    /// Whether events are their own `eHandle`: `false` (the default), the SDK
+    /// boxes each event and the handle NCCL sees is the box (freed at
+    /// `stopEvent`, or kept per [`Profiler::RETAIN_STOPPED`]); `true`, the
+    /// handle is [`Profiler::handle_of`] the event and no box, copy or lock is
+    /// made per event. Meant for small `Copy` events that stay meaningful after
+    /// they stopped (ids): a later child's `parentObj` still names its stopped
+    /// parent. `recordEventState` and `stopEvent` receive no context, so these
+    /// profilers implement [`Profiler::record_unboxed`] and
+    /// [`Profiler::stop_unboxed`] instead of the `&self` methods. The SDK keeps
+    /// only the handle: [`Profiler::handle_of`] and [`Profiler::event_of_handle`]
+    /// must round-trip the event by value.
+    const UNBOXED: bool = false;
+
+    /// [`Profiler::UNBOXED`]: the handle of `event` (never 0, which NCCL reads
+    /// as "not tracked"). Not called otherwise; default 0.
+    fn handle_of(event: &Self::Event) -> usize {
+        let _ = event;
+        0
+    }
+
+    /// [`Profiler::UNBOXED`]: the event handle `h` names (`None`: not one of
+    /// this profiler's). `h` may be any value NCCL passes as a handle; it is
+    /// never dereferenced. Not called otherwise; default `None`.
+    fn event_of_handle(h: usize) -> Option<Self::Event> {
+        let _ = h;
+        None
+    }
+
+    /// [`Profiler::UNBOXED`]: records a state transition (as
+    /// [`Profiler::record_event_state`], without the profiler value). Default: nothing.
+    fn record_unboxed(
+        event: &mut Self::Event,
+        state: abi::ncclProfilerEventState_t,
+        args: Option<&abi::ncclProfilerEventStateArgs_v6_t>,
+    ) -> NetResult<()> {
+        let _ = (event, state, args);
+        Ok(())
+    }
+
+    /// [`Profiler::UNBOXED`]: stops an event (as [`Profiler::stop_event`],
+    /// without the profiler value). Default: drops it.
+    fn stop_unboxed(event: Self::Event) -> NetResult<()> {
         drop(event);
         Ok(())
     }

@@ -19,6 +19,7 @@
 //! rather than an error; a handshake with a per-connection id, so concurrent
 //! connects to one listen socket and stray TCP connections cannot mix streams.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::Mutex;
@@ -217,9 +218,10 @@ impl Net for SocketNet {
     fn test(&self, req: &mut ProfRequest) -> NetResult<TestStatus> {
         let st = req.req.test();
         if !matches!(st, Ok(TestStatus::Pending))
-            && let Some((ev, _)) = req.prof.take()
+            && let Some((ev, d)) = req.prof.take()
         {
             ev.stop();
+            spare_descr(d);
         }
         st
     }
@@ -243,7 +245,7 @@ pub struct ProfRequest {
 impl ProfRequest {
     fn new(req: Request, op: i32, length: usize) -> ProfRequest {
         let prof = step_handle(0).map(|h| {
-            let mut d = Box::new(abi::ncclProfilerNetSockDescr_v1_t::zeroed());
+            let mut d = new_descr();
             d.r#type = abi::ncclProfileSocket;
             d.u.sock.fd = -1;
             d.u.sock.op = op;
@@ -259,10 +261,44 @@ impl ProfRequest {
 
 impl Drop for ProfRequest {
     fn drop(&mut self) {
-        if let Some((ev, _)) = self.prof.take() {
+        if let Some((ev, d)) = self.prof.take() {
             ev.stop();
+            spare_descr(d);
         }
     }
+}
+
+/// Most descriptors of stopped events a thread keeps for its next requests.
+const MAX_SPARE_DESCRS: usize = 64;
+
+thread_local! {
+    /// Descriptors of stopped events, reused by this thread's next requests
+    /// (no allocation per request while profiling). Boxes, not values: each is
+    /// handed to a request and must keep its address while the event runs.
+    #[allow(clippy::vec_box)]
+    static SPARE_DESCRS: RefCell<Vec<Box<abi::ncclProfilerNetSockDescr_v1_t>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A zeroed descriptor at a fixed address: a spare one of this thread, or a new box.
+fn new_descr() -> Box<abi::ncclProfilerNetSockDescr_v1_t> {
+    let spare = SPARE_DESCRS.try_with(|s| s.borrow_mut().pop()).ok().flatten();
+    match spare {
+        Some(mut d) => {
+            *d = abi::ncclProfilerNetSockDescr_v1_t::zeroed();
+            d
+        }
+        None => Box::new(abi::ncclProfilerNetSockDescr_v1_t::zeroed()),
+    }
+}
+
+/// Keeps the descriptor of a stopped event for this thread's next request.
+fn spare_descr(d: Box<abi::ncclProfilerNetSockDescr_v1_t>) {
+    let _ = SPARE_DESCRS.try_with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < MAX_SPARE_DESCRS {
+            s.push(d);
+        }
+    });
 }
 
 ferroccl_plugin_api::export_net_plugin!(SocketNet);

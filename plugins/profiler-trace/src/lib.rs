@@ -27,26 +27,29 @@
 //! * net-plugin events on the track of their step; ProxyCtrl on `proxy`.
 //!
 //! # Cost on the hot path
-//! `startEvent`, `recordEventState` and `stopEvent` append one fixed-size
-//! [`Entry`] (48 bytes; no heap string, no JSON, no allocation but one chunk
-//! of [`CHUNK_BYTES`] now and then) to the calling thread's own log, whose
-//! mutex only `finalize` ever contends for; each thread registers its log once
-//! in a process-wide list. Event ids are (thread, sequence) pairs, so no
-//! counter is shared either; times are raw TSC reads ([`Clock`]). What
-//! remains per event is the SDK's handle box. `finalize` merges the logs into
+//! `startEvent`, `recordEventState` and `stopEvent` append one [`Entry`],
+//! encoded as a variable-length record of 13 to 44 bytes (no heap string, no
+//! JSON, no allocation but one chunk of [`CHUNK_BYTES`] now and then), to the
+//! calling thread's own log, which
+//! takes no lock: its thread is the only writer and publishes each record
+//! with one release store, which `finalize` reads with acquire; each thread
+//! registers its log once in a process-wide list. Event ids are (thread,
+//! sequence) pairs, so no counter is shared either; times are raw TSC reads
+//! ([`Clock`]). An event's id is its handle (the SDK's `UNBOXED` mode): no
+//! box, no retained copy and no lock per event. `finalize` merges the logs into
 //! [`Rec`]s and serialises them with `serde_json`. `examples/microbench.rs`
 //! measures the cost per call.
 //!
 //! Memory: every event is kept until the process ends (a trace tool).
 
-use std::cell::RefCell;
+use std::cell::{Cell, OnceCell};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ferroccl_plugin_api::abi;
-use ferroccl_plugin_api::export::profiler::event_of;
 use ferroccl_plugin_api::sdk::{NetResult, Profiler, ProfilerInit};
 use serde_json::{Value, json};
 
@@ -200,7 +203,8 @@ pub enum Payload {
     },
 }
 
-/// One hot-path record of a thread's log (fixed size, `Copy`, 48 bytes). Ids
+/// One record of a thread's log as `finalize` sees it (`Copy`, at most 48
+/// bytes; stored as a variable-length record in the thread's log). Ids
 /// are [`TraceProfiler::Event`] values; 0 = none. Times are [`Clock`] ticks in
 /// a thread's log, realtime ns once collected.
 #[derive(Debug, Clone, Copy)]
@@ -240,36 +244,103 @@ pub enum Entry {
     },
 }
 
-/// A vector that grows by whole chunks of [`CHUNK_BYTES`] (nothing is moved
-/// when it grows).
-#[derive(Debug)]
-struct Chunked<T> {
-    chunks: Vec<Vec<T>>,
-    len: usize,
+/// Most chunks of [`CHUNK_BYTES`] one thread's log holds (16 GiB of
+/// entries); what a thread records beyond that is dropped.
+pub const MAX_CHUNKS: usize = 4096;
+
+/// An append-only vector with one writer (the thread that owns it) and any
+/// number of readers, growing by whole chunks of [`CHUNK_BYTES`] (nothing is
+/// moved when it grows). The writer takes no lock: it writes the next slot,
+/// which no reader looks at yet, then publishes it by storing `len` (release);
+/// a reader loads `len` (acquire) and reads that prefix.
+struct AppendLog<T> {
+    /// Chunk pointers (NULL: not allocated yet); [`MAX_CHUNKS`] of them.
+    chunks: Box<[AtomicPtr<T>]>,
+    /// Published elements.
+    len: AtomicUsize,
 }
 
-impl<T: Copy> Chunked<T> {
-    #[inline]
-    fn push(&mut self, e: T) -> usize {
-        match self.chunks.last_mut() {
-            Some(c) if c.len() < c.capacity() => c.push(e),
-            _ => {
-                let mut c: Vec<T> = Vec::with_capacity(CHUNK_BYTES / std::mem::size_of::<T>().max(1));
-                advise_huge(c.as_mut_ptr().cast(), c.capacity() * std::mem::size_of::<T>());
-                c.push(e);
-                self.chunks.push(c);
-            }
+// SAFETY: the elements are `Copy` values written by one thread before `len`
+// publishes them (release) and only read below the published `len` (acquire).
+unsafe impl<T: Copy + Send> Sync for AppendLog<T> {}
+// SAFETY: as above; the chunks are owned by the log.
+unsafe impl<T: Copy + Send> Send for AppendLog<T> {}
+
+impl<T> std::fmt::Debug for AppendLog<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppendLog")
+            .field("len", &self.len.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl<T: Copy> AppendLog<T> {
+    /// Elements per chunk.
+    const PER_CHUNK: usize = CHUNK_BYTES / std::mem::size_of::<T>();
+
+    fn new() -> Self {
+        AppendLog {
+            chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            len: AtomicUsize::new(0),
         }
-        self.len += 1;
-        self.len - 1
     }
 
+    /// Appends `e`; its index, or `None` when the log is full.
+    ///
+    /// # Safety
+    /// Only one thread (the log's owner) may ever call `push` on this log.
+    #[inline]
+    unsafe fn push(&self, e: T) -> Option<usize> {
+        let n = self.len.load(Ordering::Relaxed);
+        let chunk = self.chunks.get(n / Self::PER_CHUNK)?;
+        let mut p = chunk.load(Ordering::Relaxed);
+        if p.is_null() {
+            p = Self::new_chunk();
+            chunk.store(p, Ordering::Release);
+        }
+        // SAFETY: `p` holds PER_CHUNK elements; slot `n % PER_CHUNK` is not yet
+        // published, so no reader touches it, and only this thread writes.
+        unsafe { p.add(n % Self::PER_CHUNK).write(e) };
+        self.len.store(n + 1, Ordering::Release);
+        Some(n)
+    }
+
+    #[cold]
+    fn new_chunk() -> *mut T {
+        let mut c: Vec<T> = Vec::with_capacity(Self::PER_CHUNK);
+        advise_huge(c.as_mut_ptr().cast(), c.capacity() * std::mem::size_of::<T>());
+        std::mem::ManuallyDrop::new(c).as_mut_ptr()
+    }
+
+    /// A copy of the published elements.
     fn to_vec(&self) -> Vec<T> {
-        let mut v = Vec::with_capacity(self.len);
-        for c in &self.chunks {
-            v.extend_from_slice(c);
+        let n = self.len.load(Ordering::Acquire);
+        let mut v = Vec::with_capacity(n);
+        let mut left = n;
+        for c in self.chunks.iter() {
+            if left == 0 {
+                break;
+            }
+            let k = left.min(Self::PER_CHUNK);
+            // SAFETY: the first `n` elements were written (and their chunk
+            // pointers stored) before `len` was published with release.
+            unsafe { v.extend_from_slice(std::slice::from_raw_parts(c.load(Ordering::Relaxed), k)) };
+            left -= k;
         }
         v
+    }
+}
+
+impl<T> Drop for AppendLog<T> {
+    fn drop(&mut self) {
+        for c in self.chunks.iter() {
+            let p = c.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: allocated by `new_chunk` as a `Vec<T>` of this capacity;
+                // `T: Copy` elements need no drop.
+                drop(unsafe { Vec::from_raw_parts(p, 0, CHUNK_BYTES / std::mem::size_of::<T>()) });
+            }
+        }
     }
 }
 
@@ -286,28 +357,323 @@ fn advise_huge(p: *mut u8, len: usize) {
     }
 }
 
-impl<T> Default for Chunked<T> {
-    fn default() -> Self {
-        Chunked {
-            chunks: Vec::new(),
-            len: 0,
+/// A thread's entries as variable-length records (see [`encode`]) in chunks
+/// of [`CHUNK_BYTES`]: one writer (the owning thread), any number of readers,
+/// published as [`AppendLog`] does. A record never straddles two chunks: when
+/// the next one does not fit, the rest of the chunk starts with [`TAG_PAD`].
+struct ByteLog {
+    /// Chunk pointers (NULL: not allocated yet); [`MAX_CHUNKS`] of them.
+    chunks: Box<[AtomicPtr<u8>]>,
+    /// Published bytes, counting the padded ends of chunks.
+    len: AtomicUsize,
+}
+
+impl std::fmt::Debug for ByteLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByteLog")
+            .field("len", &self.len.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl ByteLog {
+    fn new() -> Self {
+        ByteLog {
+            chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            len: AtomicUsize::new(0),
+        }
+    }
+
+    /// Appends the record of `e` ([`encode`], written in place: no staging
+    /// buffer, no `memmove` call); `false` when the log is full. Room for
+    /// [`MAX_RECORD`] bytes is kept before each record.
+    ///
+    /// # Safety
+    /// Only one thread (the log's owner) may ever call `push` on this log.
+    #[inline]
+    unsafe fn push(&self, e: &Entry, prev_t: &mut u64) -> bool {
+        let mut len = self.len.load(Ordering::Relaxed);
+        let off = len % CHUNK_BYTES;
+        if off + MAX_RECORD > CHUNK_BYTES {
+            // `off > 0`, so this chunk exists; nobody reads past `len` yet.
+            let p = self.chunks[len / CHUNK_BYTES].load(Ordering::Relaxed);
+            // SAFETY: `off < CHUNK_BYTES` lies inside the chunk; unpublished, ours alone.
+            unsafe { p.add(off).write(TAG_PAD) };
+            len += CHUNK_BYTES - off;
+        }
+        let Some(chunk) = self.chunks.get(len / CHUNK_BYTES) else {
+            return false;
+        };
+        let mut p = chunk.load(Ordering::Relaxed);
+        if p.is_null() {
+            p = AppendLog::<u8>::new_chunk();
+            chunk.store(p, Ordering::Release);
+        }
+        // SAFETY: MAX_RECORD bytes fit in the chunk from `len % CHUNK_BYTES` on;
+        // they are not yet published, so no reader touches them, and only this
+        // thread writes.
+        let n = unsafe { encode(e, p.add(len % CHUNK_BYTES), prev_t) };
+        self.len.store(len + n, Ordering::Release);
+        true
+    }
+
+    /// The published records, decoded; Start ids are rebuilt from the thread
+    /// index `idx` and their order (the `n`-th start of a thread has sequence `n`).
+    fn entries(&self, idx: u64) -> Vec<Entry> {
+        let n = self.len.load(Ordering::Acquire);
+        let mut out = Vec::with_capacity(n / 24);
+        let mut seq = 0u64;
+        let mut prev_t = 0u64;
+        let mut pos = 0;
+        while pos < n {
+            let end = n.min((pos / CHUNK_BYTES + 1) * CHUNK_BYTES);
+            let p = self.chunks[pos / CHUNK_BYTES].load(Ordering::Relaxed);
+            // SAFETY: bytes `[pos, end)` were written (as whole records or a pad
+            // tag) before `len` was published with release, all in this chunk.
+            let bytes = unsafe { std::slice::from_raw_parts(p.add(pos % CHUNK_BYTES), end - pos) };
+            let mut r = Reader(bytes);
+            while !r.0.is_empty() {
+                match decode(&mut r, idx, &mut seq, &mut prev_t) {
+                    Some(e) => out.push(e),
+                    None => break, // TAG_PAD (or a damaged tail): next chunk
+                }
+            }
+            pos = end.next_multiple_of(CHUNK_BYTES);
+        }
+        out
+    }
+}
+
+impl Drop for ByteLog {
+    fn drop(&mut self) {
+        for c in self.chunks.iter() {
+            let p = c.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: allocated by `AppendLog::<u8>::new_chunk` as a `Vec<u8>` of this capacity.
+                drop(unsafe { Vec::from_raw_parts(p, 0, CHUNK_BYTES) });
+            }
         }
     }
 }
 
-/// One thread's log: chunks of [`CHUNK_BYTES`], and the thread's index
+/// Record tags of a [`ByteLog`].
+const TAG_PAD: u8 = 0;
+const TAG_START: u8 = 1;
+const TAG_STATE: u8 = 2;
+const TAG_STATE_NO_SIZE: u8 = 3;
+const TAG_STOP: u8 = 4;
+/// Room kept for a record (the longest, a Start with a ProxyOp payload and a
+/// full time, is 44 bytes).
+const MAX_RECORD: usize = 48;
+
+/// A record being written straight into its place in the log (no staging
+/// buffer: fields are stored once, unaligned, little-endian).
+struct Writer {
+    p: *mut u8,
+    len: usize,
+}
+
+impl Writer {
+    /// Starts a record with `tag` at `p`.
+    ///
+    /// # Safety
+    /// `p` must be writable for [`MAX_RECORD`] bytes.
+    #[inline]
+    unsafe fn at(p: *mut u8, tag: u8) -> Self {
+        let mut w = Writer { p, len: 0 };
+        w.put([tag]);
+        w
+    }
+
+    #[inline]
+    fn put<const N: usize>(&mut self, b: [u8; N]) {
+        assert!(self.len + N <= MAX_RECORD, "record longer than MAX_RECORD");
+        // SAFETY: `p` is writable for MAX_RECORD bytes (`Writer::at`), checked above.
+        unsafe { self.p.add(self.len).cast::<[u8; N]>().write_unaligned(b) };
+        self.len += N;
+    }
+
+    /// A time as its difference from the previous record's (`prev`, updated):
+    /// 4 bytes, or [`TIME_FULL`] and the 8 bytes of the time when the
+    /// difference does not fit (long idle gaps, a clock stepping back).
+    #[inline]
+    fn time(&mut self, t: u64, prev: &mut u64) {
+        let d = t.wrapping_sub(*prev);
+        if d < u64::from(TIME_FULL) {
+            self.put((d as u32).to_le_bytes());
+        } else {
+            self.put(TIME_FULL.to_le_bytes());
+            self.put(t.to_le_bytes());
+        }
+        *prev = t;
+    }
+}
+
+/// The 4-byte time difference that announces a full 8-byte time.
+const TIME_FULL: u32 = u32::MAX;
+
+/// Reads little-endian fields off the front of a record slice.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (h, t) = self.0.split_first_chunk::<N>()?;
+        self.0 = t;
+        Some(*h)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take::<1>().map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_le_bytes)
+    }
+    fn i32(&mut self) -> Option<i32> {
+        self.take().map(i32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take().map(u64::from_le_bytes)
+    }
+    /// A time written by [`Writer::time`] after `prev` (updated).
+    fn time(&mut self, prev: &mut u64) -> Option<u64> {
+        let t = match self.u32()? {
+            TIME_FULL => self.u64()?,
+            d => prev.wrapping_add(u64::from(d)),
+        };
+        *prev = t;
+        Some(t)
+    }
+}
+
+/// The record of `e` in a [`ByteLog`]: a tag, then the fields little-endian;
+/// a Start without its id (rebuilt from the order of starts) and with only
+/// its payload's own fields; a state without the size when it has none.
+/// Times are differences from the thread's previous record ([`Writer::time`]).
+/// 13 to 44 bytes (mostly 13 to 36) instead of the 48 of an [`Entry`]: what the log writes per
+/// event is most of what keeping every event costs (page faults on fresh memory).
+///
+/// # Safety
+/// `dst` must be writable for [`MAX_RECORD`] bytes.
+#[inline]
+unsafe fn encode(e: &Entry, dst: *mut u8, prev_t: &mut u64) -> usize {
+    match *e {
+        Entry::Start {
+            parent, t, ty, rank, p, ..
+        } => {
+            // SAFETY: per the caller.
+            let mut w = unsafe { Writer::at(dst, TAG_START) };
+            w.put(ty.to_le_bytes());
+            w.put(rank.to_le_bytes());
+            w.time(t, prev_t);
+            w.put(parent.to_le_bytes());
+            match p {
+                Payload::None => w.put([0]),
+                Payload::GroupApi { depth } => {
+                    w.put([1]);
+                    w.put(depth.to_le_bytes());
+                }
+                Payload::Detail { index } => {
+                    w.put([2]);
+                    w.put(index.to_le_bytes());
+                }
+                Payload::ProxyOp {
+                    channel,
+                    send,
+                    peer,
+                    nsteps,
+                    chunk,
+                } => {
+                    w.put([3, channel, send as u8]);
+                    w.put(peer.to_le_bytes());
+                    w.put(nsteps.to_le_bytes());
+                    w.put(chunk.to_le_bytes());
+                }
+                Payload::ProxyStep { step } => {
+                    w.put([4]);
+                    w.put(step.to_le_bytes());
+                }
+                Payload::NetPlugin { id } => {
+                    w.put([5]);
+                    w.put(id.to_le_bytes());
+                }
+                Payload::KernelCh { channel } => w.put([6, channel]),
+            }
+            w.len
+        }
+        Entry::State { id, t, size, state } => {
+            // SAFETY: per the caller.
+            let mut w = unsafe { Writer::at(dst, if size == u64::MAX { TAG_STATE_NO_SIZE } else { TAG_STATE }) };
+            w.put(id.to_le_bytes());
+            w.time(t, prev_t);
+            w.put(state.to_le_bytes());
+            if size != u64::MAX {
+                w.put(size.to_le_bytes());
+            }
+            w.len
+        }
+        Entry::Stop { id, t } => {
+            // SAFETY: per the caller.
+            let mut w = unsafe { Writer::at(dst, TAG_STOP) };
+            w.put(id.to_le_bytes());
+            w.time(t, prev_t);
+            w.len
+        }
+    }
+}
+
+/// The next record of `r` ([`encode`]'s inverse); `None` at [`TAG_PAD`] or a
+/// truncated record. `seq` counts the thread's starts so far.
+fn decode(r: &mut Reader<'_>, idx: u64, seq: &mut u64, prev_t: &mut u64) -> Option<Entry> {
+    match r.u8()? {
+        TAG_START => {
+            let (ty, rank, t, parent) = (r.u32()?, r.i32()?, r.time(prev_t)?, r.u64()?);
+            let p = match r.u8()? {
+                0 => Payload::None,
+                1 => Payload::GroupApi { depth: r.i32()? },
+                2 => Payload::Detail { index: r.u32()? },
+                3 => Payload::ProxyOp {
+                    channel: r.u8()?,
+                    send: r.u8()? != 0,
+                    peer: r.i32()?,
+                    nsteps: r.i32()?,
+                    chunk: r.i32()?,
+                },
+                4 => Payload::ProxyStep { step: r.i32()? },
+                5 => Payload::NetPlugin {
+                    id: i64::from_le_bytes(r.take()?),
+                },
+                6 => Payload::KernelCh { channel: r.u8()? },
+                _ => return None,
+            };
+            *seq += 1;
+            Some(Entry::Start {
+                id: (idx << 40) | *seq,
+                parent,
+                t,
+                ty,
+                rank,
+                p,
+            })
+        }
+        tag @ (TAG_STATE | TAG_STATE_NO_SIZE) => {
+            let (id, t, state) = (r.u64()?, r.time(prev_t)?, r.i32()?);
+            let size = if tag == TAG_STATE { r.u64()? } else { u64::MAX };
+            Some(Entry::State { id, t, size, state })
+        }
+        TAG_STOP => Some(Entry::Stop {
+            id: r.u64()?,
+            t: r.time(prev_t)?,
+        }),
+        _ => None,
+    }
+}
+
+/// One thread's log: its entries and details, and the thread's index
 /// (the high half of its event ids).
 #[derive(Debug)]
 struct ThreadLog {
     idx: u64,
-    inner: Mutex<LogInner>,
-}
-
-#[derive(Debug, Default)]
-struct LogInner {
-    entries: Chunked<Entry>,
-    details: Chunked<Detail>,
-    next: u64,
+    entries: ByteLog,
+    details: AppendLog<Detail>,
 }
 
 #[derive(Debug, Default)]
@@ -327,36 +693,86 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What a thread holds of its own log: the log (it is the only writer) and
+/// the sequence number of its last event.
+struct Local {
+    log: Arc<ThreadLog>,
+    next: Cell<u64>,
+    /// The log is full: this thread records nothing more.
+    full: Cell<bool>,
+    /// The time of the last record (records hold the difference).
+    prev_t: Cell<u64>,
+}
+
+impl Local {
+    /// Appends `e` to this thread's entries.
+    #[inline]
+    fn push(&self, e: Entry) {
+        if self.full.get() {
+            return;
+        }
+        let mut prev_t = self.prev_t.get();
+        // SAFETY: as above.
+        // SAFETY: `Local` lives in this thread's TLS: its thread is the log's only writer.
+        let ok = unsafe { self.log.entries.push(&e, &mut prev_t) };
+        self.prev_t.set(prev_t);
+        if !ok {
+            // Nothing more, not even a shorter record that would still fit: the
+            // ids of starts are their order in the log.
+            self.full.set(true);
+        }
+    }
+
+    /// Appends `d` to this thread's details; its index (`None`: full).
+    #[inline]
+    fn push_detail(&self, d: Detail) -> Option<usize> {
+        // SAFETY: as in `push`.
+        unsafe { self.log.details.push(d) }
+    }
+
+    /// A new event id: the thread index (high 24 bits) and the next sequence number.
+    #[inline]
+    fn next_id(&self) -> u64 {
+        let n = self.next.get() + 1;
+        self.next.set(n);
+        (self.log.idx << 40) | n
+    }
+}
+
 thread_local! {
     /// This thread's log, registered in [`store`] at its first event.
-    static LOG: RefCell<Option<Arc<ThreadLog>>> = const { RefCell::new(None) };
+    static LOG: OnceCell<Local> = const { OnceCell::new() };
 }
 
 /// Runs `f` on this thread's log (registering it first); `None` while the
 /// thread is being torn down.
 #[inline]
-fn with_log<R>(f: impl FnOnce(&mut LogInner, u64) -> R) -> Option<R> {
-    LOG.try_with(|cell| {
-        let mut slot = cell.borrow_mut();
-        let log = slot.get_or_insert_with(|| {
-            let mut st = lock(store());
-            let log = Arc::new(ThreadLog {
-                idx: st.logs.len() as u64 + 1,
-                inner: Mutex::new(LogInner::default()),
-            });
-            st.logs.push(log.clone());
-            log
-        });
-        let mut inner = lock(&log.inner);
-        f(&mut inner, log.idx)
-    })
-    .ok()
+fn with_log<R>(f: impl FnOnce(&Local) -> R) -> Option<R> {
+    LOG.try_with(|cell| f(cell.get_or_init(register))).ok()
+}
+
+/// Creates this thread's log and registers it in [`store`].
+#[cold]
+fn register() -> Local {
+    let mut st = lock(store());
+    let log = Arc::new(ThreadLog {
+        idx: st.logs.len() as u64 + 1,
+        entries: ByteLog::new(),
+        details: AppendLog::new(),
+    });
+    st.logs.push(log.clone());
+    Local {
+        log,
+        next: Cell::new(0),
+        full: Cell::new(false),
+        prev_t: Cell::new(0),
+    }
 }
 
 /// Appends `e` to this thread's log.
 #[inline]
 fn append(e: Entry) {
-    with_log(|l, _| l.entries.push(e));
+    with_log(|l| l.push(e));
 }
 
 /// `CLOCK_REALTIME` in ns.
@@ -517,14 +933,13 @@ pub fn collect() -> Vec<Rec> {
     let threads: Vec<(Vec<Entry>, Vec<Detail>)> = logs
         .iter()
         .map(|l| {
-            let inner = lock(&l.inner);
-            let mut entries = inner.entries.to_vec();
+            let mut entries = l.entries.entries(l.idx);
             for e in &mut entries {
                 match e {
                     Entry::Start { t, .. } | Entry::State { t, .. } | Entry::Stop { t, .. } => *t = to_ns(*t),
                 }
             }
-            (entries, inner.details.to_vec())
+            (entries, l.details.to_vec())
         })
         .collect();
     recs_of(&threads)
@@ -749,10 +1164,7 @@ impl TraceProfiler {
             abi::ncclProfileColl => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.coll };
-                // SAFETY: `parentGroup` is NULL or one of this profiler's event handles.
-                let group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }
-                    .copied()
-                    .unwrap_or(0);
+                let group = TraceProfiler::event_of_handle(c.parentGroup as usize).unwrap_or(0);
                 let det = Detail::Coll {
                     seq: c.seqNumber,
                     func: Name::of(c.func),
@@ -769,10 +1181,7 @@ impl TraceProfiler {
             abi::ncclProfileP2p => {
                 // SAFETY: as above.
                 let c = unsafe { d.u.p2p };
-                // SAFETY: as above.
-                let group = unsafe { event_of::<TraceProfiler>(c.parentGroup) }
-                    .copied()
-                    .unwrap_or(0);
+                let group = TraceProfiler::event_of_handle(c.parentGroup as usize).unwrap_or(0);
                 let det = Detail::P2p {
                     func: Name::of(c.func),
                     count: c.count,
@@ -817,9 +1226,11 @@ impl TraceProfiler {
 impl Profiler for TraceProfiler {
     const NAME: &'static CStr = c"FerrocclTrace";
     /// The event's id: the recording thread's index (high 24 bits) and its
-    /// sequence number there (never 0).
+    /// sequence number there (never 0). It is also the event's handle
+    /// ([`Profiler::UNBOXED`]): no box, no retained copy, no lock in the SDK, and
+    /// a stopped parent's id stays valid for its later children.
     type Event = u64;
-    const RETAIN_STOPPED: usize = 1 << 16;
+    const UNBOXED: bool = true;
 
     fn init(info: ProfilerInit<'_>, activation_mask: &mut i32) -> NetResult<Self> {
         *activation_mask = std::env::var("NCCL_PROFILE_EVENT_MASK")
@@ -841,16 +1252,13 @@ impl Profiler for TraceProfiler {
         let t = now_ns();
         let parent = parent.copied().unwrap_or(0);
         let ty = descr.r#type as u32;
-        Ok(with_log(|l, idx| {
-            l.next += 1;
-            let id = (idx << 40) | l.next;
-            let p = match detail {
-                Some(d) => Payload::Detail {
-                    index: l.details.push(d) as u32,
-                },
+        Ok(with_log(|l| {
+            let id = l.next_id();
+            let p = match detail.and_then(|d| l.push_detail(d)) {
+                Some(index) => Payload::Detail { index: index as u32 },
                 None => p,
             };
-            l.entries.push(Entry::Start {
+            l.push(Entry::Start {
                 id,
                 parent,
                 t,
@@ -862,12 +1270,28 @@ impl Profiler for TraceProfiler {
         }))
     }
 
-    fn retain(&self, event: &u64) -> Option<u64> {
-        Some(*event)
+    fn handle_of(event: &u64) -> usize {
+        *event as usize
+    }
+
+    fn event_of_handle(h: usize) -> Option<u64> {
+        (h != 0).then_some(h as u64)
     }
 
     fn record_event_state(
         &self,
+        event: &mut u64,
+        state: abi::ncclProfilerEventState_t,
+        args: Option<&abi::ncclProfilerEventStateArgs_v6_t>,
+    ) -> NetResult<()> {
+        Self::record_unboxed(event, state, args)
+    }
+
+    fn stop_event(&self, event: u64) -> NetResult<()> {
+        Self::stop_unboxed(event)
+    }
+
+    fn record_unboxed(
         event: &mut u64,
         state: abi::ncclProfilerEventState_t,
         args: Option<&abi::ncclProfilerEventStateArgs_v6_t>,
@@ -889,7 +1313,7 @@ impl Profiler for TraceProfiler {
         Ok(())
     }
 
-    fn stop_event(&self, event: u64) -> NetResult<()> {
+    fn stop_unboxed(event: u64) -> NetResult<()> {
         append(Entry::Stop { id: event, t: now_ns() });
         Ok(())
     }
@@ -1103,6 +1527,72 @@ mod tests {
             "{}",
             std::mem::size_of::<Payload>()
         );
+    }
+
+    /// Every kind of record comes back from a thread's byte log as it went in
+    /// (Start ids rebuilt from their order), across chunk boundaries, which
+    /// records never straddle.
+    #[test]
+    fn byte_log_round_trips_across_chunks() {
+        let idx = 5;
+        let payloads = [
+            Payload::None,
+            Payload::GroupApi { depth: -2 },
+            Payload::Detail { index: 77 },
+            Payload::ProxyOp {
+                channel: 3,
+                send: true,
+                peer: 1,
+                nsteps: 9,
+                chunk: 1 << 20,
+            },
+            Payload::ProxyStep { step: 12 },
+            Payload::NetPlugin { id: 0x1_0001 },
+            Payload::KernelCh { channel: 7 },
+        ];
+        let mut want = Vec::new();
+        let mut seq = 0;
+        // Enough records to fill more than two chunks.
+        for i in 0..(2 * CHUNK_BYTES / 16) as u64 {
+            let e = match i % 4 {
+                0 | 1 => {
+                    seq += 1;
+                    Entry::Start {
+                        id: (idx << 40) | seq,
+                        parent: i.wrapping_mul(0x9e37_79b9),
+                        // Forward steps, a jump past 32 bits, and a step back.
+                        t: match i % 1000 {
+                            4 => i << 40,
+                            8 => i / 2,
+                            _ => i,
+                        },
+                        ty: 1 << (i % 15),
+                        rank: i as i32 % 3,
+                        p: payloads[(i / 4) as usize % payloads.len()],
+                    }
+                }
+                2 => Entry::State {
+                    id: i,
+                    t: i + 1,
+                    size: if i % 8 == 2 { u64::MAX } else { i * 3 },
+                    state: (i % 25) as i32,
+                },
+                _ => Entry::Stop { id: i, t: i + 2 },
+            };
+            want.push(e);
+        }
+        let log = ByteLog::new();
+        let mut prev_t = 0;
+        for e in &want {
+            // SAFETY: this thread is the log's only writer.
+            assert!(unsafe { log.push(e, &mut prev_t) });
+        }
+        assert!(
+            log.len.load(Ordering::Relaxed) > 2 * CHUNK_BYTES,
+            "crossed two chunk ends"
+        );
+        let got = log.entries(idx);
+        assert_eq!(format!("{got:?}"), format!("{want:?}"));
     }
 
     /// Names longer than 15 bytes are cut, NULL is empty.

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# CPU that profiling adds per 8-byte AllReduce and rank (issue 14, BENCHMARKS.md §8.4),
+# measured by attribution rather than by run time: the ranks spin while they wait, so
+# their CPU time is their wall time. One 2-rank run over the socket plugin
+# (NCCL_SHM_DISABLE=1) under `perf record -g` (frame-pointer call chains: build with
+# RUSTFLAGS="-C force-frame-pointers=yes"); recording is switched off through perf's
+# control fd when the result row is printed, so the trace plugin's finalize (JSON
+# writing) is not sampled. A sample counts as the profiler's when a frame of its call
+# chain is profiler code (the trace plugin, ferroccl::profiler, the group API events,
+# prof_begin/prof_end, the SDK's net-profiler glue, the socket plugin's ProfRequest).
+# Prints ns of sampled CPU per op and rank in profiler code, and in everything.
+# Usage: benchmarks/profiler_cpu.sh MASK N [SO_DIR]
+#   MASK: NCCL_PROFILE_EVENT_MASK (e.g. 32767, 0) or `none` (no profiler)
+#   SO_DIR: a directory of plugin .so files put first on LD_LIBRARY_PATH (A/B of plugin builds)
+# Environment: B (build dir, default target/release), F (sampling Hz, default 20000).
+set -euo pipefail
+M=$1; N=$2; SO=${3:-}
+B=${B:-target/release}; F=${F:-20000}
+export LD_LIBRARY_PATH=${SO:+$SO:}$B NCCL_NET_PLUGIN=socket NCCL_SHM_DISABLE=1
+D=$(mktemp -d); trap 'rm -rf "$D"' EXIT
+args=()
+if [ "$M" != none ]; then export NCCL_PROFILE_EVENT_MASK=$M; args=(--trace "$D/trc"); fi
+mkfifo "$D/ctl"; exec 9<>"$D/ctl"
+perf record -q -F "$F" -g --control fd:9 -o "$D/perf.data" -- \
+  "$B/ferroccl-perf" --ranks 2 -b 8 -e 8 -n "$N" -w 100 "${args[@]}" all_reduce 2>&1 |
+  while IFS= read -r line; do
+    if [[ $line =~ ^\ +8\ + ]]; then echo disable >&9; echo "$line"; fi
+  done
+perf script -i "$D/perf.data" -F tid,ip,sym,dso 2>/dev/null | python3 -c '
+import re, sys
+F, N = float(sys.argv[1]), int(sys.argv[2])
+ops = 2 * 2 * (N + 100)  # 2 ranks x (out-of-place + in-place) x (n + warmup)
+fin = re.compile(r"finalize|to_chrome|recs_of|nccl_profiler_trace::collect|serde_json")
+prof = re.compile(r"libnccl[-_]profiler[-_]trace|group::api_|sdk::net_profiler|ferroccl::profiler::|prof_begin|prof_end|ProfRequest|StepTracker|net_callback")
+n = {"prof": 0, "all": 0}
+cur = None
+def done(frames):
+    text = "\n".join(frames)
+    if fin.search(text):
+        return
+    n["all"] += 1
+    if prof.search(text):
+        n["prof"] += 1
+for line in sys.stdin:
+    if not line.strip():
+        if cur is not None:
+            done(cur)
+        cur = None
+    elif not line.startswith("\t"):
+        cur = []
+    elif cur is not None:
+        cur.append(line.strip())
+if cur is not None:
+    done(cur)
+print("profiler ns/op/rank: %.0f   all ns/op/rank: %.0f" % (n["prof"] / F * 1e9 / ops, n["all"] / F * 1e9 / ops))
+' "$F" "$N"
