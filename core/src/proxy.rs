@@ -543,6 +543,12 @@ pub(crate) struct Running {
     ready: bool,
     /// What the tasks were built from, when they may be reused (see [`PlanCache`]).
     key: Vec<PlanKey>,
+    /// The tasks come from the [`PlanCache`]: they ran before, on connections
+    /// that exist.
+    repeat: bool,
+    /// Whether a receive connector of the tasks takes step announcements
+    /// (`RecvConnector::wants_expect`).
+    announce: bool,
 }
 
 /// One operation as far as its schedule depends on it: kind, buffer
@@ -567,6 +573,8 @@ pub(crate) struct PlanCache {
     key: Vec<PlanKey>,
     tasks: Vec<Task>,
     scratch: Vec<Vec<u8>>,
+    /// [`Running::announce`] of the tasks.
+    announce: bool,
 }
 
 /// The plan key of one operation and its decision; `None` when its buffers
@@ -832,11 +840,11 @@ impl Proxy {
                 c
             })
         });
-        let (tasks, scratch, key) = match hit {
-            Some(c) => (c.tasks, c.scratch, c.key),
+        let (tasks, scratch, key, repeat, announce) = match hit {
+            Some(c) => (c.tasks, c.scratch, c.key, true, c.announce),
             None => {
                 let (tasks, scratch) = schedule::build(&work.colls, &descs, &work.plans, &self.params)?;
-                (tasks, scratch, plan_key(work))
+                (tasks, scratch, plan_key(work), false, true)
             }
         };
         Ok(Some(Running {
@@ -847,15 +855,19 @@ impl Proxy {
             prof: None,
             ready: false,
             key,
+            repeat,
+            announce,
         }))
     }
 
     /// Whether every connection the planned `run` uses exists already (else
     /// [`Proxy::ready`] sets them up, which waits for the peers).
     fn connected(&self, run: &Running) -> bool {
-        run.tasks.iter().all(|t| {
-            t.conns.send.iter().all(|k| self.conns.has_send(k)) && t.conns.recv.iter().all(|k| self.conns.has_recv(k))
-        })
+        run.repeat
+            || run.tasks.iter().all(|t| {
+                t.conns.send.iter().all(|k| self.conns.has_send(k))
+                    && t.conns.recv.iter().all(|k| self.conns.has_recv(k))
+            })
     }
 
     /// Makes a planned work item ready to run: connects what its tasks need,
@@ -866,12 +878,22 @@ impl Proxy {
             return Ok(());
         }
         let tasks = &run.tasks;
-        self.connect_missing(tasks)?;
+        // A repeat of the last work (`PlanCache`) finds its connections made
+        // and knows whether its receive connectors take announcements.
+        if !run.repeat {
+            self.connect_missing(tasks)?;
+            run.announce = tasks.iter().any(|t| {
+                t.conns
+                    .recv
+                    .iter()
+                    .any(|k| self.conns.recv(k).is_some_and(|r| r.wants_expect()))
+            });
+        }
         if let Some(min) = self.user_send_min {
             self.register_user(&work.colls, tasks, min);
         }
         // Announce every step each receive connector will consume, in order.
-        for t in tasks {
+        for t in tasks.iter().filter(|_| run.announce) {
             for op in t.ops().filter(|op| op.recv_from.len() > 0) {
                 let target = exec::recv_target(op);
                 for peer in op.recv_from.iter() {
@@ -929,6 +951,7 @@ impl Proxy {
                 key: run.key,
                 tasks: run.tasks,
                 scratch: run.scratch,
+                announce: run.announce,
             });
         }
     }

@@ -385,6 +385,10 @@ impl Stage {
 
 impl Drop for Stage {
     fn drop(&mut self) {
+        if self.parts.is_empty() {
+            // Nothing staged (every step on host memory): no pool to touch.
+            return;
+        }
         let parts = std::mem::take(&mut self.parts);
         POOL.with(|p| {
             let mut p = p.borrow_mut();

@@ -60,25 +60,34 @@ impl Drop for AlignedBuf {
 }
 
 /// The free slots of one connector's FIFO, most recently freed on top.
+///
+/// The slot numbers are bytes packed in one word (slot `i` of the stack in
+/// bits `8i..8i+8`), so that a connector keeping the stack in a `Cell` copies
+/// whole words: a byte stored into a copy on the stack and the whole copy
+/// loaded back right after is a failed store-to-load forward, which waits for
+/// every earlier store to reach the cache (on the send path those are the
+/// step's own stores into the peer's memory, cache misses).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SlotStack {
-    idx: [u8; NCCL_STEPS],
+    idx: u64,
     len: usize,
 }
+
+const _: () = assert!(NCCL_STEPS <= 8, "SlotStack packs a slot number per byte of a u64");
 
 impl SlotStack {
     /// All slots free; slot 0 on top.
     pub(crate) fn full() -> SlotStack {
-        let mut idx = [0u8; NCCL_STEPS];
-        for (i, v) in idx.iter_mut().enumerate() {
-            *v = (NCCL_STEPS - 1 - i) as u8;
+        let mut s = SlotStack { idx: 0, len: 0 };
+        for slot in (0..NCCL_STEPS).rev() {
+            s.give(slot);
         }
-        SlotStack { idx, len: NCCL_STEPS }
+        s
     }
 
     /// The slot the next step gets, if any is free.
     pub(crate) fn top(&self) -> Option<usize> {
-        self.len.checked_sub(1).map(|i| self.idx[i] as usize)
+        self.len.checked_sub(1).map(|i| ((self.idx >> (8 * i)) & 0xff) as usize)
     }
 
     /// Takes the top slot.
@@ -91,8 +100,27 @@ impl SlotStack {
     /// Returns a slot (it becomes the top).
     pub(crate) fn give(&mut self, slot: usize) {
         debug_assert!(self.len < NCCL_STEPS && slot < NCCL_STEPS);
-        self.idx[self.len] = slot as u8;
+        let shift = 8 * self.len;
+        self.idx = (self.idx & !(0xff << shift)) | ((slot as u64 & 0xff) << shift);
         self.len += 1;
+    }
+}
+
+/// One byte per FIFO step index (e.g. the slot a step occupies), packed in a
+/// word for the same reason as [`SlotStack`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct StepBytes(u64);
+
+impl StepBytes {
+    /// The byte of step index `i` (`i < NCCL_STEPS`).
+    pub(crate) fn get(self, i: usize) -> u8 {
+        (self.0 >> (8 * i)) as u8
+    }
+
+    /// This value with the byte of step index `i` set to `v`.
+    pub(crate) fn with(self, i: usize, v: u8) -> StepBytes {
+        let shift = 8 * i;
+        StepBytes((self.0 & !(0xff << shift)) | (u64::from(v) << shift))
     }
 }
 

@@ -324,6 +324,12 @@ pub(crate) trait RecvConnector: Send {
     /// Announces one more step the scheduled work will consume: `Some((address,
     /// bytes))` to land it straight in registered user memory, `None` for a FIFO slot.
     fn expect(&mut self, target: Option<(*mut u8, usize)>);
+    /// Whether [`expect`](Self::expect) does anything (a transport whose steps
+    /// always land in its FIFO needs no announcements: the proxy then skips
+    /// them for work it has run before).
+    fn wants_expect(&self) -> bool {
+        true
+    }
     /// Proxy: posts receives and tests posted ones; whether anything moved.
     fn progress(&mut self) -> Result<bool, Error>;
     /// Registers user memory in `space` for the current operation (device

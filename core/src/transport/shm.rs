@@ -77,7 +77,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::fifo::{AlignedBuf, SlotStack, Steps};
+use super::fifo::{AlignedBuf, SlotStack, StepBytes, Steps};
 use super::proto::Protocol;
 use super::{
     ConnRequest, Connected, Dir, NCCL_STEPS, PendingConn, RecvConnector, SendConnector, Transport, TransportPeer,
@@ -908,7 +908,7 @@ pub(crate) struct ShmSend {
     /// Free slots (Simple).
     free: Cell<SlotStack>,
     /// The slot of each step in flight (Simple), by [`Steps::index`].
-    slot_of: Cell<[u8; NCCL_STEPS]>,
+    slot_of: Cell<StepBytes>,
     /// LL: the step is written here first, then packed into lines.
     staging: Option<AlignedBuf>,
     /// The producer found no room (waiting on the peer's credits).
@@ -924,23 +924,6 @@ pub(crate) struct ShmSend {
     peer: usize,
 }
 
-/// Asks the CPU to bring the `lines` cache lines at `p` into this core's
-/// cache in a writable state (`prefetchw`); a hint only, nothing is read or
-/// written.
-#[inline]
-fn prefetch_for_write(p: *const u8, lines: usize) {
-    #[cfg(target_arch = "x86_64")]
-    for i in 0..lines {
-        // SAFETY: a prefetch never faults or changes memory; the address is
-        // inside our mapping of the peer's segment anyway.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_ET0 }>(p.wrapping_add(64 * i).cast())
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, lines);
-}
-
 /// Steps of fewer than this many bytes take back credits lazily
 /// ([`ShmSend::can_push`]).
 const SMALL_STEP: usize = 4096;
@@ -953,7 +936,7 @@ impl ShmSend {
             layout,
             steps: Cell::new(Steps::default()),
             free: Cell::new(SlotStack::full()),
-            slot_of: Cell::new([0; NCCL_STEPS]),
+            slot_of: Cell::new(StepBytes::default()),
             staging,
             waiting: Cell::new(false),
             last_size: Cell::new(0),
@@ -984,7 +967,7 @@ impl ShmSend {
             let mut free = self.free.get();
             let slot_of = self.slot_of.get();
             for s in st.tail..head {
-                free.give(slot_of[Steps::index(s)] as usize);
+                free.give(slot_of.get(Steps::index(s)) as usize);
             }
             self.free.set(free);
         }
@@ -1079,21 +1062,11 @@ impl SendConnector for ShmSend {
                 let mut free = self.free.get();
                 let slot = free.take().expect("push without can_push");
                 self.free.set(free);
-                let mut slot_of = self.slot_of.get();
-                slot_of[i] = slot as u8;
-                self.slot_of.set(slot_of);
+                self.slot_of.set(self.slot_of.get().with(i, slot as u8));
                 let h = self.seg.header();
                 h.fifo[i].store(((slot as u64) << 56) | size as u64, Ordering::Relaxed);
                 st.head += 1;
                 h.tail.store(st.head, Ordering::Release);
-                if size < SMALL_STEP
-                    && let Some(next) = free.top()
-                {
-                    // The next small step's first lines were last read by the
-                    // receiver: fetch them for writing now, off the critical
-                    // path of the next operation.
-                    prefetch_for_write(self.seg.at(self.layout.slot_offset(next)), 2);
-                }
             }
             _ => {
                 self.ll_pack(st.head, size);
@@ -1312,6 +1285,10 @@ impl RecvConnector for ShmRecv {
 
     /// Steps always land in the FIFO.
     fn expect(&mut self, _target: Option<(*mut u8, usize)>) {}
+
+    fn wants_expect(&self) -> bool {
+        false
+    }
 
     /// No network to drive: checks the sender's state and, while the consumer
     /// waits for data, the sending process.
