@@ -72,7 +72,8 @@ const MOVES_BEFORE_CLOCK_READS: u32 = 4;
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub abort: Arc<AtomicBool>,
-    pub error: Mutex<Option<Error>>,
+    /// The first error (set only through `set_error`, which keeps `failed` in step).
+    error: Mutex<Option<Error>>,
     /// Whether `error` holds an error: every operation asks, so the common
     /// answer (none) takes no lock.
     failed: AtomicBool,
