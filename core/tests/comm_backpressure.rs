@@ -8,13 +8,44 @@ mod coll_support;
 
 use std::time::Duration;
 
-use coll_support::{assert_all_ok, join, launch, role};
+use coll_support::{Role, assert_all_ok, join, launch, role};
 use ferroccl::coll::check::{self, TestOp};
-use ferroccl::{DataType, RedOp, Stream};
+use ferroccl::{Comm, DataType, RedOp, Stream};
 
 const WORKER: &str = "backpressure_worker";
 const OPS: usize = 300;
 const COUNT: usize = 64;
+
+/// Enqueues on one stream an Int32 sum AllReduce of `COUNT` elements per
+/// seed of `seeds`, each from its own input (filled with that seed) into its
+/// own output, synchronizes once, and returns each output's wrong elements.
+fn all_reduce_each(r: &Role, comm: &Comm, seeds: &[u64]) -> Vec<usize> {
+    let dtype = DataType::Int32;
+    let sends: Vec<Vec<u8>> = seeds
+        .iter()
+        .map(|&seed| {
+            let mut b = vec![0u8; COUNT * 4];
+            check::fill(&mut b, dtype, &RedOp::Sum, r.rank, seed);
+            b
+        })
+        .collect();
+    let mut recvs: Vec<Vec<u8>> = seeds.iter().map(|_| vec![0u8; COUNT * 4]).collect();
+    let s = Stream::new();
+    for (send, out) in sends.iter().zip(recvs.iter_mut()) {
+        // SAFETY: every buffer outlives the synchronize below.
+        unsafe { comm.all_reduce(send.as_ptr(), out.as_mut_ptr(), COUNT, dtype, RedOp::Sum, &s) }.expect("enqueue");
+    }
+    s.synchronize().expect("synchronize");
+    seeds
+        .iter()
+        .zip(&recvs)
+        .map(|(&seed, out)| {
+            let want = check::expected(TestOp::AllReduce, dtype, &RedOp::Sum, r.nranks, r.rank, COUNT, seed)
+                .expect("expected");
+            check::count_wrong(dtype, out, &want)
+        })
+        .collect()
+}
 
 /// Child entry point: enqueues `OPS` AllReduces on distinct buffers, then
 /// synchronizes once and checks every result.
@@ -22,18 +53,7 @@ const COUNT: usize = 64;
 fn backpressure_worker() {
     let Some(r) = role("backpressure") else { return };
     let comm = join(&r, Duration::from_secs(30));
-    let dtype = DataType::Int32;
-    let mut send = vec![0u8; COUNT * 4];
-    check::fill(&mut send, dtype, &RedOp::Sum, r.rank, 1);
-    let mut recvs: Vec<Vec<u8>> = (0..OPS).map(|_| vec![0u8; COUNT * 4]).collect();
-    let s = Stream::new();
-    for out in recvs.iter_mut() {
-        // SAFETY: `send` and every output outlive the synchronize below.
-        unsafe { comm.all_reduce(send.as_ptr(), out.as_mut_ptr(), COUNT, dtype, RedOp::Sum, &s) }.expect("enqueue");
-    }
-    s.synchronize().expect("synchronize");
-    let want = check::expected(TestOp::AllReduce, dtype, &RedOp::Sum, r.nranks, r.rank, COUNT, 1).expect("expected");
-    let wrong: usize = recvs.iter().map(|o| check::count_wrong(dtype, o, &want)).sum();
+    let wrong: usize = all_reduce_each(&r, &comm, &[1; OPS]).iter().sum();
     assert_eq!(wrong, 0, "rank {}: {wrong} wrong elements", r.rank);
     comm.destroy().expect("destroy");
 }
@@ -64,33 +84,12 @@ const HANDOVER_OPS: usize = 40;
 fn handover_worker() {
     let Some(r) = role("handover") else { return };
     let comm = join(&r, Duration::from_secs(30));
-    let dtype = DataType::Int32;
-    let sends: Vec<Vec<u8>> = (0..HANDOVER_OPS)
-        .map(|i| {
-            let mut b = vec![0u8; COUNT * 4];
-            check::fill(&mut b, dtype, &RedOp::Sum, r.rank, i as u64);
-            b
-        })
-        .collect();
-    let mut recvs: Vec<Vec<u8>> = (0..HANDOVER_OPS).map(|_| vec![0u8; COUNT * 4]).collect();
     if r.rank == 1 {
         std::thread::sleep(Duration::from_millis(300));
     }
-    let s = Stream::new();
-    for (send, out) in sends.iter().zip(recvs.iter_mut()) {
-        // SAFETY: every buffer outlives the synchronize below.
-        unsafe { comm.all_reduce(send.as_ptr(), out.as_mut_ptr(), COUNT, dtype, RedOp::Sum, &s) }.expect("enqueue");
-    }
-    s.synchronize().expect("synchronize");
-    for (i, out) in recvs.iter().enumerate() {
-        let want = check::expected(TestOp::AllReduce, dtype, &RedOp::Sum, r.nranks, r.rank, COUNT, i as u64)
-            .expect("expected");
-        assert_eq!(
-            check::count_wrong(dtype, out, &want),
-            0,
-            "rank {}: operation {i} wrong",
-            r.rank
-        );
+    let seeds: Vec<u64> = (0..HANDOVER_OPS as u64).collect();
+    for (i, wrong) in all_reduce_each(&r, &comm, &seeds).into_iter().enumerate() {
+        assert_eq!(wrong, 0, "rank {}: operation {i} wrong", r.rank);
     }
     comm.destroy().expect("destroy");
 }
