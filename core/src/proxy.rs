@@ -297,7 +297,6 @@ impl ProxyHandle {
                 "communicator already finalized or destroyed".into(),
             ));
         }
-        let plans = self.tuning.decide(&colls)?;
         // Latency-bound work behind queued work: wait (asleep, for at most the
         // spin window) for the proxy thread to finish it, so this work can run
         // on this thread (below) rather than queue behind it. Without this an
@@ -311,14 +310,6 @@ impl ProxyHandle {
         {
             self.shared.wait_empty(self.spin);
         }
-        let work = Work {
-            colls,
-            plans,
-            tags,
-            done: None,
-            deps: Deps::new(),
-            what,
-        };
         // Nothing is queued (the proxy thread is idle) and the streams'
         // previous work is done: run the work here for at most the spin window,
         // as a rank's only thread would, instead of waking the proxy thread and
@@ -336,11 +327,35 @@ impl ProxyHandle {
             // look at the queue and its lock runs first: queue behind it.
             && core.parked.is_none()
         {
+            // A repeat of the last work reuses its decisions (`Tuning::reusable`).
+            let plans = match core.repeat_plans(&colls).filter(|_| self.tuning.reusable()) {
+                Some(plans) => {
+                    self.tuning.log_reused(&colls, &plans);
+                    plans
+                }
+                None => self.tuning.decide(&colls)?,
+            };
+            let work = Work {
+                colls,
+                plans,
+                tags,
+                done: None,
+                deps: Deps::new(),
+                what,
+            };
             return match core.run_inline(work, self.spin) {
                 None => Ok(()),
                 Some(rest) => self.hand_over(rest, streams, core),
             };
         }
+        let work = Work {
+            plans: self.tuning.decide(&colls)?,
+            colls,
+            tags,
+            done: None,
+            deps: Deps::new(),
+            what,
+        };
         self.queue(work, streams)
     }
 
@@ -582,6 +597,25 @@ pub(crate) struct PlanCache {
 /// need staging (their staging state is per operation, so never reused).
 fn op_key(a: &CollArgs, d: &Option<Decision>) -> Option<PlanKey> {
     (!a.mem.any_staged()).then_some((a.kind, a.send as usize, a.recv as usize, a.count, a.dtype, a.op, *d))
+}
+
+impl Proxy {
+    /// The decisions of the cached plan ([`PlanCache`]) when `colls` repeat
+    /// its operations (the same kinds, counts, datatypes and reductions, in the
+    /// same order, on any buffers): `None` otherwise.
+    fn repeat_plans(&self, colls: &[CollArgs]) -> Option<PerOp<Option<Decision>>> {
+        let c = self.plan_cache.as_ref()?;
+        if c.key.len() != colls.len() {
+            return None;
+        }
+        colls
+            .iter()
+            .zip(&c.key)
+            .map(|(a, &(kind, _, _, count, dtype, op, d))| {
+                (a.kind == kind && a.count == count && a.dtype == dtype && a.op == op).then_some(d)
+            })
+            .collect()
+    }
 }
 
 /// The plan key of `work` (empty when any operation cannot be reused).

@@ -5,7 +5,9 @@
 //! unaligned native-endian loads (`from_ne_bytes`), combined lane by lane, and
 //! stored back. The fixed trip count lets LLVM turn each chunk into SIMD loads,
 //! arithmetic and stores for any buffer alignment; the last partial chunk goes
-//! through the same code via a zero-padded stack copy.
+//! through the same code via a zero-padded stack copy. Buffers shorter than one
+//! chunk (an 8-byte AllReduce) skip the padding and go element by element with
+//! the portable lanes.
 
 use half::{bf16, f16};
 
@@ -300,7 +302,28 @@ macro_rules! dispatch {
             DataType::Float64 => $mac!(f64, 16),
         }
     };
+    // One element per chunk, with the portable lanes: for buffers shorter than
+    // a chunk, which would otherwise go through the zero-padded stack copies
+    // (three 128-byte arrays per call). Lane-wise, so bitwise the same as the
+    // chunked and hardware lanes.
+    ($dtype:expr, $mac:ident, elementwise) => {
+        match $dtype {
+            DataType::Int8 => $mac!(i8, 1),
+            DataType::Uint8 => $mac!(u8, 1),
+            DataType::Int32 => $mac!(i32, 1),
+            DataType::Uint32 => $mac!(u32, 1),
+            DataType::Int64 => $mac!(i64, 1),
+            DataType::Uint64 => $mac!(u64, 1),
+            DataType::Float16 => $mac!(f16, 1),
+            DataType::Bfloat16 => $mac!(bf16, 1),
+            DataType::Float32 => $mac!(f32, 1),
+            DataType::Float64 => $mac!(f64, 1),
+        }
+    };
 }
+
+/// Buffers shorter than this go element by element (`dispatch!(…, elementwise)`).
+const ELEMENTWISE_BELOW: usize = CHUNK_BYTES;
 
 /// `binary` for `op`'s type, combine and pre-op (lengths checked by the caller).
 #[inline(always)]
@@ -312,6 +335,18 @@ fn binary_generic<const INPLACE: bool>(dst: &mut [u8], a: &[u8], b: &[u8], op: &
         };
     }
     dispatch!(op.dtype, go)
+}
+
+/// `binary` for `op`'s type one element at a time (buffers shorter than
+/// [`ELEMENTWISE_BELOW`]; lengths checked by the caller).
+fn binary_elementwise<const INPLACE: bool>(dst: &mut [u8], a: &[u8], b: &[u8], op: &DevRedOp, pre: Pre) {
+    let scalar = op.pre_mul.as_ref();
+    macro_rules! go {
+        ($t:ty, $n:literal) => {
+            binary_typed::<$t, $n, INPLACE>(dst, a, b, op.combine, pre, scalar)
+        };
+    }
+    dispatch!(op.dtype, go, elementwise)
 }
 
 /// [`binary_generic`] compiled for AVX2 (x86-64 only; the caller checks the CPU).
@@ -495,6 +530,11 @@ unsafe fn binary_f16c<const INPLACE: bool>(dst: &mut [u8], a: &[u8], b: &[u8], o
 /// the same either way (no FMA is enabled, so a PreMulSum's multiply and add stay
 /// separately rounded).
 fn binary_dispatch<const INPLACE: bool>(dst: &mut [u8], a: &[u8], b: &[u8], op: &DevRedOp, pre: Pre) {
+    if dst.len() < ELEMENTWISE_BELOW {
+        // A few elements: no vector unit to pick.
+        binary_elementwise::<INPLACE>(dst, a, b, op, pre);
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if op.dtype == DataType::Float16 && std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("f16c") {
         // SAFETY: AVX2 and F16C support were just checked; the type is float16.
@@ -595,6 +635,7 @@ impl Backend for CpuBackend {
 }
 
 fn premul_impl<const INPLACE: bool>(dst: &mut [u8], src: &[u8], dtype: DataType, s: &Scalar) {
+    let dst_len = dst.len();
     macro_rules! go {
         ($t:ty, $n:literal) => {{
             let sc = <$t as Lane>::scalar(s);
@@ -605,10 +646,15 @@ fn premul_impl<const INPLACE: bool>(dst: &mut [u8], src: &[u8], dtype: DataType,
             })
         }};
     }
-    dispatch!(dtype, go)
+    if dst_len < ELEMENTWISE_BELOW {
+        dispatch!(dtype, go, elementwise)
+    } else {
+        dispatch!(dtype, go)
+    }
 }
 
 fn div_impl(buf: &mut [u8], dtype: DataType, n: u32) {
+    let dst_len = buf.len();
     macro_rules! go {
         ($t:ty, $n:literal) => {
             unary::<$t, $n, true>(buf, &[], |v| {
@@ -618,7 +664,11 @@ fn div_impl(buf: &mut [u8], dtype: DataType, n: u32) {
             })
         };
     }
-    dispatch!(dtype, go)
+    if dst_len < ELEMENTWISE_BELOW {
+        dispatch!(dtype, go, elementwise)
+    } else {
+        dispatch!(dtype, go)
+    }
 }
 
 impl Reducer {

@@ -142,7 +142,10 @@ impl OpMem {
     }
 }
 
-/// The [`BufMem`] of `len` bytes at `p`.
+/// The [`BufMem`] of `len` bytes at `p`. Inlined: returned through memory, the
+/// result was reloaded wider than it was stored (a failed store forward per
+/// buffer per operation).
+#[inline(always)]
 fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
     if p.is_null() || len == 0 {
         return Ok(BufMem::HOST);

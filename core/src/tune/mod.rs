@@ -496,6 +496,27 @@ impl Tuning {
         Ok(())
     }
 
+    /// Whether a decision is a pure function of the operations it was made
+    /// for (no tuner plugin is loaded), so that a repeat of the same
+    /// operations may reuse it (the proxy's plan cache does, see
+    /// `proxy::ProxyHandle::submit`).
+    pub(crate) fn reusable(&self) -> bool {
+        self.tuner_name.is_none()
+    }
+
+    /// Logs the reused decisions `plans` of `colls` as [`Tuning::decide`] logs
+    /// fresh ones (rank 0).
+    pub(crate) fn log_reused(&self, colls: &[CollArgs], plans: &[Option<Decision>]) {
+        if self.rank != 0 {
+            return;
+        }
+        for (a, d) in colls.iter().zip(plans) {
+            if let (Some(func), Some(d)) = (Func::of(a.kind), d) {
+                self.log_decision(func, max_send_recv_bytes(func, a.count, a.dtype, self.facts.nranks), d);
+            }
+        }
+    }
+
     /// scheduleCollTasksToPlan's INFO line, per operation (rank 0).
     fn log_decision(&self, func: Func, nbytes: usize, d: &Decision) {
         if self.rank == 0 {
