@@ -608,14 +608,28 @@ impl Proxy {
         if c.key.len() != colls.len() {
             return None;
         }
-        colls
-            .iter()
-            .zip(&c.key)
-            .map(|(a, &(kind, _, _, count, dtype, op, d))| {
-                (a.kind == kind && a.count == count && a.dtype == dtype && a.op == op).then_some(d)
-            })
-            .collect()
+        let mut plans = PerOp::new();
+        for (a, &(kind, _, _, count, dtype, op, d)) in colls.iter().zip(&c.key) {
+            if !(a.kind == kind && a.count == count && a.dtype == dtype && a.op == op) {
+                return None;
+            }
+            plans.push(d);
+        }
+        Some(plans)
     }
+}
+
+/// Whether `op_key(a, d)` is `k` (without building the key).
+fn same_op(a: &CollArgs, d: &Option<Decision>, k: &PlanKey) -> bool {
+    let (kind, send, recv, count, dtype, op, kd) = k;
+    a.kind == *kind
+        && a.send as usize == *send
+        && a.recv as usize == *recv
+        && a.count == *count
+        && a.dtype == *dtype
+        && a.op == *op
+        && d == kd
+        && !a.mem.any_staged()
 }
 
 /// The plan key of `work` (empty when any operation cannot be reused).
@@ -846,9 +860,9 @@ impl Proxy {
     /// an empty work item.
     fn plan(&mut self, work: &Work) -> Result<Option<Running>, Error> {
         // Stream order: wait for the previous work of each stream involved.
-        let shared = self.shared.clone();
         for d in &work.deps {
-            let _ = d.wait(None, &|| !shared.abort.load(Ordering::Relaxed));
+            let abort = &self.shared.abort;
+            let _ = d.wait(None, &|| !abort.load(Ordering::Relaxed));
             self.check_abort()?;
         }
         if let Some(e) = self.shared.error() {
@@ -862,12 +876,7 @@ impl Proxy {
         self.describe(&work.colls, &mut descs);
         let hit = self.plan_cache.take().and_then(|mut c| {
             let same = c.key.len() == work.colls.len()
-                && work
-                    .colls
-                    .iter()
-                    .zip(&work.plans)
-                    .zip(&c.key)
-                    .all(|((a, d), k)| op_key(a, d).as_ref() == Some(k));
+                && (0..c.key.len()).all(|i| same_op(&work.colls[i], &work.plans[i], &c.key[i]));
             same.then(|| {
                 for t in &mut c.tasks {
                     t.reset();
