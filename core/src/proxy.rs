@@ -565,6 +565,9 @@ pub(crate) struct Running {
     /// Whether a receive connector of the tasks takes step announcements
     /// (`RecvConnector::wants_expect`).
     announce: bool,
+    /// Whether every connector of the tasks is passive
+    /// (`SendConnector::passive`, [`Proxy::progress_tasks`]).
+    passive: bool,
 }
 
 /// One operation as far as its schedule depends on it: kind, buffer
@@ -591,6 +594,8 @@ pub(crate) struct PlanCache {
     scratch: Vec<Vec<u8>>,
     /// [`Running::announce`] of the tasks.
     announce: bool,
+    /// [`Running::passive`] of the tasks.
+    passive: bool,
 }
 
 /// The plan key of one operation and its decision; `None` when its buffers
@@ -884,11 +889,11 @@ impl Proxy {
                 c
             })
         });
-        let (tasks, scratch, key, repeat, announce) = match hit {
-            Some(c) => (c.tasks, c.scratch, c.key, true, c.announce),
+        let (tasks, scratch, key, repeat, announce, passive) = match hit {
+            Some(c) => (c.tasks, c.scratch, c.key, true, c.announce, c.passive),
             None => {
                 let (tasks, scratch) = schedule::build(&work.colls, &descs, &work.plans, &self.params)?;
-                (tasks, scratch, plan_key(work), false, true)
+                (tasks, scratch, plan_key(work), false, true, false)
             }
         };
         Ok(Some(Running {
@@ -901,6 +906,7 @@ impl Proxy {
             key,
             repeat,
             announce,
+            passive,
         }))
     }
 
@@ -931,6 +937,16 @@ impl Proxy {
                     .recv
                     .iter()
                     .any(|k| self.conns.recv(k).is_some_and(|r| r.wants_expect()))
+            });
+            run.passive = tasks.iter().all(|t| {
+                t.conns
+                    .send
+                    .iter()
+                    .all(|k| self.conns.send(k).is_some_and(|s| s.passive()))
+                    && t.conns
+                        .recv
+                        .iter()
+                        .all(|k| self.conns.recv(k).is_some_and(|r| r.passive()))
             });
         }
         if let Some(min) = self.user_send_min {
@@ -966,8 +982,14 @@ impl Proxy {
     /// the window starts at the first wait or after a few moves, see
     /// [`Proxy::progress_tasks`]).
     fn advance(&mut self, run: &mut Running, what: WorkWhat, window: Option<Duration>) -> Result<bool, Error> {
-        let Running { tasks, descs, mems, .. } = run;
-        self.progress_tasks(tasks, descs, mems, what, window)
+        let Running {
+            tasks,
+            descs,
+            mems,
+            passive,
+            ..
+        } = run;
+        self.progress_tasks(tasks, descs, mems, *passive, what, window)
     }
 
     /// Ends a work item (done or failed): stops its ProxyOp events and releases
@@ -996,6 +1018,7 @@ impl Proxy {
                 tasks: run.tasks,
                 scratch: run.scratch,
                 announce: run.announce,
+                passive: run.passive,
             });
         }
     }
@@ -1452,6 +1475,7 @@ impl Proxy {
         tasks: &mut [Task],
         descs: &[OpDesc],
         mems: &[crate::coll::mem::OpMem],
+        passive: bool,
         what: WorkWhat,
         window: Option<Duration>,
     ) -> Result<bool, Error> {
@@ -1466,11 +1490,17 @@ impl Proxy {
         let mut moves = 0u32;
         let mut idle_turns = 0u32;
         let mut yields = 0u32;
+        // Passive connectors (shared memory) are progressed only on passes
+        // after one where no step moved: their `progress` then waits for the
+        // peer and watches it; while steps move it would only cost calls.
+        let mut moved_last = passive;
         loop {
             let mut moved = false;
             let mut done = true;
             for t in tasks.iter_mut() {
-                moved |= self.progress_net(t)?;
+                if !(passive && moved_last) {
+                    moved |= self.progress_net(t)?;
+                }
                 // Run the current segment's streams as far as they go; move to the
                 // next segment once every stream of this one is done.
                 while !t.finished() {
@@ -1488,7 +1518,9 @@ impl Proxy {
                                 st.pos += 1;
                                 moved = true;
                                 // Hand filled slots to the plugin right away.
-                                self.progress_sends(&t.conns)?;
+                                if !passive {
+                                    self.progress_sends(&t.conns)?;
+                                }
                             } else {
                                 break;
                             }
@@ -1500,7 +1532,7 @@ impl Proxy {
                     }
                     t.seg += 1;
                 }
-                let lane_idle = t.conns.send.iter().all(|k| self.conns.send(k).is_none_or(|s| s.idle()));
+                let lane_idle = passive || t.conns.send.iter().all(|k| self.conns.send(k).is_none_or(|s| s.idle()));
                 if !t.finished() || !lane_idle {
                     done = false;
                 }
@@ -1508,6 +1540,7 @@ impl Proxy {
             if done {
                 return Ok(true);
             }
+            moved_last = moved;
             if moved {
                 last_progress = None;
                 idle_turns = 0;

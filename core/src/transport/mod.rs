@@ -285,6 +285,13 @@ pub(crate) trait SendConnector: Send {
     fn idle(&self) -> bool;
     /// Proxy: posts filled steps and tests in-flight ones; whether anything moved.
     fn progress(&mut self) -> Result<bool, Error>;
+    /// Whether [`progress`](Self::progress) matters only while the executor
+    /// waits on this connector (no network to drive: a pushed step is with
+    /// the peer already, and `progress` only waits for credits and watches the
+    /// peer). The proxy then calls it only on passes where no step moved.
+    fn passive(&self) -> bool {
+        false
+    }
     /// Registers user memory in `space` for the current operation (a refusal
     /// only means steps go through the FIFO). Device memory is registered only
     /// where GPUDirect RDMA is possible ([`gdr::decide`]).
@@ -332,6 +339,11 @@ pub(crate) trait RecvConnector: Send {
     }
     /// Proxy: posts receives and tests posted ones; whether anything moved.
     fn progress(&mut self) -> Result<bool, Error>;
+    /// As [`SendConnector::passive`]: `progress` only waits for steps and
+    /// watches the peer.
+    fn passive(&self) -> bool {
+        false
+    }
     /// Registers user memory in `space` for the current operation (device
     /// memory only where GPUDirect RDMA is possible, [`gdr::decide`]).
     fn register_user(&mut self, ptr: *const u8, len: usize, space: ferroccl_kernels::MemorySpace);

@@ -1114,6 +1114,10 @@ impl SendConnector for ShmSend {
         true
     }
 
+    fn passive(&self) -> bool {
+        true
+    }
+
     /// No network to drive: checks the receiver's state and, while the
     /// producer waits for credits, the receiving process.
     fn progress(&mut self) -> Result<bool, Error> {
@@ -1307,6 +1311,10 @@ impl RecvConnector for ShmRecv {
 
     fn wants_expect(&self) -> bool {
         false
+    }
+
+    fn passive(&self) -> bool {
+        true
     }
 
     /// No network to drive: checks the sender's state and, while the consumer
