@@ -532,7 +532,7 @@ pub(crate) struct Proxy {
     /// The communicator's profiler plugin, if any.
     pub profiler: Option<Arc<Profiler>>,
     /// The last finished work item's tasks, for a repeat of it.
-    pub plan_cache: Option<PlanCache>,
+    pub plan_cache: Option<Box<Plan>>,
     /// Vectors the profiler's bookkeeping reuses from one work item to the next.
     pub prof_bufs: ProfBufs,
     /// The descriptor vector of the last finished work item, reused by the next.
@@ -549,25 +549,17 @@ pub(crate) struct Proxy {
 /// enqueuing thread that ran the item for its spin window hands it to the proxy
 /// thread in this state.
 pub(crate) struct Running {
-    tasks: Vec<Task>,
-    /// Scratch buffers the tasks point into.
-    scratch: Vec<Vec<u8>>,
+    /// The tasks (boxed: a work item's plan moves from the plan cache into
+    /// its `Running` and back once per operation).
+    plan: Box<Plan>,
     descs: Vec<OpDesc>,
     mems: Vec<crate::coll::mem::OpMem>,
     prof: Option<ProfWork>,
     /// Whether [`Proxy::ready`] has run (connections set up, steps announced).
     ready: bool,
-    /// What the tasks were built from, when they may be reused (see [`PlanCache`]).
-    key: Vec<PlanKey>,
-    /// The tasks come from the [`PlanCache`]: they ran before, on connections
-    /// that exist.
+    /// The plan comes from the plan cache ([`Plan`]): its tasks ran before,
+    /// on connections that exist.
     repeat: bool,
-    /// Whether a receive connector of the tasks takes step announcements
-    /// (`RecvConnector::wants_expect`).
-    announce: bool,
-    /// Whether every connector of the tasks is passive
-    /// (`SendConnector::passive`, [`Proxy::progress_tasks`]).
-    passive: bool,
 }
 
 /// One operation as far as its schedule depends on it: kind, buffer
@@ -582,19 +574,25 @@ type PlanKey = (
     Option<Decision>,
 );
 
-/// The tasks of the last work item that ran to the end, kept for the next one
-/// when it is the same operations on the same buffers (an application's loop,
-/// a benchmark): the schedule is a pure function of those, so resetting each
-/// stream's position replaces a rebuild (a dozen allocations per operation).
-/// The scratch buffers they point into (the all-gather + reduce AllReduce's
-/// blocks) are wholly rewritten by every run before they are read.
-pub(crate) struct PlanCache {
+/// The tasks of a work item and what they were built from. The plan of the
+/// last work item that ran to the end is kept (`Proxy::plan_cache`) for the
+/// next one when it is the same operations on the same buffers (an
+/// application's loop, a benchmark): the schedule is a pure function of
+/// those, so resetting each stream's position replaces a rebuild (a dozen
+/// allocations per operation). The scratch buffers the tasks point into (the
+/// all-gather + reduce AllReduce's blocks) are wholly rewritten by every run
+/// before they are read.
+pub(crate) struct Plan {
+    /// What the tasks were built from, when they may be reused (empty: never).
     key: Vec<PlanKey>,
     tasks: Vec<Task>,
-    scratch: Vec<Vec<u8>>,
-    /// [`Running::announce`] of the tasks.
+    /// Scratch buffers the tasks point into (held, never read here).
+    _scratch: Vec<Vec<u8>>,
+    /// Whether a receive connector of the tasks takes step announcements
+    /// (`RecvConnector::wants_expect`).
     announce: bool,
-    /// [`Running::passive`] of the tasks.
+    /// Whether every connector of the tasks is passive
+    /// (`SendConnector::passive`, [`Proxy::progress_tasks`]).
     passive: bool,
 }
 
@@ -605,7 +603,7 @@ fn op_key(a: &CollArgs, d: &Option<Decision>) -> Option<PlanKey> {
 }
 
 impl Proxy {
-    /// The decisions of the cached plan ([`PlanCache`]) when `colls` repeat
+    /// The decisions of the cached plan ([`Plan`]) when `colls` repeat
     /// its operations (the same kinds, counts, datatypes and reductions, in the
     /// same order, on any buffers): `None` otherwise.
     fn repeat_plans(&self, colls: &[CollArgs]) -> Option<PerOp<Option<Decision>>> {
@@ -889,24 +887,27 @@ impl Proxy {
                 c
             })
         });
-        let (tasks, scratch, key, repeat, announce, passive) = match hit {
-            Some(c) => (c.tasks, c.scratch, c.key, true, c.announce, c.passive),
+        let (plan, repeat) = match hit {
+            Some(c) => (c, true),
             None => {
                 let (tasks, scratch) = schedule::build(&work.colls, &descs, &work.plans, &self.params)?;
-                (tasks, scratch, plan_key(work), false, true, false)
+                let plan = Plan {
+                    key: plan_key(work),
+                    tasks,
+                    _scratch: scratch,
+                    announce: true,
+                    passive: false,
+                };
+                (Box::new(plan), false)
             }
         };
         Ok(Some(Running {
-            tasks,
-            scratch,
+            plan,
             descs,
             mems: Vec::new(),
             prof: None,
             ready: false,
-            key,
             repeat,
-            announce,
-            passive,
         }))
     }
 
@@ -914,7 +915,7 @@ impl Proxy {
     /// [`Proxy::ready`] sets them up, which waits for the peers).
     fn connected(&self, run: &Running) -> bool {
         run.repeat
-            || run.tasks.iter().all(|t| {
+            || run.plan.tasks.iter().all(|t| {
                 t.conns.send.iter().all(|k| self.conns.has_send(k))
                     && t.conns.recv.iter().all(|k| self.conns.has_recv(k))
             })
@@ -927,18 +928,18 @@ impl Proxy {
         if run.ready {
             return Ok(());
         }
-        let tasks = &run.tasks;
-        // A repeat of the last work (`PlanCache`) finds its connections made
-        // and knows whether its receive connectors take announcements.
+        // A repeat of the last work (the plan cache) finds its connections
+        // made and knows whether its receive connectors take announcements.
         if !run.repeat {
-            self.connect_missing(tasks)?;
-            run.announce = tasks.iter().any(|t| {
+            self.connect_missing(&run.plan.tasks)?;
+            let tasks = &run.plan.tasks;
+            let announce = tasks.iter().any(|t| {
                 t.conns
                     .recv
                     .iter()
                     .any(|k| self.conns.recv(k).is_some_and(|r| r.wants_expect()))
             });
-            run.passive = tasks.iter().all(|t| {
+            let passive = tasks.iter().all(|t| {
                 t.conns
                     .send
                     .iter()
@@ -948,12 +949,15 @@ impl Proxy {
                         .iter()
                         .all(|k| self.conns.recv(k).is_some_and(|r| r.passive()))
             });
+            run.plan.announce = announce;
+            run.plan.passive = passive;
         }
+        let tasks = &run.plan.tasks;
         if let Some(min) = self.user_send_min {
             self.register_user(&work.colls, tasks, min);
         }
         // Announce every step each receive connector will consume, in order.
-        for t in tasks.iter().filter(|_| run.announce) {
+        for t in tasks.iter().filter(|_| run.plan.announce) {
             for op in t.ops().filter(|op| op.recv_from.len() > 0) {
                 let target = exec::recv_target(op);
                 for peer in op.recv_from.iter() {
@@ -971,7 +975,7 @@ impl Proxy {
         // One predictable branch when no profiler is loaded.
         run.prof = match &self.profiler {
             None => None,
-            Some(p) => self.prof_begin(p.clone(), work, &run.descs, &run.tasks),
+            Some(p) => self.prof_begin(p.clone(), work, &run.descs, &run.plan.tasks),
         };
         run.ready = true;
         Ok(())
@@ -982,14 +986,9 @@ impl Proxy {
     /// the window starts at the first wait or after a few moves, see
     /// [`Proxy::progress_tasks`]).
     fn advance(&mut self, run: &mut Running, what: WorkWhat, window: Option<Duration>) -> Result<bool, Error> {
-        let Running {
-            tasks,
-            descs,
-            mems,
-            passive,
-            ..
-        } = run;
-        self.progress_tasks(tasks, descs, mems, *passive, what, window)
+        let Running { plan, descs, mems, .. } = run;
+        let passive = plan.passive;
+        self.progress_tasks(&mut plan.tasks, descs, mems, passive, what, window)
     }
 
     /// Ends a work item (done or failed): stops its ProxyOp events and releases
@@ -1001,7 +1000,7 @@ impl Proxy {
         // Registrations of a work item that did not finish may outlive it
         // (a connector releases only once idle): asked again at the next end.
         if self.user_registered {
-            self.user_registered = !run.tasks.iter().all(Task::finished);
+            self.user_registered = !run.plan.tasks.iter().all(Task::finished);
             for c in self.conns.sends_mut() {
                 c.release_user();
             }
@@ -1012,14 +1011,8 @@ impl Proxy {
         let mut descs = run.descs;
         descs.clear();
         self.desc_buf = descs;
-        if !run.key.is_empty() && run.tasks.iter().all(Task::finished) {
-            self.plan_cache = Some(PlanCache {
-                key: run.key,
-                tasks: run.tasks,
-                scratch: run.scratch,
-                announce: run.announce,
-                passive: run.passive,
-            });
+        if !run.plan.key.is_empty() && run.plan.tasks.iter().all(Task::finished) {
+            self.plan_cache = Some(run.plan);
         }
     }
 
@@ -1075,10 +1068,16 @@ impl Proxy {
             self.end(run);
             return Some(Item::Failed(work, e));
         }
-        let rank = crate::log::rank();
-        crate::log::set_rank(Some(self.params.rank as i32));
+        // Log lines name this rank while its work runs here (a thread running
+        // one rank's work has it set already).
+        let (prev, mine) = (crate::log::rank(), Some(self.params.rank as i32));
+        if prev != mine {
+            crate::log::set_rank(mine);
+        }
         let r = self.advance(&mut run, work.what, Some(window));
-        crate::log::set_rank(rank);
+        if prev != mine {
+            crate::log::set_rank(prev);
+        }
         match r {
             Ok(true) => {
                 self.end(run);
@@ -1512,6 +1511,7 @@ impl Proxy {
                                 descs,
                                 rank,
                                 mems,
+                                user_regs: self.user_registered,
                             };
                             // SAFETY: user addresses are valid by the enqueue contract; FIFO slots are ours.
                             if unsafe { exec::try_run(&st.ops[st.pos], t.lane, &t.conns, &mut cx) }? {

@@ -105,6 +105,10 @@ pub(crate) struct ExecCx<'a> {
     /// Memory of the work's operations' user buffers (any order; empty when
     /// every buffer is host memory).
     pub mems: &'a [OpMem],
+    /// Whether any connector may hold user-memory registrations (the proxy
+    /// registered some and has not released them all): without any, no step
+    /// is sent from user memory, so neither `user_busy` nor `user_reg` is asked.
+    pub user_regs: bool,
 }
 
 /// A header-only step: sends the descriptor to each `send_to` peer, or (its
@@ -237,7 +241,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
         Prim::CopySend => !std::ptr::eq(op.src, op.dst),
         _ => false,
     };
-    if writes_user {
+    if writes_user && cx.user_regs {
         for k in &task.send {
             if conns.send(k).is_some_and(|s| s.user_busy(op.dst, n)) {
                 return Ok(false);
@@ -256,8 +260,9 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
     if ns > 0 {
         let mut regs = [None; MAX_TREE_ARITY];
         let mut src = None;
-        // A step carrying the header goes through the FIFO (the header precedes it).
-        let peers = if op.hdr_send != 0 { 0 } else { ns };
+        // A step carrying the header goes through the FIFO (the header precedes
+        // it), as does every step while nothing is registered.
+        let peers = if op.hdr_send != 0 || !cx.user_regs { 0 } else { ns };
         for (i, peer) in op.send_to.iter().enumerate().take(peers) {
             let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
             debug_assert!(n <= s.step_size());
