@@ -79,16 +79,11 @@ impl Name {
             return n;
         }
         // SAFETY: NCCL's descriptors hold NUL-terminated strings valid for the call;
-        // reading stops at the NUL or after 15 bytes.
+        // `strnlen` reads up to the NUL or 15 bytes, and only those are copied.
         unsafe {
-            while (n.len as usize) < n.bytes.len() {
-                let b = *p.add(n.len as usize) as u8;
-                if b == 0 {
-                    break;
-                }
-                n.bytes[n.len as usize] = b;
-                n.len += 1;
-            }
+            let len = libc::strnlen(p, n.bytes.len());
+            std::ptr::copy_nonoverlapping(p.cast::<u8>(), n.bytes.as_mut_ptr(), len);
+            n.len = len as u8;
         }
         n
     }
@@ -426,7 +421,7 @@ impl ByteLog {
     /// # Safety
     /// Only one thread (the log's owner) may ever call `push` on this log, always
     /// with the same cursor.
-    #[inline]
+    #[inline(always)]
     unsafe fn push(&self, c: &mut Cursor, e: &Entry, d: Option<&Detail<u32>>) -> bool {
         // SAFETY: (both) per the caller: this thread is the only writer.
         if (c.cur as usize).wrapping_add(MAX_RECORD) > c.end as usize && !unsafe { self.next_chunk(c) } {
@@ -564,8 +559,12 @@ impl Writer {
     }
 
     /// `v` as an unsigned LEB128 varint (1 byte below 128, at most 10).
-    #[inline]
+    #[inline(always)]
     fn var(&mut self, mut v: u64) {
+        if v < 0x80 {
+            self.put([v as u8]);
+            return;
+        }
         while v >= 0x80 {
             self.put([v as u8 | 0x80]);
             v >>= 7;
@@ -688,7 +687,7 @@ impl Decoder<'_> {
 ///
 /// # Safety
 /// `c.cur` must be writable for [`MAX_RECORD`] bytes.
-#[inline]
+#[inline(always)]
 unsafe fn encode(e: &Entry, d: Option<&Detail<u32>>, c: &mut Cursor) -> usize {
     let mut w = Writer { p: c.cur, len: 0 };
     match *e {
@@ -972,8 +971,9 @@ struct Local {
 }
 
 impl Local {
-    /// Appends `e` (a Start's larger payload `d`) to this thread's log.
-    #[inline]
+    /// Appends `e` (a Start's larger payload `d`) to this thread's log (inlined
+    /// into each caller, so that each encodes its one kind of record).
+    #[inline(always)]
     fn push(&self, e: &Entry, d: Option<&Detail<u32>>) {
         if self.full.get() {
             return;
@@ -1021,15 +1021,106 @@ impl Local {
 }
 
 thread_local! {
-    /// This thread's log, registered in [`store`] at its first event.
-    static LOG: OnceCell<Local> = const { OnceCell::new() };
+    /// This thread's log, registered in [`store`] at its first event (kept
+    /// until the process ends: the [`THREADS`] table may point to it).
+    static LOG: OnceCell<&'static Local> = const { OnceCell::new() };
 }
 
 /// Runs `f` on this thread's log (registering it first); `None` while the
 /// thread is being torn down.
-#[inline]
+#[inline(always)]
 fn with_log<R>(f: impl FnOnce(&Local) -> R) -> Option<R> {
-    LOG.try_with(|cell| f(cell.get_or_init(register))).ok()
+    local().map(f)
+}
+
+/// Slots of [`THREADS`] (a thread that finds none free uses its TLS slot).
+const THREAD_SLOTS: usize = 1024;
+/// Slots a lookup in [`THREADS`] probes.
+const THREAD_PROBES: usize = 16;
+
+/// Thread pointer → [`Local`] (open addressing, entries never removed): a
+/// cheaper way to this thread's log than its TLS slot, which in a `dlopen`ed
+/// library costs a `__tls_get_addr` call per event. The thread pointer
+/// (`%fs:0` on x86-64 Linux, the thread's control block pointing to itself)
+/// is unique among live threads; a thread that reuses a dead one's control
+/// block carries on with the dead thread's log, whose only writer it then is.
+struct Threads {
+    keys: [AtomicUsize; THREAD_SLOTS],
+    locals: [AtomicPtr<Local>; THREAD_SLOTS],
+}
+
+static THREADS: Threads = Threads {
+    keys: [const { AtomicUsize::new(0) }; THREAD_SLOTS],
+    locals: [const { AtomicPtr::new(std::ptr::null_mut()) }; THREAD_SLOTS],
+};
+
+/// This thread's pointer (see [`Threads`]); never 0.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: on x86-64 Linux (glibc, musl) `%fs:0` holds the address of the
+    // thread's control block, readable by the thread at any time; a pure load.
+    unsafe { std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags, pure)) };
+    tp
+}
+
+/// The [`THREADS`] slot a lookup of thread pointer `tp` starts at.
+#[inline(always)]
+fn thread_slot(tp: usize) -> usize {
+    ((tp as u64 >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - THREAD_SLOTS.trailing_zeros())) as usize
+}
+
+/// This thread's [`Local`]: by its thread pointer in [`THREADS`], else
+/// (first event of the thread, or the table full) through its TLS slot.
+#[inline(always)]
+fn local() -> Option<&'static Local> {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let tp = thread_pointer();
+        let mut h = thread_slot(tp);
+        for _ in 0..THREAD_PROBES {
+            let k = THREADS.keys[h].load(Ordering::Relaxed);
+            if k == tp {
+                // SAFETY: only the thread whose pointer is `tp` stored this slot's
+                // value (after claiming the key, so before this load in its program
+                // order) or, for a reused control block, a dead thread whose stores
+                // happened before this thread was created; it points to a leaked
+                // `Local`, used by no other live thread.
+                return Some(unsafe { &*THREADS.locals[h].load(Ordering::Relaxed) });
+            }
+            if k == 0 {
+                break;
+            }
+            h = (h + 1) % THREAD_SLOTS;
+        }
+    }
+    local_slow()
+}
+
+/// [`local`] through the TLS slot (registering the thread's log first), and
+/// the thread entered in [`THREADS`] where a probed slot is free.
+#[cold]
+fn local_slow() -> Option<&'static Local> {
+    let l: &'static Local = LOG
+        .try_with(|cell| *cell.get_or_init(|| Box::leak(Box::new(register()))))
+        .ok()?;
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let tp = thread_pointer();
+        let mut h = thread_slot(tp);
+        for _ in 0..THREAD_PROBES {
+            match THREADS.keys[h].compare_exchange(0, tp, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    THREADS.locals[h].store(l as *const Local as *mut Local, Ordering::Relaxed);
+                    break;
+                }
+                // Not found by `local` (it stops at the first free slot), so not ours.
+                Err(_) => h = (h + 1) % THREAD_SLOTS,
+            }
+        }
+    }
+    Some(l)
 }
 
 /// Most thread logs in a process (event ids keep below 2^63); a thread past
@@ -1058,7 +1149,7 @@ fn register() -> Local {
 }
 
 /// Appends `e` to this thread's log.
-#[inline]
+#[inline(always)]
 fn append(e: Entry) {
     with_log(|l| l.push(&e, None));
 }
