@@ -42,7 +42,7 @@
 //!
 //! Memory: every event is kept until the process ends (a trace tool).
 
-use std::cell::{Cell, OnceCell, UnsafeCell};
+use std::cell::{OnceCell, UnsafeCell};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
@@ -388,6 +388,9 @@ struct Cursor {
     prev_t: u64,
     /// Start records so far (the sequence number of the last one).
     seq: u64,
+    /// Ids made so far (the sequence number of the last one; equal to `seq`
+    /// until the log is full).
+    next: u64,
     /// The log's thread index (ids of this thread are encoded by their distance).
     idx: u64,
 }
@@ -400,6 +403,7 @@ impl Cursor {
             len: 0,
             prev_t: 0,
             seq: 0,
+            next: 0,
             idx,
         }
     }
@@ -926,13 +930,37 @@ fn decode(r: &mut Reader<'_>, st: &mut Decoder<'_>, details: &mut Vec<Detail>) -
 }
 
 /// One thread's log: its records, the names its records refer to by index
-/// ([`Local::intern`]), and the thread's index (the high bits of its event ids).
-#[derive(Debug)]
+/// ([`ThreadLog::intern`]), the thread's index (the high bits of its event
+/// ids), and its writer's state, first (what every event touches, together:
+/// the thread's one writer works on two adjacent cache lines).
+#[repr(C, align(128))]
 struct ThreadLog {
-    idx: u64,
+    /// The write position and encoding state (written by the owning thread only).
+    cursor: UnsafeCell<Cursor>,
+    /// The records.
     entries: ByteLog,
+    idx: u64,
+    /// Interned names, in order.
     names: AppendLog<Name>,
+    /// The first [`NAME_CACHE`] interned names (their index is their
+    /// position), for the owning thread's lookups.
+    name_cache: UnsafeCell<(usize, [Name; NAME_CACHE])>,
 }
+
+impl std::fmt::Debug for ThreadLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadLog")
+            .field("idx", &self.idx)
+            .field("entries", &self.entries)
+            .finish()
+    }
+}
+
+// SAFETY: `cursor` and `name_cache` are touched by the owning thread only (the
+// one that [`local`] maps to this log; a thread that takes over a dead
+// thread's control block takes over its log after that thread ended); other
+// threads read `entries` and `names`, which publish with release/acquire.
+unsafe impl Sync for ThreadLog {}
 
 #[derive(Debug, Default)]
 struct Store {
@@ -955,52 +983,38 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Names a thread interns with their index, looked up before adding one.
 const NAME_CACHE: usize = 32;
 
-/// What a thread holds of its own log (it is the only writer): the log, its
-/// writing cursor, the sequence number of its last event, the names it
-/// interned. Nothing in it needs a destructor, so the thread-local access
-/// is one TLS lookup and a flag test.
-struct Local {
-    log: &'static ThreadLog,
-    next: Cell<u64>,
-    /// The log is full: this thread records nothing more.
-    full: Cell<bool>,
-    /// The log's write position (used by this thread only, never re-entered).
-    cursor: UnsafeCell<Cursor>,
-    /// The first [`NAME_CACHE`] interned names (their index is their position).
-    names: UnsafeCell<(usize, [Name; NAME_CACHE])>,
-}
-
-impl Local {
+impl ThreadLog {
     /// Appends `e` (a Start's larger payload `d`) to this thread's log (inlined
-    /// into each caller, so that each encodes its one kind of record).
+    /// into each caller, so that each encodes its one kind of record). When the
+    /// log is full nothing more is recorded, not even a shorter record that
+    /// would still fit (the ids of starts are their order in the log): every
+    /// later push finds the same chunk end and the same full chunk table.
+    ///
+    /// # Safety
+    /// The calling thread must own this log (it came from [`local`]); `push`
+    /// is not re-entered (nothing it calls records).
     #[inline(always)]
-    fn push(&self, e: &Entry, d: Option<&Detail<u32>>) {
-        if self.full.get() {
-            return;
-        }
-        // SAFETY: `Local` lives in this thread's TLS: its thread is the log's only
-        // writer, and `push` is not re-entered (nothing it calls records), so this is
-        // the only reference to the cursor.
-        let ok = unsafe { self.log.entries.push(&mut *self.cursor.get(), e, d) };
-        if !ok {
-            // Nothing more, not even a shorter record that would still fit: the
-            // ids of starts are their order in the log.
-            self.full.set(true);
-        }
+    unsafe fn push(&self, e: &Entry, d: Option<&Detail<u32>>) {
+        // SAFETY: per the caller: the only reference to the cursor, and this
+        // thread is the log's only writer.
+        unsafe { self.entries.push(&mut *self.cursor.get(), e, d) };
     }
 
     /// The index of the name `p` points to in this thread's names (added
     /// when new; `u32::MAX`, read back as an empty name, when the table is full).
+    ///
+    /// # Safety
+    /// As [`ThreadLog::push`].
     #[inline]
-    fn intern(&self, p: *const c_char) -> u32 {
+    unsafe fn intern(&self, p: *const c_char) -> u32 {
         let name = Name::of(p);
-        // SAFETY: as in `push`: this thread's own cache, not re-entered.
-        let (n, cache) = unsafe { &mut *self.names.get() };
+        // SAFETY: per the caller: this thread's own cache, not re-entered.
+        let (n, cache) = unsafe { &mut *self.name_cache.get() };
         if let Some(i) = cache[..*n].iter().position(|c| *c == name) {
             return i as u32;
         }
         // SAFETY: this thread is the names log's only writer.
-        let Some(i) = (unsafe { self.log.names.push(name) }) else {
+        let Some(i) = (unsafe { self.names.push(name) }) else {
             return u32::MAX;
         };
         // Cached names are the first ones pushed, so position = index.
@@ -1012,25 +1026,30 @@ impl Local {
     }
 
     /// A new event id: the thread index (high 24 bits) and the next sequence number.
-    #[inline]
-    fn next_id(&self) -> u64 {
-        let n = self.next.get() + 1;
-        self.next.set(n);
-        (self.log.idx << SEQ_BITS) | n
+    ///
+    /// # Safety
+    /// As [`ThreadLog::push`].
+    #[inline(always)]
+    unsafe fn next_id(&self) -> u64 {
+        // SAFETY: per the caller.
+        let c = unsafe { &mut *self.cursor.get() };
+        c.next += 1;
+        (self.idx << SEQ_BITS) | c.next
     }
 }
 
 thread_local! {
     /// This thread's log, registered in [`store`] at its first event (kept
     /// until the process ends: the [`THREADS`] table may point to it).
-    static LOG: OnceCell<&'static Local> = const { OnceCell::new() };
+    static LOG: OnceCell<&'static ThreadLog> = const { OnceCell::new() };
 }
 
 /// Runs `f` on this thread's log (registering it first); `None` while the
-/// thread is being torn down.
+/// thread is being torn down. `f` may use the log as its owner ([`ThreadLog::push`]).
 #[inline(always)]
-fn with_log<R>(f: impl FnOnce(&Local) -> R) -> Option<R> {
-    local().map(f)
+fn with_log<R>(f: impl FnOnce(&ThreadLog) -> R) -> Option<R> {
+    let l = local()?;
+    Some(f(l))
 }
 
 /// Slots of [`THREADS`] (a thread that finds none free uses its TLS slot).
@@ -1038,23 +1057,26 @@ const THREAD_SLOTS: usize = 1024;
 /// Slots a lookup in [`THREADS`] probes.
 const THREAD_PROBES: usize = 16;
 
-/// Thread pointer → [`Local`] (open addressing, entries never removed): a
+/// One entry of [`THREADS`]: a thread pointer (0: free) and its log.
+struct ThreadSlot {
+    key: AtomicUsize,
+    log: AtomicPtr<ThreadLog>,
+}
+
+/// Thread pointer → [`ThreadLog`] (open addressing, entries never removed): a
 /// cheaper way to this thread's log than its TLS slot, which in a `dlopen`ed
 /// library costs a `__tls_get_addr` call per event. The thread pointer
 /// (`%fs:0` on x86-64 Linux, the thread's control block pointing to itself)
 /// is unique among live threads; a thread that reuses a dead one's control
 /// block carries on with the dead thread's log, whose only writer it then is.
-struct Threads {
-    keys: [AtomicUsize; THREAD_SLOTS],
-    locals: [AtomicPtr<Local>; THREAD_SLOTS],
-}
+static THREADS: [ThreadSlot; THREAD_SLOTS] = [const {
+    ThreadSlot {
+        key: AtomicUsize::new(0),
+        log: AtomicPtr::new(std::ptr::null_mut()),
+    }
+}; THREAD_SLOTS];
 
-static THREADS: Threads = Threads {
-    keys: [const { AtomicUsize::new(0) }; THREAD_SLOTS],
-    locals: [const { AtomicPtr::new(std::ptr::null_mut()) }; THREAD_SLOTS],
-};
-
-/// This thread's pointer (see [`Threads`]); never 0.
+/// This thread's pointer (see [`THREADS`]); never 0.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
 fn thread_pointer() -> usize {
@@ -1066,28 +1088,29 @@ fn thread_pointer() -> usize {
 }
 
 /// The [`THREADS`] slot a lookup of thread pointer `tp` starts at.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
 fn thread_slot(tp: usize) -> usize {
     ((tp as u64 >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - THREAD_SLOTS.trailing_zeros())) as usize
 }
 
-/// This thread's [`Local`]: by its thread pointer in [`THREADS`], else
-/// (first event of the thread, or the table full) through its TLS slot.
+/// This thread's log: by its thread pointer in [`THREADS`], else (first
+/// event of the thread, or the table full) through its TLS slot.
 #[inline(always)]
-fn local() -> Option<&'static Local> {
+fn local() -> Option<&'static ThreadLog> {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         let tp = thread_pointer();
         let mut h = thread_slot(tp);
         for _ in 0..THREAD_PROBES {
-            let k = THREADS.keys[h].load(Ordering::Relaxed);
+            let s = &THREADS[h];
+            let k = s.key.load(Ordering::Relaxed);
             if k == tp {
                 // SAFETY: only the thread whose pointer is `tp` stored this slot's
-                // value (after claiming the key, so before this load in its program
+                // log (after claiming the key, so before this load in its program
                 // order) or, for a reused control block, a dead thread whose stores
-                // happened before this thread was created; it points to a leaked
-                // `Local`, used by no other live thread.
-                return Some(unsafe { &*THREADS.locals[h].load(Ordering::Relaxed) });
+                // happened before this thread was created; it is a leaked log.
+                return Some(unsafe { &*s.log.load(Ordering::Relaxed) });
             }
             if k == 0 {
                 break;
@@ -1101,18 +1124,17 @@ fn local() -> Option<&'static Local> {
 /// [`local`] through the TLS slot (registering the thread's log first), and
 /// the thread entered in [`THREADS`] where a probed slot is free.
 #[cold]
-fn local_slow() -> Option<&'static Local> {
-    let l: &'static Local = LOG
-        .try_with(|cell| *cell.get_or_init(|| Box::leak(Box::new(register()))))
-        .ok()?;
+fn local_slow() -> Option<&'static ThreadLog> {
+    let l: &'static ThreadLog = LOG.try_with(|cell| *cell.get_or_init(register)).ok()?;
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         let tp = thread_pointer();
         let mut h = thread_slot(tp);
         for _ in 0..THREAD_PROBES {
-            match THREADS.keys[h].compare_exchange(0, tp, Ordering::Relaxed, Ordering::Relaxed) {
+            let s = &THREADS[h];
+            match s.key.compare_exchange(0, tp, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => {
-                    THREADS.locals[h].store(l as *const Local as *mut Local, Ordering::Relaxed);
+                    s.log.store(l as *const ThreadLog as *mut ThreadLog, Ordering::Relaxed);
                     break;
                 }
                 // Not found by `local` (it stops at the first free slot), so not ours.
@@ -1130,28 +1152,33 @@ const MAX_THREADS: usize = 1 << 23;
 /// Creates this thread's log and registers it in [`store`] (kept until the
 /// process ends).
 #[cold]
-fn register() -> Local {
+fn register() -> &'static ThreadLog {
     let mut st = lock(store());
     let idx = st.logs.len() as u64 + 1;
+    let mut cursor = Cursor::new(idx);
+    if st.logs.len() >= MAX_THREADS {
+        // Full from the start: no chunk is ever taken.
+        cursor.len = CHUNK_BYTES * MAX_CHUNKS;
+    }
     let log: &'static ThreadLog = Box::leak(Box::new(ThreadLog {
-        idx,
+        cursor: UnsafeCell::new(cursor),
         entries: ByteLog::new(),
+        idx,
         names: AppendLog::new(),
+        name_cache: UnsafeCell::new((0, [Name::default(); NAME_CACHE])),
     }));
     st.logs.push(log);
-    Local {
-        log,
-        next: Cell::new(0),
-        full: Cell::new(st.logs.len() >= MAX_THREADS),
-        cursor: UnsafeCell::new(Cursor::new(idx)),
-        names: UnsafeCell::new((0, [Name::default(); NAME_CACHE])),
-    }
+    log
 }
 
-/// Appends `e` to this thread's log.
+/// Appends `e` to this thread's log (inlined, so that each caller encodes
+/// its one kind of record).
 #[inline(always)]
 fn append(e: Entry) {
-    with_log(|l| l.push(&e, None));
+    if let Some(l) = local() {
+        // SAFETY: the log `local` gives is this thread's own; not re-entered.
+        unsafe { l.push(&e, None) };
+    }
 }
 
 /// `CLOCK_REALTIME` in ns.
@@ -1513,7 +1540,12 @@ impl TraceProfiler {
     /// The fixed-size fields of `d`'s event, and its [`Detail`] for the larger
     /// ones (names interned in `l`, the calling thread's log).
     #[inline]
-    fn payload(d: &abi::ncclProfilerEventDescr_v6_t, l: &Local) -> (Payload, Option<Detail<u32>>) {
+    ///
+    /// # Safety
+    /// `l` is the calling thread's own log ([`ThreadLog::push`]).
+    unsafe fn payload(d: &abi::ncclProfilerEventDescr_v6_t, l: &ThreadLog) -> (Payload, Option<Detail<u32>>) {
+        // SAFETY: per the caller.
+        let name = |p: *const c_char| unsafe { l.intern(p) };
         match d.r#type {
             abi::ncclProfileGroupApi => {
                 // SAFETY: the type selects the union member.
@@ -1524,9 +1556,9 @@ impl TraceProfiler {
                 // SAFETY: as above.
                 let c = unsafe { d.u.collApi };
                 let det = Detail::Api {
-                    func: l.intern(c.func),
+                    func: name(c.func),
                     count: c.count,
-                    dtype: l.intern(c.datatype),
+                    dtype: name(c.datatype),
                     root: c.root,
                     p2p: false,
                 };
@@ -1536,9 +1568,9 @@ impl TraceProfiler {
                 // SAFETY: as above.
                 let c = unsafe { d.u.p2pApi };
                 let det = Detail::Api {
-                    func: l.intern(c.func),
+                    func: name(c.func),
                     count: c.count,
-                    dtype: l.intern(c.datatype),
+                    dtype: name(c.datatype),
                     root: 0,
                     p2p: true,
                 };
@@ -1550,12 +1582,12 @@ impl TraceProfiler {
                 let group = TraceProfiler::event_of_handle(c.parentGroup as usize).unwrap_or(0);
                 let det = Detail::Coll {
                     seq: c.seqNumber,
-                    func: l.intern(c.func),
+                    func: name(c.func),
                     count: c.count,
-                    dtype: l.intern(c.datatype),
+                    dtype: name(c.datatype),
                     root: c.root,
-                    algo: l.intern(c.algo),
-                    proto: l.intern(c.proto),
+                    algo: name(c.algo),
+                    proto: name(c.proto),
                     nchannels: c.nChannels,
                     group,
                 };
@@ -1566,9 +1598,9 @@ impl TraceProfiler {
                 let c = unsafe { d.u.p2p };
                 let group = TraceProfiler::event_of_handle(c.parentGroup as usize).unwrap_or(0);
                 let det = Detail::P2p {
-                    func: l.intern(c.func),
+                    func: name(c.func),
                     count: c.count,
-                    dtype: l.intern(c.datatype),
+                    dtype: name(c.datatype),
                     peer: c.peer,
                     group,
                 };
@@ -1635,20 +1667,23 @@ impl Profiler for TraceProfiler {
         let parent = parent.copied().unwrap_or(0);
         let ty = descr.r#type as u32;
         Ok(with_log(|l| {
-            let id = l.next_id();
-            let (p, detail) = Self::payload(descr, l);
-            l.push(
-                &Entry::Start {
-                    id,
-                    parent,
-                    t,
-                    ty,
-                    rank,
-                    p,
-                },
-                detail.as_ref(),
-            );
-            id
+            // SAFETY: `with_log` gives this thread's own log; nothing here re-enters it.
+            unsafe {
+                let id = l.next_id();
+                let (p, detail) = Self::payload(descr, l);
+                l.push(
+                    &Entry::Start {
+                        id,
+                        parent,
+                        t,
+                        ty,
+                        rank,
+                        p,
+                    },
+                    detail.as_ref(),
+                );
+                id
+            }
         }))
     }
 
@@ -2136,13 +2171,15 @@ mod tests {
     fn names_are_interned_per_thread() {
         std::thread::spawn(|| {
             with_log(|l| {
-                let a = l.intern(c"AllReduce".as_ptr());
-                let b = l.intern(c"ncclFloat32".as_ptr());
+                // SAFETY: this thread's own log, as `with_log` gives it.
+                let intern = |p: *const c_char| unsafe { l.intern(p) };
+                let a = intern(c"AllReduce".as_ptr());
+                let b = intern(c"ncclFloat32".as_ptr());
                 let copy = std::ffi::CString::new("AllReduce").unwrap();
-                assert_eq!(l.intern(copy.as_ptr()), a);
+                assert_eq!(intern(copy.as_ptr()), a);
                 assert_ne!(a, b);
-                assert_eq!(l.intern(c"ncclFloat32".as_ptr()), b);
-                let names = l.log.names.to_vec();
+                assert_eq!(intern(c"ncclFloat32".as_ptr()), b);
+                let names = l.names.to_vec();
                 assert_eq!(names[a as usize].as_string(), "AllReduce");
                 assert_eq!(names[b as usize].as_string(), "ncclFloat32");
             })
