@@ -944,7 +944,7 @@ struct ThreadLog {
     names: AppendLog<Name>,
     /// The first [`NAME_CACHE`] interned names (their index is their
     /// position), for the owning thread's lookups.
-    name_cache: UnsafeCell<(usize, [Name; NAME_CACHE])>,
+    name_cache: UnsafeCell<NameCache>,
 }
 
 impl std::fmt::Debug for ThreadLog {
@@ -983,6 +983,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Names a thread interns with their index, looked up before adding one.
 const NAME_CACHE: usize = 32;
 
+/// A thread's first interned names, with the address each was last seen at.
+struct NameCache {
+    n: usize,
+    names: [Name; NAME_CACHE],
+    /// Where `names[i]` was last read from (a hint: the text there is
+    /// compared again before the name is reused).
+    seen_at: [*const c_char; NAME_CACHE],
+}
+
+impl Name {
+    /// Whether the NUL-terminated string at `p` (non-NULL) reads as `self`
+    /// ([`Name::of`] of it would equal `self`).
+    ///
+    /// # Safety
+    /// `p` points to a NUL-terminated string.
+    #[inline]
+    unsafe fn is_at(&self, p: *const c_char) -> bool {
+        let len = self.len as usize;
+        for (i, &b) in self.bytes[..len].iter().enumerate() {
+            // SAFETY: bytes before `i` matched non-NUL bytes, so byte `i` is
+            // still inside the string (at worst its NUL).
+            if unsafe { *p.add(i) } as u8 != b {
+                return false;
+            }
+        }
+        // SAFETY: as above; a name cut at 15 bytes matches any longer text.
+        len == self.bytes.len() || unsafe { *p.add(len) } == 0
+    }
+}
+
 impl ThreadLog {
     /// Appends `e` (a Start's larger payload `d`) to this thread's log (inlined
     /// into each caller, so that each encodes its one kind of record). When the
@@ -1007,10 +1037,19 @@ impl ThreadLog {
     /// As [`ThreadLog::push`].
     #[inline]
     unsafe fn intern(&self, p: *const c_char) -> u32 {
-        let name = Name::of(p);
         // SAFETY: per the caller: this thread's own cache, not re-entered.
-        let (n, cache) = unsafe { &mut *self.name_cache.get() };
-        if let Some(i) = cache[..*n].iter().position(|c| *c == name) {
+        let c = unsafe { &mut *self.name_cache.get() };
+        // The usual case: the same (static) string as last time, still the same text.
+        if !p.is_null()
+            && let Some(i) = c.seen_at[..c.n].iter().position(|&q| q == p)
+            // SAFETY: NCCL's descriptors hold NUL-terminated strings valid for the call.
+            && unsafe { c.names[i].is_at(p) }
+        {
+            return i as u32;
+        }
+        let name = Name::of(p);
+        if let Some(i) = c.names[..c.n].iter().position(|x| *x == name) {
+            c.seen_at[i] = p;
             return i as u32;
         }
         // SAFETY: this thread is the names log's only writer.
@@ -1018,9 +1057,10 @@ impl ThreadLog {
             return u32::MAX;
         };
         // Cached names are the first ones pushed, so position = index.
-        if *n < NAME_CACHE && i == *n {
-            cache[*n] = name;
-            *n += 1;
+        if c.n < NAME_CACHE && i == c.n {
+            c.names[i] = name;
+            c.seen_at[i] = p;
+            c.n += 1;
         }
         i as u32
     }
@@ -1165,7 +1205,11 @@ fn register() -> &'static ThreadLog {
         entries: ByteLog::new(),
         idx,
         names: AppendLog::new(),
-        name_cache: UnsafeCell::new((0, [Name::default(); NAME_CACHE])),
+        name_cache: UnsafeCell::new(NameCache {
+            n: 0,
+            names: [Name::default(); NAME_CACHE],
+            seen_at: [std::ptr::null(); NAME_CACHE],
+        }),
     }));
     st.logs.push(log);
     log
@@ -2179,6 +2223,19 @@ mod tests {
                 assert_eq!(intern(copy.as_ptr()), a);
                 assert_ne!(a, b);
                 assert_eq!(intern(c"ncclFloat32".as_ptr()), b);
+                // The text at a known address changed: looked up again.
+                let mut buf = *b"AllReduce\0\0\0\0";
+                let at = buf.as_ptr().cast::<c_char>();
+                assert_eq!(intern(at), a);
+                buf[..10].copy_from_slice(b"AllGather\0");
+                let g = intern(buf.as_ptr().cast());
+                assert_ne!(g, a);
+                buf[..13].copy_from_slice(b"AllReduceX12\0");
+                let x = intern(buf.as_ptr().cast());
+                assert_ne!(x, a);
+                assert_ne!(x, g);
+                buf[9] = 0;
+                assert_eq!(intern(buf.as_ptr().cast()), a);
                 let names = l.names.to_vec();
                 assert_eq!(names[a as usize].as_string(), "AllReduce");
                 assert_eq!(names[b as usize].as_string(), "ncclFloat32");
