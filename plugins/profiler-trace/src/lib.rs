@@ -1134,10 +1134,41 @@ fn thread_slot(tp: usize) -> usize {
     ((tp as u64 >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - THREAD_SLOTS.trailing_zeros())) as usize
 }
 
-/// This thread's log: by its thread pointer in [`THREADS`], else (first
-/// event of the thread, or the table full) through its TLS slot.
+/// This thread's log: by its thread pointer in its first [`THREADS`] slot
+/// (inlined: a few instructions), else [`local_slow`].
 #[inline(always)]
 fn local() -> Option<&'static ThreadLog> {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let tp = thread_pointer();
+        let s = &THREADS[thread_slot(tp)];
+        if s.key.load(Ordering::Relaxed) == tp {
+            // SAFETY: see `thread_log_at`.
+            return Some(unsafe { thread_log_at(s) });
+        }
+    }
+    local_slow()
+}
+
+/// The log of slot `s`, whose key is the calling thread's pointer.
+///
+/// # Safety
+/// `s.key` was loaded equal to this thread's pointer. Only the thread whose
+/// pointer it is stored the slot's log (after claiming the key, so before this
+/// load in its program order) or, for a reused control block, a dead thread
+/// whose stores happened before this thread was created; it is a leaked log.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+unsafe fn thread_log_at(s: &ThreadSlot) -> &'static ThreadLog {
+    // SAFETY: per the caller: a non-NULL pointer to a leaked log.
+    unsafe { &*s.log.load(Ordering::Relaxed) }
+}
+
+/// [`local`] past the first slot: the next [`THREADS`] slots, else through
+/// the TLS slot (registering the thread's log first), the thread then entered
+/// in [`THREADS`] where a probed slot is free.
+#[cold]
+fn local_slow() -> Option<&'static ThreadLog> {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
         let tp = thread_pointer();
@@ -1146,11 +1177,8 @@ fn local() -> Option<&'static ThreadLog> {
             let s = &THREADS[h];
             let k = s.key.load(Ordering::Relaxed);
             if k == tp {
-                // SAFETY: only the thread whose pointer is `tp` stored this slot's
-                // log (after claiming the key, so before this load in its program
-                // order) or, for a reused control block, a dead thread whose stores
-                // happened before this thread was created; it is a leaked log.
-                return Some(unsafe { &*s.log.load(Ordering::Relaxed) });
+                // SAFETY: the key is this thread's pointer.
+                return Some(unsafe { thread_log_at(s) });
             }
             if k == 0 {
                 break;
@@ -1158,13 +1186,6 @@ fn local() -> Option<&'static ThreadLog> {
             h = (h + 1) % THREAD_SLOTS;
         }
     }
-    local_slow()
-}
-
-/// [`local`] through the TLS slot (registering the thread's log first), and
-/// the thread entered in [`THREADS`] where a probed slot is free.
-#[cold]
-fn local_slow() -> Option<&'static ThreadLog> {
     let l: &'static ThreadLog = LOG.try_with(|cell| *cell.get_or_init(register)).ok()?;
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
     {
