@@ -28,17 +28,24 @@
 //!
 //! # Cost on the hot path
 //! `startEvent`, `recordEventState` and `stopEvent` append one [`Entry`],
-//! encoded as a variable-length record of 13 to 44 bytes (no heap string, no
-//! JSON, no allocation but one chunk of [`CHUNK_BYTES`] now and then), to the
-//! calling thread's own log, which
-//! takes no lock: its thread is the only writer and publishes each record
-//! with one release store, which `finalize` reads with acquire; each thread
-//! registers its log once in a process-wide list. Event ids are (thread,
-//! sequence) pairs, so no counter is shared either; times are raw TSC reads
-//! ([`Clock`]). An event's id is its handle (the SDK's `UNBOXED` mode): no
-//! box, no retained copy and no lock per event. `finalize` merges the logs into
+//! encoded as a variable-length record (varints: 3 to 20 bytes for the usual
+//! records, see [`encode`]; no heap string, no JSON, no allocation but one
+//! chunk of [`CHUNK_BYTES`] now and then), to the calling thread's own log,
+//! which takes no lock: its thread is the only writer and publishes each
+//! record with one release store, which `finalize` reads with acquire. A
+//! thread finds its log by its thread pointer in a lock-free table (no
+//! `__tls_get_addr` call, which a `dlopen`ed library pays per TLS access) and
+//! registers it once in a process-wide list. Event ids are (thread, sequence)
+//! pairs, so no counter is shared either; a record names its own thread's
+//! events by their distance in starts (one byte, mostly). Names (function,
+//! datatype, algorithm, protocol) are interned per thread, so a Coll record
+//! holds four small indexes. Times are raw TSC reads ([`Clock`]), one per
+//! call: on a virtual machine that read is a large part of what a call costs.
+//! An event's id is its handle (the SDK's `UNBOXED` mode): no box, no
+//! retained copy and no lock per event. `finalize` merges the logs into
 //! [`Rec`]s and serialises them with `serde_json`. `examples/microbench.rs`
-//! measures the cost per call.
+//! measures the cost per call, `examples/dlbench.rs` the cost per operation
+//! through the `dlopen`ed library.
 //!
 //! Memory: every event is kept until the process ends (a trace tool).
 
