@@ -680,7 +680,13 @@ impl Decoder<'_> {
     }
     fn name(&self, r: &mut Reader<'_>) -> Option<Name> {
         let i = r.var()?;
-        Some(usize::try_from(i).ok().and_then(|i| self.names.get(i)).copied().unwrap_or_default())
+        Some(
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| self.names.get(i))
+                .copied()
+                .unwrap_or_default(),
+        )
     }
 }
 
@@ -907,9 +913,7 @@ fn decode(r: &mut Reader<'_>, st: &mut Decoder<'_>, details: &mut Vec<Detail>) -
                         group,
                     })
                 }
-                pk::DETAIL_INDEX => Payload::Detail {
-                    index: r.var()? as u32,
-                },
+                pk::DETAIL_INDEX => Payload::Detail { index: r.var()? as u32 },
                 _ => return None,
             };
             st.seq += 1;
@@ -1130,7 +1134,9 @@ fn thread_pointer() -> usize {
     let tp: usize;
     // SAFETY: on x86-64 Linux (glibc, musl) `%fs:0` holds the address of the
     // thread's control block, readable by the thread at any time; a pure load.
-    unsafe { std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags, pure)) };
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags, pure))
+    };
     tp
 }
 
