@@ -6,12 +6,18 @@
 # order reversed per size. Prints: mode, bytes, time and busbw out of place,
 # time and busbw in place.
 # Usage: benchmarks/profiler_overhead.sh [ROUNDS]   (default 4)
+# Environment: B, a build directory (holding ferroccl-perf and the plugins) to
+# run instead of building target/release; SO, a directory of plugin .so files
+# put first on LD_LIBRARY_PATH (A/B of plugin builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-4}
-cargo build --release -q -p ferroccl-examples -p ferroccl-net-socket -p ferroccl-profiler-trace
-B=target/release
-export LD_LIBRARY_PATH=$B NCCL_NET_PLUGIN=socket NCCL_SHM_DISABLE=1
+if [ -z "${B:-}" ]; then
+  cargo build --release -q -p ferroccl-examples -p ferroccl-net-socket -p ferroccl-profiler-trace
+  B=target/release
+fi
+SO=${SO:-}
+export LD_LIBRARY_PATH=${SO:+$SO:}$B NCCL_NET_PLUGIN=socket NCCL_SHM_DISABLE=1
 TRC=$(mktemp -d)
 trap 'rm -rf "$TRC"' EXIT
 run() { # mode perf-args...

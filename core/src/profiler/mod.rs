@@ -358,6 +358,13 @@ fn known(version: u32) -> u64 {
 }
 
 /// One communicator's initialised profiler plugin.
+///
+/// Aligned to 128 bytes so that, inside an `Arc`, its fields (read by every
+/// event on the user and proxy threads) do not share a cache line (or its
+/// adjacent-line prefetch pair) with the reference counts, which both threads
+/// change per operation: a count's change would otherwise evict the vtable
+/// from the other thread's cache.
+#[repr(align(128))]
 pub struct Profiler {
     lib: Arc<PluginLibrary>,
     table: Table,

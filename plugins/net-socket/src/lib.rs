@@ -210,9 +210,29 @@ impl Net for SocketNet {
     }
 
     fn irecv(&self, comm: &mut RecvComm, bufs: &[RecvBuf<'_, SocketMr>]) -> NetResult<Option<ProfRequest>> {
-        let v: Vec<(Buf, i32)> = bufs.iter().map(|b| (b.buf, b.tag)).collect();
+        // On the stack (no allocation per receive); `RecvComm::irecv` refuses more
+        // than MAX_RECVS buffers, so a longer list is passed whole to be refused.
+        const NONE: (Buf, i32) = (
+            Buf {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+            },
+            0,
+        );
+        let mut a = [NONE; MAX_RECVS];
+        let n = bufs.len();
+        let v: Vec<(Buf, i32)>;
+        let pairs: &[(Buf, i32)] = if n <= MAX_RECVS {
+            for (d, b) in a.iter_mut().zip(bufs) {
+                *d = (b.buf, b.tag);
+            }
+            &a[..n]
+        } else {
+            v = bufs.iter().map(|b| (b.buf, b.tag)).collect();
+            &v
+        };
         let len = bufs.iter().map(|b| b.buf.len).sum();
-        Ok(comm.irecv(&v)?.map(|r| ProfRequest::new(r, SOCKET_RECV, len)))
+        Ok(comm.irecv(pairs)?.map(|r| ProfRequest::new(r, SOCKET_RECV, len)))
     }
 
     fn test(&self, req: &mut ProfRequest) -> NetResult<TestStatus> {

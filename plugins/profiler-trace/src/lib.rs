@@ -28,26 +28,33 @@
 //!
 //! # Cost on the hot path
 //! `startEvent`, `recordEventState` and `stopEvent` append one [`Entry`],
-//! encoded as a variable-length record of 13 to 44 bytes (no heap string, no
-//! JSON, no allocation but one chunk of [`CHUNK_BYTES`] now and then), to the
-//! calling thread's own log, which
-//! takes no lock: its thread is the only writer and publishes each record
-//! with one release store, which `finalize` reads with acquire; each thread
-//! registers its log once in a process-wide list. Event ids are (thread,
-//! sequence) pairs, so no counter is shared either; times are raw TSC reads
-//! ([`Clock`]). An event's id is its handle (the SDK's `UNBOXED` mode): no
-//! box, no retained copy and no lock per event. `finalize` merges the logs into
+//! encoded as a variable-length record (varints: 3 to 20 bytes for the usual
+//! records, see [`encode`]; no heap string, no JSON, no allocation but one
+//! chunk of [`CHUNK_BYTES`] now and then), to the calling thread's own log,
+//! which takes no lock: its thread is the only writer and publishes each
+//! record with one release store, which `finalize` reads with acquire. A
+//! thread finds its log by its thread pointer in a lock-free table (no
+//! `__tls_get_addr` call, which a `dlopen`ed library pays per TLS access) and
+//! registers it once in a process-wide list. Event ids are (thread, sequence)
+//! pairs, so no counter is shared either; a record names its own thread's
+//! events by their distance in starts (one byte, mostly). Names (function,
+//! datatype, algorithm, protocol) are interned per thread, so a Coll record
+//! holds four small indexes. Times are raw TSC reads ([`Clock`]), one per
+//! call: on a virtual machine that read is a large part of what a call costs.
+//! An event's id is its handle (the SDK's `UNBOXED` mode): no box, no
+//! retained copy and no lock per event. `finalize` merges the logs into
 //! [`Rec`]s and serialises them with `serde_json`. `examples/microbench.rs`
-//! measures the cost per call.
+//! measures the cost per call, `examples/dlbench.rs` the cost per operation
+//! through the `dlopen`ed library.
 //!
 //! Memory: every event is kept until the process ends (a trace tool).
 
-use std::cell::{Cell, OnceCell};
+use std::cell::{OnceCell, UnsafeCell};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use ferroccl_plugin_api::abi;
 use ferroccl_plugin_api::sdk::{NetResult, Profiler, ProfilerInit};
@@ -65,7 +72,7 @@ pub const CHUNK_BYTES: usize = 4 << 20;
 /// A short name copied out of a descriptor's C string (NCCL's function,
 /// datatype, algorithm and protocol names are at most 15 bytes; longer ones are
 /// cut), so a record holds no pointer and no heap string.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct Name {
     len: u8,
     bytes: [u8; 15],
@@ -79,16 +86,11 @@ impl Name {
             return n;
         }
         // SAFETY: NCCL's descriptors hold NUL-terminated strings valid for the call;
-        // reading stops at the NUL or after 15 bytes.
+        // `strnlen` reads up to the NUL or 15 bytes, and only those are copied.
         unsafe {
-            while (n.len as usize) < n.bytes.len() {
-                let b = *p.add(n.len as usize) as u8;
-                if b == 0 {
-                    break;
-                }
-                n.bytes[n.len as usize] = b;
-                n.len += 1;
-            }
+            let len = libc::strnlen(p, n.bytes.len());
+            std::ptr::copy_nonoverlapping(p.cast::<u8>(), n.bytes.as_mut_ptr(), len);
+            n.len = len as u8;
         }
         n
     }
@@ -105,18 +107,20 @@ impl std::fmt::Debug for Name {
     }
 }
 
-/// The descriptor fields of the larger, rarer events (API calls, Coll, P2p),
-/// kept in a thread's side table so that every [`Entry`] stays small.
+/// The descriptor fields of the larger, rarer events (API calls, Coll, P2p):
+/// in a thread's log the names are indexes of the thread's interned names
+/// (`N = u32`); decoded, they are the names (`N =` [`Name`]) and the details
+/// sit in a side table so that every [`Entry`] stays small.
 #[derive(Debug, Clone, Copy)]
-pub enum Detail {
+pub enum Detail<N = Name> {
     /// CollApi / P2pApi (`root` 0 for P2pApi).
     Api {
         /// `func`.
-        func: Name,
+        func: N,
         /// `count`.
         count: usize,
         /// `datatype`.
-        dtype: Name,
+        dtype: N,
         /// `root` (CollApi).
         root: i32,
         /// P2pApi rather than CollApi.
@@ -127,17 +131,17 @@ pub enum Detail {
         /// `seqNumber`.
         seq: u64,
         /// `func`.
-        func: Name,
+        func: N,
         /// `count`.
         count: usize,
         /// `datatype`.
-        dtype: Name,
+        dtype: N,
         /// `root`.
         root: i32,
         /// `algo`.
-        algo: Name,
+        algo: N,
         /// `proto`.
-        proto: Name,
+        proto: N,
         /// `nChannels`.
         nchannels: u8,
         /// `parentGroup`'s event id (v5+), 0 when none.
@@ -146,11 +150,11 @@ pub enum Detail {
     /// P2p.
     P2p {
         /// `func`.
-        func: Name,
+        func: N,
         /// `count`.
         count: usize,
         /// `datatype`.
-        dtype: Name,
+        dtype: N,
         /// `peer`.
         peer: i32,
         /// `parentGroup`'s event id (v5+), 0 when none.
@@ -357,10 +361,10 @@ fn advise_huge(p: *mut u8, len: usize) {
     }
 }
 
-/// A thread's entries as variable-length records (see [`encode`]) in chunks
-/// of [`CHUNK_BYTES`]: one writer (the owning thread), any number of readers,
+/// A thread's records (see [`encode`]) in chunks of [`CHUNK_BYTES`]: one
+/// writer (the owning thread, through its [`Cursor`]), any number of readers,
 /// published as [`AppendLog`] does. A record never straddles two chunks: when
-/// the next one does not fit, the rest of the chunk starts with [`TAG_PAD`].
+/// the next one may not fit, the rest of the chunk starts with [`TAG_PAD`].
 struct ByteLog {
     /// Chunk pointers (NULL: not allocated yet); [`MAX_CHUNKS`] of them.
     chunks: Box<[AtomicPtr<u8>]>,
@@ -376,6 +380,42 @@ impl std::fmt::Debug for ByteLog {
     }
 }
 
+/// The writer's side of a [`ByteLog`] (owned by the one thread that writes
+/// it): where the next record goes, and what records are encoded against
+/// (the previous record's time, the number of starts so far).
+#[derive(Debug)]
+struct Cursor {
+    /// Where the next record goes (NULL before the first chunk).
+    cur: *mut u8,
+    /// End of the current chunk.
+    end: *mut u8,
+    /// Bytes written (and published) so far, padded chunk ends included.
+    len: usize,
+    /// Time of the previous record (records hold the difference).
+    prev_t: u64,
+    /// Start records so far (the sequence number of the last one).
+    seq: u64,
+    /// Ids made so far (the sequence number of the last one; equal to `seq`
+    /// until the log is full).
+    next: u64,
+    /// The log's thread index (ids of this thread are encoded by their distance).
+    idx: u64,
+}
+
+impl Cursor {
+    fn new(idx: u64) -> Self {
+        Cursor {
+            cur: std::ptr::null_mut(),
+            end: std::ptr::null_mut(),
+            len: 0,
+            prev_t: 0,
+            seq: 0,
+            next: 0,
+            idx,
+        }
+    }
+}
+
 impl ByteLog {
     fn new() -> Self {
         ByteLog {
@@ -384,18 +424,41 @@ impl ByteLog {
         }
     }
 
-    /// Appends the record of `e` ([`encode`], written in place: no staging
-    /// buffer, no `memmove` call); `false` when the log is full. Room for
-    /// [`MAX_RECORD`] bytes is kept before each record.
+    /// Appends the record of `e` (with `d`, the fields of a Start's larger
+    /// payload, names interned) at `c` ([`encode`], written in place) and
+    /// publishes it; `false` when the log is full. Room for [`MAX_RECORD`]
+    /// bytes is kept before each record.
     ///
     /// # Safety
-    /// Only one thread (the log's owner) may ever call `push` on this log.
-    #[inline]
-    unsafe fn push(&self, e: &Entry, prev_t: &mut u64) -> bool {
-        let mut len = self.len.load(Ordering::Relaxed);
+    /// Only one thread (the log's owner) may ever call `push` on this log, always
+    /// with the same cursor.
+    #[inline(always)]
+    unsafe fn push(&self, c: &mut Cursor, e: &Entry, d: Option<&Detail<u32>>) -> bool {
+        // SAFETY: (both) per the caller: this thread is the only writer.
+        if (c.cur as usize).wrapping_add(MAX_RECORD) > c.end as usize && !unsafe { self.next_chunk(c) } {
+            return false;
+        }
+        // SAFETY: MAX_RECORD bytes fit in the chunk from `c.cur` on; they are
+        // not yet published, so no reader touches them, and only this thread writes.
+        let n = unsafe { encode(e, d, c) };
+        // SAFETY: `n <= MAX_RECORD`, inside the chunk.
+        c.cur = unsafe { c.cur.add(n) };
+        c.len += n;
+        self.len.store(c.len, Ordering::Release);
+        true
+    }
+
+    /// Moves `c` to the start of the next chunk (padding the rest of the
+    /// current one); `false` when the log is full.
+    ///
+    /// # Safety
+    /// As [`ByteLog::push`].
+    #[cold]
+    unsafe fn next_chunk(&self, c: &mut Cursor) -> bool {
+        let mut len = c.len;
         let off = len % CHUNK_BYTES;
-        if off + MAX_RECORD > CHUNK_BYTES {
-            // `off > 0`, so this chunk exists; nobody reads past `len` yet.
+        if off != 0 {
+            // This chunk exists (we wrote in it); nobody reads past `len` yet.
             let p = self.chunks[len / CHUNK_BYTES].load(Ordering::Relaxed);
             // SAFETY: `off < CHUNK_BYTES` lies inside the chunk; unpublished, ours alone.
             unsafe { p.add(off).write(TAG_PAD) };
@@ -409,21 +472,27 @@ impl ByteLog {
             p = AppendLog::<u8>::new_chunk();
             chunk.store(p, Ordering::Release);
         }
-        // SAFETY: MAX_RECORD bytes fit in the chunk from `len % CHUNK_BYTES` on;
-        // they are not yet published, so no reader touches them, and only this
-        // thread writes.
-        let n = unsafe { encode(e, p.add(len % CHUNK_BYTES), prev_t) };
-        self.len.store(len + n, Ordering::Release);
+        c.len = len;
+        c.cur = p;
+        // SAFETY: the chunk holds CHUNK_BYTES bytes.
+        c.end = unsafe { p.add(CHUNK_BYTES) };
         true
     }
 
-    /// The published records, decoded; Start ids are rebuilt from the thread
-    /// index `idx` and their order (the `n`-th start of a thread has sequence `n`).
-    fn entries(&self, idx: u64) -> Vec<Entry> {
-        let n = self.len.load(Ordering::Acquire);
-        let mut out = Vec::with_capacity(n / 24);
-        let mut seq = 0u64;
-        let mut prev_t = 0u64;
+    /// The first `n` published bytes (`len` loaded with acquire) of records,
+    /// decoded, with the details of their Starts (names looked up in `names`,
+    /// the thread's interned names, read after `len`); Start ids are rebuilt
+    /// from the thread index `idx` and their order (the `n`-th start of a
+    /// thread has sequence `n`).
+    fn entries(&self, n: usize, idx: u64, names: &[Name]) -> (Vec<Entry>, Vec<Detail>) {
+        let mut out = Vec::with_capacity(n / 6);
+        let mut details = Vec::new();
+        let mut st = Decoder {
+            idx,
+            seq: 0,
+            prev_t: 0,
+            names,
+        };
         let mut pos = 0;
         while pos < n {
             let end = n.min((pos / CHUNK_BYTES + 1) * CHUNK_BYTES);
@@ -433,14 +502,14 @@ impl ByteLog {
             let bytes = unsafe { std::slice::from_raw_parts(p.add(pos % CHUNK_BYTES), end - pos) };
             let mut r = Reader(bytes);
             while !r.0.is_empty() {
-                match decode(&mut r, idx, &mut seq, &mut prev_t) {
+                match decode(&mut r, &mut st, &mut details) {
                     Some(e) => out.push(e),
                     None => break, // TAG_PAD (or a damaged tail): next chunk
                 }
             }
             pos = end.next_multiple_of(CHUNK_BYTES);
         }
-        out
+        (out, details)
     }
 }
 
@@ -456,61 +525,104 @@ impl Drop for ByteLog {
     }
 }
 
-/// Record tags of a [`ByteLog`].
+/// Record kinds of a [`ByteLog`] (the low 3 bits of a record's first byte).
 const TAG_PAD: u8 = 0;
 const TAG_START: u8 = 1;
 const TAG_STATE: u8 = 2;
 const TAG_STATE_NO_SIZE: u8 = 3;
 const TAG_STOP: u8 = 4;
-/// Room kept for a record (the longest, a Start with a ProxyOp payload and a
-/// full time, is 44 bytes).
-const MAX_RECORD: usize = 48;
+/// The high 5 bits of a first byte that announce a value too large for them
+/// (written after the first byte).
+const HIGH_ESCAPE: u8 = 31;
+/// Room kept for a record (the longest, a Coll Start with every field at its
+/// widest, is 88 bytes; typical records are 3 to 20).
+const MAX_RECORD: usize = 128;
+
+/// Payload kinds of a Start record (its second byte).
+mod pk {
+    pub const NONE: u8 = 0;
+    pub const GROUP_API: u8 = 1;
+    pub const PROXY_OP: u8 = 2;
+    pub const PROXY_STEP: u8 = 3;
+    pub const NET_PLUGIN: u8 = 4;
+    pub const KERNEL_CH: u8 = 5;
+    pub const COLL_API: u8 = 6;
+    pub const P2P_API: u8 = 7;
+    pub const COLL: u8 = 8;
+    pub const P2P: u8 = 9;
+    pub const DETAIL_INDEX: u8 = 10;
+}
 
 /// A record being written straight into its place in the log (no staging
-/// buffer: fields are stored once, unaligned, little-endian).
+/// buffer: fields are stored once, little-endian varints).
 struct Writer {
     p: *mut u8,
     len: usize,
 }
 
 impl Writer {
-    /// Starts a record with `tag` at `p`.
-    ///
-    /// # Safety
-    /// `p` must be writable for [`MAX_RECORD`] bytes.
-    #[inline]
-    unsafe fn at(p: *mut u8, tag: u8) -> Self {
-        let mut w = Writer { p, len: 0 };
-        w.put([tag]);
-        w
-    }
-
     #[inline]
     fn put<const N: usize>(&mut self, b: [u8; N]) {
         assert!(self.len + N <= MAX_RECORD, "record longer than MAX_RECORD");
-        // SAFETY: `p` is writable for MAX_RECORD bytes (`Writer::at`), checked above.
+        // SAFETY: `p` is writable for MAX_RECORD bytes (`encode`'s contract), checked above.
         unsafe { self.p.add(self.len).cast::<[u8; N]>().write_unaligned(b) };
         self.len += N;
     }
 
-    /// A time as its difference from the previous record's (`prev`, updated):
-    /// 4 bytes, or [`TIME_FULL`] and the 8 bytes of the time when the
-    /// difference does not fit (long idle gaps, a clock stepping back).
+    /// `v` as an unsigned LEB128 varint (1 byte below 128, at most 10).
+    #[inline(always)]
+    fn var(&mut self, mut v: u64) {
+        if v < 0x80 {
+            self.put([v as u8]);
+            return;
+        }
+        while v >= 0x80 {
+            self.put([v as u8 | 0x80]);
+            v >>= 7;
+        }
+        self.put([v as u8]);
+    }
+
+    /// `v` zigzag-encoded as a varint (small magnitudes of either sign are short).
+    #[inline]
+    fn zz(&mut self, v: i64) {
+        self.var(((v << 1) ^ (v >> 63)) as u64);
+    }
+
+    /// A time as its difference from the previous record's (`prev`, updated),
+    /// zigzag (a clock that steps back costs a few bytes more, nothing else).
     #[inline]
     fn time(&mut self, t: u64, prev: &mut u64) {
-        let d = t.wrapping_sub(*prev);
-        if d < u64::from(TIME_FULL) {
-            self.put((d as u32).to_le_bytes());
-        } else {
-            self.put(TIME_FULL.to_le_bytes());
-            self.put(t.to_le_bytes());
-        }
+        self.zz(t.wrapping_sub(*prev) as i64);
         *prev = t;
+    }
+
+    /// An event id as [`id_ref`] encodes it against cursor `c`.
+    #[inline]
+    fn id(&mut self, id: u64, c: &Cursor) {
+        self.var(id_ref(id, c.idx, c.seq));
     }
 }
 
-/// The 4-byte time difference that announces a full 8-byte time.
-const TIME_FULL: u32 = u32::MAX;
+/// Sequence bits of an event id (the thread index is above them).
+const SEQ_BITS: u32 = 40;
+
+/// How a record names an event, relative to the writing thread (index `idx`,
+/// `seq` starts so far): 0 = none; `2d + 1` = this thread's event started `d`
+/// starts ago (the usual case: 1 byte); `2 id` = any other id (ids stay below
+/// 2^63: thread indexes are below 2^23). An id that cannot be ours (≥ 2^63)
+/// is recorded as none.
+#[inline]
+fn id_ref(id: u64, idx: u64, seq: u64) -> u64 {
+    let s = id & ((1 << SEQ_BITS) - 1);
+    if id >> SEQ_BITS == idx && s <= seq {
+        ((seq - s) << 1) | 1
+    } else if id >> 63 == 0 {
+        id << 1
+    } else {
+        0
+    }
+}
 
 /// Reads little-endian fields off the front of a record slice.
 struct Reader<'a>(&'a [u8]);
@@ -524,129 +636,289 @@ impl Reader<'_> {
     fn u8(&mut self) -> Option<u8> {
         self.take::<1>().map(|b| b[0])
     }
-    fn u32(&mut self) -> Option<u32> {
-        self.take().map(u32::from_le_bytes)
+    fn var(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..70).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7f).checked_shl(shift).unwrap_or(0);
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    fn zz(&mut self) -> Option<i64> {
+        let v = self.var()?;
+        Some((v >> 1) as i64 ^ -((v & 1) as i64))
     }
     fn i32(&mut self) -> Option<i32> {
-        self.take().map(i32::from_le_bytes)
-    }
-    fn u64(&mut self) -> Option<u64> {
-        self.take().map(u64::from_le_bytes)
-    }
-    /// A time written by [`Writer::time`] after `prev` (updated).
-    fn time(&mut self, prev: &mut u64) -> Option<u64> {
-        let t = match self.u32()? {
-            TIME_FULL => self.u64()?,
-            d => prev.wrapping_add(u64::from(d)),
-        };
-        *prev = t;
-        Some(t)
+        self.zz().map(|v| v as i32)
     }
 }
 
-/// The record of `e` in a [`ByteLog`]: a tag, then the fields little-endian;
-/// a Start without its id (rebuilt from the order of starts) and with only
-/// its payload's own fields; a state without the size when it has none.
-/// Times are differences from the thread's previous record ([`Writer::time`]).
-/// 13 to 44 bytes (mostly 13 to 36) instead of the 48 of an [`Entry`]: what the log writes per
-/// event is most of what keeping every event costs (page faults on fresh memory).
+/// What decoding a thread's records keeps between them.
+struct Decoder<'a> {
+    idx: u64,
+    seq: u64,
+    prev_t: u64,
+    names: &'a [Name],
+}
+
+impl Decoder<'_> {
+    fn time(&mut self, r: &mut Reader<'_>) -> Option<u64> {
+        self.prev_t = self.prev_t.wrapping_add(r.zz()? as u64);
+        Some(self.prev_t)
+    }
+    /// [`id_ref`]'s inverse.
+    fn id(&self, r: &mut Reader<'_>) -> Option<u64> {
+        let v = r.var()?;
+        Some(if v & 1 == 1 {
+            (self.idx << SEQ_BITS) | self.seq.wrapping_sub(v >> 1)
+        } else {
+            v >> 1
+        })
+    }
+    fn name(&self, r: &mut Reader<'_>) -> Option<Name> {
+        let i = r.var()?;
+        Some(
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| self.names.get(i))
+                .copied()
+                .unwrap_or_default(),
+        )
+    }
+}
+
+/// Writes the record of `e` at `c.cur` and returns its length; a Start's
+/// larger payload is `d` (its names as indexes in the thread's interned
+/// names), else its [`Payload`]. The first byte holds the record kind (low 3
+/// bits) and a small value (the Start's type bit index, the state); then
+/// varints: a Start's payload kind, rank, time, parent and payload; a state's
+/// or stop's event and time, a state's size. Times are differences from the
+/// thread's previous record, event ids distances to this thread's starts
+/// ([`id_ref`]); a Start carries no id (rebuilt from the order of starts).
+/// 3 to 20 bytes for the usual records, at most [`MAX_RECORD`]: what the log
+/// writes per event is most of what keeping every event costs (page faults
+/// on fresh memory).
 ///
 /// # Safety
-/// `dst` must be writable for [`MAX_RECORD`] bytes.
-#[inline]
-unsafe fn encode(e: &Entry, dst: *mut u8, prev_t: &mut u64) -> usize {
+/// `c.cur` must be writable for [`MAX_RECORD`] bytes.
+#[inline(always)]
+unsafe fn encode(e: &Entry, d: Option<&Detail<u32>>, c: &mut Cursor) -> usize {
+    let mut w = Writer { p: c.cur, len: 0 };
     match *e {
         Entry::Start {
             parent, t, ty, rank, p, ..
         } => {
-            // SAFETY: per the caller.
-            let mut w = unsafe { Writer::at(dst, TAG_START) };
-            w.put(ty.to_le_bytes());
-            w.put(rank.to_le_bytes());
-            w.time(t, prev_t);
-            w.put(parent.to_le_bytes());
-            match p {
-                Payload::None => w.put([0]),
-                Payload::GroupApi { depth } => {
-                    w.put([1]);
-                    w.put(depth.to_le_bytes());
-                }
-                Payload::Detail { index } => {
-                    w.put([2]);
-                    w.put(index.to_le_bytes());
-                }
-                Payload::ProxyOp {
-                    channel,
-                    send,
-                    peer,
-                    nsteps,
-                    chunk,
-                } => {
-                    w.put([3, channel, send as u8]);
-                    w.put(peer.to_le_bytes());
-                    w.put(nsteps.to_le_bytes());
-                    w.put(chunk.to_le_bytes());
-                }
-                Payload::ProxyStep { step } => {
-                    w.put([4]);
-                    w.put(step.to_le_bytes());
-                }
-                Payload::NetPlugin { id } => {
-                    w.put([5]);
-                    w.put(id.to_le_bytes());
-                }
-                Payload::KernelCh { channel } => w.put([6, channel]),
+            let k = ty.trailing_zeros();
+            let small = ty.is_power_of_two() && k < u32::from(HIGH_ESCAPE);
+            let kind = match (d, p) {
+                (Some(Detail::Api { p2p: false, .. }), _) => pk::COLL_API,
+                (Some(Detail::Api { p2p: true, .. }), _) => pk::P2P_API,
+                (Some(Detail::Coll { .. }), _) => pk::COLL,
+                (Some(Detail::P2p { .. }), _) => pk::P2P,
+                (None, Payload::None) => pk::NONE,
+                (None, Payload::GroupApi { .. }) => pk::GROUP_API,
+                (None, Payload::ProxyOp { .. }) => pk::PROXY_OP,
+                (None, Payload::ProxyStep { .. }) => pk::PROXY_STEP,
+                (None, Payload::NetPlugin { .. }) => pk::NET_PLUGIN,
+                (None, Payload::KernelCh { .. }) => pk::KERNEL_CH,
+                (None, Payload::Detail { .. }) => pk::DETAIL_INDEX,
+            };
+            let high = if small { k as u8 } else { HIGH_ESCAPE };
+            w.put([TAG_START | high << 3, kind]);
+            if !small {
+                w.var(u64::from(ty));
             }
-            w.len
+            w.zz(i64::from(rank));
+            w.time(t, &mut c.prev_t);
+            w.id(parent, c);
+            match (d, p) {
+                (
+                    Some(&Detail::Api {
+                        func,
+                        count,
+                        dtype,
+                        root,
+                        p2p,
+                    }),
+                    _,
+                ) => {
+                    w.var(u64::from(func));
+                    w.var(count as u64);
+                    w.var(u64::from(dtype));
+                    if !p2p {
+                        w.zz(i64::from(root));
+                    }
+                }
+                (
+                    Some(&Detail::Coll {
+                        seq,
+                        func,
+                        count,
+                        dtype,
+                        root,
+                        algo,
+                        proto,
+                        nchannels,
+                        group,
+                    }),
+                    _,
+                ) => {
+                    w.var(seq);
+                    w.var(u64::from(func));
+                    w.var(count as u64);
+                    w.var(u64::from(dtype));
+                    w.zz(i64::from(root));
+                    w.var(u64::from(algo));
+                    w.var(u64::from(proto));
+                    w.put([nchannels]);
+                    w.id(group, c);
+                }
+                (
+                    Some(&Detail::P2p {
+                        func,
+                        count,
+                        dtype,
+                        peer,
+                        group,
+                    }),
+                    _,
+                ) => {
+                    w.var(u64::from(func));
+                    w.var(count as u64);
+                    w.var(u64::from(dtype));
+                    w.zz(i64::from(peer));
+                    w.id(group, c);
+                }
+                (None, Payload::None) => {}
+                (None, Payload::GroupApi { depth }) => w.zz(i64::from(depth)),
+                (
+                    None,
+                    Payload::ProxyOp {
+                        channel,
+                        send,
+                        peer,
+                        nsteps,
+                        chunk,
+                    },
+                ) => {
+                    w.put([channel, send as u8]);
+                    w.zz(i64::from(peer));
+                    w.zz(i64::from(nsteps));
+                    w.zz(i64::from(chunk));
+                }
+                (None, Payload::ProxyStep { step }) => w.zz(i64::from(step)),
+                (None, Payload::NetPlugin { id }) => w.zz(id),
+                (None, Payload::KernelCh { channel }) => w.put([channel]),
+                (None, Payload::Detail { index }) => w.var(u64::from(index)),
+            }
+            c.seq += 1;
         }
         Entry::State { id, t, size, state } => {
-            // SAFETY: per the caller.
-            let mut w = unsafe { Writer::at(dst, if size == u64::MAX { TAG_STATE_NO_SIZE } else { TAG_STATE }) };
-            w.put(id.to_le_bytes());
-            w.time(t, prev_t);
-            w.put(state.to_le_bytes());
-            if size != u64::MAX {
-                w.put(size.to_le_bytes());
+            let small = (0..i32::from(HIGH_ESCAPE)).contains(&state);
+            let tag = if size == u64::MAX { TAG_STATE_NO_SIZE } else { TAG_STATE };
+            w.put([tag | if small { state as u8 } else { HIGH_ESCAPE } << 3]);
+            if !small {
+                w.zz(i64::from(state));
             }
-            w.len
+            w.id(id, c);
+            w.time(t, &mut c.prev_t);
+            if size != u64::MAX {
+                w.var(size);
+            }
         }
         Entry::Stop { id, t } => {
-            // SAFETY: per the caller.
-            let mut w = unsafe { Writer::at(dst, TAG_STOP) };
-            w.put(id.to_le_bytes());
-            w.time(t, prev_t);
-            w.len
+            w.put([TAG_STOP]);
+            w.id(id, c);
+            w.time(t, &mut c.prev_t);
         }
     }
+    w.len
 }
 
 /// The next record of `r` ([`encode`]'s inverse); `None` at [`TAG_PAD`] or a
-/// truncated record. `seq` counts the thread's starts so far.
-fn decode(r: &mut Reader<'_>, idx: u64, seq: &mut u64, prev_t: &mut u64) -> Option<Entry> {
-    match r.u8()? {
+/// truncated record. A Start's detail is appended to `details` (its payload
+/// is then `Payload::Detail` with that index).
+fn decode(r: &mut Reader<'_>, st: &mut Decoder<'_>, details: &mut Vec<Detail>) -> Option<Entry> {
+    let b = r.u8()?;
+    let high = b >> 3;
+    match b & 7 {
         TAG_START => {
-            let (ty, rank, t, parent) = (r.u32()?, r.i32()?, r.time(prev_t)?, r.u64()?);
-            let p = match r.u8()? {
-                0 => Payload::None,
-                1 => Payload::GroupApi { depth: r.i32()? },
-                2 => Payload::Detail { index: r.u32()? },
-                3 => Payload::ProxyOp {
+            let kind = r.u8()?;
+            let ty = if high == HIGH_ESCAPE {
+                u32::try_from(r.var()?).ok()?
+            } else {
+                1 << high
+            };
+            let rank = r.i32()?;
+            let t = st.time(r)?;
+            let parent = st.id(r)?;
+            let mut detail = |d: Detail| {
+                details.push(d);
+                Payload::Detail {
+                    index: (details.len() - 1) as u32,
+                }
+            };
+            let p = match kind {
+                pk::NONE => Payload::None,
+                pk::GROUP_API => Payload::GroupApi { depth: r.i32()? },
+                pk::PROXY_OP => Payload::ProxyOp {
                     channel: r.u8()?,
                     send: r.u8()? != 0,
                     peer: r.i32()?,
                     nsteps: r.i32()?,
                     chunk: r.i32()?,
                 },
-                4 => Payload::ProxyStep { step: r.i32()? },
-                5 => Payload::NetPlugin {
-                    id: i64::from_le_bytes(r.take()?),
-                },
-                6 => Payload::KernelCh { channel: r.u8()? },
+                pk::PROXY_STEP => Payload::ProxyStep { step: r.i32()? },
+                pk::NET_PLUGIN => Payload::NetPlugin { id: r.zz()? },
+                pk::KERNEL_CH => Payload::KernelCh { channel: r.u8()? },
+                pk::COLL_API | pk::P2P_API => {
+                    let p2p = kind == pk::P2P_API;
+                    let (func, count, dtype) = (st.name(r)?, r.var()? as usize, st.name(r)?);
+                    let root = if p2p { 0 } else { r.i32()? };
+                    detail(Detail::Api {
+                        func,
+                        count,
+                        dtype,
+                        root,
+                        p2p,
+                    })
+                }
+                pk::COLL => {
+                    let (seq, func, count, dtype) = (r.var()?, st.name(r)?, r.var()? as usize, st.name(r)?);
+                    let (root, algo, proto, nchannels) = (r.i32()?, st.name(r)?, st.name(r)?, r.u8()?);
+                    let group = st.id(r)?;
+                    detail(Detail::Coll {
+                        seq,
+                        func,
+                        count,
+                        dtype,
+                        root,
+                        algo,
+                        proto,
+                        nchannels,
+                        group,
+                    })
+                }
+                pk::P2P => {
+                    let (func, count, dtype, peer) = (st.name(r)?, r.var()? as usize, st.name(r)?, r.i32()?);
+                    let group = st.id(r)?;
+                    detail(Detail::P2p {
+                        func,
+                        count,
+                        dtype,
+                        peer,
+                        group,
+                    })
+                }
+                pk::DETAIL_INDEX => Payload::Detail { index: r.var()? as u32 },
                 _ => return None,
             };
-            *seq += 1;
+            st.seq += 1;
             Some(Entry::Start {
-                id: (idx << 40) | *seq,
+                id: (st.idx << SEQ_BITS) | st.seq,
                 parent,
                 t,
                 ty,
@@ -655,31 +927,57 @@ fn decode(r: &mut Reader<'_>, idx: u64, seq: &mut u64, prev_t: &mut u64) -> Opti
             })
         }
         tag @ (TAG_STATE | TAG_STATE_NO_SIZE) => {
-            let (id, t, state) = (r.u64()?, r.time(prev_t)?, r.i32()?);
-            let size = if tag == TAG_STATE { r.u64()? } else { u64::MAX };
+            let state = if high == HIGH_ESCAPE { r.i32()? } else { i32::from(high) };
+            let (id, t) = (st.id(r)?, st.time(r)?);
+            let size = if tag == TAG_STATE { r.var()? } else { u64::MAX };
             Some(Entry::State { id, t, size, state })
         }
-        TAG_STOP => Some(Entry::Stop {
-            id: r.u64()?,
-            t: r.time(prev_t)?,
-        }),
+        TAG_STOP => {
+            let (id, t) = (st.id(r)?, st.time(r)?);
+            Some(Entry::Stop { id, t })
+        }
         _ => None,
     }
 }
 
-/// One thread's log: its entries and details, and the thread's index
-/// (the high half of its event ids).
-#[derive(Debug)]
+/// One thread's log: its records, the names its records refer to by index
+/// ([`ThreadLog::intern`]), the thread's index (the high bits of its event
+/// ids), and its writer's state, first (what every event touches, together:
+/// the thread's one writer works on two adjacent cache lines).
+#[repr(C, align(128))]
 struct ThreadLog {
-    idx: u64,
+    /// The write position and encoding state (written by the owning thread only).
+    cursor: UnsafeCell<Cursor>,
+    /// The records.
     entries: ByteLog,
-    details: AppendLog<Detail>,
+    idx: u64,
+    /// Interned names, in order.
+    names: AppendLog<Name>,
+    /// The first [`NAME_CACHE`] interned names (their index is their
+    /// position), for the owning thread's lookups.
+    name_cache: UnsafeCell<NameCache>,
 }
+
+impl std::fmt::Debug for ThreadLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadLog")
+            .field("idx", &self.idx)
+            .field("entries", &self.entries)
+            .finish()
+    }
+}
+
+// SAFETY: `cursor` and `name_cache` are touched by the owning thread only (the
+// one that [`local`] maps to this log; a thread that takes over a dead
+// thread's control block takes over its log after that thread ended); other
+// threads read `entries` and `names`, which publish with release/acquire.
+unsafe impl Sync for ThreadLog {}
 
 #[derive(Debug, Default)]
 struct Store {
-    /// Every thread's log that ever recorded (kept after the thread exits).
-    logs: Vec<Arc<ThreadLog>>,
+    /// Every thread's log that ever recorded (kept until the process ends,
+    /// after the thread exits too).
+    logs: Vec<&'static ThreadLog>,
     /// Live contexts in this process.
     contexts: usize,
 }
@@ -693,86 +991,272 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// What a thread holds of its own log: the log (it is the only writer) and
-/// the sequence number of its last event.
-struct Local {
-    log: Arc<ThreadLog>,
-    next: Cell<u64>,
-    /// The log is full: this thread records nothing more.
-    full: Cell<bool>,
-    /// The time of the last record (records hold the difference).
-    prev_t: Cell<u64>,
+/// Names a thread interns with their index, looked up before adding one.
+const NAME_CACHE: usize = 32;
+
+/// A thread's first interned names, with the address each was last seen at.
+struct NameCache {
+    n: usize,
+    names: [Name; NAME_CACHE],
+    /// Where `names[i]` was last read from (a hint: the text there is
+    /// compared again before the name is reused).
+    seen_at: [*const c_char; NAME_CACHE],
 }
 
-impl Local {
-    /// Appends `e` to this thread's entries.
+impl Name {
+    /// Whether the NUL-terminated string at `p` (non-NULL) reads as `self`
+    /// ([`Name::of`] of it would equal `self`).
+    ///
+    /// # Safety
+    /// `p` points to a NUL-terminated string.
     #[inline]
-    fn push(&self, e: Entry) {
-        if self.full.get() {
-            return;
+    unsafe fn is_at(&self, p: *const c_char) -> bool {
+        let len = self.len as usize;
+        for (i, &b) in self.bytes[..len].iter().enumerate() {
+            // SAFETY: bytes before `i` matched non-NUL bytes, so byte `i` is
+            // still inside the string (at worst its NUL).
+            if unsafe { *p.add(i) } as u8 != b {
+                return false;
+            }
         }
-        let mut prev_t = self.prev_t.get();
-        // SAFETY: as above.
-        // SAFETY: `Local` lives in this thread's TLS: its thread is the log's only writer.
-        let ok = unsafe { self.log.entries.push(&e, &mut prev_t) };
-        self.prev_t.set(prev_t);
-        if !ok {
-            // Nothing more, not even a shorter record that would still fit: the
-            // ids of starts are their order in the log.
-            self.full.set(true);
-        }
+        // SAFETY: as above; a name cut at 15 bytes matches any longer text.
+        len == self.bytes.len() || unsafe { *p.add(len) } == 0
+    }
+}
+
+impl ThreadLog {
+    /// Appends `e` (a Start's larger payload `d`) to this thread's log (inlined
+    /// into each caller, so that each encodes its one kind of record). When the
+    /// log is full nothing more is recorded, not even a shorter record that
+    /// would still fit (the ids of starts are their order in the log): every
+    /// later push finds the same chunk end and the same full chunk table.
+    ///
+    /// # Safety
+    /// The calling thread must own this log (it came from [`local`]); `push`
+    /// is not re-entered (nothing it calls records).
+    #[inline(always)]
+    unsafe fn push(&self, e: &Entry, d: Option<&Detail<u32>>) {
+        // SAFETY: per the caller: the only reference to the cursor, and this
+        // thread is the log's only writer.
+        unsafe { self.entries.push(&mut *self.cursor.get(), e, d) };
     }
 
-    /// Appends `d` to this thread's details; its index (`None`: full).
+    /// The index of the name `p` points to in this thread's names (added
+    /// when new; `u32::MAX`, read back as an empty name, when the table is full).
+    ///
+    /// # Safety
+    /// As [`ThreadLog::push`].
     #[inline]
-    fn push_detail(&self, d: Detail) -> Option<usize> {
-        // SAFETY: as in `push`.
-        unsafe { self.log.details.push(d) }
+    unsafe fn intern(&self, p: *const c_char) -> u32 {
+        // SAFETY: per the caller: this thread's own cache, not re-entered.
+        let c = unsafe { &mut *self.name_cache.get() };
+        // The usual case: the same (static) string as last time, still the same text.
+        if !p.is_null()
+            && let Some(i) = c.seen_at[..c.n].iter().position(|&q| q == p)
+            // SAFETY: NCCL's descriptors hold NUL-terminated strings valid for the call.
+            && unsafe { c.names[i].is_at(p) }
+        {
+            return i as u32;
+        }
+        let name = Name::of(p);
+        if let Some(i) = c.names[..c.n].iter().position(|x| *x == name) {
+            c.seen_at[i] = p;
+            return i as u32;
+        }
+        // SAFETY: this thread is the names log's only writer.
+        let Some(i) = (unsafe { self.names.push(name) }) else {
+            return u32::MAX;
+        };
+        // Cached names are the first ones pushed, so position = index.
+        if c.n < NAME_CACHE && i == c.n {
+            c.names[i] = name;
+            c.seen_at[i] = p;
+            c.n += 1;
+        }
+        i as u32
     }
 
     /// A new event id: the thread index (high 24 bits) and the next sequence number.
-    #[inline]
-    fn next_id(&self) -> u64 {
-        let n = self.next.get() + 1;
-        self.next.set(n);
-        (self.log.idx << 40) | n
+    ///
+    /// # Safety
+    /// As [`ThreadLog::push`].
+    #[inline(always)]
+    unsafe fn next_id(&self) -> u64 {
+        // SAFETY: per the caller.
+        let c = unsafe { &mut *self.cursor.get() };
+        c.next += 1;
+        (self.idx << SEQ_BITS) | c.next
     }
 }
 
 thread_local! {
-    /// This thread's log, registered in [`store`] at its first event.
-    static LOG: OnceCell<Local> = const { OnceCell::new() };
+    /// This thread's log, registered in [`store`] at its first event (kept
+    /// until the process ends: the [`THREADS`] table may point to it).
+    static LOG: OnceCell<&'static ThreadLog> = const { OnceCell::new() };
 }
 
 /// Runs `f` on this thread's log (registering it first); `None` while the
-/// thread is being torn down.
-#[inline]
-fn with_log<R>(f: impl FnOnce(&Local) -> R) -> Option<R> {
-    LOG.try_with(|cell| f(cell.get_or_init(register))).ok()
+/// thread is being torn down. `f` may use the log as its owner ([`ThreadLog::push`]).
+#[inline(always)]
+fn with_log<R>(f: impl FnOnce(&ThreadLog) -> R) -> Option<R> {
+    let l = local()?;
+    Some(f(l))
 }
 
-/// Creates this thread's log and registers it in [`store`].
-#[cold]
-fn register() -> Local {
-    let mut st = lock(store());
-    let log = Arc::new(ThreadLog {
-        idx: st.logs.len() as u64 + 1,
-        entries: ByteLog::new(),
-        details: AppendLog::new(),
-    });
-    st.logs.push(log.clone());
-    Local {
-        log,
-        next: Cell::new(0),
-        full: Cell::new(false),
-        prev_t: Cell::new(0),
+/// Slots of [`THREADS`] (a thread that finds none free uses its TLS slot).
+const THREAD_SLOTS: usize = 1024;
+/// Slots a lookup in [`THREADS`] probes.
+const THREAD_PROBES: usize = 16;
+
+/// One entry of [`THREADS`]: a thread pointer (0: free) and its log.
+struct ThreadSlot {
+    key: AtomicUsize,
+    log: AtomicPtr<ThreadLog>,
+}
+
+/// Thread pointer → [`ThreadLog`] (open addressing, entries never removed): a
+/// cheaper way to this thread's log than its TLS slot, which in a `dlopen`ed
+/// library costs a `__tls_get_addr` call per event. The thread pointer
+/// (`%fs:0` on x86-64 Linux, the thread's control block pointing to itself)
+/// is unique among live threads; a thread that reuses a dead one's control
+/// block carries on with the dead thread's log, whose only writer it then is.
+static THREADS: [ThreadSlot; THREAD_SLOTS] = [const {
+    ThreadSlot {
+        key: AtomicUsize::new(0),
+        log: AtomicPtr::new(std::ptr::null_mut()),
     }
+}; THREAD_SLOTS];
+
+/// This thread's pointer (see [`THREADS`]); never 0.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: on x86-64 Linux (glibc, musl) `%fs:0` holds the address of the
+    // thread's control block, readable by the thread at any time; a pure load.
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags, pure))
+    };
+    tp
 }
 
-/// Appends `e` to this thread's log.
-#[inline]
+/// The [`THREADS`] slot a lookup of thread pointer `tp` starts at.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn thread_slot(tp: usize) -> usize {
+    ((tp as u64 >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - THREAD_SLOTS.trailing_zeros())) as usize
+}
+
+/// This thread's log: by its thread pointer in its first [`THREADS`] slot
+/// (inlined: a few instructions), else [`local_slow`].
+#[inline(always)]
+fn local() -> Option<&'static ThreadLog> {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let tp = thread_pointer();
+        let s = &THREADS[thread_slot(tp)];
+        if s.key.load(Ordering::Relaxed) == tp {
+            // SAFETY: see `thread_log_at`.
+            return Some(unsafe { thread_log_at(s) });
+        }
+    }
+    local_slow()
+}
+
+/// The log of slot `s`, whose key is the calling thread's pointer.
+///
+/// # Safety
+/// `s.key` was loaded equal to this thread's pointer. Only the thread whose
+/// pointer it is stored the slot's log (after claiming the key, so before this
+/// load in its program order) or, for a reused control block, a dead thread
+/// whose stores happened before this thread was created; it is a leaked log.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+unsafe fn thread_log_at(s: &ThreadSlot) -> &'static ThreadLog {
+    // SAFETY: per the caller: a non-NULL pointer to a leaked log.
+    unsafe { &*s.log.load(Ordering::Relaxed) }
+}
+
+/// [`local`] past the first slot: the next [`THREADS`] slots, else through
+/// the TLS slot (registering the thread's log first), the thread then entered
+/// in [`THREADS`] where a probed slot is free.
+#[cold]
+fn local_slow() -> Option<&'static ThreadLog> {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let tp = thread_pointer();
+        let mut h = thread_slot(tp);
+        for _ in 0..THREAD_PROBES {
+            let s = &THREADS[h];
+            let k = s.key.load(Ordering::Relaxed);
+            if k == tp {
+                // SAFETY: the key is this thread's pointer.
+                return Some(unsafe { thread_log_at(s) });
+            }
+            if k == 0 {
+                break;
+            }
+            h = (h + 1) % THREAD_SLOTS;
+        }
+    }
+    let l: &'static ThreadLog = LOG.try_with(|cell| *cell.get_or_init(register)).ok()?;
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let tp = thread_pointer();
+        let mut h = thread_slot(tp);
+        for _ in 0..THREAD_PROBES {
+            let s = &THREADS[h];
+            match s.key.compare_exchange(0, tp, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    s.log.store(l as *const ThreadLog as *mut ThreadLog, Ordering::Relaxed);
+                    break;
+                }
+                // Not found by `local` (it stops at the first free slot), so not ours.
+                Err(_) => h = (h + 1) % THREAD_SLOTS,
+            }
+        }
+    }
+    Some(l)
+}
+
+/// Most thread logs in a process (event ids keep below 2^63); a thread past
+/// them records nothing.
+const MAX_THREADS: usize = 1 << 23;
+
+/// Creates this thread's log and registers it in [`store`] (kept until the
+/// process ends).
+#[cold]
+fn register() -> &'static ThreadLog {
+    let mut st = lock(store());
+    let idx = st.logs.len() as u64 + 1;
+    let mut cursor = Cursor::new(idx);
+    if st.logs.len() >= MAX_THREADS {
+        // Full from the start: no chunk is ever taken.
+        cursor.len = CHUNK_BYTES * MAX_CHUNKS;
+    }
+    let log: &'static ThreadLog = Box::leak(Box::new(ThreadLog {
+        cursor: UnsafeCell::new(cursor),
+        entries: ByteLog::new(),
+        idx,
+        names: AppendLog::new(),
+        name_cache: UnsafeCell::new(NameCache {
+            n: 0,
+            names: [Name::default(); NAME_CACHE],
+            seen_at: [std::ptr::null(); NAME_CACHE],
+        }),
+    }));
+    st.logs.push(log);
+    log
+}
+
+/// Appends `e` to this thread's log (inlined, so that each caller encodes
+/// its one kind of record).
+#[inline(always)]
 fn append(e: Entry) {
-    with_log(|l| l.push(e));
+    if let Some(l) = local() {
+        // SAFETY: the log `local` gives is this thread's own; not re-entered.
+        unsafe { l.push(&e, None) };
+    }
 }
 
 /// `CLOCK_REALTIME` in ns.
@@ -928,18 +1412,21 @@ pub struct Rec {
 /// The records of every thread's log so far, parents before children (an event
 /// starts after its parent on the one clock; equal times keep log order).
 pub fn collect() -> Vec<Rec> {
-    let logs: Vec<Arc<ThreadLog>> = lock(store()).logs.clone();
+    let logs: Vec<&'static ThreadLog> = lock(store()).logs.clone();
     let to_ns = clock().ns_map();
     let threads: Vec<(Vec<Entry>, Vec<Detail>)> = logs
         .iter()
         .map(|l| {
-            let mut entries = l.entries.entries(l.idx);
+            // Entries first: every name they refer to was published before them.
+            let n = l.entries.len.load(Ordering::Acquire);
+            let names = l.names.to_vec();
+            let (mut entries, details) = l.entries.entries(n, l.idx, &names);
             for e in &mut entries {
                 match e {
                     Entry::Start { t, .. } | Entry::State { t, .. } | Entry::Stop { t, .. } => *t = to_ns(*t),
                 }
             }
-            (entries, l.details.to_vec())
+            (entries, details)
         })
         .collect();
     recs_of(&threads)
@@ -1128,9 +1615,15 @@ pub struct TraceProfiler {
 }
 
 impl TraceProfiler {
-    /// The fixed-size fields of `d`'s event, and its [`Detail`] for the larger ones.
+    /// The fixed-size fields of `d`'s event, and its [`Detail`] for the larger
+    /// ones (names interned in `l`, the calling thread's log).
     #[inline]
-    fn payload(d: &abi::ncclProfilerEventDescr_v6_t) -> (Payload, Option<Detail>) {
+    ///
+    /// # Safety
+    /// `l` is the calling thread's own log ([`ThreadLog::push`]).
+    unsafe fn payload(d: &abi::ncclProfilerEventDescr_v6_t, l: &ThreadLog) -> (Payload, Option<Detail<u32>>) {
+        // SAFETY: per the caller.
+        let name = |p: *const c_char| unsafe { l.intern(p) };
         match d.r#type {
             abi::ncclProfileGroupApi => {
                 // SAFETY: the type selects the union member.
@@ -1141,9 +1634,9 @@ impl TraceProfiler {
                 // SAFETY: as above.
                 let c = unsafe { d.u.collApi };
                 let det = Detail::Api {
-                    func: Name::of(c.func),
+                    func: name(c.func),
                     count: c.count,
-                    dtype: Name::of(c.datatype),
+                    dtype: name(c.datatype),
                     root: c.root,
                     p2p: false,
                 };
@@ -1153,9 +1646,9 @@ impl TraceProfiler {
                 // SAFETY: as above.
                 let c = unsafe { d.u.p2pApi };
                 let det = Detail::Api {
-                    func: Name::of(c.func),
+                    func: name(c.func),
                     count: c.count,
-                    dtype: Name::of(c.datatype),
+                    dtype: name(c.datatype),
                     root: 0,
                     p2p: true,
                 };
@@ -1167,12 +1660,12 @@ impl TraceProfiler {
                 let group = TraceProfiler::event_of_handle(c.parentGroup as usize).unwrap_or(0);
                 let det = Detail::Coll {
                     seq: c.seqNumber,
-                    func: Name::of(c.func),
+                    func: name(c.func),
                     count: c.count,
-                    dtype: Name::of(c.datatype),
+                    dtype: name(c.datatype),
                     root: c.root,
-                    algo: Name::of(c.algo),
-                    proto: Name::of(c.proto),
+                    algo: name(c.algo),
+                    proto: name(c.proto),
                     nchannels: c.nChannels,
                     group,
                 };
@@ -1183,9 +1676,9 @@ impl TraceProfiler {
                 let c = unsafe { d.u.p2p };
                 let group = TraceProfiler::event_of_handle(c.parentGroup as usize).unwrap_or(0);
                 let det = Detail::P2p {
-                    func: Name::of(c.func),
+                    func: name(c.func),
                     count: c.count,
-                    dtype: Name::of(c.datatype),
+                    dtype: name(c.datatype),
                     peer: c.peer,
                     group,
                 };
@@ -1247,26 +1740,28 @@ impl Profiler for TraceProfiler {
     }
 
     fn start_child(&self, descr: &abi::ncclProfilerEventDescr_v6_t, parent: Option<&u64>) -> NetResult<Option<u64>> {
-        let (p, detail) = Self::payload(descr);
         let rank = if descr.rank != 0 { descr.rank } else { self.rank };
         let t = now_ns();
         let parent = parent.copied().unwrap_or(0);
         let ty = descr.r#type as u32;
         Ok(with_log(|l| {
-            let id = l.next_id();
-            let p = match detail.and_then(|d| l.push_detail(d)) {
-                Some(index) => Payload::Detail { index: index as u32 },
-                None => p,
-            };
-            l.push(Entry::Start {
-                id,
-                parent,
-                t,
-                ty,
-                rank,
-                p,
-            });
-            id
+            // SAFETY: `with_log` gives this thread's own log; nothing here re-enters it.
+            unsafe {
+                let id = l.next_id();
+                let (p, detail) = Self::payload(descr, l);
+                l.push(
+                    &Entry::Start {
+                        id,
+                        parent,
+                        t,
+                        ty,
+                        rank,
+                        p,
+                    },
+                    detail.as_ref(),
+                );
+                id
+            }
         }))
     }
 
@@ -1518,7 +2013,7 @@ mod tests {
         );
     }
 
-    /// A hot-path record stays small (the larger fields go to the side table).
+    /// A decoded record stays small (the larger fields go to the side table).
     #[test]
     fn entries_are_small() {
         assert!(std::mem::size_of::<Entry>() <= 48, "{}", std::mem::size_of::<Entry>());
@@ -1553,7 +2048,7 @@ mod tests {
         let mut want = Vec::new();
         let mut seq = 0;
         // Enough records to fill more than two chunks.
-        for i in 0..(2 * CHUNK_BYTES / 16) as u64 {
+        for i in 0..(2 * CHUNK_BYTES / 5) as u64 {
             let e = match i % 4 {
                 0 | 1 => {
                     seq += 1;
@@ -1582,17 +2077,207 @@ mod tests {
             want.push(e);
         }
         let log = ByteLog::new();
-        let mut prev_t = 0;
+        let mut c = Cursor::new(idx);
         for e in &want {
             // SAFETY: this thread is the log's only writer.
-            assert!(unsafe { log.push(e, &mut prev_t) });
+            assert!(unsafe { log.push(&mut c, e, None) });
         }
-        assert!(
-            log.len.load(Ordering::Relaxed) > 2 * CHUNK_BYTES,
-            "crossed two chunk ends"
-        );
-        let got = log.entries(idx);
+        let n = log.len.load(Ordering::Acquire);
+        assert!(n > 2 * CHUNK_BYTES, "crossed two chunk ends");
+        let (got, details) = log.entries(n, idx, &[]);
+        assert!(details.is_empty());
         assert_eq!(format!("{got:?}"), format!("{want:?}"));
+    }
+
+    /// The larger payloads (API calls, Coll, P2p) come back with their names
+    /// and fields, and ids of the writing thread's own events (recorded as
+    /// distances) and of other threads' come back as they were.
+    #[test]
+    fn byte_log_round_trips_details_and_ids() {
+        let idx = 3;
+        let names = [Name::of(c"AllReduce".as_ptr()), Name::of(c"ncclFloat32".as_ptr())];
+        let own = |s: u64| (idx << SEQ_BITS) | s;
+        let other = (9 << SEQ_BITS) | 12345;
+        let start = |parent: u64, t: u64| Entry::Start {
+            id: 0,
+            parent,
+            t,
+            ty: abi::ncclProfileColl as u32,
+            rank: 1,
+            p: Payload::None,
+        };
+        let details: [Detail<u32>; 4] = [
+            Detail::Api {
+                func: 0,
+                count: 1 << 40,
+                dtype: 1,
+                root: -1,
+                p2p: false,
+            },
+            Detail::Api {
+                func: 1,
+                count: 3,
+                dtype: 0,
+                root: 0,
+                p2p: true,
+            },
+            Detail::Coll {
+                seq: u64::MAX,
+                func: 0,
+                count: 8,
+                dtype: 1,
+                root: i32::MIN,
+                algo: 7,
+                proto: u32::MAX,
+                nchannels: 255,
+                group: own(1),
+            },
+            Detail::P2p {
+                func: 1,
+                count: 0,
+                dtype: 0,
+                peer: i32::MAX,
+                group: other,
+            },
+        ];
+        let log = ByteLog::new();
+        let mut c = Cursor::new(idx);
+        let parents = [0, own(1), other, own(2)];
+        for (i, d) in details.iter().enumerate() {
+            // SAFETY: this thread is the log's only writer.
+            assert!(unsafe { log.push(&mut c, &start(parents[i], 10 * i as u64), Some(d)) });
+        }
+        for e in [
+            Entry::State {
+                id: own(4),
+                t: 5,
+                size: 0,
+                state: 99,
+            },
+            Entry::Stop { id: other, t: u64::MAX },
+            Entry::Stop { id: own(1), t: 0 },
+            Entry::Stop { id: u64::MAX, t: 1 },
+        ] {
+            // SAFETY: as above.
+            assert!(unsafe { log.push(&mut c, &e, None) });
+        }
+        let (got, ds) = log.entries(log.len.load(Ordering::Acquire), idx, &names);
+        let name = |i: u32| names.get(i as usize).copied().unwrap_or_default();
+        let want: Vec<Detail> = details
+            .iter()
+            .map(|d| match *d {
+                Detail::Api {
+                    func,
+                    count,
+                    dtype,
+                    root,
+                    p2p,
+                } => Detail::Api {
+                    func: name(func),
+                    count,
+                    dtype: name(dtype),
+                    root,
+                    p2p,
+                },
+                Detail::Coll {
+                    seq,
+                    func,
+                    count,
+                    dtype,
+                    root,
+                    algo,
+                    proto,
+                    nchannels,
+                    group,
+                } => Detail::Coll {
+                    seq,
+                    func: name(func),
+                    count,
+                    dtype: name(dtype),
+                    root,
+                    algo: name(algo),
+                    proto: name(proto),
+                    nchannels,
+                    group,
+                },
+                Detail::P2p {
+                    func,
+                    count,
+                    dtype,
+                    peer,
+                    group,
+                } => Detail::P2p {
+                    func: name(func),
+                    count,
+                    dtype: name(dtype),
+                    peer,
+                    group,
+                },
+            })
+            .collect();
+        assert_eq!(format!("{ds:?}"), format!("{want:?}"));
+        for (i, e) in got.iter().take(4).enumerate() {
+            let Entry::Start { id, parent, t, p, .. } = *e else {
+                panic!("{e:?}")
+            };
+            assert_eq!((id, parent, t), (own(i as u64 + 1), parents[i], 10 * i as u64));
+            assert!(matches!(p, Payload::Detail { index } if index as usize == i), "{p:?}");
+        }
+        assert_eq!(
+            format!("{:?}", &got[4..]),
+            format!(
+                "{:?}",
+                [
+                    Entry::State {
+                        id: own(4),
+                        t: 5,
+                        size: 0,
+                        state: 99,
+                    },
+                    Entry::Stop { id: other, t: u64::MAX },
+                    Entry::Stop { id: own(1), t: 0 },
+                    // Not an id this profiler can have made: recorded as none.
+                    Entry::Stop { id: 0, t: 1 },
+                ]
+            )
+        );
+    }
+
+    /// A thread interns each distinct name once; the same text from another
+    /// address gets the same index.
+    #[test]
+    fn names_are_interned_per_thread() {
+        std::thread::spawn(|| {
+            with_log(|l| {
+                // SAFETY: this thread's own log, as `with_log` gives it.
+                let intern = |p: *const c_char| unsafe { l.intern(p) };
+                let a = intern(c"AllReduce".as_ptr());
+                let b = intern(c"ncclFloat32".as_ptr());
+                let copy = std::ffi::CString::new("AllReduce").unwrap();
+                assert_eq!(intern(copy.as_ptr()), a);
+                assert_ne!(a, b);
+                assert_eq!(intern(c"ncclFloat32".as_ptr()), b);
+                // The text at a known address changed: looked up again.
+                let mut buf = *b"AllReduce\0\0\0\0";
+                let at = buf.as_ptr().cast::<c_char>();
+                assert_eq!(intern(at), a);
+                buf[..10].copy_from_slice(b"AllGather\0");
+                let g = intern(buf.as_ptr().cast());
+                assert_ne!(g, a);
+                buf[..13].copy_from_slice(b"AllReduceX12\0");
+                let x = intern(buf.as_ptr().cast());
+                assert_ne!(x, a);
+                assert_ne!(x, g);
+                buf[9] = 0;
+                assert_eq!(intern(buf.as_ptr().cast()), a);
+                let names = l.names.to_vec();
+                assert_eq!(names[a as usize].as_string(), "AllReduce");
+                assert_eq!(names[b as usize].as_string(), "ncclFloat32");
+            })
+            .unwrap();
+        })
+        .join()
+        .unwrap();
     }
 
     /// Names longer than 15 bytes are cut, NULL is empty.
