@@ -612,27 +612,25 @@ impl Proxy {
             return None;
         }
         let mut plans = PerOp::new();
-        for (a, &(kind, _, _, count, dtype, op, d)) in colls.iter().zip(&c.key) {
-            if !(a.kind == kind && a.count == count && a.dtype == dtype && a.op == op) {
+        for (a, k) in colls.iter().zip(&c.key) {
+            if !same_call(a, k) {
                 return None;
             }
-            plans.push(d);
+            plans.push(k.6);
         }
         Some(plans)
     }
 }
 
+/// Whether `a` is the call of key `k`: kind, count, datatype and reduction
+/// (any buffers).
+fn same_call(a: &CollArgs, k: &PlanKey) -> bool {
+    a.kind == k.0 && a.count == k.3 && a.dtype == k.4 && a.op == k.5
+}
+
 /// Whether `op_key(a, d)` is `k` (without building the key).
 fn same_op(a: &CollArgs, d: &Option<Decision>, k: &PlanKey) -> bool {
-    let (kind, send, recv, count, dtype, op, kd) = k;
-    a.kind == *kind
-        && a.send as usize == *send
-        && a.recv as usize == *recv
-        && a.count == *count
-        && a.dtype == *dtype
-        && a.op == *op
-        && d == kd
-        && !a.mem.any_staged()
+    same_call(a, k) && a.send as usize == k.1 && a.recv as usize == k.2 && *d == k.6 && !a.mem.any_staged()
 }
 
 /// The plan key of `work` (empty when any operation cannot be reused).

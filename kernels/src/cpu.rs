@@ -286,39 +286,37 @@ fn binary_typed<T: Lane, const N: usize, const INPLACE: bool>(
     }
 }
 
-/// Calls `$body` with type `$T` and chunk length `$N` matching `$dtype`.
+/// Calls `$mac!(T, N)` with the type `T` and chunk length `N` matching
+/// `$dtype`; with `elementwise`, `N` is 1: one element per chunk, for buffers
+/// shorter than a chunk, which would otherwise go through the zero-padded
+/// stack copies (three 128-byte arrays per call). Lane-wise, so bitwise the
+/// same as the chunked and hardware lanes.
 macro_rules! dispatch {
     ($dtype:expr, $mac:ident) => {
+        dispatch!(@table $dtype, $mac, chunk)
+    };
+    ($dtype:expr, $mac:ident, elementwise) => {
+        dispatch!(@table $dtype, $mac, elementwise)
+    };
+    (@table $dtype:expr, $mac:ident, $w:ident) => {
         match $dtype {
-            DataType::Int8 => $mac!(i8, 128),
-            DataType::Uint8 => $mac!(u8, 128),
-            DataType::Int32 => $mac!(i32, 32),
-            DataType::Uint32 => $mac!(u32, 32),
-            DataType::Int64 => $mac!(i64, 16),
-            DataType::Uint64 => $mac!(u64, 16),
-            DataType::Float16 => $mac!(f16, 64),
-            DataType::Bfloat16 => $mac!(bf16, 64),
-            DataType::Float32 => $mac!(f32, 32),
-            DataType::Float64 => $mac!(f64, 16),
+            DataType::Int8 => dispatch!(@lanes $mac, i8, 128, $w),
+            DataType::Uint8 => dispatch!(@lanes $mac, u8, 128, $w),
+            DataType::Int32 => dispatch!(@lanes $mac, i32, 32, $w),
+            DataType::Uint32 => dispatch!(@lanes $mac, u32, 32, $w),
+            DataType::Int64 => dispatch!(@lanes $mac, i64, 16, $w),
+            DataType::Uint64 => dispatch!(@lanes $mac, u64, 16, $w),
+            DataType::Float16 => dispatch!(@lanes $mac, f16, 64, $w),
+            DataType::Bfloat16 => dispatch!(@lanes $mac, bf16, 64, $w),
+            DataType::Float32 => dispatch!(@lanes $mac, f32, 32, $w),
+            DataType::Float64 => dispatch!(@lanes $mac, f64, 16, $w),
         }
     };
-    // One element per chunk, with the portable lanes: for buffers shorter than
-    // a chunk, which would otherwise go through the zero-padded stack copies
-    // (three 128-byte arrays per call). Lane-wise, so bitwise the same as the
-    // chunked and hardware lanes.
-    ($dtype:expr, $mac:ident, elementwise) => {
-        match $dtype {
-            DataType::Int8 => $mac!(i8, 1),
-            DataType::Uint8 => $mac!(u8, 1),
-            DataType::Int32 => $mac!(i32, 1),
-            DataType::Uint32 => $mac!(u32, 1),
-            DataType::Int64 => $mac!(i64, 1),
-            DataType::Uint64 => $mac!(u64, 1),
-            DataType::Float16 => $mac!(f16, 1),
-            DataType::Bfloat16 => $mac!(bf16, 1),
-            DataType::Float32 => $mac!(f32, 1),
-            DataType::Float64 => $mac!(f64, 1),
-        }
+    (@lanes $mac:ident, $t:ty, $n:literal, chunk) => {
+        $mac!($t, $n)
+    };
+    (@lanes $mac:ident, $t:ty, $n:literal, elementwise) => {
+        $mac!($t, 1)
     };
 }
 
