@@ -4,7 +4,9 @@
 # exist) without a profiler ("none") and with the trace profiler taking every
 # event ("traceall"), at 8 B, 1 MiB and 64 MiB, modes interleaved and their
 # order reversed per size. Prints: mode, bytes, time and busbw out of place,
-# time and busbw in place.
+# time and busbw in place. With NOOP=1, an 8-byte "noopall" line per round
+# too: every event to a plugin that does nothing (benchmarks/profiler_noop.c,
+# built with $CC or cc), the host's own share of the overhead.
 # Usage: benchmarks/profiler_overhead.sh [ROUNDS]   (default 4)
 # Environment: B, a build directory (holding ferroccl-perf and the plugins) to
 # run instead of building target/release; SO, a directory of plugin .so files
@@ -20,15 +22,23 @@ SO=${SO:-}
 export LD_LIBRARY_PATH=${SO:+$SO:}$B NCCL_NET_PLUGIN=socket NCCL_SHM_DISABLE=1
 TRC=$(mktemp -d)
 trap 'rm -rf "$TRC"' EXIT
+if [ "${NOOP:-0}" = 1 ]; then
+  "${CC:-cc}" -O2 -shared -fPIC -o "$TRC/libnccl-profiler-noop.so" benchmarks/profiler_noop.c
+fi
 run() { # mode perf-args...
   local mode=$1; shift
   case $mode in
     none) "$B/ferroccl-perf" --ranks 2 "$@" all_reduce ;;
     traceall) NCCL_PROFILE_EVENT_MASK=32767 "$B/ferroccl-perf" --ranks 2 "$@" --trace "$TRC" all_reduce ;;
+    noopall) NCCL_PROFILER_PLUGIN="$TRC/libnccl-profiler-noop.so" "$B/ferroccl-perf" --ranks 2 "$@" all_reduce ;;
   esac 2>&1 | awk -v m="$mode" '/^ +[0-9]+ +[0-9]+ / { print m, $1, $6, $8, $10, $12 }'
 }
 for _ in $(seq "$ROUNDS"); do
-  for m in none traceall; do run $m -b 8 -e 8 -n 3000 -w 100; done
+  if [ "${NOOP:-0}" = 1 ]; then
+    for m in none noopall traceall; do run $m -b 8 -e 8 -n 3000 -w 100; done
+  else
+    for m in none traceall; do run $m -b 8 -e 8 -n 3000 -w 100; done
+  fi
   for m in traceall none; do run $m -b 1M -e 1M -n 200 -w 20; done
   for m in none traceall; do run $m -b 64M -e 64M -n 20 -w 3; done
 done
