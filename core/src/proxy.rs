@@ -319,44 +319,46 @@ impl ProxyHandle {
         // entry: nothing is left to wait for). Work not done by then goes to
         // the proxy thread as it stands (`hand_over`), so enqueue still returns
         // in bounded time whatever the peers do.
-        if !self.spin.is_zero()
+        let inline = if !self.spin.is_zero()
             && self.shared.queued.load(Ordering::SeqCst) == 0
             && streams.iter().all(|s| s.quiet())
-            && let Ok(mut core) = self.core.try_lock()
+            && let Ok(core) = self.core.try_lock()
             // Work another thread parked (`hand_over`) between this thread's
             // look at the queue and its lock runs first: queue behind it.
             && core.parked.is_none()
         {
-            // A repeat of the last work reuses its decisions (`Tuning::reusable`).
-            let plans = match core.repeat_plans(&colls).filter(|_| self.tuning.reusable()) {
-                Some(plans) => {
-                    self.tuning.log_reused(&colls, &plans);
-                    plans
-                }
-                None => self.tuning.decide(&colls)?,
-            };
-            let work = Work {
-                colls,
-                plans,
-                tags,
-                done: None,
-                deps: Deps::new(),
-                what,
-            };
-            return match core.run_inline(work, self.spin) {
-                None => Ok(()),
-                Some(rest) => self.hand_over(rest, streams, core),
-            };
-        }
+            Some(core)
+        } else {
+            None
+        };
+        // On this thread, a repeat of the last work reuses its decisions
+        // (`Tuning::reusable`).
+        let reused = inline
+            .as_ref()
+            .and_then(|core| core.repeat_plans(&colls))
+            .filter(|_| self.tuning.reusable());
+        let plans = match reused {
+            Some(plans) => {
+                self.tuning.log_reused(&colls, &plans);
+                plans
+            }
+            None => self.tuning.decide(&colls)?,
+        };
         let work = Work {
-            plans: self.tuning.decide(&colls)?,
             colls,
+            plans,
             tags,
             done: None,
             deps: Deps::new(),
             what,
         };
-        self.queue(work, streams)
+        match inline {
+            Some(mut core) => match core.run_inline(work, self.spin) {
+                None => Ok(()),
+                Some(rest) => self.hand_over(rest, streams, core),
+            },
+            None => self.queue(work, streams),
+        }
     }
 
     /// Registers `work`'s completion with `streams` and with `last` (finalize
