@@ -556,7 +556,9 @@ pub(crate) struct Running {
     plan: Box<Plan>,
     descs: Vec<OpDesc>,
     mems: Vec<crate::coll::mem::OpMem>,
-    prof: Option<ProfWork>,
+    /// Whether [`Proxy::prof_begin`] opened ProxyOp events (in
+    /// [`ProfBufs::proxy_ops`]) that [`Proxy::prof_end`] must stop.
+    profiled: bool,
     /// Whether [`Proxy::ready`] has run (connections set up, steps announced).
     ready: bool,
     /// The plan comes from the plan cache ([`Plan`]): its tasks ran before,
@@ -596,6 +598,59 @@ pub(crate) struct Plan {
     /// Whether every connector of the tasks is passive
     /// (`SendConnector::passive`, [`Proxy::progress_tasks`]).
     passive: bool,
+    /// The plan's ProxyOps, computed by the first profiled run of the plan
+    /// and reused by its repeats (`None`: not yet computed).
+    proxy_ops: Option<Vec<ProxyOpPlan>>,
+}
+
+/// One ProxyOp of a plan: the steps of one operation in one direction on one
+/// connection that emits ProxyStep events (a NET connector).
+#[derive(Clone, Copy, Debug)]
+struct ProxyOpPlan {
+    /// The operation (index in the work item).
+    desc: u32,
+    is_send: bool,
+    key: ConnKey,
+    nsteps: usize,
+    /// The largest step in bytes (the ProxyOp's `chunkSize`).
+    bytes: usize,
+}
+
+/// The ProxyOps of `tasks`, in operation order: every (op, peer) pair sorted
+/// by (operation, direction, connection), runs of equal keys counted, and
+/// connections that emit no ProxyStep events left out.
+fn proxy_op_plan(tasks: &[Task], conns: &mut ConnTable) -> Vec<ProxyOpPlan> {
+    let mut pairs = Vec::new();
+    for t in tasks {
+        for op in t.ops() {
+            for peer in op.send_to.iter() {
+                pairs.push(((op.desc, true, t.lane.key(peer)), op.bytes));
+            }
+            for peer in op.recv_from.iter() {
+                pairs.push(((op.desc, false, t.lane.key(peer)), op.bytes));
+            }
+        }
+    }
+    pairs.sort_unstable_by_key(|p| p.0);
+    let mut out = Vec::new();
+    for run in pairs.chunk_by(|a, b| a.0 == b.0) {
+        let (desc, is_send, key) = run[0].0;
+        let capable = if is_send {
+            conns.send(&key).is_some_and(|c| c.prof_capable())
+        } else {
+            conns.recv(&key).is_some_and(|c| c.prof_capable())
+        };
+        if capable {
+            out.push(ProxyOpPlan {
+                desc,
+                is_send,
+                key,
+                nsteps: run.len(),
+                bytes: run.iter().map(|p| p.1).max().unwrap_or(0),
+            });
+        }
+    }
+    out
 }
 
 /// The plan key of one operation and its decision; `None` when its buffers
@@ -706,15 +761,8 @@ impl Work {
 pub(crate) struct ProfBufs {
     /// Each operation's Coll/P2p event.
     ops_ev: Vec<EventHandle>,
-    /// ((operation, is send, connection), bytes) of every step, sorted.
-    pairs: Vec<((u32, bool, ConnKey), usize)>,
     /// The work item's ProxyOp events, stopped at its end.
     proxy_ops: Vec<EventHandle>,
-}
-
-/// The profiler of a work item whose ProxyOp events (in [`ProfBufs::proxy_ops`]) are open.
-struct ProfWork {
-    prof: Arc<Profiler>,
 }
 
 impl Proxy {
@@ -897,6 +945,7 @@ impl Proxy {
                     _scratch: scratch,
                     announce: true,
                     passive: false,
+                    proxy_ops: None,
                 };
                 (Box::new(plan), false)
             }
@@ -905,7 +954,7 @@ impl Proxy {
             plan,
             descs,
             mems: Vec::new(),
-            prof: None,
+            profiled: false,
             ready: false,
             repeat,
         }))
@@ -973,10 +1022,9 @@ impl Proxy {
             run.mems = work.colls.iter().map(|a| a.mem).collect();
         }
         // One predictable branch when no profiler is loaded.
-        run.prof = match &self.profiler {
-            None => None,
-            Some(p) => self.prof_begin(p.clone(), work, &run.descs, &run.plan.tasks),
-        };
+        if let Some(p) = &self.profiler {
+            run.profiled = Self::prof_begin(p, &mut self.conns, &mut self.prof_bufs, work, &run.descs, &mut run.plan);
+        }
         run.ready = true;
         Ok(())
     }
@@ -994,8 +1042,8 @@ impl Proxy {
     /// Ends a work item (done or failed): stops its ProxyOp events and releases
     /// the user memory its connections registered.
     fn end(&mut self, run: Running) {
-        if let Some(pw) = run.prof {
-            self.prof_end(pw);
+        if run.profiled {
+            self.prof_end();
         }
         // Registrations of a work item that did not finish may outlive it
         // (a connector releases only once idle): asked again at the next end.
@@ -1140,20 +1188,28 @@ impl Proxy {
     /// through a NET connection (recording `ProxyOpInProgress_v4`), with the
     /// connection told to emit ProxyStep events for that many steps; then
     /// stops Coll/P2p and Group (zero host duration, as in NCCL: their
-    /// completion is that of their children). `None` when the mask wants none.
-    fn prof_begin(&mut self, p: Arc<Profiler>, work: &Work, descs: &[OpDesc], tasks: &[Task]) -> Option<ProfWork> {
+    /// completion is that of their children). Returns whether events were
+    /// opened (`false` when the mask wants none). The ProxyOps come from the
+    /// plan ([`proxy_op_plan`], computed once per plan).
+    fn prof_begin(
+        p: &Arc<Profiler>,
+        conns: &mut ConnTable,
+        bufs: &mut ProfBufs,
+        work: &Work,
+        descs: &[OpDesc],
+        plan: &mut Plan,
+    ) -> bool {
         let all = work.tags.iter().fold(0u64, |a, t| a | t.mask);
         if all & wants::GROUP_ == 0 {
-            return None;
+            return false;
         }
         let tag = |i: usize| work.tags.get(i).copied().unwrap_or_default();
         let group = p.start(EventHandle::NULL, &Event::Group);
-        let mut bufs = std::mem::take(&mut self.prof_bufs);
         let ops_ev = &mut bufs.ops_ev;
         ops_ev.clear();
         for (i, a) in work.colls.iter().enumerate() {
             let t = tag(i);
-            let plan = work.plans.get(i).copied().flatten();
+            let decision = work.plans.get(i).copied().flatten();
             let ev = match a.kind {
                 CollKind::Send { peer } | CollKind::Recv { peer } => {
                     if t.mask & wants::P2P_ == 0 {
@@ -1196,80 +1252,49 @@ impl Proxy {
                         } else {
                             profiler::dtype_name(a.dtype)
                         },
-                        nchannels: plan.map_or(1, |d| d.nchannels.min(255) as u8),
+                        nchannels: decision.map_or(1, |d| d.nchannels.min(255) as u8),
                         nwarps: 0,
-                        algo: plan.map_or(c"RING", |d| d.algo.upper_name()),
-                        proto: plan.map_or(c"SIMPLE", |d| d.proto.upper_name()),
+                        algo: decision.map_or(c"RING", |d| d.algo.upper_name()),
+                        proto: decision.map_or(c"SIMPLE", |d| d.proto.upper_name()),
                         parent_group: group,
                     }
                 }
             };
             ops_ev.push(p.start(t.api, &ev));
         }
-        // Steps per (operation, direction, connection), in operation order: every
-        // (op, peer) pair of the tasks sorted by key, then runs of equal keys summed
-        // (one vector per work item; a BTreeMap cost one node allocation per key).
-        let pairs = &mut bufs.pairs;
-        pairs.clear();
-        for t in tasks {
-            for op in t.ops() {
-                for peer in op.send_to.iter() {
-                    pairs.push(((op.desc, true, t.lane.key(peer)), op.bytes));
-                }
-                for peer in op.recv_from.iter() {
-                    pairs.push(((op.desc, false, t.lane.key(peer)), op.bytes));
-                }
-            }
-        }
-        pairs.sort_unstable_by_key(|p| p.0);
         let proxy_ops = &mut bufs.proxy_ops;
         proxy_ops.clear();
-        let mut i = 0;
-        while i < pairs.len() {
-            let (desc, is_send, key) = pairs[i].0;
-            let mut nsteps = 0usize;
-            let mut bytes = 0usize;
-            while i < pairs.len() && pairs[i].0 == (desc, is_send, key) {
-                nsteps += 1;
-                bytes = bytes.max(pairs[i].1);
-                i += 1;
-            }
-            let t = tag(desc as usize);
+        let tasks = &plan.tasks;
+        let plan_ops = plan.proxy_ops.get_or_insert_with(|| proxy_op_plan(tasks, conns));
+        for o in plan_ops.iter() {
+            let t = tag(o.desc as usize);
             if t.mask & wants::PROXY_OP_ == 0 {
                 continue;
             }
-            let capable = if is_send {
-                self.conns.send(&key).is_some_and(|c| c.prof_capable())
-            } else {
-                self.conns.recv(&key).is_some_and(|c| c.prof_capable())
-            };
-            if !capable {
-                continue;
-            }
-            let parent = ops_ev.get(desc as usize).copied().unwrap_or_default();
+            let parent = ops_ev.get(o.desc as usize).copied().unwrap_or_default();
             let h = p.start(
                 parent,
                 &Event::ProxyOp {
-                    channel: key.channel.min(255) as u8,
-                    peer: key.peer as i32,
-                    nsteps: nsteps as i32,
-                    chunk: bytes.min(i32::MAX as usize) as i32,
-                    is_send,
+                    channel: o.key.channel.min(255) as u8,
+                    peer: o.key.peer as i32,
+                    nsteps: o.nsteps as i32,
+                    chunk: o.bytes.min(i32::MAX as usize) as i32,
+                    is_send: o.is_send,
                 },
             );
             p.record(h, state::OP_IN_PROGRESS, StateArgs::None);
             if t.mask & wants::PROXY_STEP_ != 0 {
                 let sp = StepProf {
-                    prof: p.clone(),
+                    prof: p,
                     op: h,
                     mask: t.mask,
                 };
-                if is_send {
-                    if let Some(c) = self.conns.send(&key) {
-                        c.prof_attach(sp, nsteps);
+                if o.is_send {
+                    if let Some(c) = conns.send(&o.key) {
+                        c.prof_attach(sp, o.nsteps);
                     }
-                } else if let Some(c) = self.conns.recv(&key) {
-                    c.prof_attach(sp, nsteps);
+                } else if let Some(c) = conns.recv(&o.key) {
+                    c.prof_attach(sp, o.nsteps);
                 }
             }
             proxy_ops.push(h);
@@ -1278,21 +1303,22 @@ impl Proxy {
             p.stop(h);
         }
         p.stop(group);
-        self.prof_bufs = bufs;
-        Some(ProfWork { prof: p })
+        true
     }
 
     /// Stops a work item's ProxyOp events (all its steps are done, or the work
     /// failed and its connections are closing) and forgets steps never begun.
-    fn prof_end(&mut self, pw: ProfWork) {
+    fn prof_end(&mut self) {
         for c in self.conns.sends_mut() {
             c.prof_detach();
         }
         for c in self.conns.recvs_mut() {
             c.prof_detach();
         }
-        for &h in &self.prof_bufs.proxy_ops {
-            pw.prof.stop(h);
+        if let Some(p) = &self.profiler {
+            for &h in &self.prof_bufs.proxy_ops {
+                p.stop(h);
+            }
         }
         self.prof_bufs.proxy_ops.clear();
     }

@@ -43,6 +43,48 @@ fn prof_worker() {
     println!("rank {} done", r.rank);
 }
 
+/// AllReduces of [`rep_worker`], all on the same buffers.
+const REPEATS: usize = 3;
+
+/// Child entry point of [`repeated_allreduce_profiles_every_run`]: the same
+/// AllReduce `REPEATS` times on the same buffers, so that every run after the
+/// first reuses the proxy's cached plan (and its ProxyOps).
+#[test]
+fn rep_worker() {
+    use ferroccl::{DataType, RedOp, Stream};
+    let Some(r) = role("prof_rep") else { return };
+    let comm = join(&r, Duration::from_secs(60));
+    let send: Vec<f32> = (0..AR_COUNT).map(|i| (i % 7) as f32 + r.rank as f32).collect();
+    let mut recv = vec![0f32; AR_COUNT];
+    let s = Stream::new();
+    let rank_sum: f32 = (0..r.nranks).map(|x| x as f32).sum();
+    for run in 0..REPEATS {
+        recv.fill(-1.0);
+        // SAFETY: both buffers outlive the synchronize below.
+        unsafe {
+            comm.all_reduce(
+                send.as_ptr().cast(),
+                recv.as_mut_ptr().cast(),
+                AR_COUNT,
+                DataType::Float32,
+                RedOp::Sum,
+                &s,
+            )
+        }
+        .expect("AllReduce");
+        s.synchronize().expect("AllReduce completes");
+        for (i, v) in recv.iter().enumerate() {
+            assert_eq!(
+                *v,
+                (i % 7) as f32 * r.nranks as f32 + rank_sum,
+                "run {run}, element {i}"
+            );
+        }
+    }
+    comm.destroy().expect("destroy");
+    println!("rank {} done", r.rank);
+}
+
 #[derive(Debug, Clone)]
 struct Ev {
     id: u64,
@@ -354,6 +396,69 @@ fn run(v: u32, nranks: usize) {
         bad.extend(check(&log, v, nranks));
     }
     assert!(bad.is_empty(), "profiler v{v}:\n{}", bad.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The same AllReduce three times on the same buffers (the second and third
+/// reuse the proxy's plan and its ProxyOps, computed once): every run gets its
+/// own Coll event with ProxyOps on both sides, the same (side, nSteps) as the
+/// first run, each with exactly nSteps ProxySteps, every event stopped once.
+#[test]
+fn repeated_allreduce_profiles_every_run() {
+    let dir = std::env::temp_dir().join(format!("ferroccl-prof-rep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let d = dir.to_string_lossy().into_owned();
+    let env = [
+        ("NCCL_PROFILER_PLUGIN", "recv6"),
+        ("PROFREC_DIR", d.as_str()),
+        ("NCCL_SHM_DISABLE", "1"),
+    ];
+    let outs = launch("rep_worker", "prof_rep", 2, &[0, 1], &env, |_| Vec::new(), LIMIT);
+    assert_all_ok(&outs, "repeated AllReduce with profiler v6");
+    let mut bad = Vec::new();
+    let mut files = 0;
+    for f in std::fs::read_dir(&dir)
+        .expect("log dir")
+        .map(|e| e.expect("entry").path())
+    {
+        files += 1;
+        let log = parse(&f);
+        let who = f.display().to_string();
+        bad.extend(log.problems.iter().map(|p| format!("{who}: {p}")));
+        let evs = &log.events;
+        for e in evs.values().filter(|e| e.stops != 1) {
+            bad.push(format!(
+                "{who}: event {} (type {}) stopped {} times",
+                e.id, e.ty, e.stops
+            ));
+        }
+        let colls: Vec<&Ev> = evs.values().filter(|e| e.ty == COLL).collect();
+        if colls.len() != REPEATS {
+            bad.push(format!("{who}: {} Coll events, expected {REPEATS}", colls.len()));
+        }
+        let mut shapes = Vec::new();
+        for c in &colls {
+            let mut shape: Vec<(bool, String)> = Vec::new();
+            for o in evs.values().filter(|o| o.ty == PROXY_OP && o.parent == c.id) {
+                let steps = evs.values().filter(|s| s.ty == PROXY_STEP && s.parent == o.id).count();
+                if steps == 0 || steps.to_string() != o.f("nsteps") {
+                    bad.push(format!("{who}: ProxyOp {:?} has {steps} steps", o.fields));
+                }
+                shape.push((o.f("send") == "1", o.f("nsteps").to_string()));
+            }
+            shape.sort();
+            if !shape.iter().any(|s| s.0) || !shape.iter().any(|s| !s.0) {
+                bad.push(format!("{who}: Coll {} ProxyOps by side {shape:?}", c.id));
+            }
+            shapes.push(shape);
+        }
+        if shapes.windows(2).any(|w| w[0] != w[1]) {
+            bad.push(format!("{who}: runs' ProxyOps differ: {shapes:?}"));
+        }
+    }
+    assert_eq!(files, 2, "one log per process in {d}");
+    assert!(bad.is_empty(), "repeated AllReduce:\n{}", bad.join("\n"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

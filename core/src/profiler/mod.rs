@@ -1039,12 +1039,13 @@ pub fn load(
     }
 }
 
-/// What the net transport needs to emit one op's ProxyStep events: the profiler,
+/// What the net transport needs to emit one op's ProxyStep events: the profiler
+/// (borrowed: a connector's [`StepTracker`] clones it once, at its first op),
 /// the ProxyOp event (parent), the op's mask sample.
-#[derive(Debug, Clone)]
-pub struct StepProf {
+#[derive(Debug, Clone, Copy)]
+pub struct StepProf<'a> {
     /// The profiler.
-    pub prof: Arc<Profiler>,
+    pub prof: &'a Arc<Profiler>,
     /// The ProxyOp event.
     pub op: EventHandle,
     /// The op's activation mask.
@@ -1059,7 +1060,7 @@ pub struct StepProf {
 pub struct PHandle {
     /// The ProxyStep event.
     pub step: EventHandle,
-    /// The profiler (NULL: none), borrowed from the connector's [`StepProf`].
+    /// The profiler (NULL: none), borrowed from the connector's [`StepTracker`].
     pub prof: *const Profiler,
     /// The op's activation mask.
     pub mask: u64,
@@ -1173,16 +1174,19 @@ pub struct StepTracker {
 
 #[derive(Debug)]
 struct TrackerInner {
-    /// Ops whose steps are still to begin: (op, steps left, next step index).
-    ops: std::collections::VecDeque<(StepProf, usize, i32)>,
+    /// Ops whose steps are still to begin: (ProxyOp event, its mask sample,
+    /// steps left, next step index).
+    ops: std::collections::VecDeque<(EventHandle, u64, usize, i32)>,
     /// Keeps the profiler alive while handles in `ph` point to it.
     prof: Arc<Profiler>,
     ph: [PHandle; crate::config::NCCL_STEPS],
 }
 
 impl StepTracker {
-    /// Profiles the next `nsteps` steps under `op`.
-    pub fn attach(&mut self, op: StepProf, nsteps: usize) {
+    /// Profiles the next `nsteps` steps under `op`. The profiler is cloned
+    /// only at the first attach: a communicator's connectors all serve its one
+    /// profiler, so later ops add no reference-count traffic.
+    pub fn attach(&mut self, op: StepProf<'_>, nsteps: usize) {
         if nsteps == 0 {
             return;
         }
@@ -1193,7 +1197,8 @@ impl StepTracker {
                 ph: Default::default(),
             })
         });
-        inner.ops.push_back((op, nsteps, 0));
+        debug_assert!(Arc::ptr_eq(&inner.prof, op.prof), "one profiler per communicator");
+        inner.ops.push_back((op.op, op.mask, nsteps, 0));
     }
 
     /// Forgets steps that never began (end of a work item).
@@ -1260,21 +1265,21 @@ impl TrackerInner {
         if !self.ph[slot].prof.is_null() {
             return;
         }
-        let Some((op, left, next)) = self.ops.front_mut() else {
+        let Some((op, mask, left, next)) = self.ops.front_mut() else {
             return;
         };
         let step = *next;
         *next += 1;
         *left -= 1;
-        let h = if op.mask & wants::PROXY_STEP_ != 0 {
-            op.prof.start(op.op, &Event::ProxyStep { step })
+        let h = if *mask & wants::PROXY_STEP_ != 0 {
+            self.prof.start(*op, &Event::ProxyStep { step })
         } else {
             EventHandle::NULL
         };
         self.ph[slot] = PHandle {
             step: h,
             prof: Arc::as_ptr(&self.prof),
-            mask: op.mask,
+            mask: *mask,
         };
         if *left == 0 {
             self.ops.pop_front();

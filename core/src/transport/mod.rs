@@ -304,7 +304,7 @@ pub(crate) trait SendConnector: Send {
     /// ProxyOp event of `op` (NET connectors emit ProxyStep events, NCCL's
     /// `sendProxyProgress`); `false` (the default) when this transport has no
     /// network proxy and emits nothing.
-    fn prof_attach(&mut self, op: crate::profiler::StepProf, nsteps: usize) -> bool {
+    fn prof_attach(&mut self, op: crate::profiler::StepProf<'_>, nsteps: usize) -> bool {
         let _ = (op, nsteps);
         false
     }
@@ -355,7 +355,7 @@ pub(crate) trait RecvConnector: Send {
     /// ProxyOp event of `op` (NET connectors emit ProxyStep events, NCCL's
     /// `recvProxyProgress`); `false` (the default) when this transport has no
     /// network proxy and emits nothing.
-    fn prof_attach(&mut self, op: crate::profiler::StepProf, nsteps: usize) -> bool {
+    fn prof_attach(&mut self, op: crate::profiler::StepProf<'_>, nsteps: usize) -> bool {
         let _ = (op, nsteps);
         false
     }

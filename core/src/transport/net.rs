@@ -502,7 +502,7 @@ impl SendConnector for SendConn {
         Ok(moved)
     }
 
-    fn prof_attach(&mut self, op: StepProf, nsteps: usize) -> bool {
+    fn prof_attach(&mut self, op: StepProf<'_>, nsteps: usize) -> bool {
         self.prof.attach(op, nsteps);
         true
     }
@@ -817,7 +817,7 @@ impl RecvConnector for RecvConn {
         Ok(moved)
     }
 
-    fn prof_attach(&mut self, op: StepProf, nsteps: usize) -> bool {
+    fn prof_attach(&mut self, op: StepProf<'_>, nsteps: usize) -> bool {
         self.prof.attach(op, nsteps);
         true
     }
