@@ -6,7 +6,9 @@
 # order reversed per size. Prints: mode, bytes, time and busbw out of place,
 # time and busbw in place. With NOOP=1, an 8-byte "noopall" line per round
 # too: every event to a plugin that does nothing (benchmarks/profiler_noop.c,
-# built with $CC or cc), the host's own share of the overhead.
+# built with $CC or cc), the host's own share of the overhead; and a
+# "stampall" line: the same plugin built with -DSTAMP, which only reads the
+# TSC and stores it per call, the floor under any timestamping profiler.
 # Usage: benchmarks/profiler_overhead.sh [ROUNDS]   (default 4)
 # Environment: B, a build directory (holding ferroccl-perf and the plugins) to
 # run instead of building target/release; SO, a directory of plugin .so files
@@ -24,6 +26,7 @@ TRC=$(mktemp -d)
 trap 'rm -rf "$TRC"' EXIT
 if [ "${NOOP:-0}" = 1 ]; then
   "${CC:-cc}" -O2 -shared -fPIC -o "$TRC/libnccl-profiler-noop.so" benchmarks/profiler_noop.c
+  "${CC:-cc}" -O2 -shared -fPIC -DSTAMP -o "$TRC/libnccl-profiler-stamp.so" benchmarks/profiler_noop.c
 fi
 run() { # mode perf-args...
   local mode=$1; shift
@@ -31,11 +34,12 @@ run() { # mode perf-args...
     none) "$B/ferroccl-perf" --ranks 2 "$@" all_reduce ;;
     traceall) NCCL_PROFILE_EVENT_MASK=32767 "$B/ferroccl-perf" --ranks 2 "$@" --trace "$TRC" all_reduce ;;
     noopall) NCCL_PROFILER_PLUGIN="$TRC/libnccl-profiler-noop.so" "$B/ferroccl-perf" --ranks 2 "$@" all_reduce ;;
+    stampall) NCCL_PROFILER_PLUGIN="$TRC/libnccl-profiler-stamp.so" "$B/ferroccl-perf" --ranks 2 "$@" all_reduce ;;
   esac 2>&1 | awk -v m="$mode" '/^ +[0-9]+ +[0-9]+ / { print m, $1, $6, $8, $10, $12 }'
 }
 for _ in $(seq "$ROUNDS"); do
   if [ "${NOOP:-0}" = 1 ]; then
-    for m in none noopall traceall; do run $m -b 8 -e 8 -n 3000 -w 100; done
+    for m in none noopall stampall traceall; do run $m -b 8 -e 8 -n 3000 -w 100; done
   else
     for m in none traceall; do run $m -b 8 -e 8 -n 3000 -w 100; done
   fi
