@@ -24,7 +24,9 @@ SO=${SO:-}
 export LD_LIBRARY_PATH=${SO:+$SO:}$B NCCL_NET_PLUGIN=socket NCCL_SHM_DISABLE=1
 TRC=$(mktemp -d)
 trap 'rm -rf "$TRC"' EXIT
+MODES8="none traceall"   # the 8-byte modes of a round
 if [ "${NOOP:-0}" = 1 ]; then
+  MODES8="none noopall stampall traceall"
   "${CC:-cc}" -O2 -shared -fPIC -o "$TRC/libnccl-profiler-noop.so" benchmarks/profiler_noop.c
   "${CC:-cc}" -O2 -shared -fPIC -DSTAMP -o "$TRC/libnccl-profiler-stamp.so" benchmarks/profiler_noop.c
 fi
@@ -38,11 +40,7 @@ run() { # mode perf-args...
   esac 2>&1 | awk -v m="$mode" '/^ +[0-9]+ +[0-9]+ / { print m, $1, $6, $8, $10, $12 }'
 }
 for _ in $(seq "$ROUNDS"); do
-  if [ "${NOOP:-0}" = 1 ]; then
-    for m in none noopall stampall traceall; do run $m -b 8 -e 8 -n 3000 -w 100; done
-  else
-    for m in none traceall; do run $m -b 8 -e 8 -n 3000 -w 100; done
-  fi
+  for m in $MODES8; do run $m -b 8 -e 8 -n 3000 -w 100; done
   for m in traceall none; do run $m -b 1M -e 1M -n 200 -w 20; done
   for m in none traceall; do run $m -b 64M -e 64M -n 20 -w 3; done
 done

@@ -335,8 +335,8 @@ impl ProxyHandle {
         // (`Tuning::reusable`).
         let reused = inline
             .as_ref()
-            .and_then(|core| core.repeat_plans(&colls))
-            .filter(|_| self.tuning.reusable());
+            .filter(|_| self.tuning.reusable())
+            .and_then(|core| core.repeat_plans(&colls));
         let plans = match reused {
             Some(plans) => {
                 self.tuning.log_reused(&colls, &plans);

@@ -22,7 +22,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use coll_support::{all_reduce_then_ring_exchange, assert_all_ok, join, launch, role};
+use coll_support::{
+    all_reduce_checked, all_reduce_then_ring_exchange, ar_input, assert_all_ok, fresh_dir, join, launch, role,
+};
 
 const WORKER: &str = "prof_worker";
 const LIMIT: Duration = Duration::from_secs(180);
@@ -51,35 +53,14 @@ const REPEATS: usize = 3;
 /// first reuses the proxy's cached plan (and its ProxyOps).
 #[test]
 fn rep_worker() {
-    use ferroccl::{DataType, RedOp, Stream};
     let Some(r) = role("prof_rep") else { return };
     let comm = join(&r, Duration::from_secs(60));
-    let send: Vec<f32> = (0..AR_COUNT).map(|i| (i % 7) as f32 + r.rank as f32).collect();
+    let send = ar_input(&r, AR_COUNT, 7);
     let mut recv = vec![0f32; AR_COUNT];
-    let s = Stream::new();
-    let rank_sum: f32 = (0..r.nranks).map(|x| x as f32).sum();
-    for run in 0..REPEATS {
+    let s = ferroccl::Stream::new();
+    for _ in 0..REPEATS {
         recv.fill(-1.0);
-        // SAFETY: both buffers outlive the synchronize below.
-        unsafe {
-            comm.all_reduce(
-                send.as_ptr().cast(),
-                recv.as_mut_ptr().cast(),
-                AR_COUNT,
-                DataType::Float32,
-                RedOp::Sum,
-                &s,
-            )
-        }
-        .expect("AllReduce");
-        s.synchronize().expect("AllReduce completes");
-        for (i, v) in recv.iter().enumerate() {
-            assert_eq!(
-                *v,
-                (i % 7) as f32 * r.nranks as f32 + rank_sum,
-                "run {run}, element {i}"
-            );
-        }
+        all_reduce_checked(&comm, &r, &send, &mut recv, 7, &s);
     }
     comm.destroy().expect("destroy");
     println!("rank {} done", r.rank);
@@ -360,9 +341,7 @@ fn check(log: &Log, v: u32, nranks: usize) -> Vec<String> {
 }
 
 fn run(v: u32, nranks: usize) {
-    let dir = std::env::temp_dir().join(format!("ferroccl-prof-v{v}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
+    let dir = fresh_dir(&format!("prof-v{v}"));
     let plugin = format!("recv{v}");
     let d = dir.to_string_lossy().into_owned();
     let env = [
@@ -405,9 +384,7 @@ fn run(v: u32, nranks: usize) {
 /// first run, each with exactly nSteps ProxySteps, every event stopped once.
 #[test]
 fn repeated_allreduce_profiles_every_run() {
-    let dir = std::env::temp_dir().join(format!("ferroccl-prof-rep-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
+    let dir = fresh_dir("prof-rep");
     let d = dir.to_string_lossy().into_owned();
     let env = [
         ("NCCL_PROFILER_PLUGIN", "recv6"),
@@ -491,9 +468,7 @@ fn v3_v2_v1_event_trees() {
 /// Coll/P2p inside its Group; start ≤ stop.
 #[test]
 fn trace_profiler_writes_nested_chrome_traces() {
-    let dir = std::env::temp_dir().join(format!("ferroccl-trace-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
+    let dir = fresh_dir("trace");
     let pattern = dir.join("trace-%h-%p.json").to_string_lossy().into_owned();
     let env = [
         ("NCCL_PROFILER_PLUGIN", "trace"),

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use coll_support::{all_reduce_then_ring_exchange, assert_all_ok, join, launch, role, target_dir};
+use coll_support::{all_reduce_then_ring_exchange, assert_all_ok, fresh_dir, join, launch, role, target_dir};
 
 const WORKER: &str = "profib_worker";
 const COUNT: usize = 300_000;
@@ -107,9 +107,7 @@ fn ib_plugin_emits_qp_events_under_their_proxy_steps() {
     }
     let so = target_dir().join("libnccl_net_ib.so");
     assert!(so.is_file(), "{} missing: cargo build -p ferroccl-net-ib", so.display());
-    let dir = std::env::temp_dir().join(format!("ferroccl-profib-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
+    let dir = fresh_dir("profib");
     let d = dir.to_string_lossy().into_owned();
     let so_s = so.to_string_lossy().into_owned();
     let env = [

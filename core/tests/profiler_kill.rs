@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use coll_support::{all_reduce_until_error, dump, join, launch, role};
+use coll_support::{all_reduce_until_error, dump, fresh_dir, join, launch, role};
 
 const WORKER: &str = "profkill_worker";
 /// Rank that dies.
@@ -131,9 +131,7 @@ fn audit(file: &Path) -> (Vec<String>, BTreeMap<u64, usize>) {
 
 #[test]
 fn killed_rank_mid_allreduce_leaves_survivors_profilers_consistent() {
-    let dir = std::env::temp_dir().join(format!("ferroccl-profkill-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("mkdir");
+    let dir = fresh_dir("profkill");
     let d = dir.to_string_lossy().into_owned();
     let env = [
         ("NCCL_PROFILER_PLUGIN", "recv6"),

@@ -316,6 +316,54 @@ pub fn run_matrix(comm: &Comm, dtypes: &[DataType], ops: Option<&[RedOp]>, count
     (fails, ran)
 }
 
+/// A fresh, empty directory `<tmp>/ferroccl-<tag>-<pid>` for a test's output
+/// (what an earlier run left there is removed first). Panics when it cannot be made.
+pub fn fresh_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferroccl-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    dir
+}
+
+/// The send buffer of [`all_reduce_checked`] on rank `role.rank`: `i % ar_mod + rank`
+/// at element `i` (f32).
+pub fn ar_input(role: &Role, count: usize, ar_mod: usize) -> Vec<f32> {
+    (0..count).map(|i| (i % ar_mod) as f32 + role.rank as f32).collect()
+}
+
+/// Runs on `comm` one AllReduce (sum, f32) of `send` (made by [`ar_input`] with
+/// `ar_mod`) into `recv`, waits for it on `s`, and asserts every element of
+/// `recv` (panics naming the first wrong one).
+pub fn all_reduce_checked(
+    comm: &Comm,
+    role: &Role,
+    send: &[f32],
+    recv: &mut [f32],
+    ar_mod: usize,
+    s: &ferroccl::Stream,
+) {
+    use ferroccl::{DataType, RedOp};
+    assert_eq!(send.len(), recv.len(), "AllReduce buffers of one length");
+    // SAFETY: both buffers outlive the synchronize below.
+    unsafe {
+        comm.all_reduce(
+            send.as_ptr().cast(),
+            recv.as_mut_ptr().cast(),
+            send.len(),
+            DataType::Float32,
+            RedOp::Sum,
+            s,
+        )
+    }
+    .expect("AllReduce");
+    s.synchronize().expect("AllReduce completes");
+    let n = role.nranks;
+    let rank_sum: f32 = (0..n).map(|x| x as f32).sum();
+    for (i, v) in recv.iter().enumerate() {
+        assert_eq!(*v, (i % ar_mod) as f32 * n as f32 + rank_sum, "element {i}");
+    }
+}
+
 /// Runs on `comm` one AllReduce (sum) of `ar_count` f32, rank `r` sending
 /// `i % ar_mod + rank` at element `i`, then a group of one send to the next
 /// rank and one receive from the previous rank around the ring of `p2p_count`
@@ -329,28 +377,12 @@ pub fn all_reduce_then_ring_exchange(
     p2p_count: usize,
     p2p_mul: i32,
 ) {
-    use ferroccl::{DataType, RedOp, Stream};
+    use ferroccl::{DataType, Stream};
     let n = role.nranks;
-    let send: Vec<f32> = (0..ar_count).map(|i| (i % ar_mod) as f32 + role.rank as f32).collect();
+    let send = ar_input(role, ar_count, ar_mod);
     let mut recv = vec![0f32; ar_count];
     let s = Stream::new();
-    // SAFETY: both buffers outlive the synchronize below.
-    unsafe {
-        comm.all_reduce(
-            send.as_ptr().cast(),
-            recv.as_mut_ptr().cast(),
-            ar_count,
-            DataType::Float32,
-            RedOp::Sum,
-            &s,
-        )
-    }
-    .expect("AllReduce");
-    s.synchronize().expect("AllReduce completes");
-    let rank_sum: f32 = (0..n).map(|x| x as f32).sum();
-    for (i, v) in recv.iter().enumerate() {
-        assert_eq!(*v, (i % ar_mod) as f32 * n as f32 + rank_sum, "element {i}");
-    }
+    all_reduce_checked(comm, role, &send, &mut recv, ar_mod, &s);
     let out: Vec<i32> = (0..p2p_count as i32).map(|i| i * p2p_mul + role.rank as i32).collect();
     let mut inb = vec![0i32; p2p_count];
     let (to, from) = ((role.rank + 1) % n, (role.rank + n - 1) % n);
