@@ -24,6 +24,8 @@ use crate::registry::{Filter, Level, Tier};
 use crate::runner::{CheckResult, Report, quote, spawn_worker, worker_failure};
 use crate::watch::emit_result;
 
+/// The rule of the `NAME.open` load-stage result.
+const OPEN_RULE: &str = "the library opens with dlopen(RTLD_NOW | RTLD_LOCAL)";
 /// Parses an `--api` spec: `all`, `v4`, `4`, `v2..v4`, `v2-v4`, or a comma list
 /// of those, each version within `range`. `example` is the version named in
 /// the "not a version like vN" message; `kind` prefixes the out-of-range
@@ -177,6 +179,17 @@ impl<Cx> Section<Cx> {
         let checks = (self.checks)();
         let w = checks.iter().map(|c| c.id.len()).max().unwrap_or(10);
         let mut s = String::new();
+        // The two load-stage results `run` reports before any check runs.
+        let all = format!("v{}..v{}", self.versions.start(), self.versions.end());
+        for (id, rule) in [
+            (format!("{}.open", self.name), OPEN_RULE),
+            (format!("{}.symbols", self.name), self.symbols_rule),
+        ] {
+            s.push_str(&format!(
+                "{id:w$}  required  {all:9}  {:5}  {rule}\n",
+                self.load_section
+            ));
+        }
         for c in &checks {
             s.push_str(&format!(
                 "{:w$}  {:8}  {:9}  {:5}  {}\n",
@@ -403,7 +416,7 @@ impl<Cx> Section<Cx> {
                 report.results.push(self.load_failure(
                     cfg,
                     &format!("{}.open", self.name),
-                    "the library opens with dlopen(RTLD_NOW | RTLD_LOCAL)",
+                    OPEN_RULE,
                     CheckOutcome::fail(format!("the {} library can be opened", self.name), e),
                 ));
                 report.duration_s = start.elapsed().as_secs_f64();

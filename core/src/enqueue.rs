@@ -22,11 +22,13 @@ use crate::stream::Stream;
 /// count whose byte size overflows, a root or peer outside the communicator;
 /// the errors of [`ProxyHandle::submit`].
 pub(crate) fn enqueue(comm: &Arc<ProxyHandle>, mut args: CollArgs, stream: &Stream) -> Result<(), Error> {
-    check_ptrs(args.kind, args.send, args.recv, args.count, args.dtype, comm.nranks)?;
+    // The buffers' byte counts, once per operation (the proxy and the
+    // registration read them from `args`).
+    args.bytes = check_ptrs(args.kind, args.send, args.recv, args.count, args.dtype, comm.nranks)?;
     // Host or device memory, once per operation: the executor stages device
     // memory the host cannot touch, and the proxy registers user memory with the
     // plugin only in a memory space the plugin takes (`coll::mem`).
-    args.mem = OpMem::classify(args.kind, args.send, args.recv, args.count, args.dtype, comm.nranks)?;
+    args.mem = OpMem::classify(args.send, args.recv, args.bytes)?;
     match args.kind {
         CollKind::Broadcast { root } | CollKind::Reduce { root } if root >= comm.nranks => {
             return Err(Error::InvalidArgument(format!(
@@ -64,7 +66,8 @@ pub(crate) fn enqueue(comm: &Arc<ProxyHandle>, mut args: CollArgs, stream: &Stre
 }
 
 /// Validates arguments common to the enqueue entry points: buffers that must be
-/// read or written are not NULL, and the byte sizes do not overflow.
+/// read or written are not NULL, and the byte sizes do not overflow. Returns
+/// the bytes read from `send` and written to `recv` ([`CollKind::buffer_bytes`]).
 fn check_ptrs(
     kind: CollKind,
     send: *const u8,
@@ -72,12 +75,12 @@ fn check_ptrs(
     count: usize,
     dtype: DataType,
     nranks: usize,
-) -> Result<(), Error> {
+) -> Result<(usize, usize), Error> {
     count
         .checked_mul(dtype.size())
         .and_then(|b| b.checked_mul(nranks))
         .ok_or_else(|| Error::InvalidArgument(format!("{}: count {count} overflows", kind.name())))?;
-    let (sb, rb) = crate::coll::schedule::buffer_bytes(kind, count, dtype, nranks);
+    let (sb, rb) = kind.buffer_bytes(count, dtype, nranks);
     if sb > 0 && send.is_null() {
         return Err(Error::InvalidArgument(format!(
             "{}: send buffer is NULL with {sb} bytes to read",
@@ -90,5 +93,5 @@ fn check_ptrs(
             kind.name()
         )));
     }
-    Ok(())
+    Ok((sb, rb))
 }

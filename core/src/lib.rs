@@ -1,5 +1,7 @@
-//! ferroccl: a collective-communication runtime in the NCCL mould (see DESIGN.md).
+//! ferroccl: a collective-communication runtime in the NCCL mould (the map:
+//! `docs/ARCHITECTURE.md`).
 pub mod bootstrap;
+pub mod check;
 pub mod coll;
 pub mod comm;
 pub mod config;
@@ -19,8 +21,8 @@ pub mod transport;
 pub mod tune;
 
 pub use bootstrap::{UniqueId, get_unique_id};
+pub use check::TestOp;
 pub use coll::CollKind;
-pub use coll::check::TestOp;
 pub use comm::{Comm, CommConfig, PreloadedNet};
 pub use error::{Error, Result};
 pub use ferroccl_kernels::{DataType, RedOp, Scalar};

@@ -484,11 +484,11 @@ pub fn init_from_config(cfg: &Config) -> InitOutcome {
         // Once: configuration files that were not read, and registered
         // parameters with invalid values (NCCL warns about bad values as it reads them).
         for w in cfg.warnings() {
-            crate::nccl_warn!("{w}");
+            crate::log::nccl_warn!("{w}");
         }
         if let Err(errs) = cfg.validate() {
             for e in errs {
-                crate::nccl_warn!("{e}");
+                crate::log::nccl_warn!("{e}");
             }
         }
         *outcome
@@ -570,3 +570,8 @@ macro_rules! nccl_version {
         )
     };
 }
+
+// The macros by their module path as well (`crate::log::nccl_info!`), so the
+// runtime's own modules name this one, not the crate root, where
+// `#[macro_export]` also puts them for users of the crate.
+pub use {nccl_info, nccl_trace, nccl_version, nccl_warn};

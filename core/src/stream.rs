@@ -28,6 +28,10 @@ use std::time::{Duration, Instant};
 use crate::coll::WorkWhat;
 use crate::error::Error;
 
+/// Work an item waits for (see [`Stream::push`]): at most a stream's previous
+/// operation and its device gate without a heap allocation.
+pub(crate) type Deps = smallvec::SmallVec<[Arc<Completion>; 2]>;
+
 /// Completion flag of one enqueued piece of work.
 ///
 /// The outcome is one atomic word ([`PENDING`], [`SUCCEEDED`], [`FAILED`]),
@@ -264,7 +268,7 @@ impl Stream {
     /// synchronizing holds memory for unfinished work only.
     ///
     /// Errors: the device stream refused a hook (nothing was registered).
-    pub(crate) fn push(&self, c: Arc<Completion>, what: WorkWhat, deps: &mut crate::proxy::Deps) -> Result<(), Error> {
+    pub(crate) fn push(&self, c: Arc<Completion>, what: WorkWhat, deps: &mut Deps) -> Result<(), Error> {
         if let Some(dev) = &self.device {
             let gate = Completion::new();
             let g = gate.clone();

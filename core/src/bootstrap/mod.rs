@@ -1,5 +1,5 @@
 //! Bootstrap: how ranks find each other before any transport exists (NCCL 2.30
-//! `src/bootstrap.cc`; facts in `shared/reference/nccl-plugin-abi.md` §7).
+//! `src/bootstrap.cc`; facts in `docs/reference/nccl-plugin-abi.md` §7).
 //!
 //! * [`get_unique_id`] starts a root listener on the bootstrap interface and returns
 //!   the 128-byte [`UniqueId`] holding its address; with `NCCL_COMM_ID`

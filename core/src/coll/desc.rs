@@ -211,6 +211,7 @@ mod tests {
             count,
             dtype,
             op,
+            bytes: (0, 0),
             mem: crate::coll::mem::OpMem::HOST,
         }
     }

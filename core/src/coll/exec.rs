@@ -151,72 +151,131 @@ fn missing(lane: Lane, dir: &str, peer: usize) -> Error {
 /// this rank's input (`recv0 ⊕ pre(input) ⊕ recv1 ⊕ …`); a step with several
 /// send peers sends the same bytes to each.
 ///
+/// The step, in order: a local step runs at once ([`run_local`]); otherwise
+/// the received steps it consumes are looked at and their headers checked
+/// ([`peek_received`]), a header-only step is carried out ([`desc_step`]), a
+/// step writing user memory waits for sends still in flight from it
+/// ([`user_busy`]), the outgoing bytes get their places ([`claim_outgoing`]:
+/// registered user memory or FIFO slots), memory the host cannot touch is
+/// staged ([`stage_step`]), the data is moved and reduced ([`compute`]), and
+/// the sends are pushed and the receives released ([`complete`]).
+///
 /// # Safety
 /// The user addresses in `op` must be valid for `op.bytes` bytes (the enqueue contract).
 pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mut ExecCx<'_>) -> Result<bool, Error> {
-    let n = op.bytes;
-    let prim = op.prim;
-    let conns = &mut *cx.conns;
-    let desc = &cx.descs[op.desc as usize];
-    let mems = cx.mems;
-    let staged = OpMem::any_staged_in(mems);
-    if matches!(prim, Prim::LocalCopy | Prim::ReduceBlocks) {
-        // User memory the host cannot touch is staged around the step (`coll::mem`);
-        // the scratch of `ReduceBlocks` is host memory and never staged.
-        let (src_in, src_len) = if prim == Prim::LocalCopy {
-            (op.src, n)
-        } else {
-            (std::ptr::null(), 0)
-        };
-        let mut stage = if staged {
-            // SAFETY: user buffers valid for `n` bytes by contract.
-            unsafe {
-                Stage::begin(
-                    mems,
-                    &[
-                        Operand {
-                            ptr: src_in,
-                            len: src_len,
-                            writes: false,
-                            reads: true,
-                        },
-                        Operand {
-                            ptr: op.dst,
-                            len: n,
-                            writes: true,
-                            reads: false,
-                        },
-                    ],
-                )
-            }?
-        } else {
-            Stage::none()
-        };
-        let (src, dst) = (stage.map(op.src), stage.map(op.dst));
-        if prim == Prim::LocalCopy {
-            // SAFETY: user buffers (or their host mirrors) valid for `n` bytes by contract.
-            unsafe { local_copy(op, src, dst) }?;
-        } else {
-            // SAFETY: `src` is the plan's scratch of `blocks × n` bytes (ours), `dst` the
-            // user's output (or its mirror), valid for `n` bytes by contract.
-            unsafe { reduce_blocks(op, dst) }?;
-        }
-        // SAFETY: as `begin`.
-        unsafe { stage.finish() }?;
+    if matches!(op.prim, Prim::LocalCopy | Prim::ReduceBlocks) {
+        // SAFETY: as this function.
+        unsafe { run_local(op, cx.mems) }?;
         return Ok(true);
     }
-    // Every received step this one consumes; the operation's first step from a
-    // peer starts with its header, checked before any of its data is used. The
-    // size the transport reports is not relied on (NCCL does not either, and some
-    // plugins never report it): both sides cut identical steps once their
-    // headers agree.
+    let descs = cx.descs;
+    let desc = &descs[op.desc as usize];
+    let Some(mut recvd) = peek_received(op, lane, desc, cx)? else {
+        return Ok(false);
+    };
+    if op.prim == Prim::Desc {
+        return desc_step(op, lane, desc, cx.conns);
+    }
+    check_peers(op)?;
+    let writes_user = writes_user(op);
+    if writes_user && cx.user_regs && user_busy(op, task, cx.conns) {
+        return Ok(false);
+    }
+    let Some(mut out) = claim_outgoing(op, lane, desc, cx)? else {
+        return Ok(false);
+    };
     let nr = op.recv_from.len();
+    // SAFETY: as this function.
+    let mut stage = unsafe { stage_step(op, cx.mems, &recvd[..nr], writes_user) }?;
+    // From here on the step works on host addresses only (`src`, `dst`,
+    // `recvd` mapped), and what it wrote goes back before anything is pushed
+    // from user memory.
+    let src: *const u8 = stage.map(op.src);
+    let dst: *mut u8 = stage.map(op.dst);
+    for r in recvd[..nr].iter_mut() {
+        *r = stage.map(*r);
+    }
+    // SAFETY: as this function; `out`'s slots are ours until pushed.
+    unsafe { compute(op, src, dst, &recvd[..nr], &mut out) }?;
+    // SAFETY: as `stage_step`.
+    unsafe { stage.finish() }?;
+    complete(op, lane, &out, cx.conns)?;
+    Ok(true)
+}
+
+/// Runs a step that touches no connector: a `LocalCopy` or a `ReduceBlocks`
+/// (which reduces the plan's scratch, host memory never staged), staging the
+/// user memory the host cannot touch around it (`coll::mem`).
+///
+/// # Safety
+/// As [`try_run`].
+unsafe fn run_local(op: &SliceOp, mems: &[OpMem]) -> Result<(), Error> {
+    let n = op.bytes;
+    let (src_in, src_len) = if op.prim == Prim::LocalCopy {
+        (op.src, n)
+    } else {
+        (std::ptr::null(), 0)
+    };
+    let mut stage = if OpMem::any_staged_in(mems) {
+        // SAFETY: user buffers valid for `n` bytes by contract.
+        unsafe {
+            Stage::begin(
+                mems,
+                &[
+                    Operand {
+                        ptr: src_in,
+                        len: src_len,
+                        writes: false,
+                        reads: true,
+                    },
+                    Operand {
+                        ptr: op.dst,
+                        len: n,
+                        writes: true,
+                        reads: false,
+                    },
+                ],
+            )
+        }?
+    } else {
+        Stage::none()
+    };
+    let (src, dst) = (stage.map(op.src), stage.map(op.dst));
+    if op.prim == Prim::LocalCopy {
+        // SAFETY: user buffers (or their host mirrors) valid for `n` bytes by contract.
+        unsafe { local_copy(op, src, dst) }?;
+    } else {
+        // SAFETY: `src` is the plan's scratch of `blocks × n` bytes (ours), `dst` the
+        // user's output (or its mirror), valid for `n` bytes by contract.
+        unsafe { reduce_blocks(op, dst) }?;
+    }
+    // SAFETY: as `begin`.
+    unsafe { stage.finish() }
+}
+
+/// Where each received step this one consumes sits (`None`: one has not
+/// arrived, wait). The operation's first step from a peer starts with its
+/// header, checked before any of its data is used; the address returned then
+/// points past it. The size the transport reports is not relied on (NCCL does
+/// not either, and some plugins never report it): both sides cut identical
+/// steps once their headers agree.
+///
+/// Errors: a missing receive connector; a header that does not match this
+/// rank's operation (`OpDesc::check`).
+#[inline]
+fn peek_received(
+    op: &SliceOp,
+    lane: Lane,
+    desc: &OpDesc,
+    cx: &mut ExecCx<'_>,
+) -> Result<Option<[*mut u8; MAX_TREE_ARITY]>, Error> {
     let mut recvd = [std::ptr::null_mut::<u8>(); MAX_TREE_ARITY];
     for (i, peer) in op.recv_from.iter().enumerate() {
-        let r = conns
+        let r = cx
+            .conns
             .recv(&lane.key(peer))
             .ok_or_else(|| missing(lane, "receive", peer))?;
-        let Some((ptr, _size)) = r.peek() else { return Ok(false) };
+        let Some((ptr, _size)) = r.peek() else { return Ok(None) };
         recvd[i] = ptr;
         if op.hdr_recv & (1 << i) != 0 {
             // SAFETY: a header step always lands in a FIFO slot (`recv_target`),
@@ -226,135 +285,200 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
             recvd[i] = ptr.wrapping_add(OP_HDR_BYTES);
         }
     }
-    if prim == Prim::Desc {
-        return desc_step(op, lane, desc, conns);
-    }
+    Ok(Some(recvd))
+}
+
+/// Checks that a step has the peers its primitive needs (a schedule bug
+/// otherwise: [`Error::Internal`]).
+#[inline]
+fn check_peers(op: &SliceOp) -> Result<(), Error> {
+    let (prim, nr) = (op.prim, op.recv_from.len());
     if prim.recvs() && nr == 0 {
         return Err(Error::Internal(format!("{prim:?} step without a receive peer")));
     }
     if nr > 1 && matches!(prim, Prim::Recv | Prim::RecvCopySend) {
         return Err(Error::Internal(format!("{prim:?} step with {nr} receive peers")));
     }
-    // A step writing user memory waits until no send from that memory is in flight.
-    let writes_user = match prim {
+    if prim.sends() && op.send_to.len() == 0 {
+        return Err(Error::Internal(format!("{prim:?} step without a send peer")));
+    }
+    Ok(())
+}
+
+/// Whether the step writes user memory (its output).
+#[inline]
+fn writes_user(op: &SliceOp) -> bool {
+    match op.prim {
         Prim::Recv | Prim::RecvCopySend | Prim::RecvReduceCopySend | Prim::RecvReduceCopy => true,
         Prim::CopySend => !std::ptr::eq(op.src, op.dst),
         _ => false,
-    };
-    if writes_user && cx.user_regs {
-        for k in &task.send {
-            if conns.send(k).is_some_and(|s| s.user_busy(op.dst, n)) {
-                return Ok(false);
-            }
-        }
     }
-    // Where the step's outgoing bytes come from: straight from registered user
-    // memory when the prim's output (or input) is exactly what goes on the wire
-    // and every send connector has it registered, else a FIFO slot per send peer.
+}
+
+/// Whether a send from the step's output is still in flight on one of the
+/// task's send connectors (a step writing user memory waits for it).
+#[inline]
+fn user_busy(op: &SliceOp, task: &TaskConns, conns: &mut ConnTable) -> bool {
+    task.send
+        .iter()
+        .any(|k| conns.send(k).is_some_and(|s| s.user_busy(op.dst, op.bytes)))
+}
+
+/// Where a step's outgoing bytes go on the wire from.
+struct Outgoing {
+    /// Registered user memory sent as it is, with each send peer's
+    /// registration (`None`: through FIFO slots).
+    user: Option<(*const u8, [Option<UserReg>; MAX_TREE_ARITY])>,
+    /// Each send peer's FIFO slot (past the header where one is sent), when
+    /// not from user memory.
+    slots: [*mut u8; MAX_TREE_ARITY],
+}
+
+impl Outgoing {
+    /// The first send peer's FIFO slot, which the step writes (the others get
+    /// a copy); `None` when nothing is sent or it is sent from user memory.
+    fn slot(&self, ns: usize) -> Option<*mut u8> {
+        (ns > 0 && self.user.is_none()).then_some(self.slots[0])
+    }
+}
+
+/// Claims the places the step's outgoing bytes go on the wire from: straight
+/// from registered user memory when the primitive's output (or input) is
+/// exactly what goes on the wire and every send connector has it registered,
+/// else a FIFO slot per send peer (with the operation's header written first
+/// where the step carries it). `None`: a connector has no room yet (wait).
+///
+/// Errors: a missing send connector.
+#[inline]
+fn claim_outgoing(op: &SliceOp, lane: Lane, desc: &OpDesc, cx: &mut ExecCx<'_>) -> Result<Option<Outgoing>, Error> {
+    let conns = &mut *cx.conns;
+    let n = op.bytes;
     let ns = op.send_to.len();
-    if prim.sends() && ns == 0 {
-        return Err(Error::Internal(format!("{prim:?} step without a send peer")));
-    }
-    let mut user: Option<(*const u8, [Option<UserReg>; MAX_TREE_ARITY])> = None;
-    let mut slots = [std::ptr::null_mut::<u8>(); MAX_TREE_ARITY];
-    if ns > 0 {
-        let mut regs = [None; MAX_TREE_ARITY];
-        let mut src = None;
-        // A step carrying the header goes through the FIFO (the header precedes
-        // it), as does every step while nothing is registered.
-        let peers = if op.hdr_send != 0 || !cx.user_regs { 0 } else { ns };
-        for (i, peer) in op.send_to.iter().enumerate().take(peers) {
-            let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
-            debug_assert!(n <= s.step_size());
-            let found = match src {
-                None => user_source(op, s),
-                Some(p) => s.user_reg(p, n).map(|r| (p, r)),
-            };
-            match found {
-                Some((p, r)) => {
-                    src = Some(p);
-                    regs[i] = Some(r);
-                }
-                None => {
-                    src = None;
-                    break;
-                }
-            }
-        }
-        if let Some(p) = src {
-            for peer in op.send_to.iter() {
-                if !conns.send(&lane.key(peer)).is_some_and(|s| s.can_push_user()) {
-                    return Ok(false);
-                }
-            }
-            user = Some((p, regs));
-        } else {
-            for (i, peer) in op.send_to.iter().enumerate() {
-                let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
-                if !s.can_push() {
-                    return Ok(false);
-                }
-                slots[i] = s.next_slot();
-                if op.hdr_send & (1 << i) != 0 {
-                    // SAFETY: a FIFO slot holds a step plus OP_HDR_BYTES (the
-                    // schedule's slices leave that room) and is ours until pushed.
-                    desc.encode(unsafe { std::slice::from_raw_parts_mut(slots[i], OP_HDR_BYTES) });
-                    slots[i] = slots[i].wrapping_add(OP_HDR_BYTES);
-                }
-            }
-        }
-    }
-    let slot = (ns > 0 && user.is_none()).then_some(slots[0]);
-    // Stage the user memory the host cannot touch (`coll::mem`): from here on the
-    // step works on host addresses only (`src`, `dst`, `recvd` mapped), and what it
-    // wrote goes back before anything is pushed from user memory.
-    let reads_input = !matches!(prim, Prim::Recv | Prim::RecvCopySend);
-    let mut stage = if staged {
-        let lands_in_dst = recvd[..nr].iter().any(|&r| !disjoint(r, op.dst, n));
-        // SAFETY: user buffers valid for `n` bytes by contract, untouched by others
-        // while the step runs.
-        unsafe {
-            Stage::begin(
-                mems,
-                &[
-                    Operand {
-                        ptr: if reads_input { op.src } else { std::ptr::null() },
-                        len: n,
-                        writes: false,
-                        reads: true,
-                    },
-                    Operand {
-                        ptr: op.dst,
-                        len: n,
-                        writes: writes_user,
-                        reads: lands_in_dst,
-                    },
-                ],
-            )
-        }?
-    } else {
-        Stage::none()
+    let mut out = Outgoing {
+        user: None,
+        slots: [std::ptr::null_mut::<u8>(); MAX_TREE_ARITY],
     };
-    let src: *const u8 = stage.map(op.src);
-    let dst: *mut u8 = stage.map(op.dst);
-    for r in recvd[..nr].iter_mut() {
-        *r = stage.map(*r);
+    if ns == 0 {
+        return Ok(Some(out));
     }
-    // SAFETY: FIFO slots hold at least `n` bytes (checked by the schedule's
-    // slicing and the size check above), are owned by this executor, and never
-    // overlap user memory; user addresses are valid by the enqueue contract.
-    // `user_source` only picks a user source where the step writes no user memory
-    // it reads (out-of-place) and the op needs no pre-op on what is sent.
+    let mut regs = [None; MAX_TREE_ARITY];
+    let mut src = None;
+    // A step carrying the header goes through the FIFO (the header precedes
+    // it), as does every step while nothing is registered.
+    let peers = if op.hdr_send != 0 || !cx.user_regs { 0 } else { ns };
+    for (i, peer) in op.send_to.iter().enumerate().take(peers) {
+        let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
+        debug_assert!(n <= s.step_size());
+        let found = match src {
+            None => user_source(op, s),
+            Some(p) => s.user_reg(p, n).map(|r| (p, r)),
+        };
+        match found {
+            Some((p, r)) => {
+                src = Some(p);
+                regs[i] = Some(r);
+            }
+            None => {
+                src = None;
+                break;
+            }
+        }
+    }
+    if let Some(p) = src {
+        for peer in op.send_to.iter() {
+            if !conns.send(&lane.key(peer)).is_some_and(|s| s.can_push_user()) {
+                return Ok(None);
+            }
+        }
+        out.user = Some((p, regs));
+    } else {
+        for (i, peer) in op.send_to.iter().enumerate() {
+            let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
+            if !s.can_push() {
+                return Ok(None);
+            }
+            out.slots[i] = s.next_slot();
+            if op.hdr_send & (1 << i) != 0 {
+                // SAFETY: a FIFO slot holds a step plus OP_HDR_BYTES (the
+                // schedule's slices leave that room) and is ours until pushed.
+                desc.encode(unsafe { std::slice::from_raw_parts_mut(out.slots[i], OP_HDR_BYTES) });
+                out.slots[i] = out.slots[i].wrapping_add(OP_HDR_BYTES);
+            }
+        }
+    }
+    Ok(Some(out))
+}
+
+/// Stages the user memory the host cannot touch (`coll::mem`) around a
+/// connector step that reads its input (unless it only receives) and writes
+/// its output when `writes_user`; a no-op stage when every buffer is host
+/// memory.
+///
+/// # Safety
+/// As [`try_run`]; the user buffers are untouched by others while the step runs.
+#[inline]
+unsafe fn stage_step(op: &SliceOp, mems: &[OpMem], recvd: &[*mut u8], writes_user: bool) -> Result<Stage, Error> {
+    if !OpMem::any_staged_in(mems) {
+        return Ok(Stage::none());
+    }
+    let n = op.bytes;
+    let reads_input = !matches!(op.prim, Prim::Recv | Prim::RecvCopySend);
+    let lands_in_dst = recvd.iter().any(|&r| !disjoint(r, op.dst, n));
+    // SAFETY: user buffers valid for `n` bytes by contract, untouched by others
+    // while the step runs.
+    unsafe {
+        Stage::begin(
+            mems,
+            &[
+                Operand {
+                    ptr: if reads_input { op.src } else { std::ptr::null() },
+                    len: n,
+                    writes: false,
+                    reads: true,
+                },
+                Operand {
+                    ptr: op.dst,
+                    len: n,
+                    writes: writes_user,
+                    reads: lands_in_dst,
+                },
+            ],
+        )
+    }
+}
+
+/// Moves and reduces a connector step's data: from the input `src` and the
+/// received steps `recvd` into the output `dst` and the outgoing FIFO slot
+/// (`out`), then copies the slot to every further send peer's.
+///
+/// # Safety
+/// FIFO slots hold at least `op.bytes` bytes (checked by the schedule's
+/// slicing), are owned by this executor, and never overlap user memory; `src`
+/// and `dst` are valid host memory for `op.bytes` bytes. `user_source` only
+/// picks a user source where the step writes no user memory it reads
+/// (out-of-place) and the op needs no pre-op on what is sent.
+unsafe fn compute(
+    op: &SliceOp,
+    src: *const u8,
+    dst: *mut u8,
+    recvd: &[*mut u8],
+    out: &mut Outgoing,
+) -> Result<(), Error> {
+    let n = op.bytes;
+    let prim = op.prim;
+    let ns = op.send_to.len();
+    let slot = out.slot(ns);
+    // SAFETY: see the function contract.
     unsafe {
         let user_in = || std::slice::from_raw_parts(src, n);
         // The received steps after the first, folded into a reduction's result.
         let fold_rest = |acc: &mut [u8], red: &DevRedOp| -> Result<(), Error> {
-            for &r in &recvd[1..nr.max(1)] {
+            for &r in recvd.iter().skip(1) {
                 BACKEND.reduce_inplace(acc, std::slice::from_raw_parts(r, n), red, Pre::None)?;
             }
             Ok(())
         };
-        match (prim, user.is_some()) {
+        match (prim, out.user.is_some()) {
             (Prim::Send, true) => {}
             (Prim::Send, false) => {
                 let out = std::slice::from_raw_parts_mut(slot.expect("send slot"), n);
@@ -417,20 +541,29 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
                 }
                 memmove(dst, acc.as_ptr(), n);
             }
-            (Prim::LocalCopy | Prim::ReduceBlocks | Prim::Desc, _) => unreachable!("handled above"),
+            (Prim::LocalCopy | Prim::ReduceBlocks | Prim::Desc, _) => unreachable!("handled by try_run"),
         }
         // The same bytes go to every further send peer.
         if let Some(first) = slot {
-            for &other in &slots[1..ns] {
+            for &other in &out.slots[1..ns] {
                 std::ptr::copy_nonoverlapping(first, other, n);
             }
         }
     }
-    // SAFETY: as `Stage::begin` above.
-    unsafe { stage.finish() }?;
+    Ok(())
+}
+
+/// Ends a connector step: pushes what it sends to every send peer (from user
+/// memory, or the FIFO slot with or without the header) and releases the
+/// received steps it consumed.
+///
+/// Errors: a missing connector.
+#[inline]
+fn complete(op: &SliceOp, lane: Lane, out: &Outgoing, conns: &mut ConnTable) -> Result<(), Error> {
+    let n = op.bytes;
     for (i, peer) in op.send_to.iter().enumerate() {
         let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
-        match user {
+        match out.user {
             Some((ptr, regs)) => s.push_user(ptr, n, regs[i].expect("registration of every send peer")),
             None if op.hdr_send & (1 << i) != 0 => s.push(OP_HDR_BYTES + n),
             None => s.push(n),
@@ -442,7 +575,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
             .ok_or_else(|| missing(lane, "receive", peer))?
             .pop();
     }
-    Ok(true)
+    Ok(())
 }
 
 /// `dst = post(pre(src))`, or a plain memmove without a reduction (`src`, `dst`:

@@ -1,7 +1,7 @@
 //! The indices of NCCL's tuning tables: functions (`ncclFunc_t` 0–4), algorithms
 //! (`NCCL_ALGO_*`) and protocols (`NCCL_PROTO_*`), with NCCL's spellings
 //! (`ncclFuncStr`, `ncclAlgoStr`, `ncclProtoStr` in `src/collectives.cc`;
-//! values from `src/include/plugin/nccl_tuner.h`, reference `nccl-plugin-abi.md` §4.5).
+//! values from `src/include/plugin/nccl_tuner.h`, reference `docs/reference/nccl-plugin-abi.md` §4.5).
 
 use super::{Algo, CollKind};
 

@@ -26,9 +26,8 @@
 
 use std::cell::RefCell;
 
-use ferroccl_kernels::{Backend, DataType, MemorySpace, backend_for_space, memory_space};
+use ferroccl_kernels::{Backend, MemorySpace, backend_for_space, memory_space};
 
-use super::CollKind;
 use crate::error::Error;
 
 /// How the executor reaches one user buffer.
@@ -99,26 +98,20 @@ impl OpMem {
         recv: BufMem::HOST,
     };
 
-    /// Classifies the buffers of `kind` (`count` elements of `dtype` on `nranks`
-    /// ranks; see `schedule::buffer_bytes` for their sizes). NULL or empty
+    /// Classifies a send buffer of `bytes.0` and a receive buffer of
+    /// `bytes.1` bytes (an operation's [`CollArgs::bytes`]). NULL or empty
     /// buffers are host memory.
     ///
     /// Errors: [`Error::Kernel`] when the driver query fails, or when a device
     /// buffer's backend cannot be created (`NoNvrtc` when the kernels cannot be
     /// compiled, ...): the operation is refused at enqueue, before any rank
     /// waits on it.
-    pub fn classify(
-        kind: CollKind,
-        send: *const u8,
-        recv: *const u8,
-        count: usize,
-        dtype: DataType,
-        nranks: usize,
-    ) -> Result<OpMem, Error> {
-        let (sb, rb) = super::schedule::buffer_bytes(kind, count, dtype, nranks);
+    ///
+    /// [`CollArgs::bytes`]: super::CollArgs::bytes
+    pub fn classify(send: *const u8, recv: *const u8, bytes: (usize, usize)) -> Result<OpMem, Error> {
         Ok(OpMem {
-            send: classify_buf(send, sb)?,
-            recv: classify_buf(recv, rb)?,
+            send: classify_buf(send, bytes.0)?,
+            recv: classify_buf(recv, bytes.1)?,
         })
     }
 
@@ -441,6 +434,8 @@ pub(crate) mod test_device {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::coll::CollKind;
+    use ferroccl_kernels::DataType;
 
     /// Host memory is host memory whatever the driver's state (no driver here:
     /// `memory_space` answers without loading anything), and NULL or empty
@@ -450,24 +445,18 @@ mod tests {
         let send = vec![1u8; 4096];
         let mut recv = vec![0u8; 4096];
         let m = OpMem::classify(
-            CollKind::AllReduce,
             send.as_ptr(),
             recv.as_mut_ptr(),
-            1024,
-            DataType::Float32,
-            2,
+            CollKind::AllReduce.buffer_bytes(1024, DataType::Float32, 2),
         )
         .expect("classify");
         assert!(!m.any_staged(), "{m:?}");
         assert!(matches!(m.send.space, MemorySpace::Host { .. }), "{m:?}");
         assert_eq!((m.send.addr, m.send.len), (send.as_ptr() as usize, 4096));
         let m = OpMem::classify(
-            CollKind::Recv { peer: 0 },
             std::ptr::null(),
             recv.as_mut_ptr(),
-            0,
-            DataType::Int8,
-            2,
+            CollKind::Recv { peer: 0 }.buffer_bytes(0, DataType::Int8, 2),
         )
         .expect("classify");
         assert_eq!((m.send.len, m.recv.len), (0, 0));

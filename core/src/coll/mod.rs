@@ -8,7 +8,6 @@
 //! `nranks × chunkSize`, and every chunk primitive (`send`, `recvReduceSend`,
 //! `directRecvReduceCopySend`, …) moves data in slices of one FIFO step.
 
-pub mod check;
 /// NCCL's function, algorithm and protocol ids, and the decision a plan obeys.
 pub mod ids;
 pub use ids::Decision;
@@ -18,6 +17,10 @@ pub(crate) mod mem;
 pub(crate) mod schedule;
 
 use ferroccl_kernels::{DataType, RedOp};
+
+/// One entry per operation of a work item: a lone collective (the common
+/// case) needs no heap allocation.
+pub(crate) type PerOp<T> = smallvec::SmallVec<[T; 1]>;
 
 /// Which operation (NCCL's `ncclFunc_t` subset run on the host).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +54,20 @@ pub enum CollKind {
 }
 
 impl CollKind {
+    /// Bytes an operation of this kind on `count` elements of `dtype` over
+    /// `nranks` ranks reads from its send buffer and writes to its receive
+    /// buffer (NCCL's `sendcount`/`recvcount` per collective, `src/collectives.cc`).
+    pub(crate) fn buffer_bytes(self, count: usize, dtype: DataType, nranks: usize) -> (usize, usize) {
+        let b = count * dtype.size();
+        match self {
+            CollKind::AllReduce | CollKind::Broadcast { .. } | CollKind::Reduce { .. } => (b, b),
+            CollKind::AllGather => (b, b * nranks),
+            CollKind::ReduceScatter => (b * nranks, b),
+            CollKind::Send { .. } => (b, 0),
+            CollKind::Recv { .. } => (0, b),
+        }
+    }
+
     /// NCCL-style name for logs and errors.
     pub fn name(&self) -> &'static str {
         match self {
@@ -96,6 +113,9 @@ pub(crate) struct CollArgs {
     pub count: usize,
     pub dtype: DataType,
     pub op: RedOp,
+    /// Bytes read from `send` and written to `recv` ([`CollKind::buffer_bytes`]),
+    /// computed once, at enqueue (zero until then).
+    pub bytes: (usize, usize),
     /// Memory spaces of `send`/`recv`, classified at enqueue ([`mem::OpMem::classify`]).
     pub mem: mem::OpMem,
 }

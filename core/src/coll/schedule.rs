@@ -8,7 +8,7 @@
 //! The ring pattern of each channel comes from [`crate::graph::Channel`]; no ring
 //! arithmetic lives outside the graph types.
 
-use ferroccl_kernels::{DataType, DevRedOp};
+use ferroccl_kernels::DevRedOp;
 
 use super::desc::{OP_HDR_BYTES, OpDesc};
 use super::ids::{Algorithm, Decision};
@@ -1029,17 +1029,5 @@ fn reduce(b: &mut Builder<'_>, a: &CollArgs, root: usize, red: DevRedOp, d: &Dec
                 Some(red),
             );
         }
-    }
-}
-
-/// Bytes a `CollArgs` reads from its send buffer and writes to its receive buffer.
-pub(crate) fn buffer_bytes(kind: CollKind, count: usize, dtype: DataType, nranks: usize) -> (usize, usize) {
-    let b = count * dtype.size();
-    match kind {
-        CollKind::AllReduce | CollKind::Broadcast { .. } | CollKind::Reduce { .. } => (b, b),
-        CollKind::AllGather => (b, b * nranks),
-        CollKind::ReduceScatter => (b * nranks, b),
-        CollKind::Send { .. } => (b, 0),
-        CollKind::Recv { .. } => (0, b),
     }
 }

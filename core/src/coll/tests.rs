@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use ferroccl_kernels::{DataType, RedOp, Scalar};
 
-use super::check::{self, TestOp};
 use crate::bootstrap::{BootstrapConfig, get_unique_id};
+use crate::check::{self, TestOp};
 use crate::comm::{Comm, CommConfig, PreloadedNet};
 use crate::stream::Stream;
 use crate::transport::mem::MemNet;

@@ -45,6 +45,7 @@ impl Comm {
                 dtype,
                 op,
                 // Classified by `enqueue` once the arguments are checked.
+                bytes: (0, 0),
                 mem: crate::coll::mem::OpMem::HOST,
             },
             stream,

@@ -25,7 +25,7 @@ use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::coll::CollArgs;
 use crate::coll::schedule::SchedParams;
 use crate::plugin::net::{NetInfo, NetPlugin, RawCtx};
-use crate::proxy::{Proxy, ProxyHandle, Shared};
+use crate::proxy::{PlanCache, Proxy, ProxyHandle, Shared};
 use crate::stream::Stream;
 use crate::transport::net::NetTransport;
 use crate::transport::setup::{self, Oob, TransportSetup};
@@ -182,7 +182,7 @@ fn local_facts(
             .collect::<Result<Vec<_>>>()?;
         let (record, log) = crate::topo::detect::detect(rank, &props, topo_params)?;
         for line in log {
-            crate::nccl_info!(GRAPH, "{line}");
+            crate::log::nccl_info!(GRAPH, "{line}");
         }
         let dev0 = (props[0].speed, props[0].latency);
         Ok(LocalFacts {
@@ -360,7 +360,7 @@ impl Comm {
         let topo = crate::graph::plan(rank, &records, &topo_params)?;
         topo.emit_log();
         for line in topo.write_dumps(&topo_params)? {
-            crate::nccl_info!(GRAPH, "{line}");
+            crate::log::nccl_info!(GRAPH, "{line}");
         }
         let mut channels = topo.channels.clone();
         if let Some(cap) = agreement.nchannels {
@@ -466,7 +466,7 @@ impl Comm {
             bootstrap: bootstrap.clone(),
             waiting_on: Vec::new(),
             profiler,
-            plan_cache: None,
+            plan_cache: PlanCache::default(),
             prof_bufs: Default::default(),
             desc_buf: Vec::new(),
             user_registered: false,

@@ -174,7 +174,7 @@ pub(crate) fn init_logging(rank: usize) {
     crate::log::set_rank(Some(rank as i32));
     ECHO.call_once(|| {
         for line in cfg.echo() {
-            crate::nccl_info!(ENV, "{line}");
+            crate::log::nccl_info!(ENV, "{line}");
         }
     });
 }

@@ -7,8 +7,8 @@
 //! all ranks (every rank computes the same thing from the same records), and
 //! [`CommGraph`] holds the result for every rank.
 
-use super::MAX_TREE_ARITY;
-use super::search::{PATTERN_SPLIT_TREE, PATTERN_TREE, TopoGraph};
+use super::channel::MAX_TREE_ARITY;
+use super::topo_graph::{PATTERN_SPLIT_TREE, PATTERN_TREE, TopoGraph};
 use super::trees::{dtree, log2i};
 use crate::topo::paths::{check_gdr, local_gpu, local_net};
 use crate::topo::system::{NodeRef, System};

@@ -5,7 +5,7 @@
 //! files that name them `bwintra` / `bwinter` are accepted too (the `speed*` names win when
 //! both are present).
 
-use super::search::{PATTERN_NVLS, TopoGraph};
+use super::topo_graph::{PATTERN_NVLS, TopoGraph};
 use crate::topo::system::System;
 use crate::topo::types::*;
 use crate::topo::xml::XmlNode;

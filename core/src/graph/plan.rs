@@ -40,9 +40,10 @@
 
 use std::collections::HashMap;
 
+use super::channel::{Channel, Ring, TreeLinks};
 use super::connect::{self, ChanLinks, CommGraph, GraphInfo, HostGraphs, LogLine};
-use super::search::{self, PATTERN_BALANCED_TREE, PATTERN_RING, TopoGraph};
-use super::{Channel, Ring, TreeLinks};
+use super::search;
+use super::topo_graph::{self, PATTERN_BALANCED_TREE, PATTERN_RING, TopoGraph};
 use crate::topo::record::TopoRecord;
 use crate::topo::system::{self, NodeInfo, System};
 use crate::topo::types::{MAXCHANNELS, TOPO_XML_MAX_NODES};
@@ -170,9 +171,9 @@ impl TopoPlan {
     pub fn emit_log(&self) {
         for l in &self.log {
             if l.subsys == crate::log::subsys::INIT {
-                crate::nccl_info!(INIT, "{}", l.text);
+                crate::log::nccl_info!(INIT, "{}", l.text);
             } else {
-                crate::nccl_info!(GRAPH, "{}", l.text);
+                crate::log::nccl_info!(GRAPH, "{}", l.text);
             }
         }
     }
@@ -361,9 +362,9 @@ impl CommTopology {
         let h = &self.hosts[host];
         let ngpus = h.graphs.ring.ngpus;
         let empty = |id, pattern| TopoGraph::new(id, pattern, 0, 0, ngpus);
-        let cd = empty(4, search::PATTERN_COLLNET_DIRECT);
-        let cc = empty(2, search::PATTERN_TREE);
-        let nv = empty(3, search::PATTERN_NVLS);
+        let cd = empty(4, topo_graph::PATTERN_COLLNET_DIRECT);
+        let cc = empty(2, topo_graph::PATTERN_TREE);
+        let nv = empty(3, topo_graph::PATTERN_NVLS);
         let x = super::graph_xml::graphs_to_xml(&h.graphs.system, &[&h.graphs.ring, &h.graphs.tree, &cd, &cc, &nv])?;
         Ok(xml::dump(&x))
     }

@@ -5,7 +5,8 @@
 use std::fmt::Write as _;
 
 use super::plan::CommTopology;
-use super::search::{net_dev, pattern_name, print_graph};
+use super::search::{net_dev, print_graph};
+use super::topo_graph::pattern_name;
 use crate::topo::types::i64_to_bus_id;
 use crate::topo::{NodeType, TopoError, TopoParams};
 

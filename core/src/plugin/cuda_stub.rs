@@ -5,7 +5,7 @@
 //! `cudaEventElapsedTime` and `cudaEventDestroy` but is linked with `-shared`
 //! only: under NCCL it loads because the application (PyTorch, nccl-tests) has
 //! `libcudart.so` in the global symbol scope; otherwise `dlopen(RTLD_NOW)` fails
-//! and NCCL runs without a profiler (reference `nccl-graph-tuning.md` §6.8).
+//! and NCCL runs without a profiler (reference `docs/reference/nccl-graph-tuning.md` §6.8).
 //!
 //! A ferroccl process usually has no CUDA runtime at all. So when a profiler
 //! plugin fails to open with `undefined symbol: <one of the names below>` and no

@@ -1,6 +1,6 @@
 //! The plugin host: finds, loads and drives NCCL plugins (net, collnet, tuner,
 //! profiler) exactly as NCCL 2.30.7 does (`src/plugin/*.cc`; reference
-//! `shared/reference/nccl-plugin-abi.md` §1.5, §5).
+//! `docs/reference/nccl-plugin-abi.md` §1.5, §5).
 //!
 //! # Net plugin resolution ([`load_net`])
 //!

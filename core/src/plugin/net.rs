@@ -3,7 +3,7 @@
 //! Every `ncclNet_vN` version (v6 … v12) is adapted behind [`NetPlugin`], so the
 //! rest of `core` (transport, proxy, bootstrap, conformance suite) never sees a
 //! version number. Semantics are those of the newest version (v12) as described in
-//! `shared/reference/nccl-plugin-abi.md` §1.5; adapters for older versions
+//! `docs/reference/nccl-plugin-abi.md` §1.5; adapters for older versions
 //! translate (e.g. `size_t` → `int` with range checks, v10's `connect(config)`,
 //! the shared pre-v11 context, clearing the v9+ `*request == 1` hint for v6–v8).
 //!

@@ -1,7 +1,7 @@
 //! The tuner adapter: one [`TunerAdapter`] drives any `ncclTuner_v2_t` …
 //! `ncclTuner_v6_t` with the newest semantics, as NCCL 2.30.7's
 //! `src/plugin/tuner/tuner_v2..v6.cc` adapters do (reference
-//! `nccl-plugin-abi.md` §3.1, `nccl-graph-tuning.md` §3.5):
+//! `docs/reference/nccl-plugin-abi.md` §3.1, `docs/reference/nccl-graph-tuning.md` §3.5):
 //!
 //! * **init**: v5/v6 `init(&ctx, commId, nRanks, nNodes, logger, &nvlDomainInfo,
 //!   &constants)` with the model's constants, read back afterwards; v2–v4
@@ -540,7 +540,7 @@ impl TunerContext {
 impl Drop for TunerContext {
     fn drop(&mut self) {
         if let Err(e) = self.finalize_inner() {
-            crate::nccl_warn!("TUNER/Plugin: {e}");
+            crate::log::nccl_warn!("TUNER/Plugin: {e}");
         }
     }
 }

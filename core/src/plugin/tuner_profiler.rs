@@ -1,6 +1,9 @@
 //! Tuner and profiler plugin loading (NCCL 2.30.7 `src/plugin/tuner.cc`,
-//! `src/plugin/profiler.cc`; reference §5.3, §5.4). Loading, symbol probing and a
-//! thin typed handle only: nothing calls into these plugins yet.
+//! `src/plugin/profiler.cc`; reference `docs/reference/nccl-plugin-abi.md` §5.3,
+//! §5.4): finding the library and the newest vtable symbol it exports. The
+//! callers drive what is loaded here: the tuner through
+//! [`crate::plugin::tuner`] and [`crate::tune`], the profiler through
+//! [`crate::profiler`].
 //!
 //! Rules, per plugin type:
 //! 1. `NCCL_TUNER_PLUGIN` / `NCCL_PROFILER_PLUGIN` = `none` (case-insensitive) → no plugin;

@@ -1,7 +1,7 @@
 //! The profiler adapter: one [`Profiler`] drives any `ncclProfiler_v1_t` …
 //! `ncclProfiler_v6_t` with NCCL 2.30.7's event model (`src/plugin/profiler.cc`,
-//! `src/plugin/profiler/profiler_v1..v6.cc`; reference `nccl-graph-tuning.md` §6,
-//! `nccl-plugin-abi.md` §3.2, §5.4).
+//! `src/plugin/profiler/profiler_v1..v6.cc`; reference `docs/reference/nccl-graph-tuning.md` §6,
+//! `docs/reference/nccl-plugin-abi.md` §3.2, §5.4).
 //!
 //! * **Loading**: `NCCL_PROFILER_PLUGIN` through [`crate::plugin::tuner_profiler`]
 //!   (`none` ⇒ off; `libnccl-profiler.so` by default; fallback into the external
@@ -525,7 +525,7 @@ impl Profiler {
         let known = known(version);
         let _ = NET_FNS.set(SyncTable(table, version));
         let m = mask();
-        crate::nccl_info!(
+        crate::log::nccl_info!(
             INIT,
             "Profiler event mask: 0x{m:x} ({m}) - Enabled: {} ('{name}', ncclProfiler v{version})",
             enabled_names(m & known)
@@ -1033,7 +1033,7 @@ pub fn load(
     match Profiler::init(&aux, facts) {
         Ok(p) => Some(Arc::new(p)),
         Err(e) => {
-            crate::nccl_warn!("PROFILER/Plugin: {e}; continuing without a profiler");
+            crate::log::nccl_warn!("PROFILER/Plugin: {e}; continuing without a profiler");
             None
         }
     }

@@ -51,10 +51,10 @@ pub mod xml;
 
 use std::path::PathBuf;
 
-pub use paths::{NetDevsPolicy, Path};
+pub use paths::NetDevsPolicy;
 pub use record::TopoRecord;
 pub use system::{NodeInfo, NodeRef, System};
-pub use types::{LinkType, NodeType, PathType};
+pub use types::{LinkType, NodeType, Path, PathType};
 pub use xml::XmlNode;
 
 /// Errors of topology loading, detection and graph construction. Messages name the XML

@@ -1,7 +1,7 @@
 //! Hardware facts for offline topology files: what NCCL would get from NVML, sysfs and the
 //! net plugin on the real machine, given as a model (the explorer's `--sm`, `--nvlink`,
 //! `--net-speed`, `--cpu`, `--gpus`, `--nics`, `--pci-link` options; see
-//! `shared/topologies/README.md` for the public machines' models).
+//! `core/tests/data/topo/public/README.md` for the public machines' models).
 //!
 //! From a file and a model, [`HardwareModel::records`] builds, for `nodes` identical
 //! machines, the [`TopoRecord`] each rank would contribute: NCCL's per-rank XML

@@ -8,33 +8,6 @@ use super::system::{NodeInfo, NodeRef, System};
 use super::types::*;
 use super::{TopoError, TopoParams};
 
-/// One route (`struct ncclTopoLinkList`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Path {
-    /// Link ids, first hop first.
-    pub links: Vec<usize>,
-    /// Bottleneck bandwidth, GB/s.
-    pub bw: f32,
-    /// Path class.
-    pub ty: PathType,
-}
-
-impl Path {
-    /// An unreachable path (NCCL's calloc'd entry with `type = PATH_DIS`).
-    pub fn dis() -> Path {
-        Path {
-            links: Vec::new(),
-            bw: 0.0,
-            ty: PathType::Dis,
-        }
-    }
-
-    /// Hop count.
-    pub fn count(&self) -> usize {
-        self.links.len()
-    }
-}
-
 /// `NCCL_NETDEVS_POLICY`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum NetDevsPolicy {

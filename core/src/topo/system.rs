@@ -197,7 +197,7 @@ pub struct System {
     pub inter: bool,
     /// `paths[fromType][fromIdx][toType]` = one path per node of `toType` (empty = never
     /// computed, NCCL's NULL).
-    pub paths: Vec<Vec<[Vec<super::paths::Path>; NODE_TYPES]>>,
+    pub paths: Vec<Vec<[Vec<Path>; NODE_TYPES]>>,
 }
 
 impl Default for System {

@@ -277,8 +277,8 @@ impl Default for GdrParams {
 impl GdrParams {
     /// Reads the parameters from the process configuration.
     ///
-    /// Errors: [`crate::Error::Config`] for an out-of-range `NCCL_DMABUF_ENABLE`.
-    pub fn from_config(topo: &crate::topo::TopoParams) -> Result<GdrParams, crate::Error> {
+    /// Errors: [`crate::error::Error::Config`] for an out-of-range `NCCL_DMABUF_ENABLE`.
+    pub fn from_config(topo: &crate::topo::TopoParams) -> Result<GdrParams, crate::error::Error> {
         let cfg = crate::config::Config::global();
         Ok(GdrParams {
             level: topo.net_gdr_level,

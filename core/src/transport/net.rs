@@ -13,14 +13,14 @@
 //!
 //! Steps need not go through the FIFO: an operation may register its user buffers
 //! with the connector's comm (`regMr` when it starts, `deregMr` when it ends; see
-//! `proxy::Proxy::register_user`), and a step is then sent straight from user
+//! `proxy::register::register_user`), and a step is then sent straight from user
 //! memory ([`SendConn::push_user`]) or received straight into it (the targets given
 //! to [`RecvConn::expect`]), saving a copy each. NCCL does the same for buffers the
 //! user registers (`ncclCommRegister`); ferroccl registers per operation, so no
 //! registration outlives the buffer it covers.
 //!
 //! Sizes reported by the peer are never trusted: a received size that differs
-//! from what the schedule expects is an error ([`crate::Error::Remote`]).
+//! from what the schedule expects is an error ([`crate::error::Error::Remote`]).
 
 use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
@@ -155,11 +155,11 @@ impl GdrCx {
                 format!("GPU Direct RDMA Disabled for GPU {ordinal} / HCA {}: {e}", self.dev),
             ),
         };
-        crate::nccl_info!(NET, "{line}");
+        crate::log::nccl_info!(NET, "{line}");
         match path {
             MemPath::Direct { dmabuf, flush, mode } => {
                 // net.cc sendSetup/recvSetup: "via NET/%s/%d%s%s" with "/GDRDMA" and "(PCI)".
-                crate::nccl_info!(
+                crate::log::nccl_info!(
                     INIT,
                     "{}/GDRDMA{}",
                     self.chan_line,
@@ -904,7 +904,7 @@ impl Transport for NetTransport {
                     "Channel {ch:02}/{ci} : {}[{}] -> {}[{}] [receive] via NET/{name}/{dev}",
                     peer.rank, peer.local_rank, me.rank, me.local_rank
                 );
-                crate::nccl_info!(INIT, "{line}");
+                crate::log::nccl_info!(INIT, "{line}");
                 let p = NetPending {
                     net: self.net.clone(),
                     ctx: self.ctx,
@@ -920,7 +920,7 @@ impl Transport for NetTransport {
                     "Channel {ch:02}/{ci} : {}[{}] -> {}[{}] [send] via NET/{name}/{dev}",
                     me.rank, me.local_rank, peer.rank, peer.local_rank
                 );
-                crate::nccl_info!(INIT, "{line}");
+                crate::log::nccl_info!(INIT, "{line}");
                 let p = NetPending {
                     net: self.net.clone(),
                     ctx: self.ctx,

@@ -520,7 +520,7 @@ impl ShmTransport {
     /// segment); logs the connection.
     fn setup_send(&self, req: &ConnRequest, me: &TransportPeer, peer: &TransportPeer) -> (PendingSend, Vec<u8>) {
         let key = req.key;
-        crate::nccl_info!(
+        crate::log::nccl_info!(
             INIT,
             "Channel {:02}/{} : {}[{}] -> {}[{}] via SHM/direct/direct",
             key.channel,

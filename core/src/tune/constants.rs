@@ -1,12 +1,12 @@
 //! The constants of NCCL's cost model (`ncclTunerConstants_t`): NCCL 2.30.7's
 //! GPU defaults (`src/graph/tuning.cc: ncclTunerConstantsDefaults`, reference
-//! `nccl-graph-tuning.md` §3.1) and ferroccl's set for CPU hosts, whose values
+//! `docs/reference/nccl-graph-tuning.md` §3.1) and ferroccl's set for CPU hosts, whose values
 //! and the measurements behind them are in `BENCHMARKS.md` ("Tuning: the CPU-host
 //! constants"). A v5/v6 tuner plugin may rewrite either set in `init`.
 
 use ferroccl_plugin_api::abi::ncclTunerConstants_v5_t;
 
-use super::ids::{NUM_ALGOS, NUM_PROTOS};
+use crate::coll::ids::{NUM_ALGOS, NUM_PROTOS};
 
 /// HW link index `NCCL_HW_NVLINK`.
 pub const HW_NVLINK: usize = 0;

@@ -1,5 +1,5 @@
 //! `NCCL_ALGO` / `NCCL_PROTO`: NCCL's grammar (`src/graph/tuning.cc: parseList`,
-//! reference `nccl-graph-tuning.md` §3.2 "Enable matrix and user overrides") and
+//! reference `docs/reference/nccl-graph-tuning.md` §3.2 "Enable matrix and user overrides") and
 //! the per-function enable matrix it produces.
 //!
 //! ```text
@@ -13,7 +13,7 @@
 //! element or function, or a prefix-less entry after the first, is an error
 //! (NCCL: WARN and `ncclInvalidUsage`).
 
-use super::ids::{ALGO_NAMES, FUNC_NAMES, NUM_ALGOS, NUM_FUNCS, NUM_PROTOS, PROTO_NAMES, Protocol};
+use crate::coll::ids::{ALGO_NAMES, FUNC_NAMES, NUM_ALGOS, NUM_FUNCS, NUM_PROTOS, PROTO_NAMES, Protocol};
 
 /// Why a value of `NCCL_ALGO` or `NCCL_PROTO` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -7,10 +7,10 @@
 //! CPU-host constants") gives the measurements behind the numbers used instead.
 
 use super::constants::HOST_MAX_BW;
-use super::ids::{Algorithm as A, Func as F, Protocol as P};
 use super::model::{
     CpuArch, CpuVendor, GraphInfo, ModelInput, ModelParams, PATTERN_BALANCED_TREE, PatternInfo, Runnable, path,
 };
+use crate::coll::ids::{Algorithm as A, Func as F, Protocol as P};
 
 /// What a communicator on a host knows when it tunes.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,6 +1,6 @@
 //! Tuning: which algorithm, protocol, channel count and chunk size each
 //! collective runs with (NCCL's `src/graph/tuning.cc` and the selection half of
-//! `src/enqueue.cc`; reference `nccl-graph-tuning.md` §3). The schedule builder
+//! `src/enqueue.cc`; reference `docs/reference/nccl-graph-tuning.md` §3). The schedule builder
 //! only obeys the [`Decision`] made here.
 //!
 //! * [`model`] — NCCL 2.30.7's cost model, exact and free of I/O: per function,
@@ -35,7 +35,7 @@ use ferroccl_kernels::{DataType, RedOp};
 pub use ids::{Algorithm, Func, Protocol};
 
 pub use crate::coll::Decision;
-use crate::coll::{CollArgs, CollKind};
+use crate::coll::{CollArgs, CollKind, PerOp};
 use crate::config::Config;
 use crate::error::Error;
 use crate::plugin::tuner::{NvlDomainInfo, TunerAdapter, TunerContext, TunerError};
@@ -72,7 +72,7 @@ impl TuneParams {
         use crate::config::params::{self, tune as p};
         let int = |p: &crate::config::IntParam| p.get(cfg).map_err(Error::Config);
         let enable = EnableMatrix::parse(params::PROTO.get(cfg), params::ALGO.get(cfg)).map_err(|e| {
-            crate::nccl_warn!("{e}");
+            crate::log::nccl_warn!("{e}");
             Error::InvalidUsage(e.to_string())
         })?;
         Ok(TuneParams {
@@ -177,22 +177,22 @@ impl Tuning {
                 min_ranks: f.min_local_ranks as i32,
                 max_ranks: f.max_local_ranks as i32,
             };
-            crate::nccl_info!(TUNING, "TUNER/Plugin: Using {} (v{})", t.name(), t.version());
+            crate::log::nccl_info!(TUNING, "TUNER/Plugin: Using {} (v{})", t.name(), t.version());
             let c = t.init(s.comm_id, f.nranks, f.nnodes, nvl, &mut abi).map_err(|e| {
-                crate::nccl_warn!("TUNER/Plugin: {e}");
+                crate::log::nccl_warn!("TUNER/Plugin: {e}");
                 tuner_error(&e)
             })?;
             if t.version() >= 5 {
                 let back = TunerConstants::from_abi(&abi);
                 match back.first_invalid() {
                     None => constants = back,
-                    Some(bad) => crate::nccl_warn!(
+                    Some(bad) => crate::log::nccl_warn!(
                         "TUNER/Plugin: tuner '{}' init left an invalid constant ({bad}); keeping the defaults",
                         t.name()
                     ),
                 }
             }
-            crate::nccl_info!(TUNING, "Successfully loaded external tuner plugin {}", t.name());
+            crate::log::nccl_info!(TUNING, "Successfully loaded external tuner plugin {}", t.name());
             tuner_name = Some(t.name().to_owned());
             ctx = Some(c);
         }
@@ -213,14 +213,14 @@ impl Tuning {
             }
         }
         for n in &model.notes {
-            crate::nccl_info!(ENV, "{n}");
+            crate::log::nccl_info!(ENV, "{n}");
         }
         for (var, set) in [
             ("NCCL_NTHREADS", s.params.model.nthreads != -2),
             ("NCCL_LL128_NTHREADS", s.params.model.ll128_nthreads != -2),
         ] {
             if set {
-                crate::nccl_info!(
+                crate::log::nccl_info!(
                     ENV,
                     "{var} has no effect on a CPU host: a channel is one thread (channels follow FERROCCL_MIN_CHANNEL_BYTES / NCCL_THREAD_THRESHOLDS)"
                 );
@@ -255,16 +255,16 @@ impl Tuning {
             return;
         }
         if self.enable.user_set() {
-            crate::nccl_info!(ENV, "Enabled NCCL Func/Proto/Algo Matrix:{}", self.enable.matrix_text());
+            crate::log::nccl_info!(ENV, "Enabled NCCL Func/Proto/Algo Matrix:{}", self.enable.matrix_text());
         }
         for line in table::lines(&self.model) {
-            crate::nccl_info!(TUNING, "{line}");
+            crate::log::nccl_info!(TUNING, "{line}");
         }
-        crate::nccl_info!(INIT, "{}", table::thread_thresholds_line(&self.model));
+        crate::log::nccl_info!(INIT, "{}", table::thread_thresholds_line(&self.model));
         // A function left with nothing it can run fails every call; say so now.
         for func in Func::ALL {
             if !self.model.bandwidths[func.index()].iter().flatten().any(|&b| b > 0.0) && self.model.nranks > 1 {
-                crate::nccl_warn!(
+                crate::log::nccl_warn!(
                     "{}: no algorithm/protocol is enabled and runnable for {} ({}); every {} call will fail",
                     self.settings_text(),
                     func.name(),
@@ -331,9 +331,9 @@ impl Tuning {
         if let Some(c) = ctx {
             let name = c.adapter().name().to_owned();
             if let Err(e) = c.finalize() {
-                crate::nccl_warn!("TUNER/Plugin: {e}");
+                crate::log::nccl_warn!("TUNER/Plugin: {e}");
             }
-            crate::nccl_info!(TUNING, "TUNER/Plugin: Closing tuner: '{name}'");
+            crate::log::nccl_info!(TUNING, "TUNER/Plugin: Closing tuner: '{name}'");
         }
     }
 
@@ -395,9 +395,9 @@ impl Tuning {
     /// Errors: [`Error::InvalidUsage`] when `NCCL_ALGO`/`NCCL_PROTO` leave nothing
     /// to run; the tuner's error when its `getCollInfo` fails (NCCL propagates it);
     /// [`Error::Internal`] when nothing is runnable otherwise.
-    pub(crate) fn decide(&self, colls: &[CollArgs]) -> Result<crate::proxy::PerOp<Option<Decision>>, Error> {
+    pub(crate) fn decide(&self, colls: &[CollArgs]) -> Result<PerOp<Option<Decision>>, Error> {
         let nranks = self.facts.nranks;
-        let mut out: crate::proxy::PerOp<Option<Decision>> = smallvec::smallvec![None; colls.len()];
+        let mut out: PerOp<Option<Decision>> = smallvec::smallvec![None; colls.len()];
         let n_coll = colls.iter().filter(|a| Func::of(a.kind).is_some()).count();
         let num_pipe_ops = n_coll.div_ceil(self.facts.nchannels.max(1)).max(1);
         // One collective (the common case): its own group, no binning; without
@@ -520,7 +520,7 @@ impl Tuning {
     /// scheduleCollTasksToPlan's INFO line, per operation (rank 0).
     fn log_decision(&self, func: Func, nbytes: usize, d: &Decision) {
         if self.rank == 0 {
-            crate::nccl_info!(
+            crate::log::nccl_info!(
                 TUNING,
                 "{}: {} Bytes -> Algo {} proto {} channel{{Lo..Hi}}={{{}..{}}}",
                 func.name(),
@@ -551,12 +551,12 @@ impl Tuning {
                 match ctx.get_coll_info(func.index(), nbytes, num_pipe_ops, false, &mut t) {
                     Ok(info) => tuner_channels = info.nchannels,
                     Err(e @ TunerError::Call { .. }) => {
-                        crate::nccl_warn!("TUNER/Plugin: {e}");
+                        crate::log::nccl_warn!("TUNER/Plugin: {e}");
                         return Err(tuner_error(&e));
                     }
                     Err(e) => {
                         // Out-of-bounds writes or garbage: the table is NCCL's again.
-                        crate::nccl_warn!("TUNER/Plugin: {e}; ignoring the tuner for this operation");
+                        crate::log::nccl_warn!("TUNER/Plugin: {e}; ignoring the tuner for this operation");
                         t = before;
                     }
                 }
@@ -572,7 +572,7 @@ impl Tuning {
                     let mut w = self.warned.lock().unwrap_or_else(|e| e.into_inner());
                     if !w.contains(&key) {
                         w.push(key);
-                        crate::nccl_warn!(
+                        crate::log::nccl_warn!(
                             "TUNER/Plugin: tuner '{}' offers {}/{} for {} ({} us), which this runtime cannot run ({}); choosing among the runnable entries",
                             self.tuner_name.as_deref().unwrap_or("?"),
                             a.name(),
@@ -601,7 +601,7 @@ impl Tuning {
                     msg.push_str(&format!(" NCCL_PROTO was set to {p}."));
                 }
                 msg.push_str(&format!(" ({})", self.runnable_text(func)));
-                crate::nccl_warn!("{msg}");
+                crate::log::nccl_warn!("{msg}");
                 return Err(if self.enable.user_set() {
                     Error::InvalidUsage(msg)
                 } else {
@@ -615,7 +615,7 @@ impl Tuning {
         if tuner_channels > 0 {
             nch = (tuner_channels as usize).min(comm_ch);
         } else if tuner_channels < 0 {
-            crate::nccl_warn!(
+            crate::log::nccl_warn!(
                 "TUNER/Plugin: tuner '{}' returned nChannels {tuner_channels} for {}; keeping {nch}",
                 self.tuner_name.as_deref().unwrap_or("?"),
                 func.name()
@@ -653,7 +653,7 @@ impl Tuning {
             match ctx.get_chunk_size(func.index(), part, algo.index(), proto.index(), 1, &mut c) {
                 Ok(true) => {
                     if c > max {
-                        crate::nccl_info!(
+                        crate::log::nccl_info!(
                             TUNING,
                             "{}: tuner chunk size {c} exceeds buffer max {max}, clamping",
                             func.name()
@@ -661,7 +661,7 @@ impl Tuning {
                         c = max;
                     }
                     if select::round_to_grain(g, proto, c) == 0 {
-                        crate::nccl_warn!(
+                        crate::log::nccl_warn!(
                             "TUNER/Plugin: tuner chunk size {c} for {} is below the {} grain of {} bytes; keeping {chunk}",
                             func.name(),
                             proto.name(),
@@ -672,7 +672,7 @@ impl Tuning {
                     }
                 }
                 Ok(false) => {}
-                Err(e) => crate::nccl_warn!("TUNER/Plugin: {e}; keeping chunk size {chunk}"),
+                Err(e) => crate::log::nccl_warn!("TUNER/Plugin: {e}; keeping chunk size {chunk}"),
             }
         }
         select::round_to_grain(g, proto, chunk).max(g.grain[proto.index()].min(chunk).max(1))
@@ -702,7 +702,7 @@ pub fn func_of(kind: CollKind) -> Option<Func> {
 }
 
 /// Loads the tuner plugin for a communicator (NCCL's `ncclTunerPluginLoad`,
-/// reference `nccl-plugin-abi.md` §5.3): `NCCL_TUNER_PLUGIN` (`none` = no tuner),
+/// reference `docs/reference/nccl-plugin-abi.md` §5.3): `NCCL_TUNER_PLUGIN` (`none` = no tuner),
 /// then the net plugin's own library when `external_net` names one. Failures are
 /// logged at INFO and mean "no tuner", as in NCCL; the outcome is sticky for the
 /// process.
@@ -711,7 +711,7 @@ pub fn load_tuner(
     external_net: Option<&std::path::Path>,
 ) -> Option<Arc<TunerAdapter>> {
     if let Some(v) = &opts.tuner_plugin {
-        crate::nccl_info!(ENV, "NCCL_TUNER_PLUGIN set by environment to {v}");
+        crate::log::nccl_info!(ENV, "NCCL_TUNER_PLUGIN set by environment to {v}");
     }
     let aux = crate::plugin::tuner_profiler::tuner_loader()
         .load_with_net_path(opts, external_net)
@@ -719,7 +719,7 @@ pub fn load_tuner(
     match TunerAdapter::from_aux(&aux) {
         Ok(a) => Some(Arc::new(a)),
         Err(e) => {
-            crate::nccl_warn!("TUNER/Plugin: {e}");
+            crate::log::nccl_warn!("TUNER/Plugin: {e}");
             None
         }
     }
@@ -769,6 +769,7 @@ mod tests {
             count,
             dtype: DataType::Float32,
             op: RedOp::Sum,
+            bytes: (0, 0),
             mem: crate::coll::mem::OpMem::HOST,
         }
     }

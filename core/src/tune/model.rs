@@ -1,7 +1,7 @@
 //! NCCL 2.30.7's cost model: `src/graph/tuning.cc: ncclTopoTuneModel` (per
 //! function, algorithm and protocol a latency in µs and a bandwidth in GB/s) and
 //! `ncclTopoGetAlgoTime` (the predicted time of one operation), reference
-//! `nccl-graph-tuning.md` §3.2 and §3.4.
+//! `docs/reference/nccl-graph-tuning.md` §3.2 and §3.4.
 //!
 //! Everything here is a pure function of its inputs ([`ModelInput`],
 //! [`GraphInfo`], [`TunerConstants`], [`EnableMatrix`]): the same code gives
@@ -12,7 +12,7 @@
 
 use super::constants::{HW_NET, HW_NVLINK, HW_PCI, TunerConstants};
 use super::enable::EnableMatrix;
-use super::ids::{Algorithm as A, Func as F, NUM_ALGOS, NUM_FUNCS, NUM_PROTOS, Protocol as P};
+use crate::coll::ids::{Algorithm as A, Func as F, NUM_ALGOS, NUM_FUNCS, NUM_PROTOS, Protocol as P};
 
 /// NCCL's path types (`src/include/graph.h`, reference §1.3), used for a
 /// pattern's `typeIntra` / `typeInter`.

@@ -1,10 +1,10 @@
 //! Per-operation selection: the cost table (`src/enqueue.cc: updateCollCostTable`),
 //! the choice of algorithm and protocol and of channels and threads
 //! (`topoGetAlgoInfo`), and the chunk size (`calcCollChunking`); reference
-//! `nccl-graph-tuning.md` §3.4, §3.7.
+//! `docs/reference/nccl-graph-tuning.md` §3.4, §3.7.
 
-use super::ids::{Algorithm as A, Func as F, NUM_ALGOS, NUM_PROTOS, Protocol as P};
 use super::model::Model;
+use crate::coll::ids::{Algorithm as A, Func as F, NUM_ALGOS, NUM_PROTOS, Protocol as P};
 
 /// `NCCL_ALGO_PROTO_IGNORE`: an impossible or forbidden cost-table entry.
 pub const IGNORE: f32 = -1.0;
@@ -176,7 +176,7 @@ pub struct ChunkGeometry {
     pub grain: [usize; NUM_PROTOS],
     /// Steps per chunk of Ring/Simple, per function (`ALLREDUCE_CHUNKSTEPS` etc.;
     /// every other combination uses 1).
-    pub ring_simple_chunk_steps: [usize; super::ids::NUM_FUNCS],
+    pub ring_simple_chunk_steps: [usize; crate::coll::ids::NUM_FUNCS],
 }
 
 impl ChunkGeometry {

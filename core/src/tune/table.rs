@@ -1,11 +1,11 @@
 //! The `NCCL_DEBUG_SUBSYS=TUNING` table exactly as `ncclTopoTuneModel` prints it
-//! (reference `nccl-graph-tuning.md` §3.3): algorithms in blocks of three, each
+//! (reference `docs/reference/nccl-graph-tuning.md` §3.3): algorithms in blocks of three, each
 //! block an `Algorithm` line (names centred over their three protocol cells), a
 //! `Protocol` line, a ` Max NThreads` line and one `latency/bandwidth` line per
 //! function.
 
-use super::ids::{ALGO_NAMES, FUNC_NAMES, NUM_ALGOS, PROTO_NAMES};
 use super::model::Model;
+use crate::coll::ids::{ALGO_NAMES, FUNC_NAMES, NUM_ALGOS, PROTO_NAMES};
 
 /// The table's lines (without NCCL's `host:pid:tid [rank] NCCL INFO ` prefix).
 pub fn lines(m: &Model) -> Vec<String> {

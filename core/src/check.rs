@@ -165,14 +165,14 @@ impl TestOp {
     #[allow(clippy::too_many_arguments)] // NCCL's collective signature plus the operation
     pub unsafe fn launch(
         &self,
-        comm: &crate::Comm,
+        comm: &crate::comm::Comm,
         send: *const u8,
         recv: *mut u8,
         count: usize,
         dtype: DataType,
         op: RedOp,
-        stream: &crate::Stream,
-    ) -> crate::Result<()> {
+        stream: &crate::stream::Stream,
+    ) -> crate::error::Result<()> {
         let (n, r, es) = (comm.nranks(), comm.rank(), dtype.size());
         let (sp, rp, s) = (send, recv, stream);
         // SAFETY: the caller guarantees the buffers (see above).
@@ -184,21 +184,21 @@ impl TestOp {
                 TestOp::Broadcast { root } => comm.broadcast(sp, rp, count, dtype, root, s),
                 TestOp::Reduce { root } => comm.reduce(sp, rp, count, dtype, op, root, s),
                 TestOp::SendRecv => {
-                    crate::group_start();
+                    crate::group::group_start();
                     let a = comm.send(sp, count, dtype, (r + 1) % n, s);
                     let b = comm.recv(rp, count, dtype, (r + n - 1) % n, s);
-                    let g = crate::group_end();
+                    let g = crate::group::group_end();
                     a.and(b).and(g)
                 }
                 TestOp::AllToAll => {
-                    crate::group_start();
+                    crate::group::group_start();
                     let mut res = Ok(());
                     for p in 0..n {
                         let a = comm.send(sp.wrapping_add(p * count * es), count, dtype, p, s);
                         let b = comm.recv(rp.wrapping_add(p * count * es), count, dtype, p, s);
                         res = res.and(a).and(b);
                     }
-                    let g = crate::group_end();
+                    let g = crate::group::group_end();
                     res.and(g)
                 }
             }
@@ -211,13 +211,13 @@ impl TestOp {
     /// operation's error. What the tests and a one-shot check use.
     pub fn run_checked(
         &self,
-        comm: &crate::Comm,
+        comm: &crate::comm::Comm,
         dtype: DataType,
         op: RedOp,
         count: usize,
         in_place: bool,
         seed: u64,
-    ) -> crate::Result<usize> {
+    ) -> crate::error::Result<usize> {
         let (n, r, es) = (comm.nranks(), comm.rank(), dtype.size());
         let in_place = in_place && self.has_in_place();
         let (se, re) = self.buffer_elems(count, n);
@@ -232,7 +232,7 @@ impl TestOp {
         } else {
             (sendbuf.as_ptr(), recvbuf.as_mut_ptr())
         };
-        let stream = crate::Stream::new();
+        let stream = crate::stream::Stream::new();
         // SAFETY: both buffers are sized by `buffer_elems` and live past the
         // synchronize below; nothing touches them meanwhile.
         unsafe { self.launch(comm, sp, rp, count, dtype, op, &stream) }?;
