@@ -13,8 +13,7 @@
 #   1  a build failed, a check failed, or the checks did not finish within
 #      IB_VM_CI_TIMEOUT
 #
-#   RXE_VM_DIR        the rxe-vm tools (default: .ci/rxe-vm in this repository
-#                     when present, else ../shared/tools/rxe-vm next to it)
+#   RXE_VM_DIR        the rxe-vm tools (default: .ci/rxe-vm in this repository)
 #   IB_VM_CI_TIMEOUT  seconds for everything after the package install
 #                     (default 1800 = 30 min)
 #   CARGO_TARGET_DIR  as for cargo (default ./target, shared with .ci/run's build)
@@ -30,7 +29,7 @@ skip() {
 }
 
 if [[ -z "${RXE_VM_DIR:-}" ]]; then
-    if [[ -d $ROOT/.ci/rxe-vm ]]; then RXE_VM_DIR=$ROOT/.ci/rxe-vm; else RXE_VM_DIR=$ROOT/../shared/tools/rxe-vm; fi
+    RXE_VM_DIR=$ROOT/.ci/rxe-vm
 fi
 [[ -x $RXE_VM_DIR/run-in-vm.sh && -x $RXE_VM_DIR/setup.sh ]] ||
     skip "no rxe-vm tools at $RXE_VM_DIR (set RXE_VM_DIR)"

@@ -8,7 +8,7 @@
 #   * ferroccl-perf               (cargo build -p ferroccl-examples --bin ferroccl-perf)
 #   * the IB profiler-event test  (cargo test -p ferroccl --test profiler_ib --no-run;
 #                                  with the socket plugin its launcher requires)
-# then boots the soft-RoCE guest ONCE via ../shared/tools/rxe-vm/run-in-vm.sh and
+# then boots the soft-RoCE guest ONCE via .ci/rxe-vm/run-in-vm.sh and
 # runs every check there, each printed as "=== PASS name" / "=== FAIL name".
 #
 # Output ends with "N passed, N failed". Exit status:
@@ -23,8 +23,7 @@
 # under sudo (the build stays the user's).
 #
 #   CARGO_TARGET_DIR   where to build (default ./target); shared into the guest
-#   RXE_VM_DIR         the rxe-vm tools (default .ci/rxe-vm, a copy of the team's
-#                      ../shared/tools/rxe-vm, else that folder)
+#   RXE_VM_DIR         the rxe-vm tools (default .ci/rxe-vm)
 #   IB_VM_PERF=0       leave out the bandwidth comparison (default 1: ib_write_bw
 #                      vs the plugin's isend/irecv (ib_bw, 8 in flight, yielding
 #                      poll) at 1 MiB, 3 interleaved rounds, medians and their
@@ -131,7 +130,7 @@ fi
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-if [[ -d $ROOT/.ci/rxe-vm ]]; then VMDIR=${RXE_VM_DIR:-$ROOT/.ci/rxe-vm}; else VMDIR=${RXE_VM_DIR:-$ROOT/../shared/tools/rxe-vm}; fi
+VMDIR=${RXE_VM_DIR:-$ROOT/.ci/rxe-vm}
 if [[ ! -x $VMDIR/run-in-vm.sh ]]; then
     echo "SKIPPED: no rxe-vm tools at $VMDIR (run-in-vm.sh; set RXE_VM_DIR)"
     exit 0

@@ -1,6 +1,6 @@
 //! Conformance suite for any `ncclNet` plugin (issue 5): an executable
-//! specification of the contract in `shared/reference/nccl-plugin-abi.md` §1
-//! (§1.5 in particular) and `net-plugin-conformance-checklist.md`.
+//! specification of the contract in `docs/reference/nccl-plugin-abi.md` §1
+//! (§1.5 in particular) and `docs/reference/net-plugin-conformance-checklist.md`.
 //!
 //! * [`registry`] — every check: id, one-line rule, reference section, required
 //!   or advisory, quick or full tier, API versions.

@@ -45,8 +45,8 @@ pub struct Check {
     pub id: String,
     /// The rule the check enforces, one line.
     pub rule: String,
-    /// Where the rule comes from: a section of `shared/reference/nccl-plugin-abi.md`
-    /// (e.g. `§1.5`) or `checklist` (`net-plugin-conformance-checklist.md`).
+    /// Where the rule comes from: a section of `docs/reference/nccl-plugin-abi.md`
+    /// (e.g. `§1.5`) or `checklist` (`docs/reference/net-plugin-conformance-checklist.md`).
     pub section: &'static str,
     /// The NCCL 2.30.7 source (file, function, statement) whose use of the net
     /// API the check relies on; for advisory checks of behaviour NCCL never

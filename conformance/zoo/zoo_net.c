@@ -1,6 +1,6 @@
 /*
  * The conformance "zoo": one small TCP network plugin in plain C with the
- * ncclNet_v8 layout (shared/reference/nccl-plugin-abi.md §1.2, §1.3), compiled
+ * ncclNet_v8 layout (docs/reference/nccl-plugin-abi.md §1.2, §1.3), compiled
  * once per fault switch into testing/zoo-* cdylibs. ZOO_FAULT_NONE is the correct
  * control; every other switch plants exactly one contract violation that one
  * conformance check is meant to catch:

@@ -1,7 +1,7 @@
 /*
  * ncclNet_v12 face of the zoo plugin (included by zoo_net.c with ZOO_STANDALONE and
  * ZOO_EXPORT_V12): the v12 table, written by hand from the layout tables of
- * shared/reference/nccl-plugin-abi.md section 1.2/1.3 (offsets checked below),
+ * docs/reference/nccl-plugin-abi.md section 1.2/1.3 (offsets checked below),
  * whose slots wrap the v8 implementation. v12 semantics: init(ctx) once per
  * communicator, finalize(ctx) per communicator (mandatory), listen/connect take
  * the context.

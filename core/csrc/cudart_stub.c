@@ -4,7 +4,7 @@
  * plugins/profiler/example in NVIDIA/nccl, times copy-engine collectives with
  * cudaEvent* and is built with -shared only: it relies on the application's
  * libcudart being in the global symbol scope; see
- * shared/reference/nccl-graph-tuning.md section 6.8).
+ * docs/reference/nccl-graph-tuning.md section 6.8).
  *
  * The host (core/src/plugin/cuda_stub.rs) compiles this file into a small shared
  * object embedded in the runtime and loads it RTLD_GLOBAL only when a profiler

@@ -2,7 +2,7 @@
 //! with `cuMemAlloc`ed send and receive buffers, over the socket plugin on
 //! loopback. The socket plugin has no `NCCL_PTR_CUDA`, so every step is staged
 //! through host memory by the device's CUDA backend (`coll::mem`); the results
-//! are checked against the CPU reference (`ferroccl::coll::check`).
+//! are checked against the CPU reference (`ferroccl::check`).
 //!
 //! **Needs a GPU and NVRTC.** Without them the test prints `SKIPPED` with the
 //! reason and passes; with `FERROCCL_REQUIRE_GPU=1` it fails instead (the
@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use coll_support::{assert_all_ok, join, launch, role};
-use ferroccl::coll::check;
+use ferroccl::check;
 use ferroccl::stream::Stream;
 use ferroccl::{DataType, RedOp, TestOp};
 use ferroccl_kernels::cuda::{CudaBackend, DeviceBuffer, NVRTC_LIB_ENV, nvrtc_load};

@@ -32,7 +32,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use coll_support::{assert_all_ok, join, launch, role, target_dir};
-use ferroccl::coll::check;
+use ferroccl::check;
 use ferroccl::mockdev::{self, MockGpu};
 use ferroccl::stream::Stream;
 use ferroccl::{DataType, RedOp, TestOp, group_end, group_start};

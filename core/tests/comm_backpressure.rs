@@ -9,7 +9,7 @@ mod coll_support;
 use std::time::Duration;
 
 use coll_support::{Role, assert_all_ok, join, launch, role};
-use ferroccl::coll::check::{self, TestOp};
+use ferroccl::check::{self, TestOp};
 use ferroccl::{Comm, DataType, RedOp, Stream};
 
 const WORKER: &str = "backpressure_worker";

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use coll_support::{assert_all_ok, config, join, launch, role, run_op};
 use ferroccl::bootstrap::{BootstrapConfig, get_unique_id};
-use ferroccl::coll::check::TestOp;
+use ferroccl::check::TestOp;
 use ferroccl::{Comm, DataType, RedOp, Stream, UniqueId};
 
 #[test]

@@ -6,7 +6,7 @@
 //!
 //! * every event started is stopped exactly once, and nothing else is stopped;
 //! * every parent was started before its child, in the same process;
-//! * the hierarchy is NCCL's (reference `nccl-graph-tuning.md` §6.2): v5/v6
+//! * the hierarchy is NCCL's (reference `docs/reference/nccl-graph-tuning.md` §6.2): v5/v6
 //!   `GroupApi → CollApi/P2pApi → Coll/P2p → ProxyOp → ProxyStep` with
 //!   `parentGroup` naming a Group event; v1–v4 `Group → Coll/P2p → ProxyOp →
 //!   ProxyStep` and no API events;

@@ -4,7 +4,7 @@
 //! with the recording C profiler (`ncclProfiler_v6`), and the test checks the
 //! logged tree: every `ncclProfileQp` event (plugin id `NCCL_PROFILER_NET_TYPE_IB
 //! | 1`) hangs under a ProxyStep started before it, is stopped exactly once, and
-//! carries NCCL's descriptor (reference `nccl-graph-tuning.md` §6.6): on a send
+//! carries NCCL's descriptor (reference `docs/reference/nccl-graph-tuning.md` §6.6): on a send
 //! step one event per QP with opcode `IBV_WR_RDMA_WRITE_WITH_IMM`, the QP number
 //! and lengths summing to the step's transfer size; on a receive step one event
 //! per QP with the QP number only.

@@ -8,7 +8,7 @@
 //! `finalize` comes once and last, and every event started was stopped — the
 //! events of the failed collective included (the runtime stops the open
 //! ProxyStep and ProxyOp events when it tears the connections down). NCCL does
-//! not promise as much: reference `nccl-graph-tuning.md` §6.4 notes events it
+//! not promise as much: reference `docs/reference/nccl-graph-tuning.md` §6.4 notes events it
 //! never stops, which profilers must tolerate (the conformance suite's
 //! `profiler.unfinished` check).
 

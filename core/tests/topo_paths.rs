@@ -1,5 +1,5 @@
 //! Path types and bandwidths on small hand-made systems. Every expected value is derived
-//! by hand from the reference (`nccl-graph-tuning.md` §1.2–§1.9) in the comment beside it.
+//! by hand from the reference (`docs/reference/nccl-graph-tuning.md` §1.2–§1.9) in the comment beside it.
 
 use ferroccl::topo::paths::{self, compute_paths, get_local, intermediate_rank, local_net, search_init};
 use ferroccl::topo::system::{self, NodeRef, inter_cpu_bw};

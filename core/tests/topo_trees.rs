@@ -1,5 +1,5 @@
 //! Double binary trees: the node-level trees for 1..64 nodes against the rules of
-//! `nccl-graph-tuning.md` §2.8 (its 2-, 4-, 5- and 8-node examples as fixed cases), and the
+//! `docs/reference/nccl-graph-tuning.md` §2.8 (its 2-, 4-, 5- and 8-node examples as fixed cases), and the
 //! rank-level trees the connection step builds, consistent across ranks.
 
 use ferroccl::graph::trees::{BtreeNode, btree, dtree};

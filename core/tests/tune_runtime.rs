@@ -17,7 +17,7 @@ mod coll_support;
 use std::time::Duration;
 
 use coll_support::{Out, assert_all_ok, join, launch, role, run_op};
-use ferroccl::coll::check::TestOp;
+use ferroccl::check::TestOp;
 use ferroccl::tune::{Algorithm, Func, Protocol};
 use ferroccl::{Comm, DataType, RedOp, Scalar};
 

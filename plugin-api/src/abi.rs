@@ -1,6 +1,6 @@
 //! NCCL 2.30.7 plugin C ABI: `#[repr(C)]` vtables, structs and constants for
 //! the net, collnet, tuner, profiler and env plugin APIs, exactly as laid out in
-//! `shared/reference/nccl-plugin-abi.md` §1–§4 (x86-64 / aarch64 Linux, LP64).
+//! `docs/reference/nccl-plugin-abi.md` §1–§4 (x86-64 / aarch64 Linux, LP64).
 //!
 //! Every struct's size and every field's offset (vtable slots included) is pinned
 //! by a `const` assertion next to its definition, so a layout mistake is a

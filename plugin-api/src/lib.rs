@@ -5,7 +5,7 @@
 //!   (`ncclNet_v6` … `ncclNet_v12`, `ncclCollNet_v6` … `_v12`, `ncclTuner_v2` … `_v6`,
 //!   `ncclProfiler_v1` … `_v6`, `ncclEnv_v1`/`_v2`), their structs and constants,
 //!   each size and offset pinned by `const` assertions against the tables in
-//!   `shared/reference/nccl-plugin-abi.md`.
+//!   `docs/reference/nccl-plugin-abi.md`.
 //! * [`sdk`] — the safe [`sdk::Net`] trait with the newest (v12) semantics, and
 //!   [`export_net_plugin!`] which emits every versioned `ncclNetPlugin_vN` symbol
 //!   from one implementation.

@@ -197,7 +197,7 @@ fn profiler_v6_event_lifecycle() {
         assert_eq!(p.startEvent.unwrap()(ctx, &mut h2, &mut d), OK);
         assert!(h2.is_null(), "untracked events get a NULL handle");
         // NCCL forwards a net plugin's Stop of an untracked event as stopEvent(NULL);
-        // profilers must accept it (nccl-graph-tuning.md §6.3 notes).
+        // profilers must accept it (docs/reference/nccl-graph-tuning.md §6.3 notes).
         assert_eq!(p.stopEvent.unwrap()(null_mut()), OK);
         assert_eq!(p.finalize.unwrap()(ctx), OK);
     }

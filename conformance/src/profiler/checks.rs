@@ -1,7 +1,7 @@
 //! The profiler checks: each an id, a one-line rule, the reference section it
 //! comes from, a level and the API versions it applies to, and a body that
 //! drives the plugin through the runtime's adapter as NCCL 2.30.7 does
-//! (`nccl-graph-tuning.md` §6: hierarchy §6.2, where each event starts and
+//! (`docs/reference/nccl-graph-tuning.md` §6: hierarchy §6.2, where each event starts and
 //! stops §6.3, ProxyStep states §6.4, ProxyCtrl §6.5, the net-plugin callback
 //! §6.6, version differences §6.7).
 //!

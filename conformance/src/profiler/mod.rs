@@ -1,6 +1,6 @@
 //! The profiler section of the suite: any `ncclProfiler_v1` … `_v6` plugin
 //! (`ferroccl-conformance --profiler PLUGIN`), driven as NCCL 2.30.7 drives it
-//! (`shared/reference/nccl-graph-tuning.md` §6, `nccl-plugin-abi.md` §3.2 and
+//! (`docs/reference/nccl-graph-tuning.md` §6, `docs/reference/nccl-plugin-abi.md` §3.2 and
 //! §5.4), through the runtime's own adapter (`ferroccl::profiler::Profiler`:
 //! each version's init arguments, descriptor layouts and state arguments).
 //!

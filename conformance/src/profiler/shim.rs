@@ -22,7 +22,7 @@ use super::worker::{Call, enter};
 
 /// Every profiler vtable version has this layout (48 bytes: `name`, `init`,
 /// `startEvent`, `stopEvent`, `recordEventState`, `finalize`; reference
-/// `nccl-plugin-abi.md` §3.2); only `init`'s parameters and the descriptor and
+/// `docs/reference/nccl-plugin-abi.md` §3.2); only `init`'s parameters and the descriptor and
 /// state-argument types behind the pointers differ.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]

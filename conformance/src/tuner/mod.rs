@@ -1,7 +1,7 @@
 //! The tuner section of the suite: any `ncclTuner_v2` … `_v6` plugin
 //! (`ferroccl-conformance --tuner PLUGIN`), checked against the contract of
-//! `shared/reference/nccl-plugin-abi.md` §3.1 and §5.3 and of
-//! `nccl-graph-tuning.md` §3.5, through the runtime's own adapter
+//! `docs/reference/nccl-plugin-abi.md` §3.1 and §5.3 and of
+//! `docs/reference/nccl-graph-tuning.md` §3.5, through the runtime's own adapter
 //! (`ferroccl::plugin::tuner::TunerAdapter`).
 //!
 //! * [`checks`] — every tuner check: id (`tuner.*`), rule, reference section,

@@ -224,7 +224,7 @@ pub fn assert_all_ok(outs: &[Out], what: &str) {
     panic!("{msg}");
 }
 
-use ferroccl::coll::check::TestOp;
+use ferroccl::check::TestOp;
 use ferroccl::{DataType, RedOp};
 
 /// Runs one operation on this rank with checked data (seed 1); returns `#wrong`

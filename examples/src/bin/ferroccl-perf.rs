@@ -40,7 +40,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ferroccl::coll::check;
+use ferroccl::check;
 use ferroccl::{Comm, CommConfig, DataType, RedOp, Stream, TestOp, UniqueId, group_end, group_start};
 use ferroccl_examples::perf::report::{self, JsonPerf, JsonRow, NcclTestsJson};
 use ferroccl_examples::perf::{BindTo, MAX_SIZE, Plan};

@@ -6,7 +6,7 @@
 //!
 //! Reads an `NCCL_TOPO_FILE`-style topology, completes it with the facts NCCL gets from the
 //! driver and the net plugin (for PCI-skeleton files: `--sm`, `--nvlink`, `--net-speed`,
-//! `--cpu`, `--gpus`, `--nics`, `--pci-link`; see `shared/topologies/README.md`), and prints,
+//! `--cpu`, `--gpus`, `--nics`, `--pci-link`; see `core/tests/data/topo/public/README.md`), and prints,
 //! for N identical machines: the system NCCL builds (`ncclTopoPrint`), the ring and tree
 //! graphs of one machine (`ncclTopoPrintGraph`), the graphs after the all-gather, every
 //! `Channel` line, every rank's `Trees` line and the NIC each rank uses per channel.

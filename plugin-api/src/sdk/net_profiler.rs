@@ -1,5 +1,5 @@
-//! Profiler events from a net plugin (net API v10+; reference `nccl-plugin-abi.md`
-//! §3.2 "Net-plugin-defined events and the callback", `nccl-graph-tuning.md` §6.6).
+//! Profiler events from a net plugin (net API v10+; reference `docs/reference/nccl-plugin-abi.md`
+//! §3.2 "Net-plugin-defined events and the callback", `docs/reference/nccl-graph-tuning.md` §6.6).
 //!
 //! The host hands its `ncclProfilerCallback_t` to the plugin's `init`; the SDK
 //! keeps it. While the SDK runs a plugin's `isend`/`irecv`, the step handle

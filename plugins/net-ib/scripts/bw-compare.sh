@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # plugins/net-ib/scripts/bw-compare.sh — ib_write_bw vs the plugin's ib_bw at
-# 1 MiB, interleaved, in ONE soft-RoCE VM boot (see ../shared/tools/rxe-vm).
+# 1 MiB, interleaved, in ONE soft-RoCE VM boot (see .ci/rxe-vm).
 #
 #   bw-compare.sh IB_BW_BINARY [REPS ['IB_BW_ARGS' ['IB_BW_ARGS'...]]]
 #
@@ -70,4 +70,4 @@ shift $(($# >= 2 ? 2 : 1))
 here=$(cd "$(dirname "$0")" && pwd)
 export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-900}
 export RXE_VM_ENV="${RXE_VM_ENV:-} NCCL_IB_QPS_PER_CONNECTION NCCL_IB_TIMEOUT"
-exec "${RXE_VM_DIR:-$here/../../../../shared/tools/rxe-vm}/run-in-vm.sh" bash "$here/bw-compare.sh" --guest "$bw" "$reps" "$@"
+exec "${RXE_VM_DIR:-$here/../../../.ci/rxe-vm}/run-in-vm.sh" bash "$here/bw-compare.sh" --guest "$bw" "$reps" "$@"

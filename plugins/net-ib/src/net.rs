@@ -714,7 +714,7 @@ pub struct IbRequest(ReqOwner, QpEvents);
 
 /// The `ncclProfileQp` events of one request, as NCCL 2.30.7's IB transport
 /// emits them (`src/transport/net_ib/p2p.cc`, `net_ib_v1.h`; reference
-/// `nccl-graph-tuning.md` §6.6): plugin id `NCCL_PROFILER_NET_TYPE_IB | 1`,
+/// `docs/reference/nccl-graph-tuning.md` §6.6): plugin id `NCCL_PROFILER_NET_TYPE_IB | 1`,
 /// descriptor `ncclProfilerNetIbDescr_v1_t`, one event per (request, QP) work
 /// request under the host's ProxyStep. Send: started when `isend` returns the
 /// request (its writes are posted, or will be with the rest of the slot), with

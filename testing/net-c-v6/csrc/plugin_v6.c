@@ -2,7 +2,7 @@
  * A loopback ncclNet v6 plugin written in C, for ferroccl's host tests.
  *
  * The vtable and properties structs below are written by hand from the layout
- * tables of shared/reference/nccl-plugin-abi.md (section 1.2 ncclNetProperties_v6_t,
+ * tables of docs/reference/nccl-plugin-abi.md (section 1.2 ncclNetProperties_v6_t,
  * section 1.3 ncclNet_v6_t), NOT generated from ferroccl's Rust definitions, so
  * loading this library proves C compatibility independently. Offsets are checked
  * with _Static_assert.

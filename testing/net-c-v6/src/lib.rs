@@ -1,7 +1,7 @@
 //! Test net plugins written in C, independent of ferroccl's Rust ABI definitions.
 //!
 //! `build.rs` compiles `csrc/plugin_v6.c` (a hand-written `ncclNet_v6_t` following
-//! the layout table of `shared/reference/nccl-plugin-abi.md` §1.3) with the system C
+//! the layout table of `docs/reference/nccl-plugin-abi.md` §1.3) with the system C
 //! compiler into shared libraries placed in the cargo profile directory
 //! (`target/<profile>/`), where the host tests find them:
 //!

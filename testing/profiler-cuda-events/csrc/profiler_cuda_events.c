@@ -6,7 +6,7 @@
  * cudaEventElapsedTime / cudaEventDestroy), and - like the example's Makefile -
  * built with -shared only, NOT linked against libcudart: those symbols must come
  * from the host process. Written from the layout tables of
- * shared/reference/nccl-plugin-abi.md section 3.2, not from ferroccl's Rust
+ * docs/reference/nccl-plugin-abi.md section 3.2, not from ferroccl's Rust
  * definitions.
  *
  * Test hook: ferroccl_test_profiler_cuda(results, n) reports what the CUDA calls

@@ -1,5 +1,5 @@
 /* A recording profiler plugin for ferroccl's tests: ncclProfiler_v<PROF_VERSION>,
- * written from the layout tables of shared/reference/nccl-plugin-abi.md §3.2
+ * written from the layout tables of docs/reference/nccl-plugin-abi.md §3.2
  * (independent of ferroccl's Rust definitions). Every call is appended as one
  * line to $PROFREC_DIR/rec-<pid>.log; see src/lib.rs for the format. */
 #include <pthread.h>

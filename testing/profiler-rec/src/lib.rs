@@ -3,7 +3,7 @@
 //!
 //! `build.rs` compiles `csrc/profiler_rec.c` (hand-written
 //! `ncclProfilerEventDescr_v1_t` … `_v6_t` and `ncclProfiler_vN_t` following the
-//! layout tables of `shared/reference/nccl-plugin-abi.md` §3.2) once per API
+//! layout tables of `docs/reference/nccl-plugin-abi.md` §3.2) once per API
 //! version into `libnccl-profiler-recv1.so` … `libnccl-profiler-recv6.so` (each
 //! exports only `ncclProfiler_vN`, name `ProfRecVN`) in the cargo profile directory.
 //!

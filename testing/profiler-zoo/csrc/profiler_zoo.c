@@ -1,6 +1,6 @@
 /* Zoo profiler plugins for ferroccl's conformance suite (see src/lib.rs):
  * ncclProfiler_v<PROF_VERSION> written from the layout tables of
- * shared/reference/nccl-plugin-abi.md §3.2. Only the descriptor head is read:
+ * docs/reference/nccl-plugin-abi.md §3.2. Only the descriptor head is read:
  * `type` (uint8_t up to v4, uint64_t from v5) at offset 0 and `parentObj` at
  * offset 8 in every version. */
 #include <stdatomic.h>

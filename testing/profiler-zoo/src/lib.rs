@@ -1,6 +1,6 @@
 //! Profiler plugins for the conformance suite's profiler section (`--profiler`),
 //! written in C against the layout tables of
-//! `shared/reference/nccl-plugin-abi.md` §3.2, independent of ferroccl's Rust
+//! `docs/reference/nccl-plugin-abi.md` §3.2, independent of ferroccl's Rust
 //! ABI definitions.
 //!
 //! `build.rs` compiles `csrc/profiler_zoo.c` into the cargo profile directory:

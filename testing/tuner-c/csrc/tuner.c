@@ -1,6 +1,6 @@
 /* A test tuner plugin in plain C, for one ncclTuner API version chosen at
  * compile time (-DTUNER_VERSION=2..6). Layouts follow the tables of
- * shared/reference/nccl-plugin-abi.md §3.1 (NCCL 2.30.7 tuner_v2..v6.h), written
+ * docs/reference/nccl-plugin-abi.md §3.1 (NCCL 2.30.7 tuner_v2..v6.h), written
  * here by hand so the host is tested against C, not against its own Rust
  * definitions. Behaviour is driven by environment variables read in init (see
  * src/lib.rs); -DZOO_* switches build the faulty variants. */

@@ -1,7 +1,7 @@
 //! Test tuner plugins written in C, independent of ferroccl's Rust ABI definitions.
 //!
 //! `build.rs` compiles `csrc/tuner.c` (hand-written `ncclTuner_v2_t` … `ncclTuner_v6_t`
-//! following the layout tables of `shared/reference/nccl-plugin-abi.md` §3.1) once
+//! following the layout tables of `docs/reference/nccl-plugin-abi.md` §3.1) once
 //! per API version and fault into shared libraries in the cargo profile directory
 //! (`target/<profile>/`), where the host tests and the conformance suite find them:
 //!
