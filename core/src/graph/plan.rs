@@ -190,6 +190,7 @@ struct Canon {
     system: System,
     ring: TopoGraph,
     tree: TopoGraph,
+    nvls: TopoGraph,
     why: Vec<String>,
 }
 
@@ -212,10 +213,17 @@ fn search_host(
     let mut tree = TopoGraph::new(1, PATTERN_BALANCED_TREE, ring.n_channels, ring.n_channels, ngpus);
     let w = if params.explain { Some(&mut why) } else { None };
     search::compute(&mut sys, &mut tree, params, graph_file, w)?;
+    // initTransportsRank: the NVLS graph only where ncclNvlsInit found support. Its search
+    // is not part of `--why` (the explorer prints its result with the tuning).
+    let mut nvls = TopoGraph::new(3, search::PATTERN_NVLS, 1, MAXCHANNELS, ngpus);
+    if crate::topo::nvls_support(&sys, params.nvls_enable) {
+        search::compute(&mut sys, &mut nvls, params, graph_file, None)?;
+    }
     Ok(Canon {
         system: sys,
         ring,
         tree,
+        nvls,
         why,
     })
 }
@@ -326,6 +334,7 @@ impl CommTopology {
             sys.host_hashes = vec![hash];
             let ring = relabel(&canon.ring, ranks);
             let tree = relabel(&canon.tree, ranks);
+            let nvls = relabel(&canon.nvls, ranks);
             let mut system_log = system::print_system(&sys);
             system_log.extend(paths::print_paths(&sys));
             let mut graph_log = search::print_graph(&sys, &ring);
@@ -339,6 +348,7 @@ impl CommTopology {
                     ranks: ranks.clone(),
                     ring,
                     tree,
+                    nvls,
                 },
                 system_log,
                 graph_log,
