@@ -1106,186 +1106,27 @@ fn p4d_4n() -> Case {
     }
 }
 
-/// p4de x1: 8 ranks, sm 80, Intel x86, comm nChannels 24;
-/// ring 12 ch 20/20 NVL/PIX sameChannels 1; tree 12 ch 20/20 pattern 1; no NVLS
+/// p4de x1: the p4d topology with 80 GB GPUs, the same search results and derivation.
 fn p4de_1n() -> Case {
     Case {
         machine: "p4de",
-        nodes: 1,
-        inputs: Inputs {
-            nchannels: 24,
-            ring: (12, 20.0, 20.0, PathType::Nvl, PathType::Pix, true),
-            tree: (12, 20.0, 20.0, 1),
-            nvls: (0, 0.0, 0.0),
-        },
-        funcs: vec![
-            // Broadcast = Reduce (same formulas: nsteps = nRanks, Ring only)
-            //   Ring/LL: lat 6.6 + 0.6 = 7.2; bw busBw=12ch x 20=240; min(llMaxBw 87.7, x0.5)=87.7; x8/8 -> 87.7
-            //   Ring/Simple: lat 8.4 + 3.4 = 11.8; bw busBw=12ch x 20=240; x8/8 -> 240
-            //   512K: Ring/LL 13.18 < Ring/Simple 13.98; 1M: Ring/Simple 16.17 < Ring/LL 19.16
-            Expect {
-                funcs: &[F::Broadcast, F::Reduce],
-                ranges: &[(8, 512 << 10, A::Ring, P::Ll), (1 << 20, 8 << 30, A::Ring, P::Simple)],
-                times: [(8, 7.200), (1 << 20, 16.169), (8 << 30, 35803.194)],
-            },
-            // AllGather = ReduceScatter (same formulas: nsteps = nRanks-1; PAT off, ppn > 1)
-            //   Ring/LL: lat 6.6 + 7x0.6 = 10.8; bw busBw=12ch x 20=240; min(llMaxBw 87.7, x0.5)=87.7; x8/7 -> 100.23
-            //   Ring/LL128: lat 14 + 7x1.9 = 27.3; bw busBw=12ch x 20=240; min(x0.92, 12x20)=220.8; x8/7 -> 252.34
-            //   Ring/Simple: lat 8.4 + 7x3.4 = 32.2; bw busBw=12ch x 20=240; x8/7 -> 274.29
-            //   2M: Ring/LL 31.72 < Ring/LL128 35.61; 4M: Ring/LL128 43.92 < Ring/LL 52.65
-            //   8M: Ring/LL128 60.54 < Ring/Simple 62.78; 16M: Ring/Simple 93.37 < Ring/LL128 93.79
-            Expect {
-                funcs: &[F::AllGather, F::ReduceScatter],
-                ranges: &[
-                    (8, 2 << 20, A::Ring, P::Ll),
-                    (4 << 20, 8 << 20, A::Ring, P::Ll128),
-                    (16 << 20, 8 << 30, A::Ring, P::Simple),
-                ],
-                times: [(8, 10.800), (1 << 20, 21.262), (8 << 30, 31349.670)],
-            },
-            // AllReduce (nsteps 14)
-            //   Ring/LL: lat 6.6 + 14x0.6 = 15; bw busBw=12ch x 20=240; min(llMaxBw 87.7, x0.5)=87.7; x8/14 -> 50.114
-            //   Ring/LL128: lat 14 + 14x1.9 = 40.6; bw busBw=12ch x 20=240; min(x0.92, 12x20)=220.8; x8/14 -> 126.17
-            //   Ring/Simple: lat 8.4 + 14x3.4 = 56; bw busBw=12ch x 20=240; x8/14 -> 137.14
-            //   2M: Ring/LL 56.85 < Ring/LL128 57.22; 4M: Ring/LL128 73.84 < Ring/LL 98.69
-            //   16M: Ring/LL128 173.57 < Ring/Simple 178.33; 32M: Ring/Simple 300.67 < Ring/LL128 306.54
-            Expect {
-                funcs: &[F::AllReduce],
-                ranges: &[
-                    (8, 2 << 20, A::Ring, P::Ll),
-                    (4 << 20, 16 << 20, A::Ring, P::Ll128),
-                    (32 << 20, 8 << 30, A::Ring, P::Simple),
-                ],
-                times: [(8, 15.000), (1 << 20, 35.924), (8 << 30, 62690.940)],
-            },
-        ],
+        ..p4d_1n()
     }
 }
 
-/// p4de x2: 16 ranks, sm 80, Intel x86, comm nChannels 8;
-/// ring 4 ch 12/12 NVL/PIX sameChannels 0; tree 4 ch 24/12 pattern 1; no NVLS
+/// p4de x2: the p4d topology with 80 GB GPUs, the same search results and derivation.
 fn p4de_2n() -> Case {
     Case {
         machine: "p4de",
-        nodes: 2,
-        inputs: Inputs {
-            nchannels: 8,
-            ring: (4, 12.0, 12.0, PathType::Nvl, PathType::Pix, false),
-            tree: (4, 24.0, 12.0, 1),
-            nvls: (0, 0.0, 0.0),
-        },
-        funcs: vec![
-            // Broadcast = Reduce (same formulas: nsteps = nRanks, Ring only)
-            //   Ring/LL: lat 6.6 + 16x2.7 = 49.8; bw busBw=4ch x 12=48; min(llMaxBw 39.0, x0.5)=24; x16/16 -> 24
-            //   Ring/LL128: lat 14 + 16x4 = 78; bw busBw=4ch x 12=48; min(x0.92, 4x20)=44.16; x16/16 -> 44.16
-            //   Ring/Simple: lat 8.4 + 16x14 = 232.4; bw busBw=4ch x 12=48; x16/16 -> 48
-            //   1M: Ring/LL 93.49 < Ring/LL128 101.74; 2M: Ring/LL128 125.49 < Ring/LL 137.18
-            //   64M: Ring/LL128 1597.68 < Ring/Simple 1630.50; 128M: Ring/Simple 3028.60 < Ring/LL128 3117.35
-            Expect {
-                funcs: &[F::Broadcast, F::Reduce],
-                ranges: &[
-                    (8, 1 << 20, A::Ring, P::Ll),
-                    (2 << 20, 64 << 20, A::Ring, P::Ll128),
-                    (128 << 20, 8 << 30, A::Ring, P::Simple),
-                ],
-                times: [(8, 49.800), (1 << 20, 93.491), (8 << 30, 179189.371)],
-            },
-            // AllGather = ReduceScatter (same formulas: nsteps = nRanks-1; PAT off, ppn > 1)
-            //   Ring/LL: lat 6.6 + 14x1 + 1x2.7 = 23.3; bw busBw=4ch x 12=48; min(llMaxBw 39.0, x0.5)=24; x16/15 -> 25.6
-            //   Ring/LL128: lat 14 + 14x1.9 + 1x4 = 44.6; bw busBw=4ch x 12=48; min(x0.92, 4x20)=44.16; x16/15 -> 47.104
-            //   Ring/Simple: lat 8.4 + 14x3.4 + 1x14 = 70; bw busBw=4ch x 12=48; x16/15 -> 51.2
-            //   1M: Ring/LL 64.26 < Ring/LL128 66.86; 2M: Ring/LL128 89.12 < Ring/LL 105.22
-            //   8M: Ring/LL128 222.69 < Ring/Simple 233.84; 16M: Ring/Simple 397.68 < Ring/LL128 400.77
-            Expect {
-                funcs: &[F::AllGather, F::ReduceScatter],
-                ranges: &[
-                    (8, 1 << 20, A::Ring, P::Ll),
-                    (2 << 20, 8 << 20, A::Ring, P::Ll128),
-                    (16 << 20, 8 << 30, A::Ring, P::Simple),
-                ],
-                times: [(8, 23.300), (1 << 20, 64.260), (8 << 30, 167842.160)],
-            },
-            // AllReduce (nsteps 30)
-            //   Tree/LL: lat 6.8 + 2x(7x0.6 + 1x5) = 25.2; bw busBw=4ch x 24=96; min(x0.92, 4x23.6)=88.32; min(/3.8, llMaxBw 39.0)=23.24; x0.5 -> 11.621
-            //   Tree/LL128: lat 14 + 2x(7x1.25 + 1x8.5) = 48.5; bw busBw=4ch x 24=96; min(x0.92, 4x23.6)=88.32; min(x120/128, 4x20)=80; x0.5 -> 40
-            //   Tree/Simple: lat 8.4 + 2x(7x4 + 1x14) = 92.4; bw busBw=4ch x 24=96; min(x0.92, 4x23.6)=88.32; x0.5 -> 44.16
-            //   128K: Tree/LL 47.76 < Tree/LL128 53.96; 256K: Tree/LL128 59.42 < Tree/LL 81.59
-            //   256M: Tree/LL128 6759.39 < Tree/Simple 6846.51; 512M: Tree/Simple 12249.80 < Tree/LL128 13470.27
-            Expect {
-                funcs: &[F::AllReduce],
-                ranges: &[
-                    (8, 128 << 10, A::Tree, P::Ll),
-                    (256 << 10, 256 << 20, A::Tree, P::Ll128),
-                    (512 << 20, 8 << 30, A::Tree, P::Simple),
-                ],
-                times: [(8, 25.201), (1 << 20, 92.191), (8 << 30, 194610.846)],
-            },
-        ],
+        ..p4d_2n()
     }
 }
 
-/// p4de x4: 32 ranks, sm 80, Intel x86, comm nChannels 8;
-/// ring 4 ch 12/12 NVL/PIX sameChannels 0; tree 4 ch 24/12 pattern 1; no NVLS
+/// p4de x4: the p4d topology with 80 GB GPUs, the same search results and derivation.
 fn p4de_4n() -> Case {
     Case {
         machine: "p4de",
-        nodes: 4,
-        inputs: Inputs {
-            nchannels: 8,
-            ring: (4, 12.0, 12.0, PathType::Nvl, PathType::Pix, false),
-            tree: (4, 24.0, 12.0, 1),
-            nvls: (0, 0.0, 0.0),
-        },
-        funcs: vec![
-            // Broadcast = Reduce (same formulas: nsteps = nRanks, Ring only)
-            //   Ring/LL: lat 6.6 + 32x2.7 = 93; bw busBw=4ch x 12=48; min(llMaxBw 20.4, x0.5)=20.4; x32/32 -> 20.4
-            //   Ring/LL128: lat 14 + 32x4 = 142; bw busBw=4ch x 12=48; min(x0.92, 4x20)=44.16; x32/32 -> 44.16
-            //   Ring/Simple: lat 8.4 + 32x14 = 456.4; bw busBw=4ch x 12=48; x32/32 -> 48
-            //   1M: Ring/LL 144.40 < Ring/LL128 165.74; 2M: Ring/LL128 189.49 < Ring/LL 195.80
-            //   128M: Ring/LL128 3181.35 < Ring/Simple 3252.60; 256M: Ring/Simple 6048.81 < Ring/LL128 6220.70
-            Expect {
-                funcs: &[F::Broadcast, F::Reduce],
-                ranges: &[
-                    (8, 1 << 20, A::Ring, P::Ll),
-                    (2 << 20, 128 << 20, A::Ring, P::Ll128),
-                    (256 << 20, 8 << 30, A::Ring, P::Simple),
-                ],
-                times: [(8, 93.000), (1 << 20, 144.401), (8 << 30, 179413.371)],
-            },
-            // AllGather = ReduceScatter (same formulas: nsteps = nRanks-1; PAT off, ppn > 1)
-            //   Ring/LL: lat 6.6 + 28x1 + 3x2.7 = 42.7; bw busBw=4ch x 12=48; min(llMaxBw 20.4, x0.5)=20.4; x32/31 -> 21.058
-            //   Ring/LL128: lat 14 + 28x1.9 + 3x4 = 79.2; bw busBw=4ch x 12=48; min(x0.92, 4x20)=44.16; x32/31 -> 45.585
-            //   Ring/Simple: lat 8.4 + 28x3.4 + 3x14 = 145.6; bw busBw=4ch x 12=48; x32/31 -> 49.548
-            //   1M: Ring/LL 92.49 < Ring/LL128 102.20; 2M: Ring/LL128 125.21 < Ring/LL 142.29
-            //   32M: Ring/LL128 815.29 < Ring/Simple 822.81; 64M: Ring/Simple 1500.01 < Ring/LL128 1551.39
-            Expect {
-                funcs: &[F::AllGather, F::ReduceScatter],
-                ranges: &[
-                    (8, 1 << 20, A::Ring, P::Ll),
-                    (2 << 20, 32 << 20, A::Ring, P::Ll128),
-                    (64 << 20, 8 << 30, A::Ring, P::Simple),
-                ],
-                times: [(8, 42.700), (1 << 20, 92.495), (8 << 30, 173510.165)],
-            },
-            // AllReduce (nsteps 62)
-            //   Tree/LL: lat 6.8 + 2x(7x0.6 + 2x5) = 35.2; bw busBw=4ch x 12=48; min(x0.92, 4x17.8)=44.16; min(/3.8, llMaxBw 20.4)=11.62; x0.5 -> 5.8105
-            //   Tree/LL128: lat 14 + 2x(7x1.25 + 2x8.5) = 65.5; bw busBw=4ch x 12=48; min(x0.92, 4x17.8)=44.16; min(x120/128, 4x20)=41.4; x0.5 -> 20.7
-            //   Ring/LL128: lat 14 + 56x1.9 + 6x4 = 144.4; bw busBw=4ch x 12=48; min(x0.92, 4x20)=44.16; x32/62 -> 22.792
-            //   Ring/Simple: lat 8.4 + 56x3.4 + 6x14 = 282.8; bw busBw=4ch x 12=48; x32/62 -> 24.774
-            //   64K: Tree/LL 54.00 < Tree/LL128 70.78; 128K: Tree/LL128 76.05 < Tree/LL 80.32
-            //   4M: Tree/LL128 318.78 < Ring/LL128 328.42; 8M: Ring/LL128 512.45 < Tree/LL128 515.77
-            //   64M: Ring/LL128 3088.77 < Ring/Simple 3104.74; 128M: Ring/Simple 5813.56 < Ring/LL128 6033.14
-            Expect {
-                funcs: &[F::AllReduce],
-                ranges: &[
-                    (8, 64 << 10, A::Tree, P::Ll),
-                    (128 << 10, 4 << 20, A::Tree, P::Ll128),
-                    (8 << 20, 64 << 20, A::Ring, P::Ll128),
-                    (128 << 20, 8 << 30, A::Ring, P::Simple),
-                ],
-                times: [(8, 35.201), (1 << 20, 149.926), (8 << 30, 347125.051)],
-            },
-        ],
+        ..p4d_4n()
     }
 }
 
