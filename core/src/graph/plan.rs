@@ -365,16 +365,17 @@ impl CommTopology {
         &self.hosts[self.comm.rank_to_host[rank]]
     }
 
-    /// The graph XML NCCL dumps for a host (ring, tree, then the empty collnet direct,
-    /// collnet chain and NVLS graphs).
+    /// The graph XML NCCL dumps for a host (ring, tree, the empty collnet direct and
+    /// collnet chain graphs, then the NVLS graph: one head GPU per channel, empty where
+    /// NVLS is not supported).
     pub fn graph_xml(&self, host: usize) -> Result<String, TopoError> {
         let h = &self.hosts[host];
         let ngpus = h.graphs.ring.ngpus;
         let empty = |id, pattern| TopoGraph::new(id, pattern, 0, 0, ngpus);
         let cd = empty(4, search::PATTERN_COLLNET_DIRECT);
         let cc = empty(2, search::PATTERN_TREE);
-        let nv = empty(3, search::PATTERN_NVLS);
-        let x = super::graph_xml::graphs_to_xml(&h.graphs.system, &[&h.graphs.ring, &h.graphs.tree, &cd, &cc, &nv])?;
+        let nv = &h.graphs.nvls;
+        let x = super::graph_xml::graphs_to_xml(&h.graphs.system, &[&h.graphs.ring, &h.graphs.tree, &cd, &cc, nv])?;
         Ok(xml::dump(&x))
     }
 
