@@ -897,6 +897,15 @@ pub mod params {
             max: 1 << 40,
             description: "largest AllReduce run as all-gather + local reduce when the model prices it lower (ferroccl only)",
         };
+        /// `NCCL_COLLNET_ENABLE`: CollNet algorithms (default 0; they also need a
+        /// CollNet plugin).
+        pub static COLLNET_ENABLE: IntParam = IntParam {
+            name: "NCCL_COLLNET_ENABLE",
+            default: 0,
+            min: 0,
+            max: 1,
+            description: "CollNet algorithms: 0 off, 1 on when a CollNet plugin is present",
+        };
         /// `NCCL_TUNER_CONFIG_FILE`: the rules of `libnccl-tuner-rules.so` (and
         /// NCCL's example tuner's CSV).
         pub static TUNER_CONFIG_FILE: StrParam = StrParam {
@@ -960,6 +969,13 @@ pub mod params {
             default: None,
             choices: &[],
             description: "rings may use different NICs at each end: 0 no, 1 yes, 2 alternate (default 2)",
+        };
+        /// `NCCL_NVLS_ENABLE`: NVLink SHARP: 0 off, 1 on, 2 when the GPUs support multicast (default 2).
+        pub static NVLS_ENABLE: StrParam = StrParam {
+            name: "NCCL_NVLS_ENABLE",
+            default: None,
+            choices: &[],
+            description: "NVLink SHARP: 0 off, 1 on, 2 when the GPUs support multicast (default 2)",
         };
         /// `NCCL_P2P_LEVEL`: farthest path type for P2P (LOC, NVL, PIX, PXB, PHB, SYS or 0-5).
         pub static P2P_LEVEL: StrParam = StrParam {
@@ -1306,6 +1322,7 @@ pub static PARAMS: &[Param] = &[
     Param::Int(&params::tune::NET_OVERHEAD),
     Param::Str(&params::tune::THREAD_THRESHOLDS),
     Param::Int(&params::tune::SMALL_ALLREDUCE_BYTES),
+    Param::Int(&params::tune::COLLNET_ENABLE),
     Param::Int(&params::DMABUF_ENABLE),
     Param::Str(&params::topo::TOPO_FILE),
     Param::Str(&params::topo::TOPO_DUMP_FILE),
@@ -1314,6 +1331,7 @@ pub static PARAMS: &[Param] = &[
     Param::Str(&params::topo::GRAPH_DUMP_FILE),
     Param::Str(&params::topo::GRAPH_DUMP_FILE_RANK),
     Param::Str(&params::topo::CROSS_NIC),
+    Param::Str(&params::topo::NVLS_ENABLE),
     Param::Str(&params::topo::P2P_LEVEL),
     Param::Str(&params::topo::P2P_DISABLE),
     Param::Str(&params::topo::NVB_DISABLE),

@@ -213,6 +213,52 @@ fn h100_multi_node_uses_alternating_nics_and_the_simple_tree() {
 }
 
 #[test]
+fn h100_nvls_graph_has_one_head_per_gpu() {
+    // ncclTopoCompute with the NVLS pattern (search.cc: ncclTopoSearchTryNvls): each channel
+    // charges every GPU's NVSwitch link both ways at bwIntra, twice for the channel's head.
+    // Eight heads need 7 x bw + 2 x bw <= 370.8 (18 x 20.6) per link: 50 GB/s fails after six
+    // channels (6 x 50 + 50 = 350, the seventh head would need 400), 40 fits all eight
+    // (360). One node: minChannels = maxChannels = 8, so 40 is the first speed kept; pass 2
+    // raises bwInter while it stays below 2 x bwIntra: 50, then 60 (the top intra speed).
+    // With NICs the inter speeds apply (48 first: six channels, 45: seven, 42: no better, 40:
+    // eight); pass 2 raises bwInter to 48 (each head uses its own 50 GB/s NIC).
+    let topo = build(&machine("ndv5"), 1, &TopoParams::default());
+    let g = &topo.hosts[0].graphs.nvls;
+    assert_eq!((g.n_channels, g.bw_intra, g.bw_inter), (8, 40.0, 60.0));
+    let heads: Vec<i32> = (0..8).map(|c| g.channel(c)[0]).collect();
+    assert_eq!(heads, [0, 1, 2, 3, 4, 5, 6, 7]);
+    for nodes in [2, 4] {
+        let topo = build(&machine("ndv5"), nodes, &TopoParams::default());
+        let h = &topo.hosts[0].graphs;
+        let g = &h.nvls;
+        assert_eq!((g.n_channels, g.bw_intra, g.bw_inter), (8, 40.0, 48.0), "{nodes} nodes");
+        for c in 0..8 {
+            let gi = h.system.rank_to_index(g.channel(c)[0]).unwrap();
+            let dev = h.system.of(NodeType::Gpu)[gi].gpu().0;
+            let (i, o) = g.nets(c);
+            assert_eq!(i, o);
+            let n = h.system.index_of(NodeType::Net, i).unwrap();
+            assert_eq!(
+                h.system.of(NodeType::Net)[n].net().dev,
+                dev,
+                "channel {c}: the head's own NIC"
+            );
+        }
+        assert_eq!(topo.comm.nvls.n_channels, 8);
+    }
+    // Without multicast (sm 8.0) or with NCCL_NVLS_ENABLE=0 there is no NVLS graph.
+    assert_eq!(
+        build(&machine("ndv4"), 1, &TopoParams::default()).comm.nvls.n_channels,
+        0
+    );
+    let off = TopoParams {
+        nvls_enable: 0,
+        ..TopoParams::default()
+    };
+    assert_eq!(build(&machine("ndv5"), 2, &off).comm.nvls.n_channels, 0);
+}
+
+#[test]
 fn ndv2_multi_node_has_one_ring_on_its_single_nic() {
     // One 100 Gb/s NIC (12.5 GB/s) on socket 0: one channel of 12 GB/s uses it up.
     for nodes in [2, 4] {
@@ -275,7 +321,7 @@ fn dumped_graphs_load_back_as_the_same_graphs() {
         )
         .unwrap();
         let (a, b) = (&searched.hosts[0].graphs, &loaded.hosts[0].graphs);
-        for (x, y) in [(&a.ring, &b.ring), (&a.tree, &b.tree)] {
+        for (x, y) in [(&a.ring, &b.ring), (&a.tree, &b.tree), (&a.nvls, &b.nvls)] {
             assert_eq!(
                 (
                     x.pattern,

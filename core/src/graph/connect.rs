@@ -127,6 +127,9 @@ pub struct HostGraphs {
     pub ring: TopoGraph,
     /// Tree graph (id 1).
     pub tree: TopoGraph,
+    /// NVLS graph (id 3): no channels when NVLS is not supported
+    /// ([`crate::topo::nvls_support`]).
+    pub nvls: TopoGraph,
 }
 
 /// Every rank's channels and the comm-wide facts derived with them.
@@ -151,6 +154,9 @@ pub struct CommGraph {
     pub ring: GraphInfo,
     /// Tree graph after the all-gather.
     pub tree: GraphInfo,
+    /// NVLS graph after the all-gather; `n_channels == 0` means no NVLS (NCCL then sets
+    /// `comm->nvlsSupport = 0`).
+    pub nvls: GraphInfo,
     /// Largest tree pattern over ranks (`comm->maxTreePattern`).
     pub max_tree_pattern: i32,
     /// Smallest / largest compute capability over ranks (0 for CPU ranks).
@@ -293,11 +299,13 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
     // Uniformise the graphs.
     let mut ring = GraphInfo::of(&hosts[rank_to_host[0]].ring);
     let mut tree = GraphInfo::of(&hosts[rank_to_host[0]].tree);
+    let mut nvls = GraphInfo::of(&hosts[rank_to_host[0]].nvls);
     let mut max_tree_pattern = 0;
     for r in 0..nranks {
         let h = &hosts[rank_to_host[r]];
         ring.merge(&GraphInfo::of(&h.ring));
         tree.merge(&GraphInfo::of(&h.tree));
+        nvls.merge(&GraphInfo::of(&h.nvls));
         max_tree_pattern = max_tree_pattern.max(h.tree.pattern);
     }
     let n = tree.n_channels.min(ring.n_channels);
@@ -532,6 +540,7 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
         rings,
         ring,
         tree,
+        nvls,
         max_tree_pattern,
         comp_cap: if comp_cap.0 == i32::MAX { (0, 0) } else { comp_cap },
         cpu_arch_vendor: cpu_arch_vendor.unwrap_or((-1, -1)),

@@ -191,6 +191,7 @@ struct Canon {
     system: System,
     ring: TopoGraph,
     tree: TopoGraph,
+    nvls: TopoGraph,
     why: Vec<String>,
 }
 
@@ -213,10 +214,17 @@ fn search_host(
     let mut tree = TopoGraph::new(1, PATTERN_BALANCED_TREE, ring.n_channels, ring.n_channels, ngpus);
     let w = if params.explain { Some(&mut why) } else { None };
     search::compute(&mut sys, &mut tree, params, graph_file, w)?;
+    // initTransportsRank: the NVLS graph only where ncclNvlsInit found support. Its search
+    // is not part of `--why` (the explorer prints its result with the tuning).
+    let mut nvls = TopoGraph::new(3, topo_graph::PATTERN_NVLS, 1, MAXCHANNELS, ngpus);
+    if crate::topo::nvls_support(&sys, params.nvls_enable) {
+        search::compute(&mut sys, &mut nvls, params, graph_file, None)?;
+    }
     Ok(Canon {
         system: sys,
         ring,
         tree,
+        nvls,
         why,
     })
 }
@@ -327,6 +335,7 @@ impl CommTopology {
             sys.host_hashes = vec![hash];
             let ring = relabel(&canon.ring, ranks);
             let tree = relabel(&canon.tree, ranks);
+            let nvls = relabel(&canon.nvls, ranks);
             let mut system_log = system::print_system(&sys);
             system_log.extend(paths::print_paths(&sys));
             let mut graph_log = search::print_graph(&sys, &ring);
@@ -340,6 +349,7 @@ impl CommTopology {
                     ranks: ranks.clone(),
                     ring,
                     tree,
+                    nvls,
                 },
                 system_log,
                 graph_log,
@@ -356,16 +366,17 @@ impl CommTopology {
         &self.hosts[self.comm.rank_to_host[rank]]
     }
 
-    /// The graph XML NCCL dumps for a host (ring, tree, then the empty collnet direct,
-    /// collnet chain and NVLS graphs).
+    /// The graph XML NCCL dumps for a host (ring, tree, the empty collnet direct and
+    /// collnet chain graphs, then the NVLS graph: one head GPU per channel, empty where
+    /// NVLS is not supported).
     pub fn graph_xml(&self, host: usize) -> Result<String, TopoError> {
         let h = &self.hosts[host];
         let ngpus = h.graphs.ring.ngpus;
         let empty = |id, pattern| TopoGraph::new(id, pattern, 0, 0, ngpus);
         let cd = empty(4, topo_graph::PATTERN_COLLNET_DIRECT);
         let cc = empty(2, topo_graph::PATTERN_TREE);
-        let nv = empty(3, topo_graph::PATTERN_NVLS);
-        let x = super::graph_xml::graphs_to_xml(&h.graphs.system, &[&h.graphs.ring, &h.graphs.tree, &cd, &cc, &nv])?;
+        let nv = &h.graphs.nvls;
+        let x = super::graph_xml::graphs_to_xml(&h.graphs.system, &[&h.graphs.ring, &h.graphs.tree, &cd, &cc, nv])?;
         Ok(xml::dump(&x))
     }
 

@@ -9,8 +9,9 @@
 //! and the same budgets counted in recursive calls, so it settles on the same channels.
 //! Link bandwidths are charged on the system while searching and restored on backtrack.
 //!
-//! Not modelled: NVLS and CollNet searches (patterns 5, 6), MNNVL (several hosts in one
-//! system): graphs for them are left empty.
+//! The NVLS search (pattern 5: one NVLink SHARP head per channel, `ncclTopoSearchTryNvls`) is
+//! NCCL's too. Not modelled: the CollNet searches (`collNet` graphs, pattern 6) and MNNVL
+//! (several hosts in one system): graphs for them are left empty.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -32,6 +33,9 @@ pub const SEARCH_TIMEOUT: i64 = 1 << 14;
 pub const SEARCH_TIMEOUT_TREE: i64 = 1 << 14;
 /// `NCCL_SEARCH_TIMEOUT_SAMECHANNELS`.
 pub const SEARCH_TIMEOUT_SAMECHANNELS: i64 = 1 << 8;
+
+/// `NCCL_MAX_NVLS_ARITY`: most NVLS heads (channels of the NVLS graph).
+pub const MAX_NVLS_ARITY: usize = 32;
 
 const FORCED_ORDER_PCI: i32 = 1;
 const FORCED_ORDER_REPLAY: i32 = 2;
@@ -383,6 +387,12 @@ impl Search<'_> {
         if g.n_channels < g.min_channels {
             return false;
         }
+        if g.pattern == PATTERN_NVLS {
+            // Every channel is one GPU pulling from NVLS: the more the better (up to one
+            // per GPU), then the more bandwidth to the NICs.
+            return (g.n_channels > best.n_channels && g.n_channels <= self.ngpus)
+                || g.n_channels as f32 * g.bw_inter > best.n_channels as f32 * best.bw_inter;
+        }
         let a = g.n_channels as f32 * g.bw_intra;
         let b = best.n_channels as f32 * best.bw_intra;
         if a > b {
@@ -481,7 +491,9 @@ impl Search<'_> {
                     }
                 }
             }
-        } else if g.pattern == PATTERN_NVLS || g.pattern == PATTERN_COLLNET_DIRECT {
+        } else if g.pattern == PATTERN_NVLS {
+            self.try_nvls(g, best, gpu, time)?;
+        } else if g.pattern == PATTERN_COLLNET_DIRECT {
             // Not modelled.
         } else if step + 1 < ngpus {
             let next: Vec<usize> = if forced == FORCED_ORDER_PCI {
@@ -524,6 +536,44 @@ impl Search<'_> {
         Ok(())
     }
 
+    /// `ncclTopoSearchTryNvls`: with GPU `head` as this channel's NVLS head, charge the
+    /// NVSwitch→GPU and GPU→NVSwitch paths of every GPU (twice for the head) at `bwIntra`;
+    /// when everything fits the channel is complete.
+    fn try_nvls(
+        &mut self,
+        g: &mut TopoGraph,
+        best: &mut TopoGraph,
+        head: usize,
+        time: &mut i64,
+    ) -> Result<(), TopoError> {
+        let nvs = NodeRef::new(NodeType::Nvs, 0);
+        let gpu = |d: usize| NodeRef::new(NodeType::Gpu, d);
+        let mult = |d: usize| if d == head { 2.0 } else { 1.0 };
+        let ngpus = self.ngpus;
+        // NVS -> GPU for every GPU.
+        let mut d0 = 0;
+        while d0 < ngpus && self.follow_path(g, Some(nvs), gpu(d0), mult(d0)) {
+            d0 += 1;
+        }
+        if d0 == ngpus {
+            // GPU -> NVS for every GPU.
+            let mut d1 = 0;
+            while d1 < ngpus && self.follow_path(g, Some(gpu(d1)), nvs, mult(d1)) {
+                d1 += 1;
+            }
+            if d1 == ngpus {
+                self.rec_gpu(g, best, head, ngpus, -1, -1, 0, time)?;
+            }
+            for d in (0..d1).rev() {
+                self.follow_path(g, Some(gpu(d)), nvs, -mult(d));
+            }
+        }
+        for d in (0..d0).rev() {
+            self.follow_path(g, Some(nvs), gpu(d), -mult(d));
+        }
+        Ok(())
+    }
+
     fn rec_net(
         &mut self,
         g: &mut TopoGraph,
@@ -535,7 +585,12 @@ impl Search<'_> {
         let bw = g.bw_inter as i32; // NCCL: `const int bw = graph->bwInter;`
         let nets = self.select_nets(g.type_inter as i32, -1)?;
         let count = nets.len();
+        let heads_only = matches!(g.pattern, PATTERN_NVLS | PATTERN_COLLNET_DIRECT);
+        let mut graph_found = false;
         for i in 0..count {
+            if heads_only && graph_found {
+                break;
+            }
             let n = nets[(g.n_channels + i) % count];
             let (id, coll, latency, asic, port, local_gpu) = {
                 let node = &self.sys.of(NodeType::Net)[n];
@@ -567,7 +622,27 @@ impl Search<'_> {
                 self.net_bw[j] -= bw as f32;
             }
             let nref = Some(NodeRef::new(NodeType::Net, n));
-            if g.n_channels > 0 && g.same_channels {
+            if heads_only {
+                // NVLS only looks for NIC:GPU pairs, one new head per channel.
+                if g.pattern == PATTERN_NVLS && g.n_channels < count && local_gpu != -1 {
+                    let head_rank = self.gpu_rank(local_gpu as usize);
+                    let duplicate = (0..g.n_channels).any(|c| g.intra[c * self.ngpus] == head_rank);
+                    if !duplicate {
+                        self.try_gpu(
+                            g,
+                            best,
+                            0,
+                            back_to_net,
+                            back_to_first,
+                            0,
+                            time,
+                            nref,
+                            local_gpu as usize,
+                        )?;
+                        graph_found = true;
+                    }
+                }
+            } else if g.n_channels > 0 && g.same_channels {
                 let gpu = self.replay_gpu(g, -1)?;
                 self.try_gpu(
                     g,
@@ -651,6 +726,10 @@ impl Search<'_> {
             return self.rec_net(g, best, btn, btf, time);
         }
         if g.pattern == PATTERN_NVLS {
+            // One head per channel, in GPU index order.
+            if g.n_channels < self.ngpus {
+                self.try_gpu(g, best, 0, btn, btf, 0, time, None, g.n_channels)?;
+            }
             return Ok(());
         }
         if g.n_channels == 0 {
@@ -742,11 +821,22 @@ pub fn compute(
             return Ok(());
         }
     }
-    if graph.pattern == PATTERN_NVLS || graph.pattern == PATTERN_COLLNET_DIRECT {
+    if graph.pattern == PATTERN_NVLS && (sys.count(NodeType::Nvs) == 0 || cc_min < 90) {
+        return Ok(());
+    }
+    if graph.pattern == PATTERN_NVLS {
+        graph.max_channels = MAX_NVLS_ARITY.min(ngpus);
+    }
+    if graph.pattern == PATTERN_COLLNET_DIRECT {
+        // Not modelled (no CollNet plugin).
         return Ok(());
     }
     if ngpus == 1 && graph.pattern != PATTERN_RING {
         graph.pattern = PATTERN_TREE;
+    }
+    if !sys.inter && graph.pattern == PATTERN_NVLS {
+        // Intra-node NVLS pulls evenly from every GPU.
+        graph.min_channels = graph.max_channels;
     }
     if graph.pattern == PATTERN_RING && paths::split_nvlink(sys) && graph.max_channels >= 2 && graph.min_channels == 1 {
         graph.min_channels = 2;
@@ -942,6 +1032,15 @@ pub fn compute(
                 if graph.pattern == PATTERN_RING {
                     si -= 1;
                     tmp.bw_intra = speeds[si];
+                    tmp.bw_inter = speeds[si];
+                    continue;
+                } else if graph.pattern == PATTERN_NVLS
+                    && tmp.bw_inter == graph.bw_inter
+                    && tmp.bw_inter < tmp.bw_intra * 2.0
+                {
+                    tmp.min_channels = graph.n_channels;
+                    tmp.max_channels = graph.n_channels;
+                    si -= 1;
                     tmp.bw_inter = speeds[si];
                     continue;
                 } else if tmp.bw_intra == graph.bw_intra && tmp.bw_intra < tmp.bw_inter * 2.0 {

@@ -13,7 +13,7 @@ pub const PATTERN_SPLIT_TREE: i32 = 2;
 pub const PATTERN_TREE: i32 = 3;
 /// `NCCL_TOPO_PATTERN_RING`.
 pub const PATTERN_RING: i32 = 4;
-/// `NCCL_TOPO_PATTERN_NVLS` (not searched here).
+/// `NCCL_TOPO_PATTERN_NVLS`.
 pub const PATTERN_NVLS: i32 = 5;
 /// `NCCL_TOPO_PATTERN_COLLNET_DIRECT` (not searched here).
 pub const PATTERN_COLLNET_DIRECT: i32 = 6;

@@ -171,6 +171,8 @@ pub const ENV_NET_GDR_LEVEL: &str = "NCCL_NET_GDR_LEVEL";
 pub const ENV_NET_GDR_READ: &str = "NCCL_NET_GDR_READ";
 /// `NCCL_NETDEVS_POLICY`.
 pub const ENV_NETDEVS_POLICY: &str = "NCCL_NETDEVS_POLICY";
+/// `NCCL_NVLS_ENABLE` (0, 1, 2; default 2).
+pub const ENV_NVLS_ENABLE: &str = "NCCL_NVLS_ENABLE";
 /// `NCCL_HOSTID` (replaces hostname + boot id in the host hash).
 pub const ENV_HOSTID: &str = "NCCL_HOSTID";
 /// Default topology file NCCL tries when `NCCL_TOPO_FILE` is unset.
@@ -223,6 +225,9 @@ pub struct TopoParams {
     pub netdevs_policy: NetDevsPolicy,
     /// `NCCL_P2P_PXN_LEVEL` (default 2).
     pub p2p_pxn_level: i64,
+    /// `NCCL_NVLS_ENABLE` (0 off, 1 on, 2 = when the GPUs support multicast; default 2):
+    /// whether the NVLS graph is searched ([`nvls_support`]).
+    pub nvls_enable: i64,
     /// Record the search's relaxation steps (explorer `--why`).
     pub explain: bool,
 }
@@ -251,6 +256,7 @@ impl Default for TopoParams {
             net_gdr_mlopart: false,
             netdevs_policy: NetDevsPolicy::Auto,
             p2p_pxn_level: 2,
+            nvls_enable: 2,
             explain: false,
         }
     }
@@ -333,6 +339,9 @@ impl TopoParams {
         if let Some(v) = int("NCCL_P2P_PXN_LEVEL")? {
             p.p2p_pxn_level = v;
         }
+        if let Some(v) = int(ENV_NVLS_ENABLE)? {
+            p.nvls_enable = v;
+        }
         if let Some(v) = int("NCCL_MIN_CTAS")?.filter(|&v| v > 0) {
             p.min_ctas = v.min(types::MAXCHANNELS as i64) as usize;
         }
@@ -353,4 +362,22 @@ impl TopoParams {
     pub fn from_env() -> Result<TopoParams, TopoError> {
         TopoParams::from_lookup(&|k| std::env::var(k).ok())
     }
+}
+
+/// `ncclNvlsInit`'s verdict for one host's system: NVLS (NVLink SHARP) is used when
+/// `NCCL_NVLS_ENABLE` is not 0, the host has more than two GPUs and, with the default 2,
+/// the GPUs support multicast objects (`CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED`). Offline
+/// that attribute is modelled as "every GPU is sm 9.0 or newer and the system has an
+/// NVSwitch" (multicast needs both, and every such machine NCCL 2.30.7 supports has it with
+/// its fabric manager running); `NCCL_NVLS_ENABLE=1` forces it as in NCCL.
+pub fn nvls_support(sys: &System, nvls_enable: i64) -> bool {
+    let ngpus = sys.count(NodeType::Gpu);
+    if nvls_enable == 0 || ngpus <= 2 {
+        return false;
+    }
+    if nvls_enable != 2 {
+        return true;
+    }
+    let cc_min = sys.comp_cap().map_or(0, |(lo, _)| lo);
+    cc_min >= 90 && sys.count(NodeType::Nvs) > 0
 }

@@ -12,6 +12,8 @@
 //! * [`enable`] — `NCCL_ALGO` / `NCCL_PROTO` with NCCL's grammar.
 //! * [`select`] — the cost table, the pick, channels and threads, chunk sizes.
 //! * [`table`] — the `NCCL_DEBUG_SUBSYS=TUNING` table.
+//! * [`gpu`] — the model and the choices of a GPU communicator described by a
+//!   topology (what `ferroccl-topo` prints).
 //! * [`Tuning`] — one communicator's tuning state: the model, the user's enable
 //!   matrix, the tuner plugin's context (consulted on every collective with the
 //!   real cost table), and the runnable set (what the host's data path can run:
@@ -19,6 +21,7 @@
 
 pub mod constants;
 pub mod enable;
+pub mod gpu;
 pub mod host;
 /// NCCL's function, algorithm and protocol ids (they live with the plans that
 /// run them, [`crate::coll::ids`]).
