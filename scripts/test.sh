@@ -12,4 +12,7 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 SYSTEM_DEPS_CALLER=scripts/test.sh scripts/system-deps.sh ensure cc ib test
 cargo build --workspace --all-targets
+# Doc comments link only to items that exist (rustdoc); the documents' other
+# names are checked by the test xtask/tests/doc_check.rs (`cargo xtask doc-check`).
+RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" cargo doc --no-deps --workspace --document-private-items -q
 cargo test --workspace -- --test-threads=2

@@ -371,7 +371,7 @@ fn round_through_storage<L: Lane<C = f32>, const N: usize>(v: &mut [f32; N]) {
 /// lanes each). Only [`binary_f16c`] instantiates kernels with it, and the
 /// dispatcher calls that only on CPUs with F16C and AVX2. The hardware rounds to
 /// nearest even and quiets NaNs exactly as `half` does (`half` itself uses F16C
-/// where present), so results equal the [`f16`] lane's bit for bit
+/// where present), so results equal the [`f16`](struct@half::f16) lane's bit for bit
 /// (`simd_tests::f16c_matches_software_bitwise`).
 #[cfg(target_arch = "x86_64")]
 struct F16c;

@@ -11,10 +11,13 @@
 //! * [`readme`]: the README's quick start, parsed (exactly two commands, the
 //!   prerequisites line above them) and, with `--run`, the first command run
 //!   verbatim with a small size range and its output checked.
+//! * [`doccheck`]: the documents and doc comments name only files, Rust
+//!   items and conformance check ids that exist.
 //! * [`deptree`]: which `-sys` crates of a `cargo tree` probe the system at build
 //!   time (pkg-config, bindgen): none may be on the quick start's path.
 
 pub mod deptree;
 pub mod dist;
+pub mod doccheck;
 pub mod readme;
 pub mod workspace;

@@ -3,6 +3,7 @@
 //! ```text
 //! cargo xtask dist [--profile P] [--out DIR] [--require-all]   # tools + plugins under NCCL's names
 //! cargo xtask readme [--run] [--max-size 1M]                   # the README's quick start: checked, run
+//! cargo xtask doc-check [--conformance PATH]                   # docs name only what exists
 //! ```
 
 use std::io::{BufRead, BufReader};
@@ -11,8 +12,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use clap::{Parser, Subcommand};
 use xtask::dist::{DistOptions, dist};
-use xtask::readme;
-use xtask::workspace::Workspace;
+use xtask::workspace::{Workspace, cargo};
+use xtask::{doccheck, readme};
 
 #[derive(Parser, Debug)]
 #[command(name = "cargo xtask", about = "ferroccl project tasks")]
@@ -46,6 +47,15 @@ enum Cmd {
         #[arg(long, default_value = "1M")]
         max_size: String,
     },
+    /// Check that the documents and doc comments name only files, Rust items and
+    /// conformance check ids that exist (rustdoc for the doc links, then the
+    /// backticked names; builds ferroccl-conformance for the ids).
+    DocCheck {
+        /// The ferroccl-conformance binary whose --list gives the check ids
+        /// (default: build it and use <target dir>/debug/ferroccl-conformance).
+        #[arg(long)]
+        conformance: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -72,6 +82,7 @@ fn main() -> ExitCode {
         )
         .map(|rep| print!("{}", rep.summary())),
         Cmd::Readme { run, max_size } => readme_cmd(&ws, run, &max_size),
+        Cmd::DocCheck { conformance } => doc_check_cmd(&ws, conformance),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -122,4 +133,54 @@ fn readme_cmd(ws: &Workspace, run: bool, max_size: &str) -> Result<(), String> {
         "README quick start: OK (sizes up to {largest} B of -e {max_size}, every result checked, plugin {plugin})"
     );
     Ok(())
+}
+
+fn doc_check_cmd(ws: &Workspace, conformance: Option<PathBuf>) -> Result<(), String> {
+    let exe = match conformance {
+        Some(p) => p,
+        None => {
+            let st = cargo()
+                .args([
+                    "build",
+                    "-q",
+                    "-p",
+                    "ferroccl-conformance",
+                    "--bin",
+                    "ferroccl-conformance",
+                ])
+                .current_dir(&ws.root)
+                .status()
+                .map_err(|e| format!("cannot run cargo: {e}"))?;
+            if !st.success() {
+                return Err("building ferroccl-conformance failed".into());
+            }
+            ws.target_dir.join("debug/ferroccl-conformance")
+        }
+    };
+    // Doc comments' links, by rustdoc itself.
+    let st = cargo()
+        .args(["doc", "-q", "--no-deps", "--workspace", "--document-private-items"])
+        .env("RUSTDOCFLAGS", "-D warnings -A rustdoc::private_intra_doc_links")
+        .current_dir(&ws.root)
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !st.success() {
+        return Err("cargo doc found broken doc links (above)".into());
+    }
+    let mut ix = doccheck::Index::new(&ws.root, doccheck::tracked_files(&ws.root)?);
+    ix.check_ids = doccheck::check_ids(&exe)?;
+    let findings = doccheck::check(&ix);
+    for f in &findings {
+        println!("{f}");
+    }
+    if findings.is_empty() {
+        println!(
+            "doc-check: OK ({} files, {} check ids)",
+            ix.files.len(),
+            ix.check_ids.len()
+        );
+        Ok(())
+    } else {
+        Err(format!("doc-check: {} name(s) that do not exist", findings.len()))
+    }
 }

@@ -40,7 +40,7 @@ unsafe fn memmove(dst: *mut u8, src: *const u8, bytes: usize) {
 }
 
 /// The user memory a sending step can put on the wire as it is, with its
-/// mhandle, when the operation registered it ([`SendConn::register_user`]):
+/// mhandle, when the operation registered it ([`SendConnector::register_user`]):
 /// * `Send`: the input, unless the op pre-multiplies what is sent;
 /// * `CopySend`, `RecvCopySend`: the output, once written (the input for a
 ///   `CopySend` whose output is not registered);
@@ -49,7 +49,7 @@ unsafe fn memmove(dst: *mut u8, src: *const u8, bytes: usize) {
 ///
 /// A user source must not be overwritten while its send is in flight: outputs
 /// are written once per operation, before they are sent, and a step that writes
-/// user memory first waits for in-flight sends from it ([`SendConn::user_busy`];
+/// user memory first waits for in-flight sends from it ([`SendConnector::user_busy`];
 /// in place, the input is the output).
 fn user_source(op: &SliceOp, s: &dyn SendConnector) -> Option<(*const u8, UserReg)> {
     let n = op.bytes;

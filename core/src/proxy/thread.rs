@@ -18,7 +18,7 @@ use crate::profiler::{self, Event, EventHandle, StateArgs, state};
 impl Proxy {
     /// Thread body: runs work until the queue closes or the comm is aborted.
     /// The proxy state is locked while an item runs (an enqueuing thread may run
-    /// one itself while the thread is idle, see [`ProxyHandle::submit`]).
+    /// one itself while the thread is idle, see [`ProxyHandle::submit`](super::handover::ProxyHandle::submit)).
     pub(crate) fn run(core: Arc<Mutex<Proxy>>, rx: Receiver<Item>) {
         let lock = || core.lock().unwrap_or_else(|e| e.into_inner());
         let (rank, shared, profiler, bootstrap) = {

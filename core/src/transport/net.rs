@@ -402,7 +402,7 @@ impl SendConnector for SendConn {
     }
 
     /// Queues a step of `size` bytes sent straight from registered user memory at
-    /// `ptr` (`mr` from [`SendConn::user_mr`]). The memory must stay unchanged
+    /// `ptr` (`reg` from [`SendConn::user_reg`]). The memory must stay unchanged
     /// until the step completes (the operation's end at the latest).
     fn push_user(&mut self, ptr: *const u8, size: usize, reg: UserReg) {
         let mr = RawMr(reg.0);

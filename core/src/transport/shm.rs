@@ -52,7 +52,7 @@
 //! matches a stale line.
 //!
 //! Which protocol a connection uses is decided by its receiver from
-//! `NCCL_PROTO` ([`super::proto::shm_protocol`]) and sent with the segment.
+//! `NCCL_PROTO` (`tune::enable::shm_protocol`) and sent with the segment.
 //!
 //! # Failures
 //!

@@ -77,13 +77,13 @@ struct Args {
     /// Compute capability of GPUs the file does not describe (e.g. 80).
     #[arg(long)]
     sm: Option<i32>,
-    /// NVLinks: none, nvswitch[:N], or map:A-BxN,... (GPUs by NVML index).
+    /// NVLinks: none, nvswitch, nvswitch:N, or map:A-BxN,... (GPUs by NVML index).
     #[arg(long, default_value = "none")]
     nvlink: String,
     /// Speed of NICs the file does not describe, Mb/s.
     #[arg(long)]
     net_speed: Option<i32>,
-    /// CPU facts where <cpu> lacks them: ARCH,VENDOR,FAMILY,MODEL.
+    /// CPU facts where the topology's cpu element lacks them: ARCH,VENDOR,FAMILY,MODEL.
     #[arg(long)]
     cpu: Option<String>,
     /// Bus ids that are GPUs (for files without class codes), comma-separated.

@@ -6,7 +6,7 @@
 //! `dynamic-loading`), so nothing CUDA is needed to build or to run without a
 //! GPU. Every entry point first checks that the library is present
 //! (`is_culib_present`) and that `cuInit` succeeds; otherwise it returns
-//! [`KernelError::NoCuda`] (driver) or [`KernelError::NoNvrtc`] (compiler) with
+//! [`KernelError::NoCuda`](crate::KernelError::NoCuda) (driver) or [`KernelError::NoNvrtc`](crate::KernelError::NoNvrtc) (compiler) with
 //! the reason, and never panics (cudarc calls also run under `catch_unwind`).
 //!
 //! Where the libraries come from:
@@ -21,7 +21,7 @@
 //! NVRTC compilation ([`compile`]) and launch planning ([`plan`]) do not.
 //!
 //! Without the `cuda` cargo feature the same functions exist and return
-//! [`KernelError::NoCuda`].
+//! [`KernelError::NoCuda`](crate::KernelError::NoCuda).
 
 pub mod plan;
 pub mod source;
@@ -66,7 +66,7 @@ pub const NVRTC_OPTIONS: [&str; 3] = ["--fmad=false", "--ftz=false", "--std=c++1
 pub struct DriverInfo {
     /// `cuDriverGetVersion`, e.g. 12090 for 12.9.
     pub version: i32,
-    /// `cuDeviceGetCount` (at least 1; no device is [`KernelError::NoCuda`]).
+    /// `cuDeviceGetCount` (at least 1; no device is [`KernelError::NoCuda`](crate::KernelError::NoCuda)).
     pub devices: usize,
 }
 
@@ -89,32 +89,32 @@ mod disabled {
         KernelError::NoCuda("ferroccl-kernels was built without its `cuda` feature".into())
     }
 
-    /// The CUDA driver: always [`KernelError::NoCuda`] in this build.
+    /// The CUDA driver: always [`KernelError::NoCuda`](crate::KernelError::NoCuda) in this build.
     pub fn driver_info() -> Result<DriverInfo, KernelError> {
         Err(off())
     }
 
-    /// CUDA devices: always [`KernelError::NoCuda`] in this build.
+    /// CUDA devices: always [`KernelError::NoCuda`](crate::KernelError::NoCuda) in this build.
     pub fn device_count() -> Result<usize, KernelError> {
         Err(off())
     }
 
-    /// NVRTC: always [`KernelError::NoCuda`] in this build.
+    /// NVRTC: always [`KernelError::NoCuda`](crate::KernelError::NoCuda) in this build.
     pub fn nvrtc_info() -> Result<NvrtcInfo, KernelError> {
         Err(off())
     }
 
-    /// NVRTC: always [`KernelError::NoCuda`] in this build.
+    /// NVRTC: always [`KernelError::NoCuda`](crate::KernelError::NoCuda) in this build.
     pub fn nvrtc_load(_path: Option<&std::path::Path>) -> Result<NvrtcInfo, KernelError> {
         Err(off())
     }
 
-    /// Kernel compilation: always [`KernelError::NoCuda`] in this build.
+    /// Kernel compilation: always [`KernelError::NoCuda`](crate::KernelError::NoCuda) in this build.
     pub fn compile(_unit: Unit, _arch: u32) -> Result<std::sync::Arc<str>, KernelError> {
         Err(off())
     }
 
-    /// Kernel compilation: always [`KernelError::NoCuda`] in this build.
+    /// Kernel compilation: always [`KernelError::NoCuda`](crate::KernelError::NoCuda) in this build.
     pub fn compile_program(_name: &str, _src: &str, _arch: u32) -> Result<String, KernelError> {
         Err(off())
     }

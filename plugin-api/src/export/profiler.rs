@@ -36,16 +36,16 @@ const RETIRED_MAGIC: u64 = 0x4652_4343_4c52_4554; // "FRCCLRET"
 /// The event an event handle names (a descriptor's `parentObj`, or another
 /// handle NCCL passes such as `coll.parentGroup`), if it is one of `P`'s live
 /// events or one of the stopped ones it retains
-/// ([`Profiler::RETAIN_STOPPED`](crate::sdk::Profiler::RETAIN_STOPPED)).
+/// ([`Profiler::RETAIN_STOPPED`]).
 ///
 /// # Safety
 /// `p` must be NULL or a handle this profiler returned (live or retained), or
 /// at least readable for a `u64`; the reference must not outlive the event
 /// (use it within the `startEvent` call that received the handle).
 ///
-/// Always `None` for [`Profiler::UNBOXED`](crate::sdk::Profiler::UNBOXED)
+/// Always `None` for [`Profiler::UNBOXED`]
 /// profilers, whose events are their handles: they call their own
-/// [`Profiler::event_of_handle`](crate::sdk::Profiler::event_of_handle).
+/// [`Profiler::event_of_handle`].
 pub unsafe fn event_of<'a, P: Profiler>(p: *mut c_void) -> Option<&'a P::Event> {
     // SAFETY: per the caller.
     unsafe { parent_of::<P>(p) }
@@ -85,7 +85,7 @@ unsafe fn boxed<'a, T>(p: *mut c_void, magic: u64, what: &str) -> NetResult<&'a 
     Ok(unsafe { &mut *(p as *mut T) })
 }
 
-/// The event an [`Profiler::UNBOXED`](crate::sdk::Profiler::UNBOXED) handle names.
+/// The event an [`Profiler::UNBOXED`] handle names.
 fn unboxed<P: Profiler>(handle: *mut c_void) -> NetResult<P::Event> {
     if handle.is_null() {
         return Err(NetError::InvalidArgument("event is NULL".into()));
