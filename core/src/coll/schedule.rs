@@ -702,27 +702,7 @@ fn all_reduce_small(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp) {
     while off < bytes {
         let len = slice.min(bytes - off);
         let at = |pos: usize| block(pos).wrapping_add(off);
-        b.prim(
-            lane,
-            Prim::CopySend,
-            a.send.wrapping_add(off),
-            at(idx),
-            len,
-            slice,
-            None,
-        );
-        for j in 1..n - 1 {
-            b.prim(
-                lane,
-                Prim::RecvCopySend,
-                std::ptr::null(),
-                at((idx + n - j) % n),
-                len,
-                slice,
-                None,
-            );
-        }
-        b.prim(lane, Prim::Recv, std::ptr::null(), at((idx + 1) % n), len, slice, None);
+        ring_all_gather_round(b, lane, idx, a.send.wrapping_add(off), at, len, slice);
         off += len;
     }
     let desc = b.desc;
@@ -941,7 +921,6 @@ fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, d: &Decision
 
 fn all_gather(b: &mut Builder<'_>, a: &CollArgs, d: &Decision) {
     let p = b.p;
-    let n = p.nranks;
     let es = a.dtype.size();
     let slice = slice_limit(p.ring_step, es);
     let block = a.count * es;
@@ -950,28 +929,41 @@ fn all_gather(b: &mut Builder<'_>, a: &CollArgs, d: &Decision) {
         let idx = p.ring_index(ch);
         let (off, len) = (s * es, l * es);
         let dst = |pos: usize| a.recv.wrapping_add(p.ring_at(ch, pos) * block + off);
+        ring_all_gather_round(b, lane, idx, a.send.wrapping_add(off), dst, len, slice);
+    }
+}
+
+/// One round of the ring all-gather on `lane` (NCCL's `runRing` in
+/// `src/device/all_gather.h`: `copySend`, `recvCopySend` n-2 times, `recv`):
+/// this rank's piece (`len` bytes at `src`) is stored at its own ring
+/// position's place and sent on, the pieces of the n-2 positions before it are
+/// received, stored and forwarded, the last is received and stored. `dst(pos)`
+/// is where the piece of ring position `pos` goes; `idx` is this rank's
+/// position.
+#[allow(clippy::too_many_arguments)] // a lane, a position, one piece and its slicing
+fn ring_all_gather_round(
+    b: &mut Builder<'_>,
+    lane: Lane,
+    idx: usize,
+    src: *const u8,
+    dst: impl Fn(usize) -> *mut u8,
+    len: usize,
+    slice: usize,
+) {
+    let n = b.p.nranks;
+    b.prim(lane, Prim::CopySend, src, dst(idx), len, slice, None);
+    for j in 1..n - 1 {
         b.prim(
             lane,
-            Prim::CopySend,
-            a.send.wrapping_add(off),
-            dst(idx),
+            Prim::RecvCopySend,
+            std::ptr::null(),
+            dst((idx + n - j) % n),
             len,
             slice,
             None,
         );
-        for j in 1..n - 1 {
-            b.prim(
-                lane,
-                Prim::RecvCopySend,
-                std::ptr::null(),
-                dst((idx + n - j) % n),
-                len,
-                slice,
-                None,
-            );
-        }
-        b.prim(lane, Prim::Recv, std::ptr::null(), dst((idx + 1) % n), len, slice, None);
     }
+    b.prim(lane, Prim::Recv, std::ptr::null(), dst((idx + 1) % n), len, slice, None);
 }
 
 fn broadcast(b: &mut Builder<'_>, a: &CollArgs, root: usize, d: &Decision) {

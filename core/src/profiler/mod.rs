@@ -420,10 +420,13 @@ macro_rules! each {
     };
 }
 
-/// The v2/v3 collective descriptor (the same fields under two ABI types) of a
-/// `Event::Coll`; any other event gives a zeroed descriptor.
-macro_rules! coll_descr_v2 {
-    ($ty:ty, $ev:expr) => {{
+/// The collective member of a v2–v6 descriptor (`$ty`) of an `Event::Coll`,
+/// the fields every version has by the same names, plus the channel count
+/// under the version's name (`$ch`: `nMaxChannels` before v4, `nChannels`
+/// after) and, from v5 on, the parent Group (`pg: parentGroup`); any other
+/// event gives a zeroed member.
+macro_rules! coll_descr {
+    ($ty:ty, $ev:expr, $ch:ident $(, pg: $pg:ident)?) => {{
         let mut c = <$ty>::zeroed();
         if let Event::Coll {
             seq,
@@ -437,7 +440,7 @@ macro_rules! coll_descr_v2 {
             nwarps,
             algo,
             proto,
-            ..
+            parent_group,
         } = *$ev
         {
             c.seqNumber = seq;
@@ -447,12 +450,81 @@ macro_rules! coll_descr_v2 {
             c.count = count;
             c.root = root;
             c.datatype = dtype.as_ptr();
-            c.nMaxChannels = nchannels;
+            c.$ch = nchannels;
             c.nWarps = nwarps;
             c.algo = algo.as_ptr();
             c.proto = proto.as_ptr();
+            $(c.$pg = parent_group.0;)?
+            let _ = parent_group;
         }
         c
+    }};
+}
+
+/// The point-to-point member of a v2–v6 descriptor (`$ty`) of an
+/// `Event::P2p`: the fields every version has, plus the channel count from
+/// v4 on (`ch: nChannels`) and the parent Group from v5 on (`pg: parentGroup`).
+macro_rules! p2p_descr {
+    ($ty:ty, $ev:expr $(, ch: $ch:ident)? $(, pg: $pg:ident)?) => {{
+        let mut c = <$ty>::zeroed();
+        if let Event::P2p {
+            func,
+            buff,
+            dtype,
+            count,
+            peer,
+            nchannels,
+            parent_group,
+        } = *$ev
+        {
+            c.func = func.as_ptr();
+            c.buff = buff;
+            c.datatype = dtype.as_ptr();
+            c.count = count;
+            c.peer = peer;
+            $(c.$ch = nchannels;)?
+            $(c.$pg = parent_group.0;)?
+            let _ = (nchannels, parent_group);
+        }
+        c
+    }};
+}
+
+/// One version's event descriptor (`$d: $t`): the header every version has
+/// (type, parent, rank), the version's own members (`$arms`, match arms on
+/// the event), and the ProxyOp and ProxyStep members, alike in every version;
+/// with `net`, the NetPlugin member (v3 on) too.
+macro_rules! descr {
+    ($d:ident: $t:ty = $self:ident, $parent:expr, $rank:expr, $ev:expr, $ty:expr, net; $($arms:tt)*) => {{
+        let mut $d = <$t>::zeroed();
+        $d.r#type = $ty;
+        $d.parentObj = $parent;
+        $d.rank = $rank;
+        match *$ev {
+            $($arms)*
+            Event::ProxyOp { .. } => $d.u.proxyOp = $self.proxy_op($ev),
+            Event::ProxyStep { step } => $d.u.proxyStep.step = step,
+            Event::NetPlugin { id, data } => {
+                $d.u.netPlugin.id = id;
+                $d.u.netPlugin.data = data;
+            }
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+        $d
+    }};
+    ($d:ident: $t:ty = $self:ident, $parent:expr, $rank:expr, $ev:expr, $ty:expr; $($arms:tt)*) => {{
+        let mut $d = <$t>::zeroed();
+        $d.r#type = $ty;
+        $d.parentObj = $parent;
+        $d.rank = $rank;
+        match *$ev {
+            $($arms)*
+            Event::ProxyOp { .. } => $d.u.proxyOp = $self.proxy_op($ev),
+            Event::ProxyStep { step } => $d.u.proxyStep.step = step,
+            _ => {}
+        }
+        $d
     }};
 }
 
@@ -634,11 +706,7 @@ impl Profiler {
     }
 
     fn descr_v6(&self, parent: *mut c_void, rank: c_int, ev: &Event) -> abi::ncclProfilerEventDescr_v6_t {
-        let mut d = abi::ncclProfilerEventDescr_v6_t::zeroed();
-        d.r#type = ev.bit();
-        d.parentObj = parent;
-        d.rank = rank;
-        match *ev {
+        descr!(d: abi::ncclProfilerEventDescr_v6_t = self, parent, rank, ev, ev.bit(), net;
             Event::GroupApi { depth } => {
                 d.u.groupApi.graphCaptured = false;
                 d.u.groupApi.groupDepth = depth;
@@ -664,62 +732,9 @@ impl Profiler {
                 d.u.p2pApi = c;
             }
             Event::Group | Event::ProxyCtrl => {}
-            Event::Coll {
-                seq,
-                func,
-                send,
-                recv,
-                count,
-                root,
-                dtype,
-                nchannels,
-                nwarps,
-                algo,
-                proto,
-                parent_group,
-            } => {
-                let mut c = abi::ncclProfilerCollDescr_v5_t::zeroed();
-                c.seqNumber = seq;
-                c.func = func.as_ptr();
-                c.sendBuff = send;
-                c.recvBuff = recv;
-                c.count = count;
-                c.root = root;
-                c.datatype = dtype.as_ptr();
-                c.nChannels = nchannels;
-                c.nWarps = nwarps;
-                c.algo = algo.as_ptr();
-                c.proto = proto.as_ptr();
-                c.parentGroup = parent_group.0;
-                d.u.coll = c;
-            }
-            Event::P2p {
-                func,
-                buff,
-                dtype,
-                count,
-                peer,
-                nchannels,
-                parent_group,
-            } => {
-                let mut c = abi::ncclProfilerP2pDescr_v5_t::zeroed();
-                c.func = func.as_ptr();
-                c.buff = buff;
-                c.datatype = dtype.as_ptr();
-                c.count = count;
-                c.peer = peer;
-                c.nChannels = nchannels;
-                c.parentGroup = parent_group.0;
-                d.u.p2p = c;
-            }
-            Event::ProxyOp { .. } => d.u.proxyOp = self.proxy_op(ev),
-            Event::ProxyStep { step } => d.u.proxyStep.step = step,
-            Event::NetPlugin { id, data } => {
-                d.u.netPlugin.id = id;
-                d.u.netPlugin.data = data;
-            }
-        }
-        d
+            Event::Coll { .. } => d.u.coll = coll_descr!(abi::ncclProfilerCollDescr_v5_t, ev, nChannels, pg: parentGroup),
+            Event::P2p { .. } => d.u.p2p = p2p_descr!(abi::ncclProfilerP2pDescr_v5_t, ev, ch: nChannels, pg: parentGroup),
+        )
     }
 
     fn proxy_op(&self, ev: &Event) -> abi::ncclProfilerProxyOpDescr_v1_t {
@@ -743,122 +758,30 @@ impl Profiler {
     }
 
     fn descr_v4(&self, parent: *mut c_void, rank: c_int, ev: &Event) -> abi::ncclProfilerEventDescr_v4_t {
-        let mut d = abi::ncclProfilerEventDescr_v4_t::zeroed();
-        d.r#type = ev.bit() as u8;
-        d.parentObj = parent;
-        d.rank = rank;
-        match *ev {
-            Event::Coll {
-                seq,
-                func,
-                send,
-                recv,
-                count,
-                root,
-                dtype,
-                nchannels,
-                nwarps,
-                algo,
-                proto,
-                ..
-            } => {
-                let mut c = abi::ncclProfilerCollDescr_v4_t::zeroed();
-                c.seqNumber = seq;
-                c.func = func.as_ptr();
-                c.sendBuff = send;
-                c.recvBuff = recv;
-                c.count = count;
-                c.root = root;
-                c.datatype = dtype.as_ptr();
-                c.nChannels = nchannels;
-                c.nWarps = nwarps;
-                c.algo = algo.as_ptr();
-                c.proto = proto.as_ptr();
-                d.u.coll = c;
-            }
-            Event::P2p {
-                func,
-                buff,
-                dtype,
-                count,
-                peer,
-                nchannels,
-                ..
-            } => {
-                let mut c = abi::ncclProfilerP2pDescr_v4_t::zeroed();
-                c.func = func.as_ptr();
-                c.buff = buff;
-                c.datatype = dtype.as_ptr();
-                c.count = count;
-                c.peer = peer;
-                c.nChannels = nchannels;
-                d.u.p2p = c;
-            }
-            Event::ProxyOp { .. } => d.u.proxyOp = self.proxy_op(ev),
-            Event::ProxyStep { step } => d.u.proxyStep.step = step,
-            Event::NetPlugin { id, data } => {
-                d.u.netPlugin.id = id;
-                d.u.netPlugin.data = data;
-            }
-            _ => {}
-        }
-        d
+        descr!(d: abi::ncclProfilerEventDescr_v4_t = self, parent, rank, ev, ev.bit() as u8, net;
+            Event::Coll { .. } => d.u.coll = coll_descr!(abi::ncclProfilerCollDescr_v4_t, ev, nChannels),
+            Event::P2p { .. } => d.u.p2p = p2p_descr!(abi::ncclProfilerP2pDescr_v4_t, ev, ch: nChannels),
+        )
     }
 
     fn descr_v3(&self, parent: *mut c_void, rank: c_int, ev: &Event) -> abi::ncclProfilerEventDescr_v3_t {
-        let mut d = abi::ncclProfilerEventDescr_v3_t::zeroed();
-        d.r#type = ev.bit() as u8;
-        d.parentObj = parent;
-        d.rank = rank;
-        match *ev {
-            Event::Coll { .. } => d.u.coll = coll_descr_v2!(abi::ncclProfilerCollDescr_v3_t, ev),
-            Event::P2p {
-                func,
-                buff,
-                dtype,
-                count,
-                peer,
-                ..
-            } => d.u.p2p = p2p_v2(func, buff, dtype, count, peer),
-            Event::ProxyOp { .. } => d.u.proxyOp = self.proxy_op(ev),
-            Event::ProxyStep { step } => d.u.proxyStep.step = step,
-            Event::NetPlugin { id, data } => {
-                d.u.netPlugin.id = id;
-                d.u.netPlugin.data = data;
-            }
-            _ => {}
-        }
-        d
+        descr!(d: abi::ncclProfilerEventDescr_v3_t = self, parent, rank, ev, ev.bit() as u8, net;
+            Event::Coll { .. } => d.u.coll = coll_descr!(abi::ncclProfilerCollDescr_v3_t, ev, nMaxChannels),
+            Event::P2p { .. } => d.u.p2p = p2p_descr!(abi::ncclProfilerP2pDescr_v2_t, ev),
+        )
     }
 
     fn descr_v2(&self, parent: *mut c_void, rank: c_int, ev: &Event) -> abi::ncclProfilerEventDescr_v2_t {
-        let mut d = abi::ncclProfilerEventDescr_v2_t::zeroed();
-        d.r#type = ev.bit() as u8;
-        d.parentObj = parent;
-        d.rank = rank;
-        match *ev {
-            Event::Coll { .. } => d.u.coll = coll_descr_v2!(abi::ncclProfilerCollDescr_v2_t, ev),
-            Event::P2p {
-                func,
-                buff,
-                dtype,
-                count,
-                peer,
-                ..
-            } => d.u.p2p = p2p_v2(func, buff, dtype, count, peer),
-            Event::ProxyOp { .. } => d.u.proxyOp = self.proxy_op(ev),
-            Event::ProxyStep { step } => d.u.proxyStep.step = step,
-            _ => {}
-        }
-        d
+        descr!(d: abi::ncclProfilerEventDescr_v2_t = self, parent, rank, ev, ev.bit() as u8;
+            Event::Coll { .. } => d.u.coll = coll_descr!(abi::ncclProfilerCollDescr_v2_t, ev, nMaxChannels),
+            Event::P2p { .. } => d.u.p2p = p2p_descr!(abi::ncclProfilerP2pDescr_v2_t, ev),
+        )
     }
 
+    /// v1 carries codes (`ncclFunc_t`, `ncclDataType_t`, algorithm and
+    /// protocol ids) where later versions carry names.
     fn descr_v1(&self, parent: *mut c_void, rank: c_int, ev: &Event) -> abi::ncclProfilerEventDescr_v1_t {
-        let mut d = abi::ncclProfilerEventDescr_v1_t::zeroed();
-        d.r#type = ev.bit() as u8;
-        d.parentObj = parent;
-        d.rank = rank;
-        match *ev {
+        descr!(d: abi::ncclProfilerEventDescr_v1_t = self, parent, rank, ev, ev.bit() as u8;
             Event::Coll {
                 seq,
                 func,
@@ -903,11 +826,7 @@ impl Profiler {
                 c.peer = peer;
                 d.u.p2p = c;
             }
-            Event::ProxyOp { .. } => d.u.proxyOp = self.proxy_op(ev),
-            Event::ProxyStep { step } => d.u.proxyStep.step = step,
-            _ => {}
-        }
-        d
+        )
     }
 }
 
@@ -978,16 +897,6 @@ unsafe impl Send for SyncTable {}
 // SAFETY: as above.
 unsafe impl Sync for SyncTable {}
 static NET_FNS: std::sync::OnceLock<SyncTable> = std::sync::OnceLock::new();
-
-fn p2p_v2(func: &CStr, buff: *mut c_void, dtype: &CStr, count: usize, peer: i32) -> abi::ncclProfilerP2pDescr_v2_t {
-    let mut c = abi::ncclProfilerP2pDescr_v2_t::zeroed();
-    c.func = func.as_ptr();
-    c.buff = buff;
-    c.datatype = dtype.as_ptr();
-    c.count = count;
-    c.peer = peer;
-    c
-}
 
 impl Drop for Profiler {
     /// `finalize(context)` once per communicator; the library stays loaded (pinned).

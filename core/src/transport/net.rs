@@ -265,48 +265,115 @@ impl UserRegs {
     }
 }
 
-/// Allocates a connection's FIFO (`NCCL_STEPS` slots of `step_size` bytes) and
-/// registers it once with `regMr`. On failure the comm is closed with `close`,
-/// so nothing leaks, and the error names the connection (`what`).
-fn register_fifo(
-    net: &dyn NetPlugin,
-    comm: RawComm,
-    step_size: usize,
-    close: impl FnOnce(&dyn NetPlugin, RawComm) -> Result<(), NetError>,
-    what: impl FnOnce() -> String,
-) -> Result<(AlignedBuf, RawMr), Error> {
-    let buf = AlignedBuf::new(step_size * NCCL_STEPS);
-    match net.reg_mr(comm, buf.ptr(), step_size * NCCL_STEPS, PtrType::Host) {
-        Ok(mr) => Ok((buf, mr)),
-        Err(e) => {
-            let _ = close(net, comm);
-            Err(Error::net(what(), e))
-        }
-    }
-}
-
-/// Send side of a connection (NCCL's send connector + its proxy state).
-pub(crate) struct SendConn {
+/// What both ends of a plugin connection hold beyond their step state: the
+/// plugin and its comm, the FIFO (`NCCL_STEPS` slots of `step_size` bytes,
+/// registered once with `regMr`), the user memory registered for the current
+/// operation, the GPUDirect state and the ProxyStep events in flight.
+struct NetEnd {
     net: Arc<dyn NetPlugin>,
     comm: Option<RawComm>,
     mr: Option<RawMr>,
     buf: AlignedBuf,
     step_size: usize,
     tag: i32,
-    /// `head`: next step the producer fills; `tail`: oldest step not yet completed.
-    steps: Steps,
-    /// State of steps `tail..head`, indexed by [`Steps::index`].
-    slots: [SendSlot; NCCL_STEPS],
     /// Free buffer slots.
     free: SlotStack,
     /// User buffers registered for the current operation.
     user: UserRegs,
-    /// GPUDirect RDMA state (device memory registration).
+    /// GPUDirect RDMA state (device memory registration, flushes).
     gdr: GdrCx,
     /// ProxyStep events of the steps in flight (empty without a profiler).
     prof: StepTracker,
     /// Peer rank (for messages).
-    pub(crate) peer: usize,
+    peer: usize,
+    /// How this end's comm is closed (`close_send` or `close_recv`).
+    close: CloseFn,
+}
+
+/// The plugin call that closes one end's comm.
+type CloseFn = fn(&dyn NetPlugin, RawComm) -> Result<(), NetError>;
+
+impl NetEnd {
+    /// Wraps a connected comm: allocates its FIFO and registers it once. On
+    /// failure the comm is closed with `close`, so nothing leaks, and the error
+    /// names the connection (`what`).
+    #[allow(clippy::too_many_arguments)] // one connection's identity and parameters
+    fn new(
+        net: Arc<dyn NetPlugin>,
+        comm: RawComm,
+        step_size: usize,
+        tag: i32,
+        peer: usize,
+        gdr: GdrCx,
+        close: CloseFn,
+        what: impl FnOnce() -> String,
+    ) -> Result<NetEnd, Error> {
+        let buf = AlignedBuf::new(step_size * NCCL_STEPS);
+        let mr = match net.reg_mr(comm, buf.ptr(), step_size * NCCL_STEPS, PtrType::Host) {
+            Ok(mr) => mr,
+            Err(e) => {
+                let _ = close(&*net, comm);
+                return Err(Error::net(what(), e));
+            }
+        };
+        Ok(NetEnd {
+            net,
+            comm: Some(comm),
+            mr: Some(mr),
+            buf,
+            step_size,
+            tag,
+            free: SlotStack::full(),
+            user: UserRegs::default(),
+            gdr,
+            prof: StepTracker::default(),
+            peer,
+            close,
+        })
+    }
+
+    /// Closes this end: its step events abandoned, the user memory and the
+    /// FIFO deregistered, the comm closed (requests in flight are abandoned, as
+    /// NCCL does on abort); a second call does nothing. Errors of the plugin are
+    /// ignored: the connection is going away.
+    fn close(&mut self) {
+        self.prof.abandon();
+        self.user.release(&*self.net, self.comm);
+        if let Some(comm) = self.comm.take() {
+            if let Some(mr) = self.mr.take() {
+                let _ = self.net.dereg_mr(comm, mr);
+            }
+            let _ = (self.close)(&*self.net, comm);
+        }
+    }
+}
+
+/// The connector traits' profiling hooks of a NET end (both ends emit
+/// ProxyStep events through their [`NetEnd`]'s tracker).
+macro_rules! step_profiling {
+    () => {
+        fn prof_attach(&mut self, op: StepProf<'_>, nsteps: usize) -> bool {
+            self.end.prof.attach(op, nsteps);
+            true
+        }
+
+        fn prof_capable(&self) -> bool {
+            true
+        }
+
+        fn prof_detach(&mut self) {
+            self.end.prof.detach();
+        }
+    };
+}
+
+/// Send side of a connection (NCCL's send connector + its proxy state).
+pub(crate) struct SendConn {
+    end: NetEnd,
+    /// `head`: next step the producer fills; `tail`: oldest step not yet completed.
+    steps: Steps,
+    /// State of steps `tail..head`, indexed by [`Steps::index`].
+    slots: [SendSlot; NCCL_STEPS],
 }
 
 impl SendConn {
@@ -319,27 +386,20 @@ impl SendConn {
         peer: usize,
         gdr: GdrCx,
     ) -> Result<SendConn, Error> {
-        let (buf, mr) = register_fifo(
-            &*net,
+        let end = NetEnd::new(
+            net,
             comm,
             step_size,
+            tag,
+            peer,
+            gdr,
             |n, c| n.close_send(c),
             || format!("regMr of the send FIFO to rank {peer}"),
         )?;
         Ok(SendConn {
-            net,
-            comm: Some(comm),
-            mr: Some(mr),
-            buf,
-            step_size,
-            tag,
+            end,
             steps: Steps::default(),
             slots: [SendSlot::Empty; NCCL_STEPS],
-            free: SlotStack::full(),
-            user: UserRegs::default(),
-            gdr,
-            prof: StepTracker::default(),
-            peer,
         })
     }
 }
@@ -351,9 +411,9 @@ impl SendConn {
     /// slot before handing it over, so the GPU wait is empty).
     #[inline]
     fn prof_filled(&mut self, i: usize, size: usize) {
-        self.prof.begin(i);
-        self.prof.record(i, state::SEND_GPU_WAIT, size);
-        self.prof.record(i, state::SEND_PEER_WAIT, size);
+        self.end.prof.begin(i);
+        self.end.prof.record(i, state::SEND_GPU_WAIT, size);
+        self.end.prof.record(i, state::SEND_PEER_WAIT, size);
     }
 }
 
@@ -365,13 +425,19 @@ impl SendConnector for SendConn {
     /// freed after that, so nothing is cached across operations). A refusal only
     /// means steps take the FIFO path.
     fn register_user(&mut self, ptr: *const u8, len: usize, space: MemorySpace) {
-        self.user
-            .register(&*self.net, self.comm, (ptr, len, space), &mut self.gdr, true, self.peer)
+        self.end.user.register(
+            &*self.end.net,
+            self.end.comm,
+            (ptr, len, space),
+            &mut self.end.gdr,
+            true,
+            self.end.peer,
+        )
     }
 
     /// The mhandle of a registration covering `[ptr, ptr + len)`, if any.
     fn user_reg(&self, ptr: *const u8, len: usize) -> Option<UserReg> {
-        self.user.find(ptr, len).map(|r| UserReg(r.mr.0))
+        self.end.user.find(ptr, len).map(|r| UserReg(r.mr.0))
     }
 
     /// Deregisters the user buffers of the finished operation. Must only be called
@@ -379,7 +445,7 @@ impl SendConnector for SendConn {
     /// registrations stay until [`SendConn::close`].
     fn release_user(&mut self) {
         if self.idle() {
-            self.user.release(&*self.net, self.comm);
+            self.end.user.release(&*self.end.net, self.end.comm);
         }
     }
 
@@ -406,7 +472,7 @@ impl SendConnector for SendConn {
     /// until the step completes (the operation's end at the latest).
     fn push_user(&mut self, ptr: *const u8, size: usize, reg: UserReg) {
         let mr = RawMr(reg.0);
-        debug_assert!(self.can_push_user() && size <= self.step_size);
+        debug_assert!(self.can_push_user() && size <= self.end.step_size);
         let i = Steps::index(self.steps.head);
         self.slots[i] = SendSlot::Filled(SendSrc::User(ptr as usize, mr), size);
         self.steps.head += 1;
@@ -415,24 +481,26 @@ impl SendConnector for SendConn {
 
     /// Bytes one step (slot) holds.
     fn step_size(&self) -> usize {
-        self.step_size
+        self.end.step_size
     }
 
     /// Whether the producer may fill the next step.
     fn can_push(&self) -> bool {
-        self.steps.has_room() && self.free.top().is_some()
+        self.steps.has_room() && self.end.free.top().is_some()
     }
 
     /// Address of the slot of the next step (valid while `can_push()`).
     fn next_slot(&self) -> *mut u8 {
-        self.buf
-            .slot(self.free.top().expect("next_slot without can_push"), self.step_size)
+        self.end.buf.slot(
+            self.end.free.top().expect("next_slot without can_push"),
+            self.end.step_size,
+        )
     }
 
     /// Marks the next step filled with `size` bytes; it is sent by `progress`.
     fn push(&mut self, size: usize) {
-        debug_assert!(self.can_push() && size <= self.step_size);
-        let slot = self.free.take().expect("push without can_push");
+        debug_assert!(self.can_push() && size <= self.end.step_size);
+        let slot = self.end.free.take().expect("push without can_push");
         let i = Steps::index(self.steps.head);
         self.slots[i] = SendSlot::Filled(SendSrc::Slot(slot), size);
         self.steps.head += 1;
@@ -447,10 +515,10 @@ impl SendConnector for SendConn {
     /// Posts filled steps (in order) and tests in-flight ones. Returns whether
     /// anything moved.
     fn progress(&mut self) -> Result<bool, Error> {
-        let Some(comm) = self.comm else {
+        let Some(comm) = self.end.comm else {
             return Err(Error::Internal(format!(
                 "send connection to rank {} is closed",
-                self.peer
+                self.end.peer
             )));
         };
         let mut moved = false;
@@ -461,18 +529,23 @@ impl SendConnector for SendConn {
                 SendSlot::Empty => {}
                 SendSlot::Filled(src, size) => {
                     let (data, mr) = match src {
-                        SendSrc::Slot(slot) => (self.buf.slot(slot, self.step_size), self.mr),
+                        SendSrc::Slot(slot) => (self.end.buf.slot(slot, self.end.step_size), self.end.mr),
                         SendSrc::User(ptr, mr) => (ptr as *mut u8, Some(mr)),
                     };
-                    let ph = self.prof.phandle(i);
-                    match self.net.isend_ph(comm, data, size, self.tag, mr, ph) {
+                    let ph = self.end.prof.phandle(i);
+                    match self.end.net.isend_ph(comm, data, size, self.end.tag, mr, ph) {
                         Ok(Some(req)) => {
-                            self.prof.record(i, state::SEND_WAIT, size);
+                            self.end.prof.record(i, state::SEND_WAIT, size);
                             self.slots[i] = SendSlot::InFlight(src, size, req);
                             moved = true;
                         }
                         Ok(None) => break,
-                        Err(e) => return Err(Error::net(format!("isend of {size} bytes to rank {}", self.peer), e)),
+                        Err(e) => {
+                            return Err(Error::net(
+                                format!("isend of {size} bytes to rank {}", self.end.peer),
+                                e,
+                            ));
+                        }
                     }
                 }
                 SendSlot::InFlight(..) => {}
@@ -485,51 +558,40 @@ impl SendConnector for SendConn {
             let SendSlot::InFlight(src, _, req) = self.slots[i] else {
                 break;
             };
-            match self.net.test(req, &mut []) {
+            match self.end.net.test(req, &mut []) {
                 Ok(true) => {
-                    self.prof.end(i);
+                    self.end.prof.end(i);
                     self.slots[i] = SendSlot::Empty;
                     if let SendSrc::Slot(slot) = src {
-                        self.free.give(slot);
+                        self.end.free.give(slot);
                     }
                     self.steps.tail += 1;
                     moved = true;
                 }
                 Ok(false) => break,
-                Err(e) => return Err(Error::net(format!("test of a send to rank {}", self.peer), e)),
+                Err(e) => return Err(Error::net(format!("test of a send to rank {}", self.end.peer), e)),
             }
         }
         Ok(moved)
     }
 
-    fn prof_attach(&mut self, op: StepProf<'_>, nsteps: usize) -> bool {
-        self.prof.attach(op, nsteps);
-        true
-    }
-
-    fn prof_capable(&self) -> bool {
-        true
-    }
-
-    fn prof_detach(&mut self) {
-        self.prof.detach();
-    }
+    step_profiling!();
 
     /// Deregisters and closes the sendComm (requests in flight are abandoned,
     /// as NCCL does on abort).
     fn close(&mut self) {
-        self.prof.abandon();
-        self.user.release(&*self.net, self.comm);
-        if let Some(comm) = self.comm.take() {
-            if let Some(mr) = self.mr.take() {
-                let _ = self.net.dereg_mr(comm, mr);
-            }
-            let _ = self.net.close_send(comm);
-        }
+        self.end.close();
     }
 }
 
+// Closing is all an end needs when dropped (on every exit path, errors included).
 impl Drop for SendConn {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Drop for RecvConn {
     fn drop(&mut self) {
         self.close();
     }
@@ -566,12 +628,7 @@ enum RecvState {
 /// step before its data can land: into a free FIFO slot, or straight into the
 /// step's user output when the operation registered it.
 pub(crate) struct RecvConn {
-    net: Arc<dyn NetPlugin>,
-    comm: Option<RawComm>,
-    mr: Option<RawMr>,
-    buf: AlignedBuf,
-    step_size: usize,
-    tag: i32,
+    end: NetEnd,
     /// `tail`: next step the consumer takes; `head`: next step to post an
     /// `irecv` for.
     steps: Steps,
@@ -584,16 +641,6 @@ pub(crate) struct RecvConn {
     targets: VecDeque<Option<RecvDst>>,
     /// State of steps `tail..head`, indexed by [`Steps::index`].
     slots: [RecvState; NCCL_STEPS],
-    /// Free buffer slots.
-    free: SlotStack,
-    /// User buffers registered for the current operation.
-    user: UserRegs,
-    /// GPUDirect RDMA state (device memory registration, flushes).
-    gdr: GdrCx,
-    /// ProxyStep events of the steps in flight (empty without a profiler).
-    prof: StepTracker,
-    /// Peer rank (for messages).
-    pub(crate) peer: usize,
 }
 
 impl RecvConn {
@@ -606,35 +653,28 @@ impl RecvConn {
         peer: usize,
         gdr: GdrCx,
     ) -> Result<RecvConn, Error> {
-        let (buf, mr) = register_fifo(
-            &*net,
+        let end = NetEnd::new(
+            net,
             comm,
             step_size,
+            tag,
+            peer,
+            gdr,
             |n, c| n.close_recv(c),
             || format!("regMr of the receive FIFO from rank {peer}"),
         )?;
         Ok(RecvConn {
-            net,
-            comm: Some(comm),
-            mr: Some(mr),
-            buf,
-            step_size,
-            tag,
+            end,
             steps: Steps::default(),
             limit: 0,
             targets: VecDeque::new(),
             slots: [RecvState::Empty; NCCL_STEPS],
-            free: SlotStack::full(),
-            user: UserRegs::default(),
-            gdr,
-            prof: StepTracker::default(),
-            peer,
         })
     }
 
     fn addr(&self, dst: RecvDst) -> *mut u8 {
         match dst {
-            RecvDst::Slot(slot) => self.buf.slot(slot, self.step_size),
+            RecvDst::Slot(slot) => self.end.buf.slot(slot, self.end.step_size),
             RecvDst::User(addr, ..) => addr as *mut u8,
         }
     }
@@ -645,13 +685,13 @@ impl RecvConnector for RecvConn {
     /// can land in it directly (see [`RecvConn::expect`]); as
     /// [`SendConn::register_user`].
     fn register_user(&mut self, ptr: *const u8, len: usize, space: MemorySpace) {
-        self.user.register(
-            &*self.net,
-            self.comm,
+        self.end.user.register(
+            &*self.end.net,
+            self.end.comm,
             (ptr, len, space),
-            &mut self.gdr,
+            &mut self.end.gdr,
             false,
-            self.peer,
+            self.end.peer,
         )
     }
 
@@ -659,7 +699,7 @@ impl RecvConnector for RecvConn {
     /// expected step has been consumed; otherwise they stay until `close`).
     fn release_user(&mut self) {
         if self.steps.tail == self.limit {
-            self.user.release(&*self.net, self.comm);
+            self.end.user.release(&*self.end.net, self.end.comm);
         }
     }
 
@@ -681,7 +721,8 @@ impl RecvConnector for RecvConn {
     /// the step uses a FIFO slot), `None` for a FIFO slot.
     fn expect(&mut self, target: Option<(*mut u8, usize)>) {
         let t = target.and_then(|(p, n)| {
-            self.user
+            self.end
+                .user
                 .find(p, n)
                 .map(|r| RecvDst::User(p as usize, n, r.mr, r.flush))
         });
@@ -699,19 +740,19 @@ impl RecvConnector for RecvConn {
         self.slots[i] = RecvState::Empty;
         // The consumer is done with the step: NCCL stops the ProxyStep when the
         // GPU's head passes it.
-        self.prof.end(i);
+        self.end.prof.end(i);
         if let RecvDst::Slot(slot) = dst {
-            self.free.give(slot);
+            self.end.free.give(slot);
         }
         self.steps.tail += 1;
     }
 
     /// Posts receives (into free slots or user memory) and tests posted ones, in order.
     fn progress(&mut self) -> Result<bool, Error> {
-        let Some(comm) = self.comm else {
+        let Some(comm) = self.end.comm else {
             return Err(Error::Internal(format!(
                 "receive connection from rank {} is closed",
-                self.peer
+                self.end.peer
             )));
         };
         let mut moved = false;
@@ -721,19 +762,19 @@ impl RecvConnector for RecvConn {
             let i = Steps::index(step);
             if let RecvState::Posted(dst, req) = self.slots[i] {
                 let mut sizes = [0usize; 1];
-                match self.net.test(req, &mut sizes) {
+                match self.end.net.test(req, &mut sizes) {
                     Ok(true) => {
                         let cap = match dst {
-                            RecvDst::Slot(_) => self.step_size,
+                            RecvDst::Slot(_) => self.end.step_size,
                             RecvDst::User(_, n, ..) => n,
                         };
                         if sizes[0] > cap {
                             return Err(Error::Remote(format!(
                                 "rank {} sent {} bytes into a {cap}-byte receive",
-                                self.peer, sizes[0]
+                                self.end.peer, sizes[0]
                             )));
                         }
-                        self.prof.record(i, state::RECV_FLUSH_WAIT, sizes[0]);
+                        self.end.prof.record(i, state::RECV_FLUSH_WAIT, sizes[0]);
                         self.slots[i] = match dst {
                             // net.cc recvProxyProgress: data received by GPUDirect into
                             // device memory that needs a flush (and is not empty) is
@@ -742,11 +783,11 @@ impl RecvConnector for RecvConn {
                                 let slot = RecvSlot {
                                     data: addr as *mut u8,
                                     size: sizes[0],
-                                    tag: self.tag,
+                                    tag: self.end.tag,
                                     mr: Some(mr),
                                 };
-                                let r = self.net.iflush(comm, &[slot]).map_err(|e| {
-                                    Error::net(format!("iflush of a receive from rank {}", self.peer), e)
+                                let r = self.end.net.iflush(comm, &[slot]).map_err(|e| {
+                                    Error::net(format!("iflush of a receive from rank {}", self.end.peer), e)
                                 })?;
                                 RecvState::Flushing(dst, sizes[0], r)
                             }
@@ -755,22 +796,21 @@ impl RecvConnector for RecvConn {
                         moved = true;
                     }
                     Ok(false) => break,
-                    Err(e) => return Err(Error::net(format!("test of a receive from rank {}", self.peer), e)),
+                    Err(e) => return Err(Error::net(format!("test of a receive from rank {}", self.end.peer), e)),
                 }
             }
             if let RecvState::Flushing(dst, size, req) = self.slots[i] {
                 let done = match req {
                     None => true,
-                    Some(r) => self
-                        .net
-                        .test(r, &mut [])
-                        .map_err(|e| Error::net(format!("test of a flush of a receive from rank {}", self.peer), e))?,
+                    Some(r) => self.end.net.test(r, &mut []).map_err(|e| {
+                        Error::net(format!("test of a flush of a receive from rank {}", self.end.peer), e)
+                    })?,
                 };
                 if !done {
                     break;
                 }
                 self.slots[i] = RecvState::Ready(dst, size);
-                self.prof.record(i, state::RECV_GPU_WAIT, size);
+                self.end.prof.record(i, state::RECV_GPU_WAIT, size);
                 moved = true;
             }
             step += 1;
@@ -780,30 +820,34 @@ impl RecvConnector for RecvConn {
             let i = Steps::index(self.steps.head);
             let dst = match self.targets.front().copied().flatten() {
                 Some(d) => d,
-                None => match self.free.top() {
+                None => match self.end.free.top() {
                     Some(slot) => RecvDst::Slot(slot),
                     None => break,
                 },
             };
             let (data, size, mr) = match dst {
-                RecvDst::Slot(slot) => (self.buf.slot(slot, self.step_size), self.step_size, self.mr),
+                RecvDst::Slot(slot) => (
+                    self.end.buf.slot(slot, self.end.step_size),
+                    self.end.step_size,
+                    self.end.mr,
+                ),
                 RecvDst::User(addr, n, mr, _) => (addr as *mut u8, n, Some(mr)),
             };
             let slot = RecvSlot {
                 data,
                 size,
-                tag: self.tag,
+                tag: self.end.tag,
                 mr,
             };
             // The ProxyStep starts before the receive is posted (once, even if
             // the plugin asks to retry).
-            self.prof.begin(i);
-            let ph = self.prof.phandle(i);
-            match self.net.irecv_ph(comm, &[slot], false, &[ph]) {
+            self.end.prof.begin(i);
+            let ph = self.end.prof.phandle(i);
+            match self.end.net.irecv_ph(comm, &[slot], false, &[ph]) {
                 Ok(Some(req)) => {
-                    self.prof.record(i, state::RECV_WAIT, size);
+                    self.end.prof.record(i, state::RECV_WAIT, size);
                     if let RecvDst::Slot(_) = dst {
-                        self.free.take();
+                        self.end.free.take();
                     }
                     self.targets.pop_front();
                     self.slots[i] = RecvState::Posted(dst, req);
@@ -811,41 +855,17 @@ impl RecvConnector for RecvConn {
                     moved = true;
                 }
                 Ok(None) => break,
-                Err(e) => return Err(Error::net(format!("irecv from rank {}", self.peer), e)),
+                Err(e) => return Err(Error::net(format!("irecv from rank {}", self.end.peer), e)),
             }
         }
         Ok(moved)
     }
 
-    fn prof_attach(&mut self, op: StepProf<'_>, nsteps: usize) -> bool {
-        self.prof.attach(op, nsteps);
-        true
-    }
+    step_profiling!();
 
-    fn prof_capable(&self) -> bool {
-        true
-    }
-
-    fn prof_detach(&mut self) {
-        self.prof.detach();
-    }
-
-    /// Deregisters and closes the recvComm.
+    /// Deregisters and closes the recvComm (requests in flight are abandoned).
     fn close(&mut self) {
-        self.prof.abandon();
-        self.user.release(&*self.net, self.comm);
-        if let Some(comm) = self.comm.take() {
-            if let Some(mr) = self.mr.take() {
-                let _ = self.net.dereg_mr(comm, mr);
-            }
-            let _ = self.net.close_recv(comm);
-        }
-    }
-}
-
-impl Drop for RecvConn {
-    fn drop(&mut self) {
-        self.close();
+        self.end.close();
     }
 }
 
