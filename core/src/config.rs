@@ -65,6 +65,7 @@ impl fmt::Display for Source {
 
 /// A parameter value that was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// Not an integer in `strtoll(…, 0)` syntax, or it overflows `i64`.
     #[error("{name}={value:?} (from {origin}) is not a valid integer; expected an integer in [{min}, {max}]")]

@@ -24,6 +24,7 @@ use crate::topo::TopoError;
 /// (`Comm::async_error`) to every caller; leaf errors that are not `Clone`
 /// are shared behind an [`Arc`].
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A net plugin call failed (`ncclSystemError` / `ncclRemoteError` from the
     /// plugin); `what` names the call and the peer.

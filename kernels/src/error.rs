@@ -4,6 +4,7 @@ use crate::DataType;
 
 /// What a kernel primitive rejected. Messages say what was expected and found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KernelError {
     /// A buffer length is not a multiple of the element size.
     #[error("{what} buffer is {len} bytes, not a multiple of the {dtype} element size {size}")]

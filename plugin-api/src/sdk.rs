@@ -36,7 +36,8 @@ pub const MAX_RECVS: usize = 8;
 /// (guidance of NCCL's `plugins/net/README.md`: network/system failure →
 /// `ncclSystemError`, API misuse by the caller → `ncclInternalError`, user
 /// misconfiguration / size mismatch → `ncclInvalidUsage`).
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum NetError {
     /// A system call or the network failed (`ncclSystemError`, 2).
     #[error("system error: {0}")]

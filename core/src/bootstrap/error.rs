@@ -7,6 +7,7 @@ use std::time::Duration;
 /// Messages say what was awaited or expected, what was found, and (for timeouts
 /// and root failures) which ranks never arrived.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BootstrapError {
     /// A socket operation failed. `what` names the operation and the peer.
     #[error("bootstrap: {what}: {source}")]

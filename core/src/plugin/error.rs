@@ -7,6 +7,7 @@ use super::net::NetError;
 /// Why loading a plugin failed. Every message says what was expected, what was
 /// found and, where there is one, what to do about it.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PluginError {
     /// No file could be opened for the requested library name.
     #[error("plugin library '{requested}' not found (tried: {}); give a full path, or put the library's directory on LD_LIBRARY_PATH or FERROCCL_PLUGIN_PATH", tried.join(", "))]

@@ -48,6 +48,7 @@ const NP: usize = NCCL_NUM_PROTOCOLS;
 
 /// What went wrong in a tuner call.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TunerError {
     /// The plugin returned an error code.
     #[error("tuner '{plugin}' (ncclTuner v{version}) {call} returned {code}")]

@@ -60,6 +60,7 @@ pub use xml::XmlNode;
 /// Errors of topology loading, detection and graph construction. Messages name the XML
 /// element and attribute at fault where there is one.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TopoError {
     /// The document is not well-formed XML (or has text where NCCL expects elements).
     #[error("{origin}: XML syntax error at byte {position}: {message}")]

@@ -17,6 +17,7 @@ use crate::coll::ids::{ALGO_NAMES, FUNC_NAMES, NUM_ALGOS, NUM_FUNCS, NUM_PROTOS,
 
 /// Why a value of `NCCL_ALGO` or `NCCL_PROTO` was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum GrammarError {
     /// An entry after the first has no `func:` prefix.
     #[error("{var}=\"{value}\": all entries except the first must have a prefix (found \"{entry}\")")]

@@ -511,14 +511,14 @@ impl Conn {
                 self.dev.name,
                 self.dev.port
             );
-            self.failed = Some(e.clone_err());
+            self.failed = Some(e.clone());
         }
         e
     }
 
     fn check_failed(&self) -> NetResult<()> {
         match &self.failed {
-            Some(e) => Err(e.clone_err()),
+            Some(e) => Err(e.clone()),
             None => Ok(()),
         }
     }
@@ -591,23 +591,6 @@ impl Conn {
             None => Err(NetError::Internal(format!(
                 "request {id} is not outstanding on this comm"
             ))),
-        }
-    }
-}
-
-trait CloneErr {
-    fn clone_err(&self) -> NetError;
-}
-
-impl CloneErr for NetError {
-    fn clone_err(&self) -> NetError {
-        match self {
-            NetError::System(s) => NetError::System(s.clone()),
-            NetError::Remote(s) => NetError::Remote(s.clone()),
-            NetError::Internal(s) => NetError::Internal(s.clone()),
-            NetError::InvalidArgument(s) => NetError::InvalidArgument(s.clone()),
-            NetError::InvalidUsage(s) => NetError::InvalidUsage(s.clone()),
-            NetError::Timeout(s) => NetError::Timeout(s.clone()),
         }
     }
 }

@@ -84,6 +84,7 @@ pub fn pieces(off: usize, len: usize, max_msg: usize) -> impl Iterator<Item = (u
 
 /// Error of the sans-IO core; the I/O layer maps it to a `NetError`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProtoError {
     /// The send is larger than the receive buffer it matched.
     #[error("message truncated: isend of {send} bytes with tag {tag} matched a receive buffer of {recv} bytes")]

@@ -109,17 +109,6 @@ fn io_err(what: &str, peer: SocketAddr, e: &io::Error) -> NetError {
     }
 }
 
-fn clone_err(e: &NetError) -> NetError {
-    match e {
-        NetError::System(s) => NetError::System(s.clone()),
-        NetError::Remote(s) => NetError::Remote(s.clone()),
-        NetError::Internal(s) => NetError::Internal(s.clone()),
-        NetError::InvalidArgument(s) => NetError::InvalidArgument(s.clone()),
-        NetError::InvalidUsage(s) => NetError::InvalidUsage(s.clone()),
-        NetError::Timeout(s) => NetError::Timeout(s.clone()),
-    }
-}
-
 fn proto_err(peer: SocketAddr, e: ProtoError) -> NetError {
     match e {
         ProtoError::Truncated { .. } => NetError::InvalidUsage(format!("NET/FerrocclSocket: peer {peer}: {e}")),
@@ -271,7 +260,7 @@ impl Pool {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .map(clone_err)
+            .cloned()
     }
 
     fn shutdown(&mut self) {
@@ -820,7 +809,7 @@ impl SendComm {
     pub fn isend(&mut self, buf: Buf, tag: i32) -> NetResult<Option<Request>> {
         let mut g = lock(&self.inner);
         if let Some(e) = &g.failed {
-            return Err(clone_err(e));
+            return Err(e.clone());
         }
         if g.reqs.len() >= MAX_SEND_REQUESTS {
             return Ok(None);
@@ -834,7 +823,7 @@ impl SendComm {
             data_expected += ch.len;
             let sub = Buf::new(buf.ptr.wrapping_add(ch.offset), ch.len);
             if let Err(e) = g.pool.submit(ch.stream, sub, data_done.clone()) {
-                g.failed = Some(clone_err(&e));
+                g.failed = Some(e.clone());
                 return Err(e);
             }
         }
@@ -884,7 +873,7 @@ impl SendInner {
     fn progress(&mut self, block: bool) -> NetResult<()> {
         let r = self.progress_inner(block);
         if let Err(e) = &r {
-            self.failed.get_or_insert(clone_err(e));
+            self.failed.get_or_insert(e.clone());
         }
         r
     }
@@ -927,7 +916,7 @@ impl SendInner {
     /// Tests send `id`; `repeat`: the caller waits on this request alone (module docs).
     fn test(&mut self, id: u64, repeat: bool) -> NetResult<TestStatus> {
         if let Some(e) = &self.failed {
-            return Err(clone_err(e));
+            return Err(e.clone());
         }
         let Some(r) = self.reqs.get(&id) else {
             return Err(NetError::Internal(format!(
@@ -944,7 +933,7 @@ impl SendInner {
             return Ok(TestStatus::done1(size));
         }
         if let Some(e) = self.pool.error() {
-            self.failed.get_or_insert(clone_err(&e));
+            self.failed.get_or_insert(e.clone());
             return Err(e);
         }
         if repeat && !waited {
@@ -1018,7 +1007,7 @@ impl RecvComm {
         }
         let mut g = lock(&self.inner);
         if let Some(e) = &g.failed {
-            return Err(clone_err(e));
+            return Err(e.clone());
         }
         if g.reqs.len() >= MAX_REQUESTS {
             return Ok(None);
@@ -1058,7 +1047,7 @@ impl RecvInner {
     fn progress(&mut self, block: bool) -> NetResult<()> {
         let r = self.progress_inner(block);
         if let Err(e) = &r {
-            self.failed.get_or_insert(clone_err(e));
+            self.failed.get_or_insert(e.clone());
         }
         r
     }
@@ -1167,7 +1156,7 @@ impl RecvInner {
     /// Tests receive `id`; `repeat`: the caller waits on this request alone (module docs).
     fn test(&mut self, id: u64, repeat: bool) -> NetResult<TestStatus> {
         if let Some(e) = &self.failed {
-            return Err(clone_err(e));
+            return Err(e.clone());
         }
         if !self.reqs.contains_key(&id) {
             return Err(NetError::Internal(format!(
@@ -1196,7 +1185,7 @@ impl RecvInner {
             }
         }
         if let Some(e) = self.pool.error() {
-            self.failed.get_or_insert(clone_err(&e));
+            self.failed.get_or_insert(e.clone());
             return Err(e);
         }
         if repeat && !waited {

@@ -66,6 +66,7 @@ pub const SCRATCH_MARKER: u64 = 0x6665_7272_6f63_6f6e; // "ferrocon"
 
 /// A protocol violation or misuse detected by the state machines.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProtoError {
     /// The peer sent more bytes than the receive buffer it matched can hold.
     #[error(

@@ -68,6 +68,7 @@ pub struct Rule {
 
 /// Why a rule file was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RulesError {
     /// The file could not be read.
     #[error("cannot read tuner rules {file}: {why}")]
