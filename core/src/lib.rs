@@ -2,22 +2,22 @@
 //! `docs/ARCHITECTURE.md`).
 pub mod bootstrap;
 pub mod check;
-pub mod coll;
-pub mod comm;
+pub(crate) mod coll;
+pub(crate) mod comm;
 pub mod config;
 pub(crate) mod diag;
-pub mod enqueue;
+pub(crate) mod enqueue;
 pub mod error;
 pub mod graph;
-pub mod group;
+pub(crate) mod group;
 pub mod log;
 pub mod mockdev;
 pub mod plugin;
 pub mod profiler;
-pub mod proxy;
+pub(crate) mod proxy;
 pub mod stream;
 pub mod topo;
-pub mod transport;
+pub(crate) mod transport;
 pub mod tune;
 
 pub use bootstrap::{UniqueId, get_unique_id};

@@ -119,29 +119,6 @@ pub fn decide(space: MemorySpace, read: bool, inp: &GdrInputs) -> MemPath {
     }
 }
 
-/// The INFO line for a decision about GPU `gpu` and net device `dev` of plugin
-/// `net` (NCCL prints `GPU Direct RDMA Enabled for ...` / `... Disabled for ...`
-/// in `ncclTopoCheckGdr`); `None` for host memory.
-pub fn describe(path: &MemPath, gpu: usize, net: &str, dev: usize, read: bool) -> Option<String> {
-    let dir = if read { "send" } else { "receive" };
-    match path {
-        MemPath::Host => None,
-        MemPath::Direct { dmabuf, mode, flush } => Some(format!(
-            "GPU Direct RDMA Enabled for GPU {gpu} / NET/{net}/{dev} ({dir}, read {}, mode {}{}{})",
-            i32::from(read),
-            match mode {
-                GdrMode::Pci => "PCI",
-                _ => "Default",
-            },
-            if *dmabuf { ", DMA-BUF" } else { "" },
-            if *flush { ", flush" } else { "" },
-        )),
-        MemPath::Staged(why) => Some(format!(
-            "GPU Direct RDMA Disabled for GPU {gpu} / NET/{net}/{dev} ({dir}: {why}); staging through host memory"
-        )),
-    }
-}
-
 /// What the GPUDirect decision needs to know about a GPU (NCCL reads these from
 /// its topology's GPU node: `gdrSupport`, `cudaCompCap`, the PCI position; and
 /// `dmaBufSupport` from the driver in `src/init.cc`).
@@ -468,22 +445,6 @@ mod tests {
                 flush: true
             }
         );
-    }
-
-    #[test]
-    fn info_lines_as_nccl() {
-        let on = decide(DEV, true, &inputs(NCCL_PTR_CUDA, GdrMode::Default));
-        assert_eq!(
-            describe(&on, 0, "IB", 1, true).unwrap(),
-            "GPU Direct RDMA Enabled for GPU 0 / NET/IB/1 (send, read 1, mode Default)"
-        );
-        let off = decide(DEV, false, &inputs(NCCL_PTR_HOST, GdrMode::Default));
-        assert_eq!(
-            describe(&off, 0, "Socket", 0, false).unwrap(),
-            "GPU Direct RDMA Disabled for GPU 0 / NET/Socket/0 (receive: the plugin does not support \
-             NCCL_PTR_CUDA); staging through host memory"
-        );
-        assert_eq!(describe(&MemPath::Host, 0, "IB", 0, true), None);
     }
 
     const ROOT0: &str = "/sys/devices/pci0000:00";
