@@ -118,14 +118,19 @@ load_state() {
     [[ -n $NHOSTS && -n $NNICS ]] || die "cluster '$NAME' is incomplete (an \`up\` was interrupted): run \`$0 --name $NAME down\`"
 }
 
+# Every object is journalled before it is made (bash runs a trap only between
+# commands, so an interrupted `up` never leaves an object its journal lacks).
 journal() { echo "$*" >>"$(state_file)"; }
 
-# Makes a network namespace and marks it as ours (alias of its loopback).
+# Makes a network namespace and marks it as ours (alias of its loopback). The
+# journal says `netns-new` until the mark is set: such a namespace without any
+# mark was made here (the name was checked free just before).
 make_ns() {
     local ns=$1
+    journal netns-new "$ns"
     ip netns add "$ns"
-    journal netns "$ns"
     ip -n "$ns" link set lo alias "$MARK:$NAME:$TOKEN"
+    journal netns "$ns"
     ip -n "$ns" link set lo up
     ip netns exec "$ns" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 >/dev/null
 }
@@ -240,7 +245,10 @@ teardown() {
     sf=$(state_file)
     DOWN_REFUSED=0
     [[ -f $sf ]] || return 0
-    mapfile -t entries < <(awk '$1 == "netns" || $1 == "mount" || $1 == "dir" || $1 == "bind" { print }' "$sf" | tac)
+    local magic name token
+    read -r magic name token <"$sf" || true
+    [[ $magic == "$MARK-v1" && $name == "$NAME" && $token == "$TOKEN" ]] || return 0
+    mapfile -t entries < <(awk '$1 ~ /^(netns|netns-new|mount|bind)$/ { print }' "$sf" | tac)
     # Processes first, in every namespace (a rank on one host must not outlive its
     # peers' namespaces by a retry loop).
     for e in "${entries[@]}"; do
@@ -276,11 +284,11 @@ teardown() {
     for e in "${entries[@]}"; do
         read -r kind what <<<"$e"
         case $kind in
-        netns)
+        netns | netns-new)
             ip netns list 2>/dev/null | awk '{ print $1 }' | grep -qx "$what" || continue
             local mark
             mark=$(ns_mark "$what")
-            if [[ $mark != "$MARK:$NAME:$TOKEN" ]]; then
+            if [[ $mark != "$MARK:$NAME:$TOKEN" && ! ($kind == netns-new && -z $mark) ]]; then
                 echo "netns-cluster: namespace $what carries '${mark:-no mark}', not this cluster's mark: left alone" >&2
                 DOWN_REFUSED=1
                 continue
@@ -291,11 +299,13 @@ teardown() {
             if mountpoint -q "$what" 2>/dev/null || grep -q " $what " /proc/self/mountinfo; then
                 umount "$what" 2>/dev/null || umount -l "$what"
             fi
-            [[ $kind == mount ]] && rm -f "$what"
+            if [[ $kind == mount ]]; then rm -f "$what"; fi
             ;;
-        dir) ;;
         esac
     done
+    # Keep the journal while anything it lists was left alone: a later `down`
+    # (after the mark is sorted out) finishes the job.
+    [[ $DOWN_REFUSED == 1 ]] && return 0
     rm -f "$d/hosts" "$d/hostfile" "$d/etc-hosts" "$sf"
     if mountpoint -q "$d" 2>/dev/null; then umount "$d" 2>/dev/null || umount -l "$d"; fi
     rmdir "$d" 2>/dev/null || true
@@ -330,20 +340,20 @@ cmd_up() {
     for ns in "$(switch_ns)" $(for i in $(seq 0 $((k - 1))); do host_ns "$i"; done); do
         ip netns list | awk '{ print $1 }' | grep -qx "$ns" && die "a network namespace '$ns' exists and was not made for this cluster: not touching it (pick another --name)"
     done
-    mkdir -p "$STATE_ROOT"
-    mkdir "$d" || die "cannot create $d"
     TOKEN=$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')
-    echo "$MARK-v1 $NAME $TOKEN" >"$(state_file)"
-    journal dir "$d"
     DONE_UP=0
-    # shellcheck disable=SC2064
-    trap 'rc=$?; if [[ $DONE_UP != 1 ]]; then echo "netns-cluster: up failed or was interrupted: removing what it made" >&2; teardown; fi; exit $rc' EXIT
+    # On any exit before the end: remove what the journal lists (teardown checks
+    # the token), then the state directory if it is still empty.
+    trap 'rc=$?; if [[ $DONE_UP != 1 ]]; then echo "netns-cluster: up failed or was interrupted: removing what it made" >&2; teardown || true; rmdir "$d" "$STATE_ROOT" 2>/dev/null || true; fi; exit $rc' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
     trap 'exit 129' HUP
+    mkdir -p "$STATE_ROOT"
+    mkdir "$d" || die "cannot create $d"
+    echo "$MARK-v1 $NAME $TOKEN" >"$(state_file)"
     # Persistent mount-namespace files must sit on a private mount.
-    mount --bind "$d" "$d"
     journal bind "$d"
+    mount --bind "$d" "$d"
     mount --make-private "$d"
 
     local sw
@@ -371,9 +381,9 @@ cmd_up() {
             ip -n "$ns" link set "eth$j" up
         done
         # The host's name (UTS) and its own sysfs and /etc/hosts (mount).
-        touch "$d/h$i.uts" "$d/h$i.mnt"
         journal mount "$d/h$i.uts"
         journal mount "$d/h$i.mnt"
+        touch "$d/h$i.uts" "$d/h$i.mnt"
         nsenter --net="/run/netns/$ns" unshare --uts="$d/h$i.uts" --mount="$d/h$i.mnt" --propagation slave \
             sh -c "hostname '$ns' && umount -l /sys && mount -t sysfs sysfs /sys && mount --bind '$d/etc-hosts' /etc/hosts"
         echo "$ns slots=64" >>"$d/hostfile"

@@ -540,3 +540,100 @@ fn a_host_link_down_mid_collective_fails_every_rank_naming_the_other_host() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn netns_exists(name: &str) -> bool {
+    let o = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .any(|l| l.split_whitespace().next() == Some(name))
+}
+
+/// The script's own promises: a failed `up` leaves nothing behind; it refuses
+/// a name that is taken by a namespace it did not make, and `down` leaves
+/// alone a namespace whose mark is not the cluster's (and keeps its journal,
+/// so a later `down` finishes once the mark is right again).
+#[test]
+fn the_script_cleans_up_a_failed_up_and_touches_nothing_it_did_not_make() {
+    if !netns_available() {
+        return;
+    }
+    remove_stale_test_clusters();
+    let name = format!("t{}s", std::process::id());
+    let run = |args: &[&str]| {
+        Command::new(script())
+            .args(["--name", &name])
+            .args(args)
+            .output()
+            .expect("run netns-cluster.sh")
+    };
+    let state = std::env::var_os("FERROCCL_NETNS_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("/run/ferroccl-netns"), PathBuf::from)
+        .join(&name);
+    // 1. An MTU no veth takes: `up` fails after the switch namespace is made.
+    let o = run(&["up", "2", "--mtu", "70000"]);
+    assert!(!o.status.success(), "up with MTU 70000 succeeded");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("removing what it made"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for ns in ["sw", "h0", "h1"] {
+        assert!(
+            !netns_exists(&format!("{name}-{ns}")),
+            "{name}-{ns} left behind by a failed up"
+        );
+    }
+    assert!(!state.exists(), "{} left behind by a failed up", state.display());
+    // 2. A namespace with one of the names `up` would use, made by someone else.
+    let foreign = format!("{name}-h1");
+    assert!(
+        Command::new("ip")
+            .args(["netns", "add", &foreign])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = run(&["up", "2"]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(netns_exists(&foreign), "up removed a namespace it did not make");
+    let _ = Command::new("ip").args(["netns", "del", &foreign]).status();
+    assert!(
+        !o.status.success() && err.contains("not made for this cluster"),
+        "{err}"
+    );
+    assert!(!netns_exists(&format!("{name}-sw")) && !state.exists());
+    // 3. A namespace whose mark changed: `down` leaves it and fails; with the mark
+    // restored, `down` removes the rest.
+    assert!(run(&["up", "1"]).status.success());
+    let h0 = format!("{name}-h0");
+    let mark = |m: &str| {
+        assert!(
+            Command::new("ip")
+                .args(["-n", &h0, "link", "set", "lo", "alias", m])
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    let first = std::fs::read_to_string(state.join("state")).expect("state file");
+    let ours = {
+        let f: Vec<&str> = first.lines().next().unwrap().split_whitespace().collect();
+        format!("ferroccl-netns:{}:{}", f[1], f[2])
+    };
+    mark("someone-else");
+    let o = run(&["down"]);
+    assert!(!o.status.success(), "down succeeded though it left a namespace");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("left alone"));
+    assert!(
+        netns_exists(&h0),
+        "down removed a namespace whose mark is not the cluster's"
+    );
+    mark(&ours);
+    let o = run(&["down"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!netns_exists(&h0) && !netns_exists(&format!("{name}-sw")) && !state.exists());
+}
