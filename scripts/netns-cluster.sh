@@ -115,6 +115,7 @@ load_state() {
     TOKEN=$token
     NHOSTS=$(awk '$1 == "hosts" { print $2 }' "$sf" | tail -1)
     NNICS=$(awk '$1 == "nics" { print $2 }' "$sf" | tail -1)
+    ORIGIN_MNT=$(awk '$1 == "origin-mnt" { print $2 }' "$sf" | tail -1)
     [[ -n $NHOSTS && -n $NNICS ]] || die "cluster '$NAME' is incomplete (an \`up\` was interrupted): run \`$0 --name $NAME down\`"
 }
 
@@ -152,11 +153,27 @@ nic_arg() {
 }
 
 # Runs a command in host i's network, UTS and mount namespaces, in the caller's
-# working directory.
+# working directory. The namespace files are bind mounts in the mount namespace
+# `up` ran in; a caller inside a host (mpirun's remote shell) does not see its
+# peers' files, so it first goes back there, through a process in it: the
+# `mpirun` command's own shell (FERROCCL_NETNS_ORIGIN_PID), else pid 1.
 enter() { # index cmd...
     local i=$1
     shift
-    nsenter --net="/run/netns/$(host_ns "$i")" --uts="$(dir)/h$i.uts" --mount="$(dir)/h$i.mnt" --wd="$PWD" -- "$@"
+    local cmd=(nsenter --net="/run/netns/$(host_ns "$i")" --uts="$(dir)/h$i.uts" --mount="$(dir)/h$i.mnt" --wd="$PWD" -- "$@")
+    if [[ -n ${ORIGIN_MNT:-} && $(stat -L -c %i /proc/self/ns/mnt) != "$ORIGIN_MNT" ]]; then
+        local via="" p
+        for p in ${FERROCCL_NETNS_ORIGIN_PID:-} 1; do
+            if [[ $(stat -L -c %i "/proc/$p/ns/mnt" 2>/dev/null) == "$ORIGIN_MNT" ]]; then
+                via=/proc/$p/ns/mnt
+                break
+            fi
+        done
+        [[ -n $via ]] ||
+            die "cannot reach host $i from this mount namespace: the cluster's namespace files live in the one \`up\` ran in (inode $ORIGIN_MNT); set FERROCCL_NETNS_ORIGIN_PID to a process there"
+        cmd=(nsenter --mount="$via" -- "${cmd[@]}")
+    fi
+    "${cmd[@]}"
 }
 
 # "10gbit" -> bits per second (tc's units: bit kbit mbit gbit tbit, k/m/g = kbit/mbit/gbit).
@@ -351,6 +368,7 @@ cmd_up() {
     mkdir -p "$STATE_ROOT"
     mkdir "$d" || die "cannot create $d"
     echo "$MARK-v1 $NAME $TOKEN" >"$(state_file)"
+    journal origin-mnt "$(stat -L -c %i /proc/self/ns/mnt)"
     # Persistent mount-namespace files must sit on a private mount.
     journal bind "$d"
     mount --bind "$d" "$d"
@@ -413,7 +431,10 @@ cmd_up() {
     NHOSTS=$k
     NNICS=$nnics
     trap - EXIT INT TERM HUP
-    say "cluster '$NAME' up: $k host(s) × $nnics NIC(s), rate ${rate:+$((rate / 1000000)) Mbit/s}${rate:-unshaped}, delay ${delay:-none}, loss ${loss:+$loss/10000}${loss:-none}"
+    local shaped="unshaped" lost="none"
+    [[ -n $rate ]] && shaped="$((rate / 1000000)) Mbit/s"
+    [[ -n $loss ]] && lost="$loss/10000"
+    say "cluster '$NAME' up: $k host(s) × $nnics NIC(s), rate $shaped, delay ${delay:-none}, loss $lost"
     cmd_status_body
 }
 
@@ -555,7 +576,7 @@ cmd_mpirun() {
     need_root mpirun
     load_state
     need_cmd mpirun openmpi-bin
-    enter 0 mpirun --allow-run-as-root --hostfile "$(dir)/hostfile" \
+    FERROCCL_NETNS_ORIGIN_PID=$$ enter 0 mpirun --allow-run-as-root --hostfile "$(dir)/hostfile" \
         --mca plm_rsh_agent "$SELF --name $NAME agent" --mca plm_rsh_no_tree_spawn 1 \
         --mca oob_tcp_if_include eth0 --mca btl_tcp_if_include eth0 "$@"
 }
