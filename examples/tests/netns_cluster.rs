@@ -15,7 +15,10 @@
 //! * a host's link set down in the middle of a stream of AllReduces: every rank
 //!   on both sides fails (none hangs) within the bound (the watchdog
 //!   `FERROCCL_TIMEOUT_SEC` plus the bounded exchange of failure reports), and
-//!   its diagnosis names exactly the ranks of the other host.
+//!   its diagnosis names exactly the ranks of the other host;
+//! * a host's ranks killed (SIGKILL) in the middle of the stream: the
+//!   survivors fail with one diagnosis, word for word, naming the dead ranks,
+//!   and the launcher names the killed processes and their host.
 //!
 //! Needs root and network namespaces (iproute2, util-linux): without them the
 //! tests print `SKIPPED:` and the reason and pass, unless
@@ -442,19 +445,26 @@ fn stopped_ranks(line: &str) -> Option<BTreeSet<usize>> {
     list.split(", ").map(|r| r.trim().parse().ok()).collect()
 }
 
-#[test]
-fn a_host_link_down_mid_collective_fails_every_rank_naming_the_other_host() {
-    if !netns_available() {
-        return;
-    }
-    const TIMEOUT_SEC: u64 = 10;
-    let c = Cluster::up("l", 2);
-    let dir = scratch("linkdown");
-    // AllReduces of 1 MiB in a loop that only the failure ends (-N 0).
+/// How a run that only a fault ends, ended.
+struct Faulted {
+    status: std::process::ExitStatus,
+    /// From the fault to the exit of process 0 (which waits for its children).
+    took: Duration,
+    err: String,
+}
+
+/// The watchdog of the fault runs (`FERROCCL_TIMEOUT_SEC`).
+const FAULT_TIMEOUT_SEC: u64 = 10;
+
+/// Starts AllReduces of 1 MiB on 2 hosts x 2 ranks in a loop that only a
+/// failure ends (`-N 0`), applies `fault` once results are printed (the
+/// collectives are running), and waits, bounded, for the run to end.
+fn fault_mid_collective(c: &Cluster, fault: &[&str]) -> Faulted {
+    let dir = scratch(&format!("fault-{}", c.name));
     let mut child = perf_command(
-        &c,
+        c,
         &dir,
-        &[("FERROCCL_TIMEOUT_SEC", &TIMEOUT_SEC.to_string())],
+        &[("FERROCCL_TIMEOUT_SEC", &FAULT_TIMEOUT_SEC.to_string())],
         &["all_reduce"],
     )
     .args(["-b", "1M", "-e", "1M", "-N", "0", "-n", "5", "-w", "1", "-c", "0"])
@@ -481,9 +491,7 @@ fn a_host_link_down_mid_collective_fails_every_rank_naming_the_other_host() {
         let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut s);
         s
     });
-    // Collectives are running once a result row has been printed.
-    let started = rx.recv_timeout(Duration::from_secs(120)).is_ok();
-    if !started {
+    if rx.recv_timeout(Duration::from_secs(120)).is_err() {
         let _ = child.kill();
         let _ = child.wait();
         panic!(
@@ -492,11 +500,11 @@ fn a_host_link_down_mid_collective_fails_every_rank_naming_the_other_host() {
             err_reader.join().unwrap()
         );
     }
-    c.script(&["link", "1", "down"]);
+    c.script(fault);
     let t0 = Instant::now();
     // The watchdog, then the failure reports' exchange (at most min(timeout, 10 s)),
     // with a generous margin for a loaded machine.
-    let bound = Duration::from_secs(2 * TIMEOUT_SEC + 60);
+    let bound = Duration::from_secs(2 * FAULT_TIMEOUT_SEC + 60);
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait") {
             break s;
@@ -505,7 +513,7 @@ fn a_host_link_down_mid_collective_fails_every_rank_naming_the_other_host() {
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "the ranks did not fail within {bound:?} of the link going down (a hang):\n{}",
+                "{fault:?}: the ranks did not fail within {bound:?} (a hang):\n{}",
                 err_reader.join().unwrap()
             );
         }
@@ -514,31 +522,71 @@ fn a_host_link_down_mid_collective_fails_every_rank_naming_the_other_host() {
     let took = t0.elapsed();
     let out = reader.join().unwrap();
     let err = err_reader.join().unwrap();
-    println!("link down -> every rank failed in {took:?} (FERROCCL_TIMEOUT_SEC={TIMEOUT_SEC}):\n{err}");
-    assert!(
-        !status.success(),
-        "the run succeeded with host 1 cut off:\n{out}\n{err}"
-    );
-    // Every rank's error, and its diagnosis: exactly the other host's ranks stopped responding.
+    println!("{fault:?} -> the run ended in {took:?} (FERROCCL_TIMEOUT_SEC={FAULT_TIMEOUT_SEC}):\n{err}");
+    assert!(!status.success(), "{fault:?}: the run succeeded:\n{out}\n{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    Faulted { status, took, err }
+}
+
+/// Rank `rank`'s error and the ranks its diagnosis says stopped responding.
+fn diagnosis_of(err: &str, rank: usize) -> (String, BTreeSet<usize>) {
+    let prefix = format!("ferroccl-perf: rank {rank}: ");
+    let at = err
+        .find(&prefix)
+        .unwrap_or_else(|| panic!("rank {rank} printed no error:\n{err}"));
+    let diag = err[at..]
+        .lines()
+        .take(3)
+        .find(|l| l.contains("diagnosis: "))
+        .unwrap_or_else(|| panic!("rank {rank}'s error has no diagnosis:\n{err}"));
+    let named = stopped_ranks(diag).unwrap_or_else(|| panic!("rank {rank}: diagnosis names no stopped rank: {diag}"));
+    (diag.trim().to_string(), named)
+}
+
+#[test]
+fn a_host_link_down_mid_collective_fails_every_rank_naming_the_other_host() {
+    if !netns_available() {
+        return;
+    }
+    let c = Cluster::up("l", 2);
+    let f = fault_mid_collective(&c, &["link", "1", "down"]);
+    // Every rank on both sides of the cut: exactly the other host's ranks are named.
     for rank in 0..4usize {
-        let prefix = format!("ferroccl-perf: rank {rank}: ");
-        let at = err
-            .find(&prefix)
-            .unwrap_or_else(|| panic!("rank {rank} printed no error:\n{err}"));
-        let diag = err[at..]
-            .lines()
-            .take(3)
-            .find(|l| l.contains("diagnosis: "))
-            .unwrap_or_else(|| panic!("rank {rank}'s error has no diagnosis:\n{err}"));
-        let named =
-            stopped_ranks(diag).unwrap_or_else(|| panic!("rank {rank}: diagnosis names no stopped rank: {diag}"));
+        let (diag, named) = diagnosis_of(&f.err, rank);
         let other: BTreeSet<usize> = if rank < 2 { [2, 3].into() } else { [0, 1].into() };
         assert_eq!(
             named, other,
             "rank {rank}: diagnosis should name the other host's ranks: {diag}"
         );
+        assert!(diag.contains("unreachable"), "rank {rank}: {diag}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(f.took < Duration::from_secs(2 * FAULT_TIMEOUT_SEC + 60), "{:?}", f.took);
+}
+
+#[test]
+fn a_host_killed_mid_collective_fails_the_survivors_with_one_diagnosis() {
+    if !netns_available() {
+        return;
+    }
+    let c = Cluster::up("k", 2);
+    let f = fault_mid_collective(&c, &["kill", "1", "KILL"]);
+    assert_eq!(f.status.code(), Some(1), "{:?}", f.status);
+    // The survivors (host 0) agree, word for word, that host 1's ranks are gone.
+    let (d0, n0) = diagnosis_of(&f.err, 0);
+    let (d1, n1) = diagnosis_of(&f.err, 1);
+    assert_eq!(n0, BTreeSet::from([2, 3]), "{d0}");
+    assert_eq!(d0, d1, "the survivors' diagnoses differ");
+    // The launcher names the killed processes and their host.
+    for p in [2, 3] {
+        assert!(
+            f.err
+                .lines()
+                .any(|l| l.contains(&format!("process {p} (")) && l.contains(&c.host(1)) && l.contains("SIGKILL")),
+            "process {p} on {} not reported killed:\n{}",
+            c.host(1),
+            f.err
+        );
+    }
 }
 
 fn netns_exists(name: &str) -> bool {
