@@ -5,8 +5,8 @@
 //! plugin over veth pairs and a bridge, and shared memory inside a host:
 //!
 //! * every collective (sizes 8 B … 2 MiB, every result checked), AllReduce
-//!   over every datatype and reduction, and with `NCCL_ALGO` forcing Ring and
-//!   Tree across the nodes;
+//!   over every datatype and reduction, with `NCCL_ALGO` forcing Ring and
+//!   Tree across the nodes, and with a tuner plugin rule for `nNodes = 2`;
 //! * the `NCCL_DEBUG=INFO` lines of every rank: each connection between hosts
 //!   goes `via NET/…`, each inside a host `via SHM/…`; each ring enters and
 //!   leaves every host once; the `Channel` and `Trees` lines equal what
@@ -367,6 +367,37 @@ fn two_hosts_two_ranks_each_run_every_collective_over_net_and_shm() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+    // A tuner plugin sees nNodes = 2: NCCL's example-tuner CSV rules, Ring on one
+    // node and Tree on two; every size here must be Tree, chosen by the tuner.
+    let dir = scratch("tuner");
+    let rules = dir.join("rules.csv");
+    std::fs::write(
+        &rules,
+        "allreduce,0,1073741824,ring,simple,-1,1,-1\nallreduce,0,1073741824,tree,simple,-1,2,-1\n",
+    )
+    .unwrap();
+    let rules_env = rules.display().to_string();
+    let dbg = dir.join("debug");
+    std::fs::create_dir_all(&dbg).unwrap();
+    let o = perf_command(
+        &c,
+        &dbg,
+        &[("NCCL_TUNER_PLUGIN", "rules"), ("NCCL_TUNER_CONFIG_FILE", &rules_env)],
+        &["all_reduce", "--show-tuning"],
+    )
+    .args(["-b", "8", "-e", "1M", "-f", "64", "-n", "1", "-w", "1", "-c", "1"])
+    .output()
+    .expect("run ferroccl-perf");
+    let (out, _) = check_run(&c, "tuner rules", &o, &dbg);
+    let tuning: Vec<&str> = out.lines().filter(|l| l.starts_with("#  tuning:")).collect();
+    assert_eq!(tuning.len(), rows(&out).len(), "a tuning line per size:\n{out}");
+    for l in tuning {
+        assert!(
+            l.contains("Tree/") && l.contains("(tuner)"),
+            "the nNodes = 2 rule did not apply: {l}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     println!("matrix on 2 hosts x 2 ranks: {:?}", t.elapsed());
 }
 
