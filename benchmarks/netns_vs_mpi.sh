@@ -10,9 +10,10 @@
 # Usage: benchmarks/netns_vs_mpi.sh [ROUNDS] [OUT.csv]   (defaults: 5, /tmp/netns_vs_mpi.csv)
 #   RATE=10gbit    tc rate of every NIC (both directions); RATE= for none
 #   DELAY=         one-way delay (tc netem; the kernel must have sch_netem)
-#   BIND=none      --bind-to of ferroccl-perf and Open MPI (Open MPI maps each
-#                  host's first rank to core 0, so `core` would stack both ranks
-#                  on one core; none leaves both to the scheduler)
+#   BIND=core      rank i on CPU i for both tools (ferroccl-perf's default
+#                  binding; Open MPI through a rank file, since its own
+#                  per-node mapping would put each host's first rank on core 0,
+#                  both on one CPU); BIND=none leaves both to the scheduler
 #   SOCKET_VARIANTS="default;NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=1"
 #                  the socket plugin settings run for ferroccl (`;`-separated)
 # Needs root, cargo, mpicc/mpirun (Open MPI 4.1), iperf3, python3
@@ -24,7 +25,7 @@ ROUNDS=${1:-5}
 CSV=${2:-/tmp/netns_vs_mpi.csv}
 RATE=${RATE-10gbit}
 DELAY=${DELAY:-}
-BIND=${BIND:-none}
+BIND=${BIND:-core}
 SOCKET_VARIANTS=${SOCKET_VARIANTS:-default;NCCL_SOCKET_NTHREADS=2 NCCL_NSOCKS_PERTHREAD=1}
 NAME=nsbench
 S=scripts/netns-cluster.sh
@@ -68,8 +69,15 @@ ours() { # round variant bytes iters warmup
         '/^ +[0-9]+ / { if ($9 != "0") { print "wrong values" > "/dev/stderr"; exit 1 } printf "%s,ferroccl,%s,%s,%s,%s,%s\n", r, v, $1, $6, $8, l }' >>"$CSV"
 }
 
+if [[ $BIND == core ]]; then
+    printf 'rank 0=%s-h0 slot=0\nrank 1=%s-h1 slot=1\n' "$NAME" "$NAME" >/tmp/netns_vs_mpi.rankfile
+    ompi_map=(--rankfile /tmp/netns_vs_mpi.rankfile)
+else
+    ompi_map=(--map-by node --bind-to none)
+fi
+
 theirs() { # round bytes iters warmup
-    "$S" --name "$NAME" mpirun -np 2 --map-by node --bind-to "$BIND" --mca btl tcp,self \
+    "$S" --name "$NAME" mpirun -np 2 "${ompi_map[@]}" --mca btl tcp,self \
         /tmp/mpi_allreduce "$2" "$2" 2 "$3" "$4" 2>/dev/null |
         awk -v r="$1" -v l="$(load)" '!/^#/ && NF >= 5 { printf "%s,openmpi,tcp,%s,%s,%s,%s\n", r, $1, $3, $5, l }' >>"$CSV"
 }
