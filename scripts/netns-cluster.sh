@@ -37,8 +37,9 @@
 # down      stops every process still on the hosts (TERM, then KILL after 3 s),
 #           deletes the namespaces and mounts the cluster's journal lists. It
 #           refuses to touch a namespace whose mark is not this cluster's.
-# shape     changes a host's shaping later (a slow link; loss on one host);
-#           --clear removes it.
+# shape     changes a host's shaping later (a slow link; loss on one host):
+#           --rate and --delay replace the NIC's qdisc (both together), --loss
+#           its drop rule, each only when given; --clear removes all of it.
 # link      sets HOST's switch port down or up: HOST's NIC loses its carrier,
 #           packets to and from it are dropped, no connection is reset (a
 #           pulled cable).
@@ -249,8 +250,10 @@ EOF
 # Shapes NIC j of host i (both ends).
 shape_nic() { # i j rate delay loss10k
     local i=$1 j=$2 rate=$3 delay=$4 loss=$5
-    qdisc_set "$(host_ns "$i")" "eth$j" "$rate" "$delay"
-    qdisc_set "$(switch_ns)" "h${i}n$j" "$rate" ""
+    if [[ -n $rate$delay ]]; then
+        qdisc_set "$(host_ns "$i")" "eth$j" "$rate" "$delay"
+        qdisc_set "$(switch_ns)" "h${i}n$j" "$rate" ""
+    fi
     if [[ -n $loss ]]; then loss_set "$(host_ns "$i")" "eth$j" "$loss"; fi
 }
 
