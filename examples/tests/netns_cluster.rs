@@ -605,6 +605,7 @@ fn a_host_killed_mid_collective_fails_the_survivors_with_one_diagnosis() {
     // The survivors (host 0) agree, word for word, that host 1's ranks are gone.
     let (d0, n0) = diagnosis_of(&f.err, 0);
     let (d1, n1) = diagnosis_of(&f.err, 1);
+    assert_eq!(n1, n0, "{d1}");
     assert_eq!(n0, BTreeSet::from([2, 3]), "{d0}");
     assert_eq!(d0, d1, "the survivors' diagnoses differ");
     // The launcher names the killed processes and their host.
