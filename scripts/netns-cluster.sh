@@ -493,7 +493,9 @@ cmd_exec() {
     shift
     [[ ${1:-} == -- ]] && shift
     [[ $# -gt 0 ]] || die "exec $h: no command"
-    enter "$(host_index "$h")" "$@"
+    local i
+    i=$(host_index "$h")
+    enter "$i" "$@"
 }
 
 cmd_addr() {
@@ -501,7 +503,9 @@ cmd_addr() {
     local h=${1:?addr HOST} nic=0
     shift
     [[ ${1:-} == --nic ]] && nic=$(nic_arg "${2:?--nic I}")
-    host_addr "$(host_index "$h")" "$nic"
+    local i
+    i=$(host_index "$h")
+    host_addr "$i" "$nic"
 }
 
 cmd_shape() {
@@ -572,7 +576,9 @@ cmd_agent() {
     load_state
     local h=${1:?agent HOST CMD}
     shift
-    enter "$(host_index "$h")" /bin/sh -c "$*"
+    local i
+    i=$(host_index "$h")
+    enter "$i" /bin/sh -c "$*"
 }
 
 cmd_mpirun() {
