@@ -329,7 +329,6 @@ teardown() {
     rm -f "$d/hosts" "$d/hostfile" "$d/etc-hosts" "$sf"
     if mountpoint -q "$d" 2>/dev/null; then umount "$d" 2>/dev/null || umount -l "$d"; fi
     rmdir "$d" 2>/dev/null || true
-    rmdir "$STATE_ROOT" 2>/dev/null || true
 }
 
 cmd_up() {
@@ -364,7 +363,7 @@ cmd_up() {
     DONE_UP=0
     # On any exit before the end: remove what the journal lists (teardown checks
     # the token), then the state directory if it is still empty.
-    trap 'rc=$?; if [[ $DONE_UP != 1 ]]; then echo "netns-cluster: up failed or was interrupted: removing what it made" >&2; teardown || true; rmdir "$d" "$STATE_ROOT" 2>/dev/null || true; fi; exit $rc' EXIT
+    trap 'rc=$?; if [[ $DONE_UP != 1 ]]; then echo "netns-cluster: up failed or was interrupted: removing what it made" >&2; teardown || true; rmdir "$d" 2>/dev/null || true; fi; exit $rc' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
     trap 'exit 129' HUP

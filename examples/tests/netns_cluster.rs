@@ -78,6 +78,14 @@ fn netns_available() -> bool {
     false
 }
 
+/// Serializes the tests' `up` and `down` (the first `ip netns add` on a fresh
+/// machine sets up `/run/netns`; two at once need not race there).
+static SCRIPT_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn script_lock() -> std::sync::MutexGuard<'static, ()> {
+    SCRIPT_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A cluster made for one test (`t<pid><tag>`), removed on drop.
 struct Cluster {
     name: String,
@@ -86,6 +94,7 @@ struct Cluster {
 impl Cluster {
     fn up(tag: &str, hosts: usize) -> Cluster {
         remove_stale_test_clusters();
+        let _serial = script_lock();
         let name = format!("t{}{tag}", std::process::id());
         let o = Command::new(script())
             .args(["--name", &name, "up", &hosts.to_string()])
@@ -122,6 +131,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        let _serial = script_lock();
         let o = Command::new(script()).args(["--name", &self.name, "down"]).output();
         if let Ok(o) = o
             && !o.status.success()
@@ -134,6 +144,7 @@ impl Drop for Cluster {
 /// Removes clusters of earlier runs of these tests whose process is gone (a
 /// test killed before its drop ran): names `t<pid><letters>` only.
 fn remove_stale_test_clusters() {
+    let _serial = script_lock();
     let Ok(o) = Command::new(script()).arg("list").output() else {
         return;
     };
@@ -641,6 +652,7 @@ fn the_script_cleans_up_a_failed_up_and_touches_nothing_it_did_not_make() {
         return;
     }
     remove_stale_test_clusters();
+    let _serial = script_lock();
     let name = format!("t{}s", std::process::id());
     let run = |args: &[&str]| {
         Command::new(script())
