@@ -17,6 +17,10 @@ model's decision (from --json's "tuning"), the forced configuration that decisio
 equals, and how far the model's choice is from the best forced (NCCL_ALGO) choice.
 
     benchmarks/tune_sweep.py --ranks 2,4,8 --rounds 5 [--perf target/release/ferroccl-perf] [KEY=VALUE ...]
+
+With --hosts K (and --cluster NAME), the ranks run on the first K hosts of a
+simulated cluster (scripts/netns-cluster.sh up K, as root): nNodes = K for the
+model, the network between hosts, shared memory inside them.
 """
 
 import argparse
@@ -58,9 +62,10 @@ def iters(size):
     return 3, 1
 
 
-def run(perf, nranks, size, env):
+def run(perf, nranks, size, env, hosts=None, cluster=None):
     n, w = iters(size)
-    cmd = [perf, "--ranks", str(nranks), "-b", str(size), "-e", str(size), "-n", str(n), "-w", str(w), "-c", "1", "--json", "all_reduce"]
+    where = ["--hosts", str(hosts), "--cluster", cluster] if hosts else []
+    cmd = [perf, *where, "--ranks", str(nranks), "-b", str(size), "-e", str(size), "-n", str(n), "-w", str(w), "-c", "1", "--json", "all_reduce"]
     e = dict(os.environ)
     e.setdefault("NCCL_NET_PLUGIN", "socket")
     e.update(env)
@@ -91,12 +96,15 @@ def main():
     ap.add_argument("--sizes", default=",".join(str(8 * 4**i) for i in range(12)) + f",{64 * MIB}")
     ap.add_argument("--perf", default="target/release/ferroccl-perf")
     ap.add_argument("--configs", default="", help="only these configurations (comma list), e.g. model,ring,tree")
+    ap.add_argument("--hosts", type=int, default=0, help="run on K hosts of a netns-cluster.sh cluster")
+    ap.add_argument("--cluster", default="fcc", help="the cluster's --name (with --hosts)")
     ap.add_argument("env", nargs="*", help="KEY=VALUE for every run")
     a = ap.parse_args()
     extra = dict(kv.split("=", 1) for kv in a.env)
     sizes = [int(s) for s in a.sizes.split(",")]
     for n in [int(x) for x in a.ranks.split(",")]:
-        print(f"\n{n} ranks: medians of {a.rounds} rounds, out-of-place us\n")
+        where = f" on {a.hosts} hosts" if a.hosts else ""
+        print(f"\n{n} ranks{where}: medians of {a.rounds} rounds, out-of-place us\n")
         print("| size | model | ring | tree | ring-ag | ring-rs | ring-1ch | ring-2ch | model's decision | = | model vs best of ring/tree |")
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|")
         for size in sizes:
@@ -105,7 +113,7 @@ def main():
                 for name, env in configs(size):
                     if a.configs and name not in a.configs.split(","):
                         continue
-                    r = run(a.perf, n, size, {**extra, **env})
+                    r = run(a.perf, n, size, {**extra, **env}, a.hosts, a.cluster)
                     times.setdefault(name, []).append(r["out_of_place"]["time_us"])
                     if name == "model":
                         decision = r.get("tuning")

@@ -11,7 +11,7 @@
 #                                           or password-less sudo
 #   scripts/system-deps.sh list   GROUP...  print the package names, one line
 #
-# Groups: cc ib test vm (see scripts/system-packages.txt). A package counts as
+# Groups: cc ib test vm netns (see scripts/system-packages.txt). A package counts as
 # present when its probe succeeds (a command on PATH, a pkg-config module, a
 # file), however it was installed. The check runs no build and takes well under
 # a second. FERROCCL_SKIP_SYSTEM_CHECK=1 skips check/ensure (for machines where
@@ -23,7 +23,7 @@ list_file=${SYSTEM_PACKAGES_FILE:-$here/system-packages.txt} # the override is f
 who=${SYSTEM_DEPS_CALLER:-scripts/system-deps.sh}
 
 usage() {
-    echo "usage: $0 check|ensure|list GROUP... (groups: cc ib test vm)" >&2
+    echo "usage: $0 check|ensure|list GROUP... (groups: cc ib test vm netns)" >&2
     exit 2
 }
 
@@ -79,16 +79,21 @@ probe() { # probe-spec
     esac
 }
 
+# A package may be listed more than once (one line per probe): named once.
 missing_packages() {
     local pkg spec
+    local -A seen=()
     while read -r pkg spec; do
-        probe "$spec" || printf '%s ' "$pkg"
+        if ! probe "$spec" && [[ -z ${seen[$pkg]:-} ]]; then
+            seen[$pkg]=1
+            printf '%s ' "$pkg"
+        fi
     done < <(packages)
 }
 
 case "$action" in
 list)
-    packages | awk '{ printf "%s%s", (NR > 1 ? " " : ""), $1 } END { print "" }'
+    packages | awk '!seen[$1]++ { printf "%s%s", (n++ ? " " : ""), $1 } END { print "" }'
     exit 0
     ;;
 check | ensure) ;;

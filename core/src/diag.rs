@@ -128,11 +128,11 @@ pub(crate) fn diagnose(reports: &[Report], missing: &[usize]) -> String {
         let at = line.find("mismatched operations").unwrap_or(0);
         return format!("diagnosis: {}", &line[at..]);
     }
-    // 2. Ranks that never answered: dead, stopped, or stuck outside the library.
+    // 2. Ranks that never answered: dead, stopped, cut off by the network, or stuck outside the library.
     if !missing.is_empty() {
         let waiters = waited_on_by(missing);
         let mut s = format!(
-            "diagnosis: rank{} {} stopped responding (dead, stopped, or blocked outside this communicator)",
+            "diagnosis: rank{} {} stopped responding (dead, stopped, unreachable, or blocked outside this communicator)",
             if missing.len() > 1 { "s" } else { "" },
             list(missing)
         );

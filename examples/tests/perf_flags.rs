@@ -144,3 +144,30 @@ fn bad_command_lines_are_usage_errors_that_say_what_is_accepted() {
         assert!(err.contains(flag), "{flag} missing from {err}");
     }
 }
+
+#[test]
+fn hosts_spread_whole_blocks_of_processes() {
+    // --hosts alone: one process per host.
+    let p = plan("ferroccl-perf --hosts 4 all_reduce");
+    assert_eq!((p.hosts, p.ranks, p.cluster.as_deref()), (Some(4), Some(4), None));
+    let p = plan("ferroccl-perf --hosts 2 --ranks 4 --cluster lab all_reduce");
+    assert_eq!(
+        (p.hosts, p.ranks, p.cluster.as_deref()),
+        (Some(2), Some(4), Some("lab"))
+    );
+    for (line, want) in [
+        (
+            "ferroccl-perf --hosts 2 --ranks 3 all_reduce",
+            "not a multiple of --hosts 2",
+        ),
+        ("ferroccl-perf --hosts 0 all_reduce", "--hosts must be at least 1"),
+    ] {
+        let argv: Vec<&str> = line.split_whitespace().collect();
+        let e = Plan::parse(&argv).expect_err(line);
+        assert_eq!(e.exit_code, 2, "{line}: {e}");
+        assert!(e.message.contains(want), "{line}: {e}");
+    }
+    // --cluster means nothing without --hosts.
+    let e = Plan::parse(["ferroccl-perf", "--cluster", "lab", "all_reduce"]).expect_err("--cluster alone");
+    assert_eq!(e.exit_code, 2, "{e}");
+}

@@ -296,7 +296,7 @@ mod tests {
             .to_path_buf();
         let e = check_system_group(&root, "no-such-group").unwrap_err();
         assert!(
-            e.contains("unknown group 'no-such-group'") && e.contains("cc ib test vm"),
+            e.contains("unknown group 'no-such-group'") && e.contains("cc ib netns test vm"),
             "{e}"
         );
         check_system_group(&root, "cc").expect("a C compiler is needed to build the workspace at all");

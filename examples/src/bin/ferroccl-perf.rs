@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 use ferroccl::check;
 use ferroccl::{Comm, CommConfig, DataType, RedOp, Stream, TestOp, UniqueId, group_end, group_start};
 use ferroccl_examples::perf::report::{self, JsonPerf, JsonRow, NcclTestsJson};
-use ferroccl_examples::perf::{BindTo, MAX_SIZE, Plan};
+use ferroccl_examples::perf::{self, BindTo, MAX_SIZE, Plan};
 
 const ENV_RANK: &str = "FERROCCL_PERF_RANK";
 const ENV_NRANKS: &str = "FERROCCL_PERF_NRANKS";
@@ -820,7 +820,7 @@ fn print_our_json(
 /// Runs the `-t` x `-g` ranks of process `proc` of `nprocs`, each on a thread.
 fn run_process(plan: &Plan, nprocs: usize, proc: usize, id: &UniqueId, launcher: &str) -> Result<bool, String> {
     // One rank per process only: the threads of `-t`/`-g` ranks must not share a core.
-    if launcher == "--ranks" && plan.bind_to == BindTo::Core && nprocs > 1 && plan.ranks_per_process() == 1 {
+    if launcher.ends_with("--ranks") && plan.bind_to == BindTo::Core && nprocs > 1 && plan.ranks_per_process() == 1 {
         bind_to_core(proc, nprocs);
     }
     let per = plan.ranks_per_process();
@@ -1059,6 +1059,33 @@ fn bind_to_core(proc: usize, nprocs: usize) {
     }
 }
 
+/// The namespaces of the first `k` hosts of `--cluster` (opened, shared with
+/// the children's `pre_exec`), and their host names.
+type OpenHosts = (Vec<std::sync::Arc<perf::cluster::HostNs>>, Vec<String>);
+
+/// Opens the first `k` hosts of the simulated cluster `plan.cluster`.
+fn open_hosts(plan: &Plan, k: usize) -> Result<OpenHosts, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("joining the cluster's network namespaces needs root (CAP_SYS_ADMIN)".into());
+    }
+    let cluster = perf::cluster::Cluster::load(plan.cluster.as_deref())?;
+    if k > cluster.hosts.len() {
+        return Err(format!(
+            "cluster '{}' has {} host(s) ({}), fewer than {k}",
+            cluster.name,
+            cluster.hosts.len(),
+            cluster.path.display()
+        ));
+    }
+    let hosts = &cluster.hosts[..k];
+    let ns = hosts
+        .iter()
+        .map(|h| perf::cluster::HostNs::open(h).map(std::sync::Arc::new))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((ns, hosts.iter().map(|h| h.hostname.clone()).collect()))
+}
+
 fn spawn_local(plan: &Plan, n: usize) -> ExitCode {
     if n > ferroccl::bootstrap::MAX_NRANKS {
         eprintln!(
@@ -1067,12 +1094,33 @@ fn spawn_local(plan: &Plan, n: usize) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    // --hosts: every process runs on its host of the simulated cluster; this one
+    // (process 0) moves to host 0 before it creates the unique id, so the
+    // bootstrap root listens on host 0's address.
+    let hosts = match plan.hosts.map(|k| open_hosts(plan, k)).transpose() {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("ferroccl-perf: --hosts: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if let Some((ns, _)) = &hosts
+        && let Err(e) = ns[0].enter()
+    {
+        eprintln!("ferroccl-perf: --hosts: cannot enter host 0: {e}");
+        return ExitCode::from(1);
+    }
     let id = match bootstrap_config().and_then(|c| ferroccl::bootstrap::get_unique_id(&c).map_err(|e| e.to_string())) {
         Ok(id) => id,
         Err(e) => {
             eprintln!("ferroccl-perf: unique id: {e}");
             return ExitCode::from(1);
         }
+    };
+    let host_name = |r: usize| -> String {
+        hosts.as_ref().map_or_else(String::new, |(ns, names)| {
+            format!(", host {}", names[perf::cluster::host_of(r, n, ns.len())])
+        })
     };
     let exe = match std::env::current_exe() {
         Ok(p) => p,
@@ -1090,6 +1138,12 @@ fn spawn_local(plan: &Plan, n: usize) -> ExitCode {
         {
             use std::os::unix::process::CommandExt;
             cmd.arg0(&argv0);
+            if let Some((ns, _)) = &hosts {
+                let ns = std::sync::Arc::clone(&ns[perf::cluster::host_of(r, n, ns.len())]);
+                // SAFETY: the closure runs in the child between fork and exec; it
+                // only makes system calls (setns, chdir) on data it owns.
+                unsafe { cmd.pre_exec(move || ns.enter()) };
+            }
         }
         let spawned = cmd
             .args(std::env::args_os().skip(1))
@@ -1111,8 +1165,12 @@ fn spawn_local(plan: &Plan, n: usize) -> ExitCode {
             }
         }
     }
-    let launcher = if n > 1 { "--ranks" } else { "single process" };
-    let mine = run_process(plan, n, 0, &id, launcher);
+    let launcher = match plan.hosts {
+        Some(k) => format!("--hosts {k} --ranks"),
+        None if n > 1 => "--ranks".to_string(),
+        None => "single process".to_string(),
+    };
+    let mine = run_process(plan, n, 0, &id, &launcher);
     let failed = mine.is_err();
     let mut ok = matches!(mine, Ok(true));
     if let Err(e) = &mine {
@@ -1134,7 +1192,12 @@ fn spawn_local(plan: &Plan, n: usize) -> ExitCode {
             Ok(_) if killed => ok = false,
             Ok(s) => {
                 // A child that died on its own: name it and how.
-                eprintln!("ferroccl-perf: process {r} (pid {}) {}", c.id(), describe_exit(s));
+                eprintln!(
+                    "ferroccl-perf: process {r} (pid {}{}) {}",
+                    c.id(),
+                    host_name(*r),
+                    describe_exit(s)
+                );
                 ok = false;
             }
             Err(e) => {

@@ -8,6 +8,7 @@
 //! [`report`] holds nccl-tests' JSON layout (`-J`) and ours (`--json`);
 //! [`plot`] draws result files; [`timeline`] draws trace files.
 
+pub mod cluster;
 pub mod plot;
 pub mod report;
 pub mod timeline;
@@ -126,6 +127,17 @@ pub struct Args {
     /// to the scheduler (`none`).
     #[arg(long = "bind-to", value_enum, default_value_t = BindTo::Core)]
     pub bind_to: BindTo,
+    /// Run the `--ranks` processes on the first K hosts of a simulated cluster
+    /// (`scripts/netns-cluster.sh up K`: network namespaces as hosts), in blocks of
+    /// N/K processes per host (process 0, this one, moves to host 0 first, so
+    /// the bootstrap root listens on host 0's address). Needs root. Without
+    /// `--ranks`: one process per host.
+    #[arg(long = "hosts", value_name = "K")]
+    pub hosts: Option<usize>,
+    /// The cluster `--hosts` runs on (the script's `--name`; default
+    /// `$FERROCCL_NETNS_CLUSTER`, else `fcc`).
+    #[arg(long = "cluster", value_name = "NAME", requires = "hosts")]
+    pub cluster: Option<String>,
     /// Print one JSON document (ferroccl's layout) instead of the table.
     #[arg(long = "json")]
     pub json: bool,
@@ -268,6 +280,10 @@ pub struct Plan {
     pub ranks: Option<usize>,
     /// `--bind-to`.
     pub bind_to: BindTo,
+    /// `--hosts` (then [`ranks`](Self::ranks) is set, a multiple of it).
+    pub hosts: Option<usize>,
+    /// `--cluster`.
+    pub cluster: Option<String>,
     /// The program name the collective came from (`all_reduce_perf`), if any.
     pub invoked_as: Option<String>,
     /// `--plot SVG JSON…`: draw these result files instead of running.
@@ -494,6 +510,16 @@ impl Plan {
         if args.ranks == Some(0) {
             return Err(usage("--ranks must be at least 1".into()));
         }
+        let ranks = match (args.hosts, args.ranks) {
+            (Some(0), _) => return Err(usage("--hosts must be at least 1".into())),
+            (Some(k), Some(n)) if n % k != 0 => {
+                return Err(usage(format!(
+                    "--ranks {n} is not a multiple of --hosts {k}: every host runs the same number of processes"
+                )));
+            }
+            (Some(k), None) => Some(k),
+            (_, n) => n,
+        };
         let sizes = sweep(min_bytes, max_bytes, args.stepfactor, step_bytes);
         Ok(Plan {
             coll,
@@ -520,8 +546,10 @@ impl Plan {
             output_file: args.output_file.clone(),
             json: args.json,
             show_tuning: args.show_tuning,
-            ranks: args.ranks,
+            ranks,
             bind_to: args.bind_to,
+            hosts: args.hosts,
+            cluster: args.cluster.clone(),
             invoked_as: from_name.map(|n| format!("{n}_perf")),
             plot: args
                 .plot
