@@ -1,0 +1,270 @@
+//! The communicator registry: a `ncclComm_t` is a token, never a pointer the
+//! library dereferences. Tokens are never reused, so a handle used after
+//! `ncclCommDestroy`/`ncclCommAbort` (or one that this library never returned)
+//! is found missing and reported as `ncclInvalidArgument`, as NCCL reports a
+//! comm whose magic does not match ("corrupted comm object").
+//!
+//! An [`Entry`] holds the runtime's communicator once it exists, the state of a
+//! background job (non-blocking init, split or finalize), the communicator's
+//! host stream (the NULL stream's operations), its PreMulSum operators and its
+//! registrations.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use ferroccl::{Comm, Stream};
+
+use crate::abi::ncclComm_t;
+use crate::api::{Fail, R};
+use crate::config::Settings;
+
+/// Where tokens start, and their spacing: tokens look like aligned addresses in
+/// a range no allocator hands out for small objects, so a stray pointer is
+/// unlikely to match one.
+const TOKEN_BASE: usize = 0x5ecc_0000_0000;
+const TOKEN_STRIDE: usize = 16;
+
+/// Where a PreMulSum operator's scalar is (`ncclScalarResidence_t`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ScalarSrc {
+    /// `ncclScalarHostImmediate`: read at creation.
+    Value(ferroccl::Scalar),
+    /// `ncclScalarDevice`: read when each operation is enqueued (the address).
+    Ptr(usize),
+}
+
+/// A user operator (`ncclRedOpCreatePreMulSum`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UserOp {
+    /// The datatype it was created for (the raw `ncclDataType_t`).
+    pub dtype: i32,
+    /// The scalar.
+    pub scalar: ScalarSrc,
+}
+
+/// What a background job and the calls share about the communicator.
+#[derive(Default)]
+struct Slot {
+    comm: Option<Arc<Comm>>,
+    /// A background init, split or finalize still running or not yet joined.
+    job: Option<JoinHandle<()>>,
+    /// The failure of init or of a non-blocking call (reported by
+    /// `ncclCommGetAsyncError`).
+    error: Option<Fail>,
+}
+
+/// One communicator handle.
+pub(crate) struct Entry {
+    pub token: usize,
+    /// The parsed `ncclConfig_t` (children of `ncclCommSplit` inherit it).
+    pub settings: Settings,
+    /// The CUDA device bound at init, -1 without CUDA.
+    pub cuda_dev: i32,
+    /// Raised by `ncclCommAbort` to stop an init still in its bootstrap.
+    pub abort_flag: Arc<AtomicBool>,
+    /// The NULL stream's operations on host memory.
+    pub host_stream: Stream,
+    slot: Mutex<Slot>,
+    /// PreMulSum operators: operator `ncclNumOps + i` is `ops[i]`.
+    pub ops: Mutex<Vec<Option<UserOp>>>,
+    /// Handles of `ncclCommRegister`.
+    pub regs: Mutex<HashSet<usize>>,
+}
+
+impl Entry {
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The handle as C sees it.
+    pub fn handle(&self) -> ncclComm_t {
+        self.token as ncclComm_t
+    }
+
+    /// The communicator, once initialized.
+    pub fn ready_comm(&self) -> Option<Arc<Comm>> {
+        self.slot().comm.clone()
+    }
+
+    /// The communicator for call `op`: `ncclInvalidUsage` while a non-blocking
+    /// init or split is under way, the init's error if it failed.
+    pub fn comm(&self, op: &str) -> R<Arc<Comm>> {
+        let s = self.slot();
+        if let Some(c) = &s.comm {
+            return Ok(c.clone());
+        }
+        if s.job.as_ref().is_some_and(|j| !j.is_finished()) {
+            return Err(Fail::usage(format!(
+                "{op} : communicator {:#x} is still being initialized (wait until ncclCommGetAsyncError reports \
+                 ncclSuccess)",
+                self.token
+            )));
+        }
+        Err(match &s.error {
+            Some(e) => Fail {
+                code: e.code,
+                msg: format!("{op} : communicator {:#x} failed to initialize: {}", self.token, e.msg),
+            },
+            None => Fail::usage(format!("{op} : communicator {:#x} is not initialized", self.token)),
+        })
+    }
+
+    /// Whether a background job is still running.
+    pub fn busy(&self) -> bool {
+        self.slot().job.as_ref().is_some_and(|j| !j.is_finished())
+    }
+
+    /// Hands the result of init or split (or of a finalize, `Ok(None)`) to the
+    /// entry.
+    pub fn settle(&self, r: Result<Option<Comm>, Fail>) {
+        let mut s = self.slot();
+        match r {
+            Ok(Some(c)) => s.comm = Some(Arc::new(c)),
+            Ok(None) => {}
+            Err(e) => {
+                s.error.get_or_insert(e);
+            }
+        }
+    }
+
+    /// Records the first failure of a non-blocking call.
+    pub fn fail(&self, e: Fail) {
+        self.slot().error.get_or_insert(e);
+    }
+
+    /// The recorded failure, if any.
+    pub fn error(&self) -> Option<Fail> {
+        self.slot().error.clone()
+    }
+
+    /// Runs `f` on a background thread as this entry's job (non-blocking calls).
+    ///
+    /// Errors: `ncclSystemError` when no thread can be started.
+    pub fn spawn(self: &Arc<Self>, what: &str, f: impl FnOnce(&Entry) + Send + 'static) -> R {
+        let me = self.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("nccl-{what}"))
+            .spawn(move || f(&me))
+            .map_err(|e| Fail::system(format!("{what}: cannot start a thread: {e}")))?;
+        let old = self.slot().job.replace(h);
+        if let Some(old) = old {
+            let _ = old.join();
+        }
+        Ok(())
+    }
+
+    /// Waits for the background job, if any.
+    pub fn join(&self) {
+        let job = self.slot().job.take();
+        if let Some(j) = job {
+            let _ = j.join();
+        }
+    }
+
+    /// Takes the communicator out (destroy, abort).
+    pub fn take_comm(&self) -> Option<Arc<Comm>> {
+        self.slot().comm.take()
+    }
+}
+
+/// Tokens handed out so far.
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Live entries by token index (a destroyed handle's slot stays `None`).
+static REGISTRY: RwLock<Vec<Option<Arc<Entry>>>> = RwLock::new(Vec::new());
+
+/// A new entry (not yet holding a communicator), registered under a fresh token.
+pub(crate) fn create(settings: Settings, cuda_dev: i32, abort_flag: Arc<AtomicBool>) -> Arc<Entry> {
+    let index = NEXT.fetch_add(1, Ordering::Relaxed);
+    let e = Arc::new(Entry {
+        token: TOKEN_BASE + (index + 1) * TOKEN_STRIDE,
+        settings,
+        cuda_dev,
+        abort_flag,
+        host_stream: Stream::new(),
+        slot: Mutex::default(),
+        ops: Mutex::default(),
+        regs: Mutex::default(),
+    });
+    let mut g = REGISTRY.write().unwrap_or_else(|e| e.into_inner());
+    if g.len() <= index {
+        g.resize(index + 1, None);
+    }
+    g[index] = Some(e.clone());
+    e
+}
+
+fn index_of(comm: ncclComm_t) -> Option<usize> {
+    let t = comm as usize;
+    if t <= TOKEN_BASE || (t - TOKEN_BASE) % TOKEN_STRIDE != 0 {
+        return None;
+    }
+    Some((t - TOKEN_BASE) / TOKEN_STRIDE - 1)
+}
+
+/// The live entry of `comm`, if any.
+pub(crate) fn lookup(comm: ncclComm_t) -> Option<Arc<Entry>> {
+    let i = index_of(comm)?;
+    REGISTRY
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(i)
+        .cloned()
+        .flatten()
+}
+
+/// The live entry of `comm` for call `op`: NCCL's wording for NULL, and a clear
+/// `ncclInvalidArgument` for a handle that is not (or no longer) a communicator.
+pub(crate) fn get(comm: ncclComm_t, op: &str) -> R<Arc<Entry>> {
+    if comm.is_null() {
+        return Err(Fail::arg(format!("{op} : comm argument is NULL")));
+    }
+    lookup(comm).ok_or_else(|| {
+        Fail::arg(format!(
+            "{op} : comm {:p} is not a live communicator (destroyed, aborted, or not made by this library)",
+            comm
+        ))
+    })
+}
+
+/// Unregisters `comm`; later lookups fail.
+pub(crate) fn remove(comm: ncclComm_t) -> Option<Arc<Entry>> {
+    let i = index_of(comm)?;
+    REGISTRY
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_mut(i)
+        .and_then(Option::take)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_never_reused_and_forged_handles_miss() {
+        let a = create(Settings::default(), -1, Arc::default());
+        let b = create(Settings::default(), -1, Arc::default());
+        assert_ne!(a.token, b.token);
+        assert!(lookup(a.handle()).is_some_and(|e| Arc::ptr_eq(&e, &a)));
+        assert!(remove(a.handle()).is_some());
+        assert!(lookup(a.handle()).is_none(), "a removed handle stays dead");
+        assert!(remove(a.handle()).is_none());
+        assert!(lookup(b.handle()).is_some());
+        for forged in [
+            1usize,
+            TOKEN_BASE,
+            b.token + 1,
+            b.token + TOKEN_STRIDE * 1000,
+            usize::MAX,
+        ] {
+            assert!(lookup(forged as ncclComm_t).is_none(), "{forged:#x}");
+        }
+        let Err(e) = get(std::ptr::null_mut(), "AllReduce") else {
+            panic!("NULL found")
+        };
+        assert_eq!((e.code, e.msg.as_str()), (4, "AllReduce : comm argument is NULL"));
+        remove(b.handle());
+    }
+}
