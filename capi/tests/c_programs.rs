@@ -55,6 +55,12 @@ fn collectives_groups_split_on_four_ranks() {
 }
 
 #[test]
+fn one_thread_drives_every_rank() {
+    let r = run(ranks_bin(), &["onethread", "3"], &[], LIMIT);
+    assert!(r.ok() && r.stdout.contains("ok onethread rank 0"), "{}", r.dump());
+}
+
+#[test]
 fn non_blocking_init_split_and_finalize() {
     ranks("nonblocking", 3, &[]);
 }

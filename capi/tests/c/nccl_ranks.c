@@ -9,6 +9,9 @@
  *   abort        an AllReduce only rank 0 issues, then ncclCommAbort on both
  *   errors       NCCL's codes for bad rank, dtype, op, root, count, config,
  *                group misuse, unimplemented calls; mismatched counts last
+ *   onethread    NRANKS ranks in this one process and thread: ncclCommInitAll,
+ *                inits inside a group, collectives over all ranks in a group,
+ *                the pnccl names
  * Prints "libnccl: <file>" (the library the loader chose) and "ok MODE rank R".
  */
 #define _GNU_SOURCE
@@ -361,6 +364,50 @@ static void mode_errors(ncclUniqueId id) {
   CHECK(ncclCommDestroy(comm));
 }
 
+static void mode_onethread(void) {
+  ncclComm_t comms[16], more[16];
+  int32_t in[16][64], out[16][64];
+  EXPECT(nranks <= 16, "at most 16 ranks");
+  CHECK(ncclCommInitAll(comms, nranks, NULL));
+  for (int round = 0; round < 2; round++) {
+    /* Every rank from this thread: only a group can launch them together. */
+    CHECK(ncclGroupStart());
+    for (int r = 0; r < nranks; r++) {
+      for (int i = 0; i < 64; i++) in[r][i] = r * 64 + i + round;
+      CHECK(ncclAllReduce(in[r], out[r], 64, ncclInt32, ncclSum, comms[r], NULL));
+    }
+    CHECK(ncclGroupEnd());
+    for (int r = 0; r < nranks; r++)
+      for (int i = 0; i < 64; i++) {
+        int32_t want = 64 * nranks * (nranks - 1) / 2 + nranks * (i + round);
+        EXPECT(out[r][i] == want, "rank %d element %d: %d, expected %d", r, i, out[r][i], want);
+      }
+  }
+  /* Inits inside a group run together at ncclGroupEnd. */
+  ncclUniqueId id;
+  CHECK(ncclGetUniqueId(&id));
+  CHECK(ncclGroupStart());
+  for (int r = 0; r < nranks; r++) CHECK(ncclCommInitRank(&more[r], nranks, id, r));
+  CHECK(ncclGroupEnd());
+  CHECK(ncclGroupStart());
+  for (int r = 0; r < nranks; r++) {
+    in[r][0] = r + 1;
+    /* The profiling name reaches the same implementation. */
+    CHECK(pncclAllReduce(in[r], out[r], 1, ncclInt32, ncclProd, more[r], NULL));
+  }
+  CHECK(ncclGroupEnd());
+  int32_t fact = 1;
+  for (int r = 1; r <= nranks; r++) fact *= r;
+  for (int r = 0; r < nranks; r++) EXPECT(out[r][0] == fact, "rank %d: product %d, expected %d", r, out[r][0], fact);
+  for (int r = 0; r < nranks; r++) {
+    int rr = -1;
+    CHECK(ncclCommUserRank(more[r], &rr));
+    EXPECT(rr == r, "rank %d reports %d", r, rr);
+    CHECK(ncclCommDestroy(more[r]));
+    CHECK(pncclCommDestroy(comms[r]));
+  }
+}
+
 static void hex(const ncclUniqueId* id, char* out) {
   for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) sprintf(out + 2 * i, "%02x", (unsigned char)id->internal[i]);
 }
@@ -375,7 +422,7 @@ static void unhex(const char* s, ncclUniqueId* id) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s colls|nonblocking|abort|errors NRANKS\n", argv[0]);
+    fprintf(stderr, "usage: %s colls|nonblocking|abort|errors|onethread NRANKS\n", argv[0]);
     return 1;
   }
   const char* mode = argv[1];
@@ -386,6 +433,11 @@ int main(int argc, char** argv) {
   ncclUniqueId id;
   const char* r_env = getenv("NCCLT_RANK");
   pid_t kids[64];
+  if (strcmp(mode, "onethread") == 0) {
+    mode_onethread();
+    printf("ok %s rank 0\n", mode);
+    return 0;
+  }
   if (r_env == NULL) {
     CHECK(ncclGetUniqueId(&id));
     char h[2 * NCCL_UNIQUE_ID_BYTES + 1];
