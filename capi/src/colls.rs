@@ -104,11 +104,17 @@ fn root(op: &str, root: c_int, nranks: usize) -> R<usize> {
 }
 
 /// The communicator and stream of one call.
-struct Call {
-    entry: Arc<Entry>,
-    comm: Arc<Comm>,
-    stream: Stream,
-    host: bool,
+struct Call<'a> {
+    entry: &'a Entry,
+    comm: &'a Comm,
+    /// A stream on the caller's CUDA stream; `None`: the NULL stream (host).
+    device: Option<Stream>,
+}
+
+impl Call<'_> {
+    fn stream(&self) -> &Stream {
+        self.device.as_ref().unwrap_or(&self.entry.host_stream)
+    }
 }
 
 /// The bound on a device stream's wait for an operation (the communicator's
@@ -119,16 +125,10 @@ fn stream_timeout() -> Duration {
     Duration::from_secs(secs + 60)
 }
 
-fn begin(op: &str, comm: ncclComm_t, stream: cudaStream_t) -> R<Call> {
-    let entry = handles::get(comm, op)?;
-    let c = entry.comm(op)?;
+/// The stream of a call on `stream` (`None`: the NULL stream).
+fn device_stream(op: &str, entry: &Entry, stream: cudaStream_t) -> R<Option<Stream>> {
     if stream.is_null() {
-        return Ok(Call {
-            stream: entry.host_stream.clone(),
-            entry,
-            comm: c,
-            host: true,
-        });
+        return Ok(None);
     }
     if ferroccl_kernels::cuda::device_count().is_err() {
         return Err(Fail::arg(format!(
@@ -144,27 +144,22 @@ fn begin(op: &str, comm: ncclComm_t, stream: cudaStream_t) -> R<Call> {
     // SAFETY: a live CUDA stream of the communicator's device, valid until the
     // operation completes (NCCL's contract for the stream argument).
     let dev = unsafe { ferroccl::stream::CudaStream::from_raw(stream.cast(), ordinal, stream_timeout()) };
-    Ok(Call {
-        stream: Stream::new().on_device(Arc::new(dev)),
-        entry,
-        comm: c,
-        host: false,
-    })
+    Ok(Some(Stream::new().on_device(Arc::new(dev))))
 }
 
 /// After the enqueue: see the module docs.
 fn finish(op: &str, call: &Call) -> R {
-    if !call.host {
+    if call.device.is_some() {
         return Ok(());
     }
     if group::in_group() {
-        group::note_host(&call.entry);
+        group::note_host(call.entry);
         return Ok(());
     }
     if !call.entry.settings.blocking {
         return Err(Fail::in_progress());
     }
-    call.stream.synchronize().map_err(|e| Fail::runtime(op, &e))
+    call.entry.host_stream.synchronize().map_err(|e| Fail::runtime(op, &e))
 }
 
 /// Runs one call: arguments, enqueue (`f`), completion. A failure inside a
@@ -177,9 +172,13 @@ fn run(
     f: impl FnOnce(&Call) -> R,
 ) -> ncclResult_t {
     guard(name, || {
-        let r = begin(op, comm, stream).and_then(|c| {
-            f(&c)?;
-            finish(op, &c)
+        let r = handles::with(comm, op, |entry| {
+            let device = device_stream(op, entry, stream)?;
+            entry.with_comm(op, |c| {
+                let call = Call { entry, comm: c, device };
+                f(&call)?;
+                finish(op, &call)
+            })
         });
         if let Err(e) = &r
             && e.code != crate::enums::result::IN_PROGRESS
@@ -207,10 +206,14 @@ pub(crate) fn all_reduce(
     const OP: &str = "AllReduce";
     run("ncclAllReduce", OP, comm, stream, |c| {
         let dtype = datatype(OP, dt, true)?;
-        let op = redop(OP, &c.entry, op, dt, dtype)?;
+        let op = redop(OP, c.entry, op, dt, dtype)?;
         // SAFETY: NCCL's contract: the buffers hold `count` elements and stay
         // valid until the operation completes.
-        unsafe { c.comm.all_reduce(send.cast(), recv.cast(), count, dtype, op, &c.stream) }.map_err(rt(OP))
+        unsafe {
+            c.comm
+                .all_reduce(send.cast(), recv.cast(), count, dtype, op, c.stream())
+        }
+        .map_err(rt(OP))
     })
 }
 
@@ -230,9 +233,9 @@ pub(crate) fn reduce(
     run("ncclReduce", OP, comm, stream, |c| {
         let r = root(OP, rootr, c.comm.nranks())?;
         let dtype = datatype(OP, dt, true)?;
-        let op = redop(OP, &c.entry, op, dt, dtype)?;
+        let op = redop(OP, c.entry, op, dt, dtype)?;
         // SAFETY: as all_reduce (recv is only written on the root).
-        unsafe { c.comm.reduce(send.cast(), recv.cast(), count, dtype, op, r, &c.stream) }.map_err(rt(OP))
+        unsafe { c.comm.reduce(send.cast(), recv.cast(), count, dtype, op, r, c.stream()) }.map_err(rt(OP))
     })
 }
 
@@ -251,7 +254,7 @@ pub(crate) fn broadcast(
         let r = root(OP, rootr, c.comm.nranks())?;
         let dtype = datatype(OP, dt, false)?;
         // SAFETY: as all_reduce (send is only read on the root).
-        unsafe { c.comm.broadcast(send.cast(), recv.cast(), count, dtype, r, &c.stream) }.map_err(rt(OP))
+        unsafe { c.comm.broadcast(send.cast(), recv.cast(), count, dtype, r, c.stream()) }.map_err(rt(OP))
     })
 }
 
@@ -280,11 +283,11 @@ pub(crate) fn reduce_scatter(
     const OP: &str = "ReduceScatter";
     run("ncclReduceScatter", OP, comm, stream, |c| {
         let dtype = datatype(OP, dt, true)?;
-        let op = redop(OP, &c.entry, op, dt, dtype)?;
+        let op = redop(OP, c.entry, op, dt, dtype)?;
         // SAFETY: send holds nranks × count elements, recv count (NCCL's contract).
         unsafe {
             c.comm
-                .reduce_scatter(send.cast(), recv.cast(), count, dtype, op, &c.stream)
+                .reduce_scatter(send.cast(), recv.cast(), count, dtype, op, c.stream())
         }
         .map_err(rt(OP))
     })
@@ -303,7 +306,7 @@ pub(crate) fn all_gather(
     run("ncclAllGather", OP, comm, stream, |c| {
         let dtype = datatype(OP, dt, false)?;
         // SAFETY: send holds count elements, recv nranks × count (NCCL's contract).
-        unsafe { c.comm.all_gather(send.cast(), recv.cast(), count, dtype, &c.stream) }.map_err(rt(OP))
+        unsafe { c.comm.all_gather(send.cast(), recv.cast(), count, dtype, c.stream()) }.map_err(rt(OP))
     })
 }
 
@@ -321,7 +324,7 @@ pub(crate) fn send(
         let p = root(OP, peer, c.comm.nranks())?;
         let dtype = datatype(OP, dt, false)?;
         // SAFETY: buf holds count elements until the operation completes.
-        unsafe { c.comm.send(buf.cast(), count, dtype, p, &c.stream) }.map_err(rt(OP))
+        unsafe { c.comm.send(buf.cast(), count, dtype, p, c.stream()) }.map_err(rt(OP))
     })
 }
 
@@ -339,7 +342,7 @@ pub(crate) fn recv(
         let p = root(OP, peer, c.comm.nranks())?;
         let dtype = datatype(OP, dt, false)?;
         // SAFETY: buf holds count elements until the operation completes.
-        unsafe { c.comm.recv(buf.cast(), count, dtype, p, &c.stream) }.map_err(rt(OP))
+        unsafe { c.comm.recv(buf.cast(), count, dtype, p, c.stream()) }.map_err(rt(OP))
     })
 }
 
@@ -381,8 +384,8 @@ pub(crate) fn all_to_all(
                 let (s, d) = (block(send, r, count, dtype, OP)?, block(recv, r, count, dtype, OP)?);
                 // SAFETY: send and recv hold nranks × count elements (NCCL's contract).
                 unsafe {
-                    c.comm.send(s, count, dtype, r, &c.stream).map_err(rt(OP))?;
-                    c.comm.recv(d, count, dtype, r, &c.stream).map_err(rt(OP))?;
+                    c.comm.send(s, count, dtype, r, c.stream()).map_err(rt(OP))?;
+                    c.comm.recv(d, count, dtype, r, c.stream()).map_err(rt(OP))?;
                 }
             }
             Ok(())
@@ -409,12 +412,12 @@ pub(crate) fn gather(
             // SAFETY: send holds count elements; recv on the root nranks × count.
             unsafe {
                 c.comm
-                    .send(send.cast(), count, dtype, root, &c.stream)
+                    .send(send.cast(), count, dtype, root, c.stream())
                     .map_err(rt(OP))?;
                 if c.comm.rank() == root {
                     for r in 0..c.comm.nranks() {
                         let d = block(recv, r, count, dtype, OP)?;
-                        c.comm.recv(d, count, dtype, r, &c.stream).map_err(rt(OP))?;
+                        c.comm.recv(d, count, dtype, r, c.stream()).map_err(rt(OP))?;
                     }
                 }
             }
@@ -444,11 +447,11 @@ pub(crate) fn scatter(
                 if c.comm.rank() == root {
                     for r in 0..c.comm.nranks() {
                         let s = block(send, r, count, dtype, OP)?;
-                        c.comm.send(s, count, dtype, r, &c.stream).map_err(rt(OP))?;
+                        c.comm.send(s, count, dtype, r, c.stream()).map_err(rt(OP))?;
                     }
                 }
                 c.comm
-                    .recv(recv.cast(), count, dtype, root, &c.stream)
+                    .recv(recv.cast(), count, dtype, root, c.stream())
                     .map_err(rt(OP))?;
             }
             Ok(())

@@ -236,7 +236,6 @@ pub(crate) fn init_all(comms: *mut ncclComm_t, ndev: c_int, devlist: *const c_in
             let (config, abort) = settings.comm_config("ncclCommInitAll")?;
             let e = handles::create(settings, if cuda { *dev } else { -1 }, abort);
             entries.push(e.clone());
-            let id = id.clone();
             jobs.push(Job {
                 entry: Some(e),
                 config,

@@ -132,6 +132,7 @@ pub(crate) fn parse(config: *const ncclConfig_t, inherit: Option<&Settings>, op:
 fn library_dirs() -> &'static [PathBuf] {
     static DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
     DIRS.get_or_init(|| {
+        // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         let here = library_dirs as *const libc::c_void;
         // SAFETY: dladdr only reads the loader's tables; `info` is a valid out-pointer.

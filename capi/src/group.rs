@@ -43,11 +43,13 @@ pub(crate) fn defer(job: Job) {
 }
 
 /// Notes a host operation of `e` issued in the open group.
-pub(crate) fn note_host(e: &Arc<Entry>) {
+pub(crate) fn note_host(e: &Entry) {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
-        if !g.host.iter().any(|x| Arc::ptr_eq(x, e)) {
-            g.host.push(e.clone());
+        if !g.host.iter().any(|x| x.token == e.token)
+            && let Some(e) = crate::handles::lookup(e.handle())
+        {
+            g.host.push(e);
         }
     });
 }

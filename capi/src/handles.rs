@@ -9,6 +9,7 @@
 //! host stream (the NULL stream's operations), its PreMulSum operators and its
 //! registrations.
 
+use std::cell::RefCell;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -47,7 +48,6 @@ pub(crate) struct UserOp {
 /// What a background job and the calls share about the communicator.
 #[derive(Default)]
 struct Slot {
-    comm: Option<Arc<Comm>>,
     /// A background init, split or finalize still running or not yet joined.
     job: Option<JoinHandle<()>>,
     /// The failure of init or of a non-blocking call (reported by
@@ -66,6 +66,13 @@ pub(crate) struct Entry {
     pub abort_flag: Arc<AtomicBool>,
     /// The NULL stream's operations on host memory.
     pub host_stream: Stream,
+    /// The runtime's communicator once initialized. Calls hold the read lock
+    /// while they use it (no reference count traffic per call); destroy and
+    /// abort take it out under the write lock (abort first aborts it through a
+    /// read lock, so calls in flight end promptly).
+    comm: RwLock<Option<Arc<Comm>>>,
+    /// Cleared when the handle is unregistered (per-thread caches check it).
+    live: AtomicBool,
     slot: Mutex<Slot>,
     /// PreMulSum operators: operator `ncclNumOps + i` is `ops[i]`.
     pub ops: Mutex<Vec<Option<UserOp>>>,
@@ -85,30 +92,41 @@ impl Entry {
 
     /// The communicator, once initialized.
     pub fn ready_comm(&self) -> Option<Arc<Comm>> {
-        self.slot().comm.clone()
+        self.comm.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The communicator for call `op`: `ncclInvalidUsage` while a non-blocking
     /// init or split is under way, the init's error if it failed.
     pub fn comm(&self, op: &str) -> R<Arc<Comm>> {
-        let s = self.slot();
-        if let Some(c) = &s.comm {
-            return Ok(c.clone());
+        self.ready_comm().ok_or_else(|| self.not_ready(op))
+    }
+
+    /// Runs `f` on the communicator (see [`Entry::comm`] for the errors),
+    /// holding the read lock instead of a reference count.
+    pub fn with_comm<T>(&self, op: &str, f: impl FnOnce(&Comm) -> R<T>) -> R<T> {
+        let g = self.comm.read().unwrap_or_else(|e| e.into_inner());
+        match g.as_deref() {
+            Some(c) => f(c),
+            None => Err(self.not_ready(op)),
         }
+    }
+
+    fn not_ready(&self, op: &str) -> Fail {
+        let s = self.slot();
         if s.job.as_ref().is_some_and(|j| !j.is_finished()) {
-            return Err(Fail::usage(format!(
+            return Fail::usage(format!(
                 "{op} : communicator {:#x} is still being initialized (wait until ncclCommGetAsyncError reports \
                  ncclSuccess)",
                 self.token
-            )));
+            ));
         }
-        Err(match &s.error {
+        match &s.error {
             Some(e) => Fail {
                 code: e.code,
                 msg: format!("{op} : communicator {:#x} failed to initialize: {}", self.token, e.msg),
             },
             None => Fail::usage(format!("{op} : communicator {:#x} is not initialized", self.token)),
-        })
+        }
     }
 
     /// Whether a background job is still running.
@@ -119,12 +137,11 @@ impl Entry {
     /// Hands the result of init or split (or of a finalize, `Ok(None)`) to the
     /// entry.
     pub fn settle(&self, r: Result<Option<Comm>, Fail>) {
-        let mut s = self.slot();
         match r {
-            Ok(Some(c)) => s.comm = Some(Arc::new(c)),
+            Ok(Some(c)) => *self.comm.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(c)),
             Ok(None) => {}
             Err(e) => {
-                s.error.get_or_insert(e);
+                self.slot().error.get_or_insert(e);
             }
         }
     }
@@ -165,7 +182,7 @@ impl Entry {
 
     /// Takes the communicator out (destroy, abort).
     pub fn take_comm(&self) -> Option<Arc<Comm>> {
-        self.slot().comm.take()
+        self.comm.write().unwrap_or_else(|e| e.into_inner()).take()
     }
 }
 
@@ -183,6 +200,8 @@ pub(crate) fn create(settings: Settings, cuda_dev: i32, abort_flag: Arc<AtomicBo
         cuda_dev,
         abort_flag,
         host_stream: Stream::new(),
+        comm: RwLock::new(None),
+        live: AtomicBool::new(true),
         slot: Mutex::default(),
         ops: Mutex::default(),
         regs: Mutex::default(),
@@ -197,7 +216,7 @@ pub(crate) fn create(settings: Settings, cuda_dev: i32, abort_flag: Arc<AtomicBo
 
 fn index_of(comm: ncclComm_t) -> Option<usize> {
     let t = comm as usize;
-    if t <= TOKEN_BASE || (t - TOKEN_BASE) % TOKEN_STRIDE != 0 {
+    if t <= TOKEN_BASE || !(t - TOKEN_BASE).is_multiple_of(TOKEN_STRIDE) {
         return None;
     }
     Some((t - TOKEN_BASE) / TOKEN_STRIDE - 1)
@@ -231,11 +250,40 @@ pub(crate) fn get(comm: ncclComm_t, op: &str) -> R<Arc<Entry>> {
 /// Unregisters `comm`; later lookups fail.
 pub(crate) fn remove(comm: ncclComm_t) -> Option<Arc<Entry>> {
     let i = index_of(comm)?;
-    REGISTRY
+    let e = REGISTRY
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .get_mut(i)
-        .and_then(Option::take)
+        .and_then(Option::take)?;
+    e.live.store(false, Ordering::Release);
+    Some(e)
+}
+
+thread_local! {
+    /// The entry this thread used last: the fast path of [`with`] (no lock
+    /// and no reference count per call). It may keep an unregistered entry
+    /// (small: its communicator was taken out) until the thread uses another.
+    static LAST: RefCell<Option<Arc<Entry>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on the live entry of `comm` (the errors of [`get`]): from this
+/// thread's cache when it holds `comm`, else from the registry (then cached).
+pub(crate) fn with<T>(comm: ncclComm_t, op: &str, f: impl FnOnce(&Entry) -> R<T>) -> R<T> {
+    LAST.with(|last| {
+        if let Ok(c) = last.try_borrow()
+            && let Some(e) = c.as_ref()
+            && e.token == comm as usize
+            && e.live.load(Ordering::Acquire)
+        {
+            return f(e);
+        }
+        let e = get(comm, op)?;
+        // A nested call (the cache is borrowed) leaves the cache alone.
+        if let Ok(mut c) = last.try_borrow_mut() {
+            *c = Some(e.clone());
+        }
+        f(&e)
+    })
 }
 
 #[cfg(test)]
@@ -248,8 +296,16 @@ mod tests {
         let b = create(Settings::default(), -1, Arc::default());
         assert_ne!(a.token, b.token);
         assert!(lookup(a.handle()).is_some_and(|e| Arc::ptr_eq(&e, &a)));
+        assert!(
+            with(a.handle(), "t", |e| Ok(e.token)).is_ok_and(|t| t == a.token),
+            "cached"
+        );
         assert!(remove(a.handle()).is_some());
         assert!(lookup(a.handle()).is_none(), "a removed handle stays dead");
+        assert!(
+            with(a.handle(), "t", |_| Ok(())).is_err(),
+            "the per-thread cache sees the removal"
+        );
         assert!(remove(a.handle()).is_none());
         assert!(lookup(b.handle()).is_some());
         for forged in [

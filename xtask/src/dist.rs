@@ -287,10 +287,10 @@ fn capi_out_dir(messages: &str) -> Option<PathBuf> {
         .filter(|v| {
             v["package_id"]
                 .as_str()
-                .is_some_and(|id| id.contains(&format!("#{CAPI_PACKAGE}@")) || id.contains(&format!("/capi#")))
+                .is_some_and(|id| id.contains(&format!("#{CAPI_PACKAGE}@")) || id.contains("/capi#"))
         })
         .filter_map(|v| v["out_dir"].as_str().map(PathBuf::from))
-        .last()
+        .next_back()
 }
 
 #[cfg(test)]
