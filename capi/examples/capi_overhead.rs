@@ -5,11 +5,14 @@
 //! interleaved rounds (the order alternates per round); medians over rounds.
 //!
 //! ```text
-//! cargo run --release -p ferroccl-capi --example capi_overhead -- [RANKS] [ITERS] [ROUNDS]
+//! cargo run --release -p ferroccl-capi --example capi_overhead -- [RANKS] [ITERS] [ROUNDS] [PAIR]
 //! ```
+//! PAIR `cr` (default) times the C API against the Rust API; `cc` and `rr`
+//! time one API against itself (the noise floor of the method).
 //! Ranks are processes on this host (rank 0 starts the others; shared memory
 //! between them unless NCCL_SHM_DISABLE=1). Defaults: 2 ranks, 2000
-//! AllReduces per round and API, 21 rounds. Rank 0 prints one line per round
+//! AllReduces per round and API, 20 rounds (an even number: each API
+//! leads in half of them). Rank 0 prints one line per round
 //! and the medians.
 
 use std::ffi::c_void;
@@ -35,7 +38,9 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() {
-    let (nranks, iters, rounds) = (arg(1, 2), arg(2, 2000), arg(3, 21));
+    let (nranks, iters, rounds) = (arg(1, 2), arg(2, 2000), arg(3, 20));
+    let pair = std::env::args().nth(4).unwrap_or_else(|| "cr".into());
+    assert!(["cr", "cc", "rr"].contains(&pair.as_str()), "PAIR is cr, cc or rr");
     let mut id = ncclUniqueId { internal: [0; 128] };
     let mut children = Vec::new();
     let rank = match std::env::var(ENV_RANK) {
@@ -94,35 +99,44 @@ fn main() {
     // Warm-up of both paths.
     c_api(iters / 4);
     rust_api(iters / 4);
+    let first: &dyn Fn(usize) = if pair == "rr" { &rust_api } else { &c_api };
+    let second: &dyn Fn(usize) = if pair == "cc" { &c_api } else { &rust_api };
     let (mut tc, mut tr) = (Vec::new(), Vec::new());
     for round in 0..rounds {
+        // Every segment starts together on every rank (a bootstrap barrier),
+        // and nothing else (printing) happens between segments.
         let time = |f: &dyn Fn(usize)| {
+            rust.barrier().expect("barrier");
             let t0 = Instant::now();
             f(iters);
             t0.elapsed().as_secs_f64() * 1e6 / iters as f64
         };
         let (c, r) = if round % 2 == 0 {
-            let c = time(&c_api);
-            (c, time(&rust_api))
+            let c = time(first);
+            (c, time(second))
         } else {
-            let r = time(&rust_api);
-            (time(&c_api), r)
+            let r = time(second);
+            (time(first), r)
         };
-        if rank == 0 {
+        tc.push(c);
+        tr.push(r);
+    }
+    if rank == 0 {
+        for (round, (c, r)) in tc.iter().zip(&tr).enumerate() {
             println!(
-                "round {round:2}: ncclAllReduce {c:8.3} us   Rust API {r:8.3} us   ratio {:.4}",
+                "round {round:2}: {pair}: first {c:8.3} us   second {r:8.3} us   ratio {:.4}",
                 c / r
             );
         }
-        tc.push(c);
-        tr.push(r);
     }
     assert_eq!(recv[1], nranks as f32, "results");
     if rank == 0 {
         let (mc, mr) = (median(&mut tc), median(&mut tr));
         println!(
-            "median over {rounds} rounds of {iters} x 8-byte AllReduce on {nranks} ranks: ncclAllReduce {mc:.3} us, \
-             Rust API {mr:.3} us, C/Rust {:.4} ({:+.2}%)",
+            "{pair}: median over {rounds} rounds of {iters} x 8-byte AllReduce on {nranks} ranks: first ({}) {mc:.3} \
+             us, second ({}) {mr:.3} us, first/second {:.4} ({:+.2}%)",
+            if pair == "rr" { "Rust API" } else { "ncclAllReduce" },
+            if pair == "cc" { "ncclAllReduce" } else { "Rust API" },
             mc / mr,
             (mc / mr - 1.0) * 100.0
         );

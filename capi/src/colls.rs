@@ -172,13 +172,11 @@ fn run(
     f: impl FnOnce(&Call) -> R,
 ) -> ncclResult_t {
     guard(name, || {
-        let r = handles::with(comm, op, |entry| {
+        let r = handles::with_ready(comm, op, |entry, c| {
             let device = device_stream(op, entry, stream)?;
-            entry.with_comm(op, |c| {
-                let call = Call { entry, comm: c, device };
-                f(&call)?;
-                finish(op, &call)
-            })
+            let call = Call { entry, comm: c, device };
+            f(&call)?;
+            finish(op, &call)
         });
         if let Err(e) = &r
             && e.code != crate::enums::result::IN_PROGRESS

@@ -347,6 +347,7 @@ pub(crate) fn destroy(comm: ncclComm_t) -> ncclResult_t {
     guard("ncclCommDestroy", || {
         const OP: &str = "ncclCommDestroy";
         let Some(e) = unregister(comm, OP)? else { return Ok(()) };
+        handles::forget(&e);
         e.join();
         let Some(c) = e.take_comm() else { return Ok(()) };
         ferroccl::nccl_info!(
@@ -358,8 +359,9 @@ pub(crate) fn destroy(comm: ncclComm_t) -> ncclResult_t {
         );
         match Arc::try_unwrap(c) {
             Ok(c) => c.destroy().map_err(|err| Fail::runtime(OP, &err)),
-            // A call of another thread still holds it: it is freed when that
-            // call returns (dropping a communicator destroys it).
+            // Another thread's calls still hold it: it is freed when that
+            // thread's cache lets it go (its next call to another
+            // communicator, or its exit); dropping a communicator destroys it.
             Err(_) => Ok(()),
         }
     })

@@ -9,7 +9,7 @@
 //! group's results are ready when `ncclGroupEnd` returns); a group that touched
 //! a non-blocking communicator returns `ncclInProgress`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 use crate::abi::ncclResult_t;
@@ -30,11 +30,14 @@ struct CGroup {
 
 thread_local! {
     static GROUP: RefCell<CGroup> = RefCell::default();
+    /// Whether a group is open (mirrors `GROUP.depth > 0`; every call asks,
+    /// and a constant-initialized cell is the cheapest thing to ask).
+    static OPEN: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Whether a group is open on this thread.
 pub(crate) fn in_group() -> bool {
-    GROUP.with(|g| g.borrow().depth > 0)
+    OPEN.with(Cell::get)
 }
 
 /// Defers an init or split to the end of the open group.
@@ -68,6 +71,7 @@ pub(crate) fn note_error(f: &Fail) {
 pub(crate) fn start() -> ncclResult_t {
     guard("ncclGroupStart", || {
         GROUP.with(|g| g.borrow_mut().depth += 1);
+        OPEN.with(|o| o.set(true));
         ferroccl::group_start();
         Ok(())
     })
@@ -109,6 +113,7 @@ pub(crate) fn end() -> ncclResult_t {
                 return Err(Fail::usage("ncclGroupEnd: not in a group call."));
             }
             g.depth -= 1;
+            OPEN.with(|o| o.set(g.depth > 0));
             Ok((g.depth == 0).then(|| std::mem::take(&mut *g)))
         })?;
         let launched = ferroccl::group_end().map_err(|e| Fail::runtime("ncclGroupEnd", &e));

@@ -66,10 +66,8 @@ pub(crate) struct Entry {
     pub abort_flag: Arc<AtomicBool>,
     /// The NULL stream's operations on host memory.
     pub host_stream: Stream,
-    /// The runtime's communicator once initialized. Calls hold the read lock
-    /// while they use it (no reference count traffic per call); destroy and
-    /// abort take it out under the write lock (abort first aborts it through a
-    /// read lock, so calls in flight end promptly).
+    /// The runtime's communicator once initialized (taken out by destroy and
+    /// abort). The collectives reach it through a per-thread cache ([`with_ready`]).
     comm: RwLock<Option<Arc<Comm>>>,
     /// Cleared when the handle is unregistered (per-thread caches check it).
     live: AtomicBool,
@@ -99,16 +97,6 @@ impl Entry {
     /// init or split is under way, the init's error if it failed.
     pub fn comm(&self, op: &str) -> R<Arc<Comm>> {
         self.ready_comm().ok_or_else(|| self.not_ready(op))
-    }
-
-    /// Runs `f` on the communicator (see [`Entry::comm`] for the errors),
-    /// holding the read lock instead of a reference count.
-    pub fn with_comm<T>(&self, op: &str, f: impl FnOnce(&Comm) -> R<T>) -> R<T> {
-        let g = self.comm.read().unwrap_or_else(|e| e.into_inner());
-        match g.as_deref() {
-            Some(c) => f(c),
-            None => Err(self.not_ready(op)),
-        }
     }
 
     fn not_ready(&self, op: &str) -> Fail {
@@ -259,31 +247,67 @@ pub(crate) fn remove(comm: ncclComm_t) -> Option<Arc<Entry>> {
     Some(e)
 }
 
-thread_local! {
-    /// The entry this thread used last: the fast path of [`with`] (no lock
-    /// and no reference count per call). It may keep an unregistered entry
-    /// (small: its communicator was taken out) until the thread uses another.
-    static LAST: RefCell<Option<Arc<Entry>>> = const { RefCell::new(None) };
+/// A communicator this thread called recently.
+struct Cached {
+    token: usize,
+    entry: Arc<Entry>,
+    comm: Arc<Comm>,
 }
 
-/// Runs `f` on the live entry of `comm` (the errors of [`get`]): from this
-/// thread's cache when it holds `comm`, else from the registry (then cached).
-pub(crate) fn with<T>(comm: ncclComm_t, op: &str, f: impl FnOnce(&Entry) -> R<T>) -> R<T> {
-    LAST.with(|last| {
-        if let Ok(c) = last.try_borrow()
-            && let Some(e) = c.as_ref()
-            && e.token == comm as usize
-            && e.live.load(Ordering::Acquire)
+/// Communicators one thread keeps at hand.
+const CACHED: usize = 8;
+
+thread_local! {
+    /// The communicators this thread called last (up to [`CACHED`]): the fast
+    /// path of [`with_ready`], with no lock and no reference count per call,
+    /// which is most of what the C API adds to a small operation.
+    static CACHE: RefCell<Vec<Cached>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on the live, initialized communicator `comm` (the errors of [`get`]
+/// and [`Entry::comm`]): from this thread's cache when it holds `comm`, else
+/// from the registry (then cached).
+///
+/// A communicator destroyed by another thread is seen at once (its entry is no
+/// longer live); the references this thread's cache holds are dropped at its
+/// next miss, so the runtime's resources of a communicator that a thread used
+/// and another destroyed are released then, or when that thread exits (the
+/// destroying thread's own references are dropped by [`forget`]).
+pub(crate) fn with_ready<T>(comm: ncclComm_t, op: &str, f: impl FnOnce(&Entry, &Comm) -> R<T>) -> R<T> {
+    let token = comm as usize;
+    CACHE.with(|cache| {
+        if let Ok(c) = cache.try_borrow()
+            && let Some(x) = c.iter().find(|x| x.token == token)
+            && x.entry.live.load(Ordering::Acquire)
         {
-            return f(e);
+            return f(&x.entry, &x.comm);
         }
         let e = get(comm, op)?;
+        let c = e.comm(op)?;
         // A nested call (the cache is borrowed) leaves the cache alone.
-        if let Ok(mut c) = last.try_borrow_mut() {
-            *c = Some(e.clone());
+        if let Ok(mut v) = cache.try_borrow_mut() {
+            v.retain(|x| x.entry.live.load(Ordering::Acquire));
+            if v.len() >= CACHED {
+                v.remove(0);
+            }
+            v.push(Cached {
+                token,
+                entry: e.clone(),
+                comm: c.clone(),
+            });
         }
-        f(&e)
+        f(&e, &c)
     })
+}
+
+/// Drops this thread's cached references to `entry` (before destroy or abort
+/// on this thread, so that the communicator can be freed at once).
+pub(crate) fn forget(entry: &Entry) {
+    CACHE.with(|c| {
+        if let Ok(mut v) = c.try_borrow_mut() {
+            v.retain(|x| x.token != entry.token);
+        }
+    });
 }
 
 #[cfg(test)]
@@ -296,16 +320,11 @@ mod tests {
         let b = create(Settings::default(), -1, Arc::default());
         assert_ne!(a.token, b.token);
         assert!(lookup(a.handle()).is_some_and(|e| Arc::ptr_eq(&e, &a)));
-        assert!(
-            with(a.handle(), "t", |e| Ok(e.token)).is_ok_and(|t| t == a.token),
-            "cached"
-        );
+        let msg = |r: R<()>| r.err().map(|f| f.msg).unwrap_or_default();
+        assert!(msg(with_ready(a.handle(), "t", |_, _| Ok(()))).contains("is not initialized"));
         assert!(remove(a.handle()).is_some());
         assert!(lookup(a.handle()).is_none(), "a removed handle stays dead");
-        assert!(
-            with(a.handle(), "t", |_| Ok(())).is_err(),
-            "the per-thread cache sees the removal"
-        );
+        assert!(msg(with_ready(a.handle(), "t", |_, _| Ok(()))).contains("not a live communicator"));
         assert!(remove(a.handle()).is_none());
         assert!(lookup(b.handle()).is_some());
         for forged in [
