@@ -71,11 +71,8 @@ fn main() {
     };
     let mut comm: ncclComm_t = std::ptr::null_mut();
     // SAFETY: valid out-pointer; the id is every rank's.
-    assert_eq!(
-        unsafe { ncclCommInitRank(&mut comm, nranks as i32, id, rank as i32) },
-        0,
-        "init"
-    );
+    let r = unsafe { ncclCommInitRank(&mut comm, nranks as i32, id, rank as i32) };
+    assert_eq!(r, 0, "ncclCommInitRank (is the socket plugin on FERROCCL_PLUGIN_PATH?)");
     let rust = nccl::comm_of(comm).expect("the runtime communicator behind the handle");
     let stream = Stream::new();
     let send = [rank as f32, 1.0f32];
