@@ -2,7 +2,7 @@
 //! `pnccl` profiling name, as NCCL exports both (`src/include/core.h`,
 //! `NCCL_API`). Each export is one line into the implementation
 //! (`api`, `comm`, `colls`, `group`, `mem`, `unimplemented`), which runs under
-//! [`crate::api::guard`]: no panic crosses the C ABI, every error is logged
+//! `api::guard`: no panic crosses the C ABI, every error is logged
 //! (WARN) and kept for `ncclGetLastError`.
 //!
 //! Both names call the Rust implementation directly (never one export through

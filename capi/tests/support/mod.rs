@@ -28,10 +28,12 @@ fn built_lib() -> PathBuf {
     panic!("libnccl.so is not built next to {}", exe.display());
 }
 
-/// A fresh directory under the system's temporary directory, removed at exit
-/// of nothing (tests leave it for inspection; it is small: two links).
+/// A fresh directory under cargo's `target/tmp` (replaced by the next run of
+/// the same test binary; small: links and test programs).
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ferroccl-capi-{}-{name}", std::process::id()));
+    let exe = std::env::current_exe().expect("current exe");
+    let bin = exe.file_stem().and_then(|s| s.to_str()).unwrap_or("test").to_string();
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("capi-{bin}-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("scratch dir");
     d
