@@ -12,56 +12,59 @@ use crate::enums::result;
 
 /// A call's failure: the `ncclResult_t` to return and the WARN text (NCCL's
 /// wording where NCCL has one for the same misuse). `ncclInProgress` is carried
-/// here too, without a message: it is returned, not reported.
+/// here too, without a message: it is returned, not reported. Boxed, so that a
+/// call's `Result` is one word and the success path moves nothing else.
 #[derive(Debug, Clone)]
-pub(crate) struct Fail {
+pub(crate) struct Fail(Box<FailInner>);
+
+/// What a [`Fail`] holds.
+#[derive(Debug, Clone)]
+pub(crate) struct FailInner {
     pub code: ncclResult_t,
     pub msg: String,
+}
+
+impl std::ops::Deref for Fail {
+    type Target = FailInner;
+    fn deref(&self) -> &FailInner {
+        &self.0
+    }
 }
 
 /// A call's outcome.
 pub(crate) type R<T = ()> = Result<T, Fail>;
 
 impl Fail {
+    /// A failure with `code` and `msg`.
+    #[cold]
+    pub fn new(code: ncclResult_t, msg: impl Into<String>) -> Fail {
+        Fail(Box::new(FailInner { code, msg: msg.into() }))
+    }
+
     /// `ncclInvalidArgument` with `msg`.
     pub fn arg(msg: impl Into<String>) -> Fail {
-        Fail {
-            code: result::INVALID_ARGUMENT,
-            msg: msg.into(),
-        }
+        Fail::new(result::INVALID_ARGUMENT, msg)
     }
 
     /// `ncclInvalidUsage` with `msg`.
     pub fn usage(msg: impl Into<String>) -> Fail {
-        Fail {
-            code: result::INVALID_USAGE,
-            msg: msg.into(),
-        }
+        Fail::new(result::INVALID_USAGE, msg)
     }
 
     /// `ncclSystemError` with `msg`.
     pub fn system(msg: impl Into<String>) -> Fail {
-        Fail {
-            code: result::SYSTEM_ERROR,
-            msg: msg.into(),
-        }
+        Fail::new(result::SYSTEM_ERROR, msg)
     }
 
     /// `ncclInProgress`: not an error; nothing is logged.
     pub fn in_progress() -> Fail {
-        Fail {
-            code: result::IN_PROGRESS,
-            msg: String::new(),
-        }
+        Fail::new(result::IN_PROGRESS, String::new())
     }
 
     /// A runtime error of call `what`, with the code the runtime maps it to
     /// (`ferroccl::Error::nccl_result`).
     pub fn runtime(what: &str, e: &ferroccl::Error) -> Fail {
-        Fail {
-            code: e.nccl_result(),
-            msg: format!("{what}: {e}"),
-        }
+        Fail::new(e.nccl_result(), format!("{what}: {e}"))
     }
 }
 
@@ -102,6 +105,7 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 /// Runs the body of exported function `name`: a panic becomes
 /// `ncclInternalError` (never unwinding into C), a failure is logged and kept
 /// for `ncclGetLastError`, `ncclInProgress` is returned as is.
+#[inline(always)]
 pub(crate) fn guard(name: &str, f: impl FnOnce() -> R) -> ncclResult_t {
     ensure_logging();
     match catch_unwind(AssertUnwindSafe(f)) {

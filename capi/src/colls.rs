@@ -23,9 +23,18 @@ use crate::enums::{self, FLOAT8_E4M3, FLOAT8_E5M2, MAX_RED_OP, NUM_OPS, NUM_TYPE
 use crate::group;
 use crate::handles::{self, Entry, ScalarSrc, UserOp};
 
-/// A call's datatype: the runtime's type and the element size. fp8 types move
-/// as bytes (they cannot be reduced here).
+/// A call's datatype. fp8 types move as bytes (they cannot be reduced here).
+#[inline]
 fn datatype(op: &str, v: ncclDataType_t, reduces: bool) -> R<DataType> {
+    match DataType::ALL.get(v as usize) {
+        Some(t) if v >= 0 => Ok(*t),
+        _ => other_datatype(op, v, reduces),
+    }
+}
+
+/// fp8, or the error for a value outside `ncclDataType_t`.
+#[cold]
+fn other_datatype(op: &str, v: ncclDataType_t, reduces: bool) -> R<DataType> {
     if !(0..NUM_TYPES).contains(&v) {
         return Err(Fail::arg(format!("{op} : invalid type {v}")));
     }
@@ -38,16 +47,27 @@ fn datatype(op: &str, v: ncclDataType_t, reduces: bool) -> R<DataType> {
         }
         return Ok(DataType::Uint8);
     }
-    Ok(DataType::ALL[v as usize])
+    // Values 0..=9 are the runtime's datatypes (taken by `datatype`).
+    Err(Fail::arg(format!("{op} : invalid type {v}")))
 }
 
+/// The built-in operators by `ncclRedOp_t` value.
+const BUILTIN_OPS: [RedOp; NUM_OPS as usize] = [RedOp::Sum, RedOp::Prod, RedOp::Max, RedOp::Min, RedOp::Avg];
+
 /// The runtime's operator for `op` on `dtype` (`v`: the raw datatype).
+#[inline]
 fn redop(name: &str, e: &Entry, op: ncclRedOp_t, v: ncclDataType_t, dtype: DataType) -> R<RedOp> {
+    match BUILTIN_OPS.get(op as usize) {
+        Some(o) if op >= 0 => Ok(*o),
+        _ => user_redop(name, e, op, v, dtype),
+    }
+}
+
+/// A user operator (`ncclRedOpCreatePreMulSum`), or the error for `op`.
+#[cold]
+fn user_redop(name: &str, e: &Entry, op: ncclRedOp_t, v: ncclDataType_t, dtype: DataType) -> R<RedOp> {
     if op < 0 || i64::from(op) > MAX_RED_OP {
         return Err(Fail::arg(format!("{name} : invalid reduction operation {op}")));
-    }
-    if op < NUM_OPS {
-        return RedOp::from_nccl(op).map_err(|err| Fail::arg(format!("{name} : {err}")));
     }
     let user = e
         .ops
@@ -94,7 +114,7 @@ fn read_scalar(name: &str, p: *const c_void, dtype: DataType) -> R<Scalar> {
 }
 
 /// NCCL's root check (`ArgsCheck`): also the peer of Send/Recv.
-fn root(op: &str, root: c_int, nranks: usize) -> R<usize> {
+fn root_rank(op: &str, root: c_int, nranks: usize) -> R<usize> {
     if root < 0 || root as usize >= nranks {
         return Err(Fail::arg(format!(
             "{op} : invalid root {root} (root should be in the 0..{nranks} range)"
@@ -107,13 +127,15 @@ fn root(op: &str, root: c_int, nranks: usize) -> R<usize> {
 struct Call<'a> {
     entry: &'a Entry,
     comm: &'a Comm,
-    /// A stream on the caller's CUDA stream; `None`: the NULL stream (host).
-    device: Option<Stream>,
+    /// The caller's CUDA stream, or the communicator's host stream (NULL stream).
+    stream: &'a Stream,
+    /// Whether `stream` is the caller's CUDA stream.
+    device: bool,
 }
 
 impl Call<'_> {
     fn stream(&self) -> &Stream {
-        self.device.as_ref().unwrap_or(&self.entry.host_stream)
+        self.stream
     }
 }
 
@@ -125,11 +147,9 @@ fn stream_timeout() -> Duration {
     Duration::from_secs(secs + 60)
 }
 
-/// The stream of a call on `stream` (`None`: the NULL stream).
-fn device_stream(op: &str, entry: &Entry, stream: cudaStream_t) -> R<Option<Stream>> {
-    if stream.is_null() {
-        return Ok(None);
-    }
+/// A stream ordered with the caller's CUDA stream `stream` (not NULL).
+#[cold]
+fn device_stream(op: &str, entry: &Entry, stream: cudaStream_t) -> R<Stream> {
     if ferroccl_kernels::cuda::device_count().is_err() {
         return Err(Fail::arg(format!(
             "{op} : stream {stream:p} given but this process has no usable CUDA driver: on a machine without a \
@@ -144,12 +164,13 @@ fn device_stream(op: &str, entry: &Entry, stream: cudaStream_t) -> R<Option<Stre
     // SAFETY: a live CUDA stream of the communicator's device, valid until the
     // operation completes (NCCL's contract for the stream argument).
     let dev = unsafe { ferroccl::stream::CudaStream::from_raw(stream.cast(), ordinal, stream_timeout()) };
-    Ok(Some(Stream::new().on_device(Arc::new(dev))))
+    Ok(Stream::new().on_device(Arc::new(dev)))
 }
 
 /// After the enqueue: see the module docs.
+#[inline]
 fn finish(op: &str, call: &Call) -> R {
-    if call.device.is_some() {
+    if call.device {
         return Ok(());
     }
     if group::in_group() {
@@ -159,24 +180,78 @@ fn finish(op: &str, call: &Call) -> R {
     if !call.entry.settings.blocking {
         return Err(Fail::in_progress());
     }
-    call.entry.host_stream.synchronize().map_err(|e| Fail::runtime(op, &e))
+    call.stream.synchronize().map_err(|e| Fail::runtime(op, &e))
 }
 
-/// Runs one call: arguments, enqueue (`f`), completion. A failure inside a
-/// group also fails the group's end.
-fn run(
+/// One call's arguments, built once and passed down by reference (every layer
+/// of the call shares it instead of copying the arguments again).
+#[derive(Clone, Copy)]
+struct Args {
+    /// The exported function (`ncclAllReduce`).
     name: &'static str,
-    op: &str,
+    /// NCCL's operation name in messages (`AllReduce`).
+    op: &'static str,
+    send: *const c_void,
+    recv: *mut c_void,
+    count: usize,
+    dt: ncclDataType_t,
+    red: ncclRedOp_t,
+    /// The root, or the peer of Send/Recv.
+    root: c_int,
     comm: ncclComm_t,
     stream: cudaStream_t,
-    f: impl FnOnce(&Call) -> R,
-) -> ncclResult_t {
-    guard(name, || {
-        let r = handles::with_ready(comm, op, |entry, c| {
-            let device = device_stream(op, entry, stream)?;
-            let call = Call { entry, comm: c, device };
-            f(&call)?;
-            finish(op, &call)
+}
+
+impl Args {
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn new(
+        (name, op): (&'static str, &'static str),
+        (send, recv, count, dt): (*const c_void, *mut c_void, usize, ncclDataType_t),
+        red: ncclRedOp_t,
+        root: c_int,
+        comm: ncclComm_t,
+        stream: cudaStream_t,
+    ) -> Args {
+        Args {
+            name,
+            op,
+            send,
+            recv,
+            count,
+            dt,
+            red,
+            root,
+            comm,
+            stream,
+        }
+    }
+}
+
+/// What a call enqueues, given its communicator and stream.
+type Body = fn(&Call, &Args) -> R;
+
+/// Runs one call: arguments, enqueue (`body`), completion. A failure inside a
+/// group also fails the group's end.
+#[inline(always)]
+fn run(a: &Args, body: Body) -> ncclResult_t {
+    guard(a.name, || {
+        let r = handles::with_ready(a.comm, a.op, |entry, c| {
+            let dev;
+            let (stream, device) = if a.stream.is_null() {
+                (&entry.host_stream, false)
+            } else {
+                dev = device_stream(a.op, entry, a.stream)?;
+                (&dev, true)
+            };
+            let call = Call {
+                entry,
+                comm: c,
+                stream,
+                device,
+            };
+            body(&call, a)?;
+            finish(a.op, &call)
         });
         if let Err(e) = &r
             && e.code != crate::enums::result::IN_PROGRESS
@@ -201,17 +276,24 @@ pub(crate) fn all_reduce(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    const OP: &str = "AllReduce";
-    run("ncclAllReduce", OP, comm, stream, |c| {
-        let dtype = datatype(OP, dt, true)?;
-        let op = redop(OP, c.entry, op, dt, dtype)?;
+    let a = Args::new(
+        ("ncclAllReduce", "AllReduce"),
+        (send, recv, count, dt),
+        op,
+        0,
+        comm,
+        stream,
+    );
+    run(&a, |c, a| {
+        let dtype = datatype(a.op, a.dt, true)?;
+        let op = redop(a.op, c.entry, a.red, a.dt, dtype)?;
         // SAFETY: NCCL's contract: the buffers hold `count` elements and stay
         // valid until the operation completes.
         unsafe {
             c.comm
-                .all_reduce(send.cast(), recv.cast(), count, dtype, op, c.stream())
+                .all_reduce(a.send.cast(), a.recv.cast(), a.count, dtype, op, c.stream())
         }
-        .map_err(rt(OP))
+        .map_err(rt(a.op))
     })
 }
 
@@ -223,17 +305,28 @@ pub(crate) fn reduce(
     count: usize,
     dt: ncclDataType_t,
     op: ncclRedOp_t,
-    rootr: c_int,
+    root: c_int,
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    const OP: &str = "Reduce";
-    run("ncclReduce", OP, comm, stream, |c| {
-        let r = root(OP, rootr, c.comm.nranks())?;
-        let dtype = datatype(OP, dt, true)?;
-        let op = redop(OP, c.entry, op, dt, dtype)?;
+    let a = Args::new(
+        ("ncclReduce", "Reduce"),
+        (send, recv, count, dt),
+        op,
+        root,
+        comm,
+        stream,
+    );
+    run(&a, |c, a| {
+        let r = root_rank(a.op, a.root, c.comm.nranks())?;
+        let dtype = datatype(a.op, a.dt, true)?;
+        let op = redop(a.op, c.entry, a.red, a.dt, dtype)?;
         // SAFETY: as all_reduce (recv is only written on the root).
-        unsafe { c.comm.reduce(send.cast(), recv.cast(), count, dtype, op, r, c.stream()) }.map_err(rt(OP))
+        unsafe {
+            c.comm
+                .reduce(a.send.cast(), a.recv.cast(), a.count, dtype, op, r, c.stream())
+        }
+        .map_err(rt(a.op))
     })
 }
 
@@ -243,16 +336,27 @@ pub(crate) fn broadcast(
     recv: *mut c_void,
     count: usize,
     dt: ncclDataType_t,
-    rootr: c_int,
+    root: c_int,
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    const OP: &str = "Broadcast";
-    run("ncclBroadcast", OP, comm, stream, |c| {
-        let r = root(OP, rootr, c.comm.nranks())?;
-        let dtype = datatype(OP, dt, false)?;
+    let a = Args::new(
+        ("ncclBroadcast", "Broadcast"),
+        (send, recv, count, dt),
+        0,
+        root,
+        comm,
+        stream,
+    );
+    run(&a, |c, a| {
+        let r = root_rank(a.op, a.root, c.comm.nranks())?;
+        let dtype = datatype(a.op, a.dt, false)?;
         // SAFETY: as all_reduce (send is only read on the root).
-        unsafe { c.comm.broadcast(send.cast(), recv.cast(), count, dtype, r, c.stream()) }.map_err(rt(OP))
+        unsafe {
+            c.comm
+                .broadcast(a.send.cast(), a.recv.cast(), a.count, dtype, r, c.stream())
+        }
+        .map_err(rt(a.op))
     })
 }
 
@@ -261,11 +365,11 @@ pub(crate) fn bcast(
     buff: *mut c_void,
     count: usize,
     dt: ncclDataType_t,
-    rootr: c_int,
+    root: c_int,
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    broadcast(buff, buff, count, dt, rootr, comm, stream)
+    broadcast(buff, buff, count, dt, root, comm, stream)
 }
 
 /// `ncclReduceScatter`.
@@ -278,16 +382,23 @@ pub(crate) fn reduce_scatter(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    const OP: &str = "ReduceScatter";
-    run("ncclReduceScatter", OP, comm, stream, |c| {
-        let dtype = datatype(OP, dt, true)?;
-        let op = redop(OP, c.entry, op, dt, dtype)?;
+    let a = Args::new(
+        ("ncclReduceScatter", "ReduceScatter"),
+        (send, recv, count, dt),
+        op,
+        0,
+        comm,
+        stream,
+    );
+    run(&a, |c, a| {
+        let dtype = datatype(a.op, a.dt, true)?;
+        let op = redop(a.op, c.entry, a.red, a.dt, dtype)?;
         // SAFETY: send holds nranks × count elements, recv count (NCCL's contract).
         unsafe {
             c.comm
-                .reduce_scatter(send.cast(), recv.cast(), count, dtype, op, c.stream())
+                .reduce_scatter(a.send.cast(), a.recv.cast(), a.count, dtype, op, c.stream())
         }
-        .map_err(rt(OP))
+        .map_err(rt(a.op))
     })
 }
 
@@ -300,11 +411,22 @@ pub(crate) fn all_gather(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    const OP: &str = "AllGather";
-    run("ncclAllGather", OP, comm, stream, |c| {
-        let dtype = datatype(OP, dt, false)?;
+    let a = Args::new(
+        ("ncclAllGather", "AllGather"),
+        (send, recv, count, dt),
+        0,
+        0,
+        comm,
+        stream,
+    );
+    run(&a, |c, a| {
+        let dtype = datatype(a.op, a.dt, false)?;
         // SAFETY: send holds count elements, recv nranks × count (NCCL's contract).
-        unsafe { c.comm.all_gather(send.cast(), recv.cast(), count, dtype, c.stream()) }.map_err(rt(OP))
+        unsafe {
+            c.comm
+                .all_gather(a.send.cast(), a.recv.cast(), a.count, dtype, c.stream())
+        }
+        .map_err(rt(a.op))
     })
 }
 
@@ -317,12 +439,19 @@ pub(crate) fn send(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    const OP: &str = "Send";
-    run("ncclSend", OP, comm, stream, |c| {
-        let p = root(OP, peer, c.comm.nranks())?;
-        let dtype = datatype(OP, dt, false)?;
+    let a = Args::new(
+        ("ncclSend", "Send"),
+        (buf, std::ptr::null_mut(), count, dt),
+        0,
+        peer,
+        comm,
+        stream,
+    );
+    run(&a, |c, a| {
+        let p = root_rank(a.op, a.root, c.comm.nranks())?;
+        let dtype = datatype(a.op, a.dt, false)?;
         // SAFETY: buf holds count elements until the operation completes.
-        unsafe { c.comm.send(buf.cast(), count, dtype, p, c.stream()) }.map_err(rt(OP))
+        unsafe { c.comm.send(a.send.cast(), a.count, dtype, p, c.stream()) }.map_err(rt(a.op))
     })
 }
 
@@ -335,12 +464,19 @@ pub(crate) fn recv(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    const OP: &str = "Recv";
-    run("ncclRecv", OP, comm, stream, |c| {
-        let p = root(OP, peer, c.comm.nranks())?;
-        let dtype = datatype(OP, dt, false)?;
+    let a = Args::new(
+        ("ncclRecv", "Recv"),
+        (std::ptr::null(), buf, count, dt),
+        0,
+        peer,
+        comm,
+        stream,
+    );
+    run(&a, |c, a| {
+        let p = root_rank(a.op, a.root, c.comm.nranks())?;
+        let dtype = datatype(a.op, a.dt, false)?;
         // SAFETY: buf holds count elements until the operation completes.
-        unsafe { c.comm.recv(buf.cast(), count, dtype, p, c.stream()) }.map_err(rt(OP))
+        unsafe { c.comm.recv(a.recv.cast(), a.count, dtype, p, c.stream()) }.map_err(rt(a.op))
     })
 }
 
@@ -374,16 +510,24 @@ pub(crate) fn all_to_all(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    const OP: &str = "AlltoAll";
-    run("ncclAlltoAll", OP, comm, stream, |c| {
-        let dtype = datatype(OP, dt, false)?;
-        p2p_group(OP, || {
+    let a = Args::new(
+        ("ncclAlltoAll", "AlltoAll"),
+        (send, recv, count, dt),
+        0,
+        0,
+        comm,
+        stream,
+    );
+    run(&a, |c, a| {
+        let dtype = datatype(a.op, a.dt, false)?;
+        p2p_group(a.op, || {
             for r in 0..c.comm.nranks() {
-                let (s, d) = (block(send, r, count, dtype, OP)?, block(recv, r, count, dtype, OP)?);
+                let s = block(a.send, r, a.count, dtype, a.op)?;
+                let d = block(a.recv, r, a.count, dtype, a.op)?;
                 // SAFETY: send and recv hold nranks × count elements (NCCL's contract).
                 unsafe {
-                    c.comm.send(s, count, dtype, r, c.stream()).map_err(rt(OP))?;
-                    c.comm.recv(d, count, dtype, r, c.stream()).map_err(rt(OP))?;
+                    c.comm.send(s, a.count, dtype, r, c.stream()).map_err(rt(a.op))?;
+                    c.comm.recv(d, a.count, dtype, r, c.stream()).map_err(rt(a.op))?;
                 }
             }
             Ok(())
@@ -398,24 +542,24 @@ pub(crate) fn gather(
     recv: *mut c_void,
     count: usize,
     dt: ncclDataType_t,
-    rootr: c_int,
+    root: c_int,
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    const OP: &str = "Gather";
-    run("ncclGather", OP, comm, stream, |c| {
-        let root = root(OP, rootr, c.comm.nranks())?;
-        let dtype = datatype(OP, dt, false)?;
-        p2p_group(OP, || {
+    let a = Args::new(("ncclGather", "Gather"), (send, recv, count, dt), 0, root, comm, stream);
+    run(&a, |c, a| {
+        let root = root_rank(a.op, a.root, c.comm.nranks())?;
+        let dtype = datatype(a.op, a.dt, false)?;
+        p2p_group(a.op, || {
             // SAFETY: send holds count elements; recv on the root nranks × count.
             unsafe {
                 c.comm
-                    .send(send.cast(), count, dtype, root, c.stream())
-                    .map_err(rt(OP))?;
+                    .send(a.send.cast(), a.count, dtype, root, c.stream())
+                    .map_err(rt(a.op))?;
                 if c.comm.rank() == root {
                     for r in 0..c.comm.nranks() {
-                        let d = block(recv, r, count, dtype, OP)?;
-                        c.comm.recv(d, count, dtype, r, c.stream()).map_err(rt(OP))?;
+                        let d = block(a.recv, r, a.count, dtype, a.op)?;
+                        c.comm.recv(d, a.count, dtype, r, c.stream()).map_err(rt(a.op))?;
                     }
                 }
             }
@@ -431,26 +575,33 @@ pub(crate) fn scatter(
     recv: *mut c_void,
     count: usize,
     dt: ncclDataType_t,
-    rootr: c_int,
+    root: c_int,
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    const OP: &str = "Scatter";
-    run("ncclScatter", OP, comm, stream, |c| {
-        let root = root(OP, rootr, c.comm.nranks())?;
-        let dtype = datatype(OP, dt, false)?;
-        p2p_group(OP, || {
+    let a = Args::new(
+        ("ncclScatter", "Scatter"),
+        (send, recv, count, dt),
+        0,
+        root,
+        comm,
+        stream,
+    );
+    run(&a, |c, a| {
+        let root = root_rank(a.op, a.root, c.comm.nranks())?;
+        let dtype = datatype(a.op, a.dt, false)?;
+        p2p_group(a.op, || {
             // SAFETY: recv holds count elements; send on the root nranks × count.
             unsafe {
                 if c.comm.rank() == root {
                     for r in 0..c.comm.nranks() {
-                        let s = block(send, r, count, dtype, OP)?;
-                        c.comm.send(s, count, dtype, r, c.stream()).map_err(rt(OP))?;
+                        let s = block(a.send, r, a.count, dtype, a.op)?;
+                        c.comm.send(s, a.count, dtype, r, c.stream()).map_err(rt(a.op))?;
                     }
                 }
                 c.comm
-                    .recv(recv.cast(), count, dtype, root, c.stream())
-                    .map_err(rt(OP))?;
+                    .recv(a.recv.cast(), a.count, dtype, root, c.stream())
+                    .map_err(rt(a.op))?;
             }
             Ok(())
         })

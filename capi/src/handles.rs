@@ -109,10 +109,10 @@ impl Entry {
             ));
         }
         match &s.error {
-            Some(e) => Fail {
-                code: e.code,
-                msg: format!("{op} : communicator {:#x} failed to initialize: {}", self.token, e.msg),
-            },
+            Some(e) => Fail::new(
+                e.code,
+                format!("{op} : communicator {:#x} failed to initialize: {}", self.token, e.msg),
+            ),
             None => Fail::usage(format!("{op} : communicator {:#x} is not initialized", self.token)),
         }
     }
@@ -320,7 +320,7 @@ mod tests {
         let b = create(Settings::default(), -1, Arc::default());
         assert_ne!(a.token, b.token);
         assert!(lookup(a.handle()).is_some_and(|e| Arc::ptr_eq(&e, &a)));
-        let msg = |r: R<()>| r.err().map(|f| f.msg).unwrap_or_default();
+        let msg = |r: R<()>| r.err().map(|f| f.msg.clone()).unwrap_or_default();
         assert!(msg(with_ready(a.handle(), "t", |_, _| Ok(()))).contains("is not initialized"));
         assert!(remove(a.handle()).is_some());
         assert!(lookup(a.handle()).is_none(), "a removed handle stays dead");
