@@ -228,13 +228,10 @@ impl Args {
     }
 }
 
-/// What a call enqueues, given its communicator and stream.
-type Body = fn(&Call, &Args) -> R;
-
 /// Runs one call: arguments, enqueue (`body`), completion. A failure inside a
 /// group also fails the group's end.
 #[inline(always)]
-fn run(a: &Args, body: Body) -> ncclResult_t {
+fn run(a: &Args, body: impl FnOnce(&Call, &Args) -> R) -> ncclResult_t {
     guard(a.name, || {
         let r = handles::with_ready(a.comm, a.op, |entry, c| {
             let dev;

@@ -9,7 +9,7 @@
 //! host stream (the NULL stream's operations), its PreMulSum operators and its
 //! registrations.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -257,11 +257,27 @@ struct Cached {
 /// Communicators one thread keeps at hand.
 const CACHED: usize = 8;
 
+/// The communicator this thread called last, as raw pointers into [`CACHE`].
+///
+/// Invariant: when set, both pointers point into the `Arc`s of one element of
+/// this thread's `CACHE` (so they are valid while that element is there), and
+/// every change of `CACHE` clears it first. No call reaches `CACHE` from
+/// inside the function `with_ready` runs, so the references it hands out stay
+/// valid for that function.
+#[derive(Clone, Copy)]
+struct Hot {
+    token: usize,
+    entry: *const Entry,
+    comm: *const Comm,
+}
+
 thread_local! {
-    /// The communicators this thread called last (up to [`CACHED`]): the fast
-    /// path of [`with_ready`], with no lock and no reference count per call,
-    /// which is most of what the C API adds to a small operation.
+    /// The communicators this thread called last (up to [`CACHED`]): what
+    /// [`with_ready`] falls back on, with no lock and no reference count per
+    /// call.
     static CACHE: RefCell<Vec<Cached>> = const { RefCell::new(Vec::new()) };
+    /// The last of them (see [`Hot`]): the fast path, one thread-local read.
+    static HOT: Cell<Option<Hot>> = const { Cell::new(None) };
 }
 
 /// Runs `f` on the live, initialized communicator `comm` (the errors of [`get`]
@@ -273,29 +289,57 @@ thread_local! {
 /// next miss, so the runtime's resources of a communicator that a thread used
 /// and another destroyed are released then, or when that thread exits (the
 /// destroying thread's own references are dropped by [`forget`]).
+#[inline(always)]
 pub(crate) fn with_ready<T>(comm: ncclComm_t, op: &str, f: impl FnOnce(&Entry, &Comm) -> R<T>) -> R<T> {
     let token = comm as usize;
-    CACHE.with(|cache| {
-        if let Ok(c) = cache.try_borrow()
-            && let Some(x) = c.iter().find(|x| x.token == token)
-            && x.entry.live.load(Ordering::Acquire)
-        {
-            return f(&x.entry, &x.comm);
+    if let Some(h) = HOT.with(Cell::get)
+        && h.token == token
+    {
+        // SAFETY: `Hot`'s invariant: the pointers are into `Arc`s this
+        // thread's cache holds, and nothing `f` does changes the cache.
+        let (e, c) = unsafe { (&*h.entry, &*h.comm) };
+        if e.live.load(Ordering::Acquire) {
+            return f(e, c);
         }
+    }
+    with_ready_slow(comm, op, f)
+}
+
+#[inline(never)]
+fn with_ready_slow<T>(comm: ncclComm_t, op: &str, f: impl FnOnce(&Entry, &Comm) -> R<T>) -> R<T> {
+    let token = comm as usize;
+    CACHE.with(|cache| {
+        if let Ok(mut v) = cache.try_borrow_mut() {
+            // Every change of the cache clears HOT first (its invariant).
+            HOT.with(|h| h.set(None));
+            v.retain(|x| x.entry.live.load(Ordering::Acquire));
+            if !v.iter().any(|x| x.token == token) {
+                let e = get(comm, op)?;
+                let c = e.comm(op)?;
+                if v.len() >= CACHED {
+                    v.remove(0);
+                }
+                v.push(Cached {
+                    token,
+                    entry: e,
+                    comm: c,
+                });
+            }
+            let x = v.iter().find(|x| x.token == token).expect("just cached");
+            let (e, c) = (Arc::clone(&x.entry), Arc::clone(&x.comm));
+            HOT.with(|h| {
+                h.set(Some(Hot {
+                    token,
+                    entry: Arc::as_ptr(&x.entry),
+                    comm: Arc::as_ptr(&x.comm),
+                }))
+            });
+            drop(v);
+            return f(&e, &c);
+        }
+        // A nested call (the cache is borrowed): the registry, uncached.
         let e = get(comm, op)?;
         let c = e.comm(op)?;
-        // A nested call (the cache is borrowed) leaves the cache alone.
-        if let Ok(mut v) = cache.try_borrow_mut() {
-            v.retain(|x| x.entry.live.load(Ordering::Acquire));
-            if v.len() >= CACHED {
-                v.remove(0);
-            }
-            v.push(Cached {
-                token,
-                entry: e.clone(),
-                comm: c.clone(),
-            });
-        }
         f(&e, &c)
     })
 }
@@ -305,6 +349,7 @@ pub(crate) fn with_ready<T>(comm: ncclComm_t, op: &str, f: impl FnOnce(&Entry, &
 pub(crate) fn forget(entry: &Entry) {
     CACHE.with(|c| {
         if let Ok(mut v) = c.try_borrow_mut() {
+            HOT.with(|h| h.set(None));
             v.retain(|x| x.token != entry.token);
         }
     });
