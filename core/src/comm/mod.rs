@@ -13,6 +13,7 @@
 mod colls;
 mod params;
 mod peer_info;
+mod split;
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;

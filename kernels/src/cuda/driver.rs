@@ -179,6 +179,30 @@ pub struct DeviceAttrs {
     pub bus_id: String,
 }
 
+/// The device of the calling thread's current CUDA context (`cuCtxGetDevice`;
+/// what `cudaGetDevice` reports once `cudaSetDevice` ran), `None` when the
+/// thread has no current context. NCCL binds a communicator to this device at
+/// init (`src/init.cc`, `ncclCommInitRank`: `cudaGetDevice`).
+///
+/// Errors: [`KernelError::NoCuda`] without a driver; [`KernelError::Cuda`] when
+/// the query fails otherwise.
+pub fn current_device() -> Result<Option<usize>, KernelError> {
+    driver_info()?;
+    let mut dev: sys::CUdevice = 0;
+    let r = guard::call("cuCtxGetDevice", || {
+        // SAFETY: the driver is initialised; one valid out-pointer.
+        Ok::<_, ()>(unsafe { sys::cuCtxGetDevice(&mut dev) })
+    })?;
+    match r {
+        CUresult::CUDA_SUCCESS => Ok(Some(dev as usize)),
+        CUresult::CUDA_ERROR_INVALID_CONTEXT => Ok(None),
+        e => Err(KernelError::Cuda {
+            call: "cuCtxGetDevice",
+            message: format!("{e:?}"),
+        }),
+    }
+}
+
 fn device_handle(ordinal: usize) -> Result<sys::CUdevice, KernelError> {
     check_ordinal(ordinal)?;
     let mut dev: sys::CUdevice = 0;

@@ -41,7 +41,7 @@ mod nvrtc;
 pub use backend::CudaBackend;
 #[cfg(feature = "cuda")]
 pub use driver::{
-    DeviceAttrs, IpcMapping, can_access_peer, device_attrs, device_count, dmabuf_fd_for, driver_info,
+    DeviceAttrs, IpcMapping, can_access_peer, current_device, device_attrs, device_count, dmabuf_fd_for, driver_info,
     ipc_get_mem_handle, launch_host_func,
 };
 #[cfg(feature = "cuda")]
@@ -99,6 +99,11 @@ mod disabled {
         Err(off())
     }
 
+    /// The current device: always [`KernelError::NoCuda`](crate::KernelError::NoCuda) in this build.
+    pub fn current_device() -> Result<Option<usize>, KernelError> {
+        Err(off())
+    }
+
     /// NVRTC: always [`KernelError::NoCuda`](crate::KernelError::NoCuda) in this build.
     pub fn nvrtc_info() -> Result<NvrtcInfo, KernelError> {
         Err(off())
@@ -121,4 +126,4 @@ mod disabled {
 }
 
 #[cfg(not(feature = "cuda"))]
-pub use disabled::{compile, compile_program, device_count, driver_info, nvrtc_info, nvrtc_load};
+pub use disabled::{compile, compile_program, current_device, device_count, driver_info, nvrtc_info, nvrtc_load};

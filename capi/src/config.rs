@@ -1,0 +1,180 @@
+//! `ncclConfig_t` (NCCL 2.30.7 `src/init.cc`, `parseCommConfig` and
+//! `envConfigOverride`) and the runtime's `CommConfig` made from it.
+//!
+//! The struct is read field by field within the `size` the caller's header
+//! gave (NCCL's configs only ever grow at the end), so a program built against
+//! an older or newer `nccl.h` passes exactly the fields it has.
+
+use std::ffi::{CStr, c_char, c_int};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
+
+use ferroccl::CommConfig;
+use ferroccl::bootstrap::BootstrapConfig;
+use ferroccl::config::Config;
+use ferroccl::plugin::LoadOptions;
+
+use crate::abi::{NCCL_API_MAGIC, ncclConfig_t};
+use crate::api::{Fail, R};
+
+/// `NCCL_CONFIG_UNDEF_INT`.
+const UNDEF_INT: c_int = c_int::MIN;
+
+/// What the library uses of a communicator's configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    /// `blocking` (after `NCCL_COMM_BLOCKING`); default 1.
+    pub blocking: bool,
+    /// `maxCTAs`: the most channels the communicator may use.
+    pub max_ctas: Option<usize>,
+    /// `netName` (as `NCCL_NET`).
+    pub net_name: Option<String>,
+    /// `commName`, for the logs.
+    pub comm_name: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            blocking: true,
+            max_ctas: None,
+            net_name: None,
+            comm_name: None,
+        }
+    }
+}
+
+/// Reads field `T` at `offset` if the caller's struct (`size` bytes) has it.
+///
+/// # Safety
+/// `base` must be valid for `size` bytes.
+unsafe fn field<T: Copy>(base: *const u8, size: usize, offset: usize) -> Option<T> {
+    (offset + std::mem::size_of::<T>() <= size).then(|| {
+        // SAFETY: inside the caller's `size` bytes (checked above); unaligned
+        // reads because nothing promises the caller's alignment.
+        unsafe { std::ptr::read_unaligned(base.add(offset).cast::<T>()) }
+    })
+}
+
+fn c_string(p: *const c_char) -> Option<String> {
+    // SAFETY: a non-NULL `const char*` of a config is a NUL-terminated string
+    // (NCCL's contract for netName and commName).
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Parses `config` for call `op`; `NULL` gives `inherit` (a split child) or the
+/// defaults. `NCCL_COMM_BLOCKING` (0 or 1) overrides `blocking`, as in NCCL.
+///
+/// Errors (`ncclInvalidArgument`, NCCL's messages): a config not made with
+/// `NCCL_CONFIG_INITIALIZER` (magic), one from before NCCL 2.14, `blocking`
+/// other than 0, 1 or unset, `maxCTAs` or `minCTAs` out of 1..=64.
+pub(crate) fn parse(config: *const ncclConfig_t, inherit: Option<&Settings>, op: &str) -> R<Settings> {
+    let mut s = inherit.cloned().unwrap_or_default();
+    if !config.is_null() {
+        let base = config.cast::<u8>();
+        // SAFETY: `size` is the first field of every ncclConfig_t version.
+        let size = unsafe { std::ptr::read_unaligned(base.cast::<usize>()) };
+        let size = size.min(std::mem::size_of::<ncclConfig_t>());
+        macro_rules! get {
+            ($f:ident: $t:ty) => {
+                // SAFETY: the caller's struct holds `size` bytes (its own sizeof).
+                unsafe { field::<$t>(base, size, std::mem::offset_of!(ncclConfig_t, $f)) }
+            };
+        }
+        if get!(magic: u32) != Some(NCCL_API_MAGIC) {
+            return Err(Fail::arg(format!(
+                "{op} : ncclConfig_t argument not initialized via NCCL_CONFIG_INITIALIZER (magic {:#x}, size {size})",
+                get!(magic: u32).unwrap_or(0)
+            )));
+        }
+        let version = get!(version: u32).unwrap_or(0);
+        if version < 21400 {
+            return Err(Fail::arg(format!(
+                "{op} : ncclConfig_t argument of version {version} is older than the first versioned config (21400)"
+            )));
+        }
+        match get!(blocking: c_int) {
+            None | Some(UNDEF_INT) => {}
+            Some(b @ (0 | 1)) => s.blocking = b == 1,
+            Some(b) => return Err(Fail::arg(format!("Invalid config blocking attribute value {b}"))),
+        }
+        for (name, v) in [("min", get!(minCTAs: c_int)), ("max", get!(maxCTAs: c_int))] {
+            match v {
+                None | Some(UNDEF_INT) => {}
+                Some(n @ 1..=64) if name == "max" => s.max_ctas = Some(n as usize),
+                Some(1..=64) => {}
+                Some(n) => {
+                    return Err(Fail::arg(format!(
+                        "Invalid config {name} CTAs attribute value {n} (expected 1..=64)"
+                    )));
+                }
+            }
+        }
+        if let Some(p) = get!(netName: *const c_char) {
+            s.net_name = c_string(p).or(s.net_name);
+        }
+        if let Some(p) = get!(commName: *const c_char) {
+            s.comm_name = c_string(p).or(s.comm_name);
+        }
+    }
+    match Config::global().get_int("NCCL_COMM_BLOCKING", -1, i64::MIN..=i64::MAX) {
+        Ok(0) => s.blocking = false,
+        Ok(1) => s.blocking = true,
+        _ => {}
+    }
+    Ok(s)
+}
+
+/// The directories of this library (as the loader opened it, and with links
+/// resolved): plugins installed beside `libnccl.so.2` are found there, wherever
+/// the program runs from.
+fn library_dirs() -> &'static [PathBuf] {
+    static DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    DIRS.get_or_init(|| {
+        // SAFETY: Dl_info is plain data (pointers and integers); all-zero is a valid value.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        let here = library_dirs as *const libc::c_void;
+        // SAFETY: dladdr only reads the loader's tables; `info` is a valid out-pointer.
+        if unsafe { libc::dladdr(here, &mut info) } == 0 || info.dli_fname.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: dli_fname is the loader's NUL-terminated file name.
+        let file = PathBuf::from(unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned());
+        let mut dirs: Vec<PathBuf> = file.parent().map(PathBuf::from).into_iter().collect();
+        if let Some(d) = std::fs::canonicalize(&file)
+            .ok()
+            .and_then(|f| f.parent().map(PathBuf::from))
+            && !dirs.contains(&d)
+        {
+            dirs.push(d);
+        }
+        dirs
+    })
+}
+
+impl Settings {
+    /// The runtime's configuration for a communicator with these settings, and
+    /// the abort flag of its bootstrap (raised by `ncclCommAbort` during init).
+    ///
+    /// Errors: invalid bootstrap parameters (`NCCL_SOCKET_*`, `FERROCCL_TIMEOUT_SEC`).
+    pub fn comm_config(&self, op: &str) -> R<(CommConfig, Arc<AtomicBool>)> {
+        let cfg = Config::global();
+        let bootstrap = BootstrapConfig::from_params(cfg).map_err(|e| Fail::arg(format!("{op}: {e}")))?;
+        let abort = bootstrap.abort.clone();
+        let mut net = LoadOptions::from_env();
+        net.plugin_path.extend(library_dirs().iter().cloned());
+        if let Some(n) = &self.net_name {
+            net.net = Some(n.clone());
+        }
+        Ok((
+            CommConfig {
+                nchannels: self.max_ctas,
+                net: Some(net),
+                bootstrap: Some(bootstrap),
+                ..Default::default()
+            },
+            abort,
+        ))
+    }
+}
