@@ -338,7 +338,7 @@ impl Config {
         let env: Vec<(String, String)> = env.into_iter().collect();
         let lookup = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
         let mut files: Vec<PathBuf> = Vec::new();
-        match lookup("NCCL_CONF_FILE") {
+        match lookup(params::CONF_FILE.name) {
             Some(f) if !f.is_empty() => files.push(PathBuf::from(f)),
             _ => {
                 if let Some(home) = lookup("HOME") {
