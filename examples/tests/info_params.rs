@@ -5,7 +5,7 @@
 //! value is reported and makes the exit status 1; a plugin library that cannot
 //! be found is named. Build the plugins first (`cargo build --workspace`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -18,7 +18,12 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn params(env: &[(&str, &str)]) -> (Output, Vec<Value>) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ferroccl-info"));
+    params_of(Path::new(env!("CARGO_BIN_EXE_ferroccl-info")), env)
+}
+
+/// `exe params --json` with `env` and none of our NCCL_*/FERROCCL_* variables.
+fn params_of(exe: &Path, env: &[(&str, &str)]) -> (Output, Vec<Value>) {
+    let mut c = Command::new(exe);
     c.args(["params", "--json"]);
     for (k, _) in std::env::vars() {
         if k.starts_with("NCCL_") || k.starts_with("FERROCCL_") {
@@ -132,21 +137,15 @@ fn every_parameter_is_listed_with_the_source_of_its_value() {
 
 #[test]
 fn a_plugin_that_is_not_found_is_named() {
-    let dir = scratch("missing");
-    // Only the runtime's own directory is searched (a copy of the tool elsewhere
-    // finds no plugin next to it).
+    // The tool searches its own directory and its parent: a link to it in a
+    // directory of its own (under target/tmp, so a hard link: a copy could
+    // still be open for writing in a forked sibling test, ETXTBSY) finds no plugin.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("info-params-{}/bin", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join("ferroccl-info");
-    std::fs::copy(env!("CARGO_BIN_EXE_ferroccl-info"), &exe).unwrap();
-    let mut c = Command::new(&exe);
-    c.args(["params", "--json"])
-        .env_remove("LD_LIBRARY_PATH")
-        .env("HOME", &dir);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("NCCL_") || k.starts_with("FERROCCL_") {
-            c.env_remove(k);
-        }
-    }
-    let o = c.output().expect("run ferroccl-info");
+    std::fs::hard_link(env!("CARGO_BIN_EXE_ferroccl-info"), &exe).expect("hard link in the target directory");
+    let (o, rows) = params_of(&exe, &[("HOME", dir.to_str().unwrap()), ("LD_LIBRARY_PATH", "")]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     for reader in ["tuner-rules", "profiler-trace", "net-socket", "net-ib"] {
@@ -159,9 +158,8 @@ fn a_plugin_that_is_not_found_is_named() {
         );
     }
     assert!(err.contains("libnccl-net-ib.so"), "{err}");
-    let rows: Vec<Value> = serde_json::from_slice(&o.stdout).expect("JSON");
     assert_eq!(rows.len(), ferroccl::config::runtime_params().count());
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
 #[test]

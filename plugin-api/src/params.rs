@@ -501,33 +501,26 @@ mod tests {
         assert_eq!(rc, ncclResult_t::ncclInvalidArgument);
     }
 
+    /// A table whose one entry has an unknown kind.
     unsafe extern "C" fn bad(params: *mut *const ferrocclParam_v1_t, nparams: *mut c_int) -> ncclResult_t {
-        static E: SyncEntry = SyncEntry(ferrocclParam_v1_t {
-            name: c"NCCL_X".as_ptr(),
-            description: c"d".as_ptr(),
-            kind: 7,
-            nchoices: 0,
-            int_default: 0,
-            int_min: 0,
-            int_max: 0,
-            str_default: std::ptr::null(),
-            choices: std::ptr::null(),
+        static T: OnceLock<ParamTable> = OnceLock::new();
+        let t = T.get_or_init(|| {
+            let mut t = ParamTable::new(&[Param::Int(&A)]).unwrap();
+            t.entries[0].kind = 7;
+            t
         });
         // SAFETY: read_table passes valid out-pointers.
         unsafe {
-            *params = &E.0;
+            *params = t.entries.as_ptr();
             *nparams = 1;
         }
         ncclResult_t::ncclSuccess
     }
-    struct SyncEntry(ferrocclParam_v1_t);
-    // SAFETY: immutable, pointing only at 'static C strings.
-    unsafe impl Sync for SyncEntry {}
 
     #[test]
     fn a_malformed_table_is_an_error() {
         // SAFETY: `bad` has the signature and lives in this binary.
         let e = unsafe { read_table(bad) }.unwrap_err();
-        assert_eq!(e, "NCCL_X: unknown kind 7");
+        assert_eq!(e, "FERROCCL_TEST_A: unknown kind 7");
     }
 }
