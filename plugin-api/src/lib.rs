@@ -10,7 +10,7 @@
 //!   [`export_net_plugin!`] which emits every versioned `ncclNetPlugin_vN` symbol
 //!   from one implementation.
 //! * [`log`] — calling NCCL's C-variadic logger from Rust.
-//! * [`params`] — `NCCL_*` parameters declared one line each
+//! * [`params`](mod@params) — `NCCL_*` parameters declared one line each
 //!   ([`params!`]), and their export to a host ([`export_params!`]).
 
 pub mod abi;
