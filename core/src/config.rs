@@ -27,9 +27,11 @@
 //!   [`MAX_CONF_BYTES`]; a file that is not read gets a WARN line once logging is
 //!   up ([`Config::warnings`]); missing files stay silent.
 //!
-//! Every variable the runtime and the in-tree plugins read is registered here
-//! ([`PARAMS`], [`PLUGIN_PARAMS`]; [`all_params`]): validated, and echoed once at
-//! `NCCL_DEBUG=INFO` ([`Config::echo`]). The merged view lives in a [`Config`]
+//! Every variable the runtime reads is declared here once, one line each
+//! ([`params`], the list [`PARAMS`]; [`runtime_params`]): validated, and echoed
+//! once at `NCCL_DEBUG=INFO` ([`Config::echo`]). The in-tree plugins declare,
+//! read and export their own parameters (`ferroccl_plugin_api::params!`,
+//! `ferrocclParams_v1`); the runtime does not list them. The merged view lives in a [`Config`]
 //! (process-wide one via [`Config::global`]); tests build their own with
 //! [`Config::from_sources`] or [`Config::load`].
 
@@ -337,7 +339,7 @@ impl Config {
         let env: Vec<(String, String)> = env.into_iter().collect();
         let lookup = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
         let mut files: Vec<PathBuf> = Vec::new();
-        match lookup("NCCL_CONF_FILE") {
+        match lookup(params::CONF_FILE.name) {
             Some(f) if !f.is_empty() => files.push(PathBuf::from(f)),
             _ => {
                 if let Some(home) = lookup("HOME") {
@@ -464,7 +466,8 @@ impl Config {
     }
 
     /// Every `NCCL_*` / `FERROCCL_*` variable that was set (environment or file),
-    /// sorted by name, with its source and whether it is a registered [`PARAMS`] entry.
+    /// sorted by name, with its source and whether the runtime reads it (a
+    /// [`PARAMS`] entry).
     pub fn set_params(&self) -> Vec<(&str, &Setting, bool)> {
         let mut v: BTreeMap<&str, &Setting> = BTreeMap::new();
         for (k, s) in &self.vars {
@@ -478,15 +481,17 @@ impl Config {
     /// The echo NCCL prints at `NCCL_DEBUG=INFO` (`"%s set by environment to %s."`),
     /// one line per variable from [`set_params`](Self::set_params), e.g.
     /// `NCCL_BUFFSIZE set by environment to 1048576.` or
-    /// `NCCL_DEBUG set by file /etc/nccl.conf to INFO.`; unregistered names get a
-    /// ` (not a parameter ferroccl uses)` suffix, invalid values
-    /// ` (invalid: <why>)`.
+    /// `NCCL_DEBUG set by file /etc/nccl.conf to INFO.`; invalid values of runtime
+    /// parameters get ` (invalid: <why>)`, names the runtime does not read
+    /// ` (not a runtime parameter)`: a plugin may read them (the in-tree plugins
+    /// declare their own parameters, `ferroccl-info params` lists them), but the
+    /// runtime does not know its plugins' parameters.
     pub fn echo(&self) -> Vec<String> {
         self.set_params()
             .into_iter()
             .map(|(k, s, _)| {
-                let note = match find_param(k).map(|(_, p)| p.check(self)) {
-                    None => " (not a parameter ferroccl uses)".to_owned(),
+                let note = match find_param(k).map(|p| self.check(p)) {
+                    None => " (not a runtime parameter)".to_owned(),
                     Some(Err(e)) => format!(" (invalid: {e})"),
                     Some(Ok(())) => String::new(),
                 };
@@ -495,57 +500,51 @@ impl Config {
             .collect()
     }
 
-    /// Checks every registered integer and choice parameter ([`all_params`]);
+    /// Checks every runtime integer and choice parameter ([`runtime_params`]);
     /// returns all errors.
     pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
-        let errs: Vec<ConfigError> = all_params().filter_map(|(_, p)| p.check(self).err()).collect();
+        let errs: Vec<ConfigError> = runtime_params().filter_map(|p| self.check(p).err()).collect();
         if errs.is_empty() { Ok(()) } else { Err(errs) }
+    }
+
+    /// Validates the value of `p` (an integer in its range, a string among its
+    /// choices); unset or empty is valid.
+    pub fn check(&self, p: Param) -> Result<(), ConfigError> {
+        match p {
+            Param::Int(p) => p.get(self).map(|_| ()),
+            Param::Str(p) => p.get_checked(self).map(|_| ()),
+        }
     }
 }
 
-/// A registered integer parameter.
-#[derive(Debug, Clone, Copy)]
-pub struct IntParam {
-    /// Variable name.
-    pub name: &'static str,
-    /// Value when unset or empty.
-    pub default: i64,
-    /// Smallest accepted value.
-    pub min: i64,
-    /// Largest accepted value.
-    pub max: i64,
-    /// What it controls.
-    pub description: &'static str,
+pub use ferroccl_plugin_api::params::{IntParam, Param, StrParam};
+
+/// Reading a declared integer parameter from a [`Config`].
+pub trait IntParamExt {
+    /// The value from `cfg` ([`Config::get_int`] with this parameter's default and range).
+    fn get(&self, cfg: &Config) -> Result<i64, ConfigError>;
 }
 
-impl IntParam {
-    /// The value from `cfg` ([`Config::get_int`] with this parameter's default/range).
-    pub fn get(&self, cfg: &Config) -> Result<i64, ConfigError> {
+impl IntParamExt for IntParam {
+    fn get(&self, cfg: &Config) -> Result<i64, ConfigError> {
         cfg.get_int(self.name, self.default, self.min..=self.max)
     }
 }
 
-/// A registered string parameter.
-#[derive(Debug, Clone, Copy)]
-pub struct StrParam {
-    /// Variable name.
-    pub name: &'static str,
-    /// Value when unset or empty (`None` = no value).
-    pub default: Option<&'static str>,
-    /// Accepted values (ASCII case-insensitive); empty = anything.
-    pub choices: &'static [&'static str],
-    /// What it controls.
-    pub description: &'static str,
+/// Reading a declared string parameter from a [`Config`].
+pub trait StrParamExt {
+    /// The value from `cfg` (set and non-empty), else the default.
+    fn get<'a>(&self, cfg: &'a Config) -> Option<&'a str>;
+    /// Like [`get`](Self::get), but checks the value against the choices.
+    fn get_checked<'a>(&self, cfg: &'a Config) -> Result<Option<&'a str>, ConfigError>;
 }
 
-impl StrParam {
-    /// The value from `cfg` (set and non-empty), else the default.
-    pub fn get<'a>(&self, cfg: &'a Config) -> Option<&'a str> {
+impl StrParamExt for StrParam {
+    fn get<'a>(&self, cfg: &'a Config) -> Option<&'a str> {
         cfg.get_str(self.name).or(self.default)
     }
 
-    /// Like [`get`](Self::get), but checks the value against `choices`.
-    pub fn get_checked<'a>(&self, cfg: &'a Config) -> Result<Option<&'a str>, ConfigError> {
+    fn get_checked<'a>(&self, cfg: &'a Config) -> Result<Option<&'a str>, ConfigError> {
         let set = cfg.setting(self.name).filter(|s| !s.value.is_empty());
         if let Some(s) =
             set.filter(|s| !self.choices.is_empty() && !self.choices.iter().any(|c| c.eq_ignore_ascii_case(&s.value)))
@@ -561,851 +560,134 @@ impl StrParam {
     }
 }
 
-/// Any registered parameter.
-#[derive(Debug, Clone, Copy)]
-pub enum Param {
-    /// Integer.
-    Int(&'static IntParam),
-    /// String.
-    Str(&'static StrParam),
-}
-
-impl Param {
-    /// Variable name.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Param::Int(p) => p.name,
-            Param::Str(p) => p.name,
-        }
-    }
-
-    /// Description.
-    pub fn description(&self) -> &'static str {
-        match self {
-            Param::Int(p) => p.description,
-            Param::Str(p) => p.description,
-        }
-    }
-
-    /// Validates the value in `cfg`.
-    pub fn check(&self, cfg: &Config) -> Result<(), ConfigError> {
-        match self {
-            Param::Int(p) => p.get(cfg).map(|_| ()),
-            Param::Str(p) => p.get_checked(cfg).map(|_| ()),
-        }
-    }
-}
-
-/// The registered parameters the runtime reads.
+/// The parameters the runtime reads, declared one line each (NCCL's
+/// `NCCL_PARAM`, `src/include/param.h`); the in-tree plugins declare their own
+/// (`ferroccl_plugin_api::params!` in each plugin crate).
 pub mod params {
-    use super::{IntParam, MAXCHANNELS, StrParam};
+    use super::MAXCHANNELS;
 
-    const fn s(name: &'static str, default: Option<&'static str>, description: &'static str) -> StrParam {
-        StrParam {
-            name,
-            default,
-            choices: &[],
-            description,
-        }
+    pub use ferroccl_plugin_api::params::socket::{
+        FAMILY as SOCKET_FAMILY, IFNAME as SOCKET_IFNAME, RETRY_CNT as SOCKET_RETRY_CNT,
+        RETRY_SLEEP_MSEC as SOCKET_RETRY_SLEEP_MSEC,
+    };
+
+    ferroccl_plugin_api::params! {
+        /// The runtime's own parameters (the shared `NCCL_SOCKET_*` ones are in
+        /// `ferroccl_plugin_api::params::socket`).
+        pub static ALL = [
+            DEBUG: str "NCCL_DEBUG" = None, ["VERSION", "WARN", "INFO", "ABORT", "TRACE"], "log level: VERSION, WARN, INFO, ABORT or TRACE (unset: no output)";
+            DEBUG_SUBSYS: str "NCCL_DEBUG_SUBSYS" = Some("INIT,BOOTSTRAP,ENV"), "subsystems logged at INFO/TRACE, comma separated; a leading ^ excludes them";
+            DEBUG_FILE: str "NCCL_DEBUG_FILE" = None, "log file path (%h host name, %p pid); default stdout";
+            CONF_FILE: str "NCCL_CONF_FILE" = None, "config file read instead of ~/.nccl.conf (environment only)";
+            COMM_ID: str "NCCL_COMM_ID" = None, "bootstrap root address host:port (rank 0 listens there)";
+            NET_PLUGIN: str "NCCL_NET_PLUGIN" = None, "net plugin library: name, suffix or path; comma list; \"none\" disables";
+            NET: str "NCCL_NET" = None, "name of the network to use (e.g. Socket, IB)";
+            TUNER_PLUGIN: str "NCCL_TUNER_PLUGIN" = None, "tuner plugin library";
+            PROFILER_PLUGIN: str "NCCL_PROFILER_PLUGIN" = None, "profiler plugin library";
+            PROTO: str "NCCL_PROTO" = None, "protocols allowed, NCCL's grammar (e.g. LL,Simple or ^LL; shared memory carries LL or Simple, the network Simple)";
+            ALGO: str "NCCL_ALGO" = None, "algorithms allowed, NCCL's grammar (e.g. Ring, ^Tree or allreduce:tree); this runtime runs Ring and Tree";
+            /// Default 1: no lower bound beyond one, so `NCCL_MAX_NCHANNELS=1` alone gives one ring.
+            MIN_NCHANNELS: int "NCCL_MIN_NCHANNELS" = 1, 1..=MAXCHANNELS, "minimum number of channels (rings)";
+            MAX_NCHANNELS: int "NCCL_MAX_NCHANNELS" = MAXCHANNELS, 1..=MAXCHANNELS, "maximum number of channels (rings)";
+            BUFFSIZE: int "NCCL_BUFFSIZE" = 1 << 22, 1 << 12..=1 << 30, "bytes of buffer per connection, split into NCCL_STEPS slots";
+            /// NCCL has no such parameter (it waits forever, or until `ncclCommAbort`); ferroccl bounds every wait.
+            TIMEOUT_SEC: int "FERROCCL_TIMEOUT_SEC" = 300, 1..=7 * 86_400, "seconds before a bootstrap wait or a stalled collective fails (ferroccl only)";
+            /// Rounded down to 64.
+            P2P_NET_CHUNKSIZE: int "NCCL_P2P_NET_CHUNKSIZE" = 128 << 10, 4 << 10..=64 << 20, "bytes per network step of point-to-point operations";
+            /// The host's `threadThresholds`; the default is measured in BENCHMARKS.md.
+            MIN_CHANNEL_BYTES: int "FERROCCL_MIN_CHANNEL_BYTES" = 16 << 20, 1..=1 << 40, "bytes per channel below which a collective uses fewer channels (ferroccl only)";
+            NET_USER_SEND_MIN: int "FERROCCL_NET_USER_SEND_MIN" = 64 << 10, -1..=1 << 40, "bytes from which buffers are sent from registered user memory, -1 never (ferroccl only)";
+            NET_STRICT: str "FERROCCL_NET_STRICT" = Some("0"), ["0", "1", "true", "false", "yes", "no"], "1: a rejected net plugin candidate is an error, no fallback (ferroccl only)";
+            NET_MAX_VERSION: str "FERROCCL_NET_MAX_VERSION" = Some("12"), ["6", "7", "8", "9", "10", "11", "12", "v6", "v7", "v8", "v9", "v10", "v11", "v12"], "newest ncclNetPlugin_vN symbol the host probes, 6..12 (ferroccl only)";
+            PLUGIN_PATH: str "FERROCCL_PLUGIN_PATH" = None, "colon-separated directories searched for plugin libraries (ferroccl only)";
+            MAX_QUEUED_OPS: int "FERROCCL_MAX_QUEUED_OPS" = 4096, 1..=1 << 24, "operations queued per communicator before enqueue blocks (ferroccl only)";
+            /// The shared-memory transport's latency is the peer's proxy's reaction
+            /// time, and a `sched_yield` hands the core to any other runnable task for
+            /// a whole time slice; Open MPI likewise polls without yielding unless
+            /// oversubscribed.
+            PROXY_SPIN_US: int "FERROCCL_PROXY_SPIN_US" = -1, -1..=1_000_000, "microseconds the proxy busy-polls before yielding; -1: 50 unless local ranks outnumber CPUs, then 0 (ferroccl only)";
+            /// Replaces the boot id in NCCL's `getHostHash`.
+            HOSTID: str "NCCL_HOSTID" = None, "host identity used instead of the boot id: ranks with equal values share a host";
+            SHM_DISABLE: int "NCCL_SHM_DISABLE" = 0, 0..=1, "1: ranks on one host do not use shared memory (they use the net plugin)";
+            NET_DISABLE_INTRA: int "NCCL_NET_DISABLE_INTRA" = 0, 0..=1, "1: ranks on one host do not use the network between them";
+            /// NCCL's `ncclParamDmaBufEnable` (`src/init.cc`): `regMrDmaBuf` when the
+            /// plugin advertises `NCCL_PTR_DMABUF` and the driver supports it (decision in
+            /// `transport::gdr`).
+            DMABUF_ENABLE: int "NCCL_DMABUF_ENABLE" = 1, 0..=1, "1: register GPU memory with the network through DMA-BUF when plugin and driver support it";
+        ];
     }
-
-    /// `NCCL_DEBUG`: log level (VERSION, WARN, INFO, ABORT, TRACE); unset = no output.
-    pub static DEBUG: StrParam = StrParam {
-        name: "NCCL_DEBUG",
-        default: None,
-        choices: &["VERSION", "WARN", "INFO", "ABORT", "TRACE"],
-        description: "log level: VERSION, WARN, INFO, ABORT or TRACE (unset: no output)",
-    };
-    /// `NCCL_DEBUG_SUBSYS`: comma list of subsystems, `^` inverts.
-    pub static DEBUG_SUBSYS: StrParam = s(
-        "NCCL_DEBUG_SUBSYS",
-        Some("INIT,BOOTSTRAP,ENV"),
-        "subsystems logged at INFO/TRACE, comma separated; a leading ^ excludes them",
-    );
-    /// `NCCL_DEBUG_FILE`: log file, `%h` = host, `%p` = pid; default stdout.
-    pub static DEBUG_FILE: StrParam = s(
-        "NCCL_DEBUG_FILE",
-        None,
-        "log file path (%h host name, %p pid); default stdout",
-    );
-    /// `NCCL_CONF_FILE`: the user config file read instead of `~/.nccl.conf`.
-    pub static CONF_FILE: StrParam = s(
-        "NCCL_CONF_FILE",
-        None,
-        "config file read instead of ~/.nccl.conf (environment only)",
-    );
-    /// `NCCL_COMM_ID`: `host:port` of the bootstrap root.
-    pub static COMM_ID: StrParam = s(
-        "NCCL_COMM_ID",
-        None,
-        "bootstrap root address host:port (rank 0 listens there)",
-    );
-    /// `NCCL_SOCKET_IFNAME`: interface selection (`^` exclude, `=` exact).
-    pub static SOCKET_IFNAME: StrParam = s(
-        "NCCL_SOCKET_IFNAME",
-        None,
-        "network interfaces to use: prefix list, ^ excludes, = exact match",
-    );
-    /// `NCCL_SOCKET_FAMILY`: `AF_INET` or `AF_INET6`.
-    pub static SOCKET_FAMILY: StrParam = StrParam {
-        name: "NCCL_SOCKET_FAMILY",
-        default: None,
-        choices: &["AF_INET", "AF_INET6"],
-        description: "address family for sockets: AF_INET or AF_INET6 (default: any)",
-    };
-    /// `NCCL_NET_PLUGIN`: net plugin library name(s).
-    pub static NET_PLUGIN: StrParam = s(
-        "NCCL_NET_PLUGIN",
-        None,
-        "net plugin library: name, suffix or path; comma list; \"none\" disables",
-    );
-    /// `NCCL_NET`: name of the network to use (plugin `name` field).
-    pub static NET: StrParam = s("NCCL_NET", None, "name of the network to use (e.g. Socket, IB)");
-    /// `NCCL_TUNER_PLUGIN`.
-    pub static TUNER_PLUGIN: StrParam = s("NCCL_TUNER_PLUGIN", None, "tuner plugin library");
-    /// `NCCL_PROFILER_PLUGIN`.
-    pub static PROFILER_PLUGIN: StrParam = s("NCCL_PROFILER_PLUGIN", None, "profiler plugin library");
-    /// `NCCL_PROTO`: protocols allowed (NCCL's grammar, `tune::enable`).
-    pub static PROTO: StrParam = s(
-        "NCCL_PROTO",
-        None,
-        "protocols allowed, NCCL's grammar (e.g. LL,Simple or ^LL; shared memory carries LL or Simple, the network Simple)",
-    );
-    /// `NCCL_ALGO`: algorithms allowed (NCCL's grammar, `tune::enable`).
-    pub static ALGO: StrParam = s(
-        "NCCL_ALGO",
-        None,
-        "algorithms allowed, NCCL's grammar (e.g. Ring, ^Tree or allreduce:tree); this runtime runs Ring and Tree",
-    );
-
-    /// `NCCL_MIN_NCHANNELS`: at least this many channels (default 1: no lower bound
-    /// beyond one, so `NCCL_MAX_NCHANNELS=1` alone is enough to get one ring).
-    pub static MIN_NCHANNELS: IntParam = IntParam {
-        name: "NCCL_MIN_NCHANNELS",
-        default: 1,
-        min: 1,
-        max: MAXCHANNELS,
-        description: "minimum number of channels (rings)",
-    };
-    /// `NCCL_MAX_NCHANNELS`: at most this many channels.
-    pub static MAX_NCHANNELS: IntParam = IntParam {
-        name: "NCCL_MAX_NCHANNELS",
-        default: MAXCHANNELS,
-        min: 1,
-        max: MAXCHANNELS,
-        description: "maximum number of channels (rings)",
-    };
-    /// `NCCL_BUFFSIZE`: bytes per connection buffer (split into `NCCL_STEPS` slots).
-    pub static BUFFSIZE: IntParam = IntParam {
-        name: "NCCL_BUFFSIZE",
-        default: 1 << 22,
-        min: 1 << 12,
-        max: 1 << 30,
-        description: "bytes of buffer per connection, split into NCCL_STEPS slots",
-    };
-    /// `NCCL_SOCKET_RETRY_CNT`: connect retries on ECONNREFUSED/ETIMEDOUT.
-    pub static SOCKET_RETRY_CNT: IntParam = IntParam {
-        name: "NCCL_SOCKET_RETRY_CNT",
-        default: 34,
-        min: 0,
-        max: 1 << 20,
-        description: "socket connect retries",
-    };
-    /// `NCCL_SOCKET_RETRY_SLEEP_MSEC`: base sleep between retries (grows linearly).
-    pub static SOCKET_RETRY_SLEEP_MSEC: IntParam = IntParam {
-        name: "NCCL_SOCKET_RETRY_SLEEP_MSEC",
-        default: 100,
-        min: 0,
-        max: 60_000,
-        description: "milliseconds between socket connect retries (times the retry number)",
-    };
-    /// `FERROCCL_TIMEOUT_SEC`: bound on every bootstrap wait and collective progress
-    /// stall. NCCL has no such parameter (it waits forever, or until
-    /// `ncclCommAbort`); ferroccl bounds every wait.
-    pub static TIMEOUT_SEC: IntParam = IntParam {
-        name: "FERROCCL_TIMEOUT_SEC",
-        default: 300,
-        min: 1,
-        max: 7 * 86_400,
-        description: "seconds before a bootstrap wait or a stalled collective fails (ferroccl only)",
-    };
-    /// `NCCL_P2P_NET_CHUNKSIZE`: bytes per network step of point-to-point
-    /// operations (rounded down to 64).
-    pub static P2P_NET_CHUNKSIZE: IntParam = IntParam {
-        name: "NCCL_P2P_NET_CHUNKSIZE",
-        default: 128 << 10,
-        min: 4 << 10,
-        max: 64 << 20,
-        description: "bytes per network step of point-to-point operations",
-    };
-    /// `FERROCCL_MIN_CHANNEL_BYTES`: a collective spreads over another channel only
-    /// when each gets at least this many bytes (the host's `threadThresholds`;
-    /// default 16 MiB, see BENCHMARKS.md).
-    pub static MIN_CHANNEL_BYTES: IntParam = IntParam {
-        name: "FERROCCL_MIN_CHANNEL_BYTES",
-        default: 16 << 20,
-        min: 1,
-        max: 1 << 40,
-        description: "bytes per channel below which a collective uses fewer channels (ferroccl only)",
-    };
-    /// `FERROCCL_NET_USER_SEND_MIN`: operations with buffers of at least this many
-    /// bytes send straight from registered user memory; -1 = never.
-    pub static NET_USER_SEND_MIN: IntParam = IntParam {
-        name: "FERROCCL_NET_USER_SEND_MIN",
-        default: 64 << 10,
-        min: -1,
-        max: 1 << 40,
-        description: "bytes from which buffers are sent from registered user memory, -1 never (ferroccl only)",
-    };
-    /// `FERROCCL_NET_STRICT`: fail instead of falling back past the first net plugin candidate.
-    pub static NET_STRICT: StrParam = StrParam {
-        name: "FERROCCL_NET_STRICT",
-        default: Some("0"),
-        choices: &["0", "1", "true", "false", "yes", "no"],
-        description: "1: a rejected net plugin candidate is an error, no fallback (ferroccl only)",
-    };
-    /// `FERROCCL_NET_MAX_VERSION`: newest `ncclNetPlugin_vN` symbol probed.
-    pub static NET_MAX_VERSION: StrParam = StrParam {
-        name: "FERROCCL_NET_MAX_VERSION",
-        default: Some("12"),
-        choices: &[
-            "6", "7", "8", "9", "10", "11", "12", "v6", "v7", "v8", "v9", "v10", "v11", "v12",
-        ],
-        description: "newest ncclNetPlugin_vN symbol the host probes, 6..12 (ferroccl only)",
-    };
-    /// `NCCL_SHM_DISABLE`: 1 = no shared-memory transport between local ranks.
-    pub static SHM_DISABLE: IntParam = IntParam {
-        name: "NCCL_SHM_DISABLE",
-        default: 0,
-        min: 0,
-        max: 1,
-        description: "1: ranks on one host do not use shared memory (they use the net plugin)",
-    };
-    /// `NCCL_NET_DISABLE_INTRA`: 1 = no network transport between ranks of one host.
-    pub static NET_DISABLE_INTRA: IntParam = IntParam {
-        name: "NCCL_NET_DISABLE_INTRA",
-        default: 0,
-        min: 0,
-        max: 1,
-        description: "1: ranks on one host do not use the network between them",
-    };
-    /// `NCCL_DMABUF_ENABLE`: 1 (default) = register device memory with the net
-    /// plugin through DMA-BUF (`regMrDmaBuf`) when the plugin advertises
-    /// `NCCL_PTR_DMABUF` and the driver supports it (NCCL's `ncclParamDmaBufEnable`,
-    /// `src/init.cc`; decision in `transport::gdr`).
-    pub static DMABUF_ENABLE: IntParam = IntParam {
-        name: "NCCL_DMABUF_ENABLE",
-        default: 1,
-        min: 0,
-        max: 1,
-        description: "1: register GPU memory with the network through DMA-BUF when plugin and driver support it",
-    };
-    /// `FERROCCL_MAX_QUEUED_OPS`: operations (or groups) queued on one
-    /// communicator before enqueue blocks.
-    pub static MAX_QUEUED_OPS: IntParam = IntParam {
-        name: "FERROCCL_MAX_QUEUED_OPS",
-        default: 4096,
-        min: 1,
-        max: 1 << 24,
-        description: "operations queued per communicator before enqueue blocks (ferroccl only)",
-    };
-    /// `FERROCCL_PROXY_SPIN_US`: how long the proxy thread busy-polls (without
-    /// yielding the CPU) for a peer's next step, or for the next operation, before
-    /// it yields and later sleeps; -1 = automatic: 50 µs while this host's ranks
-    /// in the communicator do not outnumber its online CPUs, else 0 (the
-    /// shared-memory transport's latency is the peer's proxy's reaction time, and
-    /// a `sched_yield` hands the core to any other runnable task for a whole time
-    /// slice; Open MPI likewise polls without yielding unless oversubscribed).
-    pub static PROXY_SPIN_US: IntParam = IntParam {
-        name: "FERROCCL_PROXY_SPIN_US",
-        default: -1,
-        min: -1,
-        max: 1_000_000,
-        description: "microseconds the proxy busy-polls before yielding; -1: 50 unless local ranks outnumber CPUs, then 0 (ferroccl only)",
-    };
-    /// `NCCL_HOSTID`: replaces the boot id in the host identity (`getHostHash`).
-    pub static HOSTID: StrParam = s(
-        "NCCL_HOSTID",
-        None,
-        "host identity used instead of the boot id: ranks with equal values share a host",
-    );
-    /// `FERROCCL_PLUGIN_PATH`: directories searched for plugins after the loader's path.
-    pub static PLUGIN_PATH: StrParam = s(
-        "FERROCCL_PLUGIN_PATH",
-        None,
-        "colon-separated directories searched for plugin libraries (ferroccl only)",
-    );
 
     /// Tuning parameters (read by [`crate::tune::TuneParams`]; NCCL 2.30.7
     /// `src/graph/tuning.cc`, `src/enqueue.cc`).
     pub mod tune {
-        use super::{IntParam, StrParam};
-
-        /// `NCCL_NTHREADS`: threads per block (-2: NCCL's default). A CPU host
-        /// runs one thread per channel, so the value only enters the model.
-        pub static NTHREADS: IntParam = IntParam {
-            name: "NCCL_NTHREADS",
-            default: -2,
-            min: i64::MIN,
-            max: i64::MAX,
-            description: "threads per block in the cost model (-2: NCCL's default; no effect on a CPU host)",
-        };
-        /// `NCCL_LL128_NTHREADS`: LL128 threads per block (-2: NCCL's default).
-        pub static LL128_NTHREADS: IntParam = IntParam {
-            name: "NCCL_LL128_NTHREADS",
-            default: -2,
-            min: i64::MIN,
-            max: i64::MAX,
-            description: "LL128 threads per block in the cost model (-2: NCCL's default)",
-        };
-        /// `NCCL_PAT_ENABLE`: 0 off, 1 on, 2 automatic (NCCL's default).
-        pub static PAT_ENABLE: IntParam = IntParam {
-            name: "NCCL_PAT_ENABLE",
-            default: 2,
-            min: 0,
-            max: 2,
-            description: "PAT algorithm: 0 off, 1 on, 2 automatic",
-        };
-        /// `NCCL_LL128_C2C`: LL128 over C2C links (default 1).
-        pub static LL128_C2C: IntParam = IntParam {
-            name: "NCCL_LL128_C2C",
-            default: 1,
-            min: i64::MIN,
-            max: i64::MAX,
-            description: "allow LL128 over C2C links (non-zero: yes)",
-        };
-        /// `NCCL_NET_OVERHEAD`: network overhead in ns (-2: NCCL's default).
-        pub static NET_OVERHEAD: IntParam = IntParam {
-            name: "NCCL_NET_OVERHEAD",
-            default: -2,
-            min: i64::MIN,
-            max: i64::MAX,
-            description: "per-step network overhead in ns added by the cost model (-2: NCCL's default)",
-        };
-        /// `NCCL_THREAD_THRESHOLDS`: per algorithm and protocol thresholds.
-        pub static THREAD_THRESHOLDS: StrParam = StrParam {
-            name: "NCCL_THREAD_THRESHOLDS",
-            default: None,
-            choices: &[],
-            description: "bytes per thread below which fewer channels are used, per algorithm/protocol (NCCL's grammar)",
-        };
-        /// `FERROCCL_SMALL_ALLREDUCE_BYTES`: the largest AllReduce that may run as
-        /// all-gather + local reduction when the model prices it lower.
-        pub static SMALL_ALLREDUCE_BYTES: IntParam = IntParam {
-            name: "FERROCCL_SMALL_ALLREDUCE_BYTES",
-            default: 256 << 10,
-            min: 0,
-            max: 1 << 40,
-            description: "largest AllReduce run as all-gather + local reduce when the model prices it lower (ferroccl only)",
-        };
-        /// `NCCL_COLLNET_ENABLE`: CollNet algorithms (default 0; they also need a
-        /// CollNet plugin).
-        pub static COLLNET_ENABLE: IntParam = IntParam {
-            name: "NCCL_COLLNET_ENABLE",
-            default: 0,
-            min: 0,
-            max: 1,
-            description: "CollNet algorithms: 0 off, 1 on when a CollNet plugin is present",
-        };
-        /// `NCCL_TUNER_CONFIG_FILE`: the rules of `libnccl-tuner-rules.so` (and
-        /// NCCL's example tuner's CSV).
-        pub static TUNER_CONFIG_FILE: StrParam = StrParam {
-            name: "NCCL_TUNER_CONFIG_FILE",
-            default: None,
-            choices: &[],
-            description: "rule file of the rules tuner (TOML or NCCL's example CSV; default nccl_tuner.conf)",
-        };
+        ferroccl_plugin_api::params! {
+            /// The tuning parameters.
+            pub static ALL = [
+                /// A CPU host runs one thread per channel, so the value only enters the model.
+                NTHREADS: int "NCCL_NTHREADS" = -2, i64::MIN..=i64::MAX, "threads per block in the cost model (-2: NCCL's default; no effect on a CPU host)";
+                LL128_NTHREADS: int "NCCL_LL128_NTHREADS" = -2, i64::MIN..=i64::MAX, "LL128 threads per block in the cost model (-2: NCCL's default)";
+                PAT_ENABLE: int "NCCL_PAT_ENABLE" = 2, 0..=2, "PAT algorithm: 0 off, 1 on, 2 automatic";
+                LL128_C2C: int "NCCL_LL128_C2C" = 1, i64::MIN..=i64::MAX, "allow LL128 over C2C links (non-zero: yes)";
+                NET_OVERHEAD: int "NCCL_NET_OVERHEAD" = -2, i64::MIN..=i64::MAX, "per-step network overhead in ns added by the cost model (-2: NCCL's default)";
+                THREAD_THRESHOLDS: str "NCCL_THREAD_THRESHOLDS" = None, "bytes per thread below which fewer channels are used, per algorithm/protocol (NCCL's grammar)";
+                SMALL_ALLREDUCE_BYTES: int "FERROCCL_SMALL_ALLREDUCE_BYTES" = 256 << 10, 0..=1 << 40, "largest AllReduce run as all-gather + local reduce when the model prices it lower (ferroccl only)";
+                COLLNET_ENABLE: int "NCCL_COLLNET_ENABLE" = 0, 0..=1, "CollNet algorithms: 0 off, 1 on when a CollNet plugin is present";
+            ];
+        }
     }
 
     /// Topology and graph parameters (read by [`crate::topo::TopoParams`], which
     /// parses and checks their values as NCCL's `src/graph/` does).
     pub mod topo {
-        use super::StrParam;
-
-        /// `NCCL_TOPO_FILE`: topology XML to start from instead of detection (default /var/run/nvidia-topologyd/virtualTopology.xml when present).
-        pub static TOPO_FILE: StrParam = StrParam {
-            name: "NCCL_TOPO_FILE",
-            default: None,
-            choices: &[],
-            description: "topology XML to start from instead of detection (default /var/run/nvidia-topologyd/virtualTopology.xml when present)",
-        };
-        /// `NCCL_TOPO_DUMP_FILE`: file the fused topology XML is written to.
-        pub static TOPO_DUMP_FILE: StrParam = StrParam {
-            name: "NCCL_TOPO_DUMP_FILE",
-            default: None,
-            choices: &[],
-            description: "file the fused topology XML is written to",
-        };
-        /// `NCCL_TOPO_DUMP_FILE_RANK`: rank that writes NCCL_TOPO_DUMP_FILE (default 0).
-        pub static TOPO_DUMP_FILE_RANK: StrParam = StrParam {
-            name: "NCCL_TOPO_DUMP_FILE_RANK",
-            default: None,
-            choices: &[],
-            description: "rank that writes NCCL_TOPO_DUMP_FILE (default 0)",
-        };
-        /// `NCCL_GRAPH_FILE`: graph XML to load instead of searching.
-        pub static GRAPH_FILE: StrParam = StrParam {
-            name: "NCCL_GRAPH_FILE",
-            default: None,
-            choices: &[],
-            description: "graph XML to load instead of searching",
-        };
-        /// `NCCL_GRAPH_DUMP_FILE`: file the searched graphs are written to.
-        pub static GRAPH_DUMP_FILE: StrParam = StrParam {
-            name: "NCCL_GRAPH_DUMP_FILE",
-            default: None,
-            choices: &[],
-            description: "file the searched graphs are written to",
-        };
-        /// `NCCL_GRAPH_DUMP_FILE_RANK`: rank that writes NCCL_GRAPH_DUMP_FILE (default 0).
-        pub static GRAPH_DUMP_FILE_RANK: StrParam = StrParam {
-            name: "NCCL_GRAPH_DUMP_FILE_RANK",
-            default: None,
-            choices: &[],
-            description: "rank that writes NCCL_GRAPH_DUMP_FILE (default 0)",
-        };
-        /// `NCCL_CROSS_NIC`: rings may use different NICs at each end: 0 no, 1 yes, 2 alternate (default 2).
-        pub static CROSS_NIC: StrParam = StrParam {
-            name: "NCCL_CROSS_NIC",
-            default: None,
-            choices: &[],
-            description: "rings may use different NICs at each end: 0 no, 1 yes, 2 alternate (default 2)",
-        };
-        /// `NCCL_NVLS_ENABLE`: NVLink SHARP: 0 off, 1 on, 2 when the GPUs support multicast (default 2).
-        pub static NVLS_ENABLE: StrParam = StrParam {
-            name: "NCCL_NVLS_ENABLE",
-            default: None,
-            choices: &[],
-            description: "NVLink SHARP: 0 off, 1 on, 2 when the GPUs support multicast (default 2)",
-        };
-        /// `NCCL_P2P_LEVEL`: farthest path type for P2P (LOC, NVL, PIX, PXB, PHB, SYS or 0-5).
-        pub static P2P_LEVEL: StrParam = StrParam {
-            name: "NCCL_P2P_LEVEL",
-            default: None,
-            choices: &[],
-            description: "farthest path type for P2P (LOC, NVL, PIX, PXB, PHB, SYS or 0-5)",
-        };
-        /// `NCCL_P2P_DISABLE`: 1: no P2P between GPUs.
-        pub static P2P_DISABLE: StrParam = StrParam {
-            name: "NCCL_P2P_DISABLE",
-            default: None,
-            choices: &[],
-            description: "1: no P2P between GPUs",
-        };
-        /// `NCCL_NVB_DISABLE`: 1: no NVLink paths through a relay GPU.
-        pub static NVB_DISABLE: StrParam = StrParam {
-            name: "NCCL_NVB_DISABLE",
-            default: None,
-            choices: &[],
-            description: "1: no NVLink paths through a relay GPU",
-        };
-        /// `NCCL_PXN_DISABLE`: 1: no PXN (send through a peer GPU's NIC).
-        pub static PXN_DISABLE: StrParam = StrParam {
-            name: "NCCL_PXN_DISABLE",
-            default: None,
-            choices: &[],
-            description: "1: no PXN (send through a peer GPU's NIC)",
-        };
-        /// `NCCL_PXN_C2C`: PXN over C2C links (default 1).
-        pub static PXN_C2C: StrParam = StrParam {
-            name: "NCCL_PXN_C2C",
-            default: None,
-            choices: &[],
-            description: "PXN over C2C links (default 1)",
-        };
-        /// `NCCL_P2P_PXN_LEVEL`: PXN for p2p: 0 never, 1 when needed, 2 always (default 2).
-        pub static P2P_PXN_LEVEL: StrParam = StrParam {
-            name: "NCCL_P2P_PXN_LEVEL",
-            default: None,
-            choices: &[],
-            description: "PXN for p2p: 0 never, 1 when needed, 2 always (default 2)",
-        };
-        /// `NCCL_NETDEVS_POLICY`: which NICs a GPU uses: AUTO, MAX:n or ALL.
-        pub static NETDEVS_POLICY: StrParam = StrParam {
-            name: "NCCL_NETDEVS_POLICY",
-            default: None,
-            choices: &[],
-            description: "which NICs a GPU uses: AUTO, MAX:n or ALL",
-        };
-        /// `NCCL_NET_GDR_LEVEL`: farthest path type for GPUDirect RDMA (LOC .. SYS or 0-5).
-        pub static NET_GDR_LEVEL: StrParam = StrParam {
-            name: "NCCL_NET_GDR_LEVEL",
-            default: None,
-            choices: &[],
-            description: "farthest path type for GPUDirect RDMA (LOC .. SYS or 0-5)",
-        };
-        /// `NCCL_NET_GDR_READ`: GPUDirect RDMA for sends (default -2: by compute capability / NVLink).
-        pub static NET_GDR_READ: StrParam = StrParam {
-            name: "NCCL_NET_GDR_READ",
-            default: None,
-            choices: &[],
-            description: "GPUDirect RDMA for sends (default -2: by compute capability / NVLink)",
-        };
-        /// `NCCL_NET_GDR_C2C`: GPUDirect RDMA over C2C links (default 1).
-        pub static NET_GDR_C2C: StrParam = StrParam {
-            name: "NCCL_NET_GDR_C2C",
-            default: None,
-            choices: &[],
-            description: "GPUDirect RDMA over C2C links (default 1)",
-        };
-        /// `NCCL_NET_GDR_MLOPART`: GPUDirect RDMA for multi-level partitions (default 0).
-        pub static NET_GDR_MLOPART: StrParam = StrParam {
-            name: "NCCL_NET_GDR_MLOPART",
-            default: None,
-            choices: &[],
-            description: "GPUDirect RDMA for multi-level partitions (default 0)",
-        };
-        /// `NCCL_MIN_CTAS`: minimum CTAs (channels) per kernel, as config.minCTAs (default 1).
-        pub static MIN_CTAS: StrParam = StrParam {
-            name: "NCCL_MIN_CTAS",
-            default: None,
-            choices: &[],
-            description: "minimum CTAs (channels) per kernel, as config.minCTAs (default 1)",
-        };
-        /// `NCCL_MAX_CTAS`: maximum CTAs (channels) per kernel, as config.maxCTAs (default 64).
-        pub static MAX_CTAS: StrParam = StrParam {
-            name: "NCCL_MAX_CTAS",
-            default: None,
-            choices: &[],
-            description: "maximum CTAs (channels) per kernel, as config.maxCTAs (default 64)",
-        };
-        /// `NCCL_MIN_NRINGS`: old name of NCCL_MIN_NCHANNELS.
-        pub static MIN_NRINGS: StrParam = StrParam {
-            name: "NCCL_MIN_NRINGS",
-            default: None,
-            choices: &[],
-            description: "old name of NCCL_MIN_NCHANNELS",
-        };
-        /// `NCCL_MAX_NRINGS`: old name of NCCL_MAX_NCHANNELS.
-        pub static MAX_NRINGS: StrParam = StrParam {
-            name: "NCCL_MAX_NRINGS",
-            default: None,
-            choices: &[],
-            description: "old name of NCCL_MAX_NCHANNELS",
-        };
-    }
-
-    /// Parameters of `plugins/profiler-trace` (`libnccl-profiler-trace.so`).
-    pub mod trace {
-        use super::{IntParam, StrParam};
-
-        /// `NCCL_PROFILER_TRACE_FILE`: the trace file, `%h` host name, `%p` pid.
-        pub static TRACE_FILE: StrParam = StrParam {
-            name: "NCCL_PROFILER_TRACE_FILE",
-            default: Some("ferroccl-trace-%h-%p.json"),
-            choices: &[],
-            description: "trace profiler: Chrome trace JSON output path (%h host name, %p process id)",
-        };
-        /// `NCCL_PROFILE_EVENT_MASK`: the activation mask (NCCL's example profiler's variable).
-        pub static EVENT_MASK: IntParam = IntParam {
-            name: "NCCL_PROFILE_EVENT_MASK",
-            default: 0x7fdf,
-            min: 0,
-            max: 0x7fff,
-            description: "trace profiler: ncclProfile* event bits to record (default all but ProxyCtrl)",
-        };
-    }
-
-    /// Parameters of the in-tree socket plugin (`plugins/net-socket`,
-    /// `libnccl-net-socket.so`), as NCCL's built-in socket transport reads them
-    /// (`src/transport/net_socket.cc`). `NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`
-    /// and `NCCL_SOCKET_RETRY_*` are shared with the bootstrap ([`super::PARAMS`]).
-    pub mod socket {
-        use super::IntParam;
-
-        /// `NCCL_SOCKET_NTHREADS`: helper threads per connection (-2 automatic).
-        pub static NTHREADS: IntParam = IntParam {
-            name: "NCCL_SOCKET_NTHREADS",
-            default: -2,
-            min: -2,
-            max: 16,
-            description: "socket plugin: helper threads per connection, 1..16 (-2: automatic)",
-        };
-        /// `NCCL_NSOCKS_PERTHREAD`: data sockets per helper thread (-2 automatic).
-        pub static NSOCKS_PERTHREAD: IntParam = IntParam {
-            name: "NCCL_NSOCKS_PERTHREAD",
-            default: -2,
-            min: -2,
-            max: 64,
-            description: "socket plugin: data sockets per helper thread (-2: automatic)",
-        };
-        /// `NCCL_SOCKET_INLINE`: messages of at most this many bytes go on the control stream.
-        pub static INLINE: IntParam = IntParam {
-            name: "NCCL_SOCKET_INLINE",
-            default: 128,
-            min: 0,
-            max: 1 << 30,
-            description: "socket plugin: messages up to this many bytes travel on the control stream",
-        };
-        /// `NCCL_SOCKET_MIN_TASKSIZE`: smallest chunk per data stream.
-        pub static MIN_TASKSIZE: IntParam = IntParam {
-            name: "NCCL_SOCKET_MIN_TASKSIZE",
-            default: 65536,
-            min: 1,
-            max: 1 << 30,
-            description: "socket plugin: smallest chunk per data stream, bytes",
-        };
-        /// `NCCL_SOCKET_SNDBUF`: SO_SNDBUF (<= 0: system default).
-        pub static SNDBUF: IntParam = IntParam {
-            name: "NCCL_SOCKET_SNDBUF",
-            default: -1,
-            min: -1,
-            max: i32::MAX as i64,
-            description: "socket plugin: SO_SNDBUF bytes (-1: system default)",
-        };
-        /// `NCCL_SOCKET_RCVBUF`: SO_RCVBUF (<= 0: system default).
-        pub static RCVBUF: IntParam = IntParam {
-            name: "NCCL_SOCKET_RCVBUF",
-            default: -1,
-            min: -1,
-            max: i32::MAX as i64,
-            description: "socket plugin: SO_RCVBUF bytes (-1: system default)",
-        };
-        /// `NCCL_SOCKET_MAGIC`: connection magic.
-        pub static MAGIC: IntParam = IntParam {
-            name: "NCCL_SOCKET_MAGIC",
-            default: 0x564a_b9f2_fc4b_9d6c,
-            min: i64::MIN,
-            max: i64::MAX,
-            description: "socket plugin: 64-bit magic that starts every connection",
-        };
-    }
-
-    /// Parameters of the in-tree IB verbs plugin (`plugins/net-ib`,
-    /// `libnccl-net-ib.so`), as NCCL's built-in IB transport reads them
-    /// (`src/transport/net_ib/`); ranges as the plugin enforces them.
-    pub mod ib {
-        use super::{IntParam, StrParam, s};
-
-        /// `NCCL_IB_DISABLE`: 1 makes the plugin's init fail.
-        pub static DISABLE: IntParam = IntParam {
-            name: "NCCL_IB_DISABLE",
-            default: 0,
-            min: 0,
-            max: 1,
-            description: "IB plugin: 1 disables it",
-        };
-        /// `NCCL_IB_HCA`: HCA/port filter (`^` exclude, `=` exact, `:port`).
-        pub static HCA: StrParam = s(
-            "NCCL_IB_HCA",
-            None,
-            "IB plugin: HCAs and ports to use (^ excludes, = exact)",
-        );
-        /// `NCCL_IB_GID_INDEX`: GID index (-1 automatic).
-        pub static GID_INDEX: IntParam = IntParam {
-            name: "NCCL_IB_GID_INDEX",
-            default: -1,
-            min: -1,
-            max: 65_535,
-            description: "IB plugin: RoCE GID index (-1: automatic)",
-        };
-        /// `NCCL_IB_ADDR_FAMILY`: family of automatically chosen RoCE GIDs.
-        pub static ADDR_FAMILY: StrParam = StrParam {
-            name: "NCCL_IB_ADDR_FAMILY",
-            default: Some("AF_INET"),
-            choices: &["AF_INET", "AF_INET6"],
-            description: "IB plugin: address family of automatically chosen RoCE GIDs",
-        };
-        /// `NCCL_IB_ADDR_RANGE`: `addr/prefixlen` of automatically chosen GIDs.
-        pub static ADDR_RANGE: StrParam = s(
-            "NCCL_IB_ADDR_RANGE",
-            None,
-            "IB plugin: addr/prefixlen that automatically chosen RoCE GIDs must lie in",
-        );
-        /// `NCCL_IB_ROCE_VERSION_NUM`: RoCE version of automatic GIDs.
-        pub static ROCE_VERSION_NUM: IntParam = IntParam {
-            name: "NCCL_IB_ROCE_VERSION_NUM",
-            default: 2,
-            min: 1,
-            max: 2,
-            description: "IB plugin: RoCE version of automatically chosen GIDs",
-        };
-        /// `NCCL_IB_QPS_PER_CONNECTION`.
-        pub static QPS_PER_CONNECTION: IntParam = IntParam {
-            name: "NCCL_IB_QPS_PER_CONNECTION",
-            default: 1,
-            min: 1,
-            max: 128,
-            description: "IB plugin: queue pairs per connection",
-        };
-        /// `NCCL_IB_TIMEOUT`: ACK timeout exponent (4.096 us x 2^value).
-        pub static TIMEOUT: IntParam = IntParam {
-            name: "NCCL_IB_TIMEOUT",
-            default: 20,
-            min: 1,
-            max: 31,
-            description: "IB plugin: ACK timeout exponent, 4.096 us x 2^value",
-        };
-        /// `NCCL_IB_RETRY_CNT`.
-        pub static RETRY_CNT: IntParam = IntParam {
-            name: "NCCL_IB_RETRY_CNT",
-            default: 7,
-            min: 0,
-            max: 7,
-            description: "IB plugin: transport retries",
-        };
-        /// `NCCL_IB_SL`: service level (-1: from the comm's traffic class, else 0).
-        pub static SL: IntParam = IntParam {
-            name: "NCCL_IB_SL",
-            default: -1,
-            min: -1,
-            max: 15,
-            description: "IB plugin: service level (-1: automatic)",
-        };
-        /// `NCCL_IB_TC`: traffic class (-1: from the comm, else 0).
-        pub static TC: IntParam = IntParam {
-            name: "NCCL_IB_TC",
-            default: -1,
-            min: -1,
-            max: 255,
-            description: "IB plugin: traffic class (-1: automatic)",
-        };
-        /// `NCCL_IB_PKEY`: partition key index.
-        pub static PKEY: IntParam = IntParam {
-            name: "NCCL_IB_PKEY",
-            default: 0,
-            min: 0,
-            max: 65_535,
-            description: "IB plugin: partition key index",
-        };
-        /// `NCCL_IBVERBS_LIB`: the libibverbs to dlopen (NCCL's name).
-        pub static IBVERBS_LIB: StrParam = s(
-            "NCCL_IBVERBS_LIB",
-            Some("libibverbs.so.1"),
-            "IB plugin: libibverbs library to load",
-        );
-        /// `NCCL_IB_VERBS_LIB`: the name the IB plugin read before it followed
-        /// NCCL's `NCCL_IBVERBS_LIB` (issue 20); kept registered while it is read.
-        pub static IB_VERBS_LIB: StrParam = s(
-            "NCCL_IB_VERBS_LIB",
-            None,
-            "IB plugin: former name of NCCL_IBVERBS_LIB (ferroccl only)",
-        );
+        ferroccl_plugin_api::params! {
+            /// The topology and graph parameters.
+            pub static ALL = [
+                TOPO_FILE: str "NCCL_TOPO_FILE" = None, "topology XML to start from instead of detection (default /var/run/nvidia-topologyd/virtualTopology.xml when present)";
+                TOPO_DUMP_FILE: str "NCCL_TOPO_DUMP_FILE" = None, "file the fused topology XML is written to";
+                TOPO_DUMP_FILE_RANK: str "NCCL_TOPO_DUMP_FILE_RANK" = None, "rank that writes NCCL_TOPO_DUMP_FILE (default 0)";
+                GRAPH_FILE: str "NCCL_GRAPH_FILE" = None, "graph XML to load instead of searching";
+                GRAPH_DUMP_FILE: str "NCCL_GRAPH_DUMP_FILE" = None, "file the searched graphs are written to";
+                GRAPH_DUMP_FILE_RANK: str "NCCL_GRAPH_DUMP_FILE_RANK" = None, "rank that writes NCCL_GRAPH_DUMP_FILE (default 0)";
+                CROSS_NIC: str "NCCL_CROSS_NIC" = None, "rings may use different NICs at each end: 0 no, 1 yes, 2 alternate (default 2)";
+                NVLS_ENABLE: str "NCCL_NVLS_ENABLE" = None, "NVLink SHARP: 0 off, 1 on, 2 when the GPUs support multicast (default 2)";
+                P2P_LEVEL: str "NCCL_P2P_LEVEL" = None, "farthest path type for P2P (LOC, NVL, PIX, PXB, PHB, SYS or 0-5)";
+                P2P_DISABLE: str "NCCL_P2P_DISABLE" = None, "1: no P2P between GPUs";
+                NVB_DISABLE: str "NCCL_NVB_DISABLE" = None, "1: no NVLink paths through a relay GPU";
+                PXN_DISABLE: str "NCCL_PXN_DISABLE" = None, "1: no PXN (send through a peer GPU's NIC)";
+                PXN_C2C: str "NCCL_PXN_C2C" = None, "PXN over C2C links (default 1)";
+                P2P_PXN_LEVEL: str "NCCL_P2P_PXN_LEVEL" = None, "PXN for p2p: 0 never, 1 when needed, 2 always (default 2)";
+                NETDEVS_POLICY: str "NCCL_NETDEVS_POLICY" = None, "which NICs a GPU uses: AUTO, MAX:n or ALL";
+                NET_GDR_LEVEL: str "NCCL_NET_GDR_LEVEL" = None, "farthest path type for GPUDirect RDMA (LOC .. SYS or 0-5)";
+                NET_GDR_READ: str "NCCL_NET_GDR_READ" = None, "GPUDirect RDMA for sends (default -2: by compute capability / NVLink)";
+                NET_GDR_C2C: str "NCCL_NET_GDR_C2C" = None, "GPUDirect RDMA over C2C links (default 1)";
+                NET_GDR_MLOPART: str "NCCL_NET_GDR_MLOPART" = None, "GPUDirect RDMA for multi-level partitions (default 0)";
+                MIN_CTAS: str "NCCL_MIN_CTAS" = None, "minimum CTAs (channels) per kernel, as config.minCTAs (default 1)";
+                MAX_CTAS: str "NCCL_MAX_CTAS" = None, "maximum CTAs (channels) per kernel, as config.maxCTAs (default 64)";
+                MIN_NRINGS: str "NCCL_MIN_NRINGS" = None, "old name of NCCL_MIN_NCHANNELS";
+                MAX_NRINGS: str "NCCL_MAX_NRINGS" = None, "old name of NCCL_MAX_NCHANNELS";
+            ];
+        }
     }
 }
 
-/// Every registered parameter, for validation, echo and documentation.
-pub static PARAMS: &[Param] = &[
-    Param::Str(&params::DEBUG),
-    Param::Str(&params::DEBUG_SUBSYS),
-    Param::Str(&params::DEBUG_FILE),
-    Param::Str(&params::CONF_FILE),
-    Param::Str(&params::COMM_ID),
-    Param::Str(&params::SOCKET_IFNAME),
-    Param::Str(&params::SOCKET_FAMILY),
-    Param::Str(&params::NET_PLUGIN),
-    Param::Str(&params::NET),
-    Param::Str(&params::TUNER_PLUGIN),
-    Param::Str(&params::PROFILER_PLUGIN),
-    Param::Str(&params::PROTO),
-    Param::Str(&params::ALGO),
-    Param::Int(&params::MIN_NCHANNELS),
-    Param::Int(&params::MAX_NCHANNELS),
-    Param::Int(&params::BUFFSIZE),
-    Param::Int(&params::SOCKET_RETRY_CNT),
-    Param::Int(&params::SOCKET_RETRY_SLEEP_MSEC),
-    Param::Int(&params::TIMEOUT_SEC),
-    Param::Int(&params::P2P_NET_CHUNKSIZE),
-    Param::Int(&params::MIN_CHANNEL_BYTES),
-    Param::Int(&params::NET_USER_SEND_MIN),
-    Param::Str(&params::NET_STRICT),
-    Param::Str(&params::NET_MAX_VERSION),
-    Param::Str(&params::PLUGIN_PATH),
-    Param::Int(&params::MAX_QUEUED_OPS),
-    Param::Int(&params::PROXY_SPIN_US),
-    Param::Str(&params::HOSTID),
-    Param::Int(&params::SHM_DISABLE),
-    Param::Int(&params::NET_DISABLE_INTRA),
-    Param::Int(&params::tune::NTHREADS),
-    Param::Int(&params::tune::LL128_NTHREADS),
-    Param::Int(&params::tune::PAT_ENABLE),
-    Param::Int(&params::tune::LL128_C2C),
-    Param::Int(&params::tune::NET_OVERHEAD),
-    Param::Str(&params::tune::THREAD_THRESHOLDS),
-    Param::Int(&params::tune::SMALL_ALLREDUCE_BYTES),
-    Param::Int(&params::tune::COLLNET_ENABLE),
-    Param::Int(&params::DMABUF_ENABLE),
-    Param::Str(&params::topo::TOPO_FILE),
-    Param::Str(&params::topo::TOPO_DUMP_FILE),
-    Param::Str(&params::topo::TOPO_DUMP_FILE_RANK),
-    Param::Str(&params::topo::GRAPH_FILE),
-    Param::Str(&params::topo::GRAPH_DUMP_FILE),
-    Param::Str(&params::topo::GRAPH_DUMP_FILE_RANK),
-    Param::Str(&params::topo::CROSS_NIC),
-    Param::Str(&params::topo::NVLS_ENABLE),
-    Param::Str(&params::topo::P2P_LEVEL),
-    Param::Str(&params::topo::P2P_DISABLE),
-    Param::Str(&params::topo::NVB_DISABLE),
-    Param::Str(&params::topo::PXN_DISABLE),
-    Param::Str(&params::topo::PXN_C2C),
-    Param::Str(&params::topo::P2P_PXN_LEVEL),
-    Param::Str(&params::topo::NETDEVS_POLICY),
-    Param::Str(&params::topo::NET_GDR_LEVEL),
-    Param::Str(&params::topo::NET_GDR_READ),
-    Param::Str(&params::topo::NET_GDR_C2C),
-    Param::Str(&params::topo::NET_GDR_MLOPART),
-    Param::Str(&params::topo::MIN_CTAS),
-    Param::Str(&params::topo::MAX_CTAS),
-    Param::Str(&params::topo::MIN_NRINGS),
-    Param::Str(&params::topo::MAX_NRINGS),
+/// Every parameter the runtime reads, by group, in the order `ferroccl-info
+/// params` lists them: the runtime's own, the socket ones it shares with the
+/// net plugins, tuning, topology and graph.
+pub static PARAMS: &[&[Param]] = &[
+    params::ALL,
+    ferroccl_plugin_api::params::socket::PARAMS,
+    params::tune::ALL,
+    params::topo::ALL,
 ];
 
-/// The in-tree plugins' own parameters, by plugin (registered here so that they
-/// are validated and echoed like the runtime's; the plugins read them with
-/// `getenv`, which sees `nccl.conf` values once [`Config::global`] ran).
-pub static PLUGIN_PARAMS: &[(&str, &[Param])] = &[
-    ("tuner-rules", &[Param::Str(&params::tune::TUNER_CONFIG_FILE)]),
-    (
-        "profiler-trace",
-        &[
-            Param::Str(&params::trace::TRACE_FILE),
-            Param::Int(&params::trace::EVENT_MASK),
-        ],
-    ),
-    (
-        "net-socket",
-        &[
-            Param::Int(&params::socket::NTHREADS),
-            Param::Int(&params::socket::NSOCKS_PERTHREAD),
-            Param::Int(&params::socket::INLINE),
-            Param::Int(&params::socket::MIN_TASKSIZE),
-            Param::Int(&params::socket::SNDBUF),
-            Param::Int(&params::socket::RCVBUF),
-            Param::Int(&params::socket::MAGIC),
-        ],
-    ),
-    (
-        "net-ib",
-        &[
-            Param::Int(&params::ib::DISABLE),
-            Param::Str(&params::ib::HCA),
-            Param::Int(&params::ib::GID_INDEX),
-            Param::Str(&params::ib::ADDR_FAMILY),
-            Param::Str(&params::ib::ADDR_RANGE),
-            Param::Int(&params::ib::ROCE_VERSION_NUM),
-            Param::Int(&params::ib::QPS_PER_CONNECTION),
-            Param::Int(&params::ib::TIMEOUT),
-            Param::Int(&params::ib::RETRY_CNT),
-            Param::Int(&params::ib::SL),
-            Param::Int(&params::ib::TC),
-            Param::Int(&params::ib::PKEY),
-            Param::Str(&params::ib::IBVERBS_LIB),
-            Param::Str(&params::ib::IB_VERBS_LIB),
-        ],
-    ),
-];
-
-/// Every registered parameter with who reads it (`"runtime"`, `"net-socket"`,
-/// `"net-ib"`).
-pub fn all_params() -> impl Iterator<Item = (&'static str, Param)> {
-    PARAMS.iter().map(|p| ("runtime", *p)).chain(
-        PLUGIN_PARAMS
-            .iter()
-            .flat_map(|(o, ps)| ps.iter().map(move |p| (*o, *p))),
-    )
+/// Every parameter the runtime reads ([`PARAMS`] flattened), for validation,
+/// echo and documentation. The in-tree plugins' parameters are not here: each
+/// plugin declares its own and exports them (`ferrocclParams_v1`).
+pub fn runtime_params() -> impl Iterator<Item = Param> {
+    PARAMS.iter().flat_map(|group| group.iter().copied())
 }
 
-/// The registered parameter `name`, with who reads it.
-pub fn find_param(name: &str) -> Option<(&'static str, Param)> {
-    all_params().find(|(_, p)| p.name() == name)
+/// The runtime parameter `name`.
+pub fn find_param(name: &str) -> Option<Param> {
+    runtime_params().find(|p| p.name() == name)
 }

@@ -2,8 +2,10 @@
 //! files reach the process environment without overwriting it, so plugin
 //! selection (`NCCL_NET_PLUGIN`, `NCCL_NET`) and the plugins' own `NCCL_*`
 //! parameters see them, with NCCL's precedence; reads are bounded (regular
-//! files, at most `MAX_CONF_BYTES`); every variable the runtime or an in-tree
-//! plugin reads is registered, validated and echoed.
+//! files, at most `MAX_CONF_BYTES`); every variable the runtime reads is
+//! declared once, validated and echoed, and every variable an in-tree plugin
+//! reads is declared once, by the runtime (the shared `NCCL_SOCKET_*`) or by
+//! the plugin itself (its `ferrocclParams_v1` export).
 //!
 //! The process-wide configuration is built once per process, so the tests that
 //! need it run in a child process (this test binary re-executed with
@@ -13,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use ferroccl::config::{ConfFile, Config, MAX_CONF_BYTES, find_param, read_conf_file};
+use ferroccl::config::{ConfFile, Config, MAX_CONF_BYTES, find_param, read_conf_file, runtime_params};
 
 const ROLE: &str = "CONF_ENV_ROLE";
 
@@ -156,7 +158,7 @@ fn conf_file_values_reach_a_plugins_own_parameters() {
 fn unreadable_conf_files_warn_once_and_values_are_validated() {
     let d = tmpdir("warn");
     let conf = d.join("nccl.conf");
-    std::fs::write(&conf, "NCCL_IB_TIMEOUT=99\nNCCL_SOCKET_NTHREADS=4\n").unwrap();
+    std::fs::write(&conf, "NCCL_BUFFSIZE=12\nNCCL_IB_TIMEOUT=99\nNCCL_SOCKET_NTHREADS=4\n").unwrap();
     let (ok, out) = child(
         "conf_child",
         "warn",
@@ -179,19 +181,30 @@ fn unreadable_conf_files_warn_once_and_values_are_validated() {
         &[("NCCL_CONF_FILE", conf.to_str().unwrap()), ("NCCL_DEBUG", "WARN")],
     );
     assert!(ok, "{out}");
+    // The runtime validates and echoes its own parameters.
     assert!(
-        out.contains("NCCL WARN NCCL_IB_TIMEOUT=99 (from file") && out.contains("[1, 31]"),
+        out.contains("NCCL WARN NCCL_BUFFSIZE=12 (from file") && out.contains("[4096, 1073741824]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("echo: NCCL_BUFFSIZE set by file") && out.contains("(invalid:"),
+        "{out}"
+    );
+    // A plugin's parameters are the plugin's own (it declares, reads and checks
+    // them): the runtime echoes them as set, says it does not read them, and
+    // does not judge their values.
+    assert!(
+        out.contains(&format!(
+            "echo: NCCL_SOCKET_NTHREADS set by file {} to 4. (not a runtime parameter)\n",
+            conf.display()
+        )),
         "{out}"
     );
     assert!(
         out.contains(&format!(
-            "echo: NCCL_SOCKET_NTHREADS set by file {} to 4.\n",
+            "echo: NCCL_IB_TIMEOUT set by file {} to 99. (not a runtime parameter)\n",
             conf.display()
-        )),
-        "a plugin parameter is registered (no 'not a parameter' note):\n{out}"
-    );
-    assert!(
-        out.contains("echo: NCCL_IB_TIMEOUT set by file") && out.contains("(invalid:"),
+        )) && !out.contains("NCCL WARN NCCL_IB_TIMEOUT"),
         "{out}"
     );
     std::fs::remove_dir_all(&d).unwrap();
@@ -243,14 +256,17 @@ fn conf_reads_are_bounded() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
-/// String literals naming NCCL_*/FERROCCL_* variables in `dir`'s Rust sources.
-fn variable_literals(dir: &Path, out: &mut Vec<(String, PathBuf)>) {
+/// String literals naming NCCL_*/FERROCCL_* variables in `dir`'s Rust sources,
+/// with whether they sit in test code (a `tests/` directory, or after a file's
+/// first `#[cfg(test)]`).
+fn variable_literals(dir: &Path, out: &mut Vec<(String, PathBuf, bool)>) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let p = e.path();
         if p.is_dir() {
             variable_literals(&p, out);
         } else if p.extension().is_some_and(|x| x == "rs") {
             let text = std::fs::read_to_string(&p).unwrap();
+            let tests_from = text.find("#[cfg(test)]").unwrap_or(text.len());
             for (i, _) in text.match_indices('"') {
                 let rest = &text[i + 1..];
                 if !(rest.starts_with("NCCL_") || rest.starts_with("FERROCCL_")) {
@@ -261,33 +277,91 @@ fn variable_literals(dir: &Path, out: &mut Vec<(String, PathBuf)>) {
                     && rest[end..].starts_with('"')
                     && !rest[..end].ends_with('_')
                 {
-                    out.push((rest[..end].to_string(), p.clone()));
+                    let in_test = i > tests_from || p.components().any(|c| c.as_os_str() == "tests");
+                    out.push((rest[..end].to_string(), p.clone(), in_test));
                 }
             }
         }
     }
 }
 
+/// The parameters the built in-tree plugin `plugins/<dir>` exports.
+fn plugin_declared(dir: &str) -> Vec<String> {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().and_then(|d| d.parent()).unwrap();
+    let so = profile.join(format!("libnccl_{}.so", dir.replace('-', "_")));
+    let lib = ferroccl::plugin::library::PluginLibrary::open(so.to_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: build the plugins first (cargo build --workspace)"));
+    let declared = ferroccl::plugin::params::exported_params(&lib)
+        .unwrap_or_else(|| panic!("{} exports no ferrocclParams_v1", so.display()))
+        .unwrap_or_else(|e| panic!("{e}"));
+    declared.iter().map(|p| p.name().to_string()).collect()
+}
+
 #[test]
-fn every_variable_the_runtime_or_an_in_tree_plugin_reads_is_registered() {
+fn every_variable_the_runtime_or_an_in_tree_plugin_reads_is_declared_once() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // (name, file, in test code, declared by the runtime or by the file's plugin)
     let mut found = Vec::new();
     variable_literals(&root.join("core/src"), &mut found);
-    for e in std::fs::read_dir(root.join("plugins")).unwrap().flatten() {
+    let mut owners: Vec<(String, Vec<String>)> = vec![(
+        "runtime".into(),
+        runtime_params().map(|p| p.name().to_string()).collect(),
+    )];
+    let mut plugins: Vec<_> = std::fs::read_dir(root.join("plugins")).unwrap().flatten().collect();
+    plugins.sort_by_key(|e| e.file_name());
+    let mut missing = Vec::new();
+    for e in plugins {
         let src = e.path().join("src");
-        if src.is_dir() {
-            variable_literals(&src, &mut found);
+        if !src.is_dir() {
+            continue;
         }
+        let dir = e.file_name().to_string_lossy().into_owned();
+        let declared = plugin_declared(&dir);
+        let mut here = Vec::new();
+        variable_literals(&src, &mut here);
+        for (n, p, _) in &here {
+            if find_param(n).is_none() && !declared.contains(n) {
+                missing.push(format!(
+                    "{n} ({}: not declared by the runtime or by {dir})",
+                    p.display()
+                ));
+            }
+        }
+        found.extend(here);
+        owners.push((dir, declared));
     }
     assert!(found.len() > 30, "the scan found the variables: {found:?}");
-    let missing: Vec<String> = found
+    for (n, p, _) in &found {
+        if p.starts_with(root.join("core/src")) && find_param(n).is_none() {
+            missing.push(format!("{n} ({}: not declared in core/src/config.rs)", p.display()));
+        }
+    }
+    assert!(missing.is_empty(), "read but not declared:\n{}", missing.join("\n"));
+    // Each name has one owner, and one declaration: outside test code, a
+    // string literal naming it appears once (the declaration; readers go
+    // through it).
+    let mut all: Vec<&str> = owners
         .iter()
-        .filter(|(n, _)| find_param(n).is_none())
-        .map(|(n, p)| format!("{n} ({})", p.display()))
+        .flat_map(|(_, ns)| ns.iter().map(String::as_str))
         .collect();
+    all.sort_unstable();
+    let twice: Vec<&&str> = all.windows(2).filter(|w| w[0] == w[1]).map(|w| &w[0]).collect();
+    assert!(twice.is_empty(), "declared by two owners: {twice:?} ({owners:?})");
+    let mut spelled: Vec<String> = Vec::new();
+    for n in all {
+        let places: Vec<String> = found
+            .iter()
+            .filter(|(f, _, in_test)| f == n && !in_test)
+            .map(|(_, p, _)| p.display().to_string())
+            .collect();
+        if places.len() > 1 {
+            spelled.push(format!("{n}: {}", places.join(", ")));
+        }
+    }
     assert!(
-        missing.is_empty(),
-        "read but not registered in core/src/config.rs (PARAMS / PLUGIN_PARAMS):\n{}",
-        missing.join("\n")
+        spelled.is_empty(),
+        "a declared name is spelled again outside its declaration (read it through the declaration):\n{}",
+        spelled.join("\n")
     );
 }

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use ferroccl::config::{Config, ConfigError, Source, params, parse_conf, parse_int};
+use ferroccl::config::{Config, ConfigError, IntParamExt, Source, StrParamExt, params, parse_conf, parse_int};
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -141,7 +141,8 @@ fn echo_lists_set_params_with_source() {
         vec![
             "NCCL_ALGO set by file /etc/nccl.conf to Ring.".to_string(),
             "NCCL_DEBUG set by environment to INFO.".to_string(),
-            "NCCL_FOO set by environment to 1. (not a parameter ferroccl uses)".to_string(),
+            // The runtime knows only its own parameters (a plugin may read NCCL_FOO).
+            "NCCL_FOO set by environment to 1. (not a runtime parameter)".to_string(),
         ]
     );
 }

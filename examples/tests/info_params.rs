@@ -1,9 +1,11 @@
-//! `ferroccl-info params --json` lists every registered parameter (runtime and
-//! in-tree plugins) and says where each value came from: the environment, the
-//! file `NCCL_CONF_FILE` names, `~/.nccl.conf` (when `NCCL_CONF_FILE` is unset),
-//! or the default; an invalid value is reported and makes the exit status 1.
+//! `ferroccl-info params --json` lists every parameter (the runtime's, and each
+//! in-tree plugin's as the built plugin library exports it) and says where each
+//! value came from: the environment, the file `NCCL_CONF_FILE` names,
+//! `~/.nccl.conf` (when `NCCL_CONF_FILE` is unset), or the default; an invalid
+//! value is reported and makes the exit status 1; a plugin library that cannot
+//! be found is named. Build the plugins first (`cargo build --workspace`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -16,7 +18,12 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn params(env: &[(&str, &str)]) -> (Output, Vec<Value>) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_ferroccl-info"));
+    params_of(Path::new(env!("CARGO_BIN_EXE_ferroccl-info")), env)
+}
+
+/// `exe params --json` with `env` and none of our NCCL_*/FERROCCL_* variables.
+fn params_of(exe: &Path, env: &[(&str, &str)]) -> (Output, Vec<Value>) {
+    let mut c = Command::new(exe);
     c.args(["params", "--json"]);
     for (k, _) in std::env::vars() {
         if k.starts_with("NCCL_") || k.starts_with("FERROCCL_") {
@@ -52,10 +59,33 @@ fn every_parameter_is_listed_with_the_source_of_its_value() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 
-    // Every registered parameter, once, in registration order.
-    let want: Vec<&str> = ferroccl::config::all_params().map(|(_, p)| p.name()).collect();
+    // Every parameter, once, in declaration order: the runtime's, then each
+    // in-tree plugin's as its built library exports it.
+    let profile = PathBuf::from(env!("CARGO_BIN_EXE_ferroccl-info"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let mut want: Vec<&str> = ferroccl::config::runtime_params().map(|p| p.name()).collect();
+    for lib in [
+        "libnccl_tuner_rules.so",
+        "libnccl_profiler_trace.so",
+        "libnccl_net_socket.so",
+        "libnccl_net_ib.so",
+    ] {
+        let path = profile.join(lib);
+        let lib = ferroccl::plugin::library::PluginLibrary::open(path.to_str().unwrap())
+            .unwrap_or_else(|e| panic!("{e}: build the plugins (cargo build --workspace)"));
+        let declared = ferroccl::plugin::params::exported_params(&lib)
+            .expect("exported")
+            .expect("readable");
+        want.extend(declared.iter().map(|p| p.name()));
+    }
     let got: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(got, want);
+    let mut unique = want.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), want.len(), "a name is declared twice: {want:?}");
 
     let b = row(&rows, "NCCL_BUFFSIZE");
     assert_eq!(b["source"], "NCCL_CONF_FILE", "{b}");
@@ -103,6 +133,33 @@ fn every_parameter_is_listed_with_the_source_of_its_value() {
         "{ib}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_plugin_that_is_not_found_is_named() {
+    // The tool searches its own directory and its parent: a link to it in a
+    // directory of its own (under target/tmp, so a hard link: a copy could
+    // still be open for writing in a forked sibling test, ETXTBSY) finds no plugin.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("info-params-{}/bin", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("ferroccl-info");
+    std::fs::hard_link(env!("CARGO_BIN_EXE_ferroccl-info"), &exe).expect("hard link in the target directory");
+    let (o, rows) = params_of(&exe, &[("HOME", dir.to_str().unwrap()), ("LD_LIBRARY_PATH", "")]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    for reader in ["tuner-rules", "profiler-trace", "net-socket", "net-ib"] {
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.starts_with(&format!("warning: {reader}: parameters not listed: ")))
+                .count(),
+            1,
+            "{err}"
+        );
+    }
+    assert!(err.contains("libnccl-net-ib.so"), "{err}");
+    assert_eq!(rows.len(), ferroccl::config::runtime_params().count());
+    let _ = std::fs::remove_dir_all(dir.parent().unwrap());
 }
 
 #[test]

@@ -10,10 +10,13 @@
 //!   [`export_net_plugin!`] which emits every versioned `ncclNetPlugin_vN` symbol
 //!   from one implementation.
 //! * [`log`] — calling NCCL's C-variadic logger from Rust.
+//! * [`params`](mod@params) — `NCCL_*` parameters declared one line each
+//!   ([`params!`]), and their export to a host ([`export_params!`]).
 
 pub mod abi;
 pub mod export;
 pub mod log;
+pub mod params;
 pub mod sdk;
 
 pub use sdk::{NetError, NetResult};

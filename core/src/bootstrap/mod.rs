@@ -151,14 +151,14 @@ impl BootstrapConfig {
     ///
     /// Errors: a parameter outside its range (the config layer's message).
     pub fn from_params(cfg: &crate::config::Config) -> std::result::Result<Self, String> {
-        use crate::config::params;
+        use crate::config::{IntParamExt, StrParamExt, params};
         let int = |p: &crate::config::IntParam| p.get(cfg).map_err(|e| e.to_string());
-        let text = |name: &str| cfg.get_str(name).filter(|v| !v.is_empty()).map(str::to_string);
+        let text = |p: &crate::config::StrParam| p.get(cfg).map(str::to_string);
         Ok(BootstrapConfig {
-            ifname: text("NCCL_SOCKET_IFNAME"),
-            family: SocketFamily::from_nccl(text("NCCL_SOCKET_FAMILY").as_deref()),
+            ifname: text(&params::SOCKET_IFNAME),
+            family: SocketFamily::from_nccl(params::SOCKET_FAMILY.get(cfg)),
             timeout: Duration::from_secs(int(&params::TIMEOUT_SEC)?.max(1) as u64),
-            comm_id: text("NCCL_COMM_ID"),
+            comm_id: text(&params::COMM_ID),
             magic: None,
             retry_count: int(&params::SOCKET_RETRY_CNT)?.max(0) as u32,
             retry_sleep: Duration::from_millis(int(&params::SOCKET_RETRY_SLEEP_MSEC)?.max(0) as u64),

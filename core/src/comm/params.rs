@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{Error, Result};
 use crate::bootstrap::BootstrapConfig;
-use crate::config::{Config, params};
+use crate::config::{Config, IntParamExt, StrParamExt, params};
 use crate::plugin::net::{NetInfo, NetPlugin};
 use crate::plugin::options::LoadOptions;
 
@@ -65,11 +65,8 @@ fn cfg_err(e: crate::config::ConfigError) -> Error {
     Error::Config(e)
 }
 
-fn str_param(name: &str) -> Option<String> {
-    Config::global()
-        .get_str(name)
-        .filter(|v| !v.is_empty())
-        .map(str::to_string)
+fn str_param(p: &crate::config::StrParam) -> Option<String> {
+    p.get(Config::global()).map(str::to_string)
 }
 
 impl CommParams {
@@ -110,9 +107,9 @@ impl CommParams {
         let mut bootstrap = match &c.bootstrap {
             Some(b) => b.clone(),
             None => BootstrapConfig {
-                ifname: str_param("NCCL_SOCKET_IFNAME"),
-                family: crate::bootstrap::SocketFamily::from_nccl(str_param("NCCL_SOCKET_FAMILY").as_deref()),
-                comm_id: str_param("NCCL_COMM_ID"),
+                ifname: str_param(&params::SOCKET_IFNAME),
+                family: crate::bootstrap::SocketFamily::from_nccl(params::SOCKET_FAMILY.get(cfg)),
+                comm_id: str_param(&params::COMM_ID),
                 retry_count: params::SOCKET_RETRY_CNT.get(cfg).map_err(cfg_err)? as u32,
                 retry_sleep: Duration::from_millis(params::SOCKET_RETRY_SLEEP_MSEC.get(cfg).map_err(cfg_err)? as u64),
                 ..Default::default()

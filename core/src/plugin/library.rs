@@ -162,6 +162,21 @@ pub struct OpenOutcome {
 }
 
 impl OpenOutcome {
+    /// Every file tried, comma separated, each with why it did not open:
+    /// `a.so (not found), /x/b.so (dlopen failed: …)`.
+    pub fn tried(&self) -> String {
+        let files: Vec<String> = self
+            .attempts
+            .iter()
+            .map(|a| match &a.result {
+                AttemptResult::NotFound(_) => format!("{} (not found)", a.file),
+                AttemptResult::Failed(e) => format!("{} (dlopen failed: {e})", a.file),
+                AttemptResult::Opened => a.file.clone(),
+            })
+            .collect();
+        files.join(", ")
+    }
+
     /// The first "found but failed" attempt (file name and dlerror text).
     pub fn failure(&self) -> Option<(&str, &str)> {
         self.attempts.iter().find_map(|a| match &a.result {

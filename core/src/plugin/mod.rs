@@ -73,7 +73,8 @@
 //!
 //! [`tuner_profiler`] loads tuner and profiler plugins with NCCL's fallback into
 //! the net library and its sticky failures; [`symbols`] lists what a library
-//! exports; [`logger`] is the `ncclDebugLogger_t` given to plugins.
+//! exports; [`logger`] is the `ncclDebugLogger_t` given to plugins; [`params`]
+//! reads the parameters a plugin declares (`ferrocclParams_v1`).
 
 pub mod adapter;
 pub mod cuda_stub;
@@ -82,6 +83,7 @@ pub mod library;
 pub mod logger;
 pub mod net;
 pub mod options;
+pub mod params;
 pub mod report;
 pub mod symbols;
 pub mod tuner;

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::PluginError;
+use crate::config::StrParam;
+use crate::config::params::{NET, NET_MAX_VERSION, NET_PLUGIN, NET_STRICT, PLUGIN_PATH, PROFILER_PLUGIN, TUNER_PLUGIN};
 
 /// Newest `ncclNet` version the host can drive.
 pub const MAX_NET_VERSION: u32 = 12;
@@ -83,16 +85,16 @@ impl LoadOptions {
     }
 
     fn from_lookup_lossy(get: impl Fn(&str) -> Option<String>) -> Self {
-        const OWN: [&str; 2] = ["FERROCCL_NET_STRICT", "FERROCCL_NET_MAX_VERSION"];
+        let own = [NET_STRICT.name, NET_MAX_VERSION.name];
         // Without ferroccl's own variables nothing can fail to parse.
-        let mut o = Self::try_from_lookup(|k| if OWN.contains(&k) { None } else { get(k) }).unwrap_or_default();
-        if let Some(v) = get("FERROCCL_NET_STRICT").filter(|v| !v.is_empty()) {
+        let mut o = Self::try_from_lookup(|k| if own.contains(&k) { None } else { get(k) }).unwrap_or_default();
+        if let Some(v) = get(NET_STRICT.name).filter(|v| !v.is_empty()) {
             match parse_bool(&v) {
                 Some(b) => o.strict = b,
-                None => tracing::warn!(target: "ferroccl::plugin", "FERROCCL_NET_STRICT={v} is not 0 or 1; ignored"),
+                None => tracing::warn!(target: "ferroccl::plugin", "{}={v} is not 0 or 1; ignored", NET_STRICT.name),
             }
         }
-        if let Some(v) = get("FERROCCL_NET_MAX_VERSION").filter(|v| !v.is_empty()) {
+        if let Some(v) = get(NET_MAX_VERSION.name).filter(|v| !v.is_empty()) {
             match parse_version(&v) {
                 Ok(n) => o.max_net_version = n,
                 Err(e) => tracing::warn!(target: "ferroccl::plugin", "{e}; using {MAX_NET_VERSION}"),
@@ -105,27 +107,27 @@ impl LoadOptions {
     /// values of `FERROCCL_NET_MAX_VERSION` / `FERROCCL_NET_STRICT` as errors.
     /// Empty values count as unset, as in NCCL's `ncclGetEnv` users.
     pub fn try_from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, PluginError> {
-        let get = |k: &str| get(k).filter(|v| !v.is_empty());
+        let get = |p: &StrParam| get(p.name).filter(|v| !v.is_empty());
         let mut o = LoadOptions {
-            net_plugin: get("NCCL_NET_PLUGIN"),
-            net: get("NCCL_NET"),
+            net_plugin: get(&NET_PLUGIN),
+            net: get(&NET),
             ..Default::default()
         };
-        if let Some(v) = get("FERROCCL_NET_STRICT") {
+        if let Some(v) = get(&NET_STRICT) {
             o.strict = parse_bool(&v).ok_or(PluginError::InvalidOption {
-                option: "FERROCCL_NET_STRICT",
+                option: NET_STRICT.name,
                 value: v,
                 expected: "0 or 1",
             })?;
         }
-        if let Some(v) = get("FERROCCL_NET_MAX_VERSION") {
+        if let Some(v) = get(&NET_MAX_VERSION) {
             o.max_net_version = parse_version(&v)?;
         }
-        if let Some(v) = get("FERROCCL_PLUGIN_PATH") {
+        if let Some(v) = get(&PLUGIN_PATH) {
             o.plugin_path = v.split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
         }
-        o.tuner_plugin = get("NCCL_TUNER_PLUGIN");
-        o.profiler_plugin = get("NCCL_PROFILER_PLUGIN");
+        o.tuner_plugin = get(&TUNER_PLUGIN);
+        o.profiler_plugin = get(&PROFILER_PLUGIN);
         Ok(o)
     }
 }
@@ -140,7 +142,7 @@ fn parse_bool(v: &str) -> Option<bool> {
 
 fn parse_version(v: &str) -> Result<u32, PluginError> {
     let bad = || PluginError::InvalidOption {
-        option: "FERROCCL_NET_MAX_VERSION",
+        option: NET_MAX_VERSION.name,
         value: v.to_owned(),
         expected: "an integer from 6 to 12",
     };

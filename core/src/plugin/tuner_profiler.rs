@@ -50,8 +50,8 @@ impl AuxKind {
     }
     fn variable(self) -> &'static str {
         match self {
-            AuxKind::Tuner => "NCCL_TUNER_PLUGIN",
-            AuxKind::Profiler => "NCCL_PROFILER_PLUGIN",
+            AuxKind::Tuner => crate::config::params::TUNER_PLUGIN.name,
+            AuxKind::Profiler => crate::config::params::PROFILER_PLUGIN.name,
         }
     }
     fn what(self) -> &'static str {

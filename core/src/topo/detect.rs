@@ -19,7 +19,7 @@ use super::fill::{self, Ancestor, CpuAttrs, HostFacts, NetFacts, PciAttrs};
 use super::record::TopoRecord;
 use super::types::djb2a;
 use super::xml::{self, Schema, XmlNode};
-use super::{DEFAULT_TOPO_FILE, ENV_HOSTID, TopoError, TopoParams};
+use super::{DEFAULT_TOPO_FILE, TopoError, TopoParams};
 
 /// `NCCL_PTR_CUDA`.
 const PTR_CUDA: i32 = 0x2;
@@ -331,7 +331,7 @@ pub fn host_hash() -> u64 {
     };
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
     let boot = boot.as_deref().and_then(|b| b.split_whitespace().next());
-    let id = std::env::var(ENV_HOSTID).ok();
+    let id = std::env::var(crate::config::params::HOSTID.name).ok();
     host_hash_of(&name, boot, id.as_deref())
 }
 

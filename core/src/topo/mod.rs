@@ -144,44 +144,12 @@ pub enum TopoError {
     Graph(String),
 }
 
-/// `NCCL_TOPO_FILE`.
-pub const ENV_TOPO_FILE: &str = "NCCL_TOPO_FILE";
-/// `NCCL_TOPO_DUMP_FILE`.
-pub const ENV_TOPO_DUMP_FILE: &str = "NCCL_TOPO_DUMP_FILE";
-/// `NCCL_TOPO_DUMP_FILE_RANK` (default 0).
-pub const ENV_TOPO_DUMP_FILE_RANK: &str = "NCCL_TOPO_DUMP_FILE_RANK";
-/// `NCCL_GRAPH_FILE`.
-pub const ENV_GRAPH_FILE: &str = "NCCL_GRAPH_FILE";
-/// `NCCL_GRAPH_DUMP_FILE`.
-pub const ENV_GRAPH_DUMP_FILE: &str = "NCCL_GRAPH_DUMP_FILE";
-/// `NCCL_GRAPH_DUMP_FILE_RANK` (default 0).
-pub const ENV_GRAPH_DUMP_FILE_RANK: &str = "NCCL_GRAPH_DUMP_FILE_RANK";
-/// `NCCL_CROSS_NIC` (0, 1, 2; default 2).
-pub const ENV_CROSS_NIC: &str = "NCCL_CROSS_NIC";
-/// `NCCL_P2P_LEVEL` (path type name, or legacy 0..5).
-pub const ENV_P2P_LEVEL: &str = "NCCL_P2P_LEVEL";
-/// `NCCL_P2P_DISABLE`.
-pub const ENV_P2P_DISABLE: &str = "NCCL_P2P_DISABLE";
-/// `NCCL_NVB_DISABLE`.
-pub const ENV_NVB_DISABLE: &str = "NCCL_NVB_DISABLE";
-/// `NCCL_PXN_DISABLE`.
-pub const ENV_PXN_DISABLE: &str = "NCCL_PXN_DISABLE";
-/// `NCCL_NET_GDR_LEVEL`.
-pub const ENV_NET_GDR_LEVEL: &str = "NCCL_NET_GDR_LEVEL";
-/// `NCCL_NET_GDR_READ`.
-pub const ENV_NET_GDR_READ: &str = "NCCL_NET_GDR_READ";
-/// `NCCL_NETDEVS_POLICY`.
-pub const ENV_NETDEVS_POLICY: &str = "NCCL_NETDEVS_POLICY";
-/// `NCCL_NVLS_ENABLE` (0, 1, 2; default 2).
-pub const ENV_NVLS_ENABLE: &str = "NCCL_NVLS_ENABLE";
-/// `NCCL_HOSTID` (replaces hostname + boot id in the host hash).
-pub const ENV_HOSTID: &str = "NCCL_HOSTID";
 /// Default topology file NCCL tries when `NCCL_TOPO_FILE` is unset.
 pub const DEFAULT_TOPO_FILE: &str = "/var/run/nvidia-topologyd/virtualTopology.xml";
 
-/// The knobs of topology and graph construction, with NCCL's defaults. The lead's config
-/// layer fills them from `NCCL_*` variables (names in the `ENV_*` constants; channel
-/// bounds from the already registered `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS`).
+/// The knobs of topology and graph construction, with NCCL's defaults, filled from
+/// the `NCCL_*` variables declared in [`crate::config::params::topo`] (channel
+/// bounds from `NCCL_MIN_NCHANNELS` / `NCCL_MAX_NCHANNELS`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TopoParams {
     /// `NCCL_TOPO_FILE`: topology to start from instead of detection.
@@ -291,62 +259,65 @@ impl TopoParams {
     /// config layer's `get_str`. Unset or empty values keep the defaults; malformed numbers
     /// are reported.
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<TopoParams, TopoError> {
+        use crate::config::params::{self, topo as t};
         let mut p = TopoParams::default();
-        let val = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        let int = |k: &str| -> Result<Option<i64>, TopoError> {
-            match val(k) {
+        let val_named = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let int_named = |k: &str| -> Result<Option<i64>, TopoError> {
+            match val_named(k) {
                 None => Ok(None),
                 Some(v) => types::parse_c_int(&v)
                     .map(Some)
                     .ok_or_else(|| TopoError::Model(format!("{k}={v}: expected an integer"))),
             }
         };
-        p.topo_file = val(ENV_TOPO_FILE).map(PathBuf::from);
-        p.graph_file = val(ENV_GRAPH_FILE).map(PathBuf::from);
-        p.topo_dump_file = val(ENV_TOPO_DUMP_FILE).map(PathBuf::from);
-        p.graph_dump_file = val(ENV_GRAPH_DUMP_FILE).map(PathBuf::from);
-        if let Some(v) = int(ENV_TOPO_DUMP_FILE_RANK)? {
+        let val = |p: &crate::config::StrParam| val_named(p.name);
+        let int = |p: &crate::config::StrParam| int_named(p.name);
+        p.topo_file = val(&t::TOPO_FILE).map(PathBuf::from);
+        p.graph_file = val(&t::GRAPH_FILE).map(PathBuf::from);
+        p.topo_dump_file = val(&t::TOPO_DUMP_FILE).map(PathBuf::from);
+        p.graph_dump_file = val(&t::GRAPH_DUMP_FILE).map(PathBuf::from);
+        if let Some(v) = int(&t::TOPO_DUMP_FILE_RANK)? {
             p.topo_dump_rank = usize::try_from(v).unwrap_or(0);
         }
-        if let Some(v) = int(ENV_GRAPH_DUMP_FILE_RANK)? {
+        if let Some(v) = int(&t::GRAPH_DUMP_FILE_RANK)? {
             p.graph_dump_rank = usize::try_from(v).unwrap_or(0);
         }
-        if let Some(v) = int(ENV_CROSS_NIC)? {
+        if let Some(v) = int(&t::CROSS_NIC)? {
             p.cross_nic = v;
         }
-        if let Some(v) = int("NCCL_MIN_NCHANNELS")?.or(int("NCCL_MIN_NRINGS")?) {
+        if let Some(v) = int_named(params::MIN_NCHANNELS.name)?.or(int(&t::MIN_NRINGS)?) {
             p.min_nchannels = v.clamp(0, types::MAXCHANNELS as i64) as usize;
         }
-        if let Some(v) = int("NCCL_MAX_NCHANNELS")?.or(int("NCCL_MAX_NRINGS")?) {
+        if let Some(v) = int_named(params::MAX_NCHANNELS.name)?.or(int(&t::MAX_NRINGS)?) {
             p.max_nchannels = v.clamp(1, types::MAXCHANNELS as i64) as usize;
         }
-        if int(ENV_P2P_DISABLE)? == Some(1) {
+        if int(&t::P2P_DISABLE)? == Some(1) {
             p.p2p_level = Some(PathType::Loc);
-        } else if let Some(v) = val(ENV_P2P_LEVEL) {
+        } else if let Some(v) = val(&t::P2P_LEVEL) {
             p.p2p_level = parse_level(&v);
         }
-        p.nvb_disable = int(ENV_NVB_DISABLE)?.unwrap_or(0) != 0;
-        p.pxn_disable = int(ENV_PXN_DISABLE)?.unwrap_or(0) != 0;
-        p.pxn_c2c = int("NCCL_PXN_C2C")?.unwrap_or(1) != 0;
-        p.net_gdr_level = val(ENV_NET_GDR_LEVEL).and_then(|v| parse_level(&v));
-        p.net_gdr_c2c = int("NCCL_NET_GDR_C2C")?.unwrap_or(1) != 0;
-        if let Some(v) = int(ENV_NET_GDR_READ)? {
+        p.nvb_disable = int(&t::NVB_DISABLE)?.unwrap_or(0) != 0;
+        p.pxn_disable = int(&t::PXN_DISABLE)?.unwrap_or(0) != 0;
+        p.pxn_c2c = int(&t::PXN_C2C)?.unwrap_or(1) != 0;
+        p.net_gdr_level = val(&t::NET_GDR_LEVEL).and_then(|v| parse_level(&v));
+        p.net_gdr_c2c = int(&t::NET_GDR_C2C)?.unwrap_or(1) != 0;
+        if let Some(v) = int(&t::NET_GDR_READ)? {
             p.net_gdr_read = v;
         }
-        p.net_gdr_mlopart = int("NCCL_NET_GDR_MLOPART")?.unwrap_or(0) != 0;
-        if let Some(v) = val(ENV_NETDEVS_POLICY) {
+        p.net_gdr_mlopart = int(&t::NET_GDR_MLOPART)?.unwrap_or(0) != 0;
+        if let Some(v) = val(&t::NETDEVS_POLICY) {
             p.netdevs_policy = NetDevsPolicy::parse(&v);
         }
-        if let Some(v) = int("NCCL_P2P_PXN_LEVEL")? {
+        if let Some(v) = int(&t::P2P_PXN_LEVEL)? {
             p.p2p_pxn_level = v;
         }
-        if let Some(v) = int(ENV_NVLS_ENABLE)? {
+        if let Some(v) = int(&t::NVLS_ENABLE)? {
             p.nvls_enable = v;
         }
-        if let Some(v) = int("NCCL_MIN_CTAS")?.filter(|&v| v > 0) {
+        if let Some(v) = int(&t::MIN_CTAS)?.filter(|&v| v > 0) {
             p.min_ctas = v.min(types::MAXCHANNELS as i64) as usize;
         }
-        if let Some(v) = int("NCCL_MAX_CTAS")?.filter(|&v| v > 0) {
+        if let Some(v) = int(&t::MAX_CTAS)?.filter(|&v| v > 0) {
             p.max_ctas = v.min(types::MAXCHANNELS as i64) as usize;
         }
         p.min_ctas = p.min_ctas.min(p.max_ctas);

@@ -286,7 +286,7 @@ pub struct ParseOptions {
 }
 
 /// Parses a topology or graph document with NCCL's limits. `origin` names the input in
-/// errors (a path or "NCCL_TOPO_FILE").
+/// errors (a path or `NCCL_TOPO_FILE`).
 pub fn parse(text: &str, schema: Schema, origin: &str) -> Result<XmlNode, TopoError> {
     parse_with(
         text,

@@ -260,7 +260,7 @@ impl GdrParams {
         Ok(GdrParams {
             level: topo.net_gdr_level,
             read: topo.net_gdr_read,
-            dmabuf_enable: crate::config::params::DMABUF_ENABLE.get(cfg)? == 1,
+            dmabuf_enable: crate::config::IntParamExt::get(&crate::config::params::DMABUF_ENABLE, cfg)? == 1,
         })
     }
 }

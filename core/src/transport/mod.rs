@@ -156,16 +156,17 @@ impl TransportParams {
     /// warned about and ignored, as NCCL does).
     pub(crate) fn from_config() -> Result<TransportParams, Error> {
         let cfg = Config::global();
+        use crate::config::params::{self, topo};
+        use crate::config::{IntParamExt, StrParamExt};
         let flag = |p: &crate::config::IntParam| p.get(cfg).map(|v| v == 1);
         // NCCL's ncclGetLevel ignores a value it cannot read (the default stays).
-        let p2p =
-            p2p::P2pParams::parse(cfg.get_str("NCCL_P2P_DISABLE"), cfg.get_str("NCCL_P2P_LEVEL")).unwrap_or_else(|e| {
-                tracing::warn!(target: "ferroccl::init", "{e}; using the default");
-                p2p::P2pParams::default()
-            });
+        let p2p = p2p::P2pParams::parse(topo::P2P_DISABLE.get(cfg), topo::P2P_LEVEL.get(cfg)).unwrap_or_else(|e| {
+            tracing::warn!(target: "ferroccl::init", "{e}; using the default");
+            p2p::P2pParams::default()
+        });
         Ok(TransportParams {
-            shm_disable: flag(&crate::config::params::SHM_DISABLE)?,
-            net_disable_intra: flag(&crate::config::params::NET_DISABLE_INTRA)?,
+            shm_disable: flag(&params::SHM_DISABLE)?,
+            net_disable_intra: flag(&params::NET_DISABLE_INTRA)?,
             p2p_disable: p2p.disable,
             p2p_level: p2p.level.map_or(-1, |l| l as i8),
         })

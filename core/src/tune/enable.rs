@@ -167,14 +167,14 @@ impl EnableMatrix {
         };
         if let Some(v) = proto {
             let mut flat = m.proto.concat();
-            parse_list("NCCL_PROTO", v, &PROTO_NAMES, &mut flat)?;
+            parse_list(crate::config::params::PROTO.name, v, &PROTO_NAMES, &mut flat)?;
             for (f, row) in m.proto.iter_mut().enumerate() {
                 row.copy_from_slice(&flat[f * NUM_PROTOS..(f + 1) * NUM_PROTOS]);
             }
         }
         if let Some(v) = algo {
             let mut flat = m.algo.concat();
-            parse_list("NCCL_ALGO", v, &ALGO_NAMES, &mut flat)?;
+            parse_list(crate::config::params::ALGO.name, v, &ALGO_NAMES, &mut flat)?;
             for (f, row) in m.algo.iter_mut().enumerate() {
                 row.copy_from_slice(&flat[f * NUM_ALGOS..(f + 1) * NUM_ALGOS]);
             }

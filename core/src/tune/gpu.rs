@@ -62,6 +62,7 @@ impl GpuTuneParams {
     /// refuse, [`Error::Config`] for numbers out of range.
     pub fn from_config(cfg: &Config) -> Result<GpuTuneParams, Error> {
         let t = super::TuneParams::from_config(cfg)?;
+        use crate::config::IntParamExt;
         let collnet = crate::config::params::tune::COLLNET_ENABLE
             .get(cfg)
             .map_err(Error::Config)?;

@@ -73,6 +73,7 @@ impl TuneParams {
     /// numbers out of range.
     pub fn from_config(cfg: &Config) -> Result<TuneParams, Error> {
         use crate::config::params::{self, tune as p};
+        use crate::config::{IntParamExt, StrParamExt};
         let int = |p: &crate::config::IntParam| p.get(cfg).map_err(Error::Config);
         let enable = EnableMatrix::parse(params::PROTO.get(cfg), params::ALGO.get(cfg)).map_err(|e| {
             crate::log::nccl_warn!("{e}");
@@ -219,8 +220,14 @@ impl Tuning {
             crate::log::nccl_info!(ENV, "{n}");
         }
         for (var, set) in [
-            ("NCCL_NTHREADS", s.params.model.nthreads != -2),
-            ("NCCL_LL128_NTHREADS", s.params.model.ll128_nthreads != -2),
+            (
+                crate::config::params::tune::NTHREADS.name,
+                s.params.model.nthreads != -2,
+            ),
+            (
+                crate::config::params::tune::LL128_NTHREADS.name,
+                s.params.model.ll128_nthreads != -2,
+            ),
         ] {
             if set {
                 crate::log::nccl_info!(

@@ -401,7 +401,7 @@ pub fn tune_model(
     );
     max_threads[r][s] = get_nthreads(
         &mut notes,
-        "NCCL_NTHREADS",
+        crate::config::params::tune::NTHREADS.name,
         nt,
         2 * WARP_SIZE,
         SIMPLE_MAX_NTHREADS,
@@ -409,7 +409,7 @@ pub fn tune_model(
     );
     max_threads[t][s] = get_nthreads(
         &mut notes,
-        "NCCL_NTHREADS",
+        crate::config::params::tune::NTHREADS.name,
         nt,
         2 * WARP_SIZE,
         SIMPLE_MAX_NTHREADS,
@@ -420,7 +420,7 @@ pub fn tune_model(
     }
     let ll_threads = get_nthreads(
         &mut notes,
-        "NCCL_NTHREADS",
+        crate::config::params::tune::NTHREADS.name,
         nt,
         2 * WARP_SIZE,
         LL_MAX_NTHREADS,
@@ -430,7 +430,7 @@ pub fn tune_model(
     max_threads[t][ll] = ll_threads;
     let ll128_threads = get_nthreads(
         &mut notes,
-        "NCCL_LL128_NTHREADS",
+        crate::config::params::tune::LL128_NTHREADS.name,
         inp.params.ll128_nthreads,
         LL128_MAX_NTHREADS / 4,
         LL128_MAX_NTHREADS,

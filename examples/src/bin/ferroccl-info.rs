@@ -3,7 +3,7 @@
 //! ```text
 //! ferroccl-info plugins            # the full resolution the host does (NCCL_NET_PLUGIN, NCCL_NET, …)
 //! ferroccl-info plugins NAME|PATH  # one library: file, exported symbols, devices and properties
-//! ferroccl-info params [--json]    # every NCCL_*/FERROCCL_* parameter: type, default, range, value, source
+//! ferroccl-info params [--json]    # every NCCL_*/FERROCCL_* parameter (runtime and in-tree plugins): type, default, range, value, source
 //! ferroccl-info ib                 # RDMA HCAs: ports, link layer, state, GID table, the GID index the IB plugin picks
 //! ```
 //!
@@ -21,6 +21,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
+use ferroccl::config::params;
 use ferroccl::plugin::library::{AttemptResult, open_plugin_lib, search_dirs};
 use ferroccl::plugin::logger::LogCapture;
 use ferroccl::plugin::net::{CommConfig, NetPlugin, Properties};
@@ -48,9 +49,9 @@ enum Cmd {
         #[arg(long)]
         plugin_path: Vec<std::path::PathBuf>,
     },
-    /// Every registered parameter (runtime and in-tree plugins): type, default, range,
-    /// current value and its source (environment, NCCL_CONF_FILE, ~/.nccl.conf,
-    /// /etc/nccl.conf, default).
+    /// Every parameter, the runtime's and each in-tree plugin's (asked from the built
+    /// plugin library): type, default, range, current value and its source
+    /// (environment, NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf, default).
     Params {
         /// One JSON list instead of the table.
         #[arg(long)]
@@ -68,13 +69,13 @@ enum Cmd {
 }
 
 const ENV_VARS: [&str; 8] = [
-    "NCCL_NET_PLUGIN",
-    "NCCL_NET",
-    "FERROCCL_NET_STRICT",
-    "FERROCCL_NET_MAX_VERSION",
-    "FERROCCL_PLUGIN_PATH",
-    "NCCL_TUNER_PLUGIN",
-    "NCCL_PROFILER_PLUGIN",
+    params::NET_PLUGIN.name,
+    params::NET.name,
+    params::NET_STRICT.name,
+    params::NET_MAX_VERSION.name,
+    params::PLUGIN_PATH.name,
+    params::TUNER_PLUGIN.name,
+    params::PROFILER_PLUGIN.name,
     "LD_LIBRARY_PATH",
 ];
 
@@ -86,7 +87,7 @@ fn main() -> ExitCode {
             plugin_path,
         } => (target, max_version, plugin_path),
         Cmd::Ib { plugin, plugin_path } => return ib_inventory(&plugin, plugin_path),
-        Cmd::Params { json } => return params(json),
+        Cmd::Params { json } => return list_params(json),
     };
     // Environment over NCCL_CONF_FILE / ~/.nccl.conf over /etc/nccl.conf, as the runtime reads it.
     let opts = match LoadOptions::try_from_config() {
@@ -125,15 +126,21 @@ fn main() -> ExitCode {
 
 /// `ferroccl-info params`: read like the runtime (environment over
 /// `NCCL_CONF_FILE` or `~/.nccl.conf` over `/etc/nccl.conf`), without applying
-/// the files to the environment, so each value keeps its own source. Exit status
-/// 1 when a set value is invalid.
-fn params(json: bool) -> ExitCode {
+/// the files to the environment, so each value keeps its own source; the
+/// in-tree plugins' parameters are asked from their libraries, and a plugin
+/// that cannot be asked is named on stderr. Exit status 1 when a set value is
+/// invalid.
+fn list_params(json: bool) -> ExitCode {
     let cfg = ferroccl::config::Config::from_process();
     for w in cfg.warnings() {
         eprintln!("warning: {w}");
     }
-    let conf_file = std::env::var("NCCL_CONF_FILE").ok();
-    let rows = ferroccl_examples::params::rows(&cfg, conf_file.as_deref());
+    let (list, missing) = ferroccl_examples::params::plugin_params(&cfg);
+    for m in missing {
+        eprintln!("warning: {m}");
+    }
+    let conf_file = std::env::var(params::CONF_FILE.name).ok();
+    let rows = ferroccl_examples::params::rows(&cfg, conf_file.as_deref(), &list);
     if json {
         match serde_json::to_string_pretty(&rows) {
             Ok(s) => println!("{s}"),
@@ -375,20 +382,6 @@ fn print_props(d: usize, p: &Properties) {
 /// `ferroccl-ib-inventory/1`, see `plugins/net-ib/src/inventory.rs`).
 /// Exit status 0 when at least one port is usable by the plugin.
 fn ib_inventory(plugin: &str, plugin_path: Vec<std::path::PathBuf>) -> ExitCode {
-    println!("environment:");
-    for k in [
-        "NCCL_IB_HCA",
-        "NCCL_IB_GID_INDEX",
-        "NCCL_IB_ADDR_FAMILY",
-        "NCCL_IB_ADDR_RANGE",
-        "NCCL_IB_ROCE_VERSION_NUM",
-        "NCCL_IBVERBS_LIB",
-    ] {
-        println!(
-            "  {k:<26} {}",
-            std::env::var(k).map_or_else(|_| "(unset)".into(), |v| format!("{v:?}"))
-        );
-    }
     let report = match ib_report(plugin, plugin_path) {
         Ok(r) => r,
         Err(why) => {
@@ -494,31 +487,44 @@ unsafe extern "C" fn collect_json(arg: *mut std::ffi::c_void, json: *const std::
     }
 }
 
-/// Loads the IB plugin and returns its inventory document, or why that is
-/// impossible (plugin not found or not loadable, no such export, bad document).
+/// Prints the plugin's parameters (its `ferrocclParams_v1` export: the
+/// `NCCL_IB_*` variables as the plugin declares them) with their values in the
+/// environment.
+fn print_plugin_environment(lib: &ferroccl::plugin::library::PluginLibrary) {
+    println!("environment:");
+    match ferroccl::plugin::params::exported_params(lib) {
+        Some(Ok(ps)) => {
+            for p in ps {
+                println!(
+                    "  {:<26} {}",
+                    p.name(),
+                    std::env::var(p.name()).map_or_else(|_| "(unset)".into(), |v| format!("{v:?}"))
+                );
+            }
+        }
+        Some(Err(e)) => println!("  (the plugin's parameters cannot be read: {e})"),
+        None => println!("  (the plugin does not export its parameters: an older build)"),
+    }
+}
+
+/// Loads the IB plugin, prints its parameters' values ([`print_plugin_environment`])
+/// and returns its inventory document, or why that is impossible (plugin not
+/// found or not loadable, no such export, bad document).
 fn ib_report(plugin: &str, plugin_path: Vec<std::path::PathBuf>) -> Result<serde_json::Value, String> {
     let mut opts = LoadOptions::try_from_lookup(|k| std::env::var(k).ok()).map_err(|e| e.to_string())?;
     let mut dirs = plugin_path;
     dirs.extend(opts.plugin_path);
     opts.plugin_path = dirs;
     let outcome = open_plugin_lib(plugin, "libnccl-net", &search_dirs(&opts));
-    let Some(lib) = outcome.lib else {
-        let tried: Vec<String> = outcome
-            .attempts
-            .iter()
-            .map(|a| match &a.result {
-                AttemptResult::NotFound(_) => format!("{} (not found)", a.file),
-                AttemptResult::Failed(e) => format!("{} (dlopen failed: {e})", a.file),
-                AttemptResult::Opened => a.file.clone(),
-            })
-            .collect();
+    let Some(lib) = &outcome.lib else {
         return Err(format!(
             "the IB plugin '{plugin}' could not be loaded; tried {}. The inventory comes from the plugin: \
              build it with `cargo xtask dist` (needs rdma-core headers: libibverbs-dev librdmacm-dev libclang-dev pkg-config) \
              and put target/dist/lib on LD_LIBRARY_PATH, or name it with --plugin PATH",
-            tried.join(", ")
+            outcome.tried()
         ));
     };
+    print_plugin_environment(lib);
     let Some(sym) = lib.symbol(IB_INVENTORY_SYMBOL) else {
         return Err(format!(
             "{} does not export {} (not ferroccl's IB plugin, or a build older than this tool)",

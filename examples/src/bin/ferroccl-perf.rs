@@ -929,9 +929,11 @@ fn main() -> ExitCode {
         // SAFETY: no other thread runs yet (before any rank, thread or child
         // starts); children of --ranks inherit the variables.
         unsafe {
-            if std::env::var_os("NCCL_PROFILER_PLUGIN").is_none() {
-                std::env::set_var("NCCL_PROFILER_PLUGIN", "trace");
+            let profiler = ferroccl::config::params::PROFILER_PLUGIN.name;
+            if std::env::var_os(profiler).is_none() {
+                std::env::set_var(profiler, "trace");
             }
+            // The trace plugin's own parameter (plugins/profiler-trace).
             std::env::set_var("NCCL_PROFILER_TRACE_FILE", &file);
         }
     }
@@ -969,7 +971,7 @@ fn main() -> ExitCode {
             eprintln!("ferroccl-perf: {who} environment gives rank {rank} of {size}");
             return ExitCode::from(2);
         }
-        if size > 1 && std::env::var("NCCL_COMM_ID").map_or(true, |v| v.is_empty()) {
+        if size > 1 && std::env::var(ferroccl::config::params::COMM_ID.name).map_or(true, |v| v.is_empty()) {
             eprintln!(
                 "ferroccl-perf: {who} launched {size} ranks but NCCL_COMM_ID is not set; export it to an address \
                  rank 0 can listen on, e.g. `mpirun -x NCCL_COMM_ID=<rank0-host>:29500 ...`"

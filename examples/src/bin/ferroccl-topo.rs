@@ -396,7 +396,10 @@ fn run(a: &Args) -> Result<(), String> {
     let tuner_spec = a
         .tuner
         .clone()
-        .or_else(|| cfg.get_str("NCCL_TUNER_PLUGIN").map(str::to_owned))
+        .or_else(|| {
+            cfg.get_str(ferroccl::config::params::TUNER_PLUGIN.name)
+                .map(str::to_owned)
+        })
         .filter(|s| !s.eq_ignore_ascii_case("none"));
     let tuned = match &tuner_spec {
         Some(spec) => Some(load_tuner(spec, &topo, &base, &tune_params)?),

@@ -1211,7 +1211,7 @@ fn oob_ip(dev: &IbDev) -> std::net::IpAddr {
     {
         return a.into();
     }
-    let want = std::env::var("NCCL_SOCKET_IFNAME").ok();
+    let want = std::env::var(ferroccl_plugin_api::params::socket::IFNAME.name).ok();
     let found = nix::ifaddrs::getifaddrs().ok().and_then(|mut list| {
         list.find_map(|ifa| {
             if !ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {

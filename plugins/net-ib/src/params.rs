@@ -10,6 +10,34 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use ferroccl_plugin_api::params::IntParam;
+
+ferroccl_plugin_api::params! {
+    /// The plugin's parameters, as NCCL's IB transport reads them
+    /// (`src/transport/net_ib/`), with the ranges the plugin enforces; exported
+    /// as `ferrocclParams_v1` (`ferroccl-info params`, `ferroccl-info ib`).
+    pub static PARAMS = [
+        DISABLE: int "NCCL_IB_DISABLE" = 0, 0..=1, "IB plugin: 1 disables it";
+        HCA: str "NCCL_IB_HCA" = None, "IB plugin: HCAs and ports to use (^ excludes, = exact)";
+        GID_INDEX: int "NCCL_IB_GID_INDEX" = -1, -1..=65_535, "IB plugin: RoCE GID index (-1: automatic)";
+        ADDR_FAMILY: str "NCCL_IB_ADDR_FAMILY" = Some("AF_INET"), ["AF_INET", "AF_INET6"], "IB plugin: address family of automatically chosen RoCE GIDs";
+        ADDR_RANGE: str "NCCL_IB_ADDR_RANGE" = None, "IB plugin: addr/prefixlen that automatically chosen RoCE GIDs must lie in";
+        ROCE_VERSION_NUM: int "NCCL_IB_ROCE_VERSION_NUM" = 2, 1..=2, "IB plugin: RoCE version of automatically chosen GIDs";
+        QPS_PER_CONNECTION: int "NCCL_IB_QPS_PER_CONNECTION" = 1, 1..=128, "IB plugin: queue pairs per connection";
+        TIMEOUT: int "NCCL_IB_TIMEOUT" = 20, 1..=31, "IB plugin: ACK timeout exponent, 4.096 us x 2^value";
+        RETRY_CNT: int "NCCL_IB_RETRY_CNT" = 7, 0..=7, "IB plugin: transport retries";
+        SL: int "NCCL_IB_SL" = -1, -1..=15, "IB plugin: service level (-1: automatic)";
+        TC: int "NCCL_IB_TC" = -1, -1..=255, "IB plugin: traffic class (-1: automatic)";
+        PKEY: int "NCCL_IB_PKEY" = 0, 0..=65_535, "IB plugin: partition key index";
+        /// NCCL 2.30.7 reads it in `src/misc/ibvsymbols.cc` (`buildIbvSymbols`).
+        IBVERBS_LIB: str "NCCL_IBVERBS_LIB" = Some(crate::verbs::LIBIBVERBS), "IB plugin: libibverbs library to load";
+        /// The name read before the plugin followed NCCL's `NCCL_IBVERBS_LIB`
+        /// (issue 20); honoured, with a warning, while `NCCL_IBVERBS_LIB` is unset.
+        IB_VERBS_LIB: str "NCCL_IB_VERBS_LIB" = None, "IB plugin: former name of NCCL_IBVERBS_LIB (ferroccl only)";
+    ];
+}
+ferroccl_plugin_api::export_params!(PARAMS);
+
 /// A parameter error: which variable, what was found, what is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{var}={value:?} is invalid: {expected}")]
@@ -62,34 +90,30 @@ pub struct IbParams {
 
 impl Default for IbParams {
     fn default() -> Self {
+        // The declarations' defaults (each in its field's range).
         IbParams {
-            disable: false,
+            disable: DISABLE.default == 1,
             hca: HcaFilter::default(),
-            gid_index: -1,
+            gid_index: GID_INDEX.default as i32,
             addr_family: AddrFamily::Inet,
             addr_range: None,
-            roce_version: 2,
-            qps_per_conn: 1,
-            timeout: 20,
-            retry_cnt: 7,
-            sl: -1,
-            tc: -1,
-            pkey: 0,
+            roce_version: ROCE_VERSION_NUM.default as u32,
+            qps_per_conn: QPS_PER_CONNECTION.default as usize,
+            timeout: TIMEOUT.default as u8,
+            retry_cnt: RETRY_CNT.default as u8,
+            sl: SL.default as i32,
+            tc: TC.default as i32,
+            pkey: PKEY.default as u16,
         }
     }
 }
 
-fn int_param(
-    get: &dyn Fn(&str) -> Option<String>,
-    var: &'static str,
-    default: i64,
-    lo: i64,
-    hi: i64,
-) -> Result<i64, ParamError> {
-    let Some(raw) = get(var) else { return Ok(default) };
+fn int_param(get: &dyn Fn(&str) -> Option<String>, p: &IntParam) -> Result<i64, ParamError> {
+    let (var, lo, hi) = (p.name, p.min, p.max);
+    let Some(raw) = get(var) else { return Ok(p.default) };
     let s = raw.trim();
     if s.is_empty() {
-        return Ok(default);
+        return Ok(p.default);
     }
     let v = s.parse::<i64>().map_err(|_| ParamError {
         var,
@@ -115,35 +139,34 @@ impl IbParams {
     /// Reads and validates the parameters through `get` (testable without touching
     /// the environment).
     pub fn from_lookup(get: &dyn Fn(&str) -> Option<String>) -> Result<Self, ParamError> {
-        let d = IbParams::default();
-        let disable = int_param(get, "NCCL_IB_DISABLE", 0, 0, 1)? == 1;
-        let hca = match get("NCCL_IB_HCA") {
+        let disable = int_param(get, &DISABLE)? == 1;
+        let hca = match get(HCA.name) {
             Some(s) => HcaFilter::parse(&s)?,
             None => HcaFilter::default(),
         };
-        let gid_index = int_param(get, "NCCL_IB_GID_INDEX", -1, -1, 65_535)? as i32;
-        let addr_family = match get("NCCL_IB_ADDR_FAMILY").as_deref().map(str::trim) {
+        let gid_index = int_param(get, &GID_INDEX)? as i32;
+        let addr_family = match get(ADDR_FAMILY.name).as_deref().map(str::trim) {
             None | Some("") | Some("AF_INET") => AddrFamily::Inet,
             Some("AF_INET6") => AddrFamily::Inet6,
             Some(other) => {
                 return Err(ParamError {
-                    var: "NCCL_IB_ADDR_FAMILY",
+                    var: ADDR_FAMILY.name,
                     value: other.into(),
                     expected: "AF_INET or AF_INET6".into(),
                 });
             }
         };
-        let addr_range = match get("NCCL_IB_ADDR_RANGE") {
+        let addr_range = match get(ADDR_RANGE.name) {
             Some(s) if !s.trim().is_empty() => Some(parse_range(&s)?),
             _ => None,
         };
-        let roce_version = int_param(get, "NCCL_IB_ROCE_VERSION_NUM", 2, 1, 2)? as u32;
-        let qps_per_conn = int_param(get, "NCCL_IB_QPS_PER_CONNECTION", 1, 1, 128)? as usize;
-        let timeout = int_param(get, "NCCL_IB_TIMEOUT", d.timeout.into(), 1, 31)? as u8;
-        let retry_cnt = int_param(get, "NCCL_IB_RETRY_CNT", d.retry_cnt.into(), 0, 7)? as u8;
-        let sl = int_param(get, "NCCL_IB_SL", -1, -1, 15)? as i32;
-        let tc = int_param(get, "NCCL_IB_TC", -1, -1, 255)? as i32;
-        let pkey = int_param(get, "NCCL_IB_PKEY", 0, 0, 65_535)? as u16;
+        let roce_version = int_param(get, &ROCE_VERSION_NUM)? as u32;
+        let qps_per_conn = int_param(get, &QPS_PER_CONNECTION)? as usize;
+        let timeout = int_param(get, &TIMEOUT)? as u8;
+        let retry_cnt = int_param(get, &RETRY_CNT)? as u8;
+        let sl = int_param(get, &SL)? as i32;
+        let tc = int_param(get, &TC)? as i32;
+        let pkey = int_param(get, &PKEY)? as u16;
         Ok(IbParams {
             disable,
             hca,
@@ -194,7 +217,7 @@ impl IbParams {
 
 fn parse_range(raw: &str) -> Result<(IpAddr, u8), ParamError> {
     let err = || ParamError {
-        var: "NCCL_IB_ADDR_RANGE",
+        var: ADDR_RANGE.name,
         value: raw.into(),
         expected: "addr/prefixlen, e.g. 10.0.0.0/8 or fd00::/8".into(),
     };
@@ -248,14 +271,14 @@ impl HcaFilter {
             let port = match parts.next() {
                 None | Some("") => None,
                 Some(p) => Some(p.parse::<u32>().map_err(|_| ParamError {
-                    var: "NCCL_IB_HCA",
+                    var: HCA.name,
                     value: raw.into(),
                     expected: format!("[^][=]<hca>[:<port>],… with a numeric port (entry {item:?})"),
                 })?),
             };
             if name.is_empty() {
                 return Err(ParamError {
-                    var: "NCCL_IB_HCA",
+                    var: HCA.name,
                     value: raw.into(),
                     expected: format!("a device name in every entry (entry {item:?})"),
                 });
@@ -264,7 +287,7 @@ impl HcaFilter {
         }
         if f.entries.len() > 32 {
             return Err(ParamError {
-                var: "NCCL_IB_HCA",
+                var: HCA.name,
                 value: raw.into(),
                 expected: "at most 32 entries".into(),
             });

@@ -16,6 +16,8 @@
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
+use crate::params::{IB_VERBS_LIB, IBVERBS_LIB};
+
 pub use rdma_sys as sys;
 use sys::{
     ibv_async_event, ibv_comp_channel, ibv_context, ibv_cq, ibv_device, ibv_device_attr, ibv_gid, ibv_mr, ibv_pd,
@@ -83,14 +85,6 @@ impl std::fmt::Debug for Verbs {
 /// The soname of libibverbs (rdma-core's `libibverbs1`), the last library tried.
 pub const LIBIBVERBS: &str = "libibverbs.so.1";
 
-/// The variable naming the libibverbs to load, as NCCL 2.30.7 reads it
-/// (`src/misc/ibvsymbols.cc`, `buildIbvSymbols`).
-pub const IBVERBS_LIB_ENV: &str = "NCCL_IBVERBS_LIB";
-
-/// Deprecated spelling read by earlier ferroccl versions; honoured (with a
-/// warning) only when [`IBVERBS_LIB_ENV`] is unset.
-pub const IBVERBS_LIB_ENV_DEPRECATED: &str = "NCCL_IB_VERBS_LIB";
-
 /// The libraries to `dlopen`, in order, and a warning to log (if any), from the
 /// environment as seen through `get`. NCCL 2.30.7 (`src/misc/ibvsymbols.cc`,
 /// `buildIbvSymbols`) tries `NCCL_IBVERBS_LIB` when set, then `libibverbs.so`,
@@ -98,19 +92,18 @@ pub const IBVERBS_LIB_ENV_DEPRECATED: &str = "NCCL_IB_VERBS_LIB";
 /// counts as unset.
 pub fn library_candidates(get: &dyn Fn(&str) -> Option<String>) -> (Vec<String>, Option<String>) {
     let set = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+    let (lib_env, old_env) = (IBVERBS_LIB.name, IB_VERBS_LIB.name);
     let mut warning = None;
-    let chosen = match (set(IBVERBS_LIB_ENV), set(IBVERBS_LIB_ENV_DEPRECATED)) {
+    let chosen = match (set(lib_env), set(old_env)) {
         (Some(v), old) => {
             if old.is_some() {
-                warning = Some(format!(
-                    "{IBVERBS_LIB_ENV_DEPRECATED} is deprecated and ignored because {IBVERBS_LIB_ENV} is set"
-                ));
+                warning = Some(format!("{old_env} is deprecated and ignored because {lib_env} is set"));
             }
             Some(v)
         }
         (None, Some(v)) => {
             warning = Some(format!(
-                "{IBVERBS_LIB_ENV_DEPRECATED} is deprecated: use {IBVERBS_LIB_ENV} (NCCL's name); using {v:?} for now"
+                "{old_env} is deprecated: use {lib_env} (NCCL's name); using {v:?} for now"
             ));
             Some(v)
         }
@@ -155,8 +148,8 @@ impl Verbs {
                 && v.file != names[0]
             {
                 warnings.push(format!(
-                    "{IBVERBS_LIB_ENV}={:?} could not be opened; using {} instead (as NCCL does)",
-                    names[0], v.file
+                    "{}={:?} could not be opened; using {} instead (as NCCL does)",
+                    IBVERBS_LIB.name, names[0], v.file
                 ));
             }
             for w in &warnings {
@@ -193,8 +186,9 @@ impl Verbs {
             }
         }
         Err(format!(
-            "cannot load libibverbs (tried {}); install rdma-core's libibverbs1 and ibverbs-providers, or name the library in {IBVERBS_LIB_ENV}",
-            tried.join("; ")
+            "cannot load libibverbs (tried {}); install rdma-core's libibverbs1 and ibverbs-providers, or name the library in {}",
+            tried.join("; "),
+            IBVERBS_LIB.name
         ))
     }
 

@@ -17,8 +17,26 @@ use std::sync::OnceLock;
 
 use ferroccl_plugin_api::log::NCCL_INIT;
 use ferroccl_plugin_api::net_info;
+use ferroccl_plugin_api::params::{IntParam, socket};
 
 use crate::proto::{DEFAULT_MAGIC, MAX_STREAMS};
+
+ferroccl_plugin_api::params! {
+    /// The plugin's own parameters, as NCCL's socket transport reads them
+    /// (`src/transport/net_socket.cc`), exported as `ferrocclParams_v1`.
+    /// `NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY` and `NCCL_SOCKET_RETRY_*` are
+    /// shared with the runtime (`ferroccl_plugin_api::params::socket`).
+    pub static PARAMS = [
+        NTHREADS: int "NCCL_SOCKET_NTHREADS" = -2, -2..=MAX_THREADS as i64, "socket plugin: helper threads per connection, 1..16 (-2: automatic)";
+        NSOCKS_PERTHREAD: int "NCCL_NSOCKS_PERTHREAD" = -2, -2..=MAX_STREAMS as i64, "socket plugin: data sockets per helper thread (-2: automatic)";
+        INLINE: int "NCCL_SOCKET_INLINE" = 128, 0..=1 << 30, "socket plugin: messages up to this many bytes travel on the control stream";
+        MIN_TASKSIZE: int "NCCL_SOCKET_MIN_TASKSIZE" = 65536, 1..=1 << 30, "socket plugin: smallest chunk per data stream, bytes";
+        SNDBUF: int "NCCL_SOCKET_SNDBUF" = -1, -1..=i32::MAX as i64, "socket plugin: SO_SNDBUF bytes (-1: system default)";
+        RCVBUF: int "NCCL_SOCKET_RCVBUF" = -1, -1..=i32::MAX as i64, "socket plugin: SO_RCVBUF bytes (-1: system default)";
+        MAGIC: int "NCCL_SOCKET_MAGIC" = DEFAULT_MAGIC as i64, i64::MIN..=i64::MAX, "socket plugin: 64-bit magic that starts every connection";
+    ];
+}
+ferroccl_plugin_api::export_params!(PARAMS);
 
 /// Helper threads per connection when `NCCL_SOCKET_NTHREADS` is unset (-2) on a
 /// machine with more than [`SMALL_MACHINE_CORES`] cores.
@@ -119,9 +137,9 @@ impl Config {
 
     /// As [`Config::from_lookup`], for a machine with `cores` usable cores.
     pub fn from_lookup_cores(get: impl Fn(&str) -> Option<String>, cores: usize) -> Config {
-        let int = |name: &str, default: i64| get(name).and_then(|v| parse_int(&v)).unwrap_or(default);
-        let mut nthreads = int("NCCL_SOCKET_NTHREADS", -2);
-        let mut nsocks = int("NCCL_NSOCKS_PERTHREAD", -2);
+        let int = |p: &IntParam| get(p.name).and_then(|v| parse_int(&v)).unwrap_or(p.default);
+        let mut nthreads = int(&NTHREADS);
+        let mut nsocks = int(&NSOCKS_PERTHREAD);
         let (auto_nt, auto_ns) = auto_streams(cores);
         let (auto_nthreads, auto_nsocks) = (nthreads == -2, nsocks == -2);
         if auto_nthreads {
@@ -139,23 +157,21 @@ impl Config {
             nthreads = 0;
         }
         Config {
-            ifname: get("NCCL_SOCKET_IFNAME").filter(|s| s.len() > 1),
-            family: match get("NCCL_SOCKET_FAMILY").as_deref() {
+            ifname: get(socket::IFNAME.name).filter(|s| s.len() > 1),
+            family: match get(socket::FAMILY.name).as_deref() {
                 Some("AF_INET") => Some(Family::V4),
                 Some("AF_INET6") => Some(Family::V6),
                 _ => None,
             },
             nthreads,
             nstreams: nthreads * nsocks,
-            inline: int("NCCL_SOCKET_INLINE", 128).max(0) as usize,
-            min_task: int("NCCL_SOCKET_MIN_TASKSIZE", 65536).max(1) as usize,
-            retry_cnt: int("NCCL_SOCKET_RETRY_CNT", 34).clamp(0, u32::MAX as i64) as u32,
-            retry_sleep_ms: int("NCCL_SOCKET_RETRY_SLEEP_MSEC", 100).max(0) as u64,
-            sndbuf: int("NCCL_SOCKET_SNDBUF", -1),
-            rcvbuf: int("NCCL_SOCKET_RCVBUF", -1),
-            magic: get("NCCL_SOCKET_MAGIC")
-                .and_then(|v| parse_int(&v))
-                .map_or(DEFAULT_MAGIC, |v| v as u64),
+            inline: int(&INLINE).max(0) as usize,
+            min_task: int(&MIN_TASKSIZE).max(1) as usize,
+            retry_cnt: int(&socket::RETRY_CNT).clamp(0, u32::MAX as i64) as u32,
+            retry_sleep_ms: int(&socket::RETRY_SLEEP_MSEC).max(0) as u64,
+            sndbuf: int(&SNDBUF),
+            rcvbuf: int(&RCVBUF),
+            magic: int(&MAGIC) as u64,
             cores,
             auto_nthreads,
             auto_nsocks,

@@ -63,6 +63,16 @@ use serde_json::{Value, json};
 /// The default activation mask: every type but ProxyCtrl.
 pub const DEFAULT_MASK: i32 = 0x7fff & !(abi::ncclProfileProxyCtrl as i32);
 
+ferroccl_plugin_api::params! {
+    /// The plugin's parameters, exported as `ferrocclParams_v1`.
+    pub static PARAMS = [
+        TRACE_FILE: str "NCCL_PROFILER_TRACE_FILE" = Some("ferroccl-trace-%h-%p.json"), "trace profiler: Chrome trace JSON output path (%h host name, %p process id)";
+        /// NCCL's example profiler's variable (`plugins/profiler/example`).
+        EVENT_MASK: int "NCCL_PROFILE_EVENT_MASK" = DEFAULT_MASK as i64, 0..=0x7fff, "trace profiler: ncclProfile* event bits to record (default all but ProxyCtrl)";
+    ];
+}
+ferroccl_plugin_api::export_params!(PARAMS);
+
 /// Bytes per chunk of a thread's log (a full chunk is kept, a new one is
 /// reserved: nothing is ever moved or copied on the hot path). Chunks are
 /// advised as transparent huge pages where the kernel allows it, so that
@@ -1349,7 +1359,7 @@ fn now_ns() -> u64 {
 
 /// `NCCL_PROFILER_TRACE_FILE` with `%h`/`%p` expanded.
 pub fn trace_path() -> PathBuf {
-    let pat = std::env::var("NCCL_PROFILER_TRACE_FILE").unwrap_or_else(|_| "ferroccl-trace-%h-%p.json".into());
+    let pat = std::env::var(TRACE_FILE.name).unwrap_or_else(|_| TRACE_FILE.default.unwrap_or_default().into());
     let mut host = [0u8; 256];
     // SAFETY: `host` is writable for its length; gethostname NUL-terminates on success.
     let host = if unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len()) } == 0 {
@@ -1726,10 +1736,10 @@ impl Profiler for TraceProfiler {
     const UNBOXED: bool = true;
 
     fn init(info: ProfilerInit<'_>, activation_mask: &mut i32) -> NetResult<Self> {
-        *activation_mask = std::env::var("NCCL_PROFILE_EVENT_MASK")
+        *activation_mask = std::env::var(EVENT_MASK.name)
             .ok()
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_MASK);
+            .unwrap_or(EVENT_MASK.default as i32);
         lock(store()).contexts += 1;
         clock();
         Ok(TraceProfiler { rank: info.rank })

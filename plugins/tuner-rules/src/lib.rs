@@ -37,11 +37,20 @@ pub struct RulesTuner {
     nnodes: usize,
 }
 
+ferroccl_plugin_api::params! {
+    /// The plugin's parameters, exported as `ferrocclParams_v1`.
+    pub static PARAMS = [
+        /// Also the CSV file of NCCL's example tuner (`plugins/tuner/example`).
+        TUNER_CONFIG_FILE: str "NCCL_TUNER_CONFIG_FILE" = Some("nccl_tuner.conf"), "rule file of the rules tuner (TOML or NCCL's example CSV)";
+    ];
+}
+ferroccl_plugin_api::export_params!(PARAMS);
+
 /// The rule file in use: `NCCL_TUNER_CONFIG_FILE` or `nccl_tuner.conf`.
 pub fn config_file() -> PathBuf {
-    std::env::var_os("NCCL_TUNER_CONFIG_FILE")
+    std::env::var_os(TUNER_CONFIG_FILE.name)
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("nccl_tuner.conf"))
+        .unwrap_or_else(|| PathBuf::from(TUNER_CONFIG_FILE.default.unwrap_or_default()))
 }
 
 fn name(list: &[&str], i: usize) -> String {
