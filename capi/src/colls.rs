@@ -142,6 +142,7 @@ impl Call<'_> {
 /// The bound on a device stream's wait for an operation (the communicator's
 /// watchdog ends operations before it).
 fn stream_timeout() -> Duration {
+    use ferroccl::config::IntParamExt;
     let cfg = ferroccl::config::Config::global();
     let secs = ferroccl::config::params::TIMEOUT_SEC.get(cfg).unwrap_or(300).max(1) as u64;
     Duration::from_secs(secs + 60)

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 
 use ferroccl::CommConfig;
 use ferroccl::bootstrap::BootstrapConfig;
-use ferroccl::config::Config;
+use ferroccl::config::{Config, IntParamExt};
 use ferroccl::plugin::LoadOptions;
 
 use crate::abi::{NCCL_API_MAGIC, ncclConfig_t};
@@ -118,7 +118,7 @@ pub(crate) fn parse(config: *const ncclConfig_t, inherit: Option<&Settings>, op:
             s.comm_name = c_string(p).or(s.comm_name);
         }
     }
-    match Config::global().get_int("NCCL_COMM_BLOCKING", -1, i64::MIN..=i64::MAX) {
+    match ferroccl::config::params::COMM_BLOCKING.get(Config::global()) {
         Ok(0) => s.blocking = false,
         Ok(1) => s.blocking = true,
         _ => {}

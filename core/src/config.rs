@@ -614,6 +614,8 @@ pub mod params {
             /// plugin advertises `NCCL_PTR_DMABUF` and the driver supports it (decision in
             /// `transport::gdr`).
             DMABUF_ENABLE: int "NCCL_DMABUF_ENABLE" = 1, 0..=1, "1: register GPU memory with the network through DMA-BUF when plugin and driver support it";
+            /// NCCL's `ncclParamCommBlocking` (`src/init.cc`): overrides `ncclConfig_t.blocking`.
+            COMM_BLOCKING: int "NCCL_COMM_BLOCKING" = -1, -1..=1, "C API: 0 non-blocking, 1 blocking communicators, overriding ncclConfig_t.blocking (-1: the config decides)";
         ];
     }
 
