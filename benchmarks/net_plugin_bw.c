@@ -1,47 +1,53 @@
-/* Net plugin bandwidth as NCCL drives it, against one raw TCP stream (issue 36).
+/* Net plugin bandwidth as NCCL drives it, against raw TCP (issue 36).
  *
- * A C host of two processes (fork: the parent sends, the child receives) that
- * drives any ncclNet_v12 plugin only through its exported vtable
- * (`ncclNetPlugin_v12`, dlopen'ed separately in each process), the way NCCL
- * 2.30.7's net transport does (src/transport/net.cc, sendProxyProgress /
- * recvProxyProgress):
+ * A C host of two processes (fork) that drives any ncclNet_v12 plugin only
+ * through its exported vtable (`ncclNetPlugin_v12`, dlopen'ed separately in
+ * each process), the way NCCL 2.30.7's net transport does (src/transport/net.cc,
+ * sendProxyProgress / recvProxyProgress):
  *   - init(ctx) once, listen/connect/accept on device 0, buffers registered
  *     once with regMr(NCCL_PTR_HOST) and reused; every isend/irecv passes its
- *     mhandle and a profiler step handle (phandle, the host's callback leaves
+ *     mhandle and a profiler step handle (phandle; the host's callback leaves
  *     the event NULL, as NCCL does with no profiler loaded);
- *   - one message per isend / irecv (n = 1, tag = the peer's rank);
- *   - each progress pass either posts one request (while fewer than W are in
- *     flight) or tests the OLDEST outstanding one, NCCL_STEPS-style; a NULL
- *     request from isend/irecv is retried on the next pass;
- *   - `test` is polled until done, and the size it reports is checked.
+ *   - one message per isend / irecv (n = 1, tag = the sender's rank);
+ *   - each progress call of an op either posts one request (while fewer than W
+ *     are in flight) or tests the OLDEST outstanding one; a NULL request from
+ *     isend/irecv is retried on the next call; `test` is polled until done and
+ *     the size it reports is checked;
+ *   - default: process 0 sends, process 1 receives. With -d each process both
+ *     sends and receives (a send comm and a recv comm), and its one thread calls
+ *     the two ops' progress in turn, as NCCL's proxy thread walks a ring's send
+ *     and receive ops (2-rank AllReduce).
  * Beside it, in the same run and paired with every plugin measurement (their
- * order alternating), one raw TCP stream over loopback (TCP_NODELAY, blocking
- * write() of each message / read() until it is complete) moves the same
- * messages.
+ * order alternating), raw TCP over loopback moves the same messages: one
+ * stream (TCP_NODELAY, blocking write() of each message / read() until it is
+ * complete); with -d one stream each way, written by a second thread.
  *
- * Each measurement moves `iters` messages of one size; the sender starts its
- * clock when the receiver says it is ready (AF_UNIX socketpair) and stops it
- * when the receiver says the last message has arrived. When the W buffers of
- * a window fit in the memory cap, every message carries its sequence number in
- * its first and last 8 bytes and the receiver checks them (plugin and raw).
+ * Each measurement moves `iters` messages of one size per direction; process 0
+ * starts its clock when process 1 says it is ready (AF_UNIX socketpair) and
+ * stops it when both are done (process 1 reports when all of its messages have
+ * arrived). When the W buffers of a window fit in the memory cap, every message
+ * carries its sequence number in its first and last 8 bytes and the receiver
+ * checks them (plugin and raw).
  *
  * Output: one line per (size, in-flight) with the medians over rounds of
- * plugin and raw GB/s (1e9 B/s), the median of the per-round ratios, the
- * medians of the CPU time both processes used per GB moved (user + system,
- * getrusage; the cost that decides throughput when the cores are shared), then
+ * plugin and raw GB/s (1e9 B/s, per direction), the median of the per-round
+ * ratios, the medians of the CPU time both processes used per GB moved (user +
+ * system, getrusage; what decides throughput when the cores are shared), then
  * the per-round ratios. With -c FILE, every sample as CSV.
  *
  * Usage: net_plugin_bw -p PLUGIN.so [-b 4K] [-e 64M] [-f 2] [-w 1,8,32]
- *                      [-r 5] [-t 256M] [-m 512M] [-c FILE]
+ *                      [-r 5] [-t 256M] [-m 512M] [-c FILE] [-k plugin|raw] [-d]
  *   -b/-e/-f  smallest, largest message size and the step factor
- *   -w        requests in flight, comma-separated (each ≤ 32)
+ *   -w        requests in flight, comma-separated (each 1..32)
  *   -r        rounds (the sweep is repeated; each round pairs plugin and raw)
  *   -t        bytes per measurement: iters = clamp(t / size, max(8, 2W), 8192)
- *   -m        buffer memory cap per process (W > m / size reuses buffers: no check)
+ *   -m        buffer bytes per direction and process (W > m / size reuses
+ *             buffers of messages in flight: then no stamp check)
  *   -k        plugin | raw: run only that side (profiling; ratios print as nan)
+ *   -d        both directions at once (see above)
  * Environment: the plugin's own (NCCL_SOCKET_IFNAME, ...); NCCL_DEBUG=INFO
- * prints the plugin's INFO lines.
- * Build: cc -O2 -std=c11 -D_GNU_SOURCE -o net_plugin_bw benchmarks/net_plugin_bw.c -ldl -lm
+ * prints the plugin's INFO lines. benchmarks/net_plugin_bw.sh builds and runs it.
+ * Build: cc -O2 -std=c11 -D_GNU_SOURCE -pthread -o net_plugin_bw net_plugin_bw.c -ldl -lm
  * Layout of ncclNet_v12_t and ncclNetProperties_v12_t: NCCL 2.30.7
  * src/include/plugin/net/net_v12.h (checked by the static asserts below). */
 #include <arpa/inet.h>
