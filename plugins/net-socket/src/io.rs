@@ -802,6 +802,7 @@ impl SendComm {
     pub fn isend(&mut self, buf: Buf, tag: i32) -> NetResult<Option<Request>> {
         // New work: the caller is not idle (crate::wait).
         wait::reset();
+        wait::note_send();
         let mut g = lock(&self.inner);
         if let Some(e) = &g.failed {
             return Err(clone_err(e));
@@ -967,14 +968,14 @@ impl SendInner {
         if r.ctrl_done && r.data_done.load(Ordering::Acquire) == r.data_expected {
             let size = r.size;
             self.reqs.remove(&id);
-            return Ok((TestStatus::done1(size), Outcome::Progress));
+            return Ok((TestStatus::done1(size), Outcome::Progress(waits)));
         }
         if let Some(e) = self.pool.error() {
             self.failed.get_or_insert(clone_err(&e));
             return Err(e);
         }
         let outcome = if moved > 0 {
-            Outcome::Progress
+            Outcome::Progress(waits)
         } else {
             Outcome::Idle(waits)
         };
@@ -1213,16 +1214,39 @@ impl RecvInner {
     fn set_lowat(&mut self) -> NetResult<()> {
         let Some(ctrl) = self.ctrl.as_ref() else { return Ok(()) };
         let left = match self.proto.need() {
-            Need::Payload { len, .. } if len > wait::SPIN_MAX_BYTES => len,
+            Need::Payload { len, .. } if len > wait::SPIN_MAX_BYTES && wait::receive_only() => len,
             _ => 1,
         };
         let want = left.min(RCVLOWAT_MAX);
         if self.lowat > left || self.lowat < want / 2 {
-            let v = want as libc::c_int;
+            let fd = ctrl.as_raw_fd();
+            let err = |what: &str| io_err(what, self.peer, &io::Error::last_os_error());
+            let mut v = want as libc::c_int;
+            if v > 1 {
+                // Never more than a quarter of the receive buffer: a larger mark makes
+                // the kernel grow the buffer and clamp the TCP window to the mark
+                // (`tcp_set_rcvlowat`), which would cap the stream's throughput.
+                let mut rcvbuf: libc::c_int = 0;
+                let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                // SAFETY: a valid socket; `rcvbuf` and `len` are valid for writes.
+                let r = unsafe {
+                    libc::getsockopt(
+                        fd,
+                        libc::SOL_SOCKET,
+                        libc::SO_RCVBUF,
+                        (&mut rcvbuf as *mut libc::c_int).cast(),
+                        &mut len,
+                    )
+                };
+                if r != 0 {
+                    return Err(err("control stream (SO_RCVBUF)"));
+                }
+                v = v.min(rcvbuf / 4).max(1);
+            }
             // SAFETY: a valid socket, an int option value of the size passed.
             let r = unsafe {
                 libc::setsockopt(
-                    ctrl.as_raw_fd(),
+                    fd,
                     libc::SOL_SOCKET,
                     libc::SO_RCVLOWAT,
                     (&v as *const libc::c_int).cast(),
@@ -1230,10 +1254,9 @@ impl RecvInner {
                 )
             };
             if r != 0 {
-                let e = io::Error::last_os_error();
-                return Err(io_err("control stream (SO_RCVLOWAT)", self.peer, &e));
+                return Err(err("control stream (SO_RCVLOWAT)"));
             }
-            self.lowat = want;
+            self.lowat = v as usize;
         }
         Ok(())
     }
@@ -1288,7 +1311,7 @@ impl RecvInner {
                         n: sizes.len(),
                         sizes: out,
                     },
-                    Outcome::Progress,
+                    Outcome::Progress(waits),
                 ));
             }
         }
@@ -1297,7 +1320,7 @@ impl RecvInner {
             return Err(e);
         }
         let outcome = if moved > 0 {
-            Outcome::Progress
+            Outcome::Progress(waits)
         } else {
             Outcome::Idle(waits)
         };
@@ -1314,6 +1337,7 @@ impl Request {
         let was_idle = wait::idle();
         let (st, outcome) = match self {
             Request::Send(c, id) => {
+                wait::note_send();
                 let mut g = lock(c);
                 let plan = wait::plan(g.waits(*id));
                 if let Plan::PollSet(t) = &plan {

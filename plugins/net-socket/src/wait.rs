@@ -4,31 +4,40 @@
 //! NCCL's proxy thread (`src/proxy.cc`, `progressOps`) walks all of its active
 //! operations and, in `src/transport/net.cc` (`sendProxyProgress`,
 //! `recvProxyProgress`), posts one `isend`/`irecv` or tests the oldest request of
-//! each. With one connection in one direction that is the same request tested
-//! again and again; with a ring's send and receive ops, several channels or
-//! several peers, the tests of different requests and comms interleave. A plugin
-//! that only ever uses non-blocking I/O in `test` then makes the proxy spin: on
-//! a loopback pair sharing two cores with other work, spinning sender and
-//! receiver took the CPU from each other and moved 4 MiB messages at 0.15–0.2×
-//! one raw blocking TCP stream (`benchmarks/net_plugin_bw.c`, BENCHMARKS.md).
+//! each, then calls `sched_yield` when nothing moved. With one connection in one
+//! direction that is the same request tested again and again; with a ring's
+//! send and receive ops, several channels or several peers, the tests of
+//! different requests and comms interleave. A `test` that only does
+//! non-blocking I/O makes such a caller spin, and on a machine whose cores are
+//! shared the spinning sender and receiver take the CPU from each other: on the
+//! 2-core loopback benchmark, 4 MiB messages moved at 0.15–0.2× one raw
+//! blocking TCP stream that way, and a `test` that slept only when one request
+//! was tested alone left a host driving both directions at 0.2–0.4×
+//! (`benchmarks/net_plugin_bw.c`, plugins/net-socket/BENCHMARKS.md).
 //!
-//! The rule, per thread: a `test` that moved no bytes and completed nothing is
-//! *idle*; it records the socket and direction its request waits on (a
-//! [`Target`]). Any progress (bytes moved, a completion, a new `isend`/`irecv`)
-//! clears the record. Once the thread has come back to a target it already
-//! recorded (it has tried everything it waits on, once), `test` may sleep:
-//! * at once, when the message in progress on that socket still has more than
-//!   [`SPIN_MAX_BYTES`] to move (it cannot finish during a short spin);
-//! * after [`TEST_SPIN`] of idleness otherwise (small messages: a busy-polling
-//!   caller sees a reply without a kernel wake-up).
-//!
-//! It sleeps at most [`TEST_WAIT`], and wakes as soon as any recorded socket is
-//! ready: with one target, in the blocking read or write itself (one system
-//! call, as a blocking TCP program); with several, in `ppoll` over all of them.
-//! A request waiting on helper threads (data streams) never sleeps here: its
-//! `test` yields the CPU instead.
+//! The rule, per thread:
+//! * A `test` that moved no bytes and completed nothing is *idle*; it records
+//!   the socket and direction its request waits on (a [`Target`]). Progress
+//!   (bytes moved, a completion) ends the streak; so does a new `isend`/`irecv`,
+//!   and a gap of more than [`CALLER_GAP`] since the thread's previous `test`
+//!   (the caller did its own work in between: it is not just waiting on us).
+//! * Once the thread comes back to a target it already recorded in the streak
+//!   (it has tried everything it waits on), `test` may sleep: at once when
+//!   waits here are long (the previous streak lasted [`TEST_SPIN`] or more) or
+//!   the message in progress on that socket still has more than
+//!   [`SPIN_MAX_BYTES`] to move; after [`TEST_SPIN`] of the streak otherwise
+//!   (small messages: a busy-polling caller sees a reply without a kernel
+//!   wake-up).
+//! * It sleeps at most [`TEST_WAIT`] and wakes as soon as any recorded socket is
+//!   ready: with one target, in the blocking read or write itself (one system
+//!   call, as a blocking TCP program); with several, in `ppoll` over all of them.
+//! * After a long streak on one target ended by progress on that same target
+//!   (a bulk stream between two wake-ups), the next wait on it sleeps without
+//!   a non-blocking try first.
+//! * A request waiting on helper threads (data streams) never sleeps here: its
+//!   `test` yields the CPU instead.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
@@ -45,6 +54,11 @@ pub const TEST_SPIN: Duration = Duration::from_micros(100);
 /// not spin: it sleeps as soon as the thread is idle (one loopback segment is
 /// 64 KiB).
 pub const SPIN_MAX_BYTES: usize = 64 * 1024;
+
+/// Longest time between two `test` calls of one thread for it to count as
+/// waiting on the network (a caller looping over its requests and finding
+/// nothing to do comes back within a few µs).
+pub const CALLER_GAP: Duration = Duration::from_micros(20);
 
 /// Distinct targets remembered per idle streak; a thread waiting on more
 /// sockets sleeps on the first ones (still bounded by [`TEST_WAIT`]).
@@ -77,8 +91,8 @@ pub enum Waits {
 /// What one `test` call did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    /// Bytes moved or a request completed.
-    Progress,
+    /// Bytes moved or a request completed; the request waited on `Waits`.
+    Progress(Waits),
     /// Nothing moved; the request waits on `Waits`.
     Idle(Waits),
 }
@@ -104,12 +118,25 @@ pub struct Idle {
     /// The previous streak lasted at least [`TEST_SPIN`]: waits are long here
     /// (a bulk stream), so spinning only burns CPU.
     long: bool,
-    /// The previous streak waited on this one target alone (and progress on it
-    /// ended the streak): the next wait on it may sleep without trying first.
+    /// When the thread's previous `test` returned.
+    last: Option<Instant>,
+    /// The previous streak waited on this one target alone and progress on
+    /// that same target ended it, with no progress elsewhere since: the next
+    /// wait on it may sleep without trying first.
     prev: Option<Target>,
 }
 
 impl Idle {
+    /// Starts a `test` call at `now`: a caller that spent more than
+    /// [`CALLER_GAP`] since its previous `test` was doing its own work (a
+    /// reduction, another transport), not waiting on the network: its streak
+    /// ends, so it is not put to sleep while that work may go on.
+    pub fn begin(&mut self, now: Instant) {
+        if self.last.is_some_and(|l| now.duration_since(l) > CALLER_GAP) {
+            self.reset();
+        }
+    }
+
     /// The plan for a `test` of a request that `waits`, at `now`.
     pub fn plan(&self, waits: Waits, now: Instant) -> Plan {
         let Waits::Socket { target, left } = waits else {
@@ -141,17 +168,24 @@ impl Idle {
         }
     }
 
-    /// Records what a `test` call did at `now`.
+    /// Records what a `test` call did, returning at `now`.
     pub fn record(&mut self, outcome: Outcome, now: Instant) {
+        self.last = Some(now);
         match outcome {
-            Outcome::Progress => {
+            Outcome::Progress(w) => {
+                let moved_on = match w {
+                    Waits::Socket { target, .. } => Some(target),
+                    Waits::Other => None,
+                };
                 if let Some(since) = self.since {
-                    let d = now.duration_since(since);
-                    self.long = d >= TEST_SPIN;
+                    self.long = now.duration_since(since) >= TEST_SPIN;
                     self.prev = match (self.other, self.targets.as_slice()) {
-                        (false, [t]) => Some(*t),
+                        (false, [t]) if moved_on == Some(*t) => Some(*t),
                         _ => None,
                     };
+                } else if self.prev != moved_on {
+                    // Progress elsewhere: that work may go on, so no sleep without a try.
+                    self.prev = None;
                 }
                 self.since = None;
                 self.targets.clear();
@@ -191,14 +225,40 @@ impl Idle {
     }
 }
 
+/// How long after its last send a thread still counts as sending (see [`receive_only`]).
+pub const SEND_MEMORY: Duration = Duration::from_millis(10);
+
 thread_local! {
     static IDLE: RefCell<Idle> = RefCell::new(Idle::default());
+    static LAST_SEND: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// The calling thread's plan for a request that `waits` (see [`Idle::plan`]).
+/// Notes that the calling thread posted or tested a send.
+pub fn note_send() {
+    let _ = LAST_SEND.try_with(|c| c.set(Some(Instant::now())));
+}
+
+/// Whether the calling thread only receives: no send posted or tested in the
+/// last [`SEND_MEMORY`]. A thread that also sends (NCCL's proxy driving a
+/// ring's send and receive ops, ferroccl's proxy that also reduces) must not
+/// wait for a large part of a message before it is woken: what it sends next
+/// may depend on what it has received so far.
+pub fn receive_only() -> bool {
+    LAST_SEND
+        .try_with(|c| c.get().is_none_or(|t| t.elapsed() > SEND_MEMORY))
+        .unwrap_or(true)
+}
+
+/// Starts a `test` on the calling thread and plans how it may wait on what its
+/// request `waits` for (see [`Idle::begin`], [`Idle::plan`]).
 pub fn plan(waits: Waits) -> Plan {
-    IDLE.try_with(|i| i.borrow().plan(waits, Instant::now()))
-        .unwrap_or(Plan::Poll)
+    IDLE.try_with(|i| {
+        let now = Instant::now();
+        let mut i = i.borrow_mut();
+        i.begin(now);
+        i.plan(waits, now)
+    })
+    .unwrap_or(Plan::Poll)
 }
 
 /// Records the outcome of a `test` on the calling thread (see [`Idle::record`]).
@@ -270,9 +330,31 @@ mod tests {
         // A small message spins for TEST_SPIN first.
         assert_eq!(i.plan(sock(A, 8), t0 + TEST_SPIN / 2), Plan::Poll);
         assert_eq!(i.plan(sock(A, 8), t0 + TEST_SPIN), Plan::BlockOwn);
-        i.record(Outcome::Progress, t0);
+        i.record(Outcome::Progress(sock(A, 1 << 22)), t0 + TEST_SPIN);
         assert!(!i.idle());
-        assert_eq!(i.plan(sock(A, 1 << 22), t0), Plan::Poll);
+        // That streak was long and its one target moved: the next wait on it
+        // sleeps without a try first, even for a small message (waits are long here).
+        assert_eq!(i.plan(sock(A, 8), t0 + TEST_SPIN), Plan::BlockOwn);
+        // Progress on another socket: that work may go on, so try first again.
+        i.record(Outcome::Progress(sock(B, 1 << 22)), t0 + TEST_SPIN);
+        assert_eq!(i.plan(sock(A, 1 << 22), t0 + TEST_SPIN), Plan::Poll);
+    }
+
+    #[test]
+    fn short_waits_spin_and_a_new_request_means_try_first() {
+        let t0 = Instant::now();
+        let mut i = Idle::default();
+        i.record(Outcome::Idle(sock(A, 8)), t0);
+        i.record(Outcome::Progress(sock(A, 8)), t0 + TEST_SPIN / 4);
+        // A short streak: the next one spins before sleeping.
+        assert_eq!(i.plan(sock(A, 8), t0), Plan::Poll);
+        i.record(Outcome::Idle(sock(A, 8)), t0);
+        assert_eq!(i.plan(sock(A, 8), t0 + TEST_SPIN / 2), Plan::Poll);
+        assert_eq!(i.plan(sock(A, 8), t0 + TEST_SPIN), Plan::BlockOwn);
+        // A long streak on A, then the caller posts a request: try first.
+        i.record(Outcome::Progress(sock(A, 8)), t0 + TEST_SPIN);
+        i.reset();
+        assert_eq!(i.plan(sock(A, 8), t0 + TEST_SPIN), Plan::Poll);
     }
 
     #[test]
@@ -290,6 +372,22 @@ mod tests {
         assert_eq!(i.plan(sock(A, 1 << 22), t0 + TEST_WAIT), Plan::Poll);
         i.reset();
         assert_eq!(i.plan(sock(A, 1 << 22), t0), Plan::Poll);
+    }
+
+    #[test]
+    fn a_caller_busy_between_tests_is_not_put_to_sleep() {
+        let t0 = Instant::now();
+        let mut i = Idle::default();
+        i.begin(t0);
+        i.record(Outcome::Idle(sock(A, 1 << 22)), t0);
+        i.begin(t0 + CALLER_GAP / 2);
+        assert_eq!(i.plan(sock(A, 1 << 22), t0 + CALLER_GAP / 2), Plan::BlockOwn);
+        i.record(Outcome::Idle(sock(A, 1 << 22)), t0 + CALLER_GAP / 2);
+        // The caller spent longer than CALLER_GAP elsewhere: the streak starts over.
+        let t1 = t0 + CALLER_GAP * 3;
+        i.begin(t1);
+        assert!(!i.idle());
+        assert_eq!(i.plan(sock(A, 1 << 22), t1), Plan::Poll);
     }
 
     #[test]
