@@ -828,6 +828,9 @@ impl SendComm {
         } else {
             Buf::new(buf.ptr, 0)
         };
+        // With entries already queued, the last write was short (the socket was
+        // full): the caller's `test` writes on, a write here would say EAGAIN.
+        let eager = g.out.is_empty();
         g.out.push_back(CtrlOut {
             req: id,
             hdr: plan.header,
@@ -843,7 +846,9 @@ impl SendComm {
                 data_done,
             },
         );
-        g.progress(false)?;
+        if eager {
+            g.progress(false)?;
+        }
         Ok(Some(Request::Send(self.inner.clone(), id)))
     }
 
@@ -1003,7 +1008,14 @@ pub struct RecvInner {
     reqs: HashMap<u64, RecvReq>,
     pool: Pool,
     failed: Option<NetError>,
+    /// `SO_RCVLOWAT` of the control stream, and the mark it was meant to be
+    /// before the receive-buffer cap (what later changes are measured against).
     lowat: usize,
+    lowat_want: usize,
+    /// The message (receive, buffer) the mark was last set for.
+    lowat_msg: Option<(u64, usize)>,
+    /// The last message matched was larger than the staging buffer.
+    big: bool,
 }
 
 /// The receiving side of a connection (`recvComm`).
@@ -1028,6 +1040,9 @@ impl RecvComm {
                 pool: Pool::new(Dir::Recv, peer, info.nthreads as usize, data),
                 failed: None,
                 lowat: 1,
+                lowat_want: 1,
+                lowat_msg: None,
+                big: false,
             })),
         }
     }
@@ -1104,8 +1119,15 @@ impl RecvInner {
         if *drained {
             return Ok(false);
         }
+        // After a large message, read only the next header: its payload (likely
+        // large too) then goes straight into the user's buffer, not through here.
+        let want = if self.big && self.proto.need() == Need::Header {
+            proto::HDR_LEN - self.hdr_got
+        } else {
+            STAGE_LEN
+        };
         let ctrl = self.ctrl.as_ref().expect("checked by caller");
-        match read_nb(ctrl, &mut self.stage, std::mem::take(block)) {
+        match read_nb(ctrl, &mut self.stage[..want], std::mem::take(block)) {
             Ok(Some(0)) => Err(io_err(
                 "control stream (recv)",
                 self.peer,
@@ -1114,7 +1136,7 @@ impl RecvInner {
             Ok(Some(n)) => {
                 self.st_lo = 0;
                 self.st_hi = n;
-                *drained = n < self.stage.len();
+                *drained = n < want;
                 Ok(true)
             }
             Ok(None) => Ok(false),
@@ -1123,6 +1145,7 @@ impl RecvInner {
     }
 
     fn dispatch(&mut self, m: proto::Matched) -> NetResult<()> {
+        self.big = m.size > STAGE_LEN;
         let r = self.reqs.get(&m.req).expect("matched receives are posted");
         let base = r.bufs[m.idx];
         for ch in &m.chunks {
@@ -1203,22 +1226,28 @@ impl RecvInner {
     }
 
     /// Keeps `SO_RCVLOWAT` of the control stream fitted to what it must deliver
-    /// next: the payload in progress, when more than [`wait::SPIN_MAX_BYTES`] of it
-    /// is left, up to [`RCVLOWAT_MAX`]; else 1 byte. A thread sleeping on the
-    /// socket (blocking read or `ppoll`) is then woken once per that many bytes
-    /// instead of once per loopback segment, with never more asked for than the
-    /// peer still owes (and the kernel wakes readers below the mark anyway when
-    /// the receive window closes). Changed only when the mark exceeds what is
-    /// left or is under half of what it could be, so a stream of large
-    /// messages sets it about once per message.
+    /// next: on a thread that only receives ([`wait::receive_only`]), the
+    /// payload in progress when more than [`wait::SPIN_MAX_BYTES`] of it is left,
+    /// up to [`RCVLOWAT_MAX`] and a quarter of `SO_RCVBUF`; else 1 byte. A thread
+    /// sleeping on the socket (blocking read or `ppoll`) is then woken once per
+    /// that many bytes instead of once per loopback segment, never asking for
+    /// more than the peer still owes (and the kernel wakes readers below the
+    /// mark anyway when the receive window closes). Changed only when the mark
+    /// exceeds what is left or is under half of what it could be (a mark the
+    /// buffer held down: again at the next message), so a stream of large
+    /// messages sets it at most about once per message.
     fn set_lowat(&mut self) -> NetResult<()> {
         let Some(ctrl) = self.ctrl.as_ref() else { return Ok(()) };
-        let left = match self.proto.need() {
-            Need::Payload { len, .. } if len > wait::SPIN_MAX_BYTES && wait::receive_only() => len,
-            _ => 1,
+        let (left, msg) = match self.proto.need() {
+            Need::Payload { len, req, idx, .. } if len > wait::SPIN_MAX_BYTES && wait::receive_only() => {
+                (len, Some((req, idx)))
+            }
+            _ => (1, None),
         };
         let want = left.min(RCVLOWAT_MAX);
-        if self.lowat > left || self.lowat < want / 2 {
+        // A mark the receive buffer held down is tried again once per message.
+        let retry = msg.is_some() && msg != self.lowat_msg && self.lowat < want / 2;
+        if self.lowat > left || self.lowat_want < want / 2 || retry {
             let fd = ctrl.as_raw_fd();
             let err = |what: &str| io_err(what, self.peer, &io::Error::last_os_error());
             let mut v = want as libc::c_int;
@@ -1257,6 +1286,8 @@ impl RecvInner {
                 return Err(err("control stream (SO_RCVLOWAT)"));
             }
             self.lowat = v as usize;
+            self.lowat_want = want;
+            self.lowat_msg = msg;
         }
         Ok(())
     }
