@@ -1062,6 +1062,7 @@ impl RecvComm {
             )));
         }
         wait::reset();
+        wait::note_recv();
         let mut g = lock(&self.inner);
         if let Some(e) = &g.failed {
             return Err(clone_err(e));
@@ -1379,6 +1380,7 @@ impl Request {
                 g.test(*id, plan == Plan::BlockOwn)
             }
             Request::Recv(c, id) => {
+                wait::note_recv();
                 let mut g = lock(c);
                 let plan = wait::plan(g.waits(*id));
                 if let Plan::PollSet(t) = &plan {
