@@ -10,10 +10,10 @@
 //! different requests and comms interleave. A `test` that only does
 //! non-blocking I/O makes such a caller spin, and on a machine whose cores are
 //! shared the spinning sender and receiver take the CPU from each other: on the
-//! 2-core loopback benchmark, 4 MiB messages moved at 0.15–0.2× one raw
-//! blocking TCP stream that way, and a `test` that slept only when one request
-//! was tested alone left a host driving both directions at 0.2–0.4×
-//! (`benchmarks/net_plugin_bw.c`, plugins/net-socket/BENCHMARKS.md).
+//! 2-core loopback benchmark, 256 KiB–4 MiB messages moved at 0.16–0.21× one
+//! raw blocking TCP stream that way, and a `test` that slept only when one
+//! request was tested alone left a host driving both directions at 0.2–0.6×
+//! (`benchmarks/net_plugin_bw.c`, plugins/net-socket/BENCHMARKS.md §2).
 //!
 //! The rule, per thread:
 //! * A `test` that moved no bytes and completed nothing is *idle*; it records
@@ -22,18 +22,19 @@
 //!   and a gap of more than [`CALLER_GAP`] since the thread's previous `test`
 //!   (the caller did its own work in between: it is not just waiting on us).
 //! * Once the thread comes back to a target it already recorded in the streak
-//!   (it has tried everything it waits on), `test` may sleep: at once when
-//!   waits here are long (the previous streak lasted [`TEST_SPIN`] or more) or
-//!   the message in progress on that socket still has more than
-//!   [`SPIN_MAX_BYTES`] to move; after [`TEST_SPIN`] of the streak otherwise
-//!   (small messages: a busy-polling caller sees a reply without a kernel
-//!   wake-up).
+//!   (it has tried everything it waits on), `test` may sleep. A thread moving
+//!   data one way sleeps at once when waits here are long (the previous streak
+//!   lasted [`TEST_SPIN`] or more) or the message in progress on that socket
+//!   still has more than [`SPIN_MAX_BYTES`] to move; otherwise, and always on a
+//!   thread that both sends and receives ([`two_way`]), after [`TEST_SPIN`] of
+//!   the streak (a busy-polling caller sees a small reply without a kernel
+//!   wake-up, and a two-way caller's next send is not held up).
 //! * It sleeps at most [`TEST_WAIT`] and wakes as soon as any recorded socket is
 //!   ready: with one target, in the blocking read or write itself (one system
 //!   call, as a blocking TCP program); with several, in `ppoll` over all of them.
-//! * After a long streak on one target ended by progress on that same target
-//!   (a bulk stream between two wake-ups), the next wait on it sleeps without
-//!   a non-blocking try first.
+//! * On a one-way thread, after a long streak on one target ended by progress
+//!   on that same target (a bulk stream between two wake-ups), the next wait on
+//!   it sleeps without a non-blocking try first.
 //! * A request waiting on helper threads (data streams) never sleeps here: its
 //!   `test` yields the CPU instead.
 
@@ -255,8 +256,8 @@ fn recent(c: &'static std::thread::LocalKey<Cell<Option<Instant>>>) -> bool {
 /// Whether the calling thread both sent and received in the last
 /// [`SEND_MEMORY`] (NCCL's proxy with a ring's send and receive ops, ferroccl's
 /// proxy): measured with ferroccl-perf (2-rank AllReduce, 4 MiB), such a thread
-/// put to sleep without spinning first lost 35% busbw, since what it sends next
-/// (after a reduction on the same thread) waits while it sleeps.
+/// put to sleep without spinning first lost 15–35% busbw, since what it sends
+/// next (after a reduction on the same thread) waits while it sleeps.
 pub fn two_way() -> bool {
     recent(&LAST_SEND) && recent(&LAST_RECV)
 }
