@@ -10,21 +10,11 @@
 //! threads, shuts the sockets down (unblocking any read/write in progress), joins
 //! the threads and closes the sockets, so no buffer is touched after `close`.
 //!
-//! Waiting: a caller that tests the same request again and again with no other
-//! `test` in between (on this thread) is waiting for that request alone. For the
-//! first [`TEST_SPIN`] of such a streak `test` only polls (a busy-polling
-//! caller sees the bytes the moment they land, without a wake-up: on the 2-vCPU
-//! benchmark VM a kernel wake-up cost more than the whole 8-byte round trip).
-//! After that, if the request waits only on the control stream, `test` makes its first read
-//! (or write) of the control stream a *blocking* one, bounded by [`TEST_WAIT`]
-//! (`SO_RCVTIMEO`/`SO_SNDTIMEO`; every other operation uses `MSG_DONTWAIT`), so
-//! the thread is woken by the kernel exactly when the peer's bytes (or buffer
-//! space) arrive and returns with them in the same system call, as a blocking
-//! `read`/`write` of a plain TCP program would. A caller interleaving several
-//! requests (NCCL's proxy progressing many operations) never sleeps. A repeated
-//! `test` that cannot sleep this way (data streams pending) yields the CPU once.
+//! Waiting: `test` does non-blocking I/O unless the calling thread is idle
+//! (it tested everything it waits on and nothing moved); then it may sleep in
+//! the kernel, in its own blocking read/write or in `ppoll`, bounded by
+//! [`TEST_WAIT`]. The rule and its measurements are in [`crate::wait`].
 
-use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, IoSlice, Read};
@@ -42,6 +32,8 @@ use socket2::{Domain, Protocol, SockAddr, Socket, TcpKeepalive, Type};
 
 use crate::config::Config;
 use crate::proto::{self, HELLO_LEN, HandleInfo, Hello, Need, ProtoError, Receiver, Sender};
+use crate::wait::{self, Outcome, Plan, Target, Waits};
+pub use crate::wait::{TEST_SPIN, TEST_WAIT};
 
 /// `NCCL_NET_MAX_REQUESTS`: outstanding requests per comm.
 pub const MAX_REQUESTS: usize = 32;
@@ -62,23 +54,13 @@ pub const USER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Listen backlog (NCCL's value).
 pub const LISTEN_BACKLOG: i32 = 16384;
 const STAGE_LEN: usize = 16 * 1024;
-/// Longest sleep of one `test` call in a blocking control-stream read or write
-/// (see the module docs).
-pub const TEST_WAIT: Duration = Duration::from_millis(1);
-/// How long a caller testing one request alone polls before `test` may sleep in
-/// the kernel (see the module docs). Measured on loopback, 2 vCPUs (5 and 6
-/// interleaved runs): sleeping at once made the 8-byte ping-pong 1.38× raw
-/// blocking TCP and a 2-rank 8-byte AllReduce 16–32 µs; polling first made them
-/// 0.78× and 15–19 µs. A streak longer than this (a slow or loaded peer) sleeps,
-/// so a waiting caller does not burn a core.
-pub const TEST_SPIN: Duration = Duration::from_micros(100);
-
-thread_local! {
-    /// `(comm address, request id + 1)` of this thread's previous `test` (0 = none)
-    /// and when its streak of consecutive tests began.
-    static LAST_TEST: Cell<((usize, u64), Option<Instant>)> = const { Cell::new(((0, 0), None)) };
-}
-
+/// Largest `SO_RCVLOWAT` set on a control stream while a large payload arrives
+/// (see `RecvInner::set_lowat`). Measured on loopback, 2 vCPUs, 4 MiB messages, 8
+/// in flight (`benchmarks/net_plugin_bw.c`): 1 MiB and 4 MiB did alike, 256 KiB
+/// less well; without it the receiver woke once per 64 KiB segment.
+pub const RCVLOWAT_MAX: usize = 1 << 20;
+/// Most slices of one gathered control-stream write (a header and a payload per message).
+const MAX_IOV: usize = 16;
 /// Puts a connected control stream in its working mode: blocking, with
 /// [`TEST_WAIT`] as the send and receive timeouts (non-blocking progress passes
 /// `MSG_DONTWAIT`).
@@ -807,6 +789,9 @@ impl SendComm {
 
     /// Posts a send; `Ok(None)` when [`MAX_SEND_REQUESTS`] are outstanding.
     pub fn isend(&mut self, buf: Buf, tag: i32) -> NetResult<Option<Request>> {
+        // New work: the caller is not idle (crate::wait).
+        wait::reset();
+        wait::note_send();
         let mut g = lock(&self.inner);
         if let Some(e) = &g.failed {
             return Err(e.clone());
@@ -832,6 +817,9 @@ impl SendComm {
         } else {
             Buf::new(buf.ptr, 0)
         };
+        // With entries already queued, the last write was short (the socket was
+        // full): the caller's `test` writes on, a write here would say EAGAIN.
+        let eager = g.out.is_empty();
         g.out.push_back(CtrlOut {
             req: id,
             hdr: plan.header,
@@ -847,7 +835,9 @@ impl SendComm {
                 data_done,
             },
         );
-        g.progress(false)?;
+        if eager {
+            g.progress(false)?;
+        }
         Ok(Some(Request::Send(self.inner.clone(), id)))
     }
 
@@ -857,6 +847,8 @@ impl SendComm {
 
 impl Drop for SendComm {
     fn drop(&mut self) {
+        // Its socket may be in this thread's idle record: forget the record.
+        wait::forget();
         let mut g = lock(&self.inner);
         g.pool.shutdown();
         g.ctrl = None;
@@ -869,8 +861,8 @@ impl Drop for SendComm {
 
 impl SendInner {
     /// Writes queued headers and control-stream payloads; `block`: the first write
-    /// may wait up to [`TEST_WAIT`] for socket space.
-    fn progress(&mut self, block: bool) -> NetResult<()> {
+    /// may wait up to [`TEST_WAIT`] for socket space. Returns the bytes written.
+    fn progress(&mut self, block: bool) -> NetResult<usize> {
         let r = self.progress_inner(block);
         if let Err(e) = &r {
             self.failed.get_or_insert(e.clone());
@@ -878,69 +870,110 @@ impl SendInner {
         r
     }
 
-    fn progress_inner(&mut self, mut block: bool) -> NetResult<()> {
-        let Some(ctrl) = self.ctrl.as_ref() else { return Ok(()) };
-        while let Some(o) = self.out.front_mut() {
-            let hl = proto::HDR_LEN;
-            let total = hl + o.payload.len;
-            // SAFETY: the payload stays valid until its request completes (NCCL contract).
-            let pay = unsafe { o.payload.as_slice() };
+    fn progress_inner(&mut self, mut block: bool) -> NetResult<usize> {
+        let Some(ctrl) = self.ctrl.as_ref() else { return Ok(0) };
+        let hl = proto::HDR_LEN;
+        let mut moved = 0;
+        while !self.out.is_empty() {
+            // One gathered write of the queued entries (header, then payload when
+            // it goes on the control stream), from where the front one stopped.
+            let mut iov: [IoSlice<'_>; MAX_IOV] = [IoSlice::new(&[]); MAX_IOV];
+            let mut n_iov = 0;
+            let mut want = 0;
+            for o in self.out.iter() {
+                if n_iov + 2 > MAX_IOV {
+                    break;
+                }
+                // SAFETY: the payload stays valid until its request completes (NCCL contract).
+                let pay = unsafe { o.payload.as_slice() };
+                if o.off < hl {
+                    iov[n_iov] = IoSlice::new(&o.hdr[o.off..]);
+                    n_iov += 1;
+                    want += hl - o.off;
+                }
+                let p0 = o.off.saturating_sub(hl);
+                if p0 < pay.len() {
+                    iov[n_iov] = IoSlice::new(&pay[p0..]);
+                    n_iov += 1;
+                    want += pay.len() - p0;
+                }
+            }
             let flags = libc::MSG_NOSIGNAL | if block { 0 } else { libc::MSG_DONTWAIT };
             block = false;
-            let res = if o.off < hl {
-                ctrl.send_vectored_with_flags(&[IoSlice::new(&o.hdr[o.off..]), IoSlice::new(pay)], flags)
-            } else {
-                ctrl.send_with_flags(&pay[o.off - hl..], flags)
-            };
-            match res {
-                Ok(n) => {
-                    o.off += n;
-                    if o.off < total {
-                        // A short write: the socket buffer is full, a retry would say EAGAIN.
-                        break;
-                    }
-                    let id = o.req;
-                    self.out.pop_front();
-                    if let Some(r) = self.reqs.get_mut(&id) {
-                        r.ctrl_done = true;
-                    }
-                }
+            let written = match ctrl.send_vectored_with_flags(&iov[..n_iov], flags) {
+                Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(io_err("control stream (send)", self.peer, &e)),
+            };
+            moved += written;
+            let mut left = written;
+            while let Some(o) = self.out.front_mut() {
+                let total = hl + o.payload.len;
+                let k = left.min(total - o.off);
+                o.off += k;
+                left -= k;
+                if o.off < total {
+                    break;
+                }
+                let id = o.req;
+                self.out.pop_front();
+                if let Some(r) = self.reqs.get_mut(&id) {
+                    r.ctrl_done = true;
+                }
+            }
+            if written < want {
+                // A short write: the socket buffer is full, a retry would say EAGAIN.
+                break;
             }
         }
-        Ok(())
+        Ok(moved)
     }
 
-    /// Tests send `id`; `repeat`: the caller waits on this request alone (module docs).
-    fn test(&mut self, id: u64, repeat: bool) -> NetResult<TestStatus> {
+    /// What send `id` waits on: socket space for its queued header or inline
+    /// payload (with the bytes left of the entry being written), else its data
+    /// streams.
+    fn waits(&self, id: u64) -> Waits {
+        match (self.reqs.get(&id), self.ctrl.as_ref(), self.out.front()) {
+            (Some(r), Some(ctrl), Some(o)) if !r.ctrl_done => Waits::Socket {
+                target: Target {
+                    fd: ctrl.as_raw_fd(),
+                    events: libc::POLLOUT,
+                },
+                left: proto::HDR_LEN + o.payload.len - o.off,
+            },
+            _ => Waits::Other,
+        }
+    }
+
+    /// Tests send `id`; `block`: the first write may wait for socket space (module docs).
+    fn test(&mut self, id: u64, block: bool) -> NetResult<(TestStatus, Outcome)> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let Some(r) = self.reqs.get(&id) else {
+        if !self.reqs.contains_key(&id) {
             return Err(NetError::Internal(format!(
                 "NET/FerrocclSocket: test of unknown send request {id}"
             )));
-        };
-        // Its header or inline payload is still queued: only socket space helps.
-        let waited = repeat && !r.ctrl_done && self.ctrl.is_some();
-        self.progress(waited)?;
+        }
+        let waits = self.waits(id);
+        let moved = self.progress(block && matches!(waits, Waits::Socket { .. }))?;
         let r = &self.reqs[&id];
         if r.ctrl_done && r.data_done.load(Ordering::Acquire) == r.data_expected {
             let size = r.size;
             self.reqs.remove(&id);
-            return Ok(TestStatus::done1(size));
+            return Ok((TestStatus::done1(size), Outcome::Progress(waits)));
         }
         if let Some(e) = self.pool.error() {
             self.failed.get_or_insert(e.clone());
             return Err(e);
         }
-        if repeat && !waited {
-            // Waiting on helper threads: let them (and the peer) run instead of spinning.
-            std::thread::yield_now();
-        }
-        Ok(TestStatus::Pending)
+        let outcome = if moved > 0 {
+            Outcome::Progress(waits)
+        } else {
+            Outcome::Idle(waits)
+        };
+        Ok((TestStatus::Pending, outcome))
     }
 }
 
@@ -964,6 +997,14 @@ pub struct RecvInner {
     reqs: HashMap<u64, RecvReq>,
     pool: Pool,
     failed: Option<NetError>,
+    /// `SO_RCVLOWAT` of the control stream, and the mark it was meant to be
+    /// before the receive-buffer cap (what later changes are measured against).
+    lowat: usize,
+    lowat_want: usize,
+    /// The message (receive, buffer) the mark was last set for.
+    lowat_msg: Option<(u64, usize)>,
+    /// The last message matched was larger than the staging buffer.
+    big: bool,
 }
 
 /// The receiving side of a connection (`recvComm`).
@@ -987,6 +1028,10 @@ impl RecvComm {
                 reqs: HashMap::new(),
                 pool: Pool::new(Dir::Recv, peer, info.nthreads as usize, data),
                 failed: None,
+                lowat: 1,
+                lowat_want: 1,
+                lowat_msg: None,
+                big: false,
             })),
         }
     }
@@ -1005,6 +1050,8 @@ impl RecvComm {
                 bufs.len()
             )));
         }
+        wait::reset();
+        wait::note_recv();
         let mut g = lock(&self.inner);
         if let Some(e) = &g.failed {
             return Err(e.clone());
@@ -1032,6 +1079,8 @@ impl RecvComm {
 
 impl Drop for RecvComm {
     fn drop(&mut self) {
+        // Its socket may be in this thread's idle record: forget the record.
+        wait::forget();
         let mut g = lock(&self.inner);
         g.pool.shutdown();
         g.ctrl = None;
@@ -1043,8 +1092,9 @@ impl Drop for RecvComm {
 
 impl RecvInner {
     /// Reads and dispatches what the control stream has; `block`: the first read
-    /// may wait up to [`TEST_WAIT`] for bytes.
-    fn progress(&mut self, block: bool) -> NetResult<()> {
+    /// may wait up to [`TEST_WAIT`] for bytes. Returns the bytes read or taken
+    /// from the staging buffer.
+    fn progress(&mut self, block: bool) -> NetResult<usize> {
         let r = self.progress_inner(block);
         if let Err(e) = &r {
             self.failed.get_or_insert(e.clone());
@@ -1059,8 +1109,15 @@ impl RecvInner {
         if *drained {
             return Ok(false);
         }
+        // After a large message, read only the next header: its payload (likely
+        // large too) then goes straight into the user's buffer, not through here.
+        let want = if self.big && self.proto.need() == Need::Header {
+            proto::HDR_LEN - self.hdr_got
+        } else {
+            STAGE_LEN
+        };
         let ctrl = self.ctrl.as_ref().expect("checked by caller");
-        match read_nb(ctrl, &mut self.stage, std::mem::take(block)) {
+        match read_nb(ctrl, &mut self.stage[..want], std::mem::take(block)) {
             Ok(Some(0)) => Err(io_err(
                 "control stream (recv)",
                 self.peer,
@@ -1069,7 +1126,7 @@ impl RecvInner {
             Ok(Some(n)) => {
                 self.st_lo = 0;
                 self.st_hi = n;
-                *drained = n < self.stage.len();
+                *drained = n < want;
                 Ok(true)
             }
             Ok(None) => Ok(false),
@@ -1078,6 +1135,7 @@ impl RecvInner {
     }
 
     fn dispatch(&mut self, m: proto::Matched) -> NetResult<()> {
+        self.big = m.size > STAGE_LEN;
         let r = self.reqs.get(&m.req).expect("matched receives are posted");
         let base = r.bufs[m.idx];
         for ch in &m.chunks {
@@ -1087,25 +1145,27 @@ impl RecvInner {
         Ok(())
     }
 
-    fn progress_inner(&mut self, mut block: bool) -> NetResult<()> {
+    fn progress_inner(&mut self, mut block: bool) -> NetResult<usize> {
         if self.ctrl.is_none() {
-            return Ok(());
+            return Ok(0);
         }
         let peer = self.peer;
         // A short read means the socket is empty: do not ask again for an EAGAIN.
         let mut drained = false;
+        let mut moved = 0;
         loop {
             if let Some(m) = self.proto.match_stashed().map_err(|e| proto_err(peer, e))? {
                 self.dispatch(m)?;
                 continue;
             }
             match self.proto.need() {
-                Need::Idle => return Ok(()),
+                Need::Idle => return Ok(moved),
                 Need::Header => {
                     if self.st_lo == self.st_hi && !self.fill_stage(&mut drained, &mut block)? {
-                        return Ok(());
+                        return Ok(moved);
                     }
                     let k = (proto::HDR_LEN - self.hdr_got).min(self.st_hi - self.st_lo);
+                    moved += k;
                     self.hdr[self.hdr_got..self.hdr_got + k].copy_from_slice(&self.stage[self.st_lo..self.st_lo + k]);
                     self.st_lo += k;
                     self.hdr_got += k;
@@ -1127,6 +1187,7 @@ impl RecvInner {
                         let k = len.min(self.st_hi - self.st_lo);
                         dst[..k].copy_from_slice(&self.stage[self.st_lo..self.st_lo + k]);
                         self.st_lo += k;
+                        moved += k;
                         self.proto.on_payload(k);
                     } else if len >= STAGE_LEN && !drained {
                         let ctrl = self.ctrl.as_ref().expect("checked above");
@@ -1140,21 +1201,112 @@ impl RecvInner {
                             }
                             Ok(Some(n)) => {
                                 drained = n < len;
+                                moved += n;
                                 self.proto.on_payload(n);
                             }
-                            Ok(None) => return Ok(()),
+                            Ok(None) => return Ok(moved),
                             Err(e) => return Err(io_err("control stream (recv)", peer, &e)),
                         }
                     } else if !self.fill_stage(&mut drained, &mut block)? {
-                        return Ok(());
+                        return Ok(moved);
                     }
                 }
             }
         }
     }
 
-    /// Tests receive `id`; `repeat`: the caller waits on this request alone (module docs).
-    fn test(&mut self, id: u64, repeat: bool) -> NetResult<TestStatus> {
+    /// Keeps `SO_RCVLOWAT` of the control stream fitted to what it must deliver
+    /// next: on a thread that only receives ([`wait::receive_only`]), the
+    /// payload in progress when more than [`wait::SPIN_MAX_BYTES`] of it is left,
+    /// up to [`RCVLOWAT_MAX`] and a quarter of `SO_RCVBUF`; else 1 byte. A thread
+    /// sleeping on the socket (blocking read or `ppoll`) is then woken once per
+    /// that many bytes instead of once per loopback segment, never asking for
+    /// more than the peer still owes (and the kernel wakes readers below the
+    /// mark anyway when the receive window closes). Changed only when the mark
+    /// exceeds what is left or is under half of what it could be (a mark the
+    /// buffer held down: again at the next message), so a stream of large
+    /// messages sets it at most about once per message.
+    fn set_lowat(&mut self) -> NetResult<()> {
+        let Some(ctrl) = self.ctrl.as_ref() else { return Ok(()) };
+        let (left, msg) = match self.proto.need() {
+            Need::Payload { len, req, idx, .. } if len > wait::SPIN_MAX_BYTES && wait::receive_only() => {
+                (len, Some((req, idx)))
+            }
+            _ => (1, None),
+        };
+        let want = left.min(RCVLOWAT_MAX);
+        // A mark the receive buffer held down is tried again once per message.
+        let retry = msg.is_some() && msg != self.lowat_msg && self.lowat < want / 2;
+        if self.lowat > left || self.lowat_want < want / 2 || retry {
+            let fd = ctrl.as_raw_fd();
+            let err = |what: &str| io_err(what, self.peer, &io::Error::last_os_error());
+            let mut v = want as libc::c_int;
+            if v > 1 {
+                // Never more than a quarter of the receive buffer: a larger mark makes
+                // the kernel grow the buffer and clamp the TCP window to the mark
+                // (`tcp_set_rcvlowat`), which would cap the stream's throughput.
+                let mut rcvbuf: libc::c_int = 0;
+                let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+                // SAFETY: a valid socket; `rcvbuf` and `len` are valid for writes.
+                let r = unsafe {
+                    libc::getsockopt(
+                        fd,
+                        libc::SOL_SOCKET,
+                        libc::SO_RCVBUF,
+                        (&mut rcvbuf as *mut libc::c_int).cast(),
+                        &mut len,
+                    )
+                };
+                if r != 0 {
+                    return Err(err("control stream (SO_RCVBUF)"));
+                }
+                v = v.min(rcvbuf / 4).max(1);
+            }
+            // SAFETY: a valid socket, an int option value of the size passed.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVLOWAT,
+                    (&v as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if r != 0 {
+                return Err(err("control stream (SO_RCVLOWAT)"));
+            }
+            self.lowat = v as usize;
+            self.lowat_want = want;
+            self.lowat_msg = msg;
+        }
+        Ok(())
+    }
+
+    /// What receive `id` waits on: bytes on the control stream (with the bytes
+    /// left of the payload in progress there), else its data streams.
+    fn waits(&self, id: u64) -> Waits {
+        let Some(ctrl) = self.ctrl.as_ref() else {
+            return Waits::Other;
+        };
+        if !self.reqs.contains_key(&id) || self.proto.ctrl_complete(id).is_some() {
+            return Waits::Other;
+        }
+        let left = match self.proto.need() {
+            Need::Idle => return Waits::Other,
+            Need::Header => 0,
+            Need::Payload { len, .. } => len,
+        };
+        Waits::Socket {
+            target: Target {
+                fd: ctrl.as_raw_fd(),
+                events: libc::POLLIN,
+            },
+            left,
+        }
+    }
+
+    /// Tests receive `id`; `block`: the first read may wait for bytes (module docs).
+    fn test(&mut self, id: u64, block: bool) -> NetResult<(TestStatus, Outcome)> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -1163,14 +1315,11 @@ impl RecvInner {
                 "NET/FerrocclSocket: test of unknown receive request {id}"
             )));
         }
-        // Headers or payload still to come on the control stream, nothing staged, and
-        // the receiver wants them: only bytes arriving on the socket help.
-        let waited = repeat
-            && self.st_lo == self.st_hi
-            && self.ctrl.is_some()
-            && !matches!(self.proto.need(), Need::Idle)
-            && self.proto.ctrl_complete(id).is_none();
-        self.progress(waited)?;
+        let waits = self.waits(id);
+        // Staged bytes are used first; only an empty stage may wait on the socket.
+        let block = block && self.st_lo == self.st_hi && matches!(waits, Waits::Socket { .. });
+        let moved = self.progress(block)?;
+        self.set_lowat()?;
         if let Some((sizes, expected)) = self.proto.ctrl_complete(id) {
             let r = &self.reqs[&id];
             if r.data_done.load(Ordering::Acquire) == expected {
@@ -1178,48 +1327,65 @@ impl RecvInner {
                 self.reqs.remove(&id);
                 let mut out = [0usize; MAX_RECVS];
                 out[..sizes.len()].copy_from_slice(&sizes);
-                return Ok(TestStatus::Done {
-                    n: sizes.len(),
-                    sizes: out,
-                });
+                return Ok((
+                    TestStatus::Done {
+                        n: sizes.len(),
+                        sizes: out,
+                    },
+                    Outcome::Progress(waits),
+                ));
             }
         }
         if let Some(e) = self.pool.error() {
             self.failed.get_or_insert(e.clone());
             return Err(e);
         }
-        if repeat && !waited {
-            // Waiting on helper threads: let them (and the peer) run instead of spinning.
-            std::thread::yield_now();
-        }
-        Ok(TestStatus::Pending)
+        let outcome = if moved > 0 {
+            Outcome::Progress(waits)
+        } else {
+            Outcome::Idle(waits)
+        };
+        Ok((TestStatus::Pending, outcome))
     }
 }
 
 impl Request {
     /// Tests the request: progresses its comm's control stream and reports completion.
     ///
-    /// Testing the same request again and again on one thread for longer than
-    /// [`TEST_SPIN`] may sleep up to [`TEST_WAIT`] per call (see the module docs).
+    /// May sleep up to [`TEST_WAIT`] when the calling thread is idle (see
+    /// [`crate::wait`]).
     pub fn test(&mut self) -> NetResult<TestStatus> {
-        let key = match self {
-            Request::Send(c, id) => (Arc::as_ptr(c) as usize, *id + 1),
-            Request::Recv(c, id) => (Arc::as_ptr(c) as usize, *id + 1),
-        };
-        let repeat = LAST_TEST.with(|l| match l.get() {
-            (k, Some(since)) if k == key => since.elapsed() >= TEST_SPIN,
-            (k, None) if k == key => {
-                l.set((key, Some(Instant::now())));
-                false
+        let was_idle = wait::idle();
+        let (st, outcome) = match self {
+            Request::Send(c, id) => {
+                wait::note_send();
+                let mut g = lock(c);
+                let plan = wait::plan(g.waits(*id));
+                if let Plan::PollSet(t) = &plan {
+                    drop(g);
+                    wait::sleep_on(t);
+                    g = lock(c);
+                }
+                g.test(*id, plan == Plan::BlockOwn)
             }
-            _ => {
-                l.set((key, None));
-                false
+            Request::Recv(c, id) => {
+                wait::note_recv();
+                let mut g = lock(c);
+                let plan = wait::plan(g.waits(*id));
+                if let Plan::PollSet(t) = &plan {
+                    drop(g);
+                    wait::sleep_on(t);
+                    g = lock(c);
+                }
+                g.test(*id, plan == Plan::BlockOwn)
             }
-        });
-        match self {
-            Request::Send(c, id) => lock(c).test(*id, repeat),
-            Request::Recv(c, id) => lock(c).test(*id, repeat),
         }
+        .inspect_err(|_| wait::forget())?;
+        wait::record(outcome);
+        if was_idle && outcome == Outcome::Idle(Waits::Other) {
+            // Waiting on helper threads: let them (and the peer) run instead of spinning.
+            std::thread::yield_now();
+        }
+        Ok(st)
     }
 }

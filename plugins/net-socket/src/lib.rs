@@ -9,12 +9,13 @@
 //! * [`io`] — sockets, non-blocking connection setup, helper threads.
 //! * [`dev`] — interfaces as devices (`NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`).
 //! * [`config`] — the `NCCL_SOCKET_*` parameters.
+//! * [`wait`] — when `test` may sleep in the kernel (idle tracking per thread).
 //!
 //! Differences from NCCL's socket transport: helper threads and data streams by
 //! default on machines with more than [`config::SMALL_MACHINE_CORES`] cores
 //! ([`config::AUTO_NTHREADS`] × [`config::AUTO_NSOCKS_PERTHREAD`]) instead of none
-//! ([`config::auto_streams`]); a `test` that sleeps in `poll` (bounded by
-//! [`io::TEST_WAIT`]) when its caller waits on that one request alone; grouped receives of up to 8 buffers with tag matching (`maxRecvs` = 8);
+//! ([`config::auto_streams`]); a `test` that sleeps in the kernel (bounded by
+//! [`wait::TEST_WAIT`]) when its calling thread has nothing else to progress; grouped receives of up to 8 buffers with tag matching (`maxRecvs` = 8);
 //! requests may be tested in any order; 64-bit message sizes; `iflush` is a no-op
 //! rather than an error; a handshake with a per-connection id, so concurrent
 //! connects to one listen socket and stray TCP connections cannot mix streams.
@@ -34,6 +35,7 @@ pub mod config;
 pub mod dev;
 pub mod io;
 pub mod proto;
+pub mod wait;
 
 pub use config::Config;
 pub use io::{Listener, RecvComm, Request, SendComm};
