@@ -8,6 +8,8 @@
 #   * ferroccl-perf               (cargo build -p ferroccl-examples --bin ferroccl-perf)
 #   * the IB profiler-event test  (cargo test -p ferroccl --test profiler_ib --no-run;
 #                                  with the socket plugin its launcher requires)
+#   * the multi-host tests        (cargo test -p ferroccl-examples --test netns_cluster
+#                                  --no-run: the ib_* tests, IB between simulated hosts)
 # then boots the soft-RoCE guest ONCE via .ci/rxe-vm/run-in-vm.sh and
 # runs every check there, each printed as "=== PASS name" / "=== FAIL name".
 #
@@ -123,6 +125,16 @@ if [[ "${1:-}" == "--guest" ]]; then
     done
     check perf-collectives-3ranks sh -c "for op in all_gather reduce_scatter broadcast reduce sendrecv alltoall; do \
         NCCL_NET_PLUGIN='$so' FERROCCL_NET_STRICT=1 '$IBT_PERF' --ranks 3 -b 1K -e 1M -f 32 -c 1 -n 2 -w 1 \$op || exit 1; done"
+    # IB between hosts (issue 30): network namespaces as hosts (scripts/netns-cluster.sh),
+    # each with its own soft-RoCE NIC (.ci/rxe-vm/netns-rxe.sh); the collective matrix over
+    # the plugin, every result checked, NET/FerrocclIB between hosts, SHM inside them.
+    for t in ib_two_hosts_two_ranks_each_run_every_collective_over_net_ib_and_shm \
+        ib_four_hosts_one_rank_each_run_every_collective_over_net_ib; do
+        case $t in ib_two*) name=netns-ib-2hosts-x2ranks ;; *) name=netns-ib-4hosts-x1rank ;; esac
+        check "$name" sh -c "FERROCCL_NETNS_IB_PLUGIN='$so' FERROCCL_REQUIRE_NETNS=1 '$IBT_NETNS_BIN' --exact $t \
+            --nocapture --test-threads=1 >/tmp/$name.txt 2>&1; rc=\$?; cat /tmp/$name.txt; \
+            [ \$rc = 0 ] && grep -q 'test result: ok. 1 passed' /tmp/$name.txt && ! grep -q '^SKIPPED' /tmp/$name.txt"
+    done
     echo "$pass passed, $fail failed"
     [[ $fail == 0 ]]
     exit
@@ -154,6 +166,8 @@ cargo build -p ferroccl-conformance -p ferroccl-examples --bin ferroccl-conforma
 cargo build -p ferroccl-net-socket || build_failed "cargo build -p ferroccl-net-socket"
 json_core=$(cargo test -p ferroccl --test profiler_ib --no-run --message-format=json) ||
     build_failed "cargo test -p ferroccl --test profiler_ib --no-run"
+json_netns=$(cargo test -p ferroccl-examples --test netns_cluster --no-run --message-format=json) ||
+    build_failed "cargo test -p ferroccl-examples --test netns_cluster --no-run"
 exe() { # json name kind-filter
     printf '%s\n' "$1" | grep '"executable":"/' | grep "\"name\":\"$2\"" | grep "$3" |
         sed -E 's/.*"executable":"([^"]+)".*/\1/' | tail -1
@@ -164,18 +178,19 @@ export IBT_NOVERBS_BIN=$(exe "$json" no_verbs '"test":true')
 export IBT_VERSIONS_BIN=$(exe "$json" vm_versions '"test":true')
 export IBT_BW=$(exe "$json_bw" ib_bw '"kind":\["example"\]')
 export IBT_PROFIB_BIN=$(exe "$json_core" profiler_ib '"test":true')
+export IBT_NETNS_BIN=$(exe "$json_netns" netns_cluster '"test":true')
 export IBT_SO=$CARGO_TARGET_DIR/debug/libnccl_net_ib.so
 export IBT_CONFORMANCE=$CARGO_TARGET_DIR/debug/ferroccl-conformance
 export IBT_PERF=$CARGO_TARGET_DIR/debug/ferroccl-perf
 export IBT_INFO=$CARGO_TARGET_DIR/debug/ferroccl-info
-for v in IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_PROFIB_BIN IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO; do
+for v in IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_PROFIB_BIN IBT_NETNS_BIN IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO; do
     [[ -n "${!v}" && -x "${!v}" ]] || build_failed "$v: not found (${!v})"
 done
 echo "build: $((SECONDS - start)) s"
 
 export RXE_VM_SHARE="$ROOT:$CARGO_TARGET_DIR"
 export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-1500}
-export RXE_VM_ENV="${RXE_VM_ENV:-} IB_VM_PERF IB_VM_PERF_MIN IB_VM_CHECK_TIMEOUT IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_PROFIB_BIN IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO"
+export RXE_VM_ENV="${RXE_VM_ENV:-} IB_VM_PERF IB_VM_PERF_MIN IB_VM_CHECK_TIMEOUT IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_PROFIB_BIN IBT_NETNS_BIN IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO"
 vm_start=$SECONDS
 log=$(mktemp "${TMPDIR:-/tmp}/ib-vm-test.XXXXXX")
 # Not root: run the VM (only) under password-less sudo, passing through what

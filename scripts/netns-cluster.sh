@@ -363,7 +363,7 @@ cmd_up() {
     DONE_UP=0
     # On any exit before the end: remove what the journal lists (teardown checks
     # the token), then the state directory if it is still empty.
-    trap 'rc=$?; if [[ $DONE_UP != 1 ]]; then echo "netns-cluster: up failed or was interrupted: removing what it made" >&2; teardown || true; rmdir "$d" 2>/dev/null || true; fi; exit $rc' EXIT
+    trap 'rc=$?; if [[ $DONE_UP != 1 ]]; then echo "netns-cluster: up failed or was interrupted: removing what it made" >&2; teardown || true; rmdir "$(dir)" 2>/dev/null || true; fi; exit $rc' EXIT
     trap 'exit 130' INT
     trap 'exit 143' TERM
     trap 'exit 129' HUP
@@ -394,7 +394,10 @@ cmd_up() {
         ns=$(host_ns "$i")
         make_ns "$ns"
         for j in $(seq 0 $((nnics - 1))); do
-            ip link add "eth$j" netns "$ns" mtu "$mtu" type veth peer name "h${i}n$j" netns "$sw" mtu "$mtu"
+            # Made from inside the host's namespace: some kernels (6.1, of the
+            # soft-RoCE guest) look the new name up in the caller's namespace
+            # ("RTNETLINK answers: File exists" where the caller has an eth0).
+            ip -n "$ns" link add "eth$j" mtu "$mtu" type veth peer name "h${i}n$j" netns "$sw" mtu "$mtu"
             ip -n "$ns" link set "eth$j" alias "$MARK:$NAME:$TOKEN"
             ip -n "$sw" link set "h${i}n$j" alias "$MARK:$NAME:$TOKEN" master "br$j" up
             ip -n "$ns" addr add "$(host_addr "$i" "$j")/24" dev "eth$j"

@@ -20,6 +20,12 @@
 //!   survivors fail with one diagnosis, word for word, naming the dead ranks,
 //!   and the launcher names the killed processes and their host.
 //!
+//! * with `FERROCCL_NETNS_IB_PLUGIN` (set by `scripts/ib-vm-test.sh` inside the
+//!   soft-RoCE guest), the `ib_*` tests: the same matrix over the IB plugin on
+//!   2 hosts x 2 ranks and 4 hosts x 1 rank, each host with its own soft-RoCE
+//!   NIC (`.ci/rxe-vm/netns-rxe.sh`), every rank using exactly its host's HCA,
+//!   RoCE packets counted on every NIC.
+//!
 //! Needs root and network namespaces (iproute2, util-linux): without them the
 //! tests print `SKIPPED:` and the reason and pass, unless
 //! `FERROCCL_REQUIRE_NETNS=1` (set by `.ci/run`), where they fail. Nothing
@@ -175,9 +181,28 @@ fn scratch(name: &str) -> PathBuf {
 /// `ferroccl-perf --hosts 2 --ranks 4 --cluster <c>` with `args`, every rank's
 /// INFO log in `debug_dir`, the caller's NCCL_*/FERROCCL_* left out.
 fn perf_command(c: &Cluster, debug_dir: &Path, env: &[(&str, &str)], args: &[&str]) -> Command {
+    perf_command_on(c, 2, 4, debug_dir, env, args)
+}
+
+/// [`perf_command`] on `hosts` hosts with `ranks` ranks in all.
+fn perf_command_on(
+    c: &Cluster,
+    hosts: usize,
+    ranks: usize,
+    debug_dir: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferroccl-perf"));
-    cmd.args(["--hosts", "2", "--ranks", "4", "--cluster", &c.name])
-        .args(args);
+    cmd.args([
+        "--hosts",
+        &hosts.to_string(),
+        "--ranks",
+        &ranks.to_string(),
+        "--cluster",
+        &c.name,
+    ])
+    .args(args);
     for (k, _) in std::env::vars() {
         if k.starts_with("NCCL_") || k.starts_with("FERROCCL_") {
             cmd.env_remove(k);
@@ -251,6 +276,20 @@ fn connection(line: &str) -> Option<(usize, usize, String)> {
 /// and 1 on host 0 and ranks 2 and 3 on host 1, NET exactly between hosts, SHM
 /// exactly inside them. Returns stdout and the INFO lines.
 fn check_run(c: &Cluster, what: &str, o: &Output, debug_dir: &Path) -> (String, BTreeMap<usize, Vec<String>>) {
+    check_run_on(c, 2, 4, what, o, debug_dir)
+}
+
+/// [`check_run`] of a run on `hosts` hosts with `ranks` ranks in all (in
+/// blocks of `ranks / hosts` per host); with one rank per host there is no SHM.
+fn check_run_on(
+    c: &Cluster,
+    hosts: usize,
+    ranks: usize,
+    what: &str,
+    o: &Output,
+    debug_dir: &Path,
+) -> (String, BTreeMap<usize, Vec<String>>) {
+    let per = ranks / hosts;
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{what}: exit {}\n{out}\n{err}", o.status);
@@ -259,7 +298,7 @@ fn check_run(c: &Cluster, what: &str, o: &Output, debug_dir: &Path) -> (String, 
         "{what}: no clean summary:\n{out}\n{err}"
     );
     assert!(
-        out.contains("nranks 4 (--hosts 2 --ranks)"),
+        out.contains(&format!("nranks {ranks} (--hosts {hosts} --ranks)")),
         "{what}: not a --hosts run:\n{out}"
     );
     let rows = rows(&out);
@@ -270,12 +309,12 @@ fn check_run(c: &Cluster, what: &str, o: &Output, debug_dir: &Path) -> (String, 
         assert!(r[12] == "0" || r[12] == "N/A", "{what}: in-place #wrong in {r:?}");
     }
     let hosts = rank_hosts(&out);
-    let want: BTreeMap<usize, String> = (0..4).map(|r| (r, c.host(r / 2))).collect();
+    let want: BTreeMap<usize, String> = (0..ranks).map(|r| (r, c.host(r / per))).collect();
     assert_eq!(hosts, want, "{what}: ranks not on their hosts:\n{out}");
     let info = info_lines(debug_dir);
     assert_eq!(
         info.keys().copied().collect::<Vec<_>>(),
-        vec![0, 1, 2, 3],
+        (0..ranks).collect::<Vec<_>>(),
         "{what}: INFO lines of every rank expected in {}",
         debug_dir.display()
     );
@@ -285,7 +324,7 @@ fn check_run(c: &Cluster, what: &str, o: &Output, debug_dir: &Path) -> (String, 
             let Some((a, b, via)) = connection(l) else {
                 continue;
             };
-            let same_host = a / 2 == b / 2;
+            let same_host = a / per == b / per;
             match via.as_str() {
                 "NET" => {
                     assert!(
@@ -306,8 +345,9 @@ fn check_run(c: &Cluster, what: &str, o: &Output, debug_dir: &Path) -> (String, 
         }
     }
     assert!(
-        net > 0 && shm > 0,
-        "{what}: expected NET and SHM connections, found {net} and {shm}"
+        net > 0 && (per == 1 || shm > 0),
+        "{what}: expected NET{} connections, found {net} and {shm} SHM",
+        if per > 1 { " and SHM" } else { "" }
     );
     (out, info)
 }
@@ -630,6 +670,251 @@ fn a_host_killed_mid_collective_fails_the_survivors_with_one_diagnosis() {
             f.err
         );
     }
+}
+
+/// The IB plugin for the `ib_*` tests, or `None` (and why, printed) where they
+/// cannot run: they need RDMA verbs, so they run inside the soft-RoCE guest,
+/// where `scripts/ib-vm-test.sh` sets `FERROCCL_NETNS_IB_PLUGIN` to
+/// `libnccl_net_ib.so`; anywhere else they print `SKIPPED:` and pass.
+fn ib_plugin() -> Option<String> {
+    if !netns_available() {
+        return None;
+    }
+    match std::env::var("FERROCCL_NETNS_IB_PLUGIN") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ => {
+            println!(
+                "SKIPPED: FERROCCL_NETNS_IB_PLUGIN is unset (the IB tests run in the soft-RoCE guest: scripts/ib-vm-test.sh)"
+            );
+            None
+        }
+    }
+}
+
+/// One soft-RoCE NIC per host of a cluster (`.ci/rxe-vm/netns-rxe.sh up`),
+/// removed on drop; declare it after its [`Cluster`] so it goes first.
+struct RxeNics {
+    cluster: String,
+    hosts: usize,
+}
+
+impl RxeNics {
+    fn script() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/rxe-vm/netns-rxe.sh")
+    }
+
+    fn up(c: &Cluster, hosts: usize) -> RxeNics {
+        let _serial = script_lock();
+        let o = Command::new(Self::script())
+            .args(["--name", &c.name, "up"])
+            .output()
+            .expect("run netns-rxe.sh");
+        assert!(
+            o.status.success(),
+            "netns-rxe.sh up failed ({}):\n{}{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        print!("{}", String::from_utf8_lossy(&o.stdout));
+        RxeNics {
+            cluster: c.name.clone(),
+            hosts,
+        }
+    }
+
+    /// Host `i`'s RDMA device.
+    fn device(&self, i: usize) -> String {
+        format!("{}-h{i}-rxe", self.cluster)
+    }
+
+    /// Port counter `name` of host `i`'s device (rxe's `hw_counters`).
+    fn counter(&self, i: usize, name: &str) -> u64 {
+        let p = format!("/sys/class/infiniband/{}/ports/1/hw_counters/{name}", self.device(i));
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{p}: {e}"))
+            .trim()
+            .parse::<u64>()
+            .unwrap_or_else(|e| panic!("{p}: {e}"))
+    }
+
+    /// RoCE packets host `i`'s device has sent and received.
+    fn packets(&self, i: usize) -> (u64, u64) {
+        (self.counter(i, "sent_pkts"), self.counter(i, "rcvd_pkts"))
+    }
+}
+
+impl Drop for RxeNics {
+    fn drop(&mut self) {
+        let _serial = script_lock();
+        let o = Command::new(Self::script())
+            .args(["--name", &self.cluster, "down"])
+            .output();
+        if let Ok(o) = o
+            && !o.status.success()
+        {
+            eprintln!("netns-rxe.sh down: {}", String::from_utf8_lossy(&o.stderr));
+        }
+    }
+}
+
+/// The IB plugin's part of a run's INFO lines: every rank uses exactly one
+/// HCA, its own host's; every connection between hosts goes
+/// `via NET/FerrocclIB/0`; the side channel is on the host's own eth0.
+fn check_ib_lines(what: &str, nics: &RxeNics, per: usize, info: &BTreeMap<usize, Vec<String>>) {
+    for (rank, lines) in info {
+        let host = rank / per;
+        let ports: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.starts_with("NET/FerrocclIB: ") && l.contains(" RoCE GID index "))
+            .collect();
+        let mine = format!("NET/FerrocclIB: {}:1 RoCE", nics.device(host));
+        assert!(
+            ports.len() == 1 && ports[0].starts_with(&mine),
+            "{what}: rank {rank} should use exactly {}: {ports:?}",
+            nics.device(host)
+        );
+        for l in lines {
+            if let Some((_, _, via)) = connection(l)
+                && via == "NET"
+            {
+                assert!(l.contains("via NET/FerrocclIB/0"), "{what}: rank {rank}: {l}");
+            }
+        }
+        // A rank that receives over the network listened: on its host's eth0.
+        let receives = lines
+            .iter()
+            .any(|l| l.contains("[receive] via NET/") && connection(l).is_some());
+        let side = format!("side channel on eth0 198.18.0.{}", host + 1);
+        assert!(
+            !receives || lines.iter().any(|l| l.contains(&side)),
+            "{what}: rank {rank}: no `{side}` line (the GID's address is not in the host's namespace)"
+        );
+    }
+}
+
+/// The collective matrix over the IB plugin on `hosts` hosts with `ranks`
+/// ranks: every collective (8 B … 256 KiB, root on the last rank), with
+/// `dtypes` AllReduce over every datatype and reduction, Ring and Tree forced;
+/// every result checked, NET/FerrocclIB exactly between hosts and SHM inside
+/// them, and RoCE packets sent and received by every host's NIC.
+fn ib_matrix(so: &str, hosts: usize, ranks: usize, tag: &str, dtypes: bool) {
+    let c = Cluster::up(tag, hosts);
+    let nics = RxeNics::up(&c, hosts);
+    let per = ranks / hosts;
+    let t = Instant::now();
+    let before: Vec<(u64, u64)> = (0..nics.hosts).map(|i| nics.packets(i)).collect();
+    let env = [("NCCL_NET_PLUGIN", so), ("FERROCCL_NET_STRICT", "1")];
+    let run = |what: &str, extra_env: &[(&str, &str)], args: &[&str]| {
+        let dir = scratch(&format!("ib{tag}-{what}"));
+        let mut all_env = env.to_vec();
+        all_env.extend_from_slice(extra_env);
+        let o = perf_command_on(&c, hosts, ranks, &dir, &all_env, args)
+            .output()
+            .expect("run ferroccl-perf");
+        let (out, info) = check_run_on(&c, hosts, ranks, what, &o, &dir);
+        check_ib_lines(what, &nics, per, &info);
+        let _ = std::fs::remove_dir_all(&dir);
+        println!("{what}: ok ({:?} so far)", t.elapsed());
+        out
+    };
+    let root = (ranks - 1).to_string();
+    for op in COLLECTIVES {
+        run(
+            op,
+            &[],
+            &[
+                op, "-b", "8", "-e", "256K", "-f", "32", "-n", "1", "-w", "1", "-c", "1", "-r", &root,
+            ],
+        );
+    }
+    if dtypes {
+        let out = run(
+            "all_reduce -d all -o all",
+            &[],
+            &[
+                "all_reduce",
+                "-b",
+                "1K",
+                "-e",
+                "1K",
+                "-d",
+                "all",
+                "-o",
+                "all",
+                "-n",
+                "1",
+                "-w",
+                "1",
+                "-c",
+                "1",
+            ],
+        );
+        assert_eq!(rows(&out).len(), 10 * 6, "10 types x 6 ops:\n{out}");
+    }
+    for (algo, name) in [("allreduce:ring", "Ring"), ("allreduce:tree", "Tree")] {
+        let out = run(
+            algo,
+            &[("NCCL_ALGO", algo)],
+            &[
+                "all_reduce",
+                "--show-tuning",
+                "-b",
+                "8",
+                "-e",
+                "64K",
+                "-f",
+                "32",
+                "-n",
+                "1",
+                "-w",
+                "1",
+                "-c",
+                "1",
+            ],
+        );
+        let tuning: Vec<&str> = out.lines().filter(|l| l.starts_with("#  tuning:")).collect();
+        assert_eq!(tuning.len(), rows(&out).len(), "{algo}: a tuning line per size:\n{out}");
+        for l in tuning {
+            assert!(l.contains(name), "{algo}: tuning chose something else: {l}");
+        }
+    }
+    for (i, (s0, r0)) in before.iter().enumerate() {
+        let (s1, r1) = nics.packets(i);
+        assert!(
+            s1 > *s0 && r1 > *r0,
+            "host {i}'s NIC {} moved no RoCE packets (sent {s0} -> {s1}, received {r0} -> {r1})",
+            nics.device(i)
+        );
+        println!(
+            "{}: {} RoCE packets sent, {} received; retransmissions: {}",
+            nics.device(i),
+            s1 - s0,
+            r1 - r0,
+            nics.counter(i, "completer_retry_err")
+        );
+    }
+    println!("IB matrix on {hosts} hosts x {per} rank(s): {:?}", t.elapsed());
+}
+
+/// Issue 30, IB across hosts: the collective matrix over `libnccl-net-ib.so`
+/// on 2 hosts x 2 ranks, each host with its own soft-RoCE NIC.
+#[test]
+fn ib_two_hosts_two_ranks_each_run_every_collective_over_net_ib_and_shm() {
+    let Some(so) = ib_plugin() else {
+        return;
+    };
+    ib_matrix(&so, 2, 4, "ib", true);
+}
+
+/// The same on 4 hosts x 1 rank (every connection over the IB plugin), but
+/// for the datatype matrix (which the host layout does not change).
+#[test]
+fn ib_four_hosts_one_rank_each_run_every_collective_over_net_ib() {
+    let Some(so) = ib_plugin() else {
+        return;
+    };
+    ib_matrix(&so, 4, 4, "ib4", false);
 }
 
 fn netns_exists(name: &str) -> bool {

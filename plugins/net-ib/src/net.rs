@@ -1202,35 +1202,96 @@ impl Drop for Conn {
     }
 }
 
-/// Local IPv4 address for the side channel: the RoCE GID's address, else the
-/// first up non-loopback interface (honouring `NCCL_SOCKET_IFNAME` prefixes),
-/// else loopback.
+/// Local IPv4 address for the side channel: the RoCE GID's address when an up
+/// interface of this network namespace holds it, else the first up interface
+/// [`oob_iface_matches`] accepts, else loopback (see [`pick_oob_ip`]).
 fn oob_ip(dev: &IbDev) -> std::net::IpAddr {
-    if dev.is_roce()
-        && let Some(a) = params::oob_ip_from_gid(&dev.gid)
-    {
-        return a.into();
-    }
     let want = std::env::var(ferroccl_plugin_api::params::socket::IFNAME.name).ok();
-    let found = nix::ifaddrs::getifaddrs().ok().and_then(|mut list| {
-        list.find_map(|ifa| {
-            if !ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
-                return None;
-            }
-            let ip = ifa.address.as_ref()?.as_sockaddr_in()?.ip();
-            let name = ifa.interface_name.as_str();
-            let ok = match &want {
-                Some(w) if w.starts_with('^') => !w[1..].split(',').any(|x| name.starts_with(x)),
-                Some(w) => w.trim_start_matches('=').split(',').any(|x| name.starts_with(x)),
-                None => name != "lo",
-            };
-            ok.then_some(ip)
+    let ifaces: Vec<OobIface> = nix::ifaddrs::getifaddrs()
+        .map(|list| {
+            list.filter_map(|ifa| {
+                Some(OobIface {
+                    name: ifa.interface_name.clone(),
+                    up: ifa.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP),
+                    ip: ifa.address.as_ref()?.as_sockaddr_in()?.ip(),
+                })
+            })
+            .collect()
         })
-    });
-    if let Some(a) = found {
-        return a.into();
+        .unwrap_or_default();
+    let gid_ip = if dev.is_roce() {
+        params::oob_ip_from_gid(&dev.gid)
+    } else {
+        None
+    };
+    let (ip, why) = pick_oob_ip(gid_ip, &ifaces, want.as_deref());
+    if let (Some(g), OobChoice::Interface(name)) = (gid_ip, &why) {
+        static LOGGED: AtomicBool = AtomicBool::new(false);
+        if !LOGGED.swap(true, Ordering::Relaxed) {
+            net_info!(
+                NCCL_INIT | NCCL_NET,
+                "NET/FerrocclIB: {}:{}: the GID's address {g} is on no interface of this network namespace (an RDMA device shared into a container); side channel on {name} {ip}",
+                dev.name,
+                dev.port
+            );
+        }
     }
-    std::net::Ipv4Addr::LOCALHOST.into()
+    ip.into()
+}
+
+/// An IPv4 address of a local interface (`getifaddrs`).
+#[derive(Debug, Clone)]
+struct OobIface {
+    name: String,
+    up: bool,
+    ip: std::net::Ipv4Addr,
+}
+
+/// Where [`pick_oob_ip`]'s address came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OobChoice {
+    /// The RoCE GID's own address.
+    Gid,
+    /// The named interface.
+    Interface(String),
+    /// Nothing suitable: loopback.
+    Loopback,
+}
+
+/// `NCCL_SOCKET_IFNAME`'s grammar on an interface name: `^a,b` excludes
+/// prefixes, `=a,b` or `a,b` selects them; unset, anything but `lo`.
+fn oob_iface_matches(name: &str, want: Option<&str>) -> bool {
+    match want {
+        Some(w) if w.starts_with('^') => !w[1..].split(',').any(|x| name.starts_with(x)),
+        Some(w) => w.trim_start_matches('=').split(',').any(|x| name.starts_with(x)),
+        None => name != "lo",
+    }
+}
+
+/// The side channel's address. The RoCE GID's IPv4 address when an up
+/// interface here holds it (the RDMA NIC's own address); else, as NCCL 2.30.7
+/// always does (`ncclIbListen` in `src/transport/net_ib/` binds `ncclIbIfAddr`,
+/// the `NCCL_SOCKET_IFNAME` interface `ncclIbInit` found), the first up
+/// interface [`oob_iface_matches`] accepts; else loopback. The GID's address
+/// is on no local interface when the RDMA device is shared into a network
+/// namespace that does not hold its netdev (rdma `netns shared` mode: a
+/// container with its node's HCA, the soft-RoCE cluster of
+/// `.ci/rxe-vm/netns-rxe.sh`), where binding it fails with `EADDRNOTAVAIL`.
+fn pick_oob_ip(
+    gid_ip: Option<std::net::Ipv4Addr>,
+    ifaces: &[OobIface],
+    want: Option<&str>,
+) -> (std::net::Ipv4Addr, OobChoice) {
+    if let Some(g) = gid_ip
+        && ifaces.iter().any(|i| i.up && i.ip == g)
+    {
+        return (g, OobChoice::Gid);
+    }
+    ifaces
+        .iter()
+        .find(|i| i.up && oob_iface_matches(&i.name, want))
+        .map(|i| (i.ip, OobChoice::Interface(i.name.clone())))
+        .unwrap_or((std::net::Ipv4Addr::LOCALHOST, OobChoice::Loopback))
 }
 
 impl Net for IbNet {
@@ -1619,6 +1680,66 @@ mod tests {
             get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE),
             get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
         )
+    }
+
+    fn iface(name: &str, up: bool, ip: [u8; 4]) -> OobIface {
+        OobIface {
+            name: name.into(),
+            up,
+            ip: ip.into(),
+        }
+    }
+
+    #[test]
+    fn side_channel_on_the_gid_address_when_it_is_local() {
+        let ifs = [
+            iface("lo", true, [127, 0, 0, 1]),
+            iface("eth0", true, [10, 0, 0, 5]),
+            iface("ens1", true, [192, 168, 7, 5]),
+        ];
+        let gid = Some([192, 168, 7, 5].into());
+        assert_eq!(pick_oob_ip(gid, &ifs, None), ([192, 168, 7, 5].into(), OobChoice::Gid));
+        // NCCL_SOCKET_IFNAME does not override the NIC's own address.
+        assert_eq!(pick_oob_ip(gid, &ifs, Some("eth")).1, OobChoice::Gid);
+    }
+
+    #[test]
+    fn side_channel_on_an_interface_when_the_gid_address_is_elsewhere() {
+        // A namespace with its own eth0, the HCA's netdev (and address) outside.
+        let ifs = [iface("lo", true, [127, 0, 0, 1]), iface("eth0", true, [198, 18, 0, 2])];
+        let gid = Some([198, 18, 16, 2].into());
+        assert_eq!(
+            pick_oob_ip(gid, &ifs, None),
+            ([198, 18, 0, 2].into(), OobChoice::Interface("eth0".into()))
+        );
+        // The address on a down interface does not count.
+        let down = [
+            iface("ens1", false, [198, 18, 16, 2]),
+            iface("eth0", true, [198, 18, 0, 2]),
+        ];
+        assert_eq!(pick_oob_ip(gid, &down, None).1, OobChoice::Interface("eth0".into()));
+        // NCCL_SOCKET_IFNAME's grammar picks among the rest.
+        let two = [iface("eth0", true, [10, 0, 0, 1]), iface("ib0", true, [10, 1, 0, 1])];
+        assert_eq!(
+            pick_oob_ip(gid, &two, Some("ib")).0,
+            std::net::Ipv4Addr::from([10, 1, 0, 1])
+        );
+        assert_eq!(
+            pick_oob_ip(gid, &two, Some("^eth")).0,
+            std::net::Ipv4Addr::from([10, 1, 0, 1])
+        );
+        assert_eq!(
+            pick_oob_ip(gid, &two, Some("=eth0")).0,
+            std::net::Ipv4Addr::from([10, 0, 0, 1])
+        );
+        // Nothing else up: loopback.
+        let lo = [iface("lo", true, [127, 0, 0, 1])];
+        assert_eq!(
+            pick_oob_ip(gid, &lo, None),
+            (std::net::Ipv4Addr::LOCALHOST, OobChoice::Loopback)
+        );
+        // InfiniBand (no GID address): the interface rule alone.
+        assert_eq!(pick_oob_ip(None, &two, None).0, std::net::Ipv4Addr::from([10, 0, 0, 1]));
     }
 
     #[test]
