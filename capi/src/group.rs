@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use crate::abi::ncclResult_t;
 use crate::api::{Fail, R, guard};
-use crate::comm::Job;
 use crate::handles::Entry;
+use crate::job::Job;
 
 #[derive(Default)]
 struct CGroup {

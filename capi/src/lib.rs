@@ -29,6 +29,7 @@ pub mod enums;
 pub mod exports;
 mod group;
 mod handles;
+mod job;
 mod mem;
 mod unimplemented;
 

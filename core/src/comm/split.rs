@@ -103,7 +103,7 @@ impl Comm {
             .expect("this rank is a member of its color");
         let mut config = config;
         config.bootstrap = Some(bcfg);
-        crate::nccl_info!(
+        crate::log::nccl_info!(
             INIT,
             "ncclCommSplit: parent rank {me} color {} key {key} -> rank {child_rank} of {}",
             color.map_or(-1, i64::from),

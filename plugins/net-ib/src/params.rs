@@ -12,6 +12,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ferroccl_plugin_api::params::IntParam;
 
+/// The soname of libibverbs (rdma-core's `libibverbs1`): `NCCL_IBVERBS_LIB`'s
+/// default and the last library tried (`crate::verbs`).
+pub const LIBIBVERBS: &str = "libibverbs.so.1";
+
 ferroccl_plugin_api::params! {
     /// The plugin's parameters, as NCCL's IB transport reads them
     /// (`src/transport/net_ib/`), with the ranges the plugin enforces; exported
@@ -30,7 +34,7 @@ ferroccl_plugin_api::params! {
         TC: int "NCCL_IB_TC" = -1, -1..=255, "IB plugin: traffic class (-1: automatic)";
         PKEY: int "NCCL_IB_PKEY" = 0, 0..=65_535, "IB plugin: partition key index";
         /// NCCL 2.30.7 reads it in `src/misc/ibvsymbols.cc` (`buildIbvSymbols`).
-        IBVERBS_LIB: str "NCCL_IBVERBS_LIB" = Some(crate::verbs::LIBIBVERBS), "IB plugin: libibverbs library to load";
+        IBVERBS_LIB: str "NCCL_IBVERBS_LIB" = Some(LIBIBVERBS), "IB plugin: libibverbs library to load";
         /// The name read before the plugin followed NCCL's `NCCL_IBVERBS_LIB`
         /// (issue 20); honoured, with a warning, while `NCCL_IBVERBS_LIB` is unset.
         IB_VERBS_LIB: str "NCCL_IB_VERBS_LIB" = None, "IB plugin: former name of NCCL_IBVERBS_LIB (ferroccl only)";

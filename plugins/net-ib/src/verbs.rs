@@ -16,7 +16,7 @@
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::sync::OnceLock;
 
-use crate::params::{IB_VERBS_LIB, IBVERBS_LIB};
+use crate::params::{IB_VERBS_LIB, IBVERBS_LIB, LIBIBVERBS};
 
 pub use rdma_sys as sys;
 use sys::{
@@ -81,9 +81,6 @@ impl std::fmt::Debug for Verbs {
         write!(f, "Verbs({})", self.file)
     }
 }
-
-/// The soname of libibverbs (rdma-core's `libibverbs1`), the last library tried.
-pub const LIBIBVERBS: &str = "libibverbs.so.1";
 
 /// The libraries to `dlopen`, in order, and a warning to log (if any), from the
 /// environment as seen through `get`. NCCL 2.30.7 (`src/misc/ibvsymbols.cc`,
