@@ -179,16 +179,23 @@ fn offsets(t: DataType) -> [(usize, usize, usize); 4] {
     [(0, 0, 0), (e, e + 16, e + 32), (0, e.min(8), 0), (1, 3, 5)]
 }
 
+/// A device to emulate: its shape, and the thread orders to run each launch
+/// in (`Emu::run`).
+struct Device<'a> {
+    shape: &'a DeviceShape,
+    orders: &'a [i32],
+}
+
 fn check_case(
     emu: &Emu,
-    shape: &DeviceShape,
+    device: &Device,
     t: DataType,
     op: &DevRedOp,
     count: usize,
     offs: (usize, usize, usize),
     seed: u64,
-    orders: &[i32],
 ) {
+    let (shape, orders) = (device.shape, device.orders);
     let n = count * t.size();
     let mut rnd = xorshift(seed);
     let mut a_buf = vec![0u8; n + 64];
@@ -292,6 +299,10 @@ fn emulated_kernels_match_the_reference() {
             return;
         }
     };
+    let small = Device {
+        shape: &SMALL,
+        orders: &[0, 1],
+    };
     let mut cases = 0;
     for (ti, t) in DataType::ALL.into_iter().enumerate() {
         for (oi, (op, nranks)) in ops(t).into_iter().enumerate() {
@@ -300,13 +311,12 @@ fn emulated_kernels_match_the_reference() {
                 for count in [0usize, 1, 3, 7, 17, 33, 100] {
                     check_case(
                         emu,
-                        &SMALL,
+                        &small,
                         t,
                         &dev,
                         count,
                         offs,
                         1 + (ti * 1000 + oi * 100 + ai * 10) as u64 + count as u64,
-                        &[0, 1],
                     );
                     cases += 1;
                 }
@@ -316,7 +326,7 @@ fn emulated_kernels_match_the_reference() {
             // common one-element offset.
             let count = 4 * 1024 * (16 / t.size()) + 3 * (16 / t.size()) + 5;
             for offs in [offsets(t)[0], offsets(t)[1]] {
-                check_case(emu, &SMALL, t, &dev, count, offs, 77 + ti as u64, &[0, 1]);
+                check_case(emu, &small, t, &dev, count, offs, 77 + ti as u64);
                 cases += 1;
             }
         }
@@ -406,7 +416,11 @@ fn emulated_real_shapes_shuffled_blocks_in_place() {
                     };
                     for &count in counts {
                         let order = 2 + (si * 100 + ti * 10 + oi) as i32;
-                        check_case(emu, &shape, t, &dev, count, offs, 900 + (si * 10 + ti) as u64, &[order]);
+                        let device = Device {
+                            shape: &shape,
+                            orders: &[order],
+                        };
+                        check_case(emu, &device, t, &dev, count, offs, 900 + (si * 10 + ti) as u64);
                         cases += 1;
                     }
                 }

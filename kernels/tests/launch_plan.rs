@@ -106,7 +106,7 @@ fn check_all(shape: &DeviceShape, dst: u64, count: u64, launches: &[Launch], wha
                 ));
                 return;
             }
-            if n > 1 && (dst + first * e) % PACK_BYTES != 0 {
+            if n > 1 && !(dst + first * e).is_multiple_of(PACK_BYTES) {
                 bad.push(format!(
                     "launch {li} thread {tid} stores an unaligned pack at element {first}"
                 ));
