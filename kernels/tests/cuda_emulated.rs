@@ -7,7 +7,9 @@
 //! **GPU emulation, named as such**: no GPU is needed. The kernel source is
 //! compiled by the host C++ compiler with `tests/emu/cuda_emu.h`, which runs
 //! every thread of the grid one after another (each launch twice: forward and
-//! reverse thread order, so two threads writing one element would show).
+//! reverse thread order, so two threads writing one element would show; and,
+//! with the real device shapes of H100/H200, A100, 58 and 8 SMs, blocks in a
+//! shuffled order, in place).
 //! What this cannot check: the device's own arithmetic units, the memory
 //! model, NVRTC (see `nvrtc_compile.rs`) and the driver (`cuda_device.rs`,
 //! which needs a GPU). Without a C++ compiler (`$CXX`, `c++`, `g++`,
@@ -100,13 +102,14 @@ impl Emu {
         Ok(Emu { lib, kernels, launch })
     }
 
-    /// Runs `l` in the given thread order.
-    fn run(&self, l: &Launch, reverse: bool) {
+    /// Runs `l` in thread order `order` (`fccl_emu_launch`: 0 forward, 1
+    /// reverse, other values seed a shuffled block order).
+    fn run(&self, l: &Launch, order: i32) {
         let _ = &self.lib;
         let f = self.kernels[&l.kernel.name()] as *const std::ffi::c_void;
         // SAFETY: `f` is one of the kernels (eight u64 parameters); the launch's
         // addresses point into live host buffers of the planned sizes.
-        unsafe { (self.launch)(f, l.grid, l.block, l.args.as_ptr(), i32::from(reverse)) };
+        unsafe { (self.launch)(f, l.grid, l.block, l.args.as_ptr(), order) };
     }
 }
 
@@ -176,15 +179,23 @@ fn offsets(t: DataType) -> [(usize, usize, usize); 4] {
     [(0, 0, 0), (e, e + 16, e + 32), (0, e.min(8), 0), (1, 3, 5)]
 }
 
+/// A device to emulate: its shape, and the thread orders to run each launch
+/// in (`Emu::run`).
+struct Device<'a> {
+    shape: &'a DeviceShape,
+    orders: &'a [i32],
+}
+
 fn check_case(
     emu: &Emu,
-    shape: &DeviceShape,
+    device: &Device,
     t: DataType,
     op: &DevRedOp,
     count: usize,
     offs: (usize, usize, usize),
     seed: u64,
 ) {
+    let (shape, orders) = (device.shape, device.orders);
     let n = count * t.size();
     let mut rnd = xorshift(seed);
     let mut a_buf = vec![0u8; n + 64];
@@ -193,13 +204,16 @@ fn check_case(
     fill(&mut rnd, t, &mut b_buf[offs.2..offs.2 + n]);
     let a = a_buf[offs.1..offs.1 + n].to_vec();
     let b = b_buf[offs.2..offs.2 + n].to_vec();
-    let what = |p: &str, pre: Pre, rev: bool| {
-        format!("{p} {t} {} {pre:?} count {count} offsets {offs:?} reverse {rev}", op.op)
+    let what = |p: &str, pre: Pre, order: i32| {
+        format!(
+            "{p} {t} {} {pre:?} count {count} offsets {offs:?} order {order} {shape:?}",
+            op.op
+        )
     };
     for pre in [Pre::None, Pre::A, Pre::B, Pre::Both] {
         let mut want = vec![0u8; n];
         reference::reduce(&mut want, &a, &b, op, pre);
-        for rev in [false, true] {
+        for &rev in orders {
             // Out of place, with guard bytes around dst.
             let mut d_buf = vec![0xA5u8; n + 64];
             let d = d_buf.as_mut_ptr() as u64 + offs.0 as u64;
@@ -245,34 +259,34 @@ fn check_case(
     let mut p_buf = vec![0u8; n + 64];
     let pd = p_buf.as_mut_ptr() as u64 + offs.0 as u64;
     if let Some(l) = plan::pre_op(shape, pd, a_buf.as_ptr() as u64 + offs.1 as u64, n, op).unwrap() {
-        emu.run(&l, false);
+        emu.run(&l, orders[0]);
     }
     assert!(
         same(t, &p_buf[offs.0..offs.0 + n], &pw),
         "{}",
-        what("pre_op", Pre::None, false)
+        what("pre_op", Pre::None, orders[0])
     );
     let mut pi = a_buf.clone();
     let pp = pi.as_mut_ptr() as u64 + offs.1 as u64;
     if let Some(l) = plan::pre_op(shape, pp, pp, n, op).unwrap() {
-        emu.run(&l, true);
+        emu.run(&l, orders[orders.len() - 1]);
     }
     assert!(
         same(t, &pi[offs.1..offs.1 + n], &pw),
         "{}",
-        what("pre_op in place", Pre::None, true)
+        what("pre_op in place", Pre::None, orders[orders.len() - 1])
     );
     let mut qw = a.clone();
     reference::post_op(&mut qw, op);
     let mut q = a_buf.clone();
     let qp = q.as_mut_ptr() as u64 + offs.1 as u64;
     if let Some(l) = plan::post_op(shape, qp, n, op).unwrap() {
-        emu.run(&l, false);
+        emu.run(&l, orders[0]);
     }
     assert!(
         same(t, &q[offs.1..offs.1 + n], &qw),
         "{}",
-        what("post_op", Pre::None, false)
+        what("post_op", Pre::None, orders[0])
     );
 }
 
@@ -285,6 +299,10 @@ fn emulated_kernels_match_the_reference() {
             return;
         }
     };
+    let small = Device {
+        shape: &SMALL,
+        orders: &[0, 1],
+    };
     let mut cases = 0;
     for (ti, t) in DataType::ALL.into_iter().enumerate() {
         for (oi, (op, nranks)) in ops(t).into_iter().enumerate() {
@@ -293,7 +311,7 @@ fn emulated_kernels_match_the_reference() {
                 for count in [0usize, 1, 3, 7, 17, 33, 100] {
                     check_case(
                         emu,
-                        &SMALL,
+                        &small,
                         t,
                         &dev,
                         count,
@@ -308,7 +326,7 @@ fn emulated_kernels_match_the_reference() {
             // common one-element offset.
             let count = 4 * 1024 * (16 / t.size()) + 3 * (16 / t.size()) + 5;
             for offs in [offsets(t)[0], offsets(t)[1]] {
-                check_case(emu, &SMALL, t, &dev, count, offs, 77 + ti as u64);
+                check_case(emu, &small, t, &dev, count, offs, 77 + ti as u64);
                 cases += 1;
             }
         }
@@ -342,7 +360,7 @@ fn emulated_copy_moves_every_byte_once() {
             )
             .unwrap();
             assert!(l.grid >= 1 && l.grid <= shape.resident_blocks());
-            emu.run(&l, od == 3);
+            emu.run(&l, i32::from(od == 3));
             assert_eq!(
                 &dst[od..od + len],
                 &src[os..os + len],
@@ -354,4 +372,60 @@ fn emulated_copy_moves_every_byte_once() {
             );
         }
     }
+}
+
+/// Real device shapes (132 SMs × 2048 threads as on H100/H200, 108 as on A100,
+/// 58, 8) at n = 2^20 + 5 and its neighbours, the size and dtypes (1- and
+/// 2-byte) at which an H200 gave wrong in-place results, every op that is not
+/// idempotent (so a second application would show) and an idempotent one, in
+/// and out of place, aligned and with a common one-element offset, blocks
+/// run in a shuffled order (threads within each block reversed).
+#[test]
+fn emulated_real_shapes_shuffled_blocks_in_place() {
+    let emu = match Emu::get() {
+        Ok(e) => e,
+        Err(why) => {
+            eprintln!("SKIPPED emulated_real_shapes_shuffled_blocks_in_place: {why}");
+            return;
+        }
+    };
+    let mut cases = 0;
+    for (si, sm_count) in [132u32, 108, 58, 8].into_iter().enumerate() {
+        let shape = DeviceShape {
+            sm_count,
+            max_threads_per_sm: 2048,
+        };
+        for (ti, t) in [DataType::Int8, DataType::Uint8, DataType::Float16, DataType::Bfloat16]
+            .into_iter()
+            .enumerate()
+        {
+            let all = ops(t);
+            // Avg (a pre- or post-op kernel), PreMulSum; Max on one shape each.
+            let mut pick = vec![all[4], all[5]];
+            if si == ti % 4 {
+                pick.push(all[2]);
+            }
+            for (op, nranks) in pick {
+                let dev = DevRedOp::new(t, op, nranks).unwrap();
+                for (oi, offs) in [offsets(t)[0], (t.size(), t.size(), t.size())].into_iter().enumerate() {
+                    // 2^20 + 5 everywhere, its neighbours on one shape each.
+                    let counts: &[usize] = if si == oi {
+                        &[(1 << 20) + 4, (1 << 20) + 5, (1 << 20) + 6]
+                    } else {
+                        &[(1 << 20) + 5]
+                    };
+                    for &count in counts {
+                        let order = 2 + (si * 100 + ti * 10 + oi) as i32;
+                        let device = Device {
+                            shape: &shape,
+                            orders: &[order],
+                        };
+                        check_case(emu, &device, t, &dev, count, offs, 900 + (si * 10 + ti) as u64);
+                        cases += 1;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{cases} emulated cases with real device shapes and shuffled blocks matched the reference");
 }

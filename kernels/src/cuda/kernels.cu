@@ -55,8 +55,32 @@ struct alignas(16) Pack {
   u64 lo, hi;
 };
 
-// ---- 16-bit float conversions, bit for bit those of kernels/src/half_conv.rs ----
+// ---- 16-bit float conversions ----
+//
+// float16 on the device: the hardware's conversions, one `cvt` each (as
+// cuda_fp16.hpp's __half2float / __float2half_rn): widening is exact,
+// narrowing rounds to nearest even with subnormals and overflow to infinity,
+// so every non-NaN result equals kernels/src/half_conv.rs bit for bit (a NaN
+// stays a NaN; its payload may differ, which the semantics allow). The integer
+// version below (about 30 instructions per element for a reduction's two
+// loads and one store, against about 10 for bfloat16) was the only difference
+// between the float16 and bfloat16 paths when an H200 measured float16 at 0.62
+// of copy bandwidth and bfloat16 at 0.93 (issue 28). The host emulation
+// (FCCL_EMULATION) keeps it: bit for bit half_conv.rs, NaNs included.
 
+#ifndef FCCL_EMULATION
+FCCL_DEV float f16_to_f32(u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+FCCL_DEV u16 f32_to_f16(float f) {
+  u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+#else
 FCCL_DEV float f16_to_f32(u16 h16) {
   u32 h = h16;
   u32 sign = (h & 0x8000u) << 16;
@@ -81,6 +105,9 @@ FCCL_DEV u16 f32_to_f16(float f) {
   u32 h = m > 0x7f800000u ? nan : (m >= 0x477ff000u ? 0x7c00u : (m < (113u << 23) ? sub : norm));
   return (u16)(h | sign);
 }
+#endif
+
+// bfloat16: bit for bit kernels/src/half_conv.rs (a few integer operations).
 
 FCCL_DEV float bf16_to_f32(u16 h) {
   u32 x = ((u32)h) << 16;

@@ -68,15 +68,36 @@ impl DeviceBuffer {
         Ok(self.ptr + offset as u64)
     }
 
-    /// Copies `src` to the device at `offset` (synchronous `cuMemcpyHtoD`).
+    /// Copies `src` to the device at `offset`; the bytes are in device memory
+    /// when this returns, so work on any stream (the kernels' non-blocking
+    /// stream included) that starts afterwards reads them.
+    ///
+    /// `cuMemcpyHtoD` alone does not promise that: from pageable host memory
+    /// it "will return once the pageable buffer has been copied to the staging
+    /// memory for DMA transfer to device memory, but the DMA to final
+    /// destination may not have completed" (CUDA Driver API, "API
+    /// synchronization behavior"), and that DMA runs on the legacy default
+    /// stream, which a `CU_STREAM_NON_BLOCKING` stream does not wait for. A
+    /// kernel launched right after could read the buffer before the DMA landed
+    /// (or have its result overwritten by it): on an H200 an in-place reduction
+    /// of a buffer uploaded just before gave wrong results at 1 and 2 MiB
+    /// (issue 28). So the legacy stream is synchronized after the copy.
     pub fn write(&mut self, offset: usize, src: &[u8]) -> Result<(), KernelError> {
         let at = self.range(offset, src.len())?;
         guard::call("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;
         // SAFETY: the range was checked to lie inside this allocation.
-        guard::call("cuMemcpyHtoD", || unsafe { result::memcpy_htod_sync(at, src) })
+        guard::call("cuMemcpyHtoD", || unsafe { result::memcpy_htod_sync(at, src) })?;
+        guard::call("cuStreamSynchronize(legacy default stream)", || {
+            // SAFETY: the NULL stream is the legacy default stream of the
+            // current context (bound above); it is never destroyed.
+            unsafe { result::stream::synchronize(std::ptr::null_mut()) }
+        })
     }
 
-    /// Copies device bytes at `offset` into `dst` (synchronous `cuMemcpyDtoH`).
+    /// Copies device bytes at `offset` into `dst` (synchronous `cuMemcpyDtoH`
+    /// on the legacy default stream). Not ordered after work on non-blocking
+    /// streams: synchronize the stream that wrote the bytes first (the
+    /// [`Backend`](crate::Backend) methods return only after their kernels ran).
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), KernelError> {
         let at = self.range(offset, dst.len())?;
         guard::call("cuCtxSetCurrent", || self.ctx.bind_to_thread())?;

@@ -94,6 +94,52 @@ fn launch(
     }
 }
 
+impl Launch {
+    /// Bytes per element of the launch's kernel (1 for [`Kernel::Copy`]).
+    pub fn elem_bytes(&self) -> u64 {
+        match self.kernel {
+            Kernel::Copy => 1,
+            Kernel::Reduce(t, _) | Kernel::PreMul(t) | Kernel::PostDiv(t) => t.size() as u64,
+        }
+    }
+
+    /// Every store the launch's threads make, in `kernels.cu`'s `elementwise`
+    /// indexing: `f(thread, first, n)` for thread `thread` (`blockIdx.x *
+    /// blockDim.x + threadIdx.x`) storing elements `first..first + n` of the
+    /// `count` elements at `dst` (`n` = `16 / elem` for a pack, 1 for a head or
+    /// tail element). The same loops as the kernel (the 4-way unrolled pack
+    /// loop, its remainder, then the scalar head and tail), so a test can prove
+    /// from the plan alone that every element is written by exactly one thread
+    /// of exactly one launch. Keep in step with `elementwise` in `kernels.cu`.
+    pub fn for_each_store(&self, mut f: impl FnMut(u64, u64, u64)) {
+        const UNROLL: u64 = 4;
+        let [_, _, _, count, head, nvec, _, _] = self.args;
+        let per_pack = PACK_BYTES / self.elem_bytes();
+        let nth = u64::from(self.grid) * u64::from(self.block);
+        // u64 arithmetic wraps in the kernel.
+        let tail = head.wrapping_add(nvec.wrapping_mul(per_pack));
+        let nscalar = head.wrapping_add(count.wrapping_sub(tail));
+        for tid in 0..nth {
+            let mut i = tid;
+            while i + (UNROLL - 1) * nth < nvec {
+                for u in 0..UNROLL {
+                    f(tid, head + (i + u * nth) * per_pack, per_pack);
+                }
+                i += UNROLL * nth;
+            }
+            while i < nvec {
+                f(tid, head + i * per_pack, per_pack);
+                i += nth;
+            }
+            let mut j = tid;
+            while j < nscalar {
+                f(tid, if j < head { j } else { tail.wrapping_add(j - head) }, 1);
+                j += nth;
+            }
+        }
+    }
+}
+
 /// The pre-multiply scalar as the kernels read it (its bytes, little-endian).
 fn scalar_bits(op: &DevRedOp) -> u64 {
     op.pre_mul.map_or(0, |s| u64::from_le_bytes(s.0))

@@ -10,6 +10,7 @@
 #define FCCL_EMULATION 1
 
 #include <cstring>
+#include <vector>
 
 struct FcclDim3 {
   unsigned x;
@@ -41,17 +42,35 @@ typedef void (*FcclKernel)(unsigned long long, unsigned long long, unsigned long
                            unsigned long long, unsigned long long, unsigned long long, unsigned long long);
 
 // Runs kernel `k` over a grid of `grid` blocks of `block` threads with the
-// eight arguments in `args`; `reverse` runs the threads in the opposite order
-// (a result that depends on the order means two threads touch one element).
+// eight arguments in `args`, one thread after another, in the order `order`
+// names: 0 forward; 1 reverse (a result that depends on the order means two
+// threads touch one element); any other value seeds a shuffled block order
+// (Fisher-Yates, xorshift64), each block's threads in reverse, as a device
+// that schedules blocks in any order and not one launch's blocks after
+// another's would.
 extern "C" void fccl_emu_launch(FcclKernel k, unsigned grid, unsigned block, const unsigned long long* args,
-                                int reverse) {
+                                int order) {
   gridDim.x = grid;
   blockDim.x = block;
-  const unsigned long long n = (unsigned long long)grid * block;
-  for (unsigned long long i = 0; i < n; i++) {
-    unsigned long long t = reverse ? n - 1 - i : i;
-    blockIdx.x = (unsigned)(t / block);
-    threadIdx.x = (unsigned)(t % block);
-    k(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7]);
+  std::vector<unsigned> blocks(grid);
+  for (unsigned g = 0; g < grid; g++) blocks[g] = order == 1 ? grid - 1 - g : g;
+  if (order > 1) {
+    unsigned long long s = 0x9e3779b97f4a7c15ull ^ (unsigned long long)order;
+    for (unsigned g = grid; g > 1; g--) {
+      s ^= s << 13;
+      s ^= s >> 7;
+      s ^= s << 17;
+      unsigned j = (unsigned)(s % g);
+      unsigned t = blocks[g - 1];
+      blocks[g - 1] = blocks[j];
+      blocks[j] = t;
+    }
+  }
+  for (unsigned g = 0; g < grid; g++) {
+    blockIdx.x = blocks[g];
+    for (unsigned i = 0; i < block; i++) {
+      threadIdx.x = order == 0 ? i : block - 1 - i;
+      k(args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7]);
+    }
   }
 }
