@@ -69,7 +69,17 @@ impl Proxy {
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
-            lock().handle(item);
+            let finished = {
+                let mut p = lock();
+                p.handle(item);
+                std::mem::take(&mut p.finished)
+            };
+            // Completed with the state unlocked: a woken enqueuer's next work
+            // can run on its own thread at once (`ProxyHandle::lock_idle`).
+            for (done, r) in finished {
+                done.complete(r);
+                shared.release();
+            }
         }
         if let (Some(p), Some(h)) = (&profiler, sleeping.take()) {
             p.record(h, state::CTRL_WAKEUP, StateArgs::None);
