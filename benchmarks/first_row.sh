@@ -24,7 +24,7 @@ export LD_LIBRARY_PATH=$B NCCL_NET_PLUGIN=socket
 BASE=${BASE:-}
 row8() { # perf-binary perf-args...
   local p=$1; shift
-  "$p" --ranks 2 "$@" all_reduce 2>&1 | awk '/^ +8 +2 / { print $6 "/" $10; exit }'
+  "$p" --ranks 2 "$@" all_reduce 2>&1 | awk '/^ +8 +2 / && !n++ { print $6 "/" $10 }'
 }
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
