@@ -201,6 +201,11 @@ struct Bench<'a> {
     warmed: Vec<Path>,
 }
 
+/// Sizes up to this many bytes (latency-bound: a stall of a microsecond shows
+/// in `-n 20`'s mean) run `-w` untimed operations between the barrier and the
+/// clock's start, larger ones one ([`Bench::measure`]).
+const ALIGN_MAX_BYTES: usize = 64 << 10;
+
 /// What a size's operations run on: its tuning decision's algorithm,
 /// protocol, channel count and whether an AllReduce runs as AllGather+Reduce
 /// (`None` where the collective has no decision).
@@ -336,10 +341,12 @@ impl Bench<'_> {
     /// Two steps of our own before the timing: a size whose path (algorithm,
     /// protocol, channels, see [`Path`]) no warm-up has run yet is warmed up with `-w`
     /// iterations first (its connections, plan and caches made before its
-    /// clock starts); and after the barrier one more untimed operation, so the
-    /// ranks start the clock within one operation of each other rather than
-    /// within the bootstrap barrier's skew (tens of µs on a loaded host, which
-    /// `-n 20` operations of a microsecond each do not amortise).
+    /// clock starts); and after the barrier untimed operations of this size
+    /// (one, or `-w` up to [`ALIGN_MAX_BYTES`]), so the ranks start the clock
+    /// within one operation of each other rather than within the bootstrap
+    /// barrier's skew (tens of µs on a loaded host, which `-n 20` operations
+    /// of a microsecond each do not amortise), with this very operation's
+    /// caches warm.
     fn measure(&mut self, count: usize, bytes: usize, in_place: bool, rep: u64) -> Result<Perf, ferroccl::Error> {
         let n = self.comm.nranks();
         self.launch(count, in_place)?;
@@ -348,7 +355,14 @@ impl Bench<'_> {
             self.warm_up(count, bytes, self.plan.warmup)?;
         }
         self.comm.barrier()?;
-        self.launch(count, in_place)?;
+        let align = if bytes <= ALIGN_MAX_BYTES {
+            self.plan.warmup.max(1)
+        } else {
+            1
+        };
+        for _ in 0..align {
+            self.launch(count, in_place)?;
+        }
         self.stream.synchronize()?;
         let t0 = Instant::now();
         for _ in 0..self.plan.iters {
