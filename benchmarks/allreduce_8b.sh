@@ -5,6 +5,9 @@
 rounds=${1:-5}
 ranks=${2:-"8 16"}
 perf=${3:-target/release/ferroccl-perf}
+. "$(dirname "$0")/lib/machine.sh"
+machine_header
+for n in $ranks; do check_ranks "$n"; done
 for r in $(seq "$rounds"); do
   for n in $ranks; do
     for algo in ring allreduce:tree; do

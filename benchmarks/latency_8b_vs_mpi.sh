@@ -13,6 +13,9 @@
 # Needs: cargo, mpicc/mpirun (Open MPI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib/machine.sh
+machine_header
+check_ranks 2
 ROUNDS=${1:-5}
 ITERS=${2:-5000}
 BASE=${3:-}

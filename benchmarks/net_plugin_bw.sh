@@ -13,6 +13,7 @@
 #   flock /tmp/ferroccl-bench.lock benchmarks/net_plugin_bw.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib/machine.sh
 ROUNDS=${1:-5}
 shift $(($# > 0 ? 1 : 0))
 if [ -z "${SO:-}" ]; then
@@ -23,6 +24,7 @@ TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 "${CC:-cc}" -O2 -std=c11 -D_GNU_SOURCE -pthread -o "$TMP/net_plugin_bw" benchmarks/net_plugin_bw.c -ldl -lm
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-=lo}
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), plugin $SO"
+machine_header
+echo "# plugin $SO"
 "$TMP/net_plugin_bw" -p "$SO" -r "$ROUNDS" "$@"
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -13,6 +13,8 @@
 # bench lock: flock /tmp/ferroccl-bench.lock benchmarks/netns_shaped.sh 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib/machine.sh
+machine_header
 ROUNDS=${1:-3}
 NAME=nsshaped
 S=scripts/netns-cluster.sh

@@ -21,6 +21,9 @@
 #   flock /tmp/ferroccl-bench.lock benchmarks/netns_vs_mpi.sh 5
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib/machine.sh
+machine_header
+check_ranks 2
 ROUNDS=${1:-5}
 CSV=${2:-/tmp/netns_vs_mpi.csv}
 RATE=${RATE-10gbit}

@@ -14,6 +14,9 @@
 #   SO_DIR: a directory of plugin .so files put first on LD_LIBRARY_PATH (A/B of plugin builds)
 # Environment: B (build dir, default target/release), F (sampling Hz, default 20000).
 set -euo pipefail
+. "$(dirname "$0")/lib/machine.sh"
+machine_header
+check_ranks 2
 M=$1; N=$2; SO=${3:-}
 B=${B:-target/release}; F=${F:-20000}
 export LD_LIBRARY_PATH=${SO:+$SO:}$B NCCL_NET_PLUGIN=socket NCCL_SHM_DISABLE=1

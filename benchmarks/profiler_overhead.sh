@@ -15,6 +15,9 @@
 # put first on LD_LIBRARY_PATH (A/B of plugin builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib/machine.sh
+machine_header
+check_ranks 2
 ROUNDS=${1:-4}
 if [ -z "${B:-}" ]; then
   cargo build --release -q -p ferroccl-examples -p ferroccl-net-socket -p ferroccl-profiler-trace

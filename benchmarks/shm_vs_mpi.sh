@@ -14,6 +14,9 @@
 # Needs: cargo, mpicc/mpirun (Open MPI 4.1), python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/lib/machine.sh
+machine_header
+check_ranks 4   # the largest case runs 4 ranks
 ROUNDS=${1:-5}
 CSV=${2:-/tmp/shm_vs_mpi.csv}
 cargo build --release -q -p ferroccl-examples -p ferroccl-net-socket

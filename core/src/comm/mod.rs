@@ -472,6 +472,7 @@ impl Comm {
             desc_buf: Vec::new(),
             user_registered: false,
             parked: None,
+            finished: Vec::new(),
         };
         let proxy = Arc::new(ProxyHandle::start(proxy, nranks, tuning)?);
         guard.disarm();

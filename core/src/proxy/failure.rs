@@ -69,10 +69,10 @@ impl Proxy {
             self.shared.set_error(&e);
             r = Err(e);
         }
-        // Work that never left its enqueuing thread has no record and no slot.
-        if let Some(d) = &work.done {
-            d.complete(r);
-            self.shared.release();
+        // Work that never left its enqueuing thread has no record and no slot;
+        // the proxy thread's is completed once it has unlocked this state.
+        if let Some(d) = work.done {
+            self.finished.push((d, r));
         }
     }
 

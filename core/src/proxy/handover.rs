@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::shared::Shared;
 use super::state::Proxy;
@@ -126,7 +126,7 @@ impl ProxyHandle {
         let inline = if !self.spin.is_zero()
             && self.shared.queued.load(Ordering::SeqCst) == 0
             && streams.iter().all(|s| s.quiet())
-            && let Ok(core) = self.core.try_lock()
+            && let Some(core) = self.lock_idle()
             // Work another thread parked (`hand_over`) between this thread's
             // look at the queue and its lock runs first: queue behind it.
             && core.parked.is_none()
@@ -162,6 +162,45 @@ impl ProxyHandle {
                 Some(rest) => self.hand_over(rest, streams, core),
             },
             None => self.queue(work, streams),
+        }
+    }
+
+    /// The proxy state, locked, when nothing is queued: the proxy thread
+    /// releases a finished item's queue slot (which wakes an enqueuer waiting
+    /// in `wait_empty`) a moment before it unlocks the state, and an inline
+    /// run by another thread holds it for at most the spin window. A single
+    /// `try_lock` lost that race on every call of a back-to-back loop once one
+    /// operation had been queued (a large one, say): each later one queued too
+    /// and paid two thread hand-offs (about 24 µs on the 2-core VM instead of
+    /// 0.4 µs; the first rows of a perf sweep after its largest-size warm-up).
+    /// Where threads outnumber cores the wake-up of this thread commonly
+    /// preempts the proxy thread on its own core with the lock still held, so
+    /// after a few polls this thread yields its core to it. So: retry
+    /// (polling, then yielding) for at most the spin window while the queue
+    /// stays empty; `None` once work is queued, the window has passed, or the
+    /// lock is poisoned.
+    fn lock_idle(&self) -> Option<std::sync::MutexGuard<'_, Proxy>> {
+        let mut until = None;
+        let mut polls = 0u32;
+        loop {
+            match self.core.try_lock() {
+                Ok(core) => return Some(core),
+                Err(std::sync::TryLockError::Poisoned(_)) => return None,
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if self.shared.queued.load(Ordering::SeqCst) != 0 {
+                return None;
+            }
+            let now = Instant::now();
+            if now >= *until.get_or_insert(now + self.spin) {
+                return None;
+            }
+            polls += 1;
+            if polls < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
         }
     }
 

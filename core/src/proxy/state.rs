@@ -14,7 +14,9 @@ use super::work::Item;
 use crate::bootstrap::Bootstrap;
 use crate::coll::desc::OpDesc;
 use crate::coll::schedule::SchedParams;
+use crate::error::Error;
 use crate::profiler::Profiler;
+use crate::stream::Completion;
 use crate::transport::ConnTable;
 use crate::transport::setup::TransportSetup;
 
@@ -66,4 +68,9 @@ pub(crate) struct Proxy {
     /// Work an enqueuing thread handed over (`ProxyHandle::hand_over`): the
     /// proxy thread runs it before the item it received.
     pub parked: Option<Item>,
+    /// Work the proxy thread finished while holding this state, with its
+    /// result: completed, and its queue slot released, only once the thread
+    /// has unlocked the state (`Proxy::run`), so an enqueuer woken by either
+    /// finds the state free to run its next work itself.
+    pub finished: Vec<(Arc<Completion>, Result<(), Error>)>,
 }

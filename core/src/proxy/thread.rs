@@ -29,6 +29,8 @@ impl Proxy {
         // The ProxyCtrl event of the current idle period (NCCL's progress thread
         // sleeping on its ops pool: `ProxyCtrlSleep`, then `ProxyCtrlWakeup`).
         let mut sleeping: Option<EventHandle> = None;
+        // Work finished by the last item (see `Proxy::finished`).
+        let mut finished = Vec::new();
         loop {
             if sleeping.is_none()
                 && let Some(p) = &profiler
@@ -69,7 +71,18 @@ impl Proxy {
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
-            lock().handle(item);
+            {
+                let mut p = lock();
+                p.handle(item);
+                // The emptied vector goes back: no allocation per item.
+                std::mem::swap(&mut p.finished, &mut finished);
+            }
+            // Completed with the state unlocked: a woken enqueuer's next work
+            // can run on its own thread at once (`ProxyHandle::lock_idle`).
+            for (done, r) in finished.drain(..) {
+                done.complete(r);
+                shared.release();
+            }
         }
         if let (Some(p), Some(h)) = (&profiler, sleeping.take()) {
             p.record(h, state::CTRL_WAKEUP, StateArgs::None);

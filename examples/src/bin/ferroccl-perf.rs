@@ -196,9 +196,57 @@ struct Bench<'a> {
     recv: Vec<u8>,
     stream: Stream,
     decision: Option<ferroccl::tune::Decision>,
+    /// The paths (see [`Path`]) warmed up so far; a size
+    /// whose decision is none of them is warmed up before it is timed.
+    warmed: Vec<Path>,
 }
 
+/// Sizes up to this many bytes (latency-bound: a stall of a microsecond shows
+/// in `-n 20`'s mean) run `-w` untimed operations between the barrier and the
+/// clock's start, larger ones one ([`Bench::measure`]).
+const ALIGN_MAX_BYTES: usize = 64 << 10;
+
+/// What a size's operations run on: its tuning decision's algorithm,
+/// protocol, channel count and whether an AllReduce runs as AllGather+Reduce
+/// (`None` where the collective has no decision).
+type Path = Option<(ferroccl::tune::Algorithm, ferroccl::tune::Protocol, usize, bool)>;
+
 impl Bench<'_> {
+    /// The path of the last operation this rank ran (see [`Path`]).
+    fn last_path(&self) -> Path {
+        let d = self.coll.func().and_then(|f| self.comm.tuning().last(f))?;
+        Some((d.algo, d.proto, d.nchannels, d.allgather_reduce))
+    }
+
+    /// `iters` untimed operations on `count`, waited for; records (and with
+    /// `--show-tuning` prints, rank 0) the path they ran on.
+    fn warm_up(&mut self, count: usize, bytes: usize, iters: usize) -> Result<(), ferroccl::Error> {
+        if iters == 0 {
+            return Ok(());
+        }
+        for _ in 0..iters {
+            self.launch(count, false)?;
+        }
+        self.stream.synchronize()?;
+        let path = self.last_path();
+        if !self.warmed.contains(&path) {
+            self.warmed.push(path);
+        }
+        if self.plan.show_tuning && self.comm.rank() == 0 && !self.plan.json {
+            let how = match path {
+                Some((a, p, c, agr)) => format!(
+                    "{}/{}{} channels {c}",
+                    a.name(),
+                    p.name(),
+                    if agr { " (allgather+reduce)" } else { "" }
+                ),
+                None => "no tuning decision".to_string(),
+            };
+            println!("#  warm-up: {bytes} B x{iters}: {how}");
+        }
+        Ok(())
+    }
+
     /// Enqueues one operation on `count` (per-rank parameter count).
     fn launch(&mut self, count: usize, in_place: bool) -> Result<(), ferroccl::Error> {
         let es = self.dtype.size();
@@ -289,11 +337,33 @@ impl Bench<'_> {
 
     /// nccl-tests' `BenchTime`: one untimed run, `-n` timed iterations, the time
     /// combined over ranks by `-a`, then `-c` checked runs.
+    ///
+    /// Two steps of our own before the timing: a size whose path (algorithm,
+    /// protocol, channels, see [`Path`]) no warm-up has run yet is warmed up with `-w`
+    /// iterations first (its connections, plan and caches made before its
+    /// clock starts); and after the barrier untimed operations of this size
+    /// (one, or `-w` up to [`ALIGN_MAX_BYTES`]), so the ranks start the clock
+    /// within one operation of each other rather than within the bootstrap
+    /// barrier's skew (tens of µs on a loaded host, which `-n 20` operations
+    /// of a microsecond each do not amortise), with this very operation's
+    /// caches warm.
     fn measure(&mut self, count: usize, bytes: usize, in_place: bool, rep: u64) -> Result<Perf, ferroccl::Error> {
         let n = self.comm.nranks();
         self.launch(count, in_place)?;
         self.stream.synchronize()?;
+        if !self.warmed.contains(&self.last_path()) {
+            self.warm_up(count, bytes, self.plan.warmup)?;
+        }
         self.comm.barrier()?;
+        let align = if bytes <= ALIGN_MAX_BYTES {
+            self.plan.warmup.max(1)
+        } else {
+            1
+        };
+        for _ in 0..align {
+            self.launch(count, in_place)?;
+        }
+        self.stream.synchronize()?;
         let t0 = Instant::now();
         for _ in 0..self.plan.iters {
             self.iteration(count, in_place)?;
@@ -512,6 +582,7 @@ fn run_rank(
         recv,
         stream: Stream::new(),
         decision: None,
+        warmed: Vec::new(),
     };
     let root_col: i64 = plan.coll.root().map_or(-1, |r| r as i64);
     let mut rows: Vec<Row> = Vec::new();
@@ -619,6 +690,12 @@ fn run_rank(
 
 /// nccl-tests' `TimeTest` for one datatype and reduction: warm up at the largest
 /// and the smallest size, then every size out of place and in place.
+///
+/// nccl-tests (`src/common.cu`, `TimeTest`) runs `-w` warm-up iterations at
+/// the largest size, then `-w` at the smallest (as here), then each size's
+/// `BenchTime`, which runs one untimed operation before its timed ones. That
+/// alone left the first rows here 10-60x slow (issue 35); [`Bench::measure`]
+/// adds the per-path warm-up and the start-aligning operation.
 #[allow(clippy::too_many_arguments)]
 fn run_sweep(
     bench: &mut Bench<'_>,
@@ -633,11 +710,8 @@ fn run_sweep(
     let n = bench.comm.nranks();
     let es = dtype.size();
     for b in [plan.max_bytes, plan.min_bytes] {
-        let (count, _) = plan.coll.counts(b, es, n);
-        for _ in 0..plan.warmup {
-            bench.launch(count, false)?;
-        }
-        bench.stream.synchronize()?;
+        let (count, shown) = plan.coll.counts(b, es, n);
+        bench.warm_up(count, shown * es, plan.warmup)?;
     }
     for &size in &plan.sizes {
         let (count, shown) = plan.coll.counts(size, es, n);

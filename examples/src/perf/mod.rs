@@ -71,7 +71,8 @@ pub struct Args {
     /// Operations aggregated in one group per iteration.
     #[arg(short = 'm', long = "agg_iters", default_value_t = 1)]
     pub agg_iters: usize,
-    /// Warmup iterations per size.
+    /// Warmup iterations: at the largest size, then the smallest (as
+    /// nccl-tests), then before any size whose path none of those ran.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 5)]
     pub warmup: usize,
     /// Run the whole sweep this many times, printing each (0: until interrupted).
