@@ -33,6 +33,8 @@ mod driver;
 #[cfg(feature = "cuda")]
 mod guard;
 #[cfg(feature = "cuda")]
+mod hostflag;
+#[cfg(feature = "cuda")]
 mod memory;
 #[cfg(feature = "cuda")]
 mod nvrtc;
@@ -44,6 +46,8 @@ pub use driver::{
     DeviceAttrs, IpcMapping, can_access_peer, current_device, device_attrs, device_count, dmabuf_fd_for, driver_info,
     ipc_get_mem_handle, launch_host_func,
 };
+#[cfg(feature = "cuda")]
+pub use hostflag::{alloc_host_flags, stream_wait_value32};
 #[cfg(feature = "cuda")]
 pub(crate) use driver::{classify, device_backend};
 #[cfg(feature = "cuda")]
