@@ -525,9 +525,9 @@ impl FlagPool {
 /// 1's gate, and rank 0's operation needs rank 1's); and the proxy's own CUDA
 /// calls (staging copies) must never wait for the caller's stream, which then
 /// waits for the proxy. NCCL never blocks in host functions either: it enqueues
-/// its kernel on the caller's stream and orders host-side work with stream
-/// memory operations and events (`src/enqueue.cc`, `ncclLaunchPrepare` /
-/// `hostStreamPlanTask`, `src/misc/strongstream.cc`).
+/// its kernel on the caller's stream, its host callback only hands the plan to
+/// the proxy (`src/enqueue.cc`, `hostStreamPlanTask`), and the kernel waits for
+/// the proxy on the device through host-mapped flags, as the stream does here.
 #[derive(Debug)]
 pub struct FlagWaitStream<D: StreamDriver> {
     driver: D,

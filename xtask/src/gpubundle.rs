@@ -26,13 +26,9 @@ use crate::workspace::{Workspace, cargo};
 /// One check of `run.sh`: its name, time limit (s) and command line (run in
 /// the bundle directory; `$DIR` is the bundle).
 pub const CHECKS: [(&str, u32, &str); 8] = [
-    (
-        "cuda_transport",
-        300,
-        "deps/cuda_transport --test-threads=1",
-    ),
-    ("cuda_device", 900, "deps/cuda_device --test-threads=1"),
     ("coll_device", 900, "deps/coll_device --test-threads=1"),
+    ("cuda_transport", 300, "deps/cuda_transport --test-threads=1"),
+    ("cuda_device", 900, "deps/cuda_device --test-threads=1"),
     ("cuda_reduce_bw", 300, "bin/cuda_reduce_bw"),
     (
         "conformance_gpu_memory_socket",
@@ -120,7 +116,12 @@ fn shell_quote(s: &str) -> String {
 fn build(ws: &Workspace, profile: &str, args: &[&str]) -> Result<Vec<(String, PathBuf)>, String> {
     let mut cmd = cargo();
     cmd.current_dir(&ws.root)
-        .args(["build", "--message-format=json-render-diagnostics", "--profile", profile])
+        .args([
+            "build",
+            "--message-format=json-render-diagnostics",
+            "--profile",
+            profile,
+        ])
         .args(args)
         .stderr(Stdio::inherit());
     if profile != "dev" {
@@ -204,7 +205,11 @@ pub fn gpu_bundle(ws: &Workspace, opts: &BundleOptions) -> Result<Vec<PathBuf>, 
             files.push(to);
         }
     }
-    for (name, exe) in build(ws, &opts.profile, &["-p", "ferroccl-conformance", "--bin", "ferroccl-conformance"])? {
+    for (name, exe) in build(
+        ws,
+        &opts.profile,
+        &["-p", "ferroccl-conformance", "--bin", "ferroccl-conformance"],
+    )? {
         let to = bin.join(&name);
         copy(&exe, &to)?;
         files.push(to);

@@ -96,12 +96,21 @@ fn main() -> ExitCode {
         Cmd::DocCheck { conformance } => doc_check_cmd(&ws, conformance),
         Cmd::GpuBundle { dir, profile } => {
             let dir = std::path::absolute(&dir).unwrap_or(dir);
-            xtask::gpubundle::gpu_bundle(&ws, &xtask::gpubundle::BundleOptions { out: dir.clone(), profile }).map(
-                |files| {
-                    println!("GPU bundle in {} ({} files); on the GPU machine run:", dir.display(), files.len());
-                    println!("  {}/run.sh", dir.display());
+            xtask::gpubundle::gpu_bundle(
+                &ws,
+                &xtask::gpubundle::BundleOptions {
+                    out: dir.clone(),
+                    profile,
                 },
             )
+            .map(|files| {
+                println!(
+                    "GPU bundle in {} ({} files); on the GPU machine run:",
+                    dir.display(),
+                    files.len()
+                );
+                println!("  {}/run.sh", dir.display());
+            })
         }
     };
     match r {

@@ -87,7 +87,10 @@ fn with_a_gpu_every_check_runs_and_a_failure_fails_the_run() {
         if *name == "conformance_gpu_memory_ib" {
             assert!(l.starts_with(&format!("SKIP {name} ")), "{l}");
         } else {
-            assert!(l.starts_with(&format!("FAIL {name} ")) && l.contains("(exit 127;"), "{l}");
+            assert!(
+                l.starts_with(&format!("FAIL {name} ")) && l.contains("(exit 127;"),
+                "{l}"
+            );
         }
         assert!(d.0.join(format!("logs/{name}.log")).exists(), "{name}'s log");
     }

@@ -291,7 +291,6 @@ pub(crate) fn reserve(m: &OpMem) -> Result<(), Error> {
     Ok(())
 }
 
-
 /// One staged range: user bytes `[user, user + len)` mirrored at `host`.
 struct Part {
     user: usize,

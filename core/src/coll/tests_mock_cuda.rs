@@ -298,7 +298,9 @@ fn streams_sharing_a_callback_thread_do_not_deadlock() {
             // the mock stream and `s` are synchronized.
             unsafe { comm.all_reduce(input.as_ptr(), op_, count, dtype, op, &s) }.expect("enqueue");
             let (o, sn) = (o.clone(), sn.clone());
-            dev.push(Item::Kernel(Box::new(move || *sn.lock().unwrap() = o.lock().unwrap().clone())));
+            dev.push(Item::Kernel(Box::new(move || {
+                *sn.lock().unwrap() = o.lock().unwrap().clone()
+            })));
         }
         let synced = dev.synchronize();
         dev.close();

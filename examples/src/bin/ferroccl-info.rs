@@ -144,7 +144,9 @@ fn print_gpu() {
             "nvrtc: {}.{} from {} (loaded as {})",
             n.version.0,
             n.version.1,
-            n.path.as_deref().map_or_else(|| "?".into(), |p| p.display().to_string()),
+            n.path
+                .as_deref()
+                .map_or_else(|| "?".into(), |p| p.display().to_string()),
             n.found_by
         ),
         Err(e) => println!("nvrtc: none ({e})"),

@@ -316,8 +316,14 @@ fn force_load(f: &CudaFunction) {
     let _ = guard::call("cuFuncLoad", || unsafe { sys::cuFuncLoad(h) }.result());
     let mut v = 0;
     // SAFETY: as above; one int out-pointer.
-    let _ = guard::call("cuFuncGetAttribute", || unsafe {
-        sys::cuFuncGetAttribute(&mut v, sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, h)
-    }
-    .result());
+    let _ = guard::call("cuFuncGetAttribute", || {
+        unsafe {
+            sys::cuFuncGetAttribute(
+                &mut v,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                h,
+            )
+        }
+        .result()
+    });
 }

@@ -6,11 +6,12 @@
 //! address space (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_DEVICEMAP |
 //! CU_MEMHOSTALLOC_PORTABLE`); the stream waits on it with
 //! `cuStreamWaitValue32(..., CU_STREAM_WAIT_VALUE_EQ)` and the host releases the
-//! stream with a plain store: no CUDA call, no thread blocked. NCCL orders its
-//! host-side work with a caller's stream the same way (`src/enqueue.cc`, the
-//! host-stream / `cuStreamWaitValue32` path of `ncclLaunchPrepare`, and
-//! `src/misc/strongstream.cc`), never by blocking in a host function, which
-//! CUDA forbids to call CUDA and warns against blocking in
+//! stream with a plain store: no CUDA call, no thread blocked. NCCL never
+//! blocks in a host function either: its host-side work on a caller's stream
+//! is a `cudaLaunchHostFunc` callback that only hands the plan to the proxy
+//! (`src/enqueue.cc`, `hostStreamPlanTask` / `hostStreamPlanCallback`), and
+//! its kernels wait for the proxy on the device through host-mapped flags; CUDA
+//! forbids CUDA calls in a host function and warns against blocking in one
 //! (`cuLaunchHostFunc`'s documentation).
 
 use std::ffi::c_void;
@@ -63,7 +64,12 @@ pub fn alloc_host_flags(ordinal: usize, n: usize) -> Result<(*mut u32, u64), Ker
 /// # Safety
 /// `stream` must be a live `CUstream` of device `ordinal` (or NULL), and
 /// `addr` a mapped flag word that stays allocated.
-pub unsafe fn stream_wait_value32(ordinal: usize, stream: *mut c_void, addr: u64, value: u32) -> Result<(), KernelError> {
+pub unsafe fn stream_wait_value32(
+    ordinal: usize,
+    stream: *mut c_void,
+    addr: u64,
+    value: u32,
+) -> Result<(), KernelError> {
     driver::context(ordinal)?;
     guard::call("cuStreamWaitValue32", || {
         // SAFETY: a live stream and a mapped word (caller).

@@ -14,7 +14,7 @@
 //! * NVRTC (CUDA 12 or 13): the file named by `FERROCCL_NVRTC_LIB` (e.g. the
 //!   `nvidia-cuda-nvrtc-cu12` wheel's `nvidia/cuda_nvrtc/lib/libnvrtc.so.12`),
 //!   else `libnvrtc.so.13`, `libnvrtc.so.12`, then `libnvrtc.so` on the loader
-//!   path; its entry points are resolved from that one library (our own
+//!   path, then the CUDA toolkits' `lib64` (`$CUDA_HOME`, `/usr/local/cuda*`); its entry points are resolved from that one library (our own
 //!   bindings: cudarc's would look for CUDA 12 names only).
 //!
 //! Which parts need a GPU: everything that touches the driver ([`CudaBackend`],
@@ -48,13 +48,15 @@ pub use driver::{
     ipc_get_mem_handle, launch_host_func,
 };
 #[cfg(feature = "cuda")]
-pub use hostflag::{alloc_host_flags, stream_wait_value32};
-#[cfg(feature = "cuda")]
 pub(crate) use driver::{classify, device_backend};
+#[cfg(feature = "cuda")]
+pub use hostflag::{alloc_host_flags, stream_wait_value32};
 #[cfg(feature = "cuda")]
 pub use memory::{DeviceBuffer, PinnedBuffer};
 #[cfg(feature = "cuda")]
-pub use nvrtc::{NVRTC_SONAMES, NvrtcCandidate, compile, compile_program, nvrtc_candidates, nvrtc_info, nvrtc_load, search_first};
+pub use nvrtc::{
+    NVRTC_SONAMES, NvrtcCandidate, compile, compile_program, nvrtc_candidates, nvrtc_info, nvrtc_load, search_first,
+};
 
 /// Environment variable naming the NVRTC library file to load
 /// (`.../nvidia/cuda_nvrtc/lib/libnvrtc.so.12`); when unset, `libnvrtc.so.13`,

@@ -30,7 +30,14 @@ type Prog = *mut c_void;
 /// and 13), resolved from one library.
 struct Api {
     version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int,
-    create: unsafe extern "C" fn(*mut Prog, *const c_char, *const c_char, c_int, *const *const c_char, *const *const c_char) -> c_int,
+    create: unsafe extern "C" fn(
+        *mut Prog,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> c_int,
     compile: unsafe extern "C" fn(Prog, c_int, *const *const c_char) -> c_int,
     log_size: unsafe extern "C" fn(Prog, *mut usize) -> c_int,
     log: unsafe extern "C" fn(Prog, *mut c_char) -> c_int,
@@ -53,8 +60,14 @@ pub struct NvrtcCandidate {
 /// the file named by [`NVRTC_LIB_ENV`] (only that one: a file named on purpose
 /// that fails to load is an error, not a reason to load another), else
 /// [`NVRTC_SONAMES`] on the loader path (`libnvrtc.so.13`, `libnvrtc.so.12`,
-/// `libnvrtc.so`).
-pub fn nvrtc_candidates(path: Option<&Path>, env: Option<&std::ffi::OsStr>) -> Vec<NvrtcCandidate> {
+/// `libnvrtc.so`), then `lib64/libnvrtc.so.13` and `lib64/libnvrtc.so.12` of
+/// each CUDA toolkit directory in `toolkits` ([`cuda_toolkit_dirs`]: a toolkit
+/// installed but not on the loader path, as `/usr/local/cuda-13.0` usually is).
+pub fn nvrtc_candidates(
+    path: Option<&Path>,
+    env: Option<&std::ffi::OsStr>,
+    toolkits: &[PathBuf],
+) -> Vec<NvrtcCandidate> {
     if let Some(p) = path {
         return vec![NvrtcCandidate {
             name: p.to_path_buf(),
@@ -67,13 +80,55 @@ pub fn nvrtc_candidates(path: Option<&Path>, env: Option<&std::ffi::OsStr>) -> V
             from: NVRTC_LIB_ENV,
         }];
     }
-    NVRTC_SONAMES
+    let mut c: Vec<NvrtcCandidate> = NVRTC_SONAMES
         .iter()
         .map(|s| NvrtcCandidate {
             name: PathBuf::from(s),
             from: "loader path",
         })
-        .collect()
+        .collect();
+    for t in toolkits {
+        for so in &NVRTC_SONAMES[..2] {
+            c.push(NvrtcCandidate {
+                name: t.join("lib64").join(so),
+                from: "CUDA toolkit",
+            });
+        }
+    }
+    c
+}
+
+/// CUDA toolkit directories, in the order NVRTC is looked for in them:
+/// `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`, then every
+/// `/usr/local/cuda-X.Y`, newest first (those that exist).
+pub fn cuda_toolkit_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(|v| std::env::var_os(v).filter(|v| !v.is_empty()).map(PathBuf::from))
+        .collect();
+    dirs.push(PathBuf::from("/usr/local/cuda"));
+    let mut versioned: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir("/usr/local")
+        .map(|d| {
+            d.filter_map(|e| {
+                let e = e.ok()?;
+                let name = e.file_name().into_string().ok()?;
+                let v = name.strip_prefix("cuda-")?;
+                let key: Vec<u32> = v.split('.').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+                Some((key, e.path()))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    versioned.sort_by(|a, b| b.0.cmp(&a.0));
+    dirs.extend(versioned.into_iter().map(|(_, p)| p));
+    let mut seen = Vec::new();
+    dirs.retain(|d| {
+        d.is_dir() && !seen.contains(d) && {
+            seen.push(d.clone());
+            true
+        }
+    });
+    dirs
 }
 
 /// Tries `candidates` in order with `open`; the first success and its index,
@@ -129,7 +184,11 @@ fn open_api(c: &NvrtcCandidate) -> Result<(&'static Api, (i32, i32), PathBuf), S
             "NVRTC {major}.{minor} is too old (CUDA 12 or 13 NVRTC is needed for the kernels' C++17)"
         ));
     }
-    Ok((api, (major, minor), loaded_file(api.version as *const c_void).unwrap_or_else(|| c.name.clone())))
+    Ok((
+        api,
+        (major, minor),
+        loaded_file(api.version as *const c_void).unwrap_or_else(|| c.name.clone()),
+    ))
 }
 
 /// The file the loader mapped the symbol at `addr` from (`dladdr`).
@@ -164,7 +223,7 @@ fn load(path: Option<&Path>) -> Result<(NvrtcInfo, &'static Api), KernelError> {
         return Ok(l.clone());
     }
     let env = std::env::var_os(NVRTC_LIB_ENV);
-    let cands = nvrtc_candidates(path, env.as_deref());
+    let cands = nvrtc_candidates(path, env.as_deref(), &cuda_toolkit_dirs());
     let ((api, version, file), i) = search_first(&cands, open_api).map_err(|why| {
         KernelError::NoNvrtc(format!(
             "no usable NVRTC (CUDA 12 or 13): {}. Install the CUDA toolkit's NVRTC (cuda-nvrtc-13-0 or -12-x) \
@@ -231,7 +290,16 @@ pub fn compile_program(name: &str, src: &str, arch: u32) -> Result<String, Kerne
     let optp: Vec<*const c_char> = copts.iter().map(|o| o.as_ptr()).collect();
     let mut prog: Prog = std::ptr::null_mut();
     // SAFETY: NUL-terminated source and name; no headers.
-    let r = unsafe { (api.create)(&mut prog, csrc.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null()) };
+    let r = unsafe {
+        (api.create)(
+            &mut prog,
+            csrc.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
     if r != 0 {
         return Err(fail(format!("nvrtcCreateProgram: {}", err(r))));
     }
@@ -307,7 +375,7 @@ mod tests {
     #[test]
     fn search_order_is_13_then_12_then_unversioned() {
         assert_eq!(
-            names(&nvrtc_candidates(None, None)),
+            names(&nvrtc_candidates(None, None, &[])),
             [
                 "libnvrtc.so.13 loader path",
                 "libnvrtc.so.12 loader path",
@@ -315,18 +383,44 @@ mod tests {
             ]
         );
         // An empty variable is no override.
-        assert_eq!(nvrtc_candidates(None, Some("".as_ref())).len(), 3);
+        assert_eq!(nvrtc_candidates(None, Some("".as_ref()), &[]).len(), 3);
+    }
+
+    /// After the loader path: each toolkit's lib64, CUDA 13 then 12.
+    #[test]
+    fn toolkits_follow_the_loader_path() {
+        let t = [
+            PathBuf::from("/usr/local/cuda-13.0"),
+            PathBuf::from("/usr/local/cuda-12.9"),
+        ];
+        assert_eq!(
+            names(&nvrtc_candidates(None, None, &t))[3..],
+            [
+                "/usr/local/cuda-13.0/lib64/libnvrtc.so.13 CUDA toolkit",
+                "/usr/local/cuda-13.0/lib64/libnvrtc.so.12 CUDA toolkit",
+                "/usr/local/cuda-12.9/lib64/libnvrtc.so.13 CUDA toolkit",
+                "/usr/local/cuda-12.9/lib64/libnvrtc.so.12 CUDA toolkit"
+            ]
+        );
     }
 
     /// The variable, or a path from the caller, is the only candidate.
     #[test]
     fn an_override_is_the_only_candidate() {
         assert_eq!(
-            names(&nvrtc_candidates(None, Some("/w/libnvrtc.so.12".as_ref()))),
+            names(&nvrtc_candidates(
+                None,
+                Some("/w/libnvrtc.so.12".as_ref()),
+                &[PathBuf::from("/t")]
+            )),
             [format!("/w/libnvrtc.so.12 {NVRTC_LIB_ENV}")]
         );
         assert_eq!(
-            names(&nvrtc_candidates(Some(Path::new("/c/x.so")), Some("/w/y.so".as_ref()))),
+            names(&nvrtc_candidates(
+                Some(Path::new("/c/x.so")),
+                Some("/w/y.so".as_ref()),
+                &[]
+            )),
             ["/c/x.so the caller"]
         );
     }
@@ -335,7 +429,7 @@ mod tests {
     /// it after 13 fails; every failure is named when none opens.
     #[test]
     fn the_first_that_opens_wins_and_failures_are_named() {
-        let c = nvrtc_candidates(None, None);
+        let c = nvrtc_candidates(None, None, &[]);
         let only12 = |c: &NvrtcCandidate| {
             if c.name == Path::new("libnvrtc.so.12") {
                 Ok(12)
@@ -344,7 +438,14 @@ mod tests {
             }
         };
         assert_eq!(search_first(&c, only12), Ok((12, 1)));
-        let both = |c: &NvrtcCandidate| c.name.to_str().unwrap().strip_prefix("libnvrtc.so.").map(|v| v.to_string()).ok_or("no".to_string());
+        let both = |c: &NvrtcCandidate| {
+            c.name
+                .to_str()
+                .unwrap()
+                .strip_prefix("libnvrtc.so.")
+                .map(|v| v.to_string())
+                .ok_or("no".to_string())
+        };
         assert_eq!(search_first(&c, both), Ok(("13".to_string(), 0)));
         let none = search_first(&c, |_| Err::<(), _>("missing".to_string())).unwrap_err();
         assert_eq!(none.len(), 3);
@@ -354,7 +455,7 @@ mod tests {
     /// A real dlopen of a file that does not exist fails with its name.
     #[test]
     fn a_missing_file_is_named() {
-        let c = nvrtc_candidates(Some(Path::new("/nonexistent/libnvrtc.so.13")), None);
+        let c = nvrtc_candidates(Some(Path::new("/nonexistent/libnvrtc.so.13")), None, &[]);
         let e = search_first(&c, open_api).map(|_| ()).unwrap_err();
         assert!(e[0].contains("/nonexistent/libnvrtc.so.13 (the caller)"), "{e:?}");
     }

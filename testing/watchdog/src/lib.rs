@@ -58,9 +58,8 @@ impl Watchdog {
             .name("test-watchdog".into())
             .spawn(move || {
                 if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-                    let mut msg = format!(
-                        "WATCHDOG {what}: not finished after {limit:?}; what each thread is waiting on:\n"
-                    );
+                    let mut msg =
+                        format!("WATCHDOG {what}: not finished after {limit:?}; what each thread is waiting on:\n");
                     msg.push_str(&process_report(std::process::id()));
                     let x = extra();
                     if !x.is_empty() {
@@ -88,13 +87,18 @@ impl Drop for Watchdog {
 }
 
 fn read(p: &str) -> String {
-    std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_else(|e| format!("({e})"))
+    std::fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|e| format!("({e})"))
 }
 
 /// Every thread of process `pid`: name, state, wait channel, system call; then
 /// native backtraces from gdb when it is installed (bounded to 60 s).
 pub fn process_report(pid: u32) -> String {
-    let mut out = format!("process {pid} ({}):\n", read(&format!("/proc/{pid}/cmdline")).replace('\0', " "));
+    let mut out = format!(
+        "process {pid} ({}):\n",
+        read(&format!("/proc/{pid}/cmdline")).replace('\0', " ")
+    );
     let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
         .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
         .unwrap_or_default();
@@ -103,13 +107,21 @@ pub fn process_report(pid: u32) -> String {
         let base = format!("/proc/{pid}/task/{t}");
         let stat = read(&format!("{base}/stat"));
         // The state follows the parenthesised name.
-        let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()).unwrap_or("?").to_string();
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or("?")
+            .to_string();
         let _ = writeln!(
             out,
             "  thread {t} {:<24} state {state} wchan {} syscall {}",
             read(&format!("{base}/comm")),
             read(&format!("{base}/wchan")),
-            read(&format!("{base}/syscall")).split_whitespace().next().unwrap_or("?"),
+            read(&format!("{base}/syscall"))
+                .split_whitespace()
+                .next()
+                .unwrap_or("?"),
         );
     }
     out.push_str(&gdb_backtraces(pid));
@@ -197,7 +209,11 @@ mod tests {
         }
         drop(Watchdog::arm("in time", Duration::from_secs(60), String::new));
         let out = Command::new(std::env::current_exe().unwrap())
-            .args(["expired_watchdog_fails_the_process_with_a_report", "--exact", "--nocapture"])
+            .args([
+                "expired_watchdog_fails_the_process_with_a_report",
+                "--exact",
+                "--nocapture",
+            ])
             .env("WATCHDOG_CHILD", "1")
             .env("PATH", "/nonexistent")
             .output()
