@@ -315,8 +315,8 @@ fn force_load(f: &CudaFunction) {
     // SAFETY: a function handle of a module loaded in this context.
     let _ = guard::call("cuFuncLoad", || unsafe { sys::cuFuncLoad(h) }.result());
     let mut v = 0;
-    // SAFETY: as above; one int out-pointer.
     let _ = guard::call("cuFuncGetAttribute", || {
+        // SAFETY: as above; one int out-pointer.
         unsafe {
             sys::cuFuncGetAttribute(
                 &mut v,
