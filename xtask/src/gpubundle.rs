@@ -11,7 +11,7 @@
 //! DIR/scripts/gpu-torch-check.sh, gpu-nccl-plugins-check.sh
 //! ```
 //!
-//! `run.sh` sets `FERROCCL_REQUIRE_GPU=1` (a test that cannot reach the GPU
+//! run.sh sets `FERROCCL_REQUIRE_GPU=1` (a test that cannot reach the GPU
 //! fails instead of skipping), gives every check its own `timeout`, and prints
 //! `PASS|FAIL|SKIP <check> <seconds>s [why]` per check, each check's output in
 //! `DIR/logs/<check>.log`. Without a usable GPU it prints one `SKIP` line per
@@ -23,7 +23,7 @@ use std::process::{Command, Stdio};
 use crate::dist::{DistOptions, dist};
 use crate::workspace::{Workspace, cargo};
 
-/// One check of `run.sh`: its name, time limit (s) and command line (run in
+/// One check of run.sh: its name, time limit (s) and command line (run in
 /// the bundle directory; `$DIR` is the bundle).
 pub const CHECKS: [(&str, u32, &str); 8] = [
     ("coll_device", 900, "deps/coll_device --test-threads=1"),

@@ -1,4 +1,4 @@
-//! `run.sh` of `cargo xtask gpu-bundle`, run here on stand-in bundles (the real
+//! run.sh of `cargo xtask gpu-bundle`, run here on stand-in bundles (the real
 //! bundle is built and run by `scripts/gpu-bundle-test.sh`, from
 //! `scripts/test.sh`): without a GPU, one `SKIP <check> 0s (no GPU: why)` line
 //! per check and exit 0; with one, one `PASS`/`FAIL` line per check and exit 1
