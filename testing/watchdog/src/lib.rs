@@ -210,7 +210,7 @@ mod tests {
         drop(Watchdog::arm("in time", Duration::from_secs(60), String::new));
         let out = Command::new(std::env::current_exe().unwrap())
             .args([
-                "expired_watchdog_fails_the_process_with_a_report",
+                "tests::expired_watchdog_fails_the_process_with_a_report",
                 "--exact",
                 "--nocapture",
             ])
