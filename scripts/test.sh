@@ -16,3 +16,5 @@ cargo build --workspace --all-targets
 # names are checked by the test xtask/tests/doc_check.rs (`cargo xtask doc-check`).
 RUSTDOCFLAGS="-D warnings -A rustdoc::private_intra_doc_links" cargo doc --no-deps --workspace --document-private-items -q
 cargo test --workspace -- --test-threads=2
+# The GPU bundle builds, and its run.sh says "no GPU" per check here (exit 0).
+scripts/gpu-bundle-test.sh

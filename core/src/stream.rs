@@ -19,6 +19,13 @@
 //! and a wait ([`DeviceStream::wait_for`]) holds the caller's later work until
 //! the operation is done ([`OpDone`]). The caller may then wait on its own
 //! stream (`cudaStreamSynchronize`) or on [`Stream::synchronize`].
+//!
+//! Nothing blocks inside a host function ([`FlagWaitStream`]: the wait is a
+//! device-side `cuStreamWaitValue32` on a host flag the proxy sets), and the
+//! proxy's own CUDA work never waits for the caller's stream (its staging
+//! copies run on the CUDA backend's non-blocking stream, with its kernels
+//! loaded and host bounce buffers reserved on the enqueuing thread; see
+//! `coll::mem`).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
@@ -38,7 +45,7 @@ pub(crate) type Deps = smallvec::SmallVec<[Arc<Completion>; 2]>;
 /// so finishing successfully and asking whether work has finished take no
 /// lock (both happen once per operation on the enqueue path); the error of a
 /// failed operation and the sleep of a waiter go through the mutex.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Completion {
     outcome: AtomicU8,
     /// Threads blocked in [`Completion::wait`]: `complete` skips the lock and
@@ -48,6 +55,19 @@ pub(crate) struct Completion {
     /// The error of a [`FAILED`] outcome (set before the outcome is published).
     error: Mutex<Option<Error>>,
     cv: Condvar,
+    /// Run once when the outcome is published ([`Completion::on_done`]):
+    /// releases a device stream waiting on a host flag. `has_hooks` spares the
+    /// lock when there are none (every operation not ordered with a device).
+    hooks: Mutex<Vec<Box<dyn FnOnce() + Send>>>,
+    has_hooks: AtomicBool,
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completion")
+            .field("outcome", &self.outcome.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 /// [`Completion::outcome`]: not finished.
@@ -90,6 +110,28 @@ impl Completion {
             let _g = self.error.lock().unwrap_or_else(|e| e.into_inner());
             self.cv.notify_all();
         }
+        // `on_done` checks the outcome under the hooks lock after pushing: a hook
+        // is either taken here or run by `on_done` itself, never lost.
+        if won && self.has_hooks.load(Ordering::SeqCst) {
+            let hooks = std::mem::take(&mut *self.hooks.lock().unwrap_or_else(|e| e.into_inner()));
+            for h in hooks {
+                h();
+            }
+        }
+    }
+
+    /// Runs `f` once the work has finished (successfully or not): at once if it
+    /// has, else on the thread that completes it. `f` must be quick and must
+    /// not block (it runs on the proxy thread).
+    pub(crate) fn on_done(&self, f: Box<dyn FnOnce() + Send>) {
+        let mut g = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
+        self.has_hooks.store(true, Ordering::SeqCst);
+        if self.outcome.load(Ordering::SeqCst) == PENDING {
+            g.push(f);
+            return;
+        }
+        drop(g);
+        f();
     }
 
     /// The outcome if finished.
@@ -186,6 +228,13 @@ impl OpDone {
     /// watchdog, so a generous timeout always sees the outcome.
     pub fn wait(&self, timeout: Duration) -> Option<Result<(), Error>> {
         self.0.wait(Some(Instant::now() + timeout), &|| true)
+    }
+
+    /// Runs `f` once the operation has finished (successfully or not): at once
+    /// if it has, else on the proxy thread that finishes it. `f` must be quick,
+    /// must not block and must not call the CUDA driver (it stores a flag).
+    pub fn on_done(&self, f: Box<dyn FnOnce() + Send>) {
+        self.0.on_done(f);
     }
 }
 
@@ -375,56 +424,230 @@ impl Stream {
 }
 
 impl Stream {
+    /// Whether operations on this stream are ordered with a caller's device stream.
+    pub(crate) fn has_device(&self) -> bool {
+        self.device.is_some()
+    }
+
     /// Whether two handles name the same stream.
     pub(crate) fn same(&self, other: &Stream) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 
-/// A caller's CUDA stream (`cudaStream_t` / `CUstream`) as a [`DeviceStream`]:
-/// the gate and the wait are host functions enqueued with `cuLaunchHostFunc`
-/// (the wait blocks the driver's callback thread until the operation is done,
-/// bounded by `timeout`; operations are bounded by their communicator's
-/// watchdog, so it returns well before).
+/// The driver calls a [`FlagWaitStream`] makes on one device stream: CUDA's
+/// ([`CudaStream`]) or a mock's (the tests' model of a GPU and its driver).
+pub trait StreamDriver: Send + Sync + std::fmt::Debug {
+    /// Enqueues `f` to run once the stream's earlier work has completed
+    /// (`cuLaunchHostFunc`). `f` never blocks and never calls the driver.
+    ///
+    /// Errors: the driver refused the enqueue (then `f` is dropped unrun).
+    fn host_func(&self, f: Box<dyn FnOnce() + Send>) -> Result<(), Error>;
+
+    /// `n` zeroed 32-bit flag words the host writes and the stream can wait on
+    /// (`cuMemHostAlloc(DEVICEMAP)`): their host address and device address.
+    /// Never freed: [`FlagPool`] keeps them for the process.
+    ///
+    /// Errors: the driver refused the allocation.
+    fn alloc_flags(&self, n: usize) -> Result<(*mut u32, u64), Error>;
+
+    /// Makes the stream's later work wait until the word at device address
+    /// `addr` equals `value` (`cuStreamWaitValue32(..., EQ)`); returns at once.
+    ///
+    /// Errors: the driver refused the enqueue.
+    fn wait_value(&self, addr: u64, value: u32) -> Result<(), Error>;
+
+    /// The pool of flag words for this driver's device (one per device for the
+    /// process, so that streams made per call do not leak pinned pages).
+    fn flag_pool(&self) -> &Arc<FlagPool>;
+}
+
+/// One flag word: its host view, its device address, the value it holds.
+#[derive(Debug)]
+struct Flag {
+    host: &'static std::sync::atomic::AtomicU32,
+    dev: u64,
+    value: u32,
+}
+
+/// Flag words of one device, recycled: a word is taken for one operation's wait
+/// and handed back by a host function that runs once the stream has passed the
+/// wait (so it is never rewritten while a stream may still read it).
+#[derive(Debug, Default)]
+pub struct FlagPool {
+    free: Mutex<Vec<Flag>>,
+}
+
+/// Flag words allocated at a time.
+const FLAG_PAGE_WORDS: usize = 1024;
+
+impl FlagPool {
+    /// A new, empty pool.
+    pub fn new() -> Arc<FlagPool> {
+        Arc::default()
+    }
+
+    fn take(&self, d: &dyn StreamDriver) -> Result<Flag, Error> {
+        let mut g = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = g.pop() {
+            return Ok(f);
+        }
+        let (host, dev) = d.alloc_flags(FLAG_PAGE_WORDS)?;
+        for i in 0..FLAG_PAGE_WORDS {
+            // SAFETY: the driver gave `FLAG_PAGE_WORDS` zeroed, 4-byte aligned
+            // words that are never freed; they are only accessed atomically.
+            let host = unsafe { std::sync::atomic::AtomicU32::from_ptr(host.add(i)) };
+            g.push(Flag {
+                host,
+                dev: dev + 4 * i as u64,
+                value: 0,
+            });
+        }
+        Ok(g.pop().expect("a page of flags was just added"))
+    }
+
+    fn give(&self, f: Flag) {
+        self.free.lock().unwrap_or_else(|e| e.into_inner()).push(f);
+    }
+}
+
+/// A caller's device stream ordered with operations **without blocking any
+/// host thread**: the gate is a host function that only completes a flag in
+/// host memory; the caller's later work waits on the device
+/// ([`StreamDriver::wait_value`]) for a host flag word that the proxy thread
+/// sets with a plain store when the operation finishes ([`OpDone::on_done`]);
+/// a last host function returns the word to its pool.
+///
+/// Why not a host function that waits for the operation: CUDA runs host
+/// functions on a driver thread that may serve every stream of the process, so
+/// a blocked one holds back other streams' gates (two ranks of one process on
+/// two streams deadlock: rank 0's wait blocks the thread that must open rank
+/// 1's gate, and rank 0's operation needs rank 1's); and the proxy's own CUDA
+/// calls (staging copies) must never wait for the caller's stream, which then
+/// waits for the proxy. NCCL never blocks in host functions either: it enqueues
+/// its kernel on the caller's stream, its host callback only hands the plan to
+/// the proxy (`src/enqueue.cc`, `hostStreamPlanTask`), and the kernel waits for
+/// the proxy on the device through host-mapped flags, as the stream does here.
+#[derive(Debug)]
+pub struct FlagWaitStream<D: StreamDriver> {
+    driver: D,
+}
+
+impl<D: StreamDriver> FlagWaitStream<D> {
+    /// Orders operations with the stream `driver` drives.
+    pub fn new(driver: D) -> FlagWaitStream<D> {
+        FlagWaitStream { driver }
+    }
+
+    /// The driver.
+    pub fn driver(&self) -> &D {
+        &self.driver
+    }
+}
+
+impl<D: StreamDriver> DeviceStream for FlagWaitStream<D> {
+    fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<(), Error> {
+        self.driver.host_func(f)
+    }
+
+    fn wait_for(&self, done: OpDone) -> Result<(), Error> {
+        let pool = self.driver.flag_pool().clone();
+        let mut flag = pool.take(&self.driver)?;
+        // A value the word does not hold now (it holds `flag.value`).
+        flag.value = flag.value.wrapping_add(1);
+        if let Err(e) = self.driver.wait_value(flag.dev, flag.value) {
+            flag.value = flag.value.wrapping_sub(1);
+            pool.give(flag);
+            return Err(e);
+        }
+        let (host, value) = (flag.host, flag.value);
+        // The stream passes the wait once this store is visible (mapped pinned
+        // memory: a host store, no CUDA call).
+        done.on_done(Box::new(move || host.store(value, Ordering::SeqCst)));
+        // Once the stream is past the wait, the word may serve another wait.
+        // If the driver refuses this, the word is simply not recycled.
+        let p = pool.clone();
+        self.driver.host_func(Box::new(move || p.give(flag)))
+    }
+}
+
+/// CUDA's side of a [`FlagWaitStream`]: `cuLaunchHostFunc`, mapped pinned flag
+/// words and `cuStreamWaitValue32` on a caller's `CUstream`.
 #[cfg(feature = "cuda")]
 #[derive(Debug)]
-pub struct CudaStream {
+pub struct CudaStreamDriver {
     raw: usize,
     ordinal: usize,
-    timeout: Duration,
+    pool: Arc<FlagPool>,
 }
 
 #[cfg(feature = "cuda")]
+impl StreamDriver for CudaStreamDriver {
+    fn host_func(&self, f: Box<dyn FnOnce() + Send>) -> Result<(), Error> {
+        // SAFETY: a live stream of this device (the `CudaStream::from_raw` contract).
+        unsafe { ferroccl_kernels::cuda::launch_host_func(self.ordinal, self.raw as *mut std::ffi::c_void, f) }
+            .map_err(Error::from)
+    }
+
+    fn alloc_flags(&self, n: usize) -> Result<(*mut u32, u64), Error> {
+        ferroccl_kernels::cuda::alloc_host_flags(self.ordinal, n).map_err(Error::from)
+    }
+
+    fn wait_value(&self, addr: u64, value: u32) -> Result<(), Error> {
+        // SAFETY: a live stream (the `from_raw` contract) and a flag word of
+        // this device's pool, never freed.
+        unsafe {
+            ferroccl_kernels::cuda::stream_wait_value32(self.ordinal, self.raw as *mut std::ffi::c_void, addr, value)
+        }
+        .map_err(Error::from)
+    }
+
+    fn flag_pool(&self) -> &Arc<FlagPool> {
+        &self.pool
+    }
+}
+
+/// A caller's CUDA stream (`cudaStream_t` / `CUstream`) as a [`DeviceStream`]:
+/// a [`FlagWaitStream`] on CUDA (see there: nothing blocks a host function).
+#[cfg(feature = "cuda")]
+#[derive(Debug)]
+pub struct CudaStream(FlagWaitStream<CudaStreamDriver>);
+
+#[cfg(feature = "cuda")]
 impl CudaStream {
-    /// Wraps the CUDA stream `raw` of device `ordinal`.
+    /// Wraps the CUDA stream `raw` of device `ordinal`. `timeout` is kept for
+    /// callers of the earlier signature and unused: the stream waits on the
+    /// device, and every operation is bounded by its communicator's watchdog.
     ///
     /// # Safety
     /// `raw` must be a live `CUstream` of device `ordinal`'s primary context
     /// (or NULL for the legacy default stream) for as long as operations are
     /// enqueued on streams bound to this value and until they complete.
     pub unsafe fn from_raw(raw: *mut std::ffi::c_void, ordinal: usize, timeout: Duration) -> CudaStream {
-        CudaStream {
+        let _ = timeout;
+        static POOLS: Mutex<Vec<Option<Arc<FlagPool>>>> = Mutex::new(Vec::new());
+        let pool = {
+            let mut g = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+            if g.len() <= ordinal {
+                g.resize(ordinal + 1, None);
+            }
+            g[ordinal].get_or_insert_with(FlagPool::new).clone()
+        };
+        CudaStream(FlagWaitStream::new(CudaStreamDriver {
             raw: raw as usize,
             ordinal,
-            timeout,
-        }
+            pool,
+        }))
     }
 }
 
 #[cfg(feature = "cuda")]
 impl DeviceStream for CudaStream {
     fn host_callback(&self, f: Box<dyn FnOnce() + Send>) -> Result<(), Error> {
-        // SAFETY: a live stream of this device (the `from_raw` contract).
-        unsafe { ferroccl_kernels::cuda::launch_host_func(self.ordinal, self.raw as *mut std::ffi::c_void, f) }
-            .map_err(Error::from)
+        self.0.host_callback(f)
     }
 
     fn wait_for(&self, done: OpDone) -> Result<(), Error> {
-        let t = self.timeout;
-        self.host_callback(Box::new(move || {
-            if done.wait(t).is_none() {
-                tracing::warn!(target: "ferroccl::stream", "CUDA stream released after {t:?} without the operation finishing");
-            }
-        }))
+        self.0.wait_for(done)
     }
 }

@@ -107,6 +107,11 @@ fn run_device(comm: &ferroccl::Comm, top: TestOp, dtype: DataType, op: RedOp, co
 /// Child entry point: the collective matrix on device buffers.
 #[test]
 fn device_worker() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "coll_device::device_worker",
+        std::time::Duration::from_secs(270),
+        String::new,
+    );
     let Some(r) = role("device") else { return };
     let comm = join(&r, Duration::from_secs(60));
     let mut wrong = 0;
@@ -148,6 +153,11 @@ fn device_worker() {
 /// CPU reference.
 #[test]
 fn device_buffers_two_processes_match_the_reference() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "coll_device::device_buffers_two_processes_match_the_reference",
+        std::time::Duration::from_secs(330),
+        String::new,
+    );
     if role("device").is_some() || require_gpu("device_buffers_two_processes_match_the_reference").is_none() {
         return;
     }
@@ -168,6 +178,11 @@ fn device_buffers_two_processes_match_the_reference() {
 /// is synchronized (`cuStreamSynchronize`) the result is there.
 #[test]
 fn cuda_stream_worker() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "coll_device::cuda_stream_worker",
+        std::time::Duration::from_secs(270),
+        String::new,
+    );
     let Some(r) = role("cudastream") else { return };
     let comm = join(&r, Duration::from_secs(60));
     let (dtype, op, count) = (DataType::Float32, RedOp::Sum, 1usize << 20);
@@ -202,6 +217,11 @@ fn cuda_stream_worker() {
 /// Two processes: collectives ordered with each caller's CUDA stream.
 #[test]
 fn collectives_ordered_with_a_cuda_stream() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "coll_device::collectives_ordered_with_a_cuda_stream",
+        std::time::Duration::from_secs(330),
+        String::new,
+    );
     if role("cudastream").is_some() || require_gpu("collectives_ordered_with_a_cuda_stream").is_none() {
         return;
     }

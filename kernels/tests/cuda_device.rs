@@ -83,6 +83,11 @@ fn download(d: &DeviceBuffer, off: usize, n: usize) -> Vec<u8> {
 
 #[test]
 fn device_kernels_match_the_reference() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "cuda_device::device_kernels_match_the_reference",
+        std::time::Duration::from_secs(600),
+        String::new,
+    );
     let Some(gpu) = gpu("device_kernels_match_the_reference") else {
         return;
     };
@@ -182,6 +187,11 @@ fn an_upload_is_complete_before_the_next_kernel() {
 
 #[test]
 fn memory_spaces_and_backend_choice() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "cuda_device::memory_spaces_and_backend_choice",
+        std::time::Duration::from_secs(600),
+        String::new,
+    );
     let Some(gpu) = gpu("memory_spaces_and_backend_choice") else {
         return;
     };

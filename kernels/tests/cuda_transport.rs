@@ -33,6 +33,11 @@ fn gpu(test: &str) -> Option<()> {
 
 #[test]
 fn device_attributes_of_gpu0() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "cuda_transport::device_attributes_of_gpu0",
+        std::time::Duration::from_secs(120),
+        String::new,
+    );
     let Some(()) = gpu("device_attributes_of_gpu0") else {
         return;
     };
@@ -54,6 +59,11 @@ fn device_attributes_of_gpu0() {
 /// drivers or kernels without DMA-BUF refuse with the driver's error.
 #[test]
 fn dmabuf_descriptor_of_a_sub_range() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "cuda_transport::dmabuf_descriptor_of_a_sub_range",
+        std::time::Duration::from_secs(120),
+        String::new,
+    );
     let Some(()) = gpu("dmabuf_descriptor_of_a_sub_range") else {
         return;
     };
@@ -83,6 +93,11 @@ const CHILD_ENV: &str = "FERROCCL_TEST_IPC_HANDLE";
 /// writes its own.
 #[test]
 fn ipc_child() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "cuda_transport::ipc_child",
+        std::time::Duration::from_secs(120),
+        String::new,
+    );
     let Ok(hex) = std::env::var(CHILD_ENV) else { return };
     let bytes: Vec<u8> = (0..64)
         .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
@@ -107,6 +122,11 @@ fn ipc_child() {
 /// writes the same device memory.
 #[test]
 fn ipc_handle_opens_in_another_process() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "cuda_transport::ipc_handle_opens_in_another_process",
+        std::time::Duration::from_secs(120),
+        String::new,
+    );
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }

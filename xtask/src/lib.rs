@@ -19,5 +19,6 @@
 pub mod deptree;
 pub mod dist;
 pub mod doccheck;
+pub mod gpubundle;
 pub mod readme;
 pub mod workspace;

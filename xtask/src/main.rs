@@ -4,6 +4,7 @@
 //! cargo xtask dist [--profile P] [--out DIR] [--require-all]   # tools + plugins under NCCL's names
 //! cargo xtask readme [--run] [--max-size 1M]                   # the README's quick start: checked, run
 //! cargo xtask doc-check [--conformance PATH]                   # docs name only what exists
+//! cargo xtask gpu-bundle DIR [--profile P]                     # GPU checks for a machine without cargo
 //! ```
 
 use std::io::{BufRead, BufReader};
@@ -47,6 +48,16 @@ enum Cmd {
         #[arg(long, default_value = "1M")]
         max_size: String,
     },
+    /// Build every check of the GPU path (the GPU tests, the reduction benchmark,
+    /// the tools, the plugins, the conformance suite) into DIR with a run.sh that
+    /// runs them all on a GPU machine without a Rust toolchain.
+    GpuBundle {
+        /// The bundle directory.
+        dir: PathBuf,
+        /// Cargo profile (`dev` builds faster, for trying the bundle itself).
+        #[arg(long, default_value = "release")]
+        profile: String,
+    },
     /// Check that the documents and doc comments name only files, Rust items and
     /// conformance check ids that exist (rustdoc for the doc links, then the
     /// backticked names; builds ferroccl-conformance for the ids).
@@ -83,6 +94,24 @@ fn main() -> ExitCode {
         .map(|rep| print!("{}", rep.summary())),
         Cmd::Readme { run, max_size } => readme_cmd(&ws, run, &max_size),
         Cmd::DocCheck { conformance } => doc_check_cmd(&ws, conformance),
+        Cmd::GpuBundle { dir, profile } => {
+            let dir = std::path::absolute(&dir).unwrap_or(dir);
+            xtask::gpubundle::gpu_bundle(
+                &ws,
+                &xtask::gpubundle::BundleOptions {
+                    out: dir.clone(),
+                    profile,
+                },
+            )
+            .map(|files| {
+                println!(
+                    "GPU bundle in {} ({} files); on the GPU machine run:",
+                    dir.display(),
+                    files.len()
+                );
+                println!("  {}/run.sh", dir.display());
+            })
+        }
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

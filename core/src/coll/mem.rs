@@ -237,15 +237,58 @@ thread_local! {
     static POOL: RefCell<Vec<Bounce>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Bounce buffers allocated ahead by enqueuing threads ([`reserve`]), taken
+/// by proxy threads whose own pool has none that fits.
+static RESERVED: std::sync::Mutex<Vec<Bounce>> = std::sync::Mutex::new(Vec::new());
+
 fn take_bounce(len: usize, pinned_for: Option<usize>) -> Result<Bounce, Error> {
-    let found = POOL.with(|p| {
-        let mut p = p.borrow_mut();
-        p.iter().position(|b| b.fits(len, pinned_for)).map(|i| p.swap_remove(i))
-    });
+    let found = POOL
+        .with(|p| {
+            let mut p = p.borrow_mut();
+            p.iter().position(|b| b.fits(len, pinned_for)).map(|i| p.swap_remove(i))
+        })
+        .or_else(|| {
+            let mut r = RESERVED.lock().unwrap_or_else(|e| e.into_inner());
+            r.iter().position(|b| b.fits(len, pinned_for)).map(|i| r.swap_remove(i))
+        });
     match found {
         Some(b) => Ok(b),
         None => Bounce::alloc(len.next_power_of_two(), pinned_for),
     }
+}
+
+/// Allocates, on the calling (enqueuing) thread, the pinned bounce buffers the
+/// proxy will need to stage `m`'s buffers, unless enough are reserved already:
+/// one per staged buffer, as long as the buffer (a step's staged range lies in
+/// one buffer, or in two that overlap).
+///
+/// Called for operations ordered with a caller's device stream: page-locked
+/// allocation (`cuMemAllocHost`) is among the calls CUDA may serialize with
+/// other streams' work, and the caller's stream waits for this very operation,
+/// so the proxy thread must not make it (the hang of issue 28; NCCL allocates
+/// its host FIFOs at connect time, never during an operation).
+///
+/// Errors: [`Error::Kernel`] when the allocation fails.
+pub(crate) fn reserve(m: &OpMem) -> Result<(), Error> {
+    let mut want: Vec<(usize, Option<usize>)> = Vec::new();
+    for b in [&m.send, &m.recv] {
+        if let Access::Staged { pinned_for, .. } = b.access
+            && b.len > 0
+        {
+            want.push((b.len, pinned_for));
+        }
+    }
+    let mut r = RESERVED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut used = vec![false; r.len()];
+    for (len, pinned_for) in want {
+        if let Some(i) = (0..r.len()).find(|&i| !used[i] && r[i].fits(len, pinned_for)) {
+            used[i] = true;
+            continue;
+        }
+        r.push(Bounce::alloc(len.next_power_of_two(), pinned_for)?);
+        used.push(true);
+    }
+    Ok(())
 }
 
 /// One staged range: user bytes `[user, user + len)` mirrored at `host`.

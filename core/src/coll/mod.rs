@@ -167,6 +167,8 @@ impl std::fmt::Display for WorkWhat {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_mock_cuda;
 
 impl CollKind {
     /// NCCL's `ncclFuncToString` spelling of an operation (`Send`/`Recv` included).

@@ -26,7 +26,7 @@ fn config(net: &Arc<MemNet>, buffsize: usize, nchannels: usize) -> CommConfig {
 }
 
 /// Runs `f(comm)` on `n` threads.
-fn with_comms(n: usize, buffsize: usize, nchannels: usize, f: impl Fn(&Comm) + Send + Sync + 'static) {
+pub(super) fn with_comms(n: usize, buffsize: usize, nchannels: usize, f: impl Fn(&Comm) + Send + Sync + 'static) {
     let net = MemNet::new();
     let id = get_unique_id(&BootstrapConfig::loopback(Duration::from_secs(20))).expect("unique id");
     let f = Arc::new(f);

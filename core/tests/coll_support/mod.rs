@@ -166,6 +166,7 @@ pub fn launch_with_id(
     }
     let mut outs = Vec::new();
     let mut done: HashMap<usize, (Option<std::process::ExitStatus>, Duration)> = HashMap::new();
+    let mut hung: HashMap<usize, String> = HashMap::new();
     while done.len() < children.len() {
         for (r, c) in &mut children {
             if done.contains_key(r) {
@@ -174,6 +175,11 @@ pub fn launch_with_id(
             if let Ok(Some(s)) = c.try_wait() {
                 done.insert(*r, (Some(s), start.elapsed()));
             } else if start.elapsed() > limit {
+                // What the child was waiting on, before it is killed (never a
+                // silent hang: issue 28).
+                let report = ferroccl_test_watchdog::process_report(c.id());
+                eprintln!("rank {r} overran {limit:?}; killing it. {report}");
+                hung.insert(*r, report);
                 let _ = c.kill();
                 let _ = c.wait();
                 done.insert(*r, (None, start.elapsed()));
@@ -189,7 +195,7 @@ pub fn launch_with_id(
             success: status.is_some_and(|s| s.success()),
             code: status.and_then(|s| s.code()),
             stdout: a.join().unwrap_or_default(),
-            stderr: b.join().unwrap_or_default(),
+            stderr: b.join().unwrap_or_default() + hung.get(r).map_or("", |h| h.as_str()),
             elapsed,
         });
     }

@@ -116,12 +116,41 @@ fn main() -> ExitCode {
         println!("  {}", d.display());
     }
     println!("ncclNet versions probed: v{} … v6", opts.max_net_version);
+    print_gpu();
     println!();
     let ok = match target {
         Some(t) => inspect_one(&t, &opts),
         None => full_resolution(&opts),
     };
     if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+/// The CUDA driver and the NVRTC that compiles the device kernels: which
+/// library was loaded, from where, and its version (`nvrtcVersion`), or why
+/// none (one line each).
+fn print_gpu() {
+    use ferroccl_kernels::cuda;
+    match cuda::driver_info() {
+        Ok(d) => println!(
+            "cuda driver: {}.{} ({} device(s))",
+            d.version / 1000,
+            (d.version % 1000) / 10,
+            d.devices
+        ),
+        Err(e) => println!("cuda driver: none ({e})"),
+    }
+    match cuda::nvrtc_info() {
+        Ok(n) => println!(
+            "nvrtc: {}.{} from {} (loaded as {})",
+            n.version.0,
+            n.version.1,
+            n.path
+                .as_deref()
+                .map_or_else(|| "?".into(), |p| p.display().to_string()),
+            n.found_by
+        ),
+        Err(e) => println!("nvrtc: none ({e})"),
+    }
 }
 
 /// `ferroccl-info params`: read like the runtime (environment over

@@ -66,7 +66,7 @@ impl CudaBackend {
             "cuDeviceGetAttribute(MAX_THREADS_PER_MULTIPROCESSOR)",
         )?;
         let stream = guard::call("cuStreamCreate", || ctx.new_stream())?;
-        Ok(CudaBackend {
+        let b = CudaBackend {
             ordinal,
             arch: (major * 10 + minor) as u32,
             shape: DeviceShape {
@@ -76,7 +76,18 @@ impl CudaBackend {
             ctx,
             stream,
             functions: Mutex::new(HashMap::new()),
-        })
+        };
+        // The copy kernel stages device buffers on the proxy thread while a
+        // caller's stream may wait for that very operation: compiling, loading
+        // and (with CUDA's lazy loading) first-launch loading can synchronize
+        // the context, which would wait for the caller's stream, which waits
+        // for the proxy. So the copy unit is compiled and loaded here, on the
+        // thread that creates the backend (the enqueuing thread), and its
+        // functions forced resident. NCCL loads its kernels at init for the
+        // same reason (`src/enqueue.cc`, `ncclInitKernelsForDevice`:
+        // `cudaFuncGetAttributes` on every kernel).
+        b.prepare(Unit::Copy)?;
+        Ok(b)
     }
 
     /// The process-wide backend of device `ordinal` (created by the first call).
@@ -150,6 +161,7 @@ impl CudaBackend {
             })?;
         for kk in unit.kernels() {
             let f = guard::call("cuModuleGetFunction", || module.load_function(&kk.name()))?;
+            force_load(&f);
             g.insert(kk, f);
         }
         g.get(&k).cloned().ok_or_else(|| KernelError::Cuda {
@@ -289,4 +301,29 @@ impl Backend for CudaBackend {
         let l = plan::post_op(&self.shape, buf as u64, bytes, op)?;
         self.run(l, &[("buf", buf)])
     }
+}
+
+/// Makes a function resident now rather than at its first launch (CUDA's lazy
+/// loading, the default since CUDA 12.2, loads a kernel at first launch, which
+/// may synchronize the context): `cuFuncLoad` where the driver has it (12.4+),
+/// and `cuFuncGetAttribute`, which loads the function on older drivers (what
+/// NCCL relies on with `cudaFuncGetAttributes`). Failures are ignored: the
+/// launch loads the function then.
+fn force_load(f: &CudaFunction) {
+    use cudarc::driver::sys;
+    let h = f.cu_function();
+    // SAFETY: a function handle of a module loaded in this context.
+    let _ = guard::call("cuFuncLoad", || unsafe { sys::cuFuncLoad(h) }.result());
+    let mut v = 0;
+    let _ = guard::call("cuFuncGetAttribute", || {
+        // SAFETY: as above; one int out-pointer.
+        unsafe {
+            sys::cuFuncGetAttribute(
+                &mut v,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+                h,
+            )
+        }
+        .result()
+    });
 }

@@ -11,10 +11,11 @@
 //!
 //! Where the libraries come from:
 //! * the driver: `libcuda.so.1` from the NVIDIA driver, on the loader path;
-//! * NVRTC: `libnvrtc.so.12` on the loader path, or the file named by
-//!   `FERROCCL_NVRTC_LIB` (e.g. the `nvidia-cuda-nvrtc-cu12` wheel's
-//!   `nvidia/cuda_nvrtc/lib/libnvrtc.so.12`), which is opened first and then
-//!   found by its soname.
+//! * NVRTC (CUDA 12 or 13): the file named by `FERROCCL_NVRTC_LIB` (e.g. the
+//!   `nvidia-cuda-nvrtc-cu12` wheel's `nvidia/cuda_nvrtc/lib/libnvrtc.so.12`),
+//!   else `libnvrtc.so.13`, `libnvrtc.so.12`, then `libnvrtc.so` on the loader
+//!   path, then the CUDA toolkits' `lib64` (`$CUDA_HOME`, `/usr/local/cuda*`); its entry points are resolved from that one library (our own
+//!   bindings: cudarc's would look for CUDA 12 names only).
 //!
 //! Which parts need a GPU: everything that touches the driver ([`CudaBackend`],
 //! `DeviceBuffer`, `PinnedBuffer`, [`crate::memory_space`] of device memory).
@@ -33,6 +34,8 @@ mod driver;
 #[cfg(feature = "cuda")]
 mod guard;
 #[cfg(feature = "cuda")]
+mod hostflag;
+#[cfg(feature = "cuda")]
 mod memory;
 #[cfg(feature = "cuda")]
 mod nvrtc;
@@ -47,13 +50,17 @@ pub use driver::{
 #[cfg(feature = "cuda")]
 pub(crate) use driver::{classify, device_backend};
 #[cfg(feature = "cuda")]
+pub use hostflag::{alloc_host_flags, stream_wait_value32};
+#[cfg(feature = "cuda")]
 pub use memory::{DeviceBuffer, PinnedBuffer};
 #[cfg(feature = "cuda")]
-pub use nvrtc::{compile, compile_program, nvrtc_info, nvrtc_load};
+pub use nvrtc::{
+    NVRTC_SONAMES, NvrtcCandidate, compile, compile_program, nvrtc_candidates, nvrtc_info, nvrtc_load, search_first,
+};
 
 /// Environment variable naming the NVRTC library file to load
-/// (`.../nvidia/cuda_nvrtc/lib/libnvrtc.so.12`); when unset, `libnvrtc.so.12`
-/// is looked up on the loader path.
+/// (`.../nvidia/cuda_nvrtc/lib/libnvrtc.so.12`); when unset, `libnvrtc.so.13`,
+/// `libnvrtc.so.12` and `libnvrtc.so` are looked up on the loader path.
 pub const NVRTC_LIB_ENV: &str = "FERROCCL_NVRTC_LIB";
 
 /// NVRTC compile options besides the architecture: no FMA contraction (a
@@ -75,9 +82,11 @@ pub struct DriverInfo {
 pub struct NvrtcInfo {
     /// `nvrtcVersion`: (major, minor).
     pub version: (i32, i32),
-    /// The file named by [`NVRTC_LIB_ENV`] or passed to `nvrtc_load`, if any
-    /// (else the loader found `libnvrtc.so.12` itself).
+    /// The file the loader mapped (from `dladdr`, symbolic links resolved).
     pub path: Option<std::path::PathBuf>,
+    /// The name it was loaded by and why that name was tried, e.g.
+    /// `libnvrtc.so.13 (loader path)` or `/x/libnvrtc.so.12 (FERROCCL_NVRTC_LIB)`.
+    pub found_by: String,
 }
 
 #[cfg(not(feature = "cuda"))]

@@ -1,18 +1,22 @@
 //! NVRTC: finding the library, compiling the kernel units, caching the PTX.
 
 use std::collections::HashMap;
-use std::ffi::c_int;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use cudarc::nvrtc::{CompileError, CompileOptions, sys};
+use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
 
 use super::source::{self, Unit};
-use super::{NVRTC_LIB_ENV, NVRTC_OPTIONS, NvrtcInfo, guard};
+use super::{NVRTC_LIB_ENV, NVRTC_OPTIONS, NvrtcInfo};
 use crate::KernelError;
 
+/// The sonames searched on the loader path, newest CUDA first, then the
+/// toolkit's unversioned development link.
+pub const NVRTC_SONAMES: [&str; 3] = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
+
 /// The NVRTC this process loaded (set once, on the first success).
-static LOADED: Mutex<Option<NvrtcInfo>> = Mutex::new(None);
+static LOADED: Mutex<Option<(NvrtcInfo, &'static Api)>> = Mutex::new(None);
 
 /// PTX per (virtual architecture, unit), for the life of the process.
 static PTX: Mutex<Option<PtxCache>> = Mutex::new(None);
@@ -20,96 +24,221 @@ static PTX: Mutex<Option<PtxCache>> = Mutex::new(None);
 /// Compiled PTX by (virtual architecture, unit).
 type PtxCache = HashMap<(u32, Unit), Arc<str>>;
 
-type VersionFn = unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int;
+type Prog = *mut c_void;
 
-fn no_nvrtc_on_path() -> KernelError {
-    KernelError::NoNvrtc(format!(
-        "libnvrtc.so.12 (CUDA 12 NVRTC) is not on the loader path and {NVRTC_LIB_ENV} is not set: \
-         install the nvidia-cuda-nvrtc-cu12 wheel (pip) and set {NVRTC_LIB_ENV} to its \
-         nvidia/cuda_nvrtc/lib/libnvrtc.so.12, or put that directory on LD_LIBRARY_PATH"
+/// The NVRTC entry points used (`nvrtc.h`; the same signatures in CUDA 12
+/// and 13), resolved from one library.
+struct Api {
+    version: unsafe extern "C" fn(*mut c_int, *mut c_int) -> c_int,
+    create: unsafe extern "C" fn(
+        *mut Prog,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> c_int,
+    compile: unsafe extern "C" fn(Prog, c_int, *const *const c_char) -> c_int,
+    log_size: unsafe extern "C" fn(Prog, *mut usize) -> c_int,
+    log: unsafe extern "C" fn(Prog, *mut c_char) -> c_int,
+    ptx_size: unsafe extern "C" fn(Prog, *mut usize) -> c_int,
+    ptx: unsafe extern "C" fn(Prog, *mut c_char) -> c_int,
+    destroy: unsafe extern "C" fn(*mut Prog) -> c_int,
+    error_string: unsafe extern "C" fn(c_int) -> *const c_char,
+}
+
+/// One place to look for NVRTC, in search order ([`nvrtc_candidates`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NvrtcCandidate {
+    /// What `dlopen` is given: a file path, or a soname for the loader path.
+    pub name: PathBuf,
+    /// Why it is tried (`FERROCCL_NVRTC_LIB`, `the caller`, `loader path`).
+    pub from: &'static str,
+}
+
+/// Where NVRTC is looked for, in order: the file `path` the caller names, else
+/// the file named by [`NVRTC_LIB_ENV`] (only that one: a file named on purpose
+/// that fails to load is an error, not a reason to load another), else
+/// [`NVRTC_SONAMES`] on the loader path (`libnvrtc.so.13`, `libnvrtc.so.12`,
+/// `libnvrtc.so`), then `lib64/libnvrtc.so.13` and `lib64/libnvrtc.so.12` of
+/// each CUDA toolkit directory in `toolkits` ([`cuda_toolkit_dirs`]: a toolkit
+/// installed but not on the loader path, as `/usr/local/cuda-13.0` usually is).
+pub fn nvrtc_candidates(
+    path: Option<&Path>,
+    env: Option<&std::ffi::OsStr>,
+    toolkits: &[PathBuf],
+) -> Vec<NvrtcCandidate> {
+    if let Some(p) = path {
+        return vec![NvrtcCandidate {
+            name: p.to_path_buf(),
+            from: "the caller",
+        }];
+    }
+    if let Some(v) = env.filter(|v| !v.is_empty()) {
+        return vec![NvrtcCandidate {
+            name: PathBuf::from(v),
+            from: NVRTC_LIB_ENV,
+        }];
+    }
+    let mut c: Vec<NvrtcCandidate> = NVRTC_SONAMES
+        .iter()
+        .map(|s| NvrtcCandidate {
+            name: PathBuf::from(s),
+            from: "loader path",
+        })
+        .collect();
+    for t in toolkits {
+        for so in &NVRTC_SONAMES[..2] {
+            c.push(NvrtcCandidate {
+                name: t.join("lib64").join(so),
+                from: "CUDA toolkit",
+            });
+        }
+    }
+    c
+}
+
+/// CUDA toolkit directories, in the order NVRTC is looked for in them:
+/// `$CUDA_HOME`, `$CUDA_PATH`, `/usr/local/cuda`, then every
+/// `/usr/local/cuda-X.Y`, newest first (those that exist).
+pub fn cuda_toolkit_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"]
+        .iter()
+        .filter_map(|v| std::env::var_os(v).filter(|v| !v.is_empty()).map(PathBuf::from))
+        .collect();
+    dirs.push(PathBuf::from("/usr/local/cuda"));
+    let mut versioned: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir("/usr/local")
+        .map(|d| {
+            d.filter_map(|e| {
+                let e = e.ok()?;
+                let name = e.file_name().into_string().ok()?;
+                let v = name.strip_prefix("cuda-")?;
+                let key: Vec<u32> = v.split('.').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+                Some((key, e.path()))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    versioned.sort_by(|a, b| b.0.cmp(&a.0));
+    dirs.extend(versioned.into_iter().map(|(_, p)| p));
+    let mut seen = Vec::new();
+    dirs.retain(|d| {
+        d.is_dir() && !seen.contains(d) && {
+            seen.push(d.clone());
+            true
+        }
+    });
+    dirs
+}
+
+/// Tries `candidates` in order with `open`; the first success and its index,
+/// or every failure (`name: why`).
+pub fn search_first<T>(
+    candidates: &[NvrtcCandidate],
+    mut open: impl FnMut(&NvrtcCandidate) -> Result<T, String>,
+) -> Result<(T, usize), Vec<String>> {
+    let mut why = Vec::new();
+    for (i, c) in candidates.iter().enumerate() {
+        match open(c) {
+            Ok(t) => return Ok((t, i)),
+            Err(e) => why.push(format!("{} ({}): {e}", c.name.display(), c.from)),
+        }
+    }
+    Err(why)
+}
+
+/// Opens one NVRTC library and resolves its entry points; the library stays
+/// loaded for the life of the process.
+fn open_api(c: &NvrtcCandidate) -> Result<(&'static Api, (i32, i32), PathBuf), String> {
+    // SAFETY: opening NVRTC runs its initialisers, which have no
+    // preconditions; the handle is leaked (never closed) so that the
+    // resolved entry points stay valid for the life of the process.
+    let lib = unsafe { Library::open(Some(&c.name), RTLD_NOW | RTLD_GLOBAL) }.map_err(|e| with_sources(&e))?;
+    let lib: &'static Library = Box::leak(Box::new(lib));
+    macro_rules! sym {
+        ($name:literal) => {
+            // SAFETY: the symbol has the signature of the field it fills (nvrtc.h).
+            *unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                .map_err(|e| format!("not NVRTC (no {}): {}", $name, with_sources(&e)))?
+        };
+    }
+    let api: &'static Api = Box::leak(Box::new(Api {
+        version: sym!("nvrtcVersion"),
+        create: sym!("nvrtcCreateProgram"),
+        compile: sym!("nvrtcCompileProgram"),
+        log_size: sym!("nvrtcGetProgramLogSize"),
+        log: sym!("nvrtcGetProgramLog"),
+        ptx_size: sym!("nvrtcGetPTXSize"),
+        ptx: sym!("nvrtcGetPTX"),
+        destroy: sym!("nvrtcDestroyProgram"),
+        error_string: sym!("nvrtcGetErrorString"),
+    }));
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two valid out-pointers.
+    let r = unsafe { (api.version)(&mut major, &mut minor) };
+    if r != 0 {
+        return Err(format!("nvrtcVersion failed with {r}"));
+    }
+    if major < 12 {
+        return Err(format!(
+            "NVRTC {major}.{minor} is too old (CUDA 12 or 13 NVRTC is needed for the kernels' C++17)"
+        ));
+    }
+    Ok((
+        api,
+        (major, minor),
+        loaded_file(api.version as *const c_void).unwrap_or_else(|| c.name.clone()),
     ))
 }
 
-/// Loads NVRTC once for the process and returns its version.
+/// The file the loader mapped the symbol at `addr` from (`dladdr`).
+fn loaded_file(addr: *const c_void) -> Option<PathBuf> {
+    // SAFETY: an all-zero Dl_info is valid (null pointers).
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `addr` is a function of a loaded library; one out-struct.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr set a NUL-terminated path owned by the loader.
+    let s = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned();
+    std::fs::canonicalize(&s).ok().or(Some(PathBuf::from(s)))
+}
+
+/// Loads NVRTC once for the process and returns which one.
 ///
-/// `path` (or else the file named by [`NVRTC_LIB_ENV`]) is opened first with
-/// `RTLD_GLOBAL` and kept open; cudarc then finds it by its soname
-/// (`libnvrtc.so.12`). Without either, the loader path is searched. After the
-/// first success later calls return the same [`NvrtcInfo`] and ignore `path`.
+/// Searched in [`nvrtc_candidates`]'s order: `path`, else the file named by
+/// [`NVRTC_LIB_ENV`], else `libnvrtc.so.13`, `libnvrtc.so.12` and `libnvrtc.so`
+/// on the loader path. NVRTC 12 and 13 both work (the entry points used are the
+/// same). After the first success later calls return the same [`NvrtcInfo`] and
+/// ignore `path`.
 ///
-/// Errors: [`KernelError::NoNvrtc`] when the file cannot be opened, when no CUDA
-/// 12 NVRTC is found, or when the NVRTC cudarc resolved is not the file named
-/// (another `libnvrtc.so` earlier on the loader path).
+/// Errors: [`KernelError::NoNvrtc`] naming every place tried and why it failed.
 pub fn nvrtc_load(path: Option<&Path>) -> Result<NvrtcInfo, KernelError> {
+    load(path).map(|(i, _)| i)
+}
+
+fn load(path: Option<&Path>) -> Result<(NvrtcInfo, &'static Api), KernelError> {
     let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(info) = loaded.as_ref() {
-        return Ok(info.clone());
+    if let Some(l) = loaded.as_ref() {
+        return Ok(l.clone());
     }
-    let path: Option<PathBuf> = match path {
-        Some(p) => Some(p.to_path_buf()),
-        None => std::env::var_os(NVRTC_LIB_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from),
-    };
-    let mut named_version = None;
-    if let Some(p) = &path {
-        use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
-        // SAFETY: opening NVRTC runs its initialisers, which have no
-        // preconditions; the handle is kept (never closed) so that the symbols
-        // cudarc resolves stay valid for the life of the process.
-        let lib = unsafe { Library::open(Some(p), RTLD_NOW | RTLD_GLOBAL) }.map_err(|e| {
-            KernelError::NoNvrtc(format!(
-                "cannot load {} (from {NVRTC_LIB_ENV} or the caller): {e}",
-                p.display()
-            ))
-        })?;
-        // SAFETY: `nvrtcVersion` has this signature in every NVRTC (nvrtc.h).
-        let version = unsafe { lib.get::<VersionFn>(b"nvrtcVersion") }.map_err(|e| {
-            KernelError::NoNvrtc(format!(
-                "{} is not NVRTC (no nvrtcVersion): {}",
-                p.display(),
-                with_sources(&e)
-            ))
-        })?;
-        let (mut major, mut minor) = (0, 0);
-        // SAFETY: two valid out-pointers.
-        unsafe { version(&mut major, &mut minor) };
-        named_version = Some((major, minor));
-        std::mem::forget(lib);
-    }
-    // SAFETY: `is_culib_present` only tries to dlopen candidate names.
-    let present =
-        guard::quiet("nvrtc is_culib_present", || unsafe { sys::is_culib_present() }).map_err(KernelError::NoNvrtc)?;
-    if !present {
-        return Err(match (&path, named_version) {
-            (Some(p), Some((ma, mi))) => KernelError::NoNvrtc(format!(
-                "{} (NVRTC {ma}.{mi}) was loaded but is not a CUDA 12 NVRTC (soname libnvrtc.so.12), which this build's bindings (cudarc, cuda-12090) look for",
-                p.display()
-            )),
-            _ => no_nvrtc_on_path(),
-        });
-    }
-    let (mut major, mut minor) = (0, 0);
-    guard::call("nvrtcVersion", || {
-        // SAFETY: NVRTC is present (checked above); two valid out-pointers.
-        unsafe { sys::nvrtcVersion(&mut major, &mut minor) }.result()
+    let env = std::env::var_os(NVRTC_LIB_ENV);
+    let cands = nvrtc_candidates(path, env.as_deref(), &cuda_toolkit_dirs());
+    let ((api, version, file), i) = search_first(&cands, open_api).map_err(|why| {
+        KernelError::NoNvrtc(format!(
+            "no usable NVRTC (CUDA 12 or 13): {}. Install the CUDA toolkit's NVRTC (cuda-nvrtc-13-0 or -12-x) \
+             or the nvidia-cuda-nvrtc wheel (pip) and set {NVRTC_LIB_ENV} to its nvidia/cu13/lib/libnvrtc.so.13 \
+             (or nvidia/cuda_nvrtc/lib/libnvrtc.so.12), or put that directory on LD_LIBRARY_PATH",
+            why.join("; ")
+        ))
     })?;
-    if let (Some(p), Some(named)) = (&path, named_version)
-        && named != (major, minor)
-    {
-        return Err(KernelError::NoNvrtc(format!(
-            "{} is NVRTC {}.{} but the bindings resolved NVRTC {major}.{minor}: another libnvrtc earlier on the loader path (an unversioned libnvrtc.so?) takes precedence",
-            p.display(),
-            named.0,
-            named.1
-        )));
-    }
     let info = NvrtcInfo {
-        version: (major, minor),
-        path,
+        version,
+        path: Some(file),
+        found_by: format!("{} ({})", cands[i].name.display(), cands[i].from),
     };
-    *loaded = Some(info.clone());
-    Ok(info)
+    *loaded = Some((info.clone(), api));
+    Ok((info, api))
 }
 
 /// An error and its sources (libloading puts `dlerror`'s text in the source).
@@ -134,39 +263,82 @@ pub fn nvrtc_info() -> Result<NvrtcInfo, KernelError> {
 /// Not cached. Errors: [`KernelError::NoNvrtc`], or [`KernelError::Compile`]
 /// with NVRTC's log.
 pub fn compile_program(name: &str, src: &str, arch: u32) -> Result<String, KernelError> {
-    nvrtc_info()?;
-    let mut options = vec![format!("--gpu-architecture=compute_{arch}")];
-    options.extend(NVRTC_OPTIONS.iter().map(|s| s.to_string()));
-    let opts = CompileOptions {
-        options,
-        name: Some(format!("{name}.cu")),
-        ..Default::default()
-    };
-    let compiled = guard::quiet("nvrtcCompileProgram", || {
-        cudarc::nvrtc::compile_ptx_with_opts(src, opts)
-    })
-    .map_err(|m| KernelError::Compile {
+    let (_, api) = load(None)?;
+    let fail = |log: String| KernelError::Compile {
         program: name.to_string(),
         arch,
-        log: m,
-    })?;
-    match compiled {
-        Ok(ptx) => guard::quiet("nvrtcGetPTX", || ptx.to_src()).map_err(|m| KernelError::Compile {
-            program: name.to_string(),
-            arch,
-            log: m,
-        }),
-        Err(CompileError::CompileError { nvrtc, log, .. }) => Err(KernelError::Compile {
-            program: name.to_string(),
-            arch,
-            log: format!("{nvrtc:?}: {}", log.to_string_lossy().trim()),
-        }),
-        Err(e) => Err(KernelError::Compile {
-            program: name.to_string(),
-            arch,
-            log: format!("{e:?}"),
-        }),
+        log,
+    };
+    let err = |r: c_int| {
+        // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string.
+        let p = unsafe { (api.error_string)(r) };
+        if p.is_null() {
+            format!("NVRTC error {r}")
+        } else {
+            // SAFETY: as above.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    let csrc = CString::new(src).map_err(|_| fail("the source holds a NUL byte".into()))?;
+    let cname = CString::new(format!("{name}.cu")).map_err(|_| fail("the name holds a NUL byte".into()))?;
+    let mut options = vec![format!("--gpu-architecture=compute_{arch}")];
+    options.extend(NVRTC_OPTIONS.iter().map(|s| s.to_string()));
+    let copts: Vec<CString> = options
+        .into_iter()
+        .map(|o| CString::new(o).expect("options hold no NUL"))
+        .collect();
+    let optp: Vec<*const c_char> = copts.iter().map(|o| o.as_ptr()).collect();
+    let mut prog: Prog = std::ptr::null_mut();
+    // SAFETY: NUL-terminated source and name; no headers.
+    let r = unsafe {
+        (api.create)(
+            &mut prog,
+            csrc.as_ptr(),
+            cname.as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    if r != 0 {
+        return Err(fail(format!("nvrtcCreateProgram: {}", err(r))));
     }
+    let result = (|| {
+        // SAFETY: a live program; `optp` holds `optp.len()` NUL-terminated options.
+        let r = unsafe { (api.compile)(prog, optp.len() as c_int, optp.as_ptr()) };
+        if r != 0 {
+            let mut n = 0usize;
+            let mut log = String::new();
+            // SAFETY: a live program; one out-pointer; then a buffer of the size given.
+            if unsafe { (api.log_size)(prog, &mut n) } == 0 && n > 0 {
+                let mut buf = vec![0u8; n];
+                // SAFETY: `buf` holds the `n` bytes NVRTC asked for.
+                if unsafe { (api.log)(prog, buf.as_mut_ptr().cast()) } == 0 {
+                    log = String::from_utf8_lossy(&buf).trim_end_matches('\0').trim().to_string();
+                }
+            }
+            return Err(fail(format!("{}: {log}", err(r))));
+        }
+        let mut n = 0usize;
+        // SAFETY: a live, compiled program; one out-pointer.
+        let r = unsafe { (api.ptx_size)(prog, &mut n) };
+        if r != 0 {
+            return Err(fail(format!("nvrtcGetPTXSize: {}", err(r))));
+        }
+        let mut buf = vec![0u8; n];
+        // SAFETY: `buf` holds the `n` bytes NVRTC asked for.
+        let r = unsafe { (api.ptx)(prog, buf.as_mut_ptr().cast()) };
+        if r != 0 {
+            return Err(fail(format!("nvrtcGetPTX: {}", err(r))));
+        }
+        while buf.last() == Some(&0) {
+            buf.pop();
+        }
+        String::from_utf8(buf).map_err(|_| fail("NVRTC returned PTX that is not UTF-8".into()))
+    })();
+    // SAFETY: created above, destroyed once.
+    unsafe { (api.destroy)(&mut prog) };
+    result
 }
 
 /// The PTX of `unit` for `compute_{arch}`, compiled on first use and cached for
@@ -189,4 +361,102 @@ pub fn compile(unit: Unit, arch: u32) -> Result<Arc<str>, KernelError> {
         .entry((arch, unit))
         .or_insert(ptx)
         .clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(c: &[NvrtcCandidate]) -> Vec<String> {
+        c.iter().map(|c| format!("{} {}", c.name.display(), c.from)).collect()
+    }
+
+    /// Without an override: CUDA 13's soname, then 12's, then the unversioned link.
+    #[test]
+    fn search_order_is_13_then_12_then_unversioned() {
+        assert_eq!(
+            names(&nvrtc_candidates(None, None, &[])),
+            [
+                "libnvrtc.so.13 loader path",
+                "libnvrtc.so.12 loader path",
+                "libnvrtc.so loader path"
+            ]
+        );
+        // An empty variable is no override.
+        assert_eq!(nvrtc_candidates(None, Some("".as_ref()), &[]).len(), 3);
+    }
+
+    /// After the loader path: each toolkit's lib64, CUDA 13 then 12.
+    #[test]
+    fn toolkits_follow_the_loader_path() {
+        let t = [
+            PathBuf::from("/usr/local/cuda-13.0"),
+            PathBuf::from("/usr/local/cuda-12.9"),
+        ];
+        assert_eq!(
+            names(&nvrtc_candidates(None, None, &t))[3..],
+            [
+                "/usr/local/cuda-13.0/lib64/libnvrtc.so.13 CUDA toolkit",
+                "/usr/local/cuda-13.0/lib64/libnvrtc.so.12 CUDA toolkit",
+                "/usr/local/cuda-12.9/lib64/libnvrtc.so.13 CUDA toolkit",
+                "/usr/local/cuda-12.9/lib64/libnvrtc.so.12 CUDA toolkit"
+            ]
+        );
+    }
+
+    /// The variable, or a path from the caller, is the only candidate.
+    #[test]
+    fn an_override_is_the_only_candidate() {
+        assert_eq!(
+            names(&nvrtc_candidates(
+                None,
+                Some("/w/libnvrtc.so.12".as_ref()),
+                &[PathBuf::from("/t")]
+            )),
+            [format!("/w/libnvrtc.so.12 {NVRTC_LIB_ENV}")]
+        );
+        assert_eq!(
+            names(&nvrtc_candidates(
+                Some(Path::new("/c/x.so")),
+                Some("/w/y.so".as_ref()),
+                &[]
+            )),
+            ["/c/x.so the caller"]
+        );
+    }
+
+    /// The first candidate that opens wins: a machine with only NVRTC 12 finds
+    /// it after 13 fails; every failure is named when none opens.
+    #[test]
+    fn the_first_that_opens_wins_and_failures_are_named() {
+        let c = nvrtc_candidates(None, None, &[]);
+        let only12 = |c: &NvrtcCandidate| {
+            if c.name == Path::new("libnvrtc.so.12") {
+                Ok(12)
+            } else {
+                Err("cannot open shared object file".to_string())
+            }
+        };
+        assert_eq!(search_first(&c, only12), Ok((12, 1)));
+        let both = |c: &NvrtcCandidate| {
+            c.name
+                .to_str()
+                .unwrap()
+                .strip_prefix("libnvrtc.so.")
+                .map(|v| v.to_string())
+                .ok_or("no".to_string())
+        };
+        assert_eq!(search_first(&c, both), Ok(("13".to_string(), 0)));
+        let none = search_first(&c, |_| Err::<(), _>("missing".to_string())).unwrap_err();
+        assert_eq!(none.len(), 3);
+        assert!(none[2].starts_with("libnvrtc.so (loader path): missing"), "{none:?}");
+    }
+
+    /// A real dlopen of a file that does not exist fails with its name.
+    #[test]
+    fn a_missing_file_is_named() {
+        let c = nvrtc_candidates(Some(Path::new("/nonexistent/libnvrtc.so.13")), None, &[]);
+        let e = search_first(&c, open_api).map(|_| ()).unwrap_err();
+        assert!(e[0].contains("/nonexistent/libnvrtc.so.13 (the caller)"), "{e:?}");
+    }
 }

@@ -1,0 +1,227 @@
+//! Watchdogs for the GPU tests (issue 28: a GPU test hung with nothing
+//! printed). Two pieces, shared by every GPU test:
+//!
+//! * [`Watchdog::arm`] in the process that runs the work: if it is not dropped
+//!   within its limit, it prints [`process_report`] of its own process to
+//!   stderr (not captured by the test harness: it is another thread) and exits
+//!   the process with [`EXIT_CODE`], so the test fails, naming what each thread
+//!   was waiting on.
+//! * [`process_report`] of a child process, which a parent that launched
+//!   workers prints before it kills a child that overran its limit.
+//!
+//! A report lists every thread (`/proc/PID/task/*`): name, scheduler state,
+//! kernel wait channel (`wchan`) and the system call it sits in (`syscall`),
+//! then, when `gdb` is on the `PATH`, every thread's native backtrace
+//! (`gdb -batch -p PID -ex "thread apply all bt"`, bounded): that is where
+//! `libcuda.so` or `Completion::wait` shows up.
+
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Exit status of a process whose [`Watchdog`] expired.
+pub const EXIT_CODE: i32 = 86;
+
+/// Environment variable scaling every watchdog's limit (a float, e.g. `2`
+/// on a slow machine).
+pub const SCALE_ENV: &str = "FERROCCL_WATCHDOG_SCALE";
+
+/// `limit` scaled by [`SCALE_ENV`].
+pub fn scaled(limit: Duration) -> Duration {
+    let k = std::env::var(SCALE_ENV)
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|k| k.is_finite() && *k > 0.0)
+        .unwrap_or(1.0);
+    limit.mul_f64(k)
+}
+
+/// A bounded wait on the work of the current process; see the crate docs.
+/// Disarmed when dropped.
+#[derive(Debug)]
+pub struct Watchdog {
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watchdog {
+    /// Arms a watchdog named `what` (the test) for `limit` ([`scaled`]).
+    /// `extra` is called on expiry and its text added to the report (e.g. the
+    /// operations a communicator still has pending).
+    pub fn arm(what: &str, limit: Duration, extra: impl Fn() -> String + Send + 'static) -> Watchdog {
+        let limit = scaled(limit);
+        let (tx, rx) = mpsc::channel::<()>();
+        let what = what.to_string();
+        let thread = std::thread::Builder::new()
+            .name("test-watchdog".into())
+            .spawn(move || {
+                if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
+                    let mut msg =
+                        format!("WATCHDOG {what}: not finished after {limit:?}; what each thread is waiting on:\n");
+                    msg.push_str(&process_report(std::process::id()));
+                    let x = extra();
+                    if !x.is_empty() {
+                        let _ = writeln!(msg, "{x}");
+                    }
+                    eprintln!("{msg}");
+                    std::process::exit(EXIT_CODE);
+                }
+            })
+            .expect("spawn the watchdog thread");
+        Watchdog {
+            stop: Some(tx),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn read(p: &str) -> String {
+    std::fs::read_to_string(p)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|e| format!("({e})"))
+}
+
+/// Every thread of process `pid`: name, state, wait channel, system call; then
+/// native backtraces from gdb when it is installed (bounded to 60 s).
+pub fn process_report(pid: u32) -> String {
+    let mut out = format!(
+        "process {pid} ({}):\n",
+        read(&format!("/proc/{pid}/cmdline")).replace('\0', " ")
+    );
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    tids.sort_unstable();
+    for t in tids {
+        let base = format!("/proc/{pid}/task/{t}");
+        let stat = read(&format!("{base}/stat"));
+        // The state follows the parenthesised name.
+        let state = stat
+            .rsplit(')')
+            .next()
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or("?")
+            .to_string();
+        let _ = writeln!(
+            out,
+            "  thread {t} {:<24} state {state} wchan {} syscall {}",
+            read(&format!("{base}/comm")),
+            read(&format!("{base}/wchan")),
+            read(&format!("{base}/syscall"))
+                .split_whitespace()
+                .next()
+                .unwrap_or("?"),
+        );
+    }
+    out.push_str(&gdb_backtraces(pid));
+    out
+}
+
+/// `gdb -batch -p PID -ex "thread apply all bt"`, bounded; a one-line note
+/// when gdb is missing or fails.
+fn gdb_backtraces(pid: u32) -> String {
+    if pid == std::process::id() {
+        // Let a child debugger attach to us under Yama's ptrace_scope=1.
+        // SAFETY: prctl with integer arguments.
+        unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    }
+    let child = Command::new("gdb")
+        .args(["-nx", "-batch", "-p", &pid.to_string(), "-ex", "thread apply all bt 30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return format!("  (no native backtraces: gdb: {e})\n"),
+    };
+    let mut so = child.stdout.take().expect("piped stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let t0 = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if t0.elapsed() < Duration::from_secs(60) => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+        }
+    }
+    let text = reader.join().unwrap_or_default();
+    let bt: String = text
+        .lines()
+        .filter(|l| l.starts_with("Thread ") || l.starts_with('#'))
+        .map(|l| format!("  {l}\n"))
+        .collect();
+    if bt.is_empty() {
+        "  (gdb gave no backtraces)\n".into()
+    } else {
+        format!("  native backtraces (gdb):\n{bt}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The report names this process's threads, a sleeping one included.
+    #[test]
+    fn report_names_every_thread() {
+        let (tx, rx) = mpsc::channel::<()>();
+        let h = std::thread::Builder::new()
+            .name("sleeper-xyz".into())
+            .spawn(move || {
+                let _ = rx.recv_timeout(Duration::from_secs(60));
+            })
+            .unwrap();
+        let r = process_report(std::process::id());
+        drop(tx);
+        h.join().unwrap();
+        assert!(r.contains("sleeper-xyz"), "{r}");
+        assert!(r.contains("state S"), "{r}");
+    }
+
+    /// A watchdog dropped in time does nothing; a child whose watchdog expires
+    /// exits with EXIT_CODE and prints the report.
+    #[test]
+    fn expired_watchdog_fails_the_process_with_a_report() {
+        if std::env::var_os("WATCHDOG_CHILD").is_some() {
+            let _w = Watchdog::arm("child", Duration::from_millis(200), || "extra-text".into());
+            std::thread::sleep(Duration::from_secs(60));
+            return;
+        }
+        drop(Watchdog::arm("in time", Duration::from_secs(60), String::new));
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "tests::expired_watchdog_fails_the_process_with_a_report",
+                "--exact",
+                "--nocapture",
+            ])
+            .env("WATCHDOG_CHILD", "1")
+            .env("PATH", "/nonexistent")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(EXIT_CODE), "{err}");
+        assert!(err.contains("WATCHDOG child"), "{err}");
+        assert!(err.contains("extra-text"), "{err}");
+        assert!(err.contains("test-watchdog"), "{err}");
+    }
+}
