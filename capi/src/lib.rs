@@ -25,6 +25,7 @@ mod api;
 mod colls;
 mod comm;
 mod config;
+pub mod device_api;
 pub mod enums;
 pub mod exports;
 mod group;

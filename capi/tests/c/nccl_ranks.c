@@ -323,6 +323,20 @@ static void mode_errors(ncclUniqueId id) {
               "Invalid config blocking attribute value 5");
   EXPECT_CODE(ncclGroupEnd(), ncclInvalidUsage, "not in a group call");
   EXPECT_CODE(ncclCommShrink(NULL, NULL, 0, &bad, NULL, 0), ncclInvalidUsage, "ncclCommShrink is not implemented");
+  /* NCCL's device API (nccl_device.h): not in nccl.h, exported because frameworks link it (PyTorch 2.11 needs
+   * ncclDevCommCreate/Destroy to load); declared here as the device headers declare them, with opaque structs. */
+  {
+    ncclResult_t (*create)(ncclComm_t, const void*, void*) =
+        (ncclResult_t(*)(ncclComm_t, const void*, void*))dlsym(RTLD_DEFAULT, "ncclDevCommCreate");
+    ncclResult_t (*destroy)(ncclComm_t, const void*) =
+        (ncclResult_t(*)(ncclComm_t, const void*))dlsym(RTLD_DEFAULT, "pncclDevCommDestroy");
+    EXPECT(create && destroy, "ncclDevCommCreate / pncclDevCommDestroy exported");
+    if (create && destroy) {
+      char dev[256];
+      EXPECT_CODE(create(NULL, NULL, dev), ncclInvalidUsage, "ncclDevCommCreate is not implemented");
+      EXPECT_CODE(destroy(NULL, dev), ncclInvalidUsage, "ncclDevCommDestroy is not implemented");
+    }
+  }
   EXPECT_CODE(ncclMemFree((void*)0x1234), ncclInvalidArgument, "was not allocated by ncclMemAlloc");
   EXPECT(strcmp(ncclGetErrorString(ncclInvalidArgument), "invalid argument (run with NCCL_DEBUG=WARN for details)") == 0,
          "error string");
