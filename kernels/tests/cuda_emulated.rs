@@ -15,6 +15,8 @@
 //! which needs a GPU). Without a C++ compiler (`$CXX`, `c++`, `g++`,
 //! `clang++`) the test prints why and passes.
 
+mod common;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -39,21 +41,8 @@ impl Emu {
     }
 
     fn build() -> Result<Emu, String> {
-        let cxx = [
-            std::env::var("CXX").ok(),
-            Some("c++".into()),
-            Some("g++".into()),
-            Some("clang++".into()),
-        ]
-        .into_iter()
-        .flatten()
-        .find(|c| {
-            Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .ok_or("no C++ compiler ($CXX, c++, g++, clang++) to build the GPU emulation")?;
+        let cxx = common::find_compiler("CXX", &["c++", "g++", "clang++"])
+            .map_err(|e| format!("{e} to build the GPU emulation"))?;
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("cuda-emu-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let src = dir.join("kernels_all.cu");

@@ -17,6 +17,8 @@
 
 #![cfg(feature = "cuda")]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -26,21 +28,8 @@ use ferroccl_kernels::cuda::DeviceBuffer;
 /// cudarc's `dlopen("libcuda.so")` finds it by its soname. Returns its
 /// staged-copy probe.
 fn mock_driver() -> Result<unsafe extern "C" fn() -> u32, String> {
-    let cc = [
-        std::env::var("CC").ok(),
-        Some("cc".into()),
-        Some("gcc".into()),
-        Some("clang".into()),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|c| {
-        Command::new(c)
-            .arg("--version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    })
-    .ok_or("no C compiler ($CC, cc, gcc, clang) to build the mock driver")?;
+    let cc =
+        common::find_compiler("CC", &["cc", "gcc", "clang"]).map_err(|e| format!("{e} to build the mock driver"))?;
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("mock-cuda-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let so = dir.join("libcuda.so");

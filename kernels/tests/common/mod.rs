@@ -22,3 +22,20 @@ pub fn nvrtc_path() -> Option<PathBuf> {
         .join("libnvrtc.so.12");
     lib.is_file().then_some(lib)
 }
+
+/// The first compiler that answers `--version`: `$env_var` if set, then each
+/// of `names`. The error names them all.
+#[allow(dead_code)]
+pub fn find_compiler(env_var: &str, names: &[&str]) -> Result<String, String> {
+    std::env::var(env_var)
+        .ok()
+        .into_iter()
+        .chain(names.iter().map(|n| n.to_string()))
+        .find(|c| {
+            std::process::Command::new(c)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .ok_or_else(|| format!("no compiler (${env_var}, {})", names.join(", ")))
+}
