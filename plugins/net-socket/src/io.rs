@@ -146,6 +146,39 @@ fn read_nb(s: &Socket, buf: &mut [u8], block: bool) -> io::Result<Option<usize>>
     }
 }
 
+/// Like [`read_nb`], one `recvmsg` filling `a` and then `b` (a scatter read).
+fn read2_nb(s: &Socket, a: &mut [u8], b: &mut [u8], block: bool) -> io::Result<Option<usize>> {
+    let flags = if block { 0 } else { libc::MSG_DONTWAIT };
+    let mut iov = [
+        libc::iovec {
+            iov_base: a.as_mut_ptr().cast(),
+            iov_len: a.len(),
+        },
+        libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        },
+    ];
+    // SAFETY: an all-zero `msghdr` is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    loop {
+        // SAFETY: both slices are valid for writes of their lengths and outlive the
+        // call; `msg` points at `iov` only; the fd is open.
+        let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, flags) };
+        if n >= 0 {
+            return Ok(Some(n as usize));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
+        }
+    }
+}
+
 // ---------------------------------------------------------------- helper threads
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1190,8 +1223,14 @@ impl RecvInner {
                         moved += k;
                         self.proto.on_payload(k);
                     } else if len >= STAGE_LEN && !drained {
+                        // The payload straight into the user's buffer and, in the same
+                        // call, whatever follows it into the stage: the next header only
+                        // while messages are large (its payload then comes here too),
+                        // so a stream of large messages costs one read per message,
+                        // not a header read and a payload read.
                         let ctrl = self.ctrl.as_ref().expect("checked above");
-                        match read_nb(ctrl, dst, std::mem::take(&mut block)) {
+                        let extra = if self.big { proto::HDR_LEN } else { STAGE_LEN };
+                        match read2_nb(ctrl, dst, &mut self.stage[..extra], std::mem::take(&mut block)) {
                             Ok(Some(0)) => {
                                 return Err(io_err(
                                     "control stream (recv)",
@@ -1200,9 +1239,12 @@ impl RecvInner {
                                 ));
                             }
                             Ok(Some(n)) => {
-                                drained = n < len;
+                                drained = n < len + extra;
+                                let k = n.min(len);
                                 moved += n;
-                                self.proto.on_payload(n);
+                                self.proto.on_payload(k);
+                                self.st_lo = 0;
+                                self.st_hi = n - k;
                             }
                             Ok(None) => return Ok(moved),
                             Err(e) => return Err(io_err("control stream (recv)", peer, &e)),
