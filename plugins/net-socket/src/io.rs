@@ -17,9 +17,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::io::{self, IoSlice, Read};
+use std::io::{self, IoSlice};
 use std::net::{Shutdown, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -214,6 +214,47 @@ struct Worker {
 struct PoolShared {
     failed: AtomicBool,
     error: Mutex<Option<NetError>>,
+    /// Written by a helper thread after each task it finishes (or fails), so a
+    /// caller waiting on its requests' data streams can sleep in `ppoll` on it
+    /// instead of spinning (`None`: `eventfd` failed; the caller then yields).
+    done_ev: Option<OwnedFd>,
+}
+
+impl PoolShared {
+    /// Wakes a caller sleeping on [`PoolShared::done_ev`].
+    fn signal(&self) {
+        if let Some(ev) = &self.done_ev {
+            let one: u64 = 1;
+            // SAFETY: an open eventfd; 8 valid bytes. A full counter (EAGAIN) is
+            // already readable, which is all a sleeper needs.
+            unsafe { libc::write(ev.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    /// Resets [`PoolShared::done_ev`] before the caller looks at the done counters:
+    /// a task finished after this makes it readable again, so no wake-up is lost.
+    fn drain(&self) {
+        if let Some(ev) = &self.done_ev {
+            let mut v: u64 = 0;
+            // SAFETY: an open non-blocking eventfd; 8 valid bytes for writes.
+            unsafe { libc::read(ev.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        }
+    }
+
+    /// The target a caller waiting on helper threads sleeps on.
+    fn target(&self) -> Option<Target> {
+        self.done_ev.as_ref().map(|ev| Target {
+            fd: ev.as_raw_fd(),
+            events: libc::POLLIN,
+        })
+    }
+}
+
+fn new_eventfd() -> Option<OwnedFd> {
+    // SAFETY: no pointers; returns a new fd or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// The data streams of one comm and their helper threads.
@@ -229,13 +270,17 @@ struct Pool {
 impl Pool {
     fn new(dir: Dir, peer: SocketAddr, nthreads: usize, streams: Vec<Socket>) -> Pool {
         let nthreads = nthreads.clamp(1, streams.len().max(1));
+        let nstreams = streams.len();
         Pool {
             dir,
             peer,
             nthreads,
             streams: streams.into_iter().map(Arc::new).collect(),
             workers: (0..nthreads).map(|_| None).collect(),
-            shared: Arc::default(),
+            shared: Arc::new(PoolShared {
+                done_ev: if nstreams > 0 { new_eventfd() } else { None },
+                ..PoolShared::default()
+            }),
         }
     }
 
@@ -309,6 +354,7 @@ fn worker_loop(
     q: Arc<WorkQueue>,
     shared: Arc<PoolShared>,
 ) {
+    let mut lowats: Vec<Lowat> = streams.iter().map(|_| Lowat::default()).collect();
     loop {
         let task = {
             let mut g = q.m.lock().unwrap_or_else(|p| p.into_inner());
@@ -330,11 +376,12 @@ fn worker_loop(
             // or the comm is closed; close joins this thread first.
             Dir::Send => send_all(sock, unsafe { task.buf.as_slice() }),
             // SAFETY: as above; nobody else writes this part of the receive buffer.
-            Dir::Recv => recv_all(sock, unsafe { task.buf.as_mut_slice() }),
+            Dir::Recv => recv_all(sock, unsafe { task.buf.as_mut_slice() }, &mut lowats[task.stream]),
         };
         match res {
             Ok(()) => {
                 task.done.fetch_add(task.buf.len, Ordering::AcqRel);
+                shared.signal();
             }
             Err(e) => {
                 if !q.m.lock().unwrap_or_else(|p| p.into_inner()).stop {
@@ -348,6 +395,8 @@ fn worker_loop(
                     let mut slot = shared.error.lock().unwrap_or_else(|p| p.into_inner());
                     slot.get_or_insert(err);
                     shared.failed.store(true, Ordering::Release);
+                    drop(slot);
+                    shared.signal();
                 }
                 return;
             }
@@ -367,19 +416,130 @@ fn send_all(s: &Socket, mut b: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-fn recv_all(s: &Socket, b: &mut [u8]) -> io::Result<()> {
+/// `SO_RCVLOWAT` of one socket: the mark set, and the mark it was meant to be
+/// before the receive-buffer cap (what later changes are measured against).
+struct Lowat {
+    set: usize,
+    want: usize,
+}
+
+impl Default for Lowat {
+    fn default() -> Self {
+        Lowat { set: 1, want: 1 }
+    }
+}
+
+impl Lowat {
+    /// Fits the mark of `s` to `left` bytes the peer still owes on it (1: wake on
+    /// any byte): up to [`RCVLOWAT_MAX`] and a quarter of `SO_RCVBUF`, never more
+    /// than `left`. Changed only when the mark exceeds `left` or is under half of
+    /// what it could be, or (`retry`, once per message) when the receive buffer
+    /// held it under half of `left`. A thread sleeping on the socket is then woken
+    /// once per that many bytes instead of once per loopback segment.
+    ///
+    /// A blocking read that has already copied part of what it asked for waits
+    /// until the *queue* holds the mark again (`tcp_data_ready` checks what is
+    /// unread, not what the read still needs): with a mark near `left` it can wait
+    /// for bytes the peer does not owe. Sleep in `poll` with the queue drained
+    /// instead ([`recv_all`]), or with a receive timeout (the control stream).
+    /// Errors: the failing option's name and the OS error.
+    fn fit(&mut self, s: &Socket, left: usize, retry: bool) -> Result<(), (&'static str, io::Error)> {
+        let want = left.min(RCVLOWAT_MAX);
+        let retry = retry && self.set < want / 2;
+        if !(self.set > left || self.want < want / 2 || retry) {
+            return Ok(());
+        }
+        let fd = s.as_raw_fd();
+        let mut v = want as libc::c_int;
+        if v > 1 {
+            // Never more than a quarter of the receive buffer: a larger mark makes
+            // the kernel grow the buffer and clamp the TCP window to the mark
+            // (`tcp_set_rcvlowat`), which would cap the stream's throughput.
+            let mut rcvbuf: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: a valid socket; `rcvbuf` and `len` are valid for writes.
+            let r = unsafe {
+                libc::getsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUF,
+                    (&mut rcvbuf as *mut libc::c_int).cast(),
+                    &mut len,
+                )
+            };
+            if r != 0 {
+                return Err(("SO_RCVBUF", io::Error::last_os_error()));
+            }
+            v = v.min(rcvbuf / 4).max(1);
+        }
+        // SAFETY: a valid socket, an int option value of the size passed.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(("SO_RCVLOWAT", io::Error::last_os_error()));
+        }
+        self.set = v as usize;
+        self.want = want;
+        Ok(())
+    }
+}
+
+/// Longest `poll` of a helper thread waiting for its data stream; it then polls
+/// again (closing the comm shuts the socket down, which ends the wait at once).
+const HELPER_POLL: Duration = Duration::from_secs(1);
+
+/// Reads all of `b` from a data stream (a helper thread, which only receives):
+/// non-blocking reads while bytes are queued, and when the queue is empty a
+/// `poll` with the stream's `SO_RCVLOWAT` fitted to what is left of `b`
+/// ([`Lowat::fit`]; 1 byte for the last [`wait::SPIN_MAX_BYTES`]), so the
+/// thread wakes once per up to [`RCVLOWAT_MAX`] bytes. `poll` (unlike a
+/// blocking read that copied part of its request) wakes as soon as the queue
+/// holds the mark, and every byte of a mark up to `left` is owed.
+fn recv_all(s: &Socket, b: &mut [u8], lowat: &mut Lowat) -> io::Result<()> {
     let mut off = 0;
+    let mut first = true;
     while off < b.len() {
-        match (&*s).read(&mut b[off..]) {
-            Ok(0) => {
+        let want = b.len() - off;
+        match read_nb(s, &mut b[off..], false)? {
+            Some(0) => {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "connection closed by peer",
                 ));
             }
-            Ok(n) => off += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+            // A short read emptied the queue: wait below.
+            Some(n) if n < want => off += n,
+            Some(n) => {
+                off += n;
+                continue;
+            }
+            None => {}
+        }
+        let left = b.len() - off;
+        if left == 0 {
+            break;
+        }
+        let mark = if left > wait::SPIN_MAX_BYTES { left } else { 1 };
+        lowat.fit(s, mark, std::mem::take(&mut first)).map_err(|(_, e)| e)?;
+        let mut pfd = libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd; the fd is open until this thread is joined.
+        let r = unsafe { libc::poll(&mut pfd, 1, HELPER_POLL.as_millis() as libc::c_int) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
         }
     }
     Ok(())
@@ -975,6 +1135,13 @@ impl SendInner {
                 },
                 left: proto::HDR_LEN + o.payload.len - o.off,
             },
+            (Some(r), _, _) => match self.pool.shared.target() {
+                Some(target) if r.ctrl_done => Waits::Helpers {
+                    target,
+                    left: r.data_expected - r.data_done.load(Ordering::Acquire),
+                },
+                _ => Waits::Other,
+            },
             _ => Waits::Other,
         }
     }
@@ -990,6 +1157,15 @@ impl SendInner {
             )));
         }
         let waits = self.waits(id);
+        if matches!(waits, Waits::Helpers { .. }) {
+            self.pool.shared.drain();
+            // The wake-up drained here may have been for another request of this comm
+            // that the caller will test next: keep the eventfd readable for it.
+            let done = |r: &SendReq| r.ctrl_done && r.data_done.load(Ordering::Acquire) == r.data_expected;
+            if self.reqs.iter().any(|(k, r)| *k != id && done(r)) {
+                self.pool.shared.signal();
+            }
+        }
         let moved = self.progress(block && matches!(waits, Waits::Socket { .. }))?;
         let r = &self.reqs[&id];
         if r.ctrl_done && r.data_done.load(Ordering::Acquire) == r.data_expected {
@@ -1030,10 +1206,8 @@ pub struct RecvInner {
     reqs: HashMap<u64, RecvReq>,
     pool: Pool,
     failed: Option<NetError>,
-    /// `SO_RCVLOWAT` of the control stream, and the mark it was meant to be
-    /// before the receive-buffer cap (what later changes are measured against).
-    lowat: usize,
-    lowat_want: usize,
+    /// `SO_RCVLOWAT` of the control stream.
+    lowat: Lowat,
     /// The message (receive, buffer) the mark was last set for.
     lowat_msg: Option<(u64, usize)>,
     /// The last message matched was larger than the staging buffer.
@@ -1061,8 +1235,7 @@ impl RecvComm {
                 reqs: HashMap::new(),
                 pool: Pool::new(Dir::Recv, peer, info.nthreads as usize, data),
                 failed: None,
-                lowat: 1,
-                lowat_want: 1,
+                lowat: Lowat::default(),
                 lowat_msg: None,
                 big: false,
             })),
@@ -1258,16 +1431,13 @@ impl RecvInner {
     }
 
     /// Keeps `SO_RCVLOWAT` of the control stream fitted to what it must deliver
-    /// next: on a thread that only receives ([`wait::receive_only`]), the
-    /// payload in progress when more than [`wait::SPIN_MAX_BYTES`] of it is left,
-    /// up to [`RCVLOWAT_MAX`] and a quarter of `SO_RCVBUF`; else 1 byte. A thread
-    /// sleeping on the socket (blocking read or `ppoll`) is then woken once per
-    /// that many bytes instead of once per loopback segment, never asking for
-    /// more than the peer still owes (and the kernel wakes readers below the
-    /// mark anyway when the receive window closes). Changed only when the mark
-    /// exceeds what is left or is under half of what it could be (a mark the
-    /// buffer held down: again at the next message), so a stream of large
-    /// messages sets it at most about once per message.
+    /// next ([`Lowat::fit`]): on a thread that only receives
+    /// ([`wait::receive_only`]), half of the payload in progress when more than
+    /// [`wait::SPIN_MAX_BYTES`] of it is left; else 1 byte. A thread sleeping on
+    /// the socket (blocking read or `ppoll`) is then woken once per that many
+    /// bytes instead of once per loopback segment, never waiting for more than
+    /// the peer still owes; a stream of large messages sets it about once per
+    /// message.
     fn set_lowat(&mut self) -> NetResult<()> {
         let Some(ctrl) = self.ctrl.as_ref() else { return Ok(()) };
         let (left, msg) = match self.proto.need() {
@@ -1276,49 +1446,12 @@ impl RecvInner {
             }
             _ => (1, None),
         };
-        let want = left.min(RCVLOWAT_MAX);
         // A mark the receive buffer held down is tried again once per message.
-        let retry = msg.is_some() && msg != self.lowat_msg && self.lowat < want / 2;
-        if self.lowat > left || self.lowat_want < want / 2 || retry {
-            let fd = ctrl.as_raw_fd();
-            let err = |what: &str| io_err(what, self.peer, &io::Error::last_os_error());
-            let mut v = want as libc::c_int;
-            if v > 1 {
-                // Never more than a quarter of the receive buffer: a larger mark makes
-                // the kernel grow the buffer and clamp the TCP window to the mark
-                // (`tcp_set_rcvlowat`), which would cap the stream's throughput.
-                let mut rcvbuf: libc::c_int = 0;
-                let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-                // SAFETY: a valid socket; `rcvbuf` and `len` are valid for writes.
-                let r = unsafe {
-                    libc::getsockopt(
-                        fd,
-                        libc::SOL_SOCKET,
-                        libc::SO_RCVBUF,
-                        (&mut rcvbuf as *mut libc::c_int).cast(),
-                        &mut len,
-                    )
-                };
-                if r != 0 {
-                    return Err(err("control stream (SO_RCVBUF)"));
-                }
-                v = v.min(rcvbuf / 4).max(1);
-            }
-            // SAFETY: a valid socket, an int option value of the size passed.
-            let r = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVLOWAT,
-                    (&v as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r != 0 {
-                return Err(err("control stream (SO_RCVLOWAT)"));
-            }
-            self.lowat = v as usize;
-            self.lowat_want = want;
+        let retry = msg.is_some() && msg != self.lowat_msg;
+        self.lowat
+            .fit(ctrl, left, retry)
+            .map_err(|(what, e)| io_err(&format!("control stream ({what})"), self.peer, &e))?;
+        if retry {
             self.lowat_msg = msg;
         }
         Ok(())
@@ -1330,8 +1463,17 @@ impl RecvInner {
         let Some(ctrl) = self.ctrl.as_ref() else {
             return Waits::Other;
         };
-        if !self.reqs.contains_key(&id) || self.proto.ctrl_complete(id).is_some() {
+        let Some(r) = self.reqs.get(&id) else {
             return Waits::Other;
+        };
+        if let Some((_, expected)) = self.proto.ctrl_complete(id) {
+            return match self.pool.shared.target() {
+                Some(target) => Waits::Helpers {
+                    target,
+                    left: expected.saturating_sub(r.data_done.load(Ordering::Acquire)),
+                },
+                None => Waits::Other,
+            };
         }
         let left = match self.proto.need() {
             Need::Idle => return Waits::Other,
@@ -1358,6 +1500,19 @@ impl RecvInner {
             )));
         }
         let waits = self.waits(id);
+        if matches!(waits, Waits::Helpers { .. }) {
+            self.pool.shared.drain();
+            // As for sends: keep the eventfd readable for another finished receive.
+            let proto = &self.proto;
+            let done = |k: u64, r: &RecvReq| {
+                proto
+                    .ctrl_complete(k)
+                    .is_some_and(|(_, expected)| r.data_done.load(Ordering::Acquire) == expected)
+            };
+            if self.reqs.iter().any(|(k, r)| *k != id && done(*k, r)) {
+                self.pool.shared.signal();
+            }
+        }
         // Staged bytes are used first; only an empty stage may wait on the socket.
         let block = block && self.st_lo == self.st_hi && matches!(waits, Waits::Socket { .. });
         let moved = self.progress(block)?;

@@ -35,8 +35,13 @@
 //! * On a one-way thread, after a long streak on one target ended by progress
 //!   on that same target (a bulk stream between two wake-ups), the next wait on
 //!   it sleeps without a non-blocking try first.
-//! * A request waiting on helper threads (data streams) never sleeps here: its
-//!   `test` yields the CPU instead.
+//! * A request waiting on helper threads (data streams) waits like one on a
+//!   socket, on the comm's eventfd that a helper writes after each task it
+//!   finishes (always in `ppoll`: there is no read of its own to block in).
+//!   Without one (eventfd failed) its `test` yields the CPU instead. Spinning
+//!   there made a caller take the CPU its own helper threads needed: on 2
+//!   cores, one helper thread per side moved 4 MiB messages at 0.63–0.85× raw
+//!   TCP with twice raw's CPU per GB (plugins/net-socket/BENCHMARKS.md §1.6).
 
 use std::cell::{Cell, RefCell};
 use std::os::fd::RawFd;
@@ -85,7 +90,15 @@ pub enum Waits {
         /// Bytes left of the message in progress on that socket.
         left: usize,
     },
-    /// Helper threads (data streams), or nothing pollable.
+    /// Helper threads (data streams): `target` is the comm's eventfd (readable
+    /// after a helper finished a task), `left` the request's data bytes not yet moved.
+    Helpers {
+        /// The eventfd, `POLLIN`.
+        target: Target,
+        /// Bytes of the request's data streams still to move.
+        left: usize,
+    },
+    /// Helper threads without an eventfd, or nothing pollable.
     Other,
 }
 
@@ -104,7 +117,7 @@ pub enum Plan {
     /// Non-blocking I/O only.
     Poll,
     /// The first read or write on the request's own socket may block up to
-    /// [`TEST_WAIT`] (the thread waits on nothing else).
+    /// [`TEST_WAIT`] (the thread waits on nothing else, and that is a socket).
     BlockOwn,
     /// Sleep in `ppoll` on these targets (up to [`TEST_WAIT`]), then non-blocking I/O.
     PollSet(Vec<Target>),
@@ -145,8 +158,18 @@ impl Idle {
 
     /// The plan for a `test` of a request that `waits`, at `now`.
     pub fn plan(&self, waits: Waits, now: Instant) -> Plan {
-        let Waits::Socket { target, left } = waits else {
-            return Plan::Poll;
+        let (target, left, own) = match waits {
+            Waits::Socket { target, left } => (target, left, true),
+            Waits::Helpers { target, left } => (target, left, false),
+            Waits::Other => return Plan::Poll,
+        };
+        // Where the plan would block in the request's own I/O: an eventfd has none.
+        let block_own = || {
+            if own {
+                Plan::BlockOwn
+            } else {
+                Plan::PollSet(vec![target])
+            }
         };
         if self.other {
             return Plan::Poll;
@@ -157,7 +180,7 @@ impl Idle {
             // A streak starts with a try, unless the same single wait just ended in
             // progress after a long streak (a bulk stream that came back for more).
             return if !self.two_way && self.long && self.prev == Some(target) {
-                Plan::BlockOwn
+                block_own()
             } else {
                 Plan::Poll
             };
@@ -170,7 +193,7 @@ impl Idle {
             return Plan::Poll;
         }
         if self.targets.len() == 1 {
-            Plan::BlockOwn
+            block_own()
         } else {
             Plan::PollSet(self.targets.clone())
         }
@@ -182,7 +205,7 @@ impl Idle {
         match outcome {
             Outcome::Progress(w) => {
                 let moved_on = match w {
-                    Waits::Socket { target, .. } => Some(target),
+                    Waits::Socket { target, .. } | Waits::Helpers { target, .. } => Some(target),
                     Waits::Other => None,
                 };
                 if let Some(since) = self.since {
@@ -202,7 +225,7 @@ impl Idle {
             Outcome::Idle(w) => {
                 self.since.get_or_insert(now);
                 match w {
-                    Waits::Socket { target, .. } => {
+                    Waits::Socket { target, .. } | Waits::Helpers { target, .. } => {
                         if !self.targets.contains(&target) && self.targets.len() < MAX_TARGETS {
                             self.targets.push(target);
                         }

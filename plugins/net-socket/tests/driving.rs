@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Instant;
 
-use common::{BOUND, buf, net, pattern, rb};
+use common::{BOUND, buf, net_with, pattern, rb};
 use ferroccl_plugin_api::sdk::{CommConfig, Handle, Net, TestStatus};
 use nccl_net_socket::{ProfRequest as Request, RecvComm, SendComm, SocketNet};
 
@@ -108,8 +108,24 @@ fn connect_accept(net: &SocketNet, listen: &mut nccl_net_socket::Listener, peer:
     (s.unwrap(), r.unwrap())
 }
 
+/// One helper thread with one data stream per comm: large messages go through
+/// it, and `test` sleeps on the comm's eventfd while it works.
+const HELPER: &[(&str, &str)] = &[("NCCL_SOCKET_NTHREADS", "1"), ("NCCL_NSOCKS_PERTHREAD", "1")];
+
 #[test]
 fn a_thread_that_only_receives_gets_every_byte() {
+    only_receives(&[]);
+}
+
+/// The helper thread's reads raise `SO_RCVLOWAT` too; a read that waited for
+/// more than the sender still owes would hang at the last large message.
+#[test]
+fn a_thread_that_only_receives_gets_every_byte_through_a_helper_thread() {
+    only_receives(HELPER);
+}
+
+fn only_receives(vars: &'static [(&'static str, &'static str)]) {
+    let net = || net_with(vars);
     let sizes = sizes();
     let (htx, hrx) = mpsc::channel::<Handle>();
     let sz = sizes.clone();
@@ -153,6 +169,16 @@ fn a_thread_that_only_receives_gets_every_byte() {
 
 #[test]
 fn one_thread_driving_a_send_and_a_receive_op_in_turn_moves_every_byte() {
+    send_and_receive(&[]);
+}
+
+#[test]
+fn one_thread_driving_a_send_and_a_receive_op_in_turn_through_helper_threads() {
+    send_and_receive(HELPER);
+}
+
+fn send_and_receive(vars: &'static [(&'static str, &'static str)]) {
+    let net = move || net_with(vars);
     let sizes = sizes();
     // Each side: a send comm to the other and a receive comm from it, both ops
     // progressed in turn by its one thread (a 2-rank ring's proxy).
