@@ -20,9 +20,13 @@ const WINDOW: usize = 8;
 
 /// Message sizes: large ones (the receiver may wait for most of them at
 /// once), odd ones, and small ones between them (spinning, inline).
+/// The last ones are large, so the last message is one after which nothing
+/// more comes (a reader waiting for more than is owed would wait for ever).
 fn sizes() -> Vec<usize> {
     let shapes = [(1 << 20) + 13, 300 << 10, 8, 70 << 10, 3 << 20, 100, 2 << 20, 65 << 10];
-    (0..24).map(|i| shapes[i % shapes.len()]).collect()
+    let mut v: Vec<usize> = (0..24).map(|i| shapes[i % shapes.len()]).collect();
+    v.extend([MAX, MAX - 1000, MAX, (1 << 20) + 4097]);
+    v
 }
 
 const MAX: usize = 3 << 20;
@@ -109,8 +113,13 @@ fn connect_accept(net: &SocketNet, listen: &mut nccl_net_socket::Listener, peer:
 }
 
 /// One helper thread with one data stream per comm: large messages go through
-/// it, and `test` sleeps on the comm's eventfd while it works.
-const HELPER: &[(&str, &str)] = &[("NCCL_SOCKET_NTHREADS", "1"), ("NCCL_NSOCKS_PERTHREAD", "1")];
+/// it, and `test` sleeps on the comm's eventfd while it works. A receive buffer
+/// large enough that the helper's `SO_RCVLOWAT` is not held down by it.
+const HELPER: &[(&str, &str)] = &[
+    ("NCCL_SOCKET_NTHREADS", "1"),
+    ("NCCL_NSOCKS_PERTHREAD", "1"),
+    ("NCCL_SOCKET_RCVBUF", "8388608"),
+];
 
 #[test]
 fn a_thread_that_only_receives_gets_every_byte() {
