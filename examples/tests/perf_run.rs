@@ -367,3 +367,46 @@ fn trace_writes_one_timeline_per_process() {
     assert_eq!(ranks, [0, 1]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--mem device`: with a CUDA driver and device, the checked sweep runs on
+/// device buffers and every `#  Rank` line says so; without one, the run fails
+/// at once with a message naming `--mem device` and what is missing (never a
+/// silent fall-back to host memory).
+#[test]
+fn mem_device_runs_on_device_buffers_or_says_why_not() {
+    let o = perf(&[
+        "--ranks",
+        "2",
+        "all_reduce",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "8",
+        "-c",
+        "1",
+        "--mem",
+        "device",
+    ]);
+    match ferroccl_kernels::cuda::device_count() {
+        Ok(_) => {
+            let out = ok(&o);
+            let ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("#  Rank ")).collect();
+            assert_eq!(ranks.len(), 2, "{out}");
+            assert!(ranks.iter().all(|l| l.contains("device memory (CUDA device")), "{out}");
+            for r in rows(&out) {
+                assert_eq!(r[r.len() - 1], "0", "wrong values in {r:?}\n{out}");
+            }
+        }
+        Err(e) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "ran without a CUDA driver ({e})");
+            assert!(err.contains("--mem device:"), "no reason given:\n{err}");
+            assert!(
+                !String::from_utf8_lossy(&o.stdout).contains("#  Rank "),
+                "ran on something"
+            );
+        }
+    }
+}

@@ -25,8 +25,15 @@ use crate::workspace::{Workspace, cargo};
 
 /// One check of run.sh: its name, time limit (s) and command line (run in
 /// the bundle directory; `$DIR` is the bundle).
-pub const CHECKS: [(&str, u32, &str); 8] = [
+pub const CHECKS: [(&str, u32, &str); 9] = [
     ("coll_device", 900, "deps/coll_device --test-threads=1"),
+    // The perf tool on device buffers (issue 28's performance rows): shared
+    // memory, then the socket plugin between the same two ranks; every result checked.
+    (
+        "perf_device_buffers",
+        300,
+        "bin/ferroccl-perf --ranks 2 --mem device all_reduce -b 8 -e 64M -f 8 -c 1 && NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=socket bin/ferroccl-perf --ranks 2 --mem device all_reduce -b 8 -e 64M -f 8 -c 1",
+    ),
     ("cuda_transport", 300, "deps/cuda_transport --test-threads=1"),
     ("cuda_device", 900, "deps/cuda_device --test-threads=1"),
     ("cuda_reduce_bw", 300, "bin/cuda_reduce_bw"),

@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 
 use ferroccl::check;
 use ferroccl::{Comm, CommConfig, DataType, RedOp, Stream, TestOp, UniqueId, group_end, group_start};
+use ferroccl_examples::perf::mem::PerfBuf;
 use ferroccl_examples::perf::report::{self, JsonPerf, JsonRow, NcclTestsJson};
 use ferroccl_examples::perf::{self, BindTo, MAX_SIZE, Plan};
 
@@ -55,15 +56,6 @@ const NCCL_VERSION_CODE: i64 = 23007;
 
 /// Bytes of one rank's `#  Rank …` line when gathered.
 const DEVICE_LINE: usize = 256;
-
-/// A zeroed buffer of `bytes`, or an error saying the allocation failed (never an abort).
-fn buffer(bytes: usize, what: &str) -> Result<Vec<u8>, String> {
-    let mut v: Vec<u8> = Vec::new();
-    v.try_reserve_exact(bytes)
-        .map_err(|e| format!("cannot allocate the {what} buffer of {bytes} bytes: {e}"))?;
-    v.resize(bytes, 0);
-    Ok(v)
-}
 
 /// Rank and size from a launcher's environment, if any: the first pair whose two
 /// variables are both set. A set variable that is not a number is an error naming it
@@ -192,8 +184,8 @@ struct Bench<'a> {
     coll: TestOp,
     dtype: DataType,
     redop: RedOp,
-    send: Vec<u8>,
-    recv: Vec<u8>,
+    send: PerfBuf,
+    recv: PerfBuf,
     stream: Stream,
     decision: Option<ferroccl::tune::Decision>,
     /// The paths (see [`Path`]) warmed up so far; a size
@@ -288,33 +280,38 @@ impl Bench<'_> {
         Ok(())
     }
 
-    fn fill(&mut self, count: usize, in_place: bool, seed: u64) {
+    /// Writes this rank's input for a check and poisons the output (copies
+    /// into device memory with `--mem device`).
+    fn fill(&mut self, count: usize, in_place: bool, seed: u64) -> Result<(), ferroccl::Error> {
         let (n, r) = (self.comm.nranks(), self.comm.rank());
         let es = self.dtype.size();
         let (se, re) = self.coll.buffer_elems(count, n);
         let mut input = vec![0u8; se * es];
         check::fill(&mut input, self.dtype, &self.redop, r, seed);
-        self.recv[..se.max(re) * es].fill(0xA5);
+        self.recv.fill(0, se.max(re) * es, 0xA5)?;
         if in_place {
             let (soff, _) = self.coll.in_place_offsets(count, r);
-            self.recv[soff * es..soff * es + input.len()].copy_from_slice(&input);
+            self.recv.write(soff * es, &input)?;
         } else {
-            self.send[..se * es].copy_from_slice(&input);
+            self.send.write(0, &input)?;
         }
+        Ok(())
     }
 
-    fn wrong(&self, count: usize, in_place: bool, seed: u64) -> u64 {
+    /// Elements of this rank's output that differ from the expected result.
+    fn wrong(&self, count: usize, in_place: bool, seed: u64) -> Result<u64, ferroccl::Error> {
         let (n, r) = (self.comm.nranks(), self.comm.rank());
         let es = self.dtype.size();
         let Some(want) = check::expected(self.coll, self.dtype, &self.redop, n, r, count, seed) else {
-            return 0;
+            return Ok(0);
         };
         let off = if in_place {
             self.coll.in_place_offsets(count, r).1 * es
         } else {
             0
         };
-        check::count_wrong(self.dtype, &self.recv[off..off + want.len()], &want) as u64
+        let got = self.recv.read(off, want.len())?;
+        Ok(check::count_wrong(self.dtype, &got, &want) as u64)
     }
 
     fn gather_f64(&self, v: f64) -> Result<Vec<f64>, ferroccl::Error> {
@@ -380,10 +377,10 @@ impl Bench<'_> {
         let wrong = if self.plan.check > 0 {
             let mut total = 0;
             for _ in 0..self.plan.check {
-                self.fill(count, in_place, rep);
+                self.fill(count, in_place, rep)?;
                 self.launch(count, in_place)?;
                 self.stream.synchronize()?;
-                total = self.sum_u64(self.wrong(count, in_place, rep))?;
+                total = self.sum_u64(self.wrong(count, in_place, rep)?)?;
                 if total != 0 {
                     break;
                 }
@@ -455,8 +452,8 @@ fn run_rank(
 ) -> Result<bool, String> {
     let (send_bytes, recv_bytes) = buffer_bytes(plan, nranks)?;
     // Allocate before joining, so a size this rank cannot hold fails fast.
-    let send = buffer(send_bytes, "send")?;
-    let recv = buffer(recv_bytes, "receive")?;
+    let send = PerfBuf::alloc(plan.mem, send_bytes, "send", local).map_err(|e| format!("rank {rank}: {e}"))?;
+    let recv = PerfBuf::alloc(plan.mem, recv_bytes, "receive", local).map_err(|e| format!("rank {rank}: {e}"))?;
     let config = CommConfig {
         timeout: (plan.timeout_sec > 0).then(|| Duration::from_secs(plan.timeout_sec)),
         ..CommConfig::default()
@@ -469,10 +466,11 @@ fn run_rank(
 
     // `#  Rank …` lines of every rank, gathered in rank order.
     let line = format!(
-        "#  Rank {rank:>2} Group {:>2} Pid {:>6} on {:>10} device {local:>2} [0000:00:00] host memory, net {}",
+        "#  Rank {rank:>2} Group {:>2} Pid {:>6} on {:>10} device {local:>2} [0000:00:00] {}, net {}",
         0,
         std::process::id(),
         hostname(),
+        recv.describe(),
         comm.net_info().name
     );
     let mut mine = [0u8; DEVICE_LINE];

@@ -9,6 +9,7 @@
 //! [`plot`] draws result files; [`timeline`] draws trace files.
 
 pub mod cluster;
+pub mod mem;
 pub mod plot;
 pub mod report;
 pub mod timeline;
@@ -128,6 +129,13 @@ pub struct Args {
     /// to the scheduler (`none`).
     #[arg(long = "bind-to", value_enum, default_value_t = BindTo::Core)]
     pub bind_to: BindTo,
+    /// Where the send and receive buffers live: `host` (the default: pageable
+    /// host memory) or `device` (CUDA device memory, `cuMemAlloc` on device
+    /// `local rank mod device count`, as nccl-tests allocates; filled and checked
+    /// through copies). `device` needs a CUDA driver and fails with a message
+    /// naming what is missing otherwise.
+    #[arg(long = "mem", value_enum, default_value_t = MemKind::Host)]
+    pub mem: MemKind,
     /// Run the `--ranks` processes on the first K hosts of a simulated cluster
     /// (`scripts/netns-cluster.sh up K`: network namespaces as hosts), in blocks of
     /// N/K processes per host (process 0, this one, moves to host 0 first, so
@@ -281,6 +289,8 @@ pub struct Plan {
     pub ranks: Option<usize>,
     /// `--bind-to`.
     pub bind_to: BindTo,
+    /// `--mem`.
+    pub mem: MemKind,
     /// `--hosts` (then [`ranks`](Self::ranks) is set, a multiple of it).
     pub hosts: Option<usize>,
     /// `--cluster`.
@@ -293,6 +303,15 @@ pub struct Plan {
     pub render_trace: Option<(PathBuf, Vec<PathBuf>)>,
     /// `--trace DIR`: where the trace profiler writes its files.
     pub trace: Option<PathBuf>,
+}
+
+/// Where the benchmark's buffers live (`--mem`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemKind {
+    /// Pageable host memory.
+    Host,
+    /// CUDA device memory.
+    Device,
 }
 
 /// Where `--ranks` processes run (`--bind-to`, `mpirun`'s grammar).
@@ -549,6 +568,7 @@ impl Plan {
             show_tuning: args.show_tuning,
             ranks,
             bind_to: args.bind_to,
+            mem: args.mem,
             hosts: args.hosts,
             cluster: args.cluster.clone(),
             invoked_as: from_name.map(|n| format!("{n}_perf")),
