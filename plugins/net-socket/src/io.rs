@@ -127,13 +127,11 @@ pub fn random_u64() -> u64 {
     })
 }
 
-/// `recv` of at most `buf.len()` bytes; `Ok(None)` when nothing is available
-/// (`block`: wait up to the socket's receive timeout first; else `MSG_DONTWAIT`).
-fn read_nb(s: &Socket, buf: &mut [u8], block: bool) -> io::Result<Option<usize>> {
-    let flags = if block { 0 } else { libc::MSG_DONTWAIT };
+/// Runs a receive call until it is not interrupted: its byte count, `Ok(None)`
+/// for `EAGAIN`/`EWOULDBLOCK`, else the OS error.
+fn retry_recv(mut call: impl FnMut() -> isize) -> io::Result<Option<usize>> {
     loop {
-        // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the fd is open.
-        let n = unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+        let n = call();
         if n >= 0 {
             return Ok(Some(n as usize));
         }
@@ -144,6 +142,14 @@ fn read_nb(s: &Socket, buf: &mut [u8], block: bool) -> io::Result<Option<usize>>
             _ => return Err(e),
         }
     }
+}
+
+/// `recv` of at most `buf.len()` bytes; `Ok(None)` when nothing is available
+/// (`block`: wait up to the socket's receive timeout first; else `MSG_DONTWAIT`).
+fn read_nb(s: &Socket, buf: &mut [u8], block: bool) -> io::Result<Option<usize>> {
+    let flags = if block { 0 } else { libc::MSG_DONTWAIT };
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the fd is open.
+    retry_recv(|| unsafe { libc::recv(s.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) })
 }
 
 /// Like [`read_nb`], one `recvmsg` filling `a` and then `b` (a scatter read).
@@ -163,20 +169,9 @@ fn read2_nb(s: &Socket, a: &mut [u8], b: &mut [u8], block: bool) -> io::Result<O
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_iov = iov.as_mut_ptr();
     msg.msg_iovlen = iov.len() as _;
-    loop {
-        // SAFETY: both slices are valid for writes of their lengths and outlive the
-        // call; `msg` points at `iov` only; the fd is open.
-        let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, flags) };
-        if n >= 0 {
-            return Ok(Some(n as usize));
-        }
-        let e = io::Error::last_os_error();
-        match e.kind() {
-            io::ErrorKind::WouldBlock => return Ok(None),
-            io::ErrorKind::Interrupted => continue,
-            _ => return Err(e),
-        }
-    }
+    // SAFETY: both slices are valid for writes of their lengths and outlive the
+    // call; `msg` points at `iov` only; the fd is open.
+    retry_recv(|| unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, flags) })
 }
 
 // ---------------------------------------------------------------- helper threads
