@@ -378,3 +378,73 @@ fn collnet_with_a_null_slot_is_disabled_and_its_context_finalized() {
     let rec = Rec::open(&lib("libnccl-net-cn11nullslot.so"));
     assert_eq!(rec.stat("finalize"), 1, "the probe context was given back");
 }
+
+const ROLE: &str = "COLLNET_PARAMS_ROLE";
+
+/// Re-runs `collnet_params_child` with `env` (and no NCCL_*/FERROCCL_* of ours);
+/// returns (success, stdout + stderr).
+fn params_child(role: &str, env: &[(&str, &str)]) -> (bool, String) {
+    let mut c = std::process::Command::new(std::env::current_exe().expect("exe"));
+    c.args(["collnet_params_child", "--exact", "--nocapture", "--test-threads=1"]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NCCL_") || k.starts_with("FERROCCL_") {
+            c.env_remove(k);
+        }
+    }
+    c.env(ROLE, role).env("NCCL_CONF_FILE", "/nonexistent/ferroccl-collnet-test.conf");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("run child");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// The child side: prints what the resolution gives for a config of `ROLE`.
+#[test]
+fn collnet_params_child() {
+    let Ok(role) = std::env::var(ROLE) else { return };
+    ferroccl::log::init_from_config(ferroccl::config::Config::global());
+    let cfg = ferroccl::CommConfig {
+        collnet_enable: match role.as_str() {
+            "config-on" => Some(true),
+            "config-off" => Some(false),
+            _ => None,
+        },
+        ..Default::default()
+    };
+    match ferroccl::resolve_collnet_enable(&cfg) {
+        Ok(on) => println!("RESULT enable={on}"),
+        Err(e) => println!("RESULT error={e}"),
+    }
+    let t = ferroccl::collnet_node_threshold().expect("threshold");
+    println!("RESULT threshold={t}");
+    println!("RESULT after1={}", ferroccl::collnet_after_node_threshold(true, 1, t));
+    println!("RESULT after8={}", ferroccl::collnet_after_node_threshold(true, 8, t));
+}
+
+#[test]
+fn collnet_enable_and_node_threshold_follow_nccl() {
+    // Default: off, threshold 2 (NCCL's ncclParamCollNetNodeThreshold).
+    let (ok, out) = params_child("none", &[]);
+    assert!(ok, "{out}");
+    assert!(out.contains("RESULT enable=false") && out.contains("RESULT threshold=2"), "{out}");
+    // The config field decides when the environment is silent.
+    let (ok, out) = params_child("config-on", &[]);
+    assert!(ok && out.contains("RESULT enable=true"), "{out}");
+    // NCCL_COLLNET_ENABLE overrides the config, with NCCL's INFO lines.
+    let env = [("NCCL_COLLNET_ENABLE", "0"), ("NCCL_DEBUG", "INFO"), ("NCCL_COLLNET_NODE_THRESHOLD", "4")];
+    let (ok, out) = params_child("config-on", &env);
+    assert!(ok && out.contains("RESULT enable=false"), "{out}");
+    assert!(out.contains("Comm config collnetEnable reset to NCCL_COLLNET_ENABLE=0"), "{out}");
+    assert!(out.contains("NCCL_COLLNET_ENABLE set by environment to 0."), "{out}");
+    assert!(out.contains("RESULT threshold=4") && out.contains("RESULT after1=false"), "{out}");
+    assert!(out.contains("RESULT after8=true"), "{out}");
+    assert!(
+        out.contains("Communicator has 1 nodes which is less than CollNet node threshold 4, disabling CollNet"),
+        "{out}"
+    );
+    // A value outside 0..=1 is an error naming the variable.
+    let (ok, out) = params_child("none", &[("NCCL_COLLNET_ENABLE", "2")]);
+    assert!(ok && out.contains("RESULT error=") && out.contains("NCCL_COLLNET_ENABLE"), "{out}");
+}
