@@ -100,7 +100,16 @@ fn rank_ops(cn: &CollNetAdapter, v: u32, coll: RawComm, r: usize) {
     let isend: Vec<i32> = (0..64).map(|i| i * (r as i32 + 1) - 5).collect();
     let mut irecv = vec![0i32; 64];
     let req = post("iallreduce max", || {
-        cn.iallreduce(coll, isend.as_ptr() as *mut u8, irecv.as_mut_ptr().cast(), 64, T::ncclInt32, O::ncclMax, None, None)
+        cn.iallreduce(
+            coll,
+            isend.as_ptr() as *mut u8,
+            irecv.as_mut_ptr().cast(),
+            64,
+            T::ncclInt32,
+            O::ncclMax,
+            None,
+            None,
+        )
     });
     assert_eq!(wait(cn, req), 256);
     for (i, x) in irecv.iter().enumerate() {
@@ -112,12 +121,30 @@ fn rank_ops(cn: &CollNetAdapter, v: u32, coll: RawComm, r: usize) {
         let mut all = vec![0u8; 128];
         let ap = all.as_mut_ptr();
         let parts: Vec<Sge> = if v == 8 {
-            vec![Sge { data: ap, size: 128, mr: None }]
+            vec![Sge {
+                data: ap,
+                size: 128,
+                mr: None,
+            }]
         } else {
-            // SAFETY: 48 < 128.
-            vec![Sge { data: ap, size: 48, mr: None }, Sge { data: unsafe { ap.add(48) }, size: 80, mr: None }]
+            // SAFETY: offset 48 is inside the 128-byte buffer.
+            let second = unsafe { ap.add(48) };
+            vec![
+                Sge {
+                    data: ap,
+                    size: 48,
+                    mr: None,
+                },
+                Sge {
+                    data: second,
+                    size: 80,
+                    mr: None,
+                },
+            ]
         };
-        let req = post("iallgather", || cn.iallgather(coll, mine.as_ptr() as *mut u8, None, &parts, 64, 0, 128));
+        let req = post("iallgather", || {
+            cn.iallgather(coll, mine.as_ptr() as *mut u8, None, &parts, 64, 0, 128)
+        });
         assert_eq!(wait(cn, req), 128);
         let want: Vec<u8> = (0..2).flat_map(|q| (0..64).map(move |i| (q * 100 + i) as u8)).collect();
         assert_eq!(all, want, "v{v} rank {r}: allgather");
@@ -126,13 +153,39 @@ fn rank_ops(cn: &CollNetAdapter, v: u32, coll: RawComm, r: usize) {
         let mut out = vec![0i32; 16];
         let ip = input.as_ptr() as *mut u8;
         let sparts: Vec<Sge> = if v == 8 {
-            vec![Sge { data: ip, size: 128, mr: None }]
+            vec![Sge {
+                data: ip,
+                size: 128,
+                mr: None,
+            }]
         } else {
-            // SAFETY: 48 < 128.
-            vec![Sge { data: ip, size: 48, mr: None }, Sge { data: unsafe { ip.add(48) }, size: 80, mr: None }]
+            // SAFETY: offset 48 is inside the 128-byte buffer.
+            let second = unsafe { ip.add(48) };
+            vec![
+                Sge {
+                    data: ip,
+                    size: 48,
+                    mr: None,
+                },
+                Sge {
+                    data: second,
+                    size: 80,
+                    mr: None,
+                },
+            ]
         };
         let req = post("ireducescatter", || {
-            cn.ireducescatter(coll, &sparts, out.as_mut_ptr().cast(), None, 64, 0, 128, T::ncclInt32, O::ncclSum)
+            cn.ireducescatter(
+                coll,
+                &sparts,
+                out.as_mut_ptr().cast(),
+                None,
+                64,
+                0,
+                128,
+                T::ncclInt32,
+                O::ncclSum,
+            )
         });
         assert_eq!(wait(cn, req), 64);
         for (i, x) in out.iter().enumerate() {
@@ -156,11 +209,16 @@ fn drive(v: u32) {
     assert_eq!(chosen.collnet_version, Some(v));
     assert_eq!(chosen.collnet_state, Some(CollNetState::Enabled { devices: 1 }));
     assert!(
-        chosen.to_string().contains(&format!("ncclCollNet v{v} (enabled, 1 device(s))")),
+        chosen
+            .to_string()
+            .contains(&format!("ncclCollNet v{v} (enabled, 1 device(s))")),
         "{chosen}"
     );
     let cn: Arc<CollNetAdapter> = net.plugin.collnet().expect("CollNet adapter");
-    assert_eq!((cn.info().name.as_str(), cn.info().version), (format!("CNv{v}").as_str(), v));
+    assert_eq!(
+        (cn.info().name.as_str(), cn.info().version),
+        (format!("CNv{v}").as_str(), v)
+    );
     let rec = Rec::open(&path);
     assert_eq!(rec.stat("init"), 1, "the load probe initialised CollNet once");
     assert_eq!(rec.stat("logger"), 1, "init got the host's logger");
@@ -180,8 +238,14 @@ fn drive(v: u32) {
 
     // Properties in the common layout.
     let p = cn.properties(0).expect("properties");
-    assert_eq!((p.name.as_str(), p.speed, p.port, p.guid), ("cn0", 100 * v as i32, v as i32, 0x1000 + v as u64));
-    assert_eq!(p.net_device_type, NCCL_NET_DEVICE_HOST, "v7/v8 report UNPACK; NCCL shows CollNet as HOST");
+    assert_eq!(
+        (p.name.as_str(), p.speed, p.port, p.guid),
+        ("cn0", 100 * v as i32, v as i32, 0x1000 + v as u64)
+    );
+    assert_eq!(
+        p.net_device_type, NCCL_NET_DEVICE_HOST,
+        "v7/v8 report UNPACK; NCCL shows CollNet as HOST"
+    );
     if v >= 9 {
         assert_eq!(p.max_coll_bytes, (1 << 20) * v as usize);
         assert!(p.force_flush);
@@ -231,17 +295,36 @@ fn drive(v: u32) {
     let dummy = std::ptr::NonNull::<u8>::dangling().as_ptr();
     if v <= 8 {
         let e = cn
-            .iallreduce(colls[0], dummy, dummy, (1 << 30) + 1, T::ncclInt8, O::ncclSum, None, None)
+            .iallreduce(
+                colls[0],
+                dummy,
+                dummy,
+                (1 << 30) + 1,
+                T::ncclInt8,
+                O::ncclSum,
+                None,
+                None,
+            )
             .unwrap_err();
-        assert!(matches!(e, NetError::InvalidArgument(_)) && e.to_string().contains("1073741824"), "{e}");
+        assert!(
+            matches!(e, NetError::InvalidArgument(_)) && e.to_string().contains("1073741824"),
+            "{e}"
+        );
     }
     if v <= 7 {
         let e = cn.reg_mr(colls[0], dummy, 1 << 31, PtrType::Host).unwrap_err();
         assert!(matches!(e, NetError::InvalidArgument(_)), "{e}");
         assert!(!cn.has_iallgather() && !cn.has_ireducescatter());
-        let part = [Sge { data: dummy, size: 8, mr: None }];
+        let part = [Sge {
+            data: dummy,
+            size: 8,
+            mr: None,
+        }];
         let e = cn.iallgather(colls[0], dummy, None, &part, 8, 0, 8).unwrap_err();
-        assert!(matches!(e, NetError::InvalidUsage(_)) && e.to_string().contains("no iallgather"), "{e}");
+        assert!(
+            matches!(e, NetError::InvalidUsage(_)) && e.to_string().contains("no iallgather"),
+            "{e}"
+        );
         let e = cn
             .ireducescatter(colls[0], &part, dummy, None, 8, 0, 8, T::ncclInt32, O::ncclSum)
             .unwrap_err();
@@ -250,22 +333,46 @@ fn drive(v: u32) {
         assert!(cn.has_iallgather() && cn.has_ireducescatter());
     }
     if v == 8 {
-        let two = [Sge { data: dummy, size: 8, mr: None }, Sge { data: dummy, size: 8, mr: None }];
+        let two = [
+            Sge {
+                data: dummy,
+                size: 8,
+                mr: None,
+            },
+            Sge {
+                data: dummy,
+                size: 8,
+                mr: None,
+            },
+        ];
         let e = cn.iallgather(colls[0], dummy, None, &two, 8, 0, 16).unwrap_err();
         assert!(e.to_string().contains("ncclCollNet v8 takes exactly 1"), "{e}");
-        let big = [Sge { data: dummy, size: MAX_COLLNET_SIZE + 1, mr: None }];
+        let big = [Sge {
+            data: dummy,
+            size: MAX_COLLNET_SIZE + 1,
+            mr: None,
+        }];
         let e = cn
             .ireducescatter(colls[0], &big, dummy, None, 8, 0, 8, T::ncclInt32, O::ncclSum)
             .unwrap_err();
         assert!(e.to_string().contains("exceeds ncclCollNet v8's limit"), "{e}");
     }
-    assert!(cn.iallgather(colls[0], dummy, None, &[], 8, 0, 8).is_err(), "no SGE parts");
-    assert_eq!((rec.stat("iallreduce"), rec.stat("regMr"), rec.stat("iallgather")), before);
+    assert!(
+        cn.iallgather(colls[0], dummy, None, &[], 8, 0, 8).is_err(),
+        "no SGE parts"
+    );
+    assert_eq!(
+        (rec.stat("iallreduce"), rec.stat("regMr"), rec.stat("iallgather")),
+        before
+    );
     // A pair reduceSupport refuses is refused by the plugin, with the plugin's code.
     let e = cn
         .iallreduce(colls[0], dummy, dummy, 1, T::ncclFloat32, O::ncclProd, None, None)
         .unwrap_err();
-    assert!(matches!(e, NetError::InvalidArgument(_)) && e.to_string().contains("iallreduce returned"), "{e}");
+    assert!(
+        matches!(e, NetError::InvalidArgument(_)) && e.to_string().contains("iallreduce returned"),
+        "{e}"
+    );
 
     // Both ranks' collectives, concurrently.
     std::thread::scope(|s| {
@@ -280,13 +387,23 @@ fn drive(v: u32) {
         assert_eq!((rec.stat("nparts"), rec.stat("part0")), (1, 128));
     }
     if v >= 8 {
-        assert_eq!((rec.stat("bytesPerRank"), rec.stat("windowOffset"), rec.stat("windowBytes")), (64, 0, 128));
+        assert_eq!(
+            (
+                rec.stat("bytesPerRank"),
+                rec.stat("windowOffset"),
+                rec.stat("windowBytes")
+            ),
+            (64, 0, 128)
+        );
     }
     assert_eq!(rec.stat("flushSize"), 4000);
     assert_eq!(rec.stat("liveMr"), 0, "every registration was released");
     let log = rec.log();
     assert!(log.rfind("deregMr").unwrap() < log.rfind("closeColl").unwrap(), "{log}");
-    assert!(log.find("closeListen").unwrap() > log.rfind("connect").unwrap(), "{log}");
+    assert!(
+        log.find("closeListen").unwrap() > log.rfind("connect").unwrap(),
+        "{log}"
+    );
 
     for c in ctxs {
         cn.finalize_ctx(c).expect("finalize");
@@ -348,9 +465,16 @@ fn disabled(file: &str, why: &str, inits: i64) {
     let cn = net.plugin.collnet().expect("the table is still there");
     assert!(!cn.is_enabled());
     let e = cn.init_ctx(7).unwrap_err();
-    assert!(matches!(e, NetError::InvalidUsage(_)) && e.to_string().contains("disabled"), "{e}");
+    assert!(
+        matches!(e, NetError::InvalidUsage(_)) && e.to_string().contains("disabled"),
+        "{e}"
+    );
     let rec = Rec::open(&path);
-    assert_eq!(rec.stat("init"), inits, "{file}: a disabled CollNet is not initialised again");
+    assert_eq!(
+        rec.stat("init"),
+        inits,
+        "{file}: a disabled CollNet is not initialised again"
+    );
     let ctx = net.plugin.init_ctx(1, &CommConfig::default()).expect("net init_ctx");
     assert_eq!(net.plugin.devices().expect("net devices"), 1);
     assert!(net.plugin.properties(0).is_ok());
@@ -391,7 +515,8 @@ fn params_child(role: &str, env: &[(&str, &str)]) -> (bool, String) {
             c.env_remove(k);
         }
     }
-    c.env(ROLE, role).env("NCCL_CONF_FILE", "/nonexistent/ferroccl-collnet-test.conf");
+    c.env(ROLE, role)
+        .env("NCCL_CONF_FILE", "/nonexistent/ferroccl-collnet-test.conf");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -428,17 +553,30 @@ fn collnet_enable_and_node_threshold_follow_nccl() {
     // Default: off, threshold 2 (NCCL's ncclParamCollNetNodeThreshold).
     let (ok, out) = params_child("none", &[]);
     assert!(ok, "{out}");
-    assert!(out.contains("RESULT enable=false") && out.contains("RESULT threshold=2"), "{out}");
+    assert!(
+        out.contains("RESULT enable=false") && out.contains("RESULT threshold=2"),
+        "{out}"
+    );
     // The config field decides when the environment is silent.
     let (ok, out) = params_child("config-on", &[]);
     assert!(ok && out.contains("RESULT enable=true"), "{out}");
     // NCCL_COLLNET_ENABLE overrides the config, with NCCL's INFO lines.
-    let env = [("NCCL_COLLNET_ENABLE", "0"), ("NCCL_DEBUG", "INFO"), ("NCCL_COLLNET_NODE_THRESHOLD", "4")];
+    let env = [
+        ("NCCL_COLLNET_ENABLE", "0"),
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_COLLNET_NODE_THRESHOLD", "4"),
+    ];
     let (ok, out) = params_child("config-on", &env);
     assert!(ok && out.contains("RESULT enable=false"), "{out}");
-    assert!(out.contains("Comm config collnetEnable reset to NCCL_COLLNET_ENABLE=0"), "{out}");
+    assert!(
+        out.contains("Comm config collnetEnable reset to NCCL_COLLNET_ENABLE=0"),
+        "{out}"
+    );
     assert!(out.contains("NCCL_COLLNET_ENABLE set by environment to 0."), "{out}");
-    assert!(out.contains("RESULT threshold=4") && out.contains("RESULT after1=false"), "{out}");
+    assert!(
+        out.contains("RESULT threshold=4") && out.contains("RESULT after1=false"),
+        "{out}"
+    );
     assert!(out.contains("RESULT after8=true"), "{out}");
     assert!(
         out.contains("Communicator has 1 nodes which is less than CollNet node threshold 4, disabling CollNet"),
@@ -446,5 +584,8 @@ fn collnet_enable_and_node_threshold_follow_nccl() {
     );
     // A value outside 0..=1 is an error naming the variable.
     let (ok, out) = params_child("none", &[("NCCL_COLLNET_ENABLE", "2")]);
-    assert!(ok && out.contains("RESULT error=") && out.contains("NCCL_COLLNET_ENABLE"), "{out}");
+    assert!(
+        ok && out.contains("RESULT error=") && out.contains("NCCL_COLLNET_ENABLE"),
+        "{out}"
+    );
 }

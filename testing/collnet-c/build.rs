@@ -12,11 +12,26 @@ fn main() {
     let mut variants: Vec<(String, Vec<String>)> = (6..=12)
         .map(|v| (format!("cn{v}"), vec![format!("-DCN_VERSION={v}")]))
         .collect();
-    variants.push(("cnnone".into(), vec!["-DCN_VERSION=12".into(), "-DCN_NO_COLLNET".into()]));
-    variants.push(("cn12initfail".into(), vec!["-DCN_VERSION=12".into(), "-DCN_INIT_FAIL".into()]));
-    variants.push(("cn8initfail".into(), vec!["-DCN_VERSION=8".into(), "-DCN_INIT_FAIL".into()]));
-    variants.push(("cn9zerodev".into(), vec!["-DCN_VERSION=9".into(), "-DCN_ZERO_DEVICES".into()]));
-    variants.push(("cn11nullslot".into(), vec!["-DCN_VERSION=11".into(), "-DCN_NULL_TEST".into()]));
+    variants.push((
+        "cnnone".into(),
+        vec!["-DCN_VERSION=12".into(), "-DCN_NO_COLLNET".into()],
+    ));
+    variants.push((
+        "cn12initfail".into(),
+        vec!["-DCN_VERSION=12".into(), "-DCN_INIT_FAIL".into()],
+    ));
+    variants.push((
+        "cn8initfail".into(),
+        vec!["-DCN_VERSION=8".into(), "-DCN_INIT_FAIL".into()],
+    ));
+    variants.push((
+        "cn9zerodev".into(),
+        vec!["-DCN_VERSION=9".into(), "-DCN_ZERO_DEVICES".into()],
+    ));
+    variants.push((
+        "cn11nullslot".into(),
+        vec!["-DCN_VERSION=11".into(), "-DCN_NULL_TEST".into()],
+    ));
     for (name, defs) in variants {
         compile_plugin(src, &["-pthread"], &defs, &dir.join(format!("libnccl-net-{name}.so")));
     }

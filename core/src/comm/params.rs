@@ -61,7 +61,9 @@ pub fn resolve_collnet_enable(c: &CommConfig) -> Result<bool> {
 ///
 /// Errors: a value that is not an integer (`Error::Config`).
 pub fn collnet_node_threshold() -> Result<i64> {
-    params::tune::COLLNET_NODE_THRESHOLD.get(Config::global()).map_err(cfg_err)
+    params::tune::COLLNET_NODE_THRESHOLD
+        .get(Config::global())
+        .map_err(cfg_err)
 }
 
 /// NCCL's check after the topology all-gather (`src/init.cc`, `initTransportsRank`):

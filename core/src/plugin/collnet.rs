@@ -703,7 +703,9 @@ impl CollNetAdapter {
 
     /// Whether `regMrDmaBuf` is present.
     pub fn has_dmabuf(&self) -> bool {
-        self.t().map(|t| each!(t, t => t.regMrDmaBuf.is_some())).unwrap_or(false)
+        self.t()
+            .map(|t| each!(t, t => t.regMrDmaBuf.is_some()))
+            .unwrap_or(false)
     }
 
     /// `regMrDmaBuf` (a NULL slot → `InvalidUsage`).
@@ -751,7 +753,12 @@ impl CollNetAdapter {
         send_mr: Option<RawMr>,
         recv_mr: Option<RawMr>,
     ) -> NetResult<Option<RawRequest>> {
-        let (s, r_, sm, rm) = (send.cast::<c_void>(), recv.cast::<c_void>(), mr_ptr(send_mr), mr_ptr(recv_mr));
+        let (s, r_, sm, rm) = (
+            send.cast::<c_void>(),
+            recv.cast::<c_void>(),
+            mr_ptr(send_mr),
+            mr_ptr(recv_mr),
+        );
         let mut req: *mut c_void = null_mut();
         let small = |c| to_int(c, "CollNet iallreduce count", MAX_NET_SIZE);
         // SAFETY: per-version iallreduce signatures; `req` outlives the call.
@@ -886,19 +893,67 @@ impl CollNetAdapter {
                 }
                 Table::V9(t) => {
                     let f = t.ireducescatter.ok_or_else(|| self.unsupported("ireducescatter"))?;
-                    f(coll.0, n, sge_v9(send_parts).as_mut_ptr(), rv, b, o, w, dtype, op, rm, &mut req)
+                    f(
+                        coll.0,
+                        n,
+                        sge_v9(send_parts).as_mut_ptr(),
+                        rv,
+                        b,
+                        o,
+                        w,
+                        dtype,
+                        op,
+                        rm,
+                        &mut req,
+                    )
                 }
                 Table::V10(t) => {
                     let f = t.ireducescatter.ok_or_else(|| self.unsupported("ireducescatter"))?;
-                    f(coll.0, n, sge_v9(send_parts).as_mut_ptr(), rv, b, o, w, dtype, op, rm, &mut req)
+                    f(
+                        coll.0,
+                        n,
+                        sge_v9(send_parts).as_mut_ptr(),
+                        rv,
+                        b,
+                        o,
+                        w,
+                        dtype,
+                        op,
+                        rm,
+                        &mut req,
+                    )
                 }
                 Table::V11(t) => {
                     let f = t.ireducescatter.ok_or_else(|| self.unsupported("ireducescatter"))?;
-                    f(coll.0, n, sge_v9(send_parts).as_mut_ptr(), rv, b, o, w, dtype, op, rm, &mut req)
+                    f(
+                        coll.0,
+                        n,
+                        sge_v9(send_parts).as_mut_ptr(),
+                        rv,
+                        b,
+                        o,
+                        w,
+                        dtype,
+                        op,
+                        rm,
+                        &mut req,
+                    )
                 }
                 Table::V12(t) => {
                     let f = t.ireducescatter.ok_or_else(|| self.unsupported("ireducescatter"))?;
-                    f(coll.0, n, sge_v9(send_parts).as_mut_ptr(), rv, b, o, w, dtype, op, rm, &mut req)
+                    f(
+                        coll.0,
+                        n,
+                        sge_v9(send_parts).as_mut_ptr(),
+                        rv,
+                        b,
+                        o,
+                        w,
+                        dtype,
+                        op,
+                        rm,
+                        &mut req,
+                    )
                 }
                 _ => return Err(self.unsupported("ireducescatter")),
             }
@@ -909,7 +964,13 @@ impl CollNetAdapter {
 
     /// `iflush(collComm, data, size, mhandle, &request)` (`int` size in every
     /// version); `Ok(None)` when the plugin has nothing to flush.
-    pub fn iflush(&self, coll: RawComm, data: *mut u8, size: usize, mr: Option<RawMr>) -> NetResult<Option<RawRequest>> {
+    pub fn iflush(
+        &self,
+        coll: RawComm,
+        data: *mut u8,
+        size: usize,
+        mr: Option<RawMr>,
+    ) -> NetResult<Option<RawRequest>> {
         let sz = to_int(size, "CollNet iflush size", i32::MAX as usize)?;
         let mut req: *mut c_void = null_mut();
         // SAFETY: same signature in every version; `req` outlives the call.
@@ -977,10 +1038,9 @@ fn host_only(mut p: Properties) -> Properties {
 }
 
 fn parts_count(call: &str, parts: &[Sge]) -> NetResult<c_int> {
-    c_int::try_from(parts.len())
-        .ok()
-        .filter(|&n| n >= 1)
-        .ok_or_else(|| NetError::InvalidArgument(format!("CollNet {call} with {} SGE parts (expected ≥ 1)", parts.len())))
+    c_int::try_from(parts.len()).ok().filter(|&n| n >= 1).ok_or_else(|| {
+        NetError::InvalidArgument(format!("CollNet {call} with {} SGE parts (expected ≥ 1)", parts.len()))
+    })
 }
 
 /// NCCL's v8 shim: exactly one part of at most `MAX_COLLNET_SIZE` bytes, narrowed to `uint32_t`.
@@ -1035,9 +1095,17 @@ mod tests {
         assert!(!m.get(ncclRedOp_t(7), ncclDataType_t::ncclFloat32));
         let bytes = a.to_bytes();
         assert_eq!(SupportBits::from_bytes(&bytes).unwrap(), a);
-        assert!(SupportBits::from_bytes(&bytes[..47]).unwrap_err().contains("expected 48 bytes, found 47"));
+        assert!(
+            SupportBits::from_bytes(&bytes[..47])
+                .unwrap_err()
+                .contains("expected 48 bytes, found 47")
+        );
         let mut bad = bytes;
         bad[13] = 9;
-        assert!(SupportBits::from_bytes(&bad).unwrap_err().contains("entry 13 (op 1, type 1) is 9"));
+        assert!(
+            SupportBits::from_bytes(&bad)
+                .unwrap_err()
+                .contains("entry 13 (op 1, type 1) is 9")
+        );
     }
 }
