@@ -131,7 +131,7 @@ pub struct ncclConfig_v23000 {
     pub trafficClass: c_int,
     /// Communicator name for logs.
     pub commName: *const c_char,
-    /// IB SHARP (no effect in ferroccl).
+    /// CollNet (in-network reduction): 0 off, 1 on; `NCCL_COLLNET_ENABLE` overrides it.
     pub collnetEnable: c_int,
     /// `NCCL_CTA_POLICY_*` (no effect in ferroccl).
     pub CTAPolicy: c_int,

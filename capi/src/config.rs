@@ -32,6 +32,8 @@ pub(crate) struct Settings {
     pub net_name: Option<String>,
     /// `commName`, for the logs.
     pub comm_name: Option<String>,
+    /// `collnetEnable` (0 or 1; unset: `NCCL_COLLNET_ENABLE` or off).
+    pub collnet_enable: Option<bool>,
 }
 
 impl Default for Settings {
@@ -41,6 +43,7 @@ impl Default for Settings {
             max_ctas: None,
             net_name: None,
             comm_name: None,
+            collnet_enable: None,
         }
     }
 }
@@ -67,8 +70,8 @@ fn c_string(p: *const c_char) -> Option<String> {
 /// defaults. `NCCL_COMM_BLOCKING` (0 or 1) overrides `blocking`, as in NCCL.
 ///
 /// Errors (`ncclInvalidArgument`, NCCL's messages): a config not made with
-/// `NCCL_CONFIG_INITIALIZER` (magic), one from before NCCL 2.14, `blocking`
-/// other than 0, 1 or unset, `maxCTAs` or `minCTAs` out of 1..=64.
+/// `NCCL_CONFIG_INITIALIZER` (magic), one from before NCCL 2.14, `blocking` or
+/// `collnetEnable` other than 0, 1 or unset, `maxCTAs` or `minCTAs` out of 1..=64.
 pub(crate) fn parse(config: *const ncclConfig_t, inherit: Option<&Settings>, op: &str) -> R<Settings> {
     let mut s = inherit.cloned().unwrap_or_default();
     if !config.is_null() {
@@ -110,6 +113,12 @@ pub(crate) fn parse(config: *const ncclConfig_t, inherit: Option<&Settings>, op:
                     )));
                 }
             }
+        }
+        // NCCL 2.30.7 src/init.cc parseCommConfig: collnetEnable must be 0 or 1.
+        match get!(collnetEnable: c_int) {
+            None | Some(UNDEF_INT) => {}
+            Some(b @ (0 | 1)) => s.collnet_enable = Some(b == 1),
+            Some(b) => return Err(Fail::arg(format!("Invalid config collnetEnable attribute value {b}"))),
         }
         if let Some(p) = get!(netName: *const c_char) {
             s.net_name = c_string(p).or(s.net_name);
@@ -170,6 +179,7 @@ impl Settings {
         Ok((
             CommConfig {
                 nchannels: self.max_ctas,
+                collnet_enable: self.collnet_enable,
                 net: Some(net),
                 bootstrap: Some(bootstrap),
                 ..Default::default()

@@ -633,7 +633,10 @@ pub mod params {
                 NET_OVERHEAD: int "NCCL_NET_OVERHEAD" = -2, i64::MIN..=i64::MAX, "per-step network overhead in ns added by the cost model (-2: NCCL's default)";
                 THREAD_THRESHOLDS: str "NCCL_THREAD_THRESHOLDS" = None, "bytes per thread below which fewer channels are used, per algorithm/protocol (NCCL's grammar)";
                 SMALL_ALLREDUCE_BYTES: int "FERROCCL_SMALL_ALLREDUCE_BYTES" = 256 << 10, 0..=1 << 40, "largest AllReduce run as all-gather + local reduce when the model prices it lower (ferroccl only)";
-                COLLNET_ENABLE: int "NCCL_COLLNET_ENABLE" = 0, 0..=1, "CollNet algorithms: 0 off, 1 on when a CollNet plugin is present";
+                /// NCCL's `config.collnetEnable` override (`src/init.cc`, `envConfigOverride`).
+                COLLNET_ENABLE: int "NCCL_COLLNET_ENABLE" = 0, 0..=1, "CollNet: 0 off, 1 on when the net plugin's library has a usable CollNet table (overrides ncclConfig_t.collnetEnable)";
+                /// NCCL's `ncclParamCollNetNodeThreshold` (`src/init.cc`, default 2).
+                COLLNET_NODE_THRESHOLD: int "NCCL_COLLNET_NODE_THRESHOLD" = 2, i64::MIN..=i64::MAX, "fewest nodes for which CollNet stays enabled (default 2)";
             ];
         }
     }

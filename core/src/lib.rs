@@ -23,7 +23,9 @@ pub mod tune;
 pub use bootstrap::{UniqueId, get_unique_id};
 pub use check::TestOp;
 pub use coll::CollKind;
-pub use comm::{Comm, CommConfig, PreloadedNet};
+pub use comm::{
+    Comm, CommConfig, PreloadedNet, collnet_after_node_threshold, collnet_node_threshold, resolve_collnet_enable,
+};
 pub use error::{Error, Result};
 pub use ferroccl_kernels::{DataType, RedOp, Scalar};
 pub use group::{group_end, group_start};

@@ -20,7 +20,9 @@ use std::time::Instant;
 
 pub use crate::error::{Error, Result};
 pub(crate) use params::CommParams;
-pub use params::{CommConfig, PreloadedNet};
+pub use params::{
+    CommConfig, PreloadedNet, collnet_after_node_threshold, collnet_node_threshold, resolve_collnet_enable,
+};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::coll::CollArgs;

@@ -30,6 +30,55 @@ pub struct CommConfig {
     pub bootstrap: Option<BootstrapConfig>,
     /// An already loaded plugin to use instead of loading one (embedding, tests).
     pub preloaded_net: Option<PreloadedNet>,
+    /// CollNet for this communicator (`ncclConfig_t.collnetEnable`); `NCCL_COLLNET_ENABLE`,
+    /// when set, overrides it as in NCCL; default off. See [`resolve_collnet_enable`].
+    pub collnet_enable: Option<bool>,
+}
+
+/// `comm->config.collnetEnable` as NCCL 2.30.7 resolves it (`src/init.cc`,
+/// `envConfigOverride`): `NCCL_COLLNET_ENABLE` (environment or `nccl.conf`), when set,
+/// overrides [`CommConfig::collnet_enable`] (NCCL's INFO lines `Comm config collnetEnable
+/// reset to NCCL_COLLNET_ENABLE=<v>` and `NCCL_COLLNET_ENABLE set by environment to
+/// <v>.`); unset, the config decides; neither: off. Whether CollNet is then used also
+/// needs a usable CollNet table (`collNetSupport`) and
+/// [`collnet_after_node_threshold`].
+///
+/// Errors: `NCCL_COLLNET_ENABLE` set to anything but 0 or 1 (`Error::Config`).
+pub fn resolve_collnet_enable(c: &CommConfig) -> Result<bool> {
+    let cfg = Config::global();
+    if cfg.setting(params::tune::COLLNET_ENABLE.name).is_some() {
+        let v = params::tune::COLLNET_ENABLE.get(cfg).map_err(cfg_err)?;
+        if c.collnet_enable.is_some() {
+            crate::log::nccl_info!(ENV, "Comm config collnetEnable reset to NCCL_COLLNET_ENABLE={v}");
+        }
+        crate::log::nccl_info!(ENV, "NCCL_COLLNET_ENABLE set by environment to {v}.");
+        return Ok(v == 1);
+    }
+    Ok(c.collnet_enable.unwrap_or(false))
+}
+
+/// `NCCL_COLLNET_NODE_THRESHOLD` (default 2, NCCL's `ncclParamCollNetNodeThreshold`).
+///
+/// Errors: a value that is not an integer (`Error::Config`).
+pub fn collnet_node_threshold() -> Result<i64> {
+    params::tune::COLLNET_NODE_THRESHOLD
+        .get(Config::global())
+        .map_err(cfg_err)
+}
+
+/// NCCL's check after the topology all-gather (`src/init.cc`, `initTransportsRank`):
+/// with CollNet enabled and fewer than `threshold` nodes, CollNet is turned off and
+/// NCCL's INFO line `Communicator has <n> nodes which is less than CollNet node
+/// threshold <t>, disabling CollNet` is logged. Returns whether CollNet stays on.
+pub fn collnet_after_node_threshold(enabled: bool, n_nodes: usize, threshold: i64) -> bool {
+    if enabled && (n_nodes as i64) < threshold {
+        crate::log::nccl_info!(
+            INIT,
+            "Communicator has {n_nodes} nodes which is less than CollNet node threshold {threshold}, disabling CollNet"
+        );
+        return false;
+    }
+    enabled
 }
 
 /// A plugin loaded by the caller, for [`CommConfig::preloaded_net`].

@@ -36,6 +36,7 @@ use ferroccl_plugin_api::abi::{
     ncclResult_t,
 };
 
+use super::collnet::CollNetAdapter;
 use super::library::PluginLibrary;
 use super::logger;
 use super::net::{
@@ -142,6 +143,8 @@ pub struct NetAdapter {
     /// Copied after the first successful `init`; every other slot comes from here.
     table: OnceLock<Table>,
     state: Mutex<InitState>,
+    /// The library's `ncclCollNetPlugin_vN`, if it exports one.
+    collnet: Option<Arc<CollNetAdapter>>,
 }
 
 // SAFETY: the tables hold plugin function pointers and C strings, which NCCL's
@@ -160,7 +163,7 @@ impl std::fmt::Debug for NetAdapter {
 }
 
 /// Reads a C string the plugin owns; `None` for NULL.
-fn c_string(p: *const c_char) -> Option<String> {
+pub(super) fn c_string(p: *const c_char) -> Option<String> {
     if p.is_null() {
         return None;
     }
@@ -169,7 +172,7 @@ fn c_string(p: *const c_char) -> Option<String> {
 }
 
 /// Converts a `usize` argument to the `int` an older version takes, or `InvalidArgument`.
-fn to_int(v: usize, what: &str, limit: usize) -> NetResult<c_int> {
+pub(super) fn to_int(v: usize, what: &str, limit: usize) -> NetResult<c_int> {
     if v > limit {
         return Err(NetError::InvalidArgument(format!(
             "{what} {v} exceeds this plugin version's limit of {limit} bytes"
@@ -178,7 +181,8 @@ fn to_int(v: usize, what: &str, limit: usize) -> NetResult<c_int> {
     c_int::try_from(v).map_err(|_| NetError::InvalidArgument(format!("{what} {v} does not fit a C int")))
 }
 
-fn ptr_type(ty: PtrType) -> c_int {
+/// The `NCCL_PTR_*` value of `ty`.
+pub(super) fn ptr_type(ty: PtrType) -> c_int {
     match ty {
         PtrType::Host => abi::NCCL_PTR_HOST,
         PtrType::Cuda => abi::NCCL_PTR_CUDA,
@@ -186,7 +190,8 @@ fn ptr_type(ty: PtrType) -> c_int {
     }
 }
 
-fn mr_ptr(mr: Option<RawMr>) -> *mut c_void {
+/// The `mhandle` pointer of `mr` (NULL for none).
+pub(super) fn mr_ptr(mr: Option<RawMr>) -> *mut c_void {
     mr.map_or(null_mut(), |m| m.0)
 }
 
@@ -214,21 +219,30 @@ fn vdevs(ndevs: c_int, devs: &[c_int]) -> Vec<i32> {
 }
 
 impl NetAdapter {
-    /// Wraps the vtable at `sym` (the address of `ncclNetPlugin_v<version>` in `lib`).
+    /// Wraps the vtable at `sym` (the address of `ncclNetPlugin_v<version>` in `lib`)
+    /// and, when `collnet` gives the address and version of the library's
+    /// `ncclCollNetPlugin_vN`, its [`CollNetAdapter`].
     ///
     /// # Safety
-    /// `sym` must be the address of a `ncclNet_v<version>_t` exported by `lib`.
+    /// `sym` must be the address of a `ncclNet_v<version>_t` exported by `lib`, and
+    /// `collnet` that of a `ncclCollNet_v<N>_t` exported by `lib` (N in 6 ..= 12).
     pub(crate) unsafe fn new(
         lib: Arc<PluginLibrary>,
         sym: *const c_void,
         version: u32,
         path: PathBuf,
-        collnet_version: Option<u32>,
+        collnet: Option<(*const c_void, u32)>,
     ) -> Self {
         // SAFETY: per the caller's guarantee.
         let pre = unsafe { Table::read(sym, version) };
         let name = c_string(pre.name_ptr()).unwrap_or_default();
+        let collnet_version = collnet.map(|(_, v)| v);
+        let collnet = collnet.map(|(csym, cver)| {
+            // SAFETY: per the caller's guarantee.
+            Arc::new(unsafe { CollNetAdapter::new(lib.clone(), csym, cver, path.clone()) })
+        });
         NetAdapter {
+            collnet,
             lib,
             sym: SymAddr(sym),
             info: NetInfo {
@@ -320,7 +334,7 @@ impl NetAdapter {
 
 /// The [`NetError`] a plugin's `ncclResult_t` value `code` stands for, with `msg`
 /// (an unknown or unexpected code is an internal error).
-fn net_error(code: i32, msg: String) -> NetError {
+pub(super) fn net_error(code: i32, msg: String) -> NetError {
     match code {
         2 => NetError::System(msg),
         4 => NetError::InvalidArgument(msg),
@@ -378,6 +392,10 @@ unsafe extern "C" fn net_profiler_trampoline(
 impl NetPlugin for NetAdapter {
     fn info(&self) -> &NetInfo {
         &self.info
+    }
+
+    fn collnet(&self) -> Option<Arc<CollNetAdapter>> {
+        self.collnet.clone()
     }
 
     fn init_ctx(&self, comm_id: u64, config: &CommConfig) -> NetResult<RawCtx> {
@@ -499,26 +517,17 @@ impl NetPlugin for NetAdapter {
                 Table::V6(t) => {
                     let mut p = abi::ncclNetProperties_v6_t::zeroed();
                     self.check(call, slot!(self, t, getProperties)(d, &mut p))?;
-                    base_props!(p)
+                    props_v6(&p)
                 }
                 Table::V7(t) => {
                     let mut p = abi::ncclNetProperties_v7_t::zeroed();
                     self.check(call, slot!(self, t, getProperties)(d, &mut p))?;
-                    Properties {
-                        net_device_type: p.netDeviceType,
-                        net_device_version: p.netDeviceVersion,
-                        ..base_props!(p)
-                    }
+                    props_v7(&p)
                 }
                 Table::V8(t) => {
                     let mut p = abi::ncclNetProperties_v8_t::zeroed();
                     self.check(call, slot!(self, t, getProperties)(d, &mut p))?;
-                    Properties {
-                        reg_is_global: p.regIsGlobal != 0,
-                        net_device_type: p.netDeviceType,
-                        net_device_version: p.netDeviceVersion,
-                        ..base_props!(p)
-                    }
+                    props_v8(&p)
                 }
                 Table::V9(t) => {
                     let mut p = abi::ncclNetProperties_v9_t::zeroed();
@@ -533,34 +542,12 @@ impl NetPlugin for NetAdapter {
                 Table::V11(t) => {
                     let mut p = abi::ncclNetProperties_v11_t::zeroed();
                     self.check(call, slot!(self, t, getProperties)(d, &mut p))?;
-                    Properties {
-                        reg_is_global: p.regIsGlobal != 0,
-                        force_flush: p.forceFlush != 0,
-                        net_device_type: p.netDeviceType,
-                        net_device_version: p.netDeviceVersion,
-                        vdevs: vdevs(p.vProps.ndevs, &p.vProps.devs),
-                        max_p2p_bytes: p.maxP2pBytes,
-                        max_coll_bytes: p.maxCollBytes,
-                        max_multi_request_size: p.maxMultiRequestSize,
-                        ..base_props!(p)
-                    }
+                    props_v11(&p)
                 }
                 Table::V12(t) => {
                     let mut p = abi::ncclNetProperties_v12_t::zeroed();
                     self.check(call, slot!(self, t, getProperties)(d, &mut p))?;
-                    Properties {
-                        reg_is_global: p.regIsGlobal != 0,
-                        force_flush: p.forceFlush != 0,
-                        net_device_type: p.netDeviceType,
-                        net_device_version: p.netDeviceVersion,
-                        vdevs: vdevs(p.vProps.ndevs, &p.vProps.devs),
-                        max_p2p_bytes: p.maxP2pBytes,
-                        max_coll_bytes: p.maxCollBytes,
-                        max_multi_request_size: p.maxMultiRequestSize,
-                        rail_id: p.railId,
-                        plane_id: p.planeId,
-                        ..base_props!(p)
-                    }
+                    props_v12(&p)
                 }
             }
         };
@@ -961,7 +948,64 @@ fn vdev_call(f: MakeVDeviceV9, devs: &[i32], d: &mut c_int) -> NetResult<ncclRes
     Ok(unsafe { f(d, &mut p) })
 }
 
-fn props_v9(p: &abi::ncclNetProperties_v9_t) -> Properties {
+/// `ncclNetProperties_v6_t` → [`Properties`] (pre-v9 limits keep NCCL's assumed values).
+pub(super) fn props_v6(p: &abi::ncclNetProperties_v6_t) -> Properties {
+    base_props!(p)
+}
+
+/// `ncclNetProperties_v7_t` → [`Properties`].
+pub(super) fn props_v7(p: &abi::ncclNetProperties_v7_t) -> Properties {
+    Properties {
+        net_device_type: p.netDeviceType,
+        net_device_version: p.netDeviceVersion,
+        ..base_props!(p)
+    }
+}
+
+/// `ncclNetProperties_v8_t` → [`Properties`].
+pub(super) fn props_v8(p: &abi::ncclNetProperties_v8_t) -> Properties {
+    Properties {
+        reg_is_global: p.regIsGlobal != 0,
+        net_device_type: p.netDeviceType,
+        net_device_version: p.netDeviceVersion,
+        ..base_props!(p)
+    }
+}
+
+/// `ncclNetProperties_v11_t` → [`Properties`].
+pub(super) fn props_v11(p: &abi::ncclNetProperties_v11_t) -> Properties {
+    Properties {
+        reg_is_global: p.regIsGlobal != 0,
+        force_flush: p.forceFlush != 0,
+        net_device_type: p.netDeviceType,
+        net_device_version: p.netDeviceVersion,
+        vdevs: vdevs(p.vProps.ndevs, &p.vProps.devs),
+        max_p2p_bytes: p.maxP2pBytes,
+        max_coll_bytes: p.maxCollBytes,
+        max_multi_request_size: p.maxMultiRequestSize,
+        ..base_props!(p)
+    }
+}
+
+/// `ncclNetProperties_v12_t` → [`Properties`].
+pub(super) fn props_v12(p: &abi::ncclNetProperties_v12_t) -> Properties {
+    Properties {
+        reg_is_global: p.regIsGlobal != 0,
+        force_flush: p.forceFlush != 0,
+        net_device_type: p.netDeviceType,
+        net_device_version: p.netDeviceVersion,
+        vdevs: vdevs(p.vProps.ndevs, &p.vProps.devs),
+        max_p2p_bytes: p.maxP2pBytes,
+        max_coll_bytes: p.maxCollBytes,
+        max_multi_request_size: p.maxMultiRequestSize,
+        rail_id: p.railId,
+        plane_id: p.planeId,
+        ..base_props!(p)
+    }
+}
+
+/// `ncclNetProperties_v9_t` / `_v10_t` → [`Properties`].
+pub(super) fn props_v9(p: &abi::ncclNetProperties_v9_t) -> Properties {
     Properties {
         reg_is_global: p.regIsGlobal != 0,
         force_flush: p.forceFlush != 0,

@@ -77,6 +77,7 @@
 //! reads the parameters a plugin declares (`ferrocclParams_v1`).
 
 pub mod adapter;
+pub mod collnet;
 pub mod cuda_stub;
 pub mod error;
 pub mod library;
@@ -197,18 +198,21 @@ fn evaluate(
             .collect();
         return Err(Rejection::NoSymbol { cap, above_cap });
     };
-    let collnet = symbols::probe(&lib, PluginType::CollNet, cap).map(|(_, v)| v);
+    // NCCL 2.30.7 src/plugin/net.cc ncclNetPluginLoad: the CollNet table is searched
+    // in the same library, newest first, independently of the net version.
+    let collnet = symbols::probe(&lib, PluginType::CollNet, cap);
     let path = PluginLibrary::file_of(sym).unwrap_or_else(|| PathBuf::from(lib.opened_as()));
     c.file = Some(path.clone());
     c.net_version = Some(version);
-    c.collnet_version = collnet;
+    c.collnet_version = collnet.map(|(_, v)| v);
     let adapter = {
         let reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
         reg.iter().find(|a| a.symbol_address() == sym as usize).cloned()
     };
     let adapter = match adapter {
         Some(a) => a,
-        // SAFETY: `sym` is the address of `ncclNetPlugin_v<version>` in `lib`.
+        // SAFETY: `sym` is the address of `ncclNetPlugin_v<version>` in `lib`, the
+        // CollNet one that of `ncclCollNetPlugin_v<N>` (probe checked both names).
         None => Arc::new(unsafe { NetAdapter::new(Arc::new(lib), sym, version, path, collnet) }),
     };
     let name = adapter.info().name.clone();
@@ -238,11 +242,32 @@ fn evaluate(
     }
     let ctx = ctx?;
     let checked = check_initialised(&adapter);
+    if checked.is_ok() {
+        c.collnet_state = adapter.collnet().map(|cn| probe_collnet(&cn));
+    }
     if let Err(e) = adapter.finalize_ctx(ctx) {
         tracing::info!(target: "ferroccl::plugin", "NET/Plugin: '{name}' finalize of the probe context failed: {e}");
     }
     checked?;
     Ok(adapter)
+}
+
+/// CollNet `init` and `devices()` right after the net plugin's, as NCCL's
+/// `ncclNetPluginInit` does (`src/plugin/net.cc`); a failure only disables CollNet.
+/// The probe context is given back at once.
+fn probe_collnet(cn: &collnet::CollNetAdapter) -> collnet::CollNetState {
+    match cn.init_ctx(0) {
+        Ok(ctx) => {
+            if let Err(e) = cn.finalize_ctx(ctx) {
+                tracing::info!(target: "ferroccl::plugin",
+                    "NET/Plugin: CollNet plugin '{}' finalize of the probe context failed: {e}", cn.info().name);
+            }
+        }
+        Err(e) => {
+            tracing::debug!(target: "ferroccl::plugin", "NET/Plugin: CollNet probe: {e}");
+        }
+    }
+    cn.state()
 }
 
 /// The checks NCCL makes right after `init` (reference §1.5, §5.2 step 3–4).
@@ -281,7 +306,10 @@ fn log_candidate(c: &CandidateReport) {
             "NET/Plugin: using '{}' (ncclNet v{}{}) from {}",
             c.name.as_deref().unwrap_or("?"),
             c.net_version.unwrap_or(0),
-            c.collnet_version.map_or(String::new(), |v| format!(", ncclCollNet v{v}")),
+            c.collnet_version.map_or(String::new(), |v| match &c.collnet_state {
+                Some(st) => format!(", ncclCollNet v{v} {st}"),
+                None => format!(", ncclCollNet v{v}"),
+            }),
             c.file.as_ref().map_or("?".into(), |f| f.display().to_string())),
         Outcome::Rejected(_) => tracing::info!(target: "ferroccl::plugin", "NET/Plugin: candidate {c}"),
     }
@@ -320,6 +348,7 @@ pub fn load_net(opts: &LoadOptions) -> Result<LoadedNet, PluginError> {
             file: None,
             net_version: None,
             collnet_version: None,
+            collnet_state: None,
             name: None,
             outcome: Outcome::Chosen,
         };
@@ -389,6 +418,7 @@ pub fn load_net_from(name_or_path: &str, opts: &LoadOptions) -> Result<LoadedNet
         file: None,
         net_version: None,
         collnet_version: None,
+        collnet_state: None,
         name: None,
         outcome: Outcome::Chosen,
     };

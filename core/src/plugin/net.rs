@@ -14,6 +14,7 @@
 use std::ffi::c_void;
 use std::path::PathBuf;
 
+pub use super::collnet::CollNetAdapter;
 pub use ferroccl_plugin_api::sdk::{CommConfig, Properties, PtrType};
 pub use ferroccl_plugin_api::{NetError, NetResult};
 
@@ -87,6 +88,12 @@ pub struct RecvSlot {
 pub trait NetPlugin: Send + Sync {
     /// Name, version and file of the plugin.
     fn info(&self) -> &NetInfo;
+    /// The CollNet table of the same library (`ncclCollNetPlugin_vN`, searched
+    /// independently of the net version as NCCL's `src/plugin/net.cc` does), if it
+    /// exports one; whether it is usable is [`CollNetAdapter::state`]. Default: none.
+    fn collnet(&self) -> Option<std::sync::Arc<CollNetAdapter>> {
+        None
+    }
     /// A per-communicator context: v11+ call the plugin's `init(&ctx, comm_id,
     /// config, logger, profCb)` every time; v6–v10 call `init` only the first time
     /// per loaded library and return a synthetic context (NULL, or for v10 a copy of

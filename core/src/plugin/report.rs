@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use super::collnet::CollNetState;
 use super::library::{AttemptResult, OpenAttempt};
 
 /// Where a candidate comes from.
@@ -171,6 +172,9 @@ pub struct CandidateReport {
     pub net_version: Option<u32>,
     /// `ncclCollNetPlugin_vN` version found.
     pub collnet_version: Option<u32>,
+    /// What CollNet `init` and `devices()` gave when the candidate was chosen
+    /// (`None`: no CollNet table, or the candidate was rejected before).
+    pub collnet_state: Option<CollNetState>,
     /// Vtable `name`.
     pub name: Option<String>,
     /// Chosen or rejected.
@@ -201,6 +205,9 @@ impl fmt::Display for CandidateReport {
         }
         if let Some(v) = self.collnet_version {
             write!(f, " ncclCollNet v{v}")?;
+            if let Some(st) = &self.collnet_state {
+                write!(f, " ({st})")?;
+            }
         }
         match &self.outcome {
             Outcome::Chosen => f.write_str(": CHOSEN")?,

@@ -336,8 +336,13 @@ fn print_net(net: &LoadedNet) {
         info.version,
         info.path.display()
     );
-    match info.collnet_version {
-        Some(v) => println!("collnet: ncclCollNet v{v} exported (ferroccl does not drive CollNet yet)"),
+    match p.collnet() {
+        Some(cn) => println!(
+            "collnet: '{}' ncclCollNet v{} ({})",
+            cn.info().name,
+            cn.info().version,
+            cn.state()
+        ),
         None => println!("collnet: none"),
     }
     println!("regMrDmaBuf: {}", if p.has_dmabuf() { "present" } else { "absent" });

@@ -1,0 +1,38 @@
+//! Compiles the C CollNet test plugin once per ncclCollNet version, plus the
+//! failure variants, into `libnccl-net-cn*.so` in the cargo profile directory.
+
+use std::path::Path;
+
+use ferroccl_test_cbuild::{compile_plugin, profile_dir};
+
+fn main() {
+    println!("cargo:rerun-if-changed=csrc/collnet.c");
+    let dir = profile_dir();
+    let src = Path::new("csrc/collnet.c");
+    let mut variants: Vec<(String, Vec<String>)> = (6..=12)
+        .map(|v| (format!("cn{v}"), vec![format!("-DCN_VERSION={v}")]))
+        .collect();
+    variants.push((
+        "cnnone".into(),
+        vec!["-DCN_VERSION=12".into(), "-DCN_NO_COLLNET".into()],
+    ));
+    variants.push((
+        "cn12initfail".into(),
+        vec!["-DCN_VERSION=12".into(), "-DCN_INIT_FAIL".into()],
+    ));
+    variants.push((
+        "cn8initfail".into(),
+        vec!["-DCN_VERSION=8".into(), "-DCN_INIT_FAIL".into()],
+    ));
+    variants.push((
+        "cn9zerodev".into(),
+        vec!["-DCN_VERSION=9".into(), "-DCN_ZERO_DEVICES".into()],
+    ));
+    variants.push((
+        "cn11nullslot".into(),
+        vec!["-DCN_VERSION=11".into(), "-DCN_NULL_TEST".into()],
+    ));
+    for (name, defs) in variants {
+        compile_plugin(src, &["-pthread"], &defs, &dir.join(format!("libnccl-net-{name}.so")));
+    }
+}
