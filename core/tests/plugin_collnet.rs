@@ -572,7 +572,8 @@ fn collnet_enable_and_node_threshold_follow_nccl() {
         out.contains("Comm config collnetEnable reset to NCCL_COLLNET_ENABLE=0"),
         "{out}"
     );
-    assert!(out.contains("NCCL_COLLNET_ENABLE set by environment to 0."), "{out}");
+    // ("NCCL_COLLNET_ENABLE set by environment to 0." is the configuration's
+    // echo at communicator init, tested in config_precedence.rs.)
     assert!(
         out.contains("RESULT threshold=4") && out.contains("RESULT after1=false"),
         "{out}"

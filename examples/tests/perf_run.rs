@@ -410,3 +410,47 @@ fn mem_device_runs_on_device_buffers_or_says_why_not() {
         }
     }
 }
+
+/// `NCCL_COLLNET_ENABLE=1` with a net plugin that has no CollNet table: the
+/// communicator says CollNet is off and why (NCCL_DEBUG=INFO), and the
+/// collectives run, checked, on the other algorithms.
+#[test]
+fn collnet_enable_without_a_collnet_table_says_so_and_runs() {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ferroccl-perf"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("NCCL_") || k.starts_with("FERROCCL_") {
+            c.env_remove(k);
+        }
+    }
+    let o = c
+        .args([
+            "--ranks",
+            "2",
+            "all_reduce",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "32",
+            "-c",
+            "1",
+        ])
+        .env("NCCL_NET_PLUGIN", "socket")
+        .env("NCCL_COLLNET_ENABLE", "1")
+        .env("NCCL_DEBUG", "INFO")
+        .output()
+        .expect("run ferroccl-perf");
+    let out = ok(&o);
+    let all = format!("{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        all.contains("CollNet disabled: the net plugin FerrocclSocket has no ncclCollNet table"),
+        "{all}"
+    );
+    assert!(all.contains("NCCL_COLLNET_ENABLE set by environment to 1."), "{all}");
+    let results: Vec<Vec<String>> = rows(&out).into_iter().filter(|r| r[0].parse::<u64>().is_ok()).collect();
+    assert_eq!(results.len(), 4, "rows of 8 B, 256 B, 8 KiB and 256 KiB\n{out}");
+    for r in results {
+        assert_eq!(r[r.len() - 1], "0", "wrong values in {r:?}\n{out}");
+    }
+}

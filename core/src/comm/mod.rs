@@ -411,6 +411,41 @@ impl Comm {
         let (sends, recvs) = setup::ring_keys(&channels, rank);
         let mut conns = ConnTable::default();
         setup::connect_keys(&transports, &plan, &sends, &recvs, &mut conns)?;
+        // CollNet (NCCL's initTransportsRank, src/init.cc): asked for by
+        // NCCL_COLLNET_ENABLE or the config, needs the plugin's CollNet table and
+        // at least NCCL_COLLNET_NODE_THRESHOLD nodes. No CollNet algorithm runs
+        // yet, so the model never chooses one; the log says so.
+        if resolve_collnet_enable(&config)? {
+            let nnodes = peers
+                .iter()
+                .map(|p| p.host_hash)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len();
+            match net.collnet() {
+                Some(c) if c.is_enabled() => {
+                    if collnet_after_node_threshold(true, nnodes, collnet_node_threshold()?) {
+                        crate::log::nccl_info!(
+                            INIT,
+                            "CollNet: plugin {} (ncclCollNet v{}) is usable, but ferroccl runs no CollNet algorithm yet; collectives use Ring and Tree",
+                            c.info().name,
+                            c.info().version
+                        );
+                    }
+                }
+                Some(c) => crate::log::nccl_info!(
+                    INIT,
+                    "CollNet disabled: plugin {} (ncclCollNet v{}) is {:?}",
+                    c.info().name,
+                    c.info().version,
+                    c.state()
+                ),
+                None => crate::log::nccl_info!(
+                    INIT,
+                    "CollNet disabled: the net plugin {} has no ncclCollNet table",
+                    net.info().name
+                ),
+            }
+        }
         // 8. Tuning: the tuner plugin (after the graph, as NCCL's ncclTunerPluginLoad)
         // and the cost model.
         let nchannels = channels.len();

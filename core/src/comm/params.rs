@@ -51,7 +51,8 @@ pub fn resolve_collnet_enable(c: &CommConfig) -> Result<bool> {
         if c.collnet_enable.is_some() {
             crate::log::nccl_info!(ENV, "Comm config collnetEnable reset to NCCL_COLLNET_ENABLE={v}");
         }
-        crate::log::nccl_info!(ENV, "NCCL_COLLNET_ENABLE set by environment to {v}.");
+        // NCCL's "NCCL_COLLNET_ENABLE set by environment to <v>." is the
+        // configuration's echo of every set variable (`Config::echo`).
         return Ok(v == 1);
     }
     Ok(c.collnet_enable.unwrap_or(false))
