@@ -18,7 +18,6 @@ use half::{bf16, f16};
 const DTYPES: [i32; 10] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
 const OPS: [i32; 4] = [0, 1, 2, 3];
 
-
 /// The small integer rank `r` contributes at element `i` (exact in every dtype,
 /// and every reduction of ≤ 8 ranks stays exact in half and bfloat16).
 fn input(dt: i32, op: i32, r: usize, i: usize) -> i64 {
@@ -114,11 +113,27 @@ fn allreduce_matrix(t: T12, n: usize) {
                     let mut send = Area::new(k % 2, &data);
                     let mut recv = Area::new((k + 1) % 2 * 3, &vec![0u8; data.len()]);
                     let inplace = count == 3;
-                    let (sp, rp) = if inplace { (send.ptr(), send.ptr()) } else { (send.ptr(), recv.ptr()) };
+                    let (sp, rp) = if inplace {
+                        (send.ptr(), send.ptr())
+                    } else {
+                        (send.ptr(), recv.ptr())
+                    };
                     let mut req = null_mut();
                     ok(
-                        call!(t, iallreduce(coll.get(), sp, rp, count, ncclDataType_t(dt), ncclRedOp_t(op), null_mut(),
-                            null_mut(), &mut req)),
+                        call!(
+                            t,
+                            iallreduce(
+                                coll.get(),
+                                sp,
+                                rp,
+                                count,
+                                ncclDataType_t(dt),
+                                ncclRedOp_t(op),
+                                null_mut(),
+                                null_mut(),
+                                &mut req
+                            )
+                        ),
                         "iallreduce",
                     );
                     let size = wait(t.test.unwrap(), req).expect("iallreduce failed");
@@ -161,19 +176,33 @@ fn sge_collectives(lib: &Lib) {
             if v8 {
                 let mut sg: Vec<ncclNetSGE_v8_t> = parts
                     .iter_mut()
-                    .map(|a| ncclNetSGE_v8_t { mhandle: null_mut(), address: a.ptr(), size: a.len as u32 })
+                    .map(|a| ncclNetSGE_v8_t {
+                        mhandle: null_mut(),
+                        address: a.ptr(),
+                        size: a.len as u32,
+                    })
                     .collect();
                 ok(
-                    call!(t8, iallgather(coll.get(), sp, 3, sg.as_mut_ptr(), bpr, wo, wb, null_mut(), &mut req)),
+                    call!(
+                        t8,
+                        iallgather(coll.get(), sp, 3, sg.as_mut_ptr(), bpr, wo, wb, null_mut(), &mut req)
+                    ),
                     "iallgather v8",
                 );
             } else {
                 let mut sg: Vec<ncclNetSGE_v9_t> = parts
                     .iter_mut()
-                    .map(|a| ncclNetSGE_v9_t { mhandle: null_mut(), address: a.ptr(), size: a.len })
+                    .map(|a| ncclNetSGE_v9_t {
+                        mhandle: null_mut(),
+                        address: a.ptr(),
+                        size: a.len,
+                    })
                     .collect();
                 ok(
-                    call!(t, iallgather(coll.get(), sp, 3, sg.as_mut_ptr(), bpr, wo, wb, null_mut(), &mut req)),
+                    call!(
+                        t,
+                        iallgather(coll.get(), sp, 3, sg.as_mut_ptr(), bpr, wo, wb, null_mut(), &mut req)
+                    ),
                     "iallgather",
                 );
             }
@@ -204,22 +233,66 @@ fn sge_collectives(lib: &Lib) {
             let mut req = null_mut();
             if v8 {
                 let mut sg = [
-                    ncclNetSGE_v8_t { mhandle: null_mut(), address: p0.ptr(), size: 100 },
-                    ncclNetSGE_v8_t { mhandle: null_mut(), address: p1.ptr(), size: (wb - 100) as u32 },
+                    ncclNetSGE_v8_t {
+                        mhandle: null_mut(),
+                        address: p0.ptr(),
+                        size: 100,
+                    },
+                    ncclNetSGE_v8_t {
+                        mhandle: null_mut(),
+                        address: p1.ptr(),
+                        size: (wb - 100) as u32,
+                    },
                 ];
                 ok(
-                    call!(t8, ireducescatter(coll.get(), 2, sg.as_mut_ptr(), rp, bpr, wo, wb, f32t, sum, null_mut(),
-                        &mut req)),
+                    call!(
+                        t8,
+                        ireducescatter(
+                            coll.get(),
+                            2,
+                            sg.as_mut_ptr(),
+                            rp,
+                            bpr,
+                            wo,
+                            wb,
+                            f32t,
+                            sum,
+                            null_mut(),
+                            &mut req
+                        )
+                    ),
                     "ireducescatter v8",
                 );
             } else {
                 let mut sg = [
-                    ncclNetSGE_v9_t { mhandle: null_mut(), address: p0.ptr(), size: 100 },
-                    ncclNetSGE_v9_t { mhandle: null_mut(), address: p1.ptr(), size: wb - 100 },
+                    ncclNetSGE_v9_t {
+                        mhandle: null_mut(),
+                        address: p0.ptr(),
+                        size: 100,
+                    },
+                    ncclNetSGE_v9_t {
+                        mhandle: null_mut(),
+                        address: p1.ptr(),
+                        size: wb - 100,
+                    },
                 ];
                 ok(
-                    call!(t, ireducescatter(coll.get(), 2, sg.as_mut_ptr(), rp, bpr, wo, wb, f32t, sum, null_mut(),
-                        &mut req)),
+                    call!(
+                        t,
+                        ireducescatter(
+                            coll.get(),
+                            2,
+                            sg.as_mut_ptr(),
+                            rp,
+                            bpr,
+                            wo,
+                            wb,
+                            f32t,
+                            sum,
+                            null_mut(),
+                            &mut req
+                        )
+                    ),
                     "ireducescatter",
                 );
             }
@@ -247,13 +320,21 @@ fn many_in_flight(t: T12) {
     on_ranks(n, move |r| {
         let coll = rk[r].coll;
         let k = 64;
-        let mut bufs: Vec<Vec<i32>> = (0..k).map(|j| (0..1000).map(|i| (i + j * 10 + r) as i32).collect()).collect();
+        let mut bufs: Vec<Vec<i32>> = (0..k)
+            .map(|j| (0..1000).map(|i| (i + j * 10 + r) as i32).collect())
+            .collect();
         let mut reqs = Vec::new();
         for b in bufs.iter_mut() {
             let mut req = null_mut();
             let p: *mut c_void = b.as_mut_ptr().cast();
             let (dt, op) = (ncclDataType_t::ncclInt32, ncclRedOp_t::ncclSum);
-            ok(call!(t, iallreduce(coll.get(), p, p, 1000usize, dt, op, null_mut(), null_mut(), &mut req)), "post");
+            ok(
+                call!(
+                    t,
+                    iallreduce(coll.get(), p, p, 1000usize, dt, op, null_mut(), null_mut(), &mut req)
+                ),
+                "post",
+            );
             assert!(!req.is_null());
             reqs.push(P(req));
         }
@@ -275,8 +356,15 @@ fn refusals_and_properties(t: T12) {
     for dt in -1..=12 {
         for op in -1..=6 {
             let mut s = -1;
-            ok(call!(t, reduceSupport(ncclDataType_t(dt), ncclRedOp_t(op), &mut s)), "reduceSupport");
-            assert_eq!(s == 1, (0..=9).contains(&dt) && (0..=3).contains(&op), "dtype {dt} op {op}");
+            ok(
+                call!(t, reduceSupport(ncclDataType_t(dt), ncclRedOp_t(op), &mut s)),
+                "reduceSupport",
+            );
+            assert_eq!(
+                s == 1,
+                (0..=9).contains(&dt) && (0..=3).contains(&op),
+                "dtype {dt} op {op}"
+            );
         }
     }
     let mut props: ncclNetProperties_v12_t = unsafe { std::mem::zeroed() };
@@ -294,22 +382,66 @@ fn refusals_and_properties(t: T12) {
     let mut w = [0f64; 3];
     let mut req = null_mut();
     let (f64t, max) = (ncclDataType_t::ncclFloat64, ncclRedOp_t::ncclMax);
-    ok(call!(t, iallreduce(c, p, w.as_mut_ptr().cast(), 3usize, f64t, max, null_mut(), null_mut(), &mut req)), "1 rank");
+    ok(
+        call!(
+            t,
+            iallreduce(
+                c,
+                p,
+                w.as_mut_ptr().cast(),
+                3usize,
+                f64t,
+                max,
+                null_mut(),
+                null_mut(),
+                &mut req
+            )
+        ),
+        "1 rank",
+    );
     assert_eq!(wait(t.test.unwrap(), req).unwrap(), 24);
     assert_eq!(w, v);
     // Unclaimed pairs are refused at the call, cleanly.
     let mut req = null_mut();
-    let r = call!(t, iallreduce(c, p, p, 3usize, f64t, ncclRedOp_t::ncclAvg, null_mut(), null_mut(), &mut req));
+    let r = call!(
+        t,
+        iallreduce(
+            c,
+            p,
+            p,
+            3usize,
+            f64t,
+            ncclRedOp_t::ncclAvg,
+            null_mut(),
+            null_mut(),
+            &mut req
+        )
+    );
     assert_eq!(r, ncclResult_t::ncclInvalidArgument);
     assert!(req.is_null());
-    let r = call!(t, iallreduce(c, p, p, 3usize, ncclDataType_t::ncclFloat8e4m3, ncclRedOp_t::ncclSum, null_mut(),
-        null_mut(), &mut req));
+    let r = call!(
+        t,
+        iallreduce(
+            c,
+            p,
+            p,
+            3usize,
+            ncclDataType_t::ncclFloat8e4m3,
+            ncclRedOp_t::ncclSum,
+            null_mut(),
+            null_mut(),
+            &mut req
+        )
+    );
     assert_eq!(r, ncclResult_t::ncclInvalidArgument);
     // Registration: host memory yes, CUDA and DMA-BUF no.
     let mut mh = null_mut();
     ok(call!(t, regMr(c, p, 24, abi::NCCL_PTR_HOST, &mut mh)), "regMr host");
     let mut m2 = null_mut();
-    assert_eq!(call!(t, regMr(c, p, 24, abi::NCCL_PTR_CUDA, &mut m2)), ncclResult_t::ncclInvalidArgument);
+    assert_eq!(
+        call!(t, regMr(c, p, 24, abi::NCCL_PTR_CUDA, &mut m2)),
+        ncclResult_t::ncclInvalidArgument
+    );
     assert_eq!(
         call!(t, regMrDmaBuf(c, p, 24, abi::NCCL_PTR_CUDA, 0, 5, &mut m2)),
         ncclResult_t::ncclInvalidArgument
@@ -335,8 +467,14 @@ fn net_tables_are_the_socket_plugins(lib: &libloading::Library) {
     for v in 6..=12 {
         // SAFETY: only checking the symbols exist.
         unsafe {
-            assert!(lib.get::<*const c_void>(format!("ncclNetPlugin_v{v}").as_bytes()).is_ok());
-            assert!(lib.get::<*const c_void>(format!("ncclCollNetPlugin_v{v}").as_bytes()).is_ok());
+            assert!(
+                lib.get::<*const c_void>(format!("ncclNetPlugin_v{v}").as_bytes())
+                    .is_ok()
+            );
+            assert!(
+                lib.get::<*const c_void>(format!("ncclCollNetPlugin_v{v}").as_bytes())
+                    .is_ok()
+            );
         }
     }
 }

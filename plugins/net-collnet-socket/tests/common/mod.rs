@@ -30,7 +30,12 @@ pub struct Lib {
 /// target/<profile>/deps/<test> -> target/<profile>/libnccl_net_collnet_socket.so
 pub fn so_path() -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("libnccl_net_collnet_socket.so");
+    let p = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libnccl_net_collnet_socket.so");
     assert!(
         p.exists(),
         "{} missing: run `cargo build -p ferroccl-net-collnet-socket` first",
@@ -96,12 +101,17 @@ pub struct Rank {
 /// every rank listens, the handles are exchanged, every rank connects with all of
 /// them, then closes its listen comm.
 pub fn group(t: T12, n: usize) -> Vec<Rank> {
+    group_with(t, n, None)
+}
+
+/// [`group`] with a logger passed to every `init`.
+pub fn group_with(t: T12, n: usize, logger: ferroccl_plugin_api::abi::ncclDebugLogger_t) -> Vec<Rank> {
     let mut ctxs = Vec::new();
     let mut listens = Vec::new();
     let mut handles = vec![[0u8; 128]; n];
     for h in handles.iter_mut() {
         let mut ctx = null_mut();
-        ok(call!(t, init(&mut ctx, 7, None)), "init");
+        ok(call!(t, init(&mut ctx, 7, logger)), "init");
         let mut l = null_mut();
         ok(call!(t, listen(ctx, 0, h.as_mut_ptr().cast(), &mut l)), "listen");
         ctxs.push(P(ctx));
@@ -116,7 +126,13 @@ pub fn group(t: T12, n: usize) -> Vec<Rank> {
                 let mut hs = (*handles).clone();
                 let mut ptrs: Vec<*mut c_void> = hs.iter_mut().map(|h| h.as_mut_ptr().cast()).collect();
                 let mut coll = null_mut();
-                ok(call!(t, connect(ptrs.as_mut_ptr(), n as c_int, r as c_int, l.get(), &mut coll)), "connect");
+                ok(
+                    call!(
+                        t,
+                        connect(ptrs.as_mut_ptr(), n as c_int, r as c_int, l.get(), &mut coll)
+                    ),
+                    "connect",
+                );
                 assert!(!coll.is_null());
                 ok(call!(t, closeListen(l.get())), "closeListen");
                 P(coll)
