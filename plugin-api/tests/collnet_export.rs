@@ -215,8 +215,8 @@ fn connect_v12(nranks: usize, rank: usize) -> (*mut c_void, *mut c_void) {
     assert_eq!(unsafe { t.init.unwrap()(&mut ctx, 42, None) }, OK);
     let mut handle: Handle = [0; 128];
     let mut listen = null_mut();
-    // SAFETY: valid ctx, handle buffer and out-pointer.
     assert_eq!(
+        // SAFETY: valid ctx, handle buffer and out-pointer.
         unsafe { t.listen.unwrap()(ctx, 0, handle.as_mut_ptr() as *mut c_void, &mut listen) },
         OK
     );
@@ -258,6 +258,7 @@ fn wait(test: unsafe extern "C" fn(*mut c_void, *mut c_int, *mut c_int) -> ncclR
 #[test]
 fn tables_have_the_version_slots() {
     let _g = lock();
+    // SAFETY: `name` is the plugin's static C string.
     assert_eq!(unsafe { CStr::from_ptr(ncclCollNetPlugin_v6.name) }, c"Rec");
     assert!(ncclCollNetPlugin_v8.iallgather.is_some() && ncclCollNetPlugin_v8.ireducescatter.is_some());
     assert!(ncclCollNetPlugin_v9.makeVDevice.is_some());
@@ -460,7 +461,7 @@ fn v6_shared_context_int_sizes_and_limits() {
         // Plugin errors pass through with their code; Ok(None) leaves *request NULL.
         let mut big = vec![0f32; 12345];
         let bp = big.as_mut_ptr() as *mut c_void;
-        let mut r2 = 1usize as *mut c_void;
+        let mut r2 = std::ptr::dangling_mut::<c_void>();
         assert_eq!(
             t.iallreduce.unwrap()(coll, bp, bp, 12345, f32t, sum, mh, mh, &mut r2),
             OK
@@ -475,7 +476,7 @@ fn v6_shared_context_int_sizes_and_limits() {
 
         // iflush int size: 0 bytes → nothing to do (NULL request = complete);
         // negative → error.
-        let mut fr = 1usize as *mut c_void;
+        let mut fr = std::ptr::dangling_mut::<c_void>();
         assert_eq!(t.iflush.unwrap()(coll, p, 0, mh, &mut fr), OK);
         assert!(fr.is_null());
         assert_eq!(t.iflush.unwrap()(coll, p, 64, mh, &mut fr), OK);
@@ -806,7 +807,7 @@ fn request_table_full_returns_null_request() {
             assert!(!r.is_null());
             reqs.push(r);
         }
-        let mut r = 1usize as *mut c_void;
+        let mut r = std::ptr::dangling_mut::<c_void>();
         let (dt, op) = (ncclDataType_t::ncclUint8, ncclRedOp_t::ncclSum);
         assert_eq!(
             t.iallreduce.unwrap()(coll, p, p, 8, dt, op, null_mut(), null_mut(), &mut r),

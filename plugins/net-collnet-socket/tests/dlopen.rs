@@ -3,6 +3,7 @@
 //! over TCP on loopback. One test per binary: it sets `NCCL_SOCKET_IFNAME=lo` before
 //! the library reads it.
 
+#[macro_use]
 mod common;
 
 use std::ffi::{CStr, c_int, c_void};
@@ -66,7 +67,7 @@ fn expected(dt: i32, op: i32, n: usize, count: usize) -> Vec<u8> {
             let vs = (0..n).map(|r| i128::from(input(dt, op, r, i)));
             match op {
                 0 => vs.sum(),
-                1 => vs.fold(1i128, |a, b| a * b),
+                1 => vs.product::<i128>(),
                 2 => vs.max().unwrap(),
                 _ => vs.min().unwrap(),
             }
@@ -367,6 +368,7 @@ fn refusals_and_properties(t: T12) {
             );
         }
     }
+    // SAFETY: all-zero is a valid bit pattern for this plain C struct.
     let mut props: ncclNetProperties_v12_t = unsafe { std::mem::zeroed() };
     ok(call!(t, getProperties(0, &mut props)), "getProperties");
     // SAFETY: the plugin keeps `name` alive.
@@ -448,7 +450,7 @@ fn refusals_and_properties(t: T12) {
     );
     assert!(m2.is_null());
     // iflush of host memory completes at once (NULL request).
-    let mut fr = 1usize as *mut c_void;
+    let mut fr = std::ptr::dangling_mut::<c_void>();
     ok(call!(t, iflush(c, p, 24, mh, &mut fr)), "iflush");
     assert!(fr.is_null());
     ok(call!(t, deregMr(c, mh)), "deregMr");

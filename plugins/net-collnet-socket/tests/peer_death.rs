@@ -5,6 +5,7 @@
 //! `COLLNET_TEST_ROLE` set, running only `child_role`; the survivors are threads of
 //! the parent. One test per binary (it sets the environment the library reads).
 
+#[macro_use]
 mod common;
 
 use std::ffi::{CStr, c_char, c_int, c_ulong, c_void};

@@ -65,7 +65,6 @@ pub fn ok(r: ncclResult_t, what: &str) {
 }
 
 /// Calls a slot of a vtable.
-#[macro_export]
 macro_rules! call {
     ($t:expr, $f:ident ( $($a:expr),* )) => {
         // SAFETY: the slot comes from the plugin's vtable and the arguments follow its C signature.
