@@ -4,6 +4,9 @@
 //!
 //! * [`export_net_plugin!`](crate::export_net_plugin)`(MyNet)` — `ncclNetPlugin_v6` … `_v12`
 //!   from one [`sdk::Net`](crate::sdk::Net) impl.
+//! * [`export_collnet_plugin!`](crate::export_collnet_plugin)`(MyCollNet)` —
+//!   `ncclCollNetPlugin_v6` … `_v12` from one [`sdk::collnet::CollNet`](crate::sdk::collnet::CollNet)
+//!   impl, beside `export_net_plugin!` in the same cdylib.
 //! * [`export_tuner_plugin!`](crate::export_tuner_plugin)`(MyTuner)` — `ncclTunerPlugin_v2` … `_v6`.
 //! * [`export_profiler_plugin!`](crate::export_profiler_plugin)`(MyProfiler)` — `ncclProfiler_v6`.
 //!
@@ -11,6 +14,7 @@
 //! in [`net`], [`tuner`] and [`profiler`], instantiated for the plugin type;
 //! every shim runs inside `catch_unwind` so no panic crosses the C ABI.
 
+pub mod collnet;
 pub mod net;
 pub mod profiler;
 pub mod props;
@@ -174,6 +178,51 @@ macro_rules! __export_net_symbols {
             pub static $sym: $crate::export::Exported<$crate::abi::$t> =
                 $crate::export::Exported($crate::export::net::$f::<$ty>());
         )*
+    };
+}
+
+/// Implements [`collnet::CollNetExport`] for a [`CollNet`](crate::sdk::collnet::CollNet)
+/// type by declaring the `static` holding its state. Use this (instead of
+/// [`export_collnet_plugin!`](crate::export_collnet_plugin)) to build vtables with
+/// [`collnet::collnet_v12`] etc. without exporting symbols.
+#[macro_export]
+macro_rules! collnet_plugin_state {
+    ($ty:ty) => {
+        const _: () = {
+            static STATE: $crate::export::collnet::CollNetState<$ty> = $crate::export::collnet::CollNetState::new();
+            impl $crate::export::collnet::CollNetExport for $ty {
+                fn state() -> &'static $crate::export::collnet::CollNetState<Self> {
+                    &STATE
+                }
+            }
+        };
+    };
+}
+
+/// Exports `ncclCollNetPlugin_v6` … `ncclCollNetPlugin_v12` (data symbols: the vtable
+/// structs) from one [`CollNet`](crate::sdk::collnet::CollNet) implementation. Invoke
+/// once per cdylib at module level; it may sit beside
+/// [`export_net_plugin!`](crate::export_net_plugin) (NCCL loads both tables from one
+/// library, `src/plugin/net.cc`):
+///
+/// ```ignore
+/// struct MyCollNet;
+/// impl ferroccl_plugin_api::sdk::collnet::CollNet for MyCollNet { /* ... */ }
+/// ferroccl_plugin_api::export_collnet_plugin!(MyCollNet);
+/// ```
+#[macro_export]
+macro_rules! export_collnet_plugin {
+    ($ty:ty) => {
+        $crate::collnet_plugin_state!($ty);
+        $crate::__export_symbols!(collnet, $ty;
+            ncclCollNetPlugin_v6: ncclCollNet_v6_t = collnet_v6,
+            ncclCollNetPlugin_v7: ncclCollNet_v7_t = collnet_v7,
+            ncclCollNetPlugin_v8: ncclCollNet_v8_t = collnet_v8,
+            ncclCollNetPlugin_v9: ncclCollNet_v9_t = collnet_v9,
+            ncclCollNetPlugin_v10: ncclCollNet_v10_t = collnet_v10,
+            ncclCollNetPlugin_v11: ncclCollNet_v11_t = collnet_v11,
+            ncclCollNetPlugin_v12: ncclCollNet_v12_t = collnet_v12,
+        );
     };
 }
 

@@ -18,6 +18,7 @@ use std::ffi::CStr;
 
 use crate::abi;
 
+pub mod collnet;
 pub mod net_profiler;
 pub mod profiler;
 pub mod tuner;

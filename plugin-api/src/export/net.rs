@@ -112,14 +112,18 @@ impl<P: Net> NetState<P> {
     }
 }
 
-const MAGIC: u64 = 0x4652_4343_4c53_444b; // "FRCCLSDK"
-const DEAD: u64 = 0xdead_dead_dead_dead;
-const KIND_CTX: u32 = 1;
-const KIND_LISTEN: u32 = 2;
+pub(super) const MAGIC: u64 = 0x4652_4343_4c53_444b; // "FRCCLSDK"
+pub(super) const DEAD: u64 = 0xdead_dead_dead_dead;
+pub(super) const KIND_CTX: u32 = 1;
+pub(super) const KIND_LISTEN: u32 = 2;
 const KIND_SEND: u32 = 3;
 const KIND_RECV: u32 = 4;
-const KIND_MR: u32 = 5;
+pub(super) const KIND_MR: u32 = 5;
 const KIND_REQ: u32 = 6;
+/// A `collComm` of a CollNet plugin (see [`super::collnet`]).
+pub(super) const KIND_COLL: u32 = 7;
+/// A CollNet request.
+pub(super) const KIND_COLL_REQ: u32 = 8;
 
 fn kind_name(kind: u32) -> &'static str {
     match kind {
@@ -129,13 +133,15 @@ fn kind_name(kind: u32) -> &'static str {
         KIND_RECV => "recvComm",
         KIND_MR => "mhandle",
         KIND_REQ => "request",
+        KIND_COLL => "collComm",
+        KIND_COLL_REQ => "collnet request",
         _ => "unknown object",
     }
 }
 
 /// Common header of every SDK-owned object handed to C.
 #[repr(C)]
-struct Header {
+pub(super) struct Header {
     magic: u64,
     kind: u32,
 }
@@ -231,7 +237,7 @@ impl<P: Net, C> CommBox<P, C> {
 ///
 /// # Safety
 /// `p` must be NULL or point to readable memory of at least a [`Header`].
-unsafe fn object<'a, T>(p: *mut c_void, kind: u32) -> NetResult<&'a mut T> {
+pub(super) unsafe fn object<'a, T>(p: *mut c_void, kind: u32) -> NetResult<&'a mut T> {
     let what = kind_name(kind);
     if p.is_null() {
         return Err(NetError::InvalidArgument(format!("{what} is NULL")));
@@ -264,7 +270,7 @@ unsafe fn object<'a, T>(p: *mut c_void, kind: u32) -> NetResult<&'a mut T> {
 ///
 /// # Safety
 /// `p` must be NULL or valid for writes.
-unsafe fn put<T>(p: *mut T, v: T, what: &str) -> NetResult<()> {
+pub(super) unsafe fn put<T>(p: *mut T, v: T, what: &str) -> NetResult<()> {
     if p.is_null() {
         return Err(NetError::InvalidArgument(format!("{what} out-pointer is NULL")));
     }
@@ -281,11 +287,11 @@ fn dev_index<P: Net>(plugin: &P, dev: c_int) -> NetResult<usize> {
         .ok_or_else(|| NetError::InvalidArgument(format!("device {dev} out of range (plugin has {n} devices)")))
 }
 
-fn ptr_type(t: c_int) -> NetResult<PtrType> {
+pub(super) fn ptr_type(t: c_int) -> NetResult<PtrType> {
     PtrType::from_c(t).ok_or_else(|| NetError::InvalidArgument(format!("unknown pointer type {t}")))
 }
 
-fn handle_mut<'a>(handle: *mut c_void) -> NetResult<&'a mut Handle> {
+pub(super) fn handle_mut<'a>(handle: *mut c_void) -> NetResult<&'a mut Handle> {
     if handle.is_null() {
         return Err(NetError::InvalidArgument("handle is NULL".into()));
     }
@@ -763,7 +769,7 @@ unsafe fn set_net_attr_impl<P: NetExport>(ctx: *mut c_void, attr: *mut abi::nccl
     P::state().plugin()?.set_net_attr(&c.ctx, attr)
 }
 
-fn int_size(size: c_int, what: &str) -> NetResult<usize> {
+pub(super) fn int_size(size: c_int, what: &str) -> NetResult<usize> {
     usize::try_from(size).map_err(|_| NetError::InvalidArgument(format!("{what}: negative size {size}")))
 }
 
