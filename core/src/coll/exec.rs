@@ -566,7 +566,10 @@ fn complete(op: &SliceOp, lane: Lane, out: &Outgoing, conns: &mut ConnTable) -> 
         match out.user {
             Some((ptr, regs)) => s.push_user(ptr, n, regs[i].expect("registration of every send peer")),
             None if op.hdr_send & (1 << i) != 0 => s.push(OP_HDR_BYTES + n),
-            None => s.push(n),
+            None => match &op.red {
+                Some(red) => s.push_reduce(n, red),
+                None => s.push(n),
+            },
         }
     }
     for peer in op.recv_from.iter() {
