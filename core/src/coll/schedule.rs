@@ -810,7 +810,9 @@ fn all_reduce_tree(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, d: &Decisio
 /// `nranks`: the CollNet plugin's `iallreduce` across the hosts' heads) and
 /// broadcasts what comes back down the chain (`recvCopySend`, `recv` at the
 /// tail); the two halves run as concurrent streams, as NCCL splits the block's
-/// threads. The network's connection carries no operation header (the plugin
+/// threads. The network sums for `Avg` and PreMulSum: their pre-multiplication
+/// runs on the way up, an integer average's division at the head on the way
+/// down. The network's connection carries no operation header (the plugin
 /// would reduce it with the data).
 ///
 /// Errors: no chain for a channel (CollNet not connected there).
@@ -851,7 +853,10 @@ fn all_reduce_collnet_chain(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, d:
             slice,
             Some(red),
         );
-        b.prim_with(lane, 1, p_down, (up, down), std::ptr::null(), dst, len, slice, None);
+        // The head applies the reduction's post-operation to what the network
+        // returns (pre-operations were applied on the way up).
+        let post = (pos.up == net && red.has_post_op()).then_some(red);
+        b.prim_with(lane, 1, p_down, (up, down), std::ptr::null(), dst, len, slice, post);
     }
     Ok(())
 }

@@ -14,9 +14,7 @@
 //!
 //! Steps carry no operation header (the plugin would reduce it too): the
 //! schedule never puts one on this connection. The datatype and reduction of a
-//! step come with it ([`SendConnector::push_reduce`]); a reduction with a pre-
-//! or post-operation (`Avg`, PreMulSum) never reaches CollNet (the tuning keeps
-//! those on Ring and Tree).
+//! step come with it ([`SendConnector::push_reduce`]).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -151,18 +149,16 @@ impl Drop for LinkState {
     }
 }
 
-/// The plugin's `(datatype, reduction)` of `red` and its element size (`None`: a
-/// reduction CollNet does not run, one with a pre- or post-operation).
+/// The plugin's `(datatype, reduction)` of `red` and its element size: `Avg`
+/// and PreMulSum are summed by the network, their scaling runs on the host
+/// (`ncclGetCollNetSupport`, `src/enqueue.cc`). Always `Some` for NCCL's
+/// reductions (kept an `Option` for the step's "no reduction" state).
 pub(crate) fn net_reduction(red: &DevRedOp) -> Option<(ncclDataType_t, ncclRedOp_t, usize)> {
-    if red.has_pre_op() || red.has_post_op() {
-        return None;
-    }
     let op = match red.op {
-        RedOp::Sum => ncclRedOp_t::ncclSum,
+        RedOp::Sum | RedOp::Avg | RedOp::PreMulSum(_) => ncclRedOp_t::ncclSum,
         RedOp::Prod => ncclRedOp_t::ncclProd,
         RedOp::Max => ncclRedOp_t::ncclMax,
         RedOp::Min => ncclRedOp_t::ncclMin,
-        RedOp::Avg | RedOp::PreMulSum(_) => return None,
     };
     Some((ncclDataType_t(red.dtype as i32), op, red.dtype.size()))
 }

@@ -508,10 +508,8 @@ impl Tuning {
         let nbytes = max_send_recv_bytes(func, count, first.dtype, nranks);
         let scaled = matches!(first.op, RedOp::Avg | RedOp::PreMulSum(_));
         // CollNet (ncclGetCollNetSupport, src/enqueue.cc): an AllReduce whose
-        // datatype and reduction every plugin reduces; the scaling of Avg and
-        // PreMulSum is not run around the network here, so those stay off it.
-        let collnet =
-            func == Func::AllReduce && !scaled && self.collnet.is_some_and(|m| m.supports(first.dtype, &first.op));
+        // datatype and reduction (Avg and PreMulSum as Sum) every plugin reduces.
+        let collnet = func == Func::AllReduce && self.collnet.is_some_and(|m| m.supports(first.dtype, &first.op));
         let d = self.decide_one(func, nbytes, num_pipe_ops, scaled, first.dtype, collnet)?;
         for &i in members {
             let a = &colls[i];
