@@ -243,6 +243,7 @@ mod tests {
             net_speed_mbps: 10_000,
             net_latency_us: 0.5,
             cores: 2,
+            collnet: None,
         }
     }
 

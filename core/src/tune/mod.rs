@@ -784,6 +784,7 @@ mod tests {
             simple_step_bytes: (4 << 20) / 8 - 64,
             protocols: vec![Protocol::Simple],
             params,
+            collnet: None,
         };
         Tuning::new(setup, None).expect("tuning")
     }
