@@ -492,6 +492,17 @@ unsafe fn compute(
                 std::ptr::copy_nonoverlapping(src, slot.expect("send slot"), n);
                 memmove(dst, src, n);
             }
+            // The first receive of a reduction's result from the network (a
+            // CollNetChain head: NCCL's `postOp` on `recv == nranks`): the
+            // post-operation (integer average) runs here, then it goes down.
+            (Prim::Recv | Prim::RecvCopySend, user) if op.red.as_ref().is_some_and(|r| r.has_post_op()) => {
+                let red = reduction(op)?;
+                memmove(dst, recvd[0], n);
+                BACKEND.post_op(std::slice::from_raw_parts_mut(dst, n), red)?;
+                if prim == Prim::RecvCopySend && !user {
+                    std::ptr::copy_nonoverlapping(dst, slot.expect("send slot"), n);
+                }
+            }
             // A received step may already sit in the output (`recv_target`):
             // `memmove` is then a no-op.
             (Prim::Recv, _) | (Prim::RecvCopySend, true) => memmove(dst, recvd[0], n),
@@ -566,7 +577,10 @@ fn complete(op: &SliceOp, lane: Lane, out: &Outgoing, conns: &mut ConnTable) -> 
         match out.user {
             Some((ptr, regs)) => s.push_user(ptr, n, regs[i].expect("registration of every send peer")),
             None if op.hdr_send & (1 << i) != 0 => s.push(OP_HDR_BYTES + n),
-            None => s.push(n),
+            None => match &op.red {
+                Some(red) => s.push_reduce(n, red),
+                None => s.push(n),
+            },
         }
     }
     for peer in op.recv_from.iter() {

@@ -295,6 +295,8 @@ pub(crate) struct SchedParams {
     pub ring_step: usize,
     /// Bytes per FIFO step of p2p connections.
     pub p2p_step: usize,
+    /// This rank's place in each channel's CollNet chain (empty: no CollNet).
+    pub collnet: Vec<crate::graph::collnet::ChainPos>,
 }
 
 impl SchedParams {
@@ -641,6 +643,9 @@ pub(crate) fn build(
             _ => {
                 let d = plans[i].ok_or_else(|| Error::Internal(format!("{} has no tuning decision", a.kind.name())))?;
                 match a.kind {
+                    CollKind::AllReduce if d.algo == Algorithm::CollNetChain => {
+                        all_reduce_collnet_chain(&mut b, a, red.expect("reduction"), &d)?
+                    }
                     CollKind::AllReduce if d.algo == Algorithm::Tree => {
                         all_reduce_tree(&mut b, a, red.expect("reduction"), &d)
                     }
@@ -654,7 +659,8 @@ pub(crate) fn build(
                 }
             }
         }
-        let tree = plans[i].is_some_and(|d| d.algo == Algorithm::Tree);
+        // Tree and chain patterns put the header on their own connections.
+        let tree = plans[i].is_some_and(|d| matches!(d.algo, Algorithm::Tree | Algorithm::CollNetChain));
         if !p2p && (!tree || a.count == 0 || p.nranks == 1) {
             b.end_collective();
         }
@@ -795,6 +801,64 @@ fn all_reduce_tree(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, d: &Decisio
             }
         }
     }
+}
+
+/// CollNetChain AllReduce (NCCL's `all_reduce.h`, `RunWorkColl<…,
+/// NCCL_ALGO_COLLNET_CHAIN, NCCL_PROTO_SIMPLE>`): per channel, each host's chain
+/// ([`crate::graph::collnet`]) reduces its part up to the head (`send` at the
+/// tail, `recvReduceSend` above it), the head hands it to the network (peer
+/// `nranks`: the CollNet plugin's `iallreduce` across the hosts' heads) and
+/// broadcasts what comes back down the chain (`recvCopySend`, `recv` at the
+/// tail); the two halves run as concurrent streams, as NCCL splits the block's
+/// threads. The network sums for `Avg` and PreMulSum: their pre-multiplication
+/// runs on the way up, an integer average's division at the head on the way
+/// down. The network's connection carries no operation header (the plugin
+/// would reduce it with the data).
+///
+/// Errors: no chain for a channel (CollNet not connected there).
+fn all_reduce_collnet_chain(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, d: &Decision) -> Result<(), Error> {
+    let p = b.p;
+    let es = a.dtype.size();
+    let slice = slice_limit(p.ring_step, es).min(chunk_elems(d, es) * es);
+    let net = p.nranks;
+    for (ch, cs, cl) in channel_parts(a.count, d.nchannels, p) {
+        let pos = *p.collnet.get(ch).ok_or_else(|| {
+            Error::Internal(format!(
+                "CollNetChain chosen but channel {ch} has no CollNet connection ({} connected)",
+                p.collnet.len()
+            ))
+        })?;
+        let lane = Lane::Channel(ch);
+        for sends in [true, false] {
+            if !b.headered.contains(&(lane, sends, net)) {
+                b.headered.push((lane, sends, net));
+            }
+        }
+        let (off, len) = (cs * es, cl * es);
+        let (src, dst) = (a.send.wrapping_add(off), a.recv.wrapping_add(off));
+        let up = Peers::one(pos.up);
+        let down = pos.down.map_or(Peers::NONE, Peers::one);
+        let (p_up, p_down) = match pos.down {
+            None => (Prim::Send, Prim::Recv),
+            Some(_) => (Prim::RecvReduceSend, Prim::RecvCopySend),
+        };
+        b.prim_with(
+            lane,
+            0,
+            p_up,
+            (down, up),
+            src,
+            std::ptr::null_mut(),
+            len,
+            slice,
+            Some(red),
+        );
+        // The head applies the reduction's post-operation to what the network
+        // returns (pre-operations were applied on the way up).
+        let post = (pos.up == net && red.has_post_op()).then_some(red);
+        b.prim_with(lane, 1, p_down, (up, down), std::ptr::null(), dst, len, slice, post);
+    }
+    Ok(())
 }
 
 /// Chunks of one loop iteration: `(first element, elements)` of ring chunk `c`.

@@ -10,6 +10,7 @@
 //! connectors) → proxy thread ([`crate::proxy`]) → ready. One guard undoes
 //! whatever a failing phase leaves behind.
 
+mod collnet;
 mod colls;
 mod params;
 mod peer_info;
@@ -84,6 +85,8 @@ pub(crate) struct CommInner {
     bootstrap: Arc<Bootstrap>,
     net: Arc<dyn NetPlugin>,
     ctx: Mutex<Option<RawCtx>>,
+    /// The CollNet context, finalized after the connections (and their collComms) closed.
+    collnet_ctx: Mutex<Option<(Arc<crate::plugin::collnet::CollNetAdapter>, RawCtx)>>,
     info: NetInfo,
     /// Transport selection and the connections made so far.
     transports: Arc<TransportSetup>,
@@ -231,6 +234,7 @@ fn init_tuning(
     external_net: Option<&std::path::Path>,
     comm_id: u64,
     shm_proto: Option<crate::tune::Protocol>,
+    collnet: Option<crate::plugin::collnet::SupportMatrix>,
 ) -> Result<crate::tune::Tuning> {
     let mut per_host: std::collections::BTreeMap<u64, usize> = Default::default();
     for p in peers {
@@ -273,6 +277,7 @@ fn init_tuning(
             _ => vec![crate::tune::Protocol::Simple],
         },
         params: params.tune.clone(),
+        collnet,
     };
     crate::tune::Tuning::new(setup, tuner)
 }
@@ -340,9 +345,11 @@ impl Comm {
             .map(|(_, info, _)| NetIdentity::of(info))
             .map_err(Clone::clone);
         let mut mine = PeerInfo::local(rank, &identity, &params, tparams);
-        if let Ok((_, _, f)) = &local {
+        let want_collnet = resolve_collnet_enable(&config)?;
+        if let Ok((net, _, f)) = &local {
             mine.topo = f.record.to_bytes();
             (mine.net_speed_mbps, mine.net_latency_us) = f.dev0;
+            mine.collnet = collnet::local_entry(want_collnet, net);
         }
         let peers = exchange_peer_info(&bootstrap, &mine)?;
         let agreement = agree(&peers, local.as_ref().err().map(String::as_str)).map_err(|d| {
@@ -411,41 +418,21 @@ impl Comm {
         let (sends, recvs) = setup::ring_keys(&channels, rank);
         let mut conns = ConnTable::default();
         setup::connect_keys(&transports, &plan, &sends, &recvs, &mut conns)?;
-        // CollNet (NCCL's initTransportsRank, src/init.cc): asked for by
-        // NCCL_COLLNET_ENABLE or the config, needs the plugin's CollNet table and
-        // at least NCCL_COLLNET_NODE_THRESHOLD nodes. No CollNet algorithm runs
-        // yet, so the model never chooses one; the log says so.
-        if resolve_collnet_enable(&config)? {
-            let nnodes = peers
-                .iter()
-                .map(|p| p.host_hash)
-                .collect::<std::collections::BTreeSet<_>>()
-                .len();
-            match net.collnet() {
-                Some(c) if c.is_enabled() => {
-                    if collnet_after_node_threshold(true, nnodes, collnet_node_threshold()?) {
-                        crate::log::nccl_info!(
-                            INIT,
-                            "CollNet: plugin {} (ncclCollNet v{}) is usable, but ferroccl runs no CollNet algorithm yet; collectives use Ring and Tree",
-                            c.info().name,
-                            c.info().version
-                        );
-                    }
-                }
-                Some(c) => crate::log::nccl_info!(
-                    INIT,
-                    "CollNet disabled: plugin {} (ncclCollNet v{}) is {:?}",
-                    c.info().name,
-                    c.info().version,
-                    c.state()
-                ),
-                None => crate::log::nccl_info!(
-                    INIT,
-                    "CollNet disabled: the net plugin {} has no ncclCollNet table",
-                    net.info().name
-                ),
-            }
-        }
+        // CollNet (NCCL's initTransportsRank, src/init.cc): when every rank asked
+        // for it with a usable table, each channel's chain heads connect a collComm.
+        let collnet = collnet::setup(
+            &collnet::SetupArgs {
+                net: &net,
+                bootstrap: &bootstrap,
+                peers: &peers,
+                rank,
+                nchannels: channels.len(),
+                comm_id: comm_hash(id),
+                step_size: ring_step,
+                threshold: collnet_node_threshold()?,
+            },
+            &mut conns,
+        )?;
         // 8. Tuning: the tuner plugin (after the graph, as NCCL's ncclTunerPluginLoad)
         // and the cost model.
         let nchannels = channels.len();
@@ -457,7 +444,10 @@ impl Comm {
             external_net.as_deref(),
             comm_hash(id),
             (!tparams.shm_disable).then_some(shm_proto),
+            collnet.as_ref().map(|c| c.matrix.clone()),
         )?);
+        let collnet_chains = collnet.as_ref().map(|c| c.chains.clone()).unwrap_or_default();
+        let collnet_ctx = collnet.map(|c| (c.adapter, c.ctx));
         // 9. Profiler plugin (NCCL loads it in initTransportsRank; `init` per
         // communicator; a failing init only disables profiling).
         let profiler = {
@@ -489,6 +479,7 @@ impl Comm {
                 channels,
                 ring_step,
                 p2p_step: params.p2p_chunksize,
+                collnet: collnet_chains,
             },
             user_send_min: params.user_send_min,
             conns,
@@ -531,6 +522,7 @@ impl Comm {
                 bootstrap,
                 net,
                 ctx: Mutex::new(Some(ctx)),
+                collnet_ctx: Mutex::new(collnet_ctx),
                 info,
                 transports,
             }),
@@ -631,6 +623,11 @@ impl CommInner {
     }
 
     fn release(&self) {
+        if let Some((c, ctx)) = self.collnet_ctx.lock().unwrap_or_else(|e| e.into_inner()).take()
+            && let Err(e) = c.finalize_ctx(ctx)
+        {
+            crate::log::nccl_warn!("CollNet finalize: {e}");
+        }
         if let Some(ctx) = self.ctx.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = self.net.finalize_ctx(ctx);
         }

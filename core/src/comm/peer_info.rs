@@ -92,6 +92,11 @@ pub(crate) struct PeerInfo {
     pub net_latency_us: f32,
     /// CPU cores this process may run on.
     pub cores: u32,
+    /// This rank wants CollNet and its plugin's table is usable: its
+    /// `reduceSupport` answers ([`crate::plugin::collnet::SupportBits`] bytes);
+    /// `None` otherwise (see `comm::collnet`).
+    #[serde(default)]
+    pub collnet: Option<Vec<u8>>,
 }
 
 impl PeerInfo {
@@ -116,6 +121,7 @@ impl PeerInfo {
             net_speed_mbps: 0,
             net_latency_us: 0.0,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
+            collnet: None,
         }
     }
 
@@ -237,6 +243,7 @@ mod tests {
             net_speed_mbps: 10_000,
             net_latency_us: 0.5,
             cores: 2,
+            collnet: None,
         }
     }
 

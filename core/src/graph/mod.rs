@@ -10,6 +10,7 @@
 //! `ncclTopoPreset`/`ncclTopoPostset` do ([`connect`]).
 
 pub mod channel;
+pub mod collnet;
 pub mod connect;
 pub mod graph_xml;
 pub mod plan;

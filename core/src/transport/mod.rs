@@ -23,6 +23,7 @@
 //! goes through GPUDirect RDMA where [`gdr`] allows it, else it is staged). [`setup`] exchanges the connect information over the bootstrap
 //! and drives the connects.
 
+pub(crate) mod collnet;
 pub(crate) mod fifo;
 pub mod gdr;
 #[cfg(test)]
@@ -273,6 +274,13 @@ pub(crate) trait SendConnector: Send {
     fn next_slot(&self) -> *mut u8;
     /// Marks the next step filled with `size` bytes.
     fn push(&mut self, size: usize);
+    /// [`push`](Self::push) of a step the receiving end reduces with `red` (a
+    /// CollNet connector reduces it in the network, so it needs the datatype and
+    /// operation; other transports just push).
+    fn push_reduce(&mut self, size: usize, red: &ferroccl_kernels::DevRedOp) {
+        let _ = red;
+        self.push(size);
+    }
     /// The registration covering `[ptr, ptr + len)` for the current operation, if any.
     fn user_reg(&self, ptr: *const u8, len: usize) -> Option<UserReg>;
     /// Whether a step sent from user memory may be queued.

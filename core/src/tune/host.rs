@@ -131,6 +131,19 @@ pub fn runnable(protocols: &[P]) -> Runnable {
     r
 }
 
+/// Adds CollNetChain for AllReduce (Simple) to what the host runs, once every
+/// channel's collComm is connected: the model's CollNet switches on
+/// (`collNetSupport`, chain support, one head per host and channel) and the
+/// chain's pattern is the tree's (the same hops: up a chain, across the network,
+/// down again; the network part is the plugin's).
+pub fn with_collnet_chain(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphInfo) {
+    r[F::AllReduce.index()][A::CollNetChain.index()][P::Simple.index()] = true;
+    inp.collnet_enable = true;
+    inp.collnet_chain_support = true;
+    inp.collnet_heads = 1;
+    g.collnet_chain = g.tree;
+}
+
 /// The host's per-channel bandwidth ceiling (see [`HOST_MAX_BW`]).
 pub const MAX_BW: f64 = HOST_MAX_BW;
 

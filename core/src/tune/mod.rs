@@ -110,6 +110,9 @@ pub struct TuningSetup {
     pub protocols: Vec<Protocol>,
     /// Parameters.
     pub params: TuneParams,
+    /// CollNet connected on every channel: the (operation, datatype) pairs every
+    /// rank's plugin reduces (`None`: no CollNet).
+    pub collnet: Option<crate::plugin::collnet::SupportMatrix>,
 }
 
 /// Host chunk geometry: Ring/Simple chunks of this many FIFO steps for every
@@ -139,6 +142,8 @@ pub struct Tuning {
     /// The last single collective decided without a tuner plugin, for a repeat
     /// of it (function, count, datatype, reduction).
     repeat: Mutex<Option<RepeatKey>>,
+    /// What CollNet reduces, when it is connected.
+    collnet: Option<crate::plugin::collnet::SupportMatrix>,
 }
 
 impl std::fmt::Debug for Tuning {
@@ -200,9 +205,12 @@ impl Tuning {
             tuner_name = Some(t.name().to_owned());
             ctx = Some(c);
         }
-        let runnable = host::runnable(&s.protocols);
-        let inp = host::model_input(f, s.params.model.clone());
-        let graphs = host::graph_info(f);
+        let mut runnable = host::runnable(&s.protocols);
+        let mut inp = host::model_input(f, s.params.model.clone());
+        let mut graphs = host::graph_info(f);
+        if s.collnet.is_some() {
+            host::with_collnet_chain(&mut runnable, &mut inp, &mut graphs);
+        }
         let mut model = model::tune_model(&inp, &graphs, &mut constants, &s.params.enable, &runnable);
         // A host channel is one CPU thread: the thread-count rules of the GPU model
         // become one thread per channel and a byte threshold per channel.
@@ -255,6 +263,7 @@ impl Tuning {
             last: Mutex::new(BTreeMap::new()),
             warned: Mutex::new(Vec::new()),
             repeat: Mutex::new(None),
+            collnet: s.collnet,
         };
         t.log_init();
         Ok(t)
@@ -351,8 +360,21 @@ impl Tuning {
     /// (`updateCollCostTable`), except that a host's AllReduce Ring/Simple entry is
     /// the cheaper of its two ring implementations (see [`Decision::allgather_reduce`]).
     pub fn cost_table(&self, func: Func, nbytes: usize, num_pipe_ops: usize, scaled_op: bool) -> CostTable {
+        self.cost_table_with(func, nbytes, num_pipe_ops, scaled_op, false)
+    }
+
+    /// [`Tuning::cost_table`] with CollNet's entries where `collnet` (the
+    /// operation's datatype and reduction are ones CollNet reduces).
+    fn cost_table_with(
+        &self,
+        func: Func,
+        nbytes: usize,
+        num_pipe_ops: usize,
+        scaled_op: bool,
+        collnet: bool,
+    ) -> CostTable {
         let support = TableSupport {
-            collnet: false,
+            collnet,
             nvls: false,
             max_local_ranks: self.facts.max_local_ranks,
             local_ranks: self.facts.local_ranks,
@@ -485,7 +507,10 @@ impl Tuning {
         let count: usize = members.iter().map(|&i| colls[i].count).sum();
         let nbytes = max_send_recv_bytes(func, count, first.dtype, nranks);
         let scaled = matches!(first.op, RedOp::Avg | RedOp::PreMulSum(_));
-        let d = self.decide_one(func, nbytes, num_pipe_ops, scaled, first.dtype)?;
+        // CollNet (ncclGetCollNetSupport, src/enqueue.cc): an AllReduce whose
+        // datatype and reduction (Avg and PreMulSum as Sum) every plugin reduces.
+        let collnet = func == Func::AllReduce && self.collnet.is_some_and(|m| m.supports(first.dtype, &first.op));
+        let d = self.decide_one(func, nbytes, num_pipe_ops, scaled, first.dtype, collnet)?;
         for &i in members {
             let a = &colls[i];
             let own = max_send_recv_bytes(func, a.count, a.dtype, nranks);
@@ -551,8 +576,9 @@ impl Tuning {
         num_pipe_ops: usize,
         scaled_op: bool,
         dtype: DataType,
+        collnet: bool,
     ) -> Result<Decision, Error> {
-        let mut t = self.cost_table(func, nbytes, num_pipe_ops, scaled_op);
+        let mut t = self.cost_table_with(func, nbytes, num_pipe_ops, scaled_op, collnet);
         let before = t;
         let mut tuner_channels = 0i32;
         {
@@ -758,6 +784,7 @@ mod tests {
             simple_step_bytes: (4 << 20) / 8 - 64,
             protocols: vec![Protocol::Simple],
             params,
+            collnet: None,
         };
         Tuning::new(setup, None).expect("tuning")
     }

@@ -1,0 +1,248 @@
+//! CollNet at communicator init: NCCL's `initTransportsRank` (`src/init.cc`)
+//! decides whether the communicator uses CollNet, and `ncclCollNetSetup`
+//! (`src/transport/coll_net.cc`) builds the support matrix and connects each
+//! channel's collComm.
+//!
+//! Every rank states in its peer-info record whether it wants CollNet
+//! (`NCCL_COLLNET_ENABLE` or the config) with a usable CollNet table, and if so
+//! its `reduceSupport` answers; CollNet is used only when every rank does and
+//! the communicator spans at least `NCCL_COLLNET_NODE_THRESHOLD` hosts, so all
+//! ranks decide alike without another exchange. Then, per channel, each host's
+//! chain head ([`crate::graph::collnet`]) listens, the handles go round the
+//! bootstrap, and the heads connect their collComm; the link becomes the
+//! channel's connectors to peer `nranks` ([`crate::transport::collnet`]).
+
+use std::sync::Arc;
+
+use super::peer_info::PeerInfo;
+use crate::bootstrap::Bootstrap;
+use crate::error::{Error, Result};
+use crate::graph::collnet::{self, ChainPos};
+use crate::plugin::collnet::{CollNetAdapter, SupportBits, SupportMatrix};
+use crate::plugin::net::{NetHandle, NetPlugin, RawComm, RawCtx};
+use crate::transport::collnet::CollNetLink;
+use crate::transport::{CONN_COLL, ConnKey, ConnTable};
+
+/// A communicator's CollNet: the plugin, its context, what it reduces, and
+/// this rank's place in every channel's chain.
+pub(crate) struct CommCollNet {
+    /// The plugin's CollNet table.
+    pub adapter: Arc<CollNetAdapter>,
+    /// The communicator's CollNet context (finalized at destroy, after the links close).
+    pub ctx: RawCtx,
+    /// (operation, datatype) pairs every rank's plugin reduces.
+    pub matrix: SupportMatrix,
+    /// This rank's place in each channel's chain.
+    pub chains: Vec<ChainPos>,
+}
+
+/// This rank's CollNet entry for its peer-info record: its `reduceSupport`
+/// answers when it wants CollNet and its plugin's table is usable, else `None`
+/// (with NCCL's INFO line saying why).
+pub(crate) fn local_entry(want: bool, net: &Arc<dyn NetPlugin>) -> Option<Vec<u8>> {
+    if !want {
+        return None;
+    }
+    match net.collnet() {
+        Some(c) if c.is_enabled() => match c.support_bits() {
+            Ok(b) => Some(b.to_bytes().to_vec()),
+            Err(e) => {
+                crate::log::nccl_info!(INIT, "CollNet disabled: reduceSupport failed: {e}");
+                None
+            }
+        },
+        Some(c) => {
+            crate::log::nccl_info!(
+                INIT,
+                "CollNet disabled: plugin {} (ncclCollNet v{}) is {}",
+                c.info().name,
+                c.info().version,
+                c.state()
+            );
+            None
+        }
+        None => {
+            crate::log::nccl_info!(
+                INIT,
+                "CollNet disabled: the net plugin {} has no ncclCollNet table",
+                net.info().name
+            );
+            None
+        }
+    }
+}
+
+/// What [`setup`] needs besides the connection table.
+pub(crate) struct SetupArgs<'a> {
+    pub net: &'a Arc<dyn NetPlugin>,
+    pub bootstrap: &'a Bootstrap,
+    pub peers: &'a [PeerInfo],
+    pub rank: usize,
+    pub nchannels: usize,
+    pub comm_id: u64,
+    /// Bytes per FIFO step of the links.
+    pub step_size: usize,
+    /// `NCCL_COLLNET_NODE_THRESHOLD`.
+    pub threshold: i64,
+}
+
+/// Connects CollNet on every channel when every rank asked for it (see the
+/// module docs) and inserts the links into `conns`; `None` when CollNet is not
+/// used (the reason logged). Every rank returns the same kind of answer.
+///
+/// Errors: the context, `connect` or `regMr` failing (the communicator then
+/// fails, as NCCL's init does); a listen failure on any head only disables CollNet.
+pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<CommCollNet>> {
+    let bits: Option<Vec<&Vec<u8>>> = a.peers.iter().map(|p| p.collnet.as_ref()).collect();
+    let Some(bits) = bits else {
+        if a.peers[a.rank].collnet.is_some() {
+            let off: Vec<String> = a
+                .peers
+                .iter()
+                .filter(|p| p.collnet.is_none())
+                .map(|p| p.rank.to_string())
+                .collect();
+            crate::log::nccl_info!(
+                INIT,
+                "CollNet disabled: rank(s) {} did not enable it or have no usable CollNet table",
+                off.join(",")
+            );
+        }
+        return Ok(None);
+    };
+    let hosts: Vec<u64> = a.peers.iter().map(|p| p.host_hash).collect();
+    let nnodes = hosts.iter().collect::<std::collections::BTreeSet<_>>().len();
+    if !super::params::collnet_after_node_threshold(true, nnodes, a.threshold) {
+        return Ok(None);
+    }
+    let Some(adapter) = a.net.collnet() else {
+        return Err(Error::Internal(
+            "CollNet: the table went away after the peer exchange".into(),
+        ));
+    };
+    let ranks: Vec<SupportBits> = bits
+        .iter()
+        .enumerate()
+        .map(|(r, b)| SupportBits::from_bytes(b).map_err(|e| Error::Remote(format!("rank {r}: CollNet support: {e}"))))
+        .collect::<Result<_>>()?;
+    let matrix = SupportMatrix::merge(&ranks);
+    let ctx = adapter.init_ctx(a.comm_id).map_err(|e| Error::net("CollNet init", e))?;
+    let nranks = a.peers.len();
+    let chains: Vec<ChainPos> = (0..a.nchannels).map(|c| collnet::position(&hosts, a.rank, c)).collect();
+    let mut links: Vec<(usize, CollNetLink)> = Vec::new();
+    let close = |links: Vec<(usize, CollNetLink)>| {
+        drop(links);
+        if let Err(e) = adapter.finalize_ctx(ctx) {
+            crate::log::nccl_warn!("CollNet finalize: {e}");
+        }
+    };
+    for (c, pos) in chains.iter().enumerate() {
+        let head = pos.is_head(nranks);
+        // Heads listen; every rank sends (status, handle): 1 = a head's handle,
+        // 2 = a head whose listen failed, 0 = not a head.
+        let mut mine = vec![0u8; 1 + 128];
+        let mut listen: Option<RawComm> = None;
+        if head {
+            let mut h: NetHandle = [0; 128];
+            match adapter.listen(ctx, 0, &mut h) {
+                Ok(l) => {
+                    mine[0] = 1;
+                    mine[1..].copy_from_slice(&h);
+                    listen = Some(l);
+                }
+                Err(e) => {
+                    crate::log::nccl_warn!("CollNet listen on channel {c}: {e}");
+                    mine[0] = 2;
+                }
+            }
+        }
+        let all = match a.bootstrap.allgather(&mine) {
+            Ok(v) => v,
+            Err(e) => {
+                if let Some(l) = listen {
+                    let _ = adapter.close_listen(l);
+                }
+                close(links);
+                return Err(Error::from(e));
+            }
+        };
+        let heads = collnet::heads(&hosts, c);
+        let bad: Vec<usize> = heads
+            .iter()
+            .copied()
+            .filter(|&r| all[r].len() != 129 || all[r][0] != 1)
+            .collect();
+        if !bad.is_empty() {
+            if let Some(l) = listen {
+                let _ = adapter.close_listen(l);
+            }
+            close(links);
+            crate::log::nccl_info!(
+                INIT,
+                "CollNet disabled: the chain head(s) {:?} of channel {c} could not listen",
+                bad
+            );
+            return Ok(None);
+        }
+        let Some(l) = listen else { continue };
+        let handles: Vec<NetHandle> = heads
+            .iter()
+            .map(|&r| {
+                let mut h: NetHandle = [0; 128];
+                h.copy_from_slice(&all[r][1..]);
+                h
+            })
+            .collect();
+        let me = heads.iter().position(|&r| r == a.rank).expect("this rank is a head");
+        let coll = adapter.connect(&handles, me, l);
+        let _ = adapter.close_listen(l);
+        let coll = match coll {
+            Ok(coll) => coll,
+            Err(e) => {
+                close(links);
+                return Err(Error::net(format!("CollNet connect on channel {c}"), e));
+            }
+        };
+        match CollNetLink::new(adapter.clone(), coll, c, a.step_size) {
+            Ok(link) => links.push((c, link)),
+            Err(e) => {
+                close(links);
+                return Err(e);
+            }
+        }
+        crate::log::nccl_info!(
+            INIT,
+            "CollNet {c:02}/0 : {} [send] via COLLNET/{}/0",
+            a.rank,
+            adapter.info().name
+        );
+        crate::log::nccl_info!(
+            INIT,
+            "CollNet {c:02}/0 : {} [receive] via COLLNET/{}/0",
+            a.rank,
+            adapter.info().name
+        );
+    }
+    for (c, link) in links {
+        let key = ConnKey {
+            channel: c,
+            peer: nranks,
+            conn: CONN_COLL,
+        };
+        conns.insert_send(key, link.send());
+        conns.insert_recv(key, link.recv());
+    }
+    crate::log::nccl_info!(
+        INIT,
+        "CollNet enabled: plugin {} (ncclCollNet v{}), {} channel(s), {nnodes} nodes",
+        adapter.info().name,
+        adapter.info().version,
+        a.nchannels
+    );
+    Ok(Some(CommCollNet {
+        adapter,
+        ctx,
+        matrix,
+        chains,
+    }))
+}

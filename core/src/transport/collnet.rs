@@ -1,0 +1,355 @@
+//! The CollNet connection of a channel: the network as peer `nranks`, as NCCL
+//! keeps it in `channel->peers[nRanks]` (`src/transport/coll_net.cc`).
+//!
+//! A chain head (CollNetChain, `src/device/all_reduce.h`) sends each slice of its
+//! node's partial result "up" to peer `nranks` and receives the reduced slice of
+//! every node back "down" from it. Here both directions are one [`CollNetLink`]:
+//! the send connector's steps land in FIFO slots; the proxy posts one
+//! `iallreduce` per filled step, from its send slot into the receive slot of
+//! the same index (NCCL's `sendProxyProgress` posts the collective once a step's
+//! data is in, `recvProxyProgress` tests it); the receive connector hands a step
+//! to the executor once its `iallreduce` has completed. Every head of the
+//! channel's collComm posts the same steps in the same order (the schedule is
+//! computed alike on every rank), which is the plugin's contract.
+//!
+//! Steps carry no operation header (the plugin would reduce it too): the
+//! schedule never puts one on this connection. The datatype and reduction of a
+//! step come with it ([`SendConnector::push_reduce`]).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ferroccl_kernels::{DevRedOp, RedOp};
+use ferroccl_plugin_api::abi::{ncclDataType_t, ncclRedOp_t};
+
+use super::{NCCL_STEPS, RecvConnector, SendConnector, UserReg};
+use crate::error::Error;
+use crate::plugin::collnet::CollNetAdapter;
+use crate::plugin::net::{PtrType, RawComm, RawMr, RawRequest};
+
+/// One step of a [`CollNetLink`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Step {
+    /// Bytes of the step.
+    size: usize,
+    /// `(datatype, reduction, element bytes)` the step is reduced with.
+    red: Option<(ncclDataType_t, ncclRedOp_t, usize)>,
+    /// The outstanding `iallreduce`.
+    req: Option<RawRequest>,
+}
+
+/// Counters of a link's steps (each only grows): `consumed ≤ done ≤ posted ≤ filled`.
+#[derive(Debug, Default)]
+struct Counters {
+    /// Steps the executor pushed (send side).
+    filled: usize,
+    /// Steps whose `iallreduce` was posted.
+    posted: usize,
+    /// Steps whose `iallreduce` completed.
+    done: usize,
+    /// Steps the executor consumed (receive side).
+    consumed: usize,
+}
+
+/// The state a channel's CollNet send and receive connectors share.
+struct LinkState {
+    net: Arc<CollNetAdapter>,
+    /// The collComm (`None` once closed).
+    coll: Option<RawComm>,
+    channel: usize,
+    step_size: usize,
+    send_buf: Vec<u8>,
+    recv_buf: Vec<u8>,
+    send_mr: Option<RawMr>,
+    recv_mr: Option<RawMr>,
+    steps: [Step; NCCL_STEPS],
+    n: Counters,
+    failed: Option<Error>,
+}
+
+impl LinkState {
+    fn what(&self, call: &str) -> String {
+        format!("CollNet {call} on channel {}", self.channel)
+    }
+
+    /// Posts the `iallreduce` of every filled step and tests the posted ones in
+    /// order; whether anything moved.
+    fn progress(&mut self) -> Result<bool, Error> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let r = self.progress_inner();
+        if let Err(e) = &r {
+            self.failed = Some(e.clone());
+        }
+        r
+    }
+
+    fn progress_inner(&mut self) -> Result<bool, Error> {
+        let Some(coll) = self.coll else {
+            return Err(Error::Internal(format!(
+                "{}: the collComm is closed",
+                self.what("progress")
+            )));
+        };
+        let mut moved = false;
+        while self.n.posted < self.n.filled {
+            let k = self.n.posted % NCCL_STEPS;
+            let st = self.steps[k];
+            let (dtype, op, es) = st.red.ok_or_else(|| {
+                Error::Internal(format!(
+                    "{}: step {} has no reduction CollNet runs",
+                    self.what("iallreduce"),
+                    self.n.posted
+                ))
+            })?;
+            let off = k * self.step_size;
+            let send = self.send_buf.as_mut_ptr().wrapping_add(off);
+            let recv = self.recv_buf.as_mut_ptr().wrapping_add(off);
+            let req = self
+                .net
+                .iallreduce(coll, send, recv, st.size / es, dtype, op, self.send_mr, self.recv_mr)
+                .map_err(|e| Error::net(self.what("iallreduce"), e))?;
+            let Some(req) = req else { break };
+            self.steps[k].req = Some(req);
+            self.n.posted += 1;
+            moved = true;
+        }
+        while self.n.done < self.n.posted {
+            let k = self.n.done % NCCL_STEPS;
+            let req = self.steps[k].req.expect("posted steps have a request");
+            match self.net.test(req).map_err(|e| Error::net(self.what("test"), e))? {
+                Some(_) => {
+                    self.steps[k].req = None;
+                    self.n.done += 1;
+                    moved = true;
+                }
+                None => break,
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Deregisters the FIFOs and closes the collComm (once).
+    fn close(&mut self) {
+        let Some(coll) = self.coll.take() else { return };
+        for mr in [self.send_mr.take(), self.recv_mr.take()].into_iter().flatten() {
+            if let Err(e) = self.net.dereg_mr(coll, mr) {
+                crate::log::nccl_warn!("{}: {e}", self.what("deregMr"));
+            }
+        }
+        if let Err(e) = self.net.close_coll(coll) {
+            crate::log::nccl_warn!("{}: {e}", self.what("closeColl"));
+        }
+    }
+}
+
+impl Drop for LinkState {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// The plugin's `(datatype, reduction)` of `red` and its element size: `Avg`
+/// and PreMulSum are summed by the network, their scaling runs on the host
+/// (`ncclGetCollNetSupport`, `src/enqueue.cc`). Always `Some` for NCCL's
+/// reductions (kept an `Option` for the step's "no reduction" state).
+pub(crate) fn net_reduction(red: &DevRedOp) -> Option<(ncclDataType_t, ncclRedOp_t, usize)> {
+    let op = match red.op {
+        RedOp::Sum | RedOp::Avg | RedOp::PreMulSum(_) => ncclRedOp_t::ncclSum,
+        RedOp::Prod => ncclRedOp_t::ncclProd,
+        RedOp::Max => ncclRedOp_t::ncclMax,
+        RedOp::Min => ncclRedOp_t::ncclMin,
+    };
+    Some((ncclDataType_t(red.dtype as i32), op, red.dtype.size()))
+}
+
+/// A channel's CollNet link over a connected collComm: its send and receive
+/// connectors (one shared state).
+pub(crate) struct CollNetLink {
+    state: Arc<Mutex<LinkState>>,
+}
+
+impl CollNetLink {
+    /// A link over `coll` (connected, this rank a head of channel `channel`)
+    /// with FIFOs of [`NCCL_STEPS`] × `step_size` bytes, registered with the
+    /// plugin as host memory. Errors: `regMr` failing (the collComm is closed).
+    pub(crate) fn new(
+        net: Arc<CollNetAdapter>,
+        coll: RawComm,
+        channel: usize,
+        step_size: usize,
+    ) -> Result<CollNetLink, Error> {
+        let mut st = LinkState {
+            net,
+            coll: Some(coll),
+            channel,
+            step_size,
+            send_buf: vec![0u8; NCCL_STEPS * step_size],
+            recv_buf: vec![0u8; NCCL_STEPS * step_size],
+            send_mr: None,
+            recv_mr: None,
+            steps: [Step::default(); NCCL_STEPS],
+            n: Counters::default(),
+            failed: None,
+        };
+        let len = st.send_buf.len();
+        st.send_mr = Some(
+            st.net
+                .reg_mr(coll, st.send_buf.as_mut_ptr(), len, PtrType::Host)
+                .map_err(|e| Error::net(st.what("regMr of the send FIFO"), e))?,
+        );
+        st.recv_mr = Some(
+            st.net
+                .reg_mr(coll, st.recv_buf.as_mut_ptr(), len, PtrType::Host)
+                .map_err(|e| Error::net(st.what("regMr of the receive FIFO"), e))?,
+        );
+        Ok(CollNetLink {
+            state: Arc::new(Mutex::new(st)),
+        })
+    }
+
+    /// The send connector (to peer `nranks`).
+    pub(crate) fn send(&self) -> Box<dyn SendConnector> {
+        Box::new(CollNetSend {
+            state: self.state.clone(),
+        })
+    }
+
+    /// The receive connector (from peer `nranks`).
+    pub(crate) fn recv(&self) -> Box<dyn RecvConnector> {
+        Box::new(CollNetRecv {
+            state: self.state.clone(),
+        })
+    }
+}
+
+fn lock(s: &Mutex<LinkState>) -> MutexGuard<'_, LinkState> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct CollNetSend {
+    state: Arc<Mutex<LinkState>>,
+}
+
+impl SendConnector for CollNetSend {
+    fn step_size(&self) -> usize {
+        lock(&self.state).step_size
+    }
+
+    fn can_push(&self) -> bool {
+        let s = lock(&self.state);
+        // A slot is free again once its result was consumed (the receive slot of
+        // the same index is written by that step's iallreduce).
+        s.n.filled < s.n.consumed + NCCL_STEPS
+    }
+
+    fn next_slot(&self) -> *mut u8 {
+        let mut s = lock(&self.state);
+        let off = (s.n.filled % NCCL_STEPS) * s.step_size;
+        s.send_buf.as_mut_ptr().wrapping_add(off)
+    }
+
+    fn push(&mut self, size: usize) {
+        let mut s = lock(&self.state);
+        let k = s.n.filled % NCCL_STEPS;
+        s.steps[k] = Step {
+            size,
+            red: None,
+            req: None,
+        };
+        s.n.filled += 1;
+    }
+
+    fn push_reduce(&mut self, size: usize, red: &DevRedOp) {
+        let mut s = lock(&self.state);
+        let k = s.n.filled % NCCL_STEPS;
+        s.steps[k] = Step {
+            size,
+            red: net_reduction(red),
+            req: None,
+        };
+        s.n.filled += 1;
+    }
+
+    fn user_reg(&self, _ptr: *const u8, _len: usize) -> Option<UserReg> {
+        None
+    }
+
+    fn can_push_user(&self) -> bool {
+        false
+    }
+
+    fn push_user(&mut self, _ptr: *const u8, size: usize, _reg: UserReg) {
+        // Never called: `user_reg` registers nothing. A step without data would
+        // break the collective for every head, so fail it loudly instead.
+        let mut s = lock(&self.state);
+        let e = Error::Internal(format!(
+            "CollNet on channel {}: a step of {size} bytes was pushed from user memory",
+            s.channel
+        ));
+        s.failed.get_or_insert(e);
+    }
+
+    fn user_busy(&self, _ptr: *const u8, _len: usize) -> bool {
+        false
+    }
+
+    fn idle(&self) -> bool {
+        let s = lock(&self.state);
+        s.n.done == s.n.filled
+    }
+
+    fn progress(&mut self) -> Result<bool, Error> {
+        lock(&self.state).progress()
+    }
+
+    fn register_user(&mut self, _ptr: *const u8, _len: usize, _space: ferroccl_kernels::MemorySpace) {}
+
+    fn release_user(&mut self) {}
+
+    fn close(&mut self) {
+        lock(&self.state).close();
+    }
+}
+
+struct CollNetRecv {
+    state: Arc<Mutex<LinkState>>,
+}
+
+impl RecvConnector for CollNetRecv {
+    fn peek(&self) -> Option<(*mut u8, usize)> {
+        let mut s = lock(&self.state);
+        if s.n.consumed >= s.n.done {
+            return None;
+        }
+        let k = s.n.consumed % NCCL_STEPS;
+        let off = k * s.step_size;
+        let size = s.steps[k].size;
+        Some((s.recv_buf.as_mut_ptr().wrapping_add(off), size))
+    }
+
+    fn pop(&mut self) {
+        let mut s = lock(&self.state);
+        if s.n.consumed < s.n.done {
+            s.n.consumed += 1;
+        }
+    }
+
+    fn expect(&mut self, _target: Option<(*mut u8, usize)>) {}
+
+    fn wants_expect(&self) -> bool {
+        false
+    }
+
+    fn progress(&mut self) -> Result<bool, Error> {
+        lock(&self.state).progress()
+    }
+
+    fn register_user(&mut self, _ptr: *const u8, _len: usize, _space: ferroccl_kernels::MemorySpace) {}
+
+    fn release_user(&mut self) {}
+
+    fn close(&mut self) {
+        lock(&self.state).close();
+    }
+}
