@@ -452,6 +452,65 @@ fn two_hosts_two_ranks_each_run_every_collective_over_net_and_shm() {
     println!("matrix on 2 hosts x 2 ranks: {:?}", t.elapsed());
 }
 
+/// CollNet across hosts (issue 32): the in-tree CollNet plugin
+/// (`libnccl-net-collnet-socket.so`, its own aggregation over TCP) with
+/// `NCCL_COLLNET_ENABLE=1` and CollNetChain forced for AllReduce. On 2 hosts x 2
+/// ranks each channel's chain is two ranks (shared memory up to the head, the
+/// plugin's `iallreduce` between the heads, shared memory down) over every
+/// datatype and reduction; on 4 hosts x 1 rank every rank is a head. Every
+/// result checked; every rank logs its collComm per channel (`via COLLNET`)
+/// and `CollNet enabled`; every tuning line says CollNetChain.
+#[test]
+fn collnet_chain_allreduce_across_hosts_over_the_collnet_socket_plugin() {
+    if !netns_available() {
+        return;
+    }
+    let env = [
+        ("NCCL_NET_PLUGIN", "collnet-socket"),
+        ("NCCL_COLLNET_ENABLE", "1"),
+        ("NCCL_ALGO", "allreduce:collnetchain"),
+    ];
+    for (hosts, ranks, tag) in [(2, 4, "cn"), (4, 4, "cq")] {
+        let c = Cluster::up(tag, hosts);
+        let dir = scratch(tag);
+        let o = perf_command_on(&c, hosts, ranks, &dir, &env, &["all_reduce", "--show-tuning"])
+            .args(["-b", "64", "-e", "256K", "-f", "4096", "-d", "all", "-o", "all"])
+            .args(["-n", "1", "-w", "1", "-c", "1"])
+            .output()
+            .expect("run ferroccl-perf");
+        let what = format!("CollNetChain on {hosts} hosts x {} ranks", ranks / hosts);
+        let (out, info) = check_run_on(&c, hosts, ranks, &what, &o, &dir);
+        assert_eq!(
+            rows(&out).len(),
+            2 * 10 * 6,
+            "{what}: 2 sizes x 10 types x 6 ops:\n{out}"
+        );
+        let tuning: Vec<&str> = out.lines().filter(|l| l.starts_with("#  tuning:")).collect();
+        assert_eq!(tuning.len(), rows(&out).len(), "{what}: a tuning line per row:\n{out}");
+        for l in tuning {
+            assert!(l.contains("CollNetChain/Simple"), "{what}: not CollNetChain: {l}");
+        }
+        for (rank, lines) in &info {
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.starts_with("CollNet enabled: plugin FerrocclCollNetSocket")),
+                "{what}: rank {rank} did not enable CollNet:\n{}",
+                lines.join("\n")
+            );
+            // A head per host and channel: with one rank per host, every channel.
+            let heads = lines
+                .iter()
+                .filter(|l| l.starts_with("CollNet ") && l.contains("[send] via COLLNET/FerrocclCollNetSocket"))
+                .count();
+            if ranks == hosts {
+                assert!(heads >= 1, "{what}: rank {rank} heads no channel");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// The rings and trees the ranks built equal `ferroccl-topo --nodes 2` on
 /// rank 0's dumped topology; and each ring enters and leaves each host once.
 fn compare_with_topo_explorer(info: &BTreeMap<usize, Vec<String>>, topo: &Path) {
