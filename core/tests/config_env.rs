@@ -338,6 +338,15 @@ fn every_variable_the_runtime_or_an_in_tree_plugin_reads_is_declared_once() {
         }
     }
     assert!(missing.is_empty(), "read but not declared:\n{}", missing.join("\n"));
+    // A library built on another in-tree plugin (net-collnet-socket on
+    // net-socket) exports that plugin's table as its own: one owner.
+    let mut uniq: Vec<(String, Vec<String>)> = Vec::new();
+    for (dir, names) in owners {
+        if !uniq.iter().any(|(_, u)| *u == names) {
+            uniq.push((dir, names));
+        }
+    }
+    let owners = uniq;
     // Each name has one owner, and one declaration: outside test code, a
     // string literal naming it appears once (the declaration; readers go
     // through it).

@@ -226,6 +226,7 @@ fn proxy_spin(us: i64, peers: &[PeerInfo], rank: usize) -> std::time::Duration {
     std::time::Duration::from_micros(us)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn init_tuning(
     config: &CommConfig,
     params: &CommParams,
@@ -444,7 +445,7 @@ impl Comm {
             external_net.as_deref(),
             comm_hash(id),
             (!tparams.shm_disable).then_some(shm_proto),
-            collnet.as_ref().map(|c| c.matrix.clone()),
+            collnet.as_ref().map(|c| c.matrix),
         )?);
         let collnet_chains = collnet.as_ref().map(|c| c.chains.clone()).unwrap_or_default();
         let collnet_ctx = collnet.map(|c| (c.adapter, c.ctx));

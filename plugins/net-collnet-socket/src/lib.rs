@@ -41,8 +41,10 @@ pub use nccl_net_socket::{
 };
 
 /// `NCCL_COLLNET_SOCKET_TIMEOUT_MS` default: 5 minutes (a slow rank may reach a
-/// collective much later than the others; NCCL itself never times out).
-pub const DEFAULT_TIMEOUT_MS: u64 = 300_000;
+/// collective much later than the others; NCCL itself never times out). The
+/// parameter is declared with the socket plugin's (this library exports that
+/// table as its own): [`nccl_net_socket::config::COLLNET_TIMEOUT_MS`].
+pub const DEFAULT_TIMEOUT_MS: u64 = nccl_net_socket::config::COLLNET_TIMEOUT_MS.default as u64;
 
 /// `maxCollBytes` advertised: NCCL's `MAX_COLLNET_SIZE` (2^29 bytes).
 pub const MAX_COLL_BYTES: usize = 1 << 29;
@@ -50,7 +52,7 @@ pub const MAX_COLL_BYTES: usize = 1 << 29;
 /// The wait bound from `NCCL_COLLNET_SOCKET_TIMEOUT_MS` (milliseconds, ≥ 1; unset,
 /// empty or invalid: [`DEFAULT_TIMEOUT_MS`]).
 pub fn timeout_from_env() -> Duration {
-    let ms = std::env::var("NCCL_COLLNET_SOCKET_TIMEOUT_MS")
+    let ms = std::env::var(nccl_net_socket::config::COLLNET_TIMEOUT_MS.name)
         .ok()
         .and_then(|v| nccl_net_socket::config::parse_int(&v))
         .filter(|&v| v >= 1)

@@ -34,6 +34,9 @@ ferroccl_plugin_api::params! {
         SNDBUF: int "NCCL_SOCKET_SNDBUF" = -1, -1..=i32::MAX as i64, "socket plugin: SO_SNDBUF bytes (-1: system default)";
         RCVBUF: int "NCCL_SOCKET_RCVBUF" = -1, -1..=i32::MAX as i64, "socket plugin: SO_RCVBUF bytes (-1: system default)";
         MAGIC: int "NCCL_SOCKET_MAGIC" = DEFAULT_MAGIC as i64, i64::MIN..=i64::MAX, "socket plugin: 64-bit magic that starts every connection";
+        /// Read by `libnccl-net-collnet-socket.so` (plugins/net-collnet-socket), which is
+        /// this plugin plus a CollNet table and exports this table as its own.
+        COLLNET_TIMEOUT_MS: int "NCCL_COLLNET_SOCKET_TIMEOUT_MS" = 300_000, 1..=86_400_000, "collnet-socket plugin: bound on every wait of its CollNet table (connect, a peer's bytes), ms";
     ];
 }
 ferroccl_plugin_api::export_params!(PARAMS);
