@@ -591,7 +591,7 @@ fn iallgather(cx: &mut CollNetCx) -> Res {
                 want.extend_from_slice(&full_in(r));
             }
             if let Some(d) = first_diff(recv.bytes(), &want[off..off + bytes], 1) {
-                return Err(format!("{call}: byte {d}"));
+                return Err(format!("{call}: {d}"));
             }
             rk.a.dereg_mr(rk.coll, smr).map_err(|e| format!("deregMr: {e}"))?;
             rk.a.dereg_mr(rk.coll, rmr).map_err(|e| format!("deregMr: {e}"))?;
