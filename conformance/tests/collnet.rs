@@ -36,15 +36,26 @@ fn in_tree_collnet_plugin_passes_every_check_on_every_version() {
 fn a_library_without_collnet_is_skipped_with_the_reason() {
     let rep = suite("libnccl_net_socket.so", None);
     assert!(rep.exported.is_empty());
-    let r = rep.results.iter().find(|r| r.id == "collnet.symbols").expect("symbols result");
+    let r = rep
+        .results
+        .iter()
+        .find(|r| r.id == "collnet.symbols")
+        .expect("symbols result");
     assert_eq!(r.outcome.status, Status::Skip);
-    assert!(r.outcome.message.contains("exports no ncclCollNetPlugin_vN"), "{}", r.outcome.message);
+    assert!(
+        r.outcome.message.contains("exports no ncclCollNetPlugin_vN"),
+        "{}",
+        r.outcome.message
+    );
     assert_eq!(rep.exit_code(), 0);
 }
 
 #[test]
 fn a_wrong_reduction_of_a_claimed_pair_is_caught_by_reduce_support() {
-    let rep = suite("libnccl-net-cnzbadreduce.so", Some("collnet.reduce_support,collnet.connect"));
+    let rep = suite(
+        "libnccl-net-cnzbadreduce.so",
+        Some("collnet.reduce_support,collnet.connect"),
+    );
     let (st, obs) = observed(&rep, "collnet.reduce_support");
     assert_eq!(st, Status::Fail);
     assert!(obs.contains("max/int32"), "{obs}");
@@ -58,14 +69,21 @@ fn a_request_that_never_completes_is_caught_without_hanging() {
     let (st, obs) = observed(&rep, "collnet.iallreduce.1MiB");
     assert_eq!(st, Status::Fail);
     assert!(obs.contains("did not complete within 30 s"), "{obs}");
-    for id in ["collnet.iallreduce.empty", "collnet.iallreduce.one", "collnet.iallreduce.misaligned"] {
+    for id in [
+        "collnet.iallreduce.empty",
+        "collnet.iallreduce.one",
+        "collnet.iallreduce.misaligned",
+    ] {
         assert_eq!(observed(&rep, id).0, Status::Pass, "{id}");
     }
 }
 
 #[test]
 fn bad_sge_handling_is_caught_by_the_sge_check() {
-    let rep = suite("libnccl-net-cnzbadsge.so", Some("collnet.ireducescatter.sge,collnet.iallreduce.one"));
+    let rep = suite(
+        "libnccl-net-cnzbadsge.so",
+        Some("collnet.ireducescatter.sge,collnet.iallreduce.one"),
+    );
     let (st, obs) = observed(&rep, "collnet.ireducescatter.sge");
     assert_eq!(st, Status::Fail);
     assert!(obs.contains("from 3 parts"), "{obs}");
@@ -74,7 +92,10 @@ fn bad_sge_handling_is_caught_by_the_sge_check() {
 
 #[test]
 fn wrong_sizes_from_test_are_an_advisory_finding() {
-    let rep = suite("libnccl-net-cnzwrongsize.so", Some("collnet.test_size,collnet.iallreduce.one"));
+    let rep = suite(
+        "libnccl-net-cnzwrongsize.so",
+        Some("collnet.test_size,collnet.iallreduce.one"),
+    );
     let (st, obs) = observed(&rep, "collnet.test_size");
     assert_eq!(st, Status::Fail);
     assert!(obs.contains("reported 8 bytes, not 4"), "{obs}");

@@ -80,13 +80,21 @@ impl<T> Pending<T> {
                         "{} did not complete within {} s on rank(s) {missing:?}{}",
                         self.what,
                         limit.as_secs(),
-                        if errs.is_empty() { String::new() } else { format!(" ({})", errs.join("; ")) }
+                        if errs.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" ({})", errs.join("; "))
+                        }
                     ));
                 }
             }
         }
         if !errs.is_empty() {
-            return Err(fail!(format!("{} succeeds on every rank", self.what), "{}", errs.join("; ")));
+            return Err(fail!(
+                format!("{} succeeds on every rank", self.what),
+                "{}",
+                errs.join("; ")
+            ));
         }
         Ok(out.into_iter().map(|v| v.expect("every rank answered")).collect())
     }
@@ -205,7 +213,9 @@ pub fn group(cx: &CollNetCx, n: usize) -> Res<Vec<Rank>> {
 /// Closes every collComm and gives the contexts back.
 pub fn close(ranks: Vec<Rank>) -> Res {
     phase("closeColl");
-    let closing = spawn_ranks(&ranks, "closeColl", |rk| rk.a.close_coll(rk.coll).map_err(|e| e.to_string()));
+    let closing = spawn_ranks(&ranks, "closeColl", |rk| {
+        rk.a.close_coll(rk.coll).map_err(|e| e.to_string())
+    });
     closing.join(WAIT)?;
     for rk in &ranks {
         rk.a.finalize_ctx(rk.ctx)
@@ -294,9 +304,19 @@ pub fn claimed(cx: &CollNetCx) -> Res<(Vec<(i32, i32)>, Vec<(i32, i32)>)> {
         let s = cx
             .adapter
             .reduce_support(ncclDataType_t(ty), ncclRedOp_t(op))
-            .map_err(|e| fail!("reduceSupport answers for every (type, op)", "{} : {e}", pair_name(op, ty)))?;
+            .map_err(|e| {
+                fail!(
+                    "reduceSupport answers for every (type, op)",
+                    "{} : {e}",
+                    pair_name(op, ty)
+                )
+            })?;
         if s {
-            if ty < 10 { yes.push((op, ty)) } else { fp8.push((op, ty)) }
+            if ty < 10 {
+                yes.push((op, ty))
+            } else {
+                fp8.push((op, ty))
+            }
         }
     }
     Ok((yes, fp8))
@@ -355,12 +375,25 @@ pub fn allreduce_pairs(rk: &Rank, pairs: &[(i32, i32)], count: usize, off: usize
         let mut send = Area::new(len, off, Some(&input(op, ty, rk.rank, count)));
         let mut recv = Area::new(len, off, None);
         let name = pair_name(op, ty);
-        let smr = rk.a.reg_mr(rk.coll, send.ptr(), len, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
-        let rmr = rk.a.reg_mr(rk.coll, recv.ptr(), len, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
+        let smr =
+            rk.a.reg_mr(rk.coll, send.ptr(), len, PtrType::Host)
+                .map_err(|e| format!("regMr: {e}"))?;
+        let rmr =
+            rk.a.reg_mr(rk.coll, recv.ptr(), len, PtrType::Host)
+                .map_err(|e| format!("regMr: {e}"))?;
         let call = format!("iallreduce of {count} × {name}");
         let (sp, rp) = (send.ptr(), recv.ptr());
         let req = post_retry(&call, || {
-            rk.a.iallreduce(rk.coll, sp, rp, count, ncclDataType_t(ty), ncclRedOp_t(op), Some(smr), Some(rmr))
+            rk.a.iallreduce(
+                rk.coll,
+                sp,
+                rp,
+                count,
+                ncclDataType_t(ty),
+                ncclRedOp_t(op),
+                Some(smr),
+                Some(rmr),
+            )
         })?;
         wait(&rk.a, req, &call, WAIT)?;
         rk.a.dereg_mr(rk.coll, smr).map_err(|e| format!("deregMr: {e}"))?;
@@ -403,8 +436,13 @@ fn load(cx: &mut CollNetCx) -> Res {
     let n = cx.adapter.devices().map_err(|e| fail!("devices() succeeds", "{e}"))?;
     ensure!(n >= 1, "devices() ≥ 1", "devices() = {n}");
     // A communicator's own context (v11+ init per communicator), given back.
-    let ctx = cx.adapter.init_ctx(7).map_err(|e| fail!("a second init succeeds", "{e}"))?;
-    cx.adapter.finalize_ctx(ctx).map_err(|e| fail!("finalize succeeds", "{e}"))?;
+    let ctx = cx
+        .adapter
+        .init_ctx(7)
+        .map_err(|e| fail!("a second init succeeds", "{e}"))?;
+    cx.adapter
+        .finalize_ctx(ctx)
+        .map_err(|e| fail!("finalize succeeds", "{e}"))?;
     let _ = cx.net.info();
     Ok(())
 }
@@ -413,13 +451,20 @@ fn props(cx: &mut CollNetCx) -> Res {
     let n = cx.adapter.devices().map_err(|e| fail!("devices() succeeds", "{e}"))?;
     for d in 0..n {
         phase("getProperties");
-        let p = cx
-            .adapter
-            .properties(d)
-            .map_err(|e| fail!("getProperties succeeds with maxCollBytes in 1 ..= 2^40", "device {d}: {e}"))?;
+        let p = cx.adapter.properties(d).map_err(|e| {
+            fail!(
+                "getProperties succeeds with maxCollBytes in 1 ..= 2^40",
+                "device {d}: {e}"
+            )
+        })?;
         ensure!(!p.name.is_empty(), "a device name", "device {d}: empty name");
         ensure!(p.speed > 0, "speed > 0", "device {d}: speed {}", p.speed);
-        ensure!(p.ptr_support & 1 != 0, "ptrSupport includes NCCL_PTR_HOST", "device {d}: ptrSupport {:#x}", p.ptr_support);
+        ensure!(
+            p.ptr_support & 1 != 0,
+            "ptrSupport includes NCCL_PTR_HOST",
+            "device {d}: ptrSupport {:#x}",
+            p.ptr_support
+        );
         ensure!(p.max_comms >= 1, "maxComms ≥ 1", "device {d}: maxComms {}", p.max_comms);
     }
     Ok(())
@@ -429,18 +474,26 @@ fn reduce_support(cx: &mut CollNetCx) -> Res {
     let (yes, fp8) = claimed(cx)?;
     if !fp8.is_empty() {
         let names: Vec<String> = fp8.iter().map(|&(o, t)| pair_name(o, t)).collect();
-        cx.notes.push(format!("claimed but not verified (no fp8 reference): {}", names.join(", ")));
+        cx.notes.push(format!(
+            "claimed but not verified (no fp8 reference): {}",
+            names.join(", ")
+        ));
     }
     if !yes.is_empty() {
         let ranks = group(cx, 2)?;
         phase("iallreduce of every claimed pair");
         let y = yes.clone();
-        on_ranks(&ranks, "iallreduce of every claimed (type, op)", move |rk| allreduce_pairs(rk, &y, 1031, 0))?;
+        on_ranks(&ranks, "iallreduce of every claimed (type, op)", move |rk| {
+            allreduce_pairs(rk, &y, 1031, 0)
+        })?;
         close(ranks)?;
     }
     // Unclaimed pairs (NCCL never posts them): refused with an error, at the post or
     // by test, never a crash, a hang or a silent success.
-    let no: Vec<(i32, i32)> = matrix().into_iter().filter(|p| !yes.contains(p) && !fp8.contains(p)).collect();
+    let no: Vec<(i32, i32)> = matrix()
+        .into_iter()
+        .filter(|p| !yes.contains(p) && !fp8.contains(p))
+        .collect();
     if no.is_empty() {
         return Ok(());
     }
@@ -450,11 +503,22 @@ fn reduce_support(cx: &mut CollNetCx) -> Res {
         for &(op, ty) in &no {
             let len = 64 * 8;
             let (mut s, mut r) = (Area::new(len, 0, None), Area::new(len, 0, None));
-            let smr = rk.a.reg_mr(rk.coll, s.ptr(), len, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
-            let rmr = rk.a.reg_mr(rk.coll, r.ptr(), len, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
-            let posted = rk
-                .a
-                .iallreduce(rk.coll, s.ptr(), r.ptr(), 64, ncclDataType_t(ty), ncclRedOp_t(op), Some(smr), Some(rmr));
+            let smr =
+                rk.a.reg_mr(rk.coll, s.ptr(), len, PtrType::Host)
+                    .map_err(|e| format!("regMr: {e}"))?;
+            let rmr =
+                rk.a.reg_mr(rk.coll, r.ptr(), len, PtrType::Host)
+                    .map_err(|e| format!("regMr: {e}"))?;
+            let posted = rk.a.iallreduce(
+                rk.coll,
+                s.ptr(),
+                r.ptr(),
+                64,
+                ncclDataType_t(ty),
+                ncclRedOp_t(op),
+                Some(smr),
+                Some(rmr),
+            );
             let name = pair_name(op, ty);
             match posted {
                 Err(_) => {}
@@ -526,7 +590,7 @@ fn parts(area: &mut Area, len: usize, esize: usize, k: usize, mr: Option<RawMr>)
     let elems = len / esize;
     let mut cuts = vec![0];
     for i in 1..k {
-        cuts.push((elems * i / k + i) .min(elems) * esize);
+        cuts.push((elems * i / k + i).min(elems) * esize);
     }
     cuts.push(len);
     let base = area.ptr();
@@ -559,7 +623,9 @@ fn sge_parts_for(version: u32) -> usize {
 
 fn iallgather(cx: &mut CollNetCx) -> Res {
     if !cx.adapter.has_iallgather() {
-        return Err(skip!("the iallgather slot is NULL (NCCL then runs no AllGather over CollNet)"));
+        return Err(skip!(
+            "the iallgather slot is NULL (NCCL then runs no AllGather over CollNet)"
+        ));
     }
     let k = sge_parts_for(cx.version);
     let ranks = group(cx, 3)?;
@@ -579,8 +645,12 @@ fn iallgather(cx: &mut CollNetCx) -> Res {
                 unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), p, mine) };
             }
             let mut recv = Area::new(bytes, 1, None);
-            let smr = rk.a.reg_mr(rk.coll, send.ptr(), mine.max(1), PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
-            let rmr = rk.a.reg_mr(rk.coll, recv.ptr(), bytes, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
+            let smr =
+                rk.a.reg_mr(rk.coll, send.ptr(), mine.max(1), PtrType::Host)
+                    .map_err(|e| format!("regMr: {e}"))?;
+            let rmr =
+                rk.a.reg_mr(rk.coll, recv.ptr(), bytes, PtrType::Host)
+                    .map_err(|e| format!("regMr: {e}"))?;
             let sg = parts(&mut recv, bytes, 4, k, Some(rmr));
             let sp = send.ptr();
             let call = format!("iallgather of window [{off}, {}) into {k} parts", off + bytes);
@@ -603,7 +673,9 @@ fn iallgather(cx: &mut CollNetCx) -> Res {
 
 fn ireducescatter(cx: &mut CollNetCx) -> Res {
     if !cx.adapter.has_ireducescatter() {
-        return Err(skip!("the ireducescatter slot is NULL (NCCL then runs no ReduceScatter over CollNet)"));
+        return Err(skip!(
+            "the ireducescatter slot is NULL (NCCL then runs no ReduceScatter over CollNet)"
+        ));
     }
     let (op, ty) = one_pair(cx)?;
     let k = sge_parts_for(cx.version);
@@ -620,13 +692,31 @@ fn ireducescatter(cx: &mut CollNetCx) -> Res {
             let mut send = Area::new(bytes, 2, Some(&full[off..off + bytes]));
             let (pos, mine) = rank_part(rk.rank, bpr, off, bytes);
             let mut recv = Area::new(mine.max(1), 0, None);
-            let smr = rk.a.reg_mr(rk.coll, send.ptr(), bytes, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
-            let rmr = rk.a.reg_mr(rk.coll, recv.ptr(), mine.max(1), PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
+            let smr =
+                rk.a.reg_mr(rk.coll, send.ptr(), bytes, PtrType::Host)
+                    .map_err(|e| format!("regMr: {e}"))?;
+            let rmr =
+                rk.a.reg_mr(rk.coll, recv.ptr(), mine.max(1), PtrType::Host)
+                    .map_err(|e| format!("regMr: {e}"))?;
             let sg = parts(&mut send, bytes, esize, k, Some(smr));
             let rp = recv.ptr();
-            let call = format!("ireducescatter ({}) of window [{off}, {}) from {k} parts", pair_name(op, ty), off + bytes);
+            let call = format!(
+                "ireducescatter ({}) of window [{off}, {}) from {k} parts",
+                pair_name(op, ty),
+                off + bytes
+            );
             let req = post_retry(&call, || {
-                rk.a.ireducescatter(rk.coll, &sg, rp, Some(rmr), bpr, off, bytes, ncclDataType_t(ty), ncclRedOp_t(op))
+                rk.a.ireducescatter(
+                    rk.coll,
+                    &sg,
+                    rp,
+                    Some(rmr),
+                    bpr,
+                    off,
+                    bytes,
+                    ncclDataType_t(ty),
+                    ncclRedOp_t(op),
+                )
             })?;
             wait(&rk.a, req, &call, WAIT)?;
             let want = &want_all[off + pos..off + pos + mine];
@@ -647,7 +737,10 @@ fn memory(cx: &mut CollNetCx) -> Res {
     phase("regMr/deregMr");
     on_ranks(&ranks, "regMr/deregMr of host memory", move |rk| {
         // Many registrations of several sizes, released in another order.
-        let mut areas: Vec<Area> = [1usize, 4096, 1 << 20, 3 << 20].iter().map(|&n| Area::new(n, 0, None)).collect();
+        let mut areas: Vec<Area> = [1usize, 4096, 1 << 20, 3 << 20]
+            .iter()
+            .map(|&n| Area::new(n, 0, None))
+            .collect();
         for round in 0..20 {
             let mut mrs = Vec::new();
             for a in &mut areas {
@@ -658,7 +751,8 @@ fn memory(cx: &mut CollNetCx) -> Res {
                 );
             }
             for mr in mrs.into_iter().rev() {
-                rk.a.dereg_mr(rk.coll, mr).map_err(|e| format!("deregMr (round {round}): {e}"))?;
+                rk.a.dereg_mr(rk.coll, mr)
+                    .map_err(|e| format!("deregMr (round {round}): {e}"))?;
             }
         }
         // Data still moves through fresh registrations afterwards.
@@ -672,7 +766,9 @@ fn iflush(cx: &mut CollNetCx) -> Res {
     phase("iflush");
     on_ranks(&ranks, "iflush of registered host memory", |rk| {
         let mut a = Area::new(1 << 16, 0, None);
-        let mr = rk.a.reg_mr(rk.coll, a.ptr(), 1 << 16, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
+        let mr =
+            rk.a.reg_mr(rk.coll, a.ptr(), 1 << 16, PtrType::Host)
+                .map_err(|e| format!("regMr: {e}"))?;
         match rk.a.iflush(rk.coll, a.ptr(), 1 << 16, Some(mr)) {
             Ok(None) => {}
             Ok(Some(req)) => {
@@ -700,12 +796,25 @@ fn in_flight(cx: &mut CollNetCx) -> Res {
         for (i, &c) in counts.iter().enumerate() {
             let mut s = Area::new(c * esize, i % 4, Some(&input(op, ty, rk.rank + i, c)));
             let mut r = Area::new(c * esize, 0, None);
-            let smr = rk.a.reg_mr(rk.coll, s.ptr(), c * esize, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
-            let rmr = rk.a.reg_mr(rk.coll, r.ptr(), c * esize, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
+            let smr =
+                rk.a.reg_mr(rk.coll, s.ptr(), c * esize, PtrType::Host)
+                    .map_err(|e| format!("regMr: {e}"))?;
+            let rmr =
+                rk.a.reg_mr(rk.coll, r.ptr(), c * esize, PtrType::Host)
+                    .map_err(|e| format!("regMr: {e}"))?;
             let (sp, rp) = (s.ptr(), r.ptr());
             let call = format!("iallreduce #{i}");
             reqs.push(post_retry(&call, || {
-                rk.a.iallreduce(rk.coll, sp, rp, c, ncclDataType_t(ty), ncclRedOp_t(op), Some(smr), Some(rmr))
+                rk.a.iallreduce(
+                    rk.coll,
+                    sp,
+                    rp,
+                    c,
+                    ncclDataType_t(ty),
+                    ncclRedOp_t(op),
+                    Some(smr),
+                    Some(rmr),
+                )
             })?);
             bufs.push((s, r, smr, rmr));
         }
@@ -723,7 +832,10 @@ fn in_flight(cx: &mut CollNetCx) -> Res {
                 .map_err(|e| e.to_string())?;
             reduce_ranks(&mut want, &refs, &rop);
             if let Some(d) = first_diff(r.bytes(), &want, esize) {
-                return Err(format!("iallreduce #{i} of {IN_FLIGHT} in flight ({c} × {}): {d}", pair_name(op, ty)));
+                return Err(format!(
+                    "iallreduce #{i} of {IN_FLIGHT} in flight ({c} × {}): {d}",
+                    pair_name(op, ty)
+                ));
             }
             rk.a.dereg_mr(rk.coll, *smr).map_err(|e| format!("deregMr: {e}"))?;
             rk.a.dereg_mr(rk.coll, *rmr).map_err(|e| format!("deregMr: {e}"))?;
@@ -741,12 +853,28 @@ fn test_size(cx: &mut CollNetCx) -> Res {
         let esize = DataType::from_nccl(ty).map_err(|e| e.to_string())?.size();
         for count in [1usize, 1000, 65537] {
             let len = count * esize;
-            let (mut s, mut r) = (Area::new(len, 0, Some(&input(op, ty, rk.rank, count))), Area::new(len, 0, None));
-            let smr = rk.a.reg_mr(rk.coll, s.ptr(), len, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
-            let rmr = rk.a.reg_mr(rk.coll, r.ptr(), len, PtrType::Host).map_err(|e| format!("regMr: {e}"))?;
+            let (mut s, mut r) = (
+                Area::new(len, 0, Some(&input(op, ty, rk.rank, count))),
+                Area::new(len, 0, None),
+            );
+            let smr =
+                rk.a.reg_mr(rk.coll, s.ptr(), len, PtrType::Host)
+                    .map_err(|e| format!("regMr: {e}"))?;
+            let rmr =
+                rk.a.reg_mr(rk.coll, r.ptr(), len, PtrType::Host)
+                    .map_err(|e| format!("regMr: {e}"))?;
             let (sp, rp) = (s.ptr(), r.ptr());
             let req = post_retry("iallreduce", || {
-                rk.a.iallreduce(rk.coll, sp, rp, count, ncclDataType_t(ty), ncclRedOp_t(op), Some(smr), Some(rmr))
+                rk.a.iallreduce(
+                    rk.coll,
+                    sp,
+                    rp,
+                    count,
+                    ncclDataType_t(ty),
+                    ncclRedOp_t(op),
+                    Some(smr),
+                    Some(rmr),
+                )
             })?;
             let n = wait(&rk.a, req, "iallreduce", WAIT)?;
             if n != len {
@@ -785,20 +913,125 @@ pub fn all() -> Vec<SectionCheck<CollNetCx>> {
     };
     use Level::{Advisory, Required};
     vec![
-        c("collnet.load", "§5.1", "the CollNet table loads beside the net table, init and devices() ≥ 1 succeed, its name has no spaces, a second context works", Required, 6, load as fn(&mut CollNetCx) -> Res),
-        c("collnet.props", "§2", "getProperties of every device succeeds: a name, speed > 0, ptrSupport has HOST, maxComms ≥ 1, maxCollBytes in 1 ..= 2^40", Required, 6, props),
-        c("collnet.reduce_support", "§2", "every (type, op) reduceSupport claims reduces correctly on 2 ranks; every unclaimed one is refused with an error (never a hang or a silent success)", Required, 6, reduce_support),
-        c("collnet.connect", "§2", "connect with every rank's handle forms groups of 2, 3, 5 and 8 ranks that reduce correctly; closeListen, closeColl and finalize succeed", Required, 6, connect),
-        c("collnet.iallreduce.empty", "§2", "iallreduce of 0 elements completes, for every claimed (type, op), 3 ranks", Required, 6, size_empty),
-        c("collnet.iallreduce.one", "§2", "iallreduce of 1 element is correct for every claimed (type, op), 3 ranks", Required, 6, size_one),
-        c("collnet.iallreduce.misaligned", "§2", "iallreduce of 4099 elements at 3 bytes past alignment is correct for every claimed (type, op), 3 ranks", Required, 6, size_misaligned),
-        c("collnet.iallreduce.1MiB", "§2", "iallreduce of 1 MiB is correct for every claimed (type, op), 3 ranks", Required, 6, size_1mib),
-        c("collnet.iallgather.sge", "§2", "iallgather of a whole and a partial window into 3 SGE parts (1 for v8) gives every rank the window's bytes (v8+, when the slot is set)", Required, 8, iallgather),
-        c("collnet.ireducescatter.sge", "§2", "ireducescatter of a whole and a partial window from 3 SGE parts (1 for v8) gives each rank its reduced part (v8+, when the slot is set)", Required, 8, ireducescatter),
-        c("collnet.memory.reg", "§2", "regMr/deregMr of host memory (1 B … 3 MiB) on a collComm, 20 rounds, then data moves through fresh registrations", Required, 6, memory),
-        c("collnet.in_flight", "§2", "32 iallreduce posted on every rank before the first test complete in posting order with correct results", Required, 6, in_flight),
-        c("collnet.iflush", "§2", "iflush of registered host memory returns no request or one that completes (NCCL flushes only GPU memory)", Advisory, 6, iflush),
-        c("collnet.test_size", "§2", "test of an iallreduce reports count × type size bytes (NCCL does not read it)", Advisory, 6, test_size),
-        c("collnet.fault.peer_killed", "§2.fault", "a rank process killed mid-reduction (a leaf, then rank 0): every surviving rank's pending iallreduce fails within 30 s, and closeColl returns", Required, 6, peer_killed),
+        c(
+            "collnet.load",
+            "§5.1",
+            "the CollNet table loads beside the net table, init and devices() ≥ 1 succeed, its name has no spaces, a second context works",
+            Required,
+            6,
+            load as fn(&mut CollNetCx) -> Res,
+        ),
+        c(
+            "collnet.props",
+            "§2",
+            "getProperties of every device succeeds: a name, speed > 0, ptrSupport has HOST, maxComms ≥ 1, maxCollBytes in 1 ..= 2^40",
+            Required,
+            6,
+            props,
+        ),
+        c(
+            "collnet.reduce_support",
+            "§2",
+            "every (type, op) reduceSupport claims reduces correctly on 2 ranks; every unclaimed one is refused with an error (never a hang or a silent success)",
+            Required,
+            6,
+            reduce_support,
+        ),
+        c(
+            "collnet.connect",
+            "§2",
+            "connect with every rank's handle forms groups of 2, 3, 5 and 8 ranks that reduce correctly; closeListen, closeColl and finalize succeed",
+            Required,
+            6,
+            connect,
+        ),
+        c(
+            "collnet.iallreduce.empty",
+            "§2",
+            "iallreduce of 0 elements completes, for every claimed (type, op), 3 ranks",
+            Required,
+            6,
+            size_empty,
+        ),
+        c(
+            "collnet.iallreduce.one",
+            "§2",
+            "iallreduce of 1 element is correct for every claimed (type, op), 3 ranks",
+            Required,
+            6,
+            size_one,
+        ),
+        c(
+            "collnet.iallreduce.misaligned",
+            "§2",
+            "iallreduce of 4099 elements at 3 bytes past alignment is correct for every claimed (type, op), 3 ranks",
+            Required,
+            6,
+            size_misaligned,
+        ),
+        c(
+            "collnet.iallreduce.1MiB",
+            "§2",
+            "iallreduce of 1 MiB is correct for every claimed (type, op), 3 ranks",
+            Required,
+            6,
+            size_1mib,
+        ),
+        c(
+            "collnet.iallgather.sge",
+            "§2",
+            "iallgather of a whole and a partial window into 3 SGE parts (1 for v8) gives every rank the window's bytes (v8+, when the slot is set)",
+            Required,
+            8,
+            iallgather,
+        ),
+        c(
+            "collnet.ireducescatter.sge",
+            "§2",
+            "ireducescatter of a whole and a partial window from 3 SGE parts (1 for v8) gives each rank its reduced part (v8+, when the slot is set)",
+            Required,
+            8,
+            ireducescatter,
+        ),
+        c(
+            "collnet.memory.reg",
+            "§2",
+            "regMr/deregMr of host memory (1 B … 3 MiB) on a collComm, 20 rounds, then data moves through fresh registrations",
+            Required,
+            6,
+            memory,
+        ),
+        c(
+            "collnet.in_flight",
+            "§2",
+            "32 iallreduce posted on every rank before the first test complete in posting order with correct results",
+            Required,
+            6,
+            in_flight,
+        ),
+        c(
+            "collnet.iflush",
+            "§2",
+            "iflush of registered host memory returns no request or one that completes (NCCL flushes only GPU memory)",
+            Advisory,
+            6,
+            iflush,
+        ),
+        c(
+            "collnet.test_size",
+            "§2",
+            "test of an iallreduce reports count × type size bytes (NCCL does not read it)",
+            Advisory,
+            6,
+            test_size,
+        ),
+        c(
+            "collnet.fault.peer_killed",
+            "§2.fault",
+            "a rank process killed mid-reduction (a leaf, then rank 0): every surviving rank's pending iallreduce fails within 30 s, and closeColl returns",
+            Required,
+            6,
+            peer_killed,
+        ),
     ]
 }

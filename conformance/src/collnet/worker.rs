@@ -19,7 +19,9 @@ use ferroccl_kernels::DataType;
 use ferroccl_plugin_api::abi::{ncclDataType_t, ncclRedOp_t};
 
 use super::SECTION;
-use super::checks::{Area, CollNetCx, WAIT, finish_connect, input, listen_ranks, post_retry, spawn_ranks, start_connect};
+use super::checks::{
+    Area, CollNetCx, WAIT, finish_connect, input, listen_ranks, post_retry, spawn_ranks, start_connect,
+};
 use crate::outcome::{CheckOutcome, Res};
 use crate::section::{die_with_parent, judge_body};
 use crate::watch::emit_result;
@@ -37,20 +39,25 @@ pub fn phase(p: &str) {
 
 fn start_watch() {
     let start = Instant::now();
-    let _ = std::thread::Builder::new().name("collnet-watchdog".into()).spawn(move || {
-        loop {
-            std::thread::sleep(Duration::from_millis(50));
-            if start.elapsed() > LIMIT {
-                let p = PHASE.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                emit_result(&CheckOutcome::fail(
-                    format!("the check finishes within {} s (every CollNet call returns)", LIMIT.as_secs()),
-                    format!("still in {p} after {} s (the worker was stopped)", LIMIT.as_secs()),
-                ));
-                // SAFETY: ending the worker while a thread is stuck in the plugin.
-                unsafe { libc::_exit(0) };
+    let _ = std::thread::Builder::new()
+        .name("collnet-watchdog".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(50));
+                if start.elapsed() > LIMIT {
+                    let p = PHASE.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    emit_result(&CheckOutcome::fail(
+                        format!(
+                            "the check finishes within {} s (every CollNet call returns)",
+                            LIMIT.as_secs()
+                        ),
+                        format!("still in {p} after {} s (the worker was stopped)", LIMIT.as_secs()),
+                    ));
+                    // SAFETY: ending the worker while a thread is stuck in the plugin.
+                    unsafe { libc::_exit(0) };
+                }
             }
-        }
-    });
+        });
 }
 
 /// Loads `plugin` for `version` through the host and takes its CollNet table.
@@ -153,8 +160,12 @@ fn peer_main(spec: &str, plugin: &str, version: u32) -> i32 {
         let len = KILL_COUNT * esize;
         let mut s = Area::new(len, 0, Some(&input(op as i32, ty as i32, rank, KILL_COUNT)));
         let mut r = Area::new(len, 0, None);
-        let smr = rk.a.reg_mr(rk.coll, s.ptr(), len, PtrType::Host).map_err(|e| e.to_string())?;
-        let rmr = rk.a.reg_mr(rk.coll, r.ptr(), len, PtrType::Host).map_err(|e| e.to_string())?;
+        let smr =
+            rk.a.reg_mr(rk.coll, s.ptr(), len, PtrType::Host)
+                .map_err(|e| e.to_string())?;
+        let rmr =
+            rk.a.reg_mr(rk.coll, r.ptr(), len, PtrType::Host)
+                .map_err(|e| e.to_string())?;
         let (sp, rp) = (s.ptr(), r.ptr());
         let _req = post_retry("iallreduce", || {
             rk.a.iallreduce(
@@ -266,10 +277,23 @@ pub fn peer_killed_round(cx: &mut CollNetCx, (op, ty): (i32, i32), n: usize, vic
         for k in 0..2 {
             let mut s = Area::new(len, 0, Some(&input(op, ty, rk.rank, KILL_COUNT)));
             let mut r = Area::new(len, 0, None);
-            let smr = rk.a.reg_mr(rk.coll, s.ptr(), len, PtrType::Host).map_err(|e| e.to_string())?;
-            let rmr = rk.a.reg_mr(rk.coll, r.ptr(), len, PtrType::Host).map_err(|e| e.to_string())?;
+            let smr =
+                rk.a.reg_mr(rk.coll, s.ptr(), len, PtrType::Host)
+                    .map_err(|e| e.to_string())?;
+            let rmr =
+                rk.a.reg_mr(rk.coll, r.ptr(), len, PtrType::Host)
+                    .map_err(|e| e.to_string())?;
             let (sp, rp) = (s.ptr(), r.ptr());
-            match rk.a.iallreduce(rk.coll, sp, rp, KILL_COUNT, ncclDataType_t(ty), ncclRedOp_t(op), Some(smr), Some(rmr)) {
+            match rk.a.iallreduce(
+                rk.coll,
+                sp,
+                rp,
+                KILL_COUNT,
+                ncclDataType_t(ty),
+                ncclRedOp_t(op),
+                Some(smr),
+                Some(rmr),
+            ) {
                 Ok(Some(req)) => reqs.push(Some(req)),
                 // Busy or refused at the post: the error is the verdict for #2.
                 Ok(None) | Err(_) if k == 1 => reqs.push(None),
