@@ -279,6 +279,9 @@ impl Area {
     }
 }
 
+/// An `(op, type)` pair as NCCL numbers them (`ncclRedOp_t`, `ncclDataType_t`).
+pub type Pair = (i32, i32);
+
 /// Every `(op, type)` of NCCL's CollNet matrix (4 ops × 12 types, `ncclCollNetSetup`).
 pub fn matrix() -> Vec<(i32, i32)> {
     (0..4).flat_map(|op| (0..12).map(move |t| (op, t))).collect()
@@ -296,7 +299,7 @@ pub fn pair_name(op: i32, ty: i32) -> String {
 
 /// The pairs `reduceSupport` claims that the suite can verify (the ten types with a
 /// CPU reference), and those claimed for fp8 (no reference: not verified).
-pub fn claimed(cx: &CollNetCx) -> Res<(Vec<(i32, i32)>, Vec<(i32, i32)>)> {
+pub fn claimed(cx: &CollNetCx) -> Res<(Vec<Pair>, Vec<Pair>)> {
     phase("reduceSupport");
     let mut yes = Vec::new();
     let mut fp8 = Vec::new();
@@ -326,7 +329,7 @@ pub fn claimed(cx: &CollNetCx) -> Res<(Vec<(i32, i32)>, Vec<(i32, i32)>)> {
 /// exact in every type, also half and bfloat16, with up to 8 ranks).
 fn input_value(op: i32, r: usize, i: usize) -> i64 {
     if op == 1 {
-        i64::from((i + r) % 4 == 0) + 1
+        i64::from((i + r).is_multiple_of(4)) + 1
     } else {
         ((i * 7 + r * 3 + 1) % 11) as i64
     }

@@ -61,28 +61,28 @@ fn start_watch() {
 }
 
 /// Loads `plugin` for `version` through the host and takes its CollNet table.
-pub fn setup(plugin: &str, version: u32) -> Result<CollNetCx, CheckOutcome> {
+pub fn setup(plugin: &str, version: u32) -> Result<CollNetCx, Box<CheckOutcome>> {
     phase("load");
     let opts = loader::options(version);
     let loaded = ferroccl::plugin::load_net_from(plugin, &opts).map_err(|e| {
-        CheckOutcome::fail(
+        Box::new(CheckOutcome::fail(
             format!("the library loads through the host with a ncclNetPlugin ≤ v{version} beside the CollNet table"),
             e.to_string(),
-        )
+        ))
     })?;
     let net = loaded.plugin;
     let Some(adapter) = net.collnet() else {
-        return Err(CheckOutcome::fail(
+        return Err(Box::new(CheckOutcome::fail(
             format!("ncclCollNetPlugin_v{version} is found beside the net table"),
             "the host found no CollNet table",
-        ));
+        )));
     };
     let got = adapter.info().version;
     if got != version {
-        return Err(CheckOutcome::fail(
+        return Err(Box::new(CheckOutcome::fail(
             format!("the host loads ncclCollNetPlugin_v{version}"),
             format!("it loaded ncclCollNetPlugin_v{got}"),
-        ));
+        )));
     }
     Ok(CollNetCx {
         adapter,
@@ -102,7 +102,7 @@ pub fn run_check(id: &str, plugin: &str, version: u32) -> CheckOutcome {
     let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let mut cx = match setup(plugin, version) {
             Ok(cx) => cx,
-            Err(o) => return o,
+            Err(o) => return *o,
         };
         let mut out = judge_body(check.body, &mut cx, CheckOutcome::pass);
         out.notes.append(&mut cx.notes);
