@@ -20,12 +20,17 @@
 //!   `_v6` plugin fed NCCL's event trees from several threads, each check per
 //!   version in a worker that catches crashes and calls that never return.
 //!
-//! * [`section`] — what the tuner and profiler sections share: `--api`, the
+//! * [`collnet`] — the CollNet section (`--collnet`): the `ncclCollNet_v6` … `_v12`
+//!   table beside a net plugin, driven through the runtime's CollNet adapter by
+//!   groups of ranks (threads, and a peer process that is killed mid-reduction).
+//!
+//! * [`section`] — what the tuner, profiler and CollNet sections share: `--api`, the
 //!   check record, the worker-per-check runner, `--list`, the probe.
 //!
 //! Plugin authors: see `conformance/README.md`.
 
 pub mod checks;
+pub mod collnet;
 pub mod cx;
 pub mod loader;
 pub mod outcome;

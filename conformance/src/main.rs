@@ -5,6 +5,7 @@
 //!                      [--format text|json|junit] [--output FILE] [--quick|--full] [--list]
 //! ferroccl-conformance --tuner [NAME|PATH] [--api v2..v6|all] [--filter GLOB] [--format …] [--list]
 //! ferroccl-conformance --profiler [NAME|PATH] [--api v1..v6|all] [--filter GLOB] [--format …] [--list]
+//! ferroccl-conformance --collnet [NAME|PATH] [--api v6..v12|all] [--filter GLOB] [--format …] [--list]
 //! ```
 //! Exit status: 0 when every required check passed, 1 when one failed, 2 on a usage error.
 
@@ -68,8 +69,12 @@ struct Cli {
     tuner: bool,
     /// The library is a profiler plugin (ncclProfiler_v1 … v6): run the profiler
     /// section (`profiler.*` checks; a short name resolves like NCCL_PROFILER_PLUGIN).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "collnet")]
     profiler: bool,
+    /// Check the library's CollNet table (ncclCollNetPlugin_v6 … v12, beside its net
+    /// plugin): the `collnet.*` checks (a short name resolves like NCCL_NET_PLUGIN).
+    #[arg(long, conflicts_with = "tuner")]
+    collnet: bool,
     /// Internal: run one check in this process and print its result.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -95,6 +100,9 @@ fn real_main() -> i32 {
     }
     if cli.profiler {
         return section_main(&cli, &ferroccl_conformance::profiler::SECTION);
+    }
+    if cli.collnet {
+        return section_main(&cli, &ferroccl_conformance::collnet::SECTION);
     }
     if cli.list {
         print!("{}", report::list());
@@ -198,7 +206,7 @@ fn real_main() -> i32 {
     rep.exit_code()
 }
 
-/// `--tuner` / `--profiler`: a plugin section (see `ferroccl_conformance::section`).
+/// `--tuner` / `--profiler` / `--collnet`: a plugin section (see `ferroccl_conformance::section`).
 fn section_main<Cx>(cli: &Cli, section: &Section<Cx>) -> i32 {
     let name = section.name;
     if cli.list {

@@ -156,6 +156,10 @@ pub struct Section<Cx: 'static> {
     pub unknown_versions: Option<RangeInclusive<u32>>,
     /// Body of `--NAME --worker ID` (`id`, `plugin`, `version`; the exit status).
     pub worker_main: fn(&str, &str, u32) -> i32,
+    /// A library that exports no symbol of the section at all is a skip (`NAME.symbols`
+    /// skipped with the reason), not a failure: CollNet tables are optional beside a
+    /// net plugin.
+    pub absent_is_skip: bool,
 }
 
 impl<Cx> Section<Cx> {
@@ -431,7 +435,20 @@ impl<Cx> Section<Cx> {
             .copied()
             .filter(|v| p.versions.contains(v))
             .collect();
-        if versions.is_empty() {
+        if versions.is_empty() && self.absent_is_skip && p.versions.is_empty() {
+            report.results.push(self.load_failure(
+                cfg,
+                &format!("{}.symbols", self.name),
+                self.symbols_rule,
+                CheckOutcome::skip(format!(
+                    "{} exports no {}N (v{}..v{}): nothing to check",
+                    p.path,
+                    self.symbol,
+                    self.versions.start(),
+                    self.versions.end()
+                )),
+            ));
+        } else if versions.is_empty() {
             report.results.push(self.load_failure(
                 cfg,
                 &format!("{}.symbols", self.name),

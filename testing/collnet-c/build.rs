@@ -32,6 +32,15 @@ fn main() {
         "cn11nullslot".into(),
         vec!["-DCN_VERSION=11".into(), "-DCN_NULL_TEST".into()],
     ));
+    // The conformance suite's CollNet zoo: each broken in one way (conformance/tests/collnet.rs).
+    for (name, def) in [
+        ("cnzbadreduce", "CN_BAD_REDUCE"),
+        ("cnzhang", "CN_HANG_LARGE"),
+        ("cnzbadsge", "CN_BAD_SGE"),
+        ("cnzwrongsize", "CN_WRONG_SIZE"),
+    ] {
+        variants.push((name.into(), vec!["-DCN_VERSION=12".into(), format!("-D{def}")]));
+    }
     for (name, defs) in variants {
         compile_plugin(src, &["-pthread"], &defs, &dir.join(format!("libnccl-net-{name}.so")));
     }

@@ -14,7 +14,7 @@
 //!   `tracing::…`) are skipped.
 //! * **conformance check ids**: `load.init`, `profiler.symbols`, … must be
 //!   checks the suite lists (`ferroccl-conformance --list`, `--tuner --list`,
-//!   `--profiler --list`).
+//!   `--profiler --list`, `--collnet --list`).
 //!
 //! Spans holding placeholders (`<n>`, `{…}`, `*`, `%`) are patterns, not names,
 //! and are skipped. What it cannot see: a bare identifier (`try_run`) or prose.
@@ -55,8 +55,8 @@ const OUR_EXTS: [&str; 13] = [
 ];
 
 /// Prefixes of the conformance suite's check ids.
-const CHECK_PREFIXES: [&str; 10] = [
-    "load", "props", "conn", "transfer", "memory", "fault", "perf", "gpu", "tuner", "profiler",
+const CHECK_PREFIXES: [&str; 11] = [
+    "load", "props", "conn", "transfer", "memory", "fault", "perf", "gpu", "tuner", "profiler", "collnet",
 ];
 
 /// What the repository defines, for the checks.
@@ -553,13 +553,18 @@ pub fn tracked_files(root: &Path) -> Result<Vec<PathBuf>, String> {
         .collect())
 }
 
-/// The check ids `ferroccl-conformance` at `exe` lists (net, tuner and
-/// profiler sections).
+/// The check ids `ferroccl-conformance` at `exe` lists (net, tuner,
+/// profiler and CollNet sections).
 ///
 /// Errors: the binary cannot be run or fails.
 pub fn check_ids(exe: &Path) -> Result<BTreeSet<String>, String> {
     let mut ids = BTreeSet::new();
-    for args in [&["--list"][..], &["--tuner", "--list"], &["--profiler", "--list"]] {
+    for args in [
+        &["--list"][..],
+        &["--tuner", "--list"],
+        &["--profiler", "--list"],
+        &["--collnet", "--list"],
+    ] {
         let out = std::process::Command::new(exe)
             .args(args)
             .output()

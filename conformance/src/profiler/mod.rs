@@ -43,6 +43,7 @@ pub const SECTION: Section<checks::ProfCx> = Section {
     nccl_source,
     unknown_versions: Some(7..=16),
     worker_main: worker::worker_main,
+    absent_is_skip: false,
 };
 
 /// Parses `--api` for profilers: `all`, `v4`, `v1..v6`, or a comma list (1 ..= 6).

@@ -43,6 +43,7 @@ pub const SECTION: Section<checks::TunerCx> = Section {
     // The tuner section names no unknown versions (as before the sections shared code).
     unknown_versions: None,
     worker_main: worker::worker_main,
+    absent_is_skip: false,
 };
 
 /// Parses `--api` for tuners: `all`, `v4`, `v2..v6`, or a comma list (2 ..= 6).

@@ -8,7 +8,10 @@
  *
  * Variants: CN_NO_COLLNET (no CollNet symbol), CN_INIT_FAIL (CollNet init returns
  * ncclSystemError), CN_ZERO_DEVICES (CollNet devices() = 0), CN_NULL_TEST (the
- * CollNet test slot is NULL).
+ * CollNet test slot is NULL); broken on purpose for the conformance zoo: CN_BAD_REDUCE
+ * (max/int32 computes min), CN_HANG_LARGE (an iallreduce of more than 100000 elements
+ * never completes), CN_BAD_SGE (ireducescatter reads only the first SGE part),
+ * CN_WRONG_SIZE (test reports twice the bytes).
  *
  * CollNet model: ranks are threads of one process. listen() writes a handle
  * {magic, group id, rank-local listener id}; connect() joins the group named by
@@ -182,6 +185,10 @@ static int supported(int t, int op) { return type_size(t) != 0 && (op == 0 || op
 #define RED(T) { T* d = (T*)dst; const T* s = (const T*)src; for (size_t i = 0; i < n; i++) { \
   if (op == 0) d[i] = (T)(d[i] + s[i]); else if (op == 2) { if (s[i] > d[i]) d[i] = s[i]; } else { if (s[i] < d[i]) d[i] = s[i]; } } }
 static void reduce_into(void* dst, const void* src, size_t n, int t, int op) {
+#ifdef CN_BAD_REDUCE
+  /* Broken on purpose: claims max/int32 but computes min. */
+  if (t == 2 && op == 2) op = 3;
+#endif
   switch (t) {
     case 0: RED(int8_t) break; case 1: RED(uint8_t) break; case 2: RED(int32_t) break; case 3: RED(uint32_t) break;
     case 4: RED(int64_t) break; case 5: RED(uint64_t) break; case 7: RED(float) break; case 8: RED(double) break;
@@ -222,6 +229,11 @@ static void complete(group_t* g, op_t* o) {
     char* acc = malloc(o->wbytes ? o->wbytes : 1);
     char* tmp = malloc(o->wbytes ? o->wbytes : 1);
     size_t ts = type_size(o->dtype);
+#ifdef CN_BAD_SGE
+    /* Broken on purpose: reads only the first SGE part of every rank. */
+    memset(acc, 0, o->wbytes ? o->wbytes : 1); memset(tmp, 0, o->wbytes ? o->wbytes : 1);
+    for (int r = 0; r < nr; r++) o->nparts[r] = 1;
+#endif
     parts_copy(o->parts[0], o->nparts[0], acc, o->wbytes, 0);
     for (int r = 1; r < nr; r++) {
       parts_copy(o->parts[r], o->nparts[r], tmp, o->wbytes, 0);
@@ -409,6 +421,10 @@ static ncclResult_t cn_iallreduce(void* collComm, void* sendData, void* recvData
   rec(S_ALLREDUCE, 1, 1, "iallreduce"); rec(S_COUNT, (long long)count, 0, NULL);
   rec(S_DTYPE, dataType, 0, NULL); rec(S_OP, redOp, 0, NULL);
   if (!supported(dataType, redOp)) return ncclInvalidArgument;
+#ifdef CN_HANG_LARGE
+  /* Broken on purpose: a large allreduce gets a request that never completes. */
+  if ((size_t)count > 100000) { *request = calloc(1, sizeof(req_t)); return ncclSuccess; }
+#endif
   op_t t; memset(&t, 0, sizeof(t));
   t.kind = 1; t.send[0] = sendData; t.recv[0] = recvData; t.count = (size_t)count; t.dtype = dataType; t.op = redOp;
   return post(collComm, &t, NULL, 0, request);
@@ -463,7 +479,12 @@ __attribute__((unused)) static ncclResult_t cn_test(void* request, int* done, in
   if (!q) return ncclInvalidArgument;
   /* The group mutex orders the writes of `complete`; an atomic load suffices here. */
   *done = __atomic_load_n(&q->done, __ATOMIC_SEQ_CST);
+#ifdef CN_WRONG_SIZE
+  /* Broken on purpose: reports twice the bytes. */
+  if (*done) { if (size) *size = 2 * q->size; free(q); }
+#else
   if (*done) { if (size) *size = q->size; free(q); }
+#endif
   return ncclSuccess;
 }
 
