@@ -321,6 +321,11 @@ static void mode_errors(ncclUniqueId id) {
   blk.blocking = 5;
   EXPECT_CODE(ncclCommInitRankConfig(&bad, nranks, id, rank, &blk), ncclInvalidArgument,
               "Invalid config blocking attribute value 5");
+  /* NCCL 2.30.7 parseCommConfig: collnetEnable is 0, 1 or unset. */
+  ncclConfig_t cn = NCCL_CONFIG_INITIALIZER;
+  cn.collnetEnable = 2;
+  EXPECT_CODE(ncclCommInitRankConfig(&bad, nranks, id, rank, &cn), ncclInvalidArgument,
+              "Invalid config collnetEnable attribute value 2");
   EXPECT_CODE(ncclGroupEnd(), ncclInvalidUsage, "not in a group call");
   EXPECT_CODE(ncclCommShrink(NULL, NULL, 0, &bad, NULL, 0), ncclInvalidUsage, "ncclCommShrink is not implemented");
   /* NCCL's device API (nccl_device.h): not in nccl.h, exported because frameworks link it (PyTorch 2.11 needs
