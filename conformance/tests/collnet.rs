@@ -2,7 +2,8 @@
 //! (`libnccl_net_collnet_socket.so`) passes every check on every exported version;
 //! a net plugin without a CollNet table is skipped with the reason; each broken C
 //! CollNet plugin of the zoo (`testing/collnet-c`, `libnccl-net-cnz*.so`) is caught
-//! by the check written for it while the checks its fault does not touch pass.
+//! by the check written for it while the checks its fault does not touch pass;
+//! the correct C test plugin passes the SGE checks.
 
 use std::time::Duration;
 
@@ -102,4 +103,20 @@ fn wrong_sizes_from_test_are_an_advisory_finding() {
     assert_eq!(observed(&rep, "collnet.iallreduce.one").0, Status::Pass);
     // NCCL does not read the size: advisory, the run stays conformant.
     assert_eq!(rep.exit_code(), 0);
+}
+
+/// The SGE checks and a correct plugin agree on NCCL's windows: the C test
+/// plugin (`libnccl-net-cn12.so`, written from NCCL 2.30.7's
+/// `collNetRegIallgather`/`collNetRegIreducescatter`: a rank's send data starts at
+/// `max(windowOffset, rank × bytesPerRank)`) passes both, whole and partial windows.
+#[test]
+fn a_correct_c_plugin_passes_the_sge_checks() {
+    let rep = suite(
+        "libnccl-net-cn12.so",
+        Some("collnet.iallgather.sge,collnet.ireducescatter.sge"),
+    );
+    for id in ["collnet.iallgather.sge", "collnet.ireducescatter.sge"] {
+        let (st, obs) = observed(&rep, id);
+        assert_eq!(st, Status::Pass, "{id}: {obs}");
+    }
 }

@@ -219,7 +219,16 @@ static void complete(group_t* g, op_t* o) {
   } else if (o->kind == 2) {
     size_t total = o->bpr * nr;
     char* all = malloc(total ? total : 1);
-    for (int r = 0; r < nr; r++) memcpy(all + r * o->bpr, o->send[r], o->bpr);
+    /* Rank r sends its bytes inside the window, from global offset
+     * max(windowOffset, r * bytesPerRank) (NCCL 2.30.7 src/transport/coll_net.cc,
+     * collNetRegIallgather: sendbuff + winOffset % sizePerRank when the window
+     * starts in this rank's share, else the share's start). */
+    memset(all, 0, total ? total : 1);
+    for (int r = 0; r < nr; r++) {
+      size_t lo = r * o->bpr, hi = lo + o->bpr, wlo = o->woff, whi = o->woff + o->wbytes;
+      size_t a = lo > wlo ? lo : wlo, b = hi < whi ? hi : whi;
+      if (b > a) memcpy(all + a, o->send[r], b - a);
+    }
     for (int r = 0; r < nr; r++) {
       parts_copy(o->parts[r], o->nparts[r], all + o->woff, o->wbytes, 1);
       o->reqs[r]->size = (int)o->wbytes;
