@@ -972,35 +972,34 @@ pub(super) fn props_v8(p: &abi::ncclNetProperties_v8_t) -> Properties {
     }
 }
 
-/// `ncclNetProperties_v11_t` → [`Properties`].
-pub(super) fn props_v11(p: &abi::ncclNetProperties_v11_t) -> Properties {
-    Properties {
-        reg_is_global: p.regIsGlobal != 0,
-        force_flush: p.forceFlush != 0,
-        net_device_type: p.netDeviceType,
-        net_device_version: p.netDeviceVersion,
-        vdevs: vdevs(p.vProps.ndevs, &p.vProps.devs),
-        max_p2p_bytes: p.maxP2pBytes,
-        max_coll_bytes: p.maxCollBytes,
-        max_multi_request_size: p.maxMultiRequestSize,
-        ..base_props!(p)
-    }
+/// The fields of `ncclNetProperties_v11_t` (and later) → [`Properties`].
+macro_rules! v11_props {
+    ($p:expr) => {
+        Properties {
+            reg_is_global: $p.regIsGlobal != 0,
+            force_flush: $p.forceFlush != 0,
+            net_device_type: $p.netDeviceType,
+            net_device_version: $p.netDeviceVersion,
+            vdevs: vdevs($p.vProps.ndevs, &$p.vProps.devs),
+            max_p2p_bytes: $p.maxP2pBytes,
+            max_coll_bytes: $p.maxCollBytes,
+            max_multi_request_size: $p.maxMultiRequestSize,
+            ..base_props!($p)
+        }
+    };
 }
 
-/// `ncclNetProperties_v12_t` → [`Properties`].
+/// `ncclNetProperties_v11_t` → [`Properties`].
+pub(super) fn props_v11(p: &abi::ncclNetProperties_v11_t) -> Properties {
+    v11_props!(p)
+}
+
+/// `ncclNetProperties_v12_t` → [`Properties`] (v11's and the rail and plane ids).
 pub(super) fn props_v12(p: &abi::ncclNetProperties_v12_t) -> Properties {
     Properties {
-        reg_is_global: p.regIsGlobal != 0,
-        force_flush: p.forceFlush != 0,
-        net_device_type: p.netDeviceType,
-        net_device_version: p.netDeviceVersion,
-        vdevs: vdevs(p.vProps.ndevs, &p.vProps.devs),
-        max_p2p_bytes: p.maxP2pBytes,
-        max_coll_bytes: p.maxCollBytes,
-        max_multi_request_size: p.maxMultiRequestSize,
         rail_id: p.railId,
         plane_id: p.planeId,
-        ..base_props!(p)
+        ..v11_props!(p)
     }
 }
 
