@@ -53,7 +53,7 @@ use std::cell::{OnceCell, UnsafeCell};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use ferroccl_plugin_api::abi;
@@ -374,9 +374,12 @@ fn advise_huge(p: *mut u8, len: usize) {
 /// A thread's records (see [`encode`]) in chunks of [`CHUNK_BYTES`]: one
 /// writer (the owning thread, through its [`Cursor`]), any number of readers,
 /// published as [`AppendLog`] does. A record never straddles two chunks: when
-/// the next one may not fit, the rest of the chunk starts with [`TAG_PAD`].
+/// the longest one ([`MAX_RECORD`]) may not fit, the rest of the chunk starts
+/// with [`TAG_PAD`] and the next record goes to the next chunk. Chunks are
+/// mapped and faulted in whole when taken ([`map_chunk`]), so no event call
+/// but the one that takes a chunk meets a page fault.
 struct ByteLog {
-    /// Chunk pointers (NULL: not allocated yet); [`MAX_CHUNKS`] of them.
+    /// Chunk pointers (NULL: not mapped yet); [`MAX_CHUNKS`] of them.
     chunks: Box<[AtomicPtr<u8>]>,
     /// Published bytes, counting the padded ends of chunks.
     len: AtomicUsize,
@@ -391,8 +394,7 @@ impl std::fmt::Debug for ByteLog {
 }
 
 /// The writer's side of a [`ByteLog`] (owned by the one thread that writes
-/// it): where the next record goes, and what records are encoded against
-/// (the previous record's time, the number of starts so far).
+/// it): where the next record goes and how many starts were recorded.
 #[derive(Debug)]
 struct Cursor {
     /// Where the next record goes (NULL before the first chunk).
@@ -401,14 +403,12 @@ struct Cursor {
     end: *mut u8,
     /// Bytes written (and published) so far, padded chunk ends included.
     len: usize,
-    /// Time of the previous record (records hold the difference).
-    prev_t: u64,
     /// Start records so far (the sequence number of the last one).
     seq: u64,
     /// Ids made so far (the sequence number of the last one; equal to `seq`
     /// until the log is full).
     next: u64,
-    /// The log's thread index (ids of this thread are encoded by their distance).
+    /// The log's thread index (the high bits of this thread's event ids).
     idx: u64,
 }
 
@@ -418,7 +418,6 @@ impl Cursor {
             cur: std::ptr::null_mut(),
             end: std::ptr::null_mut(),
             len: 0,
-            prev_t: 0,
             seq: 0,
             next: 0,
             idx,
@@ -448,8 +447,9 @@ impl ByteLog {
         if (c.cur as usize).wrapping_add(MAX_RECORD) > c.end as usize && !unsafe { self.next_chunk(c) } {
             return false;
         }
-        // SAFETY: MAX_RECORD bytes fit in the chunk from `c.cur` on; they are
-        // not yet published, so no reader touches them, and only this thread writes.
+        // SAFETY: MAX_RECORD bytes fit in the chunk from `c.cur` on (8-byte
+        // aligned: chunks are, and records are whole words); they are not yet
+        // published, so no reader touches them, and only this thread writes.
         let n = unsafe { encode(e, d, c) };
         // SAFETY: `n <= MAX_RECORD`, inside the chunk.
         c.cur = unsafe { c.cur.add(n) };
@@ -459,19 +459,22 @@ impl ByteLog {
     }
 
     /// Moves `c` to the start of the next chunk (padding the rest of the
-    /// current one); `false` when the log is full.
+    /// current one), mapping it first; `false` when the log is full (or no
+    /// memory could be mapped: a later call tries again).
     ///
     /// # Safety
     /// As [`ByteLog::push`].
     #[cold]
+    #[inline(never)]
     unsafe fn next_chunk(&self, c: &mut Cursor) -> bool {
         let mut len = c.len;
         let off = len % CHUNK_BYTES;
         if off != 0 {
             // This chunk exists (we wrote in it); nobody reads past `len` yet.
             let p = self.chunks[len / CHUNK_BYTES].load(Ordering::Relaxed);
-            // SAFETY: `off < CHUNK_BYTES` lies inside the chunk; unpublished, ours alone.
-            unsafe { p.add(off).write(TAG_PAD) };
+            // SAFETY: `off < CHUNK_BYTES` lies inside the chunk, 8-byte aligned;
+            // unpublished, ours alone.
+            unsafe { p.add(off).cast::<u64>().write(u64::from(TAG_PAD)) };
             len += CHUNK_BYTES - off;
         }
         let Some(chunk) = self.chunks.get(len / CHUNK_BYTES) else {
@@ -479,7 +482,10 @@ impl ByteLog {
         };
         let mut p = chunk.load(Ordering::Relaxed);
         if p.is_null() {
-            p = AppendLog::<u8>::new_chunk();
+            p = map_chunk();
+            if p.is_null() {
+                return false;
+            }
             chunk.store(p, Ordering::Release);
         }
         c.len = len;
@@ -495,25 +501,23 @@ impl ByteLog {
     /// from the thread index `idx` and their order (the `n`-th start of a
     /// thread has sequence `n`).
     fn entries(&self, n: usize, idx: u64, names: &[Name]) -> (Vec<Entry>, Vec<Detail>) {
-        let mut out = Vec::with_capacity(n / 6);
+        let mut out = Vec::with_capacity(n / 28);
         let mut details = Vec::new();
-        let mut st = Decoder {
-            idx,
-            seq: 0,
-            prev_t: 0,
-            names,
-        };
+        let mut st = Decoder { idx, seq: 0, names };
         let mut pos = 0;
         while pos < n {
             let end = n.min((pos / CHUNK_BYTES + 1) * CHUNK_BYTES);
             let p = self.chunks[pos / CHUNK_BYTES].load(Ordering::Relaxed);
             // SAFETY: bytes `[pos, end)` were written (as whole records or a pad
-            // tag) before `len` was published with release, all in this chunk.
-            let bytes = unsafe { std::slice::from_raw_parts(p.add(pos % CHUNK_BYTES), end - pos) };
-            let mut r = Reader(bytes);
-            while !r.0.is_empty() {
-                match decode(&mut r, &mut st, &mut details) {
-                    Some(e) => out.push(e),
+            // tag, whole aligned words) before `len` was published with release,
+            // all in this chunk.
+            let mut words = unsafe { std::slice::from_raw_parts(p.add(pos % CHUNK_BYTES).cast::<u64>(), (end - pos) / 8) };
+            while !words.is_empty() {
+                match decode(words, &mut st, &mut details) {
+                    Some((e, k)) => {
+                        out.push(e);
+                        words = &words[k..];
+                    }
                     None => break, // TAG_PAD (or a damaged tail): next chunk
                 }
             }
@@ -528,27 +532,68 @@ impl Drop for ByteLog {
         for c in self.chunks.iter() {
             let p = c.load(Ordering::Acquire);
             if !p.is_null() {
-                // SAFETY: allocated by `AppendLog::<u8>::new_chunk` as a `Vec<u8>` of this capacity.
-                drop(unsafe { Vec::from_raw_parts(p, 0, CHUNK_BYTES) });
+                // SAFETY: mapped by `map_chunk` with this length; no reference into it outlives the log.
+                unsafe { libc::munmap(p.cast(), CHUNK_BYTES) };
             }
         }
     }
 }
 
-/// Record kinds of a [`ByteLog`] (the low 3 bits of a record's first byte).
+/// A new chunk for a [`ByteLog`]: [`CHUNK_BYTES`] of fresh anonymous memory
+/// (zeroed), 2 MiB-aligned and advised as transparent huge pages, with every
+/// page faulted in now (as the stamp floor's ring in
+/// `benchmarks/profiler_noop.c`), so that filling it takes no page fault;
+/// NULL when no memory can be mapped.
+#[cold]
+#[inline(never)]
+fn map_chunk() -> *mut u8 {
+    const HUGE: usize = 2 << 20;
+    let len = CHUNK_BYTES + HUGE;
+    // SAFETY: a new private anonymous mapping; no existing memory is touched.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if m == libc::MAP_FAILED {
+        return std::ptr::null_mut();
+    }
+    let base = m as usize;
+    let start = base.next_multiple_of(HUGE);
+    // SAFETY: the head `[base, start)` and the tail past `start + CHUNK_BYTES`
+    // lie inside the mapping just made and are not used; MADV_HUGEPAGE is a
+    // hint on our own range; the writes fault in pages of our own range.
+    unsafe {
+        if start > base {
+            libc::munmap(m, start - base);
+        }
+        let tail = base + len - (start + CHUNK_BYTES);
+        if tail > 0 {
+            libc::munmap((start + CHUNK_BYTES) as *mut libc::c_void, tail);
+        }
+        libc::madvise(start as *mut libc::c_void, CHUNK_BYTES, libc::MADV_HUGEPAGE);
+        let p = start as *mut u8;
+        for off in (0..CHUNK_BYTES).step_by(4096) {
+            std::ptr::write_volatile(p.add(off), 0);
+        }
+        p
+    }
+}
+
+/// Record kinds of a [`ByteLog`] (the low byte of a record's first word).
 const TAG_PAD: u8 = 0;
 const TAG_START: u8 = 1;
 const TAG_STATE: u8 = 2;
-const TAG_STATE_NO_SIZE: u8 = 3;
 const TAG_STOP: u8 = 4;
-/// The high 5 bits of a first byte that announce a value too large for them
-/// (written after the first byte).
-const HIGH_ESCAPE: u8 = 31;
-/// Room kept for a record (the longest, a Coll Start with every field at its
-/// widest, is 88 bytes; typical records are 3 to 20).
-const MAX_RECORD: usize = 128;
+/// Room kept for a record: the longest, a Coll Start, is 72 bytes (9 words).
+const MAX_RECORD: usize = 72;
 
-/// Payload kinds of a Start record (its second byte).
+/// Payload kinds of a Start record (the second byte of its first word).
 mod pk {
     pub const NONE: u8 = 0;
     pub const GROUP_API: u8 = 1;
@@ -563,106 +608,149 @@ mod pk {
     pub const DETAIL_INDEX: u8 = 10;
 }
 
-/// A record being written straight into its place in the log (no staging
-/// buffer: fields are stored once, little-endian varints).
-struct Writer {
-    p: *mut u8,
-    len: usize,
-}
-
-impl Writer {
-    #[inline]
-    fn put<const N: usize>(&mut self, b: [u8; N]) {
-        assert!(self.len + N <= MAX_RECORD, "record longer than MAX_RECORD");
-        // SAFETY: `p` is writable for MAX_RECORD bytes (`encode`'s contract), checked above.
-        unsafe { self.p.add(self.len).cast::<[u8; N]>().write_unaligned(b) };
-        self.len += N;
-    }
-
-    /// `v` as an unsigned LEB128 varint (1 byte below 128, at most 10).
-    #[inline(always)]
-    fn var(&mut self, mut v: u64) {
-        if v < 0x80 {
-            self.put([v as u8]);
-            return;
-        }
-        while v >= 0x80 {
-            self.put([v as u8 | 0x80]);
-            v >>= 7;
-        }
-        self.put([v as u8]);
-    }
-
-    /// `v` zigzag-encoded as a varint (small magnitudes of either sign are short).
-    #[inline]
-    fn zz(&mut self, v: i64) {
-        self.var(((v << 1) ^ (v >> 63)) as u64);
-    }
-
-    /// A time as its difference from the previous record's (`prev`, updated),
-    /// zigzag (a clock that steps back costs a few bytes more, nothing else).
-    #[inline]
-    fn time(&mut self, t: u64, prev: &mut u64) {
-        self.zz(t.wrapping_sub(*prev) as i64);
-        *prev = t;
-    }
-
-    /// An event id as [`id_ref`] encodes it against cursor `c`.
-    #[inline]
-    fn id(&mut self, id: u64, c: &Cursor) {
-        self.var(id_ref(id, c.idx, c.seq));
-    }
-}
-
 /// Sequence bits of an event id (the thread index is above them).
 const SEQ_BITS: u32 = 40;
 
-/// How a record names an event, relative to the writing thread (index `idx`,
-/// `seq` starts so far): 0 = none; `2d + 1` = this thread's event started `d`
-/// starts ago (the usual case: 1 byte); `2 id` = any other id (ids stay below
-/// 2^63: thread indexes are below 2^23). An id that cannot be ours (≥ 2^63)
-/// is recorded as none.
-#[inline]
-fn id_ref(id: u64, idx: u64, seq: u64) -> u64 {
-    let s = id & ((1 << SEQ_BITS) - 1);
-    if id >> SEQ_BITS == idx && s <= seq {
-        ((seq - s) << 1) | 1
-    } else if id >> 63 == 0 {
-        id << 1
-    } else {
-        0
-    }
+/// A record's first word: its kind (`tag`, low byte), a Start's payload kind
+/// (`kind`, second byte), a small field (`aux`: a ProxyOp's channel and
+/// direction, a Coll's channel count, a KernelCh's channel) and a 32-bit one
+/// (`x`: a Start's rank, a state).
+#[inline(always)]
+fn head(tag: u8, kind: u8, aux: u16, x: i32) -> u64 {
+    u64::from(tag) | u64::from(kind) << 8 | u64::from(aux) << 16 | u64::from(x as u32) << 32
 }
 
-/// Reads little-endian fields off the front of a record slice.
-struct Reader<'a>(&'a [u8]);
+/// Two 32-bit fields in one word (`a` low).
+#[inline(always)]
+fn pair(a: u32, b: u32) -> u64 {
+    u64::from(a) | u64::from(b) << 32
+}
 
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let (h, t) = self.0.split_first_chunk::<N>()?;
-        self.0 = t;
-        Some(*h)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take::<1>().map(|b| b[0])
-    }
-    fn var(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..70).step_by(7) {
-            let b = self.u8()?;
-            v |= u64::from(b & 0x7f).checked_shl(shift).unwrap_or(0);
-            if b & 0x80 == 0 {
-                return Some(v);
+/// Writes `w` at `p`.
+///
+/// # Safety
+/// `p` is 8-byte aligned and writable for `N` words.
+#[inline(always)]
+unsafe fn put<const N: usize>(p: *mut u8, w: [u64; N]) -> usize {
+    // SAFETY: per the caller.
+    unsafe { p.cast::<[u64; N]>().write(w) };
+    N * 8
+}
+
+/// Writes the record of `e` at `c.cur` and returns its length; a Start's
+/// larger payload is `d` (its names as indexes in the thread's interned
+/// names), else its [`Payload`]. A record is whole 64-bit words holding the
+/// fields as they came, with no encoding: the first word is [`head`]'s, then
+/// the time in [`Clock`] ticks, then the event's id (a State or Stop) or its
+/// parent's (a Start); a State adds its size (`u64::MAX`: none); a Start adds
+/// its type bit (low half) with one 32-bit field of its payload (high half),
+/// then the rest of its payload. Stop 24 bytes, State 32, Start 32 (Group,
+/// API group, ProxyStep, KernelCh), 40 (ProxyOp, NetPlugin), 48 (API call),
+/// 56 (P2p), 72 (Coll). A Start carries no id: it is rebuilt from the order
+/// of starts. Decoding ([`decode`]) happens at `finalize`.
+///
+/// # Safety
+/// `c.cur` must be 8-byte aligned and writable for [`MAX_RECORD`] bytes.
+#[inline(always)]
+unsafe fn encode(e: &Entry, d: Option<&Detail<u32>>, c: &mut Cursor) -> usize {
+    let p = c.cur;
+    // SAFETY: (every `put`) per the caller: room for MAX_RECORD bytes, aligned.
+    unsafe {
+        match *e {
+            Entry::Stop { id, t } => put(p, [head(TAG_STOP, 0, 0, 0), t, id]),
+            Entry::State { id, t, size, state } => put(p, [head(TAG_STATE, 0, 0, state), t, id, size]),
+            Entry::Start {
+                parent, t, ty, rank, p: pl, ..
+            } => {
+                c.seq += 1;
+                let h = |kind: u8, aux: u16| head(TAG_START, kind, aux, rank);
+                let tyx = |x: i32| pair(ty, x as u32);
+                match (d, pl) {
+                    (
+                        Some(&Detail::Api {
+                            func,
+                            count,
+                            dtype,
+                            root,
+                            p2p,
+                        }),
+                        _,
+                    ) => {
+                        let kind = if p2p { pk::P2P_API } else { pk::COLL_API };
+                        put(p, [h(kind, 0), t, parent, tyx(root), pair(func, dtype), count as u64])
+                    }
+                    (
+                        Some(&Detail::Coll {
+                            seq,
+                            func,
+                            count,
+                            dtype,
+                            root,
+                            algo,
+                            proto,
+                            nchannels,
+                            group,
+                        }),
+                        _,
+                    ) => put(
+                        p,
+                        [
+                            h(pk::COLL, u16::from(nchannels)),
+                            t,
+                            parent,
+                            tyx(root),
+                            pair(func, dtype),
+                            count as u64,
+                            seq,
+                            pair(algo, proto),
+                            group,
+                        ],
+                    ),
+                    (
+                        Some(&Detail::P2p {
+                            func,
+                            count,
+                            dtype,
+                            peer,
+                            group,
+                        }),
+                        _,
+                    ) => put(
+                        p,
+                        [h(pk::P2P, 0), t, parent, tyx(peer), pair(func, dtype), count as u64, group],
+                    ),
+                    (None, Payload::None) => put(p, [h(pk::NONE, 0), t, parent, tyx(0)]),
+                    (None, Payload::GroupApi { depth }) => put(p, [h(pk::GROUP_API, 0), t, parent, tyx(depth)]),
+                    (
+                        None,
+                        Payload::ProxyOp {
+                            channel,
+                            send,
+                            peer,
+                            nsteps,
+                            chunk,
+                        },
+                    ) => put(
+                        p,
+                        [
+                            h(pk::PROXY_OP, u16::from(channel) | u16::from(send) << 8),
+                            t,
+                            parent,
+                            tyx(chunk),
+                            pair(peer as u32, nsteps as u32),
+                        ],
+                    ),
+                    (None, Payload::ProxyStep { step }) => put(p, [h(pk::PROXY_STEP, 0), t, parent, tyx(step)]),
+                    (None, Payload::NetPlugin { id }) => put(p, [h(pk::NET_PLUGIN, 0), t, parent, tyx(0), id as u64]),
+                    (None, Payload::KernelCh { channel }) => {
+                        put(p, [h(pk::KERNEL_CH, u16::from(channel)), t, parent, tyx(0)])
+                    }
+                    (None, Payload::Detail { index }) => {
+                        put(p, [h(pk::DETAIL_INDEX, 0), t, parent, tyx(index as i32)])
+                    }
+                }
             }
         }
-        None
-    }
-    fn zz(&mut self) -> Option<i64> {
-        let v = self.var()?;
-        Some((v >> 1) as i64 ^ -((v & 1) as i64))
-    }
-    fn i32(&mut self) -> Option<i32> {
-        self.zz().map(|v| v as i32)
     }
 }
 
@@ -670,281 +758,132 @@ impl Reader<'_> {
 struct Decoder<'a> {
     idx: u64,
     seq: u64,
-    prev_t: u64,
     names: &'a [Name],
 }
 
 impl Decoder<'_> {
-    fn time(&mut self, r: &mut Reader<'_>) -> Option<u64> {
-        self.prev_t = self.prev_t.wrapping_add(r.zz()? as u64);
-        Some(self.prev_t)
-    }
-    /// [`id_ref`]'s inverse.
-    fn id(&self, r: &mut Reader<'_>) -> Option<u64> {
-        let v = r.var()?;
-        Some(if v & 1 == 1 {
-            (self.idx << SEQ_BITS) | self.seq.wrapping_sub(v >> 1)
-        } else {
-            v >> 1
-        })
-    }
-    fn name(&self, r: &mut Reader<'_>) -> Option<Name> {
-        let i = r.var()?;
-        Some(
-            usize::try_from(i)
-                .ok()
-                .and_then(|i| self.names.get(i))
-                .copied()
-                .unwrap_or_default(),
-        )
+    /// Interned name `i` (an unknown index reads as an empty name).
+    fn name(&self, i: u64) -> Name {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| self.names.get(i))
+            .copied()
+            .unwrap_or_default()
     }
 }
 
-/// Writes the record of `e` at `c.cur` and returns its length; a Start's
-/// larger payload is `d` (its names as indexes in the thread's interned
-/// names), else its [`Payload`]. The first byte holds the record kind (low 3
-/// bits) and a small value (the Start's type bit index, the state); then
-/// varints: a Start's payload kind, rank, time, parent and payload; a state's
-/// or stop's event and time, a state's size. Times are differences from the
-/// thread's previous record, event ids distances to this thread's starts
-/// ([`id_ref`]); a Start carries no id (rebuilt from the order of starts).
-/// 3 to 20 bytes for the usual records, at most [`MAX_RECORD`]: what the log
-/// writes per event is most of what keeping every event costs (page faults
-/// on fresh memory).
-///
-/// # Safety
-/// `c.cur` must be writable for [`MAX_RECORD`] bytes.
-#[inline(always)]
-unsafe fn encode(e: &Entry, d: Option<&Detail<u32>>, c: &mut Cursor) -> usize {
-    let mut w = Writer { p: c.cur, len: 0 };
-    match *e {
-        Entry::Start {
-            parent, t, ty, rank, p, ..
-        } => {
-            let k = ty.trailing_zeros();
-            let small = ty.is_power_of_two() && k < u32::from(HIGH_ESCAPE);
-            let kind = match (d, p) {
-                (Some(Detail::Api { p2p: false, .. }), _) => pk::COLL_API,
-                (Some(Detail::Api { p2p: true, .. }), _) => pk::P2P_API,
-                (Some(Detail::Coll { .. }), _) => pk::COLL,
-                (Some(Detail::P2p { .. }), _) => pk::P2P,
-                (None, Payload::None) => pk::NONE,
-                (None, Payload::GroupApi { .. }) => pk::GROUP_API,
-                (None, Payload::ProxyOp { .. }) => pk::PROXY_OP,
-                (None, Payload::ProxyStep { .. }) => pk::PROXY_STEP,
-                (None, Payload::NetPlugin { .. }) => pk::NET_PLUGIN,
-                (None, Payload::KernelCh { .. }) => pk::KERNEL_CH,
-                (None, Payload::Detail { .. }) => pk::DETAIL_INDEX,
-            };
-            let high = if small { k as u8 } else { HIGH_ESCAPE };
-            w.put([TAG_START | high << 3, kind]);
-            if !small {
-                w.var(u64::from(ty));
-            }
-            w.zz(i64::from(rank));
-            w.time(t, &mut c.prev_t);
-            w.id(parent, c);
-            match (d, p) {
-                (
-                    Some(&Detail::Api {
-                        func,
-                        count,
-                        dtype,
-                        root,
-                        p2p,
-                    }),
-                    _,
-                ) => {
-                    w.var(u64::from(func));
-                    w.var(count as u64);
-                    w.var(u64::from(dtype));
-                    if !p2p {
-                        w.zz(i64::from(root));
-                    }
-                }
-                (
-                    Some(&Detail::Coll {
-                        seq,
-                        func,
-                        count,
-                        dtype,
-                        root,
-                        algo,
-                        proto,
-                        nchannels,
-                        group,
-                    }),
-                    _,
-                ) => {
-                    w.var(seq);
-                    w.var(u64::from(func));
-                    w.var(count as u64);
-                    w.var(u64::from(dtype));
-                    w.zz(i64::from(root));
-                    w.var(u64::from(algo));
-                    w.var(u64::from(proto));
-                    w.put([nchannels]);
-                    w.id(group, c);
-                }
-                (
-                    Some(&Detail::P2p {
-                        func,
-                        count,
-                        dtype,
-                        peer,
-                        group,
-                    }),
-                    _,
-                ) => {
-                    w.var(u64::from(func));
-                    w.var(count as u64);
-                    w.var(u64::from(dtype));
-                    w.zz(i64::from(peer));
-                    w.id(group, c);
-                }
-                (None, Payload::None) => {}
-                (None, Payload::GroupApi { depth }) => w.zz(i64::from(depth)),
-                (
-                    None,
-                    Payload::ProxyOp {
-                        channel,
-                        send,
-                        peer,
-                        nsteps,
-                        chunk,
-                    },
-                ) => {
-                    w.put([channel, send as u8]);
-                    w.zz(i64::from(peer));
-                    w.zz(i64::from(nsteps));
-                    w.zz(i64::from(chunk));
-                }
-                (None, Payload::ProxyStep { step }) => w.zz(i64::from(step)),
-                (None, Payload::NetPlugin { id }) => w.zz(id),
-                (None, Payload::KernelCh { channel }) => w.put([channel]),
-                (None, Payload::Detail { index }) => w.var(u64::from(index)),
-            }
-            c.seq += 1;
-        }
-        Entry::State { id, t, size, state } => {
-            let small = (0..i32::from(HIGH_ESCAPE)).contains(&state);
-            let tag = if size == u64::MAX { TAG_STATE_NO_SIZE } else { TAG_STATE };
-            w.put([tag | if small { state as u8 } else { HIGH_ESCAPE } << 3]);
-            if !small {
-                w.zz(i64::from(state));
-            }
-            w.id(id, c);
-            w.time(t, &mut c.prev_t);
-            if size != u64::MAX {
-                w.var(size);
-            }
-        }
-        Entry::Stop { id, t } => {
-            w.put([TAG_STOP]);
-            w.id(id, c);
-            w.time(t, &mut c.prev_t);
-        }
-    }
-    w.len
+/// An event id as recorded: one this profiler cannot have made (≥ 2^63:
+/// thread indexes stay below 2^23) reads as none (0).
+fn id_of(v: u64) -> u64 {
+    if v >> 63 == 0 { v } else { 0 }
 }
 
-/// The next record of `r` ([`encode`]'s inverse); `None` at [`TAG_PAD`] or a
-/// truncated record. A Start's detail is appended to `details` (its payload
-/// is then `Payload::Detail` with that index).
-fn decode(r: &mut Reader<'_>, st: &mut Decoder<'_>, details: &mut Vec<Detail>) -> Option<Entry> {
-    let b = r.u8()?;
-    let high = b >> 3;
-    match b & 7 {
+/// The record at the front of `w` ([`encode`]'s inverse) and its length in
+/// words; `None` at [`TAG_PAD`], an unknown kind or a truncated record. A
+/// Start's detail is appended to `details` (its payload is then
+/// `Payload::Detail` with that index).
+fn decode(w: &[u64], st: &mut Decoder<'_>, details: &mut Vec<Detail>) -> Option<(Entry, usize)> {
+    let h = *w.first()?;
+    let (tag, kind, aux, x) = (h as u8, (h >> 8) as u8, (h >> 16) as u16, (h >> 32) as u32 as i32);
+    let lo = |v: u64| v as u32;
+    let hi = |v: u64| (v >> 32) as u32;
+    match tag {
+        TAG_STOP => {
+            let &[_, t, id] = w.first_chunk::<3>()?;
+            Some((Entry::Stop { id: id_of(id), t }, 3))
+        }
+        TAG_STATE => {
+            let &[_, t, id, size] = w.first_chunk::<4>()?;
+            Some((
+                Entry::State {
+                    id: id_of(id),
+                    t,
+                    size,
+                    state: x,
+                },
+                4,
+            ))
+        }
         TAG_START => {
-            let kind = r.u8()?;
-            let ty = if high == HIGH_ESCAPE {
-                u32::try_from(r.var()?).ok()?
-            } else {
-                1 << high
-            };
-            let rank = r.i32()?;
-            let t = st.time(r)?;
-            let parent = st.id(r)?;
+            let &[_, t, parent, tyx] = w.first_chunk::<4>()?;
+            let (ty, y) = (lo(tyx), hi(tyx) as i32);
+            let more = &w[4..];
             let mut detail = |d: Detail| {
                 details.push(d);
                 Payload::Detail {
                     index: (details.len() - 1) as u32,
                 }
             };
-            let p = match kind {
-                pk::NONE => Payload::None,
-                pk::GROUP_API => Payload::GroupApi { depth: r.i32()? },
-                pk::PROXY_OP => Payload::ProxyOp {
-                    channel: r.u8()?,
-                    send: r.u8()? != 0,
-                    peer: r.i32()?,
-                    nsteps: r.i32()?,
-                    chunk: r.i32()?,
-                },
-                pk::PROXY_STEP => Payload::ProxyStep { step: r.i32()? },
-                pk::NET_PLUGIN => Payload::NetPlugin { id: r.zz()? },
-                pk::KERNEL_CH => Payload::KernelCh { channel: r.u8()? },
+            let (p, k) = match kind {
+                pk::NONE => (Payload::None, 4),
+                pk::GROUP_API => (Payload::GroupApi { depth: y }, 4),
+                pk::PROXY_STEP => (Payload::ProxyStep { step: y }, 4),
+                pk::KERNEL_CH => (Payload::KernelCh { channel: aux as u8 }, 4),
+                pk::DETAIL_INDEX => (Payload::Detail { index: y as u32 }, 4),
+                pk::NET_PLUGIN => (Payload::NetPlugin { id: *more.first()? as i64 }, 5),
+                pk::PROXY_OP => {
+                    let v = *more.first()?;
+                    let p = Payload::ProxyOp {
+                        channel: aux as u8,
+                        send: aux >> 8 != 0,
+                        peer: lo(v) as i32,
+                        nsteps: hi(v) as i32,
+                        chunk: y,
+                    };
+                    (p, 5)
+                }
                 pk::COLL_API | pk::P2P_API => {
+                    let &[names, count] = more.first_chunk::<2>()?;
                     let p2p = kind == pk::P2P_API;
-                    let (func, count, dtype) = (st.name(r)?, r.var()? as usize, st.name(r)?);
-                    let root = if p2p { 0 } else { r.i32()? };
-                    detail(Detail::Api {
-                        func,
-                        count,
-                        dtype,
-                        root,
+                    let d = Detail::Api {
+                        func: st.name(u64::from(lo(names))),
+                        count: count as usize,
+                        dtype: st.name(u64::from(hi(names))),
+                        root: if p2p { 0 } else { y },
                         p2p,
-                    })
+                    };
+                    (detail(d), 6)
                 }
                 pk::COLL => {
-                    let (seq, func, count, dtype) = (r.var()?, st.name(r)?, r.var()? as usize, st.name(r)?);
-                    let (root, algo, proto, nchannels) = (r.i32()?, st.name(r)?, st.name(r)?, r.u8()?);
-                    let group = st.id(r)?;
-                    detail(Detail::Coll {
+                    let &[names, count, seq, ap, group] = more.first_chunk::<5>()?;
+                    let d = Detail::Coll {
                         seq,
-                        func,
-                        count,
-                        dtype,
-                        root,
-                        algo,
-                        proto,
-                        nchannels,
-                        group,
-                    })
+                        func: st.name(u64::from(lo(names))),
+                        count: count as usize,
+                        dtype: st.name(u64::from(hi(names))),
+                        root: y,
+                        algo: st.name(u64::from(lo(ap))),
+                        proto: st.name(u64::from(hi(ap))),
+                        nchannels: aux as u8,
+                        group: id_of(group),
+                    };
+                    (detail(d), 9)
                 }
                 pk::P2P => {
-                    let (func, count, dtype, peer) = (st.name(r)?, r.var()? as usize, st.name(r)?, r.i32()?);
-                    let group = st.id(r)?;
-                    detail(Detail::P2p {
-                        func,
-                        count,
-                        dtype,
-                        peer,
-                        group,
-                    })
+                    let &[names, count, group] = more.first_chunk::<3>()?;
+                    let d = Detail::P2p {
+                        func: st.name(u64::from(lo(names))),
+                        count: count as usize,
+                        dtype: st.name(u64::from(hi(names))),
+                        peer: y,
+                        group: id_of(group),
+                    };
+                    (detail(d), 7)
                 }
-                pk::DETAIL_INDEX => Payload::Detail { index: r.var()? as u32 },
                 _ => return None,
             };
             st.seq += 1;
-            Some(Entry::Start {
-                id: (st.idx << SEQ_BITS) | st.seq,
-                parent,
-                t,
-                ty,
-                rank,
-                p,
-            })
-        }
-        tag @ (TAG_STATE | TAG_STATE_NO_SIZE) => {
-            let state = if high == HIGH_ESCAPE { r.i32()? } else { i32::from(high) };
-            let (id, t) = (st.id(r)?, st.time(r)?);
-            let size = if tag == TAG_STATE { r.var()? } else { u64::MAX };
-            Some(Entry::State { id, t, size, state })
-        }
-        TAG_STOP => {
-            let (id, t) = (st.id(r)?, st.time(r)?);
-            Some(Entry::Stop { id, t })
+            Some((
+                Entry::Start {
+                    id: (st.idx << SEQ_BITS) | st.seq,
+                    parent: id_of(parent),
+                    t,
+                    ty,
+                    rank: x,
+                    p,
+                },
+                k,
+            ))
         }
         _ => None,
     }
@@ -1095,7 +1034,7 @@ impl ThreadLog {
         // SAFETY: per the caller.
         let c = unsafe { &mut *self.cursor.get() };
         c.next += 1;
-        (self.idx << SEQ_BITS) | c.next
+        (c.idx << SEQ_BITS) | c.next
     }
 }
 
@@ -1289,6 +1228,14 @@ struct Clock {
     anchor: (u64, u64),
 }
 
+/// How the hot path reads the time ([`now_ns`]): [`CLOCK_UNSET`] until
+/// [`clock`] has chosen, then [`CLOCK_TSC`] or [`CLOCK_REALTIME`] (one
+/// relaxed load per event, no `OnceLock` check).
+static CLOCK_KIND: AtomicU8 = AtomicU8::new(CLOCK_UNSET);
+const CLOCK_UNSET: u8 = 0;
+const CLOCK_TSC: u8 = 1;
+const CLOCK_REALTIME: u8 = 2;
+
 fn clock() -> &'static Clock {
     static C: OnceLock<Clock> = OnceLock::new();
     C.get_or_init(|| {
@@ -1301,6 +1248,7 @@ fn clock() -> &'static Clock {
             });
         let mut c = Clock { tsc, anchor: (0, 0) };
         c.anchor = c.pair();
+        CLOCK_KIND.store(if tsc { CLOCK_TSC } else { CLOCK_REALTIME }, Ordering::Relaxed);
         c
     })
 }
@@ -1351,9 +1299,23 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
 }
 
-/// The time of an event, in [`Clock`] ticks.
-#[inline]
+/// The time of an event, in [`Clock`] ticks: `rdtsc` where the TSC is
+/// invariant, else `CLOCK_REALTIME` ns (the first call of a process that
+/// recorded nothing yet chooses, see [`clock`]).
+#[inline(always)]
 fn now_ns() -> u64 {
+    match CLOCK_KIND.load(Ordering::Relaxed) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: RDTSC exists on every x86-64 CPU and has no side effect.
+        CLOCK_TSC => unsafe { core::arch::x86_64::_rdtsc() },
+        CLOCK_REALTIME => realtime_ns(),
+        _ => now_slow(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn now_slow() -> u64 {
     clock().ticks()
 }
 
