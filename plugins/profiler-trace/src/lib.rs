@@ -511,7 +511,8 @@ impl ByteLog {
             // SAFETY: bytes `[pos, end)` were written (as whole records or a pad
             // tag, whole aligned words) before `len` was published with release,
             // all in this chunk.
-            let mut words = unsafe { std::slice::from_raw_parts(p.add(pos % CHUNK_BYTES).cast::<u64>(), (end - pos) / 8) };
+            let mut words =
+                unsafe { std::slice::from_raw_parts(p.add(pos % CHUNK_BYTES).cast::<u64>(), (end - pos) / 8) };
             while !words.is_empty() {
                 match decode(words, &mut st, &mut details) {
                     Some((e, k)) => {
@@ -660,7 +661,12 @@ unsafe fn encode(e: &Entry, d: Option<&Detail<u32>>, c: &mut Cursor) -> usize {
             Entry::Stop { id, t } => put(p, [head(TAG_STOP, 0, 0, 0), t, id]),
             Entry::State { id, t, size, state } => put(p, [head(TAG_STATE, 0, 0, state), t, id, size]),
             Entry::Start {
-                parent, t, ty, rank, p: pl, ..
+                parent,
+                t,
+                ty,
+                rank,
+                p: pl,
+                ..
             } => {
                 c.seq += 1;
                 let h = |kind: u8, aux: u16| head(TAG_START, kind, aux, rank);
@@ -717,7 +723,15 @@ unsafe fn encode(e: &Entry, d: Option<&Detail<u32>>, c: &mut Cursor) -> usize {
                         _,
                     ) => put(
                         p,
-                        [h(pk::P2P, 0), t, parent, tyx(peer), pair(func, dtype), count as u64, group],
+                        [
+                            h(pk::P2P, 0),
+                            t,
+                            parent,
+                            tyx(peer),
+                            pair(func, dtype),
+                            count as u64,
+                            group,
+                        ],
                     ),
                     (None, Payload::None) => put(p, [h(pk::NONE, 0), t, parent, tyx(0)]),
                     (None, Payload::GroupApi { depth }) => put(p, [h(pk::GROUP_API, 0), t, parent, tyx(depth)]),
@@ -745,9 +759,7 @@ unsafe fn encode(e: &Entry, d: Option<&Detail<u32>>, c: &mut Cursor) -> usize {
                     (None, Payload::KernelCh { channel }) => {
                         put(p, [h(pk::KERNEL_CH, u16::from(channel)), t, parent, tyx(0)])
                     }
-                    (None, Payload::Detail { index }) => {
-                        put(p, [h(pk::DETAIL_INDEX, 0), t, parent, tyx(index as i32)])
-                    }
+                    (None, Payload::Detail { index }) => put(p, [h(pk::DETAIL_INDEX, 0), t, parent, tyx(index as i32)]),
                 }
             }
         }
@@ -820,7 +832,12 @@ fn decode(w: &[u64], st: &mut Decoder<'_>, details: &mut Vec<Detail>) -> Option<
                 pk::PROXY_STEP => (Payload::ProxyStep { step: y }, 4),
                 pk::KERNEL_CH => (Payload::KernelCh { channel: aux as u8 }, 4),
                 pk::DETAIL_INDEX => (Payload::Detail { index: y as u32 }, 4),
-                pk::NET_PLUGIN => (Payload::NetPlugin { id: *more.first()? as i64 }, 5),
+                pk::NET_PLUGIN => (
+                    Payload::NetPlugin {
+                        id: *more.first()? as i64,
+                    },
+                    5,
+                ),
                 pk::PROXY_OP => {
                     let v = *more.first()?;
                     let p = Payload::ProxyOp {
