@@ -427,8 +427,13 @@ impl Cursor {
 
 impl ByteLog {
     fn new() -> Self {
+        Self::with_chunks(MAX_CHUNKS)
+    }
+
+    /// A log of at most `n` chunks.
+    fn with_chunks(n: usize) -> Self {
         ByteLog {
-            chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            chunks: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             len: AtomicUsize::new(0),
         }
     }
@@ -2275,5 +2280,124 @@ mod tests {
         assert_eq!(Name::of(c"ncclFloat8e4m3".as_ptr()).as_string(), "ncclFloat8e4m3");
         assert_eq!(Name::of(c"0123456789abcdefXYZ".as_ptr()).as_string(), "0123456789abcde");
         assert_eq!(Name::of(std::ptr::null()).as_string(), "");
+    }
+
+    /// A chunk is 2 MiB-aligned and every page of it is resident as soon as it
+    /// is taken (before the records that fill it are written).
+    #[test]
+    fn chunks_are_aligned_and_faulted_in_when_taken() {
+        let log = ByteLog::with_chunks(2);
+        let mut c = Cursor::new(1);
+        // SAFETY: this thread is the log's only writer.
+        assert!(unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: 2 }, None) });
+        let p = log.chunks[0].load(Ordering::Acquire);
+        assert!(!p.is_null());
+        assert_eq!(p as usize % (2 << 20), 0, "{p:p}");
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
+        let mut resident = vec![0u8; CHUNK_BYTES.div_ceil(page)];
+        // SAFETY: `[p, p + CHUNK_BYTES)` is the log's mapping; `resident` holds a byte per page.
+        assert_eq!(
+            unsafe { libc::mincore(p.cast(), CHUNK_BYTES, resident.as_mut_ptr()) },
+            0
+        );
+        let missing = resident.iter().filter(|b| *b & 1 == 0).count();
+        assert_eq!(missing, 0, "{missing} of {} pages not faulted in", resident.len());
+        assert!(
+            log.chunks[1].load(Ordering::Acquire).is_null(),
+            "the next chunk is taken when needed"
+        );
+    }
+
+    /// A log fills its chunks up to the last one; records never straddle a
+    /// chunk end (the rest is padded); once the longest record no longer
+    /// fits, nothing more is recorded, not even a short record, and what was
+    /// recorded comes back whole, Start ids and names included.
+    #[test]
+    fn a_full_log_keeps_what_it_recorded_and_records_nothing_more() {
+        let idx = 7;
+        let names = [Name::of(c"AllReduce".as_ptr()), Name::of(c"ncclFloat32".as_ptr())];
+        let coll = Detail::Coll {
+            seq: 3,
+            func: 0,
+            count: 1 << 20,
+            dtype: 1,
+            root: -1,
+            algo: 1,
+            proto: 0,
+            nchannels: 4,
+            group: (idx << SEQ_BITS) | 1,
+        };
+        let log = ByteLog::with_chunks(2);
+        let mut c = Cursor::new(idx);
+        let mut pushed = Vec::new();
+        let mut starts = 0u64;
+        for i in 0u64.. {
+            let (e, d) = if i % 3 == 2 {
+                (
+                    Entry::Start {
+                        id: 0,
+                        parent: 0,
+                        t: i,
+                        ty: abi::ncclProfileColl as u32,
+                        rank: 5,
+                        p: Payload::None,
+                    },
+                    Some(&coll),
+                )
+            } else {
+                (Entry::Stop { id: i, t: i }, None)
+            };
+            // SAFETY: this thread is the log's only writer.
+            if !unsafe { log.push(&mut c, &e, d) } {
+                break;
+            }
+            if d.is_some() {
+                starts += 1;
+            }
+            pushed.push(e);
+        }
+        let n = log.len.load(Ordering::Acquire);
+        assert!(n <= 2 * CHUNK_BYTES && n > 2 * CHUNK_BYTES - MAX_RECORD, "{n}");
+        assert_eq!(n % 8, 0);
+        // Full: a short record fits in the rest, but is not taken.
+        // SAFETY: as above.
+        assert!(!unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: 1 }, None) });
+        assert_eq!(log.len.load(Ordering::Acquire), n);
+        let (got, details) = log.entries(n, idx, &names);
+        assert_eq!(got.len(), pushed.len());
+        assert_eq!(details.len() as u64, starts);
+        let mut seq = 0;
+        for (g, w) in got.iter().zip(&pushed) {
+            match (g, w) {
+                (Entry::Stop { id, t }, Entry::Stop { id: i, t: u }) => assert_eq!((id, t), (i, u)),
+                (
+                    Entry::Start { id, t, ty, rank, p, .. },
+                    Entry::Start {
+                        t: u, ty: v, rank: r, ..
+                    },
+                ) => {
+                    seq += 1;
+                    assert_eq!((*id, t, ty, rank), ((idx << SEQ_BITS) | seq, u, v, r));
+                    let Payload::Detail { index } = *p else { panic!("{p:?}") };
+                    let Detail::Coll {
+                        func,
+                        dtype,
+                        nchannels,
+                        group,
+                        ..
+                    } = details[index as usize]
+                    else {
+                        panic!("{:?}", details[index as usize])
+                    };
+                    assert_eq!(
+                        (func.as_string().as_str(), dtype.as_string().as_str()),
+                        ("AllReduce", "ncclFloat32")
+                    );
+                    assert_eq!((nchannels, group), (4, (idx << SEQ_BITS) | 1));
+                }
+                _ => panic!("{g:?} for {w:?}"),
+            }
+        }
     }
 }
