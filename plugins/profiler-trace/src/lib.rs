@@ -73,10 +73,10 @@ ferroccl_plugin_api::params! {
 }
 ferroccl_plugin_api::export_params!(PARAMS);
 
-/// Bytes per chunk of a thread's log (a full chunk is kept, a new one is
-/// reserved: nothing is ever moved or copied on the hot path). Chunks are
-/// advised as transparent huge pages where the kernel allows it, so that
-/// filling them takes a page fault per 2 MiB rather than per 4 KiB.
+/// Bytes per chunk of an [`AppendLog`], and of a thread's record log once
+/// its chunks have grown from [`CHUNK_MIN`] (a full chunk is kept, a new one
+/// is taken: nothing is ever moved or copied on the hot path). Chunks this
+/// large are advised as transparent huge pages where the kernel allows it.
 pub const CHUNK_BYTES: usize = 4 << 20;
 
 /// A short name copied out of a descriptor's C string (NCCL's function,
@@ -258,8 +258,8 @@ pub enum Entry {
     },
 }
 
-/// Most chunks of [`CHUNK_BYTES`] one thread's log holds (16 GiB of
-/// entries); what a thread records beyond that is dropped.
+/// Most chunks one thread's log holds (about 16 GiB of records with
+/// [`CHUNK_BYTES`] chunks); what a thread records beyond that is dropped.
 pub const MAX_CHUNKS: usize = 4096;
 
 /// An append-only vector with one writer (the thread that owns it) and any
@@ -371,15 +371,16 @@ fn advise_huge(p: *mut u8, len: usize) {
     }
 }
 
-/// A thread's records (see [`encode`]) in chunks of [`CHUNK_BYTES`]: one
-/// writer (the owning thread, through its [`Cursor`]), any number of readers,
-/// published as [`AppendLog`] does. A record never straddles two chunks: when
-/// the longest one ([`MAX_RECORD`]) may not fit, the rest of the chunk starts
-/// with [`TAG_PAD`] and the next record goes to the next chunk. Chunks are
-/// mapped and faulted in whole when taken ([`map_chunk`]), so no event call
-/// but the one that takes a chunk meets a page fault.
+/// A thread's records (see [`encode`]) in chunks that double from
+/// [`CHUNK_MIN`] up to [`CHUNK_BYTES`] ([`chunk_size`]): one writer (the
+/// owning thread, through its [`Cursor`]), any number of readers, published
+/// as [`AppendLog`] does. A record never straddles two chunks: when the next
+/// one may not fit, the rest of the chunk starts with [`TAG_PAD`]. A chunk is
+/// mapped and faulted in whole when it is taken ([`map_chunk`]), so the event
+/// calls that fill it meet no page fault; a thread with few events takes a
+/// small chunk only.
 struct ByteLog {
-    /// Chunk pointers (NULL: not mapped yet); [`MAX_CHUNKS`] of them.
+    /// Chunk pointers (NULL: not mapped yet); at most [`MAX_CHUNKS`].
     chunks: Box<[AtomicPtr<u8>]>,
     /// Published bytes, counting the padded ends of chunks.
     len: AtomicUsize,
@@ -393,8 +394,18 @@ impl std::fmt::Debug for ByteLog {
     }
 }
 
+/// Bytes of a thread's first chunk; each next one is twice as large, up to
+/// [`CHUNK_BYTES`].
+pub const CHUNK_MIN: usize = 64 << 10;
+
+/// Bytes of chunk `k` of a [`ByteLog`].
+fn chunk_size(k: usize) -> usize {
+    (CHUNK_MIN << k.min(CHUNK_BYTES.trailing_zeros() as usize - CHUNK_MIN.trailing_zeros() as usize)).min(CHUNK_BYTES)
+}
+
 /// The writer's side of a [`ByteLog`] (owned by the one thread that writes
-/// it): where the next record goes and how many starts were recorded.
+/// it): where the next record goes, and what records are encoded against
+/// (the previous record's time, the number of starts so far).
 #[derive(Debug)]
 struct Cursor {
     /// Where the next record goes (NULL before the first chunk).
@@ -403,12 +414,16 @@ struct Cursor {
     end: *mut u8,
     /// Bytes written (and published) so far, padded chunk ends included.
     len: usize,
+    /// Chunks taken so far (the current one is `chunks - 1`).
+    chunks: usize,
+    /// Time of the previous record (records hold the difference).
+    prev_t: u64,
     /// Start records so far (the sequence number of the last one).
     seq: u64,
     /// Ids made so far (the sequence number of the last one; equal to `seq`
     /// until the log is full).
     next: u64,
-    /// The log's thread index (the high bits of this thread's event ids).
+    /// The log's thread index (ids of this thread are encoded by their distance).
     idx: u64,
 }
 
@@ -418,6 +433,8 @@ impl Cursor {
             cur: std::ptr::null_mut(),
             end: std::ptr::null_mut(),
             len: 0,
+            chunks: 0,
+            prev_t: 0,
             seq: 0,
             next: 0,
             idx,
@@ -426,11 +443,12 @@ impl Cursor {
 }
 
 impl ByteLog {
+    #[cfg(test)]
     fn new() -> Self {
         Self::with_chunks(MAX_CHUNKS)
     }
 
-    /// A log of at most `n` chunks.
+    /// A log of at most `n` chunks (0: one that records nothing).
     fn with_chunks(n: usize) -> Self {
         ByteLog {
             chunks: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
@@ -452,9 +470,8 @@ impl ByteLog {
         if (c.cur as usize).wrapping_add(MAX_RECORD) > c.end as usize && !unsafe { self.next_chunk(c) } {
             return false;
         }
-        // SAFETY: MAX_RECORD bytes fit in the chunk from `c.cur` on (8-byte
-        // aligned: chunks are, and records are whole words); they are not yet
-        // published, so no reader touches them, and only this thread writes.
+        // SAFETY: MAX_RECORD bytes fit in the chunk from `c.cur` on; they are
+        // not yet published, so no reader touches them, and only this thread writes.
         let n = unsafe { encode(e, d, c) };
         // SAFETY: `n <= MAX_RECORD`, inside the chunk.
         c.cur = unsafe { c.cur.add(n) };
@@ -464,39 +481,37 @@ impl ByteLog {
     }
 
     /// Moves `c` to the start of the next chunk (padding the rest of the
-    /// current one), mapping it first; `false` when the log is full (or no
-    /// memory could be mapped: a later call tries again).
+    /// current one), mapping it first; `false` when the log is full, or when
+    /// no memory could be mapped (a later call tries again).
     ///
     /// # Safety
     /// As [`ByteLog::push`].
     #[cold]
     #[inline(never)]
     unsafe fn next_chunk(&self, c: &mut Cursor) -> bool {
-        let mut len = c.len;
-        let off = len % CHUNK_BYTES;
-        if off != 0 {
-            // This chunk exists (we wrote in it); nobody reads past `len` yet.
-            let p = self.chunks[len / CHUNK_BYTES].load(Ordering::Relaxed);
-            // SAFETY: `off < CHUNK_BYTES` lies inside the chunk, 8-byte aligned;
-            // unpublished, ours alone.
-            unsafe { p.add(off).cast::<u64>().write(u64::from(TAG_PAD)) };
-            len += CHUNK_BYTES - off;
-        }
-        let Some(chunk) = self.chunks.get(len / CHUNK_BYTES) else {
+        let Some(chunk) = self.chunks.get(c.chunks) else {
             return false;
         };
         let mut p = chunk.load(Ordering::Relaxed);
         if p.is_null() {
-            p = map_chunk();
+            p = map_chunk(chunk_size(c.chunks));
             if p.is_null() {
                 return false;
             }
             chunk.store(p, Ordering::Release);
         }
-        c.len = len;
+        if !c.cur.is_null() {
+            // The rest of the current chunk: padded, counted, never read.
+            if c.cur < c.end {
+                // SAFETY: inside the current chunk, unpublished, ours alone.
+                unsafe { c.cur.write(TAG_PAD) };
+            }
+            c.len += c.end as usize - c.cur as usize;
+        }
         c.cur = p;
-        // SAFETY: the chunk holds CHUNK_BYTES bytes.
-        c.end = unsafe { p.add(CHUNK_BYTES) };
+        // SAFETY: the chunk holds `chunk_size` bytes.
+        c.end = unsafe { p.add(chunk_size(c.chunks)) };
+        c.chunks += 1;
         true
     }
 
@@ -506,28 +521,31 @@ impl ByteLog {
     /// from the thread index `idx` and their order (the `n`-th start of a
     /// thread has sequence `n`).
     fn entries(&self, n: usize, idx: u64, names: &[Name]) -> (Vec<Entry>, Vec<Detail>) {
-        let mut out = Vec::with_capacity(n / 28);
+        let mut out = Vec::with_capacity(n / 6);
         let mut details = Vec::new();
-        let mut st = Decoder { idx, seq: 0, names };
-        let mut pos = 0;
+        let mut st = Decoder {
+            idx,
+            seq: 0,
+            prev_t: 0,
+            names,
+        };
+        let (mut pos, mut k) = (0, 0);
         while pos < n {
-            let end = n.min((pos / CHUNK_BYTES + 1) * CHUNK_BYTES);
-            let p = self.chunks[pos / CHUNK_BYTES].load(Ordering::Relaxed);
-            // SAFETY: bytes `[pos, end)` were written (as whole records or a pad
-            // tag, whole aligned words) before `len` was published with release,
-            // all in this chunk.
-            let mut words =
-                unsafe { std::slice::from_raw_parts(p.add(pos % CHUNK_BYTES).cast::<u64>(), (end - pos) / 8) };
-            while !words.is_empty() {
-                match decode(words, &mut st, &mut details) {
-                    Some((e, k)) => {
-                        out.push(e);
-                        words = &words[k..];
-                    }
+            let size = chunk_size(k);
+            let p = self.chunks[k].load(Ordering::Relaxed);
+            // SAFETY: bytes `[pos, min(n, pos + size))` of the log, all in chunk
+            // `k`, were written (as whole records or a pad tag) before `len` was
+            // published with release.
+            let bytes = unsafe { std::slice::from_raw_parts(p, size.min(n - pos)) };
+            let mut r = Reader(bytes);
+            while !r.0.is_empty() {
+                match decode(&mut r, &mut st, &mut details) {
+                    Some(e) => out.push(e),
                     None => break, // TAG_PAD (or a damaged tail): next chunk
                 }
             }
-            pos = end.next_multiple_of(CHUNK_BYTES);
+            pos += size;
+            k += 1;
         }
         (out, details)
     }
@@ -535,31 +553,31 @@ impl ByteLog {
 
 impl Drop for ByteLog {
     fn drop(&mut self) {
-        for c in self.chunks.iter() {
+        for (k, c) in self.chunks.iter().enumerate() {
             let p = c.load(Ordering::Acquire);
             if !p.is_null() {
-                // SAFETY: mapped by `map_chunk` with this length; no reference into it outlives the log.
-                unsafe { libc::munmap(p.cast(), CHUNK_BYTES) };
+                // SAFETY: mapped by `map_chunk` with this length; nothing refers to it past the log.
+                unsafe { libc::munmap(p.cast(), chunk_size(k)) };
             }
         }
     }
 }
 
-/// A new chunk for a [`ByteLog`]: [`CHUNK_BYTES`] of fresh anonymous memory
-/// (zeroed), 2 MiB-aligned and advised as transparent huge pages, with every
-/// page faulted in now (as the stamp floor's ring in
-/// `benchmarks/profiler_noop.c`), so that filling it takes no page fault;
-/// NULL when no memory can be mapped.
+/// A new chunk of `len` bytes for a [`ByteLog`]: fresh anonymous memory,
+/// faulted in now (`MADV_POPULATE_WRITE`, else a write per page), as the
+/// stamp floor's ring in `benchmarks/profiler_noop.c` is, so that filling it
+/// takes no page fault; 2 MiB-aligned and advised as transparent huge pages
+/// when it is that large. NULL when no memory can be mapped.
 #[cold]
 #[inline(never)]
-fn map_chunk() -> *mut u8 {
+fn map_chunk(len: usize) -> *mut u8 {
     const HUGE: usize = 2 << 20;
-    let len = CHUNK_BYTES + HUGE;
+    let slack = if len >= HUGE { HUGE } else { 0 };
     // SAFETY: a new private anonymous mapping; no existing memory is touched.
     let m = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            len,
+            len + slack,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
@@ -570,36 +588,47 @@ fn map_chunk() -> *mut u8 {
         return std::ptr::null_mut();
     }
     let base = m as usize;
-    let start = base.next_multiple_of(HUGE);
-    // SAFETY: the head `[base, start)` and the tail past `start + CHUNK_BYTES`
-    // lie inside the mapping just made and are not used; MADV_HUGEPAGE is a
-    // hint on our own range; the writes fault in pages of our own range.
+    let start = if slack > 0 { base.next_multiple_of(HUGE) } else { base };
+    // SAFETY: the head `[base, start)` and the tail past `start + len` lie in
+    // the mapping just made and are never used; the advice and the writes
+    // concern `[start, start + len)`, ours alone.
     unsafe {
         if start > base {
             libc::munmap(m, start - base);
         }
-        let tail = base + len - (start + CHUNK_BYTES);
+        let tail = base + len + slack - (start + len);
         if tail > 0 {
-            libc::munmap((start + CHUNK_BYTES) as *mut libc::c_void, tail);
+            libc::munmap((start + len) as *mut libc::c_void, tail);
         }
-        libc::madvise(start as *mut libc::c_void, CHUNK_BYTES, libc::MADV_HUGEPAGE);
         let p = start as *mut u8;
-        for off in (0..CHUNK_BYTES).step_by(4096) {
-            std::ptr::write_volatile(p.add(off), 0);
+        if slack > 0 {
+            libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE);
+        }
+        /// `MADV_POPULATE_WRITE` (Linux 5.14).
+        const POPULATE_WRITE: libc::c_int = 23;
+        if libc::madvise(p.cast(), len, POPULATE_WRITE) != 0 {
+            for off in (0..len).step_by(4096) {
+                std::ptr::write_volatile(p.add(off), 0);
+            }
         }
         p
     }
 }
 
-/// Record kinds of a [`ByteLog`] (the low byte of a record's first word).
+/// Record kinds of a [`ByteLog`] (the low 3 bits of a record's first byte).
 const TAG_PAD: u8 = 0;
 const TAG_START: u8 = 1;
 const TAG_STATE: u8 = 2;
+const TAG_STATE_NO_SIZE: u8 = 3;
 const TAG_STOP: u8 = 4;
-/// Room kept for a record: the longest, a Coll Start, is 72 bytes (9 words).
-const MAX_RECORD: usize = 72;
+/// The high 5 bits of a first byte that announce a value too large for them
+/// (written after the first byte).
+const HIGH_ESCAPE: u8 = 31;
+/// Room kept for a record (the longest, a Coll Start with every field at its
+/// widest, is 88 bytes; typical records are 3 to 20).
+const MAX_RECORD: usize = 128;
 
-/// Payload kinds of a Start record (the second byte of its first word).
+/// Payload kinds of a Start record (its second byte).
 mod pk {
     pub const NONE: u8 = 0;
     pub const GROUP_API: u8 = 1;
@@ -614,160 +643,106 @@ mod pk {
     pub const DETAIL_INDEX: u8 = 10;
 }
 
+/// A record being written straight into its place in the log (no staging
+/// buffer: fields are stored once, little-endian varints).
+struct Writer {
+    p: *mut u8,
+    len: usize,
+}
+
+impl Writer {
+    #[inline]
+    fn put<const N: usize>(&mut self, b: [u8; N]) {
+        assert!(self.len + N <= MAX_RECORD, "record longer than MAX_RECORD");
+        // SAFETY: `p` is writable for MAX_RECORD bytes (`encode`'s contract), checked above.
+        unsafe { self.p.add(self.len).cast::<[u8; N]>().write_unaligned(b) };
+        self.len += N;
+    }
+
+    /// `v` as an unsigned LEB128 varint (1 byte below 128, at most 10).
+    #[inline(always)]
+    fn var(&mut self, mut v: u64) {
+        if v < 0x80 {
+            self.put([v as u8]);
+            return;
+        }
+        while v >= 0x80 {
+            self.put([v as u8 | 0x80]);
+            v >>= 7;
+        }
+        self.put([v as u8]);
+    }
+
+    /// `v` zigzag-encoded as a varint (small magnitudes of either sign are short).
+    #[inline]
+    fn zz(&mut self, v: i64) {
+        self.var(((v << 1) ^ (v >> 63)) as u64);
+    }
+
+    /// A time as its difference from the previous record's (`prev`, updated),
+    /// zigzag (a clock that steps back costs a few bytes more, nothing else).
+    #[inline]
+    fn time(&mut self, t: u64, prev: &mut u64) {
+        self.zz(t.wrapping_sub(*prev) as i64);
+        *prev = t;
+    }
+
+    /// An event id as [`id_ref`] encodes it against cursor `c`.
+    #[inline]
+    fn id(&mut self, id: u64, c: &Cursor) {
+        self.var(id_ref(id, c.idx, c.seq));
+    }
+}
+
 /// Sequence bits of an event id (the thread index is above them).
 const SEQ_BITS: u32 = 40;
 
-/// A record's first word: its kind (`tag`, low byte), a Start's payload kind
-/// (`kind`, second byte), a small field (`aux`: a ProxyOp's channel and
-/// direction, a Coll's channel count, a KernelCh's channel) and a 32-bit one
-/// (`x`: a Start's rank, a state).
-#[inline(always)]
-fn head(tag: u8, kind: u8, aux: u16, x: i32) -> u64 {
-    u64::from(tag) | u64::from(kind) << 8 | u64::from(aux) << 16 | u64::from(x as u32) << 32
+/// How a record names an event, relative to the writing thread (index `idx`,
+/// `seq` starts so far): 0 = none; `2d + 1` = this thread's event started `d`
+/// starts ago (the usual case: 1 byte); `2 id` = any other id (ids stay below
+/// 2^63: thread indexes are below 2^23). An id that cannot be ours (≥ 2^63)
+/// is recorded as none.
+#[inline]
+fn id_ref(id: u64, idx: u64, seq: u64) -> u64 {
+    let s = id & ((1 << SEQ_BITS) - 1);
+    if id >> SEQ_BITS == idx && s <= seq {
+        ((seq - s) << 1) | 1
+    } else if id >> 63 == 0 {
+        id << 1
+    } else {
+        0
+    }
 }
 
-/// Two 32-bit fields in one word (`a` low).
-#[inline(always)]
-fn pair(a: u32, b: u32) -> u64 {
-    u64::from(a) | u64::from(b) << 32
-}
+/// Reads little-endian fields off the front of a record slice.
+struct Reader<'a>(&'a [u8]);
 
-/// Writes `w` at `p`.
-///
-/// # Safety
-/// `p` is 8-byte aligned and writable for `N` words.
-#[inline(always)]
-unsafe fn put<const N: usize>(p: *mut u8, w: [u64; N]) -> usize {
-    // SAFETY: per the caller.
-    unsafe { p.cast::<[u64; N]>().write(w) };
-    N * 8
-}
-
-/// Writes the record of `e` at `c.cur` and returns its length; a Start's
-/// larger payload is `d` (its names as indexes in the thread's interned
-/// names), else its [`Payload`]. A record is whole 64-bit words holding the
-/// fields as they came, with no encoding: the first word is [`head`]'s, then
-/// the time in [`Clock`] ticks, then the event's id (a State or Stop) or its
-/// parent's (a Start); a State adds its size (`u64::MAX`: none); a Start adds
-/// its type bit (low half) with one 32-bit field of its payload (high half),
-/// then the rest of its payload. Stop 24 bytes, State 32, Start 32 (Group,
-/// API group, ProxyStep, KernelCh), 40 (ProxyOp, NetPlugin), 48 (API call),
-/// 56 (P2p), 72 (Coll). A Start carries no id: it is rebuilt from the order
-/// of starts. Decoding ([`decode`]) happens at `finalize`.
-///
-/// # Safety
-/// `c.cur` must be 8-byte aligned and writable for [`MAX_RECORD`] bytes.
-#[inline(always)]
-unsafe fn encode(e: &Entry, d: Option<&Detail<u32>>, c: &mut Cursor) -> usize {
-    let p = c.cur;
-    // SAFETY: (every `put`) per the caller: room for MAX_RECORD bytes, aligned.
-    unsafe {
-        match *e {
-            Entry::Stop { id, t } => put(p, [head(TAG_STOP, 0, 0, 0), t, id]),
-            Entry::State { id, t, size, state } => put(p, [head(TAG_STATE, 0, 0, state), t, id, size]),
-            Entry::Start {
-                parent,
-                t,
-                ty,
-                rank,
-                p: pl,
-                ..
-            } => {
-                c.seq += 1;
-                let h = |kind: u8, aux: u16| head(TAG_START, kind, aux, rank);
-                let tyx = |x: i32| pair(ty, x as u32);
-                match (d, pl) {
-                    (
-                        Some(&Detail::Api {
-                            func,
-                            count,
-                            dtype,
-                            root,
-                            p2p,
-                        }),
-                        _,
-                    ) => {
-                        let kind = if p2p { pk::P2P_API } else { pk::COLL_API };
-                        put(p, [h(kind, 0), t, parent, tyx(root), pair(func, dtype), count as u64])
-                    }
-                    (
-                        Some(&Detail::Coll {
-                            seq,
-                            func,
-                            count,
-                            dtype,
-                            root,
-                            algo,
-                            proto,
-                            nchannels,
-                            group,
-                        }),
-                        _,
-                    ) => put(
-                        p,
-                        [
-                            h(pk::COLL, u16::from(nchannels)),
-                            t,
-                            parent,
-                            tyx(root),
-                            pair(func, dtype),
-                            count as u64,
-                            seq,
-                            pair(algo, proto),
-                            group,
-                        ],
-                    ),
-                    (
-                        Some(&Detail::P2p {
-                            func,
-                            count,
-                            dtype,
-                            peer,
-                            group,
-                        }),
-                        _,
-                    ) => put(
-                        p,
-                        [
-                            h(pk::P2P, 0),
-                            t,
-                            parent,
-                            tyx(peer),
-                            pair(func, dtype),
-                            count as u64,
-                            group,
-                        ],
-                    ),
-                    (None, Payload::None) => put(p, [h(pk::NONE, 0), t, parent, tyx(0)]),
-                    (None, Payload::GroupApi { depth }) => put(p, [h(pk::GROUP_API, 0), t, parent, tyx(depth)]),
-                    (
-                        None,
-                        Payload::ProxyOp {
-                            channel,
-                            send,
-                            peer,
-                            nsteps,
-                            chunk,
-                        },
-                    ) => put(
-                        p,
-                        [
-                            h(pk::PROXY_OP, u16::from(channel) | u16::from(send) << 8),
-                            t,
-                            parent,
-                            tyx(chunk),
-                            pair(peer as u32, nsteps as u32),
-                        ],
-                    ),
-                    (None, Payload::ProxyStep { step }) => put(p, [h(pk::PROXY_STEP, 0), t, parent, tyx(step)]),
-                    (None, Payload::NetPlugin { id }) => put(p, [h(pk::NET_PLUGIN, 0), t, parent, tyx(0), id as u64]),
-                    (None, Payload::KernelCh { channel }) => {
-                        put(p, [h(pk::KERNEL_CH, u16::from(channel)), t, parent, tyx(0)])
-                    }
-                    (None, Payload::Detail { index }) => put(p, [h(pk::DETAIL_INDEX, 0), t, parent, tyx(index as i32)]),
-                }
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let (h, t) = self.0.split_first_chunk::<N>()?;
+        self.0 = t;
+        Some(*h)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take::<1>().map(|b| b[0])
+    }
+    fn var(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..70).step_by(7) {
+            let b = self.u8()?;
+            v |= u64::from(b & 0x7f).checked_shl(shift).unwrap_or(0);
+            if b & 0x80 == 0 {
+                return Some(v);
             }
         }
+        None
+    }
+    fn zz(&mut self) -> Option<i64> {
+        let v = self.var()?;
+        Some((v >> 1) as i64 ^ -((v & 1) as i64))
+    }
+    fn i32(&mut self) -> Option<i32> {
+        self.zz().map(|v| v as i32)
     }
 }
 
@@ -775,137 +750,281 @@ unsafe fn encode(e: &Entry, d: Option<&Detail<u32>>, c: &mut Cursor) -> usize {
 struct Decoder<'a> {
     idx: u64,
     seq: u64,
+    prev_t: u64,
     names: &'a [Name],
 }
 
 impl Decoder<'_> {
-    /// Interned name `i` (an unknown index reads as an empty name).
-    fn name(&self, i: u64) -> Name {
-        usize::try_from(i)
-            .ok()
-            .and_then(|i| self.names.get(i))
-            .copied()
-            .unwrap_or_default()
+    fn time(&mut self, r: &mut Reader<'_>) -> Option<u64> {
+        self.prev_t = self.prev_t.wrapping_add(r.zz()? as u64);
+        Some(self.prev_t)
+    }
+    /// [`id_ref`]'s inverse.
+    fn id(&self, r: &mut Reader<'_>) -> Option<u64> {
+        let v = r.var()?;
+        Some(if v & 1 == 1 {
+            (self.idx << SEQ_BITS) | self.seq.wrapping_sub(v >> 1)
+        } else {
+            v >> 1
+        })
+    }
+    fn name(&self, r: &mut Reader<'_>) -> Option<Name> {
+        let i = r.var()?;
+        Some(
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| self.names.get(i))
+                .copied()
+                .unwrap_or_default(),
+        )
     }
 }
 
-/// An event id as recorded: one this profiler cannot have made (≥ 2^63:
-/// thread indexes stay below 2^23) reads as none (0).
-fn id_of(v: u64) -> u64 {
-    if v >> 63 == 0 { v } else { 0 }
+/// Writes the record of `e` at `c.cur` and returns its length; a Start's
+/// larger payload is `d` (its names as indexes in the thread's interned
+/// names), else its [`Payload`]. The first byte holds the record kind (low 3
+/// bits) and a small value (the Start's type bit index, the state); then
+/// varints: a Start's payload kind, rank, time, parent and payload; a state's
+/// or stop's event and time, a state's size. Times are differences from the
+/// thread's previous record, event ids distances to this thread's starts
+/// ([`id_ref`]); a Start carries no id (rebuilt from the order of starts).
+/// 3 to 20 bytes for the usual records, at most [`MAX_RECORD`]: what the log
+/// writes per event is most of what keeping every event costs (page faults
+/// on fresh memory).
+///
+/// # Safety
+/// `c.cur` must be writable for [`MAX_RECORD`] bytes.
+#[inline(always)]
+unsafe fn encode(e: &Entry, d: Option<&Detail<u32>>, c: &mut Cursor) -> usize {
+    let mut w = Writer { p: c.cur, len: 0 };
+    match *e {
+        Entry::Start {
+            parent, t, ty, rank, p, ..
+        } => {
+            let k = ty.trailing_zeros();
+            let small = ty.is_power_of_two() && k < u32::from(HIGH_ESCAPE);
+            let kind = match (d, p) {
+                (Some(Detail::Api { p2p: false, .. }), _) => pk::COLL_API,
+                (Some(Detail::Api { p2p: true, .. }), _) => pk::P2P_API,
+                (Some(Detail::Coll { .. }), _) => pk::COLL,
+                (Some(Detail::P2p { .. }), _) => pk::P2P,
+                (None, Payload::None) => pk::NONE,
+                (None, Payload::GroupApi { .. }) => pk::GROUP_API,
+                (None, Payload::ProxyOp { .. }) => pk::PROXY_OP,
+                (None, Payload::ProxyStep { .. }) => pk::PROXY_STEP,
+                (None, Payload::NetPlugin { .. }) => pk::NET_PLUGIN,
+                (None, Payload::KernelCh { .. }) => pk::KERNEL_CH,
+                (None, Payload::Detail { .. }) => pk::DETAIL_INDEX,
+            };
+            let high = if small { k as u8 } else { HIGH_ESCAPE };
+            w.put([TAG_START | high << 3, kind]);
+            if !small {
+                w.var(u64::from(ty));
+            }
+            w.zz(i64::from(rank));
+            w.time(t, &mut c.prev_t);
+            w.id(parent, c);
+            match (d, p) {
+                (
+                    Some(&Detail::Api {
+                        func,
+                        count,
+                        dtype,
+                        root,
+                        p2p,
+                    }),
+                    _,
+                ) => {
+                    w.var(u64::from(func));
+                    w.var(count as u64);
+                    w.var(u64::from(dtype));
+                    if !p2p {
+                        w.zz(i64::from(root));
+                    }
+                }
+                (
+                    Some(&Detail::Coll {
+                        seq,
+                        func,
+                        count,
+                        dtype,
+                        root,
+                        algo,
+                        proto,
+                        nchannels,
+                        group,
+                    }),
+                    _,
+                ) => {
+                    w.var(seq);
+                    w.var(u64::from(func));
+                    w.var(count as u64);
+                    w.var(u64::from(dtype));
+                    w.zz(i64::from(root));
+                    w.var(u64::from(algo));
+                    w.var(u64::from(proto));
+                    w.put([nchannels]);
+                    w.id(group, c);
+                }
+                (
+                    Some(&Detail::P2p {
+                        func,
+                        count,
+                        dtype,
+                        peer,
+                        group,
+                    }),
+                    _,
+                ) => {
+                    w.var(u64::from(func));
+                    w.var(count as u64);
+                    w.var(u64::from(dtype));
+                    w.zz(i64::from(peer));
+                    w.id(group, c);
+                }
+                (None, Payload::None) => {}
+                (None, Payload::GroupApi { depth }) => w.zz(i64::from(depth)),
+                (
+                    None,
+                    Payload::ProxyOp {
+                        channel,
+                        send,
+                        peer,
+                        nsteps,
+                        chunk,
+                    },
+                ) => {
+                    w.put([channel, send as u8]);
+                    w.zz(i64::from(peer));
+                    w.zz(i64::from(nsteps));
+                    w.zz(i64::from(chunk));
+                }
+                (None, Payload::ProxyStep { step }) => w.zz(i64::from(step)),
+                (None, Payload::NetPlugin { id }) => w.zz(id),
+                (None, Payload::KernelCh { channel }) => w.put([channel]),
+                (None, Payload::Detail { index }) => w.var(u64::from(index)),
+            }
+            c.seq += 1;
+        }
+        Entry::State { id, t, size, state } => {
+            let small = (0..i32::from(HIGH_ESCAPE)).contains(&state);
+            let tag = if size == u64::MAX { TAG_STATE_NO_SIZE } else { TAG_STATE };
+            w.put([tag | if small { state as u8 } else { HIGH_ESCAPE } << 3]);
+            if !small {
+                w.zz(i64::from(state));
+            }
+            w.id(id, c);
+            w.time(t, &mut c.prev_t);
+            if size != u64::MAX {
+                w.var(size);
+            }
+        }
+        Entry::Stop { id, t } => {
+            w.put([TAG_STOP]);
+            w.id(id, c);
+            w.time(t, &mut c.prev_t);
+        }
+    }
+    w.len
 }
 
-/// The record at the front of `w` ([`encode`]'s inverse) and its length in
-/// words; `None` at [`TAG_PAD`], an unknown kind or a truncated record. A
-/// Start's detail is appended to `details` (its payload is then
-/// `Payload::Detail` with that index).
-fn decode(w: &[u64], st: &mut Decoder<'_>, details: &mut Vec<Detail>) -> Option<(Entry, usize)> {
-    let h = *w.first()?;
-    let (tag, kind, aux, x) = (h as u8, (h >> 8) as u8, (h >> 16) as u16, (h >> 32) as u32 as i32);
-    let lo = |v: u64| v as u32;
-    let hi = |v: u64| (v >> 32) as u32;
-    match tag {
-        TAG_STOP => {
-            let &[_, t, id] = w.first_chunk::<3>()?;
-            Some((Entry::Stop { id: id_of(id), t }, 3))
-        }
-        TAG_STATE => {
-            let &[_, t, id, size] = w.first_chunk::<4>()?;
-            Some((
-                Entry::State {
-                    id: id_of(id),
-                    t,
-                    size,
-                    state: x,
-                },
-                4,
-            ))
-        }
+/// The next record of `r` ([`encode`]'s inverse); `None` at [`TAG_PAD`] or a
+/// truncated record. A Start's detail is appended to `details` (its payload
+/// is then `Payload::Detail` with that index).
+fn decode(r: &mut Reader<'_>, st: &mut Decoder<'_>, details: &mut Vec<Detail>) -> Option<Entry> {
+    let b = r.u8()?;
+    let high = b >> 3;
+    match b & 7 {
         TAG_START => {
-            let &[_, t, parent, tyx] = w.first_chunk::<4>()?;
-            let (ty, y) = (lo(tyx), hi(tyx) as i32);
-            let more = &w[4..];
+            let kind = r.u8()?;
+            let ty = if high == HIGH_ESCAPE {
+                u32::try_from(r.var()?).ok()?
+            } else {
+                1 << high
+            };
+            let rank = r.i32()?;
+            let t = st.time(r)?;
+            let parent = st.id(r)?;
             let mut detail = |d: Detail| {
                 details.push(d);
                 Payload::Detail {
                     index: (details.len() - 1) as u32,
                 }
             };
-            let (p, k) = match kind {
-                pk::NONE => (Payload::None, 4),
-                pk::GROUP_API => (Payload::GroupApi { depth: y }, 4),
-                pk::PROXY_STEP => (Payload::ProxyStep { step: y }, 4),
-                pk::KERNEL_CH => (Payload::KernelCh { channel: aux as u8 }, 4),
-                pk::DETAIL_INDEX => (Payload::Detail { index: y as u32 }, 4),
-                pk::NET_PLUGIN => (
-                    Payload::NetPlugin {
-                        id: *more.first()? as i64,
-                    },
-                    5,
-                ),
-                pk::PROXY_OP => {
-                    let v = *more.first()?;
-                    let p = Payload::ProxyOp {
-                        channel: aux as u8,
-                        send: aux >> 8 != 0,
-                        peer: lo(v) as i32,
-                        nsteps: hi(v) as i32,
-                        chunk: y,
-                    };
-                    (p, 5)
-                }
+            let p = match kind {
+                pk::NONE => Payload::None,
+                pk::GROUP_API => Payload::GroupApi { depth: r.i32()? },
+                pk::PROXY_OP => Payload::ProxyOp {
+                    channel: r.u8()?,
+                    send: r.u8()? != 0,
+                    peer: r.i32()?,
+                    nsteps: r.i32()?,
+                    chunk: r.i32()?,
+                },
+                pk::PROXY_STEP => Payload::ProxyStep { step: r.i32()? },
+                pk::NET_PLUGIN => Payload::NetPlugin { id: r.zz()? },
+                pk::KERNEL_CH => Payload::KernelCh { channel: r.u8()? },
                 pk::COLL_API | pk::P2P_API => {
-                    let &[names, count] = more.first_chunk::<2>()?;
                     let p2p = kind == pk::P2P_API;
-                    let d = Detail::Api {
-                        func: st.name(u64::from(lo(names))),
-                        count: count as usize,
-                        dtype: st.name(u64::from(hi(names))),
-                        root: if p2p { 0 } else { y },
+                    let (func, count, dtype) = (st.name(r)?, r.var()? as usize, st.name(r)?);
+                    let root = if p2p { 0 } else { r.i32()? };
+                    detail(Detail::Api {
+                        func,
+                        count,
+                        dtype,
+                        root,
                         p2p,
-                    };
-                    (detail(d), 6)
+                    })
                 }
                 pk::COLL => {
-                    let &[names, count, seq, ap, group] = more.first_chunk::<5>()?;
-                    let d = Detail::Coll {
+                    let (seq, func, count, dtype) = (r.var()?, st.name(r)?, r.var()? as usize, st.name(r)?);
+                    let (root, algo, proto, nchannels) = (r.i32()?, st.name(r)?, st.name(r)?, r.u8()?);
+                    let group = st.id(r)?;
+                    detail(Detail::Coll {
                         seq,
-                        func: st.name(u64::from(lo(names))),
-                        count: count as usize,
-                        dtype: st.name(u64::from(hi(names))),
-                        root: y,
-                        algo: st.name(u64::from(lo(ap))),
-                        proto: st.name(u64::from(hi(ap))),
-                        nchannels: aux as u8,
-                        group: id_of(group),
-                    };
-                    (detail(d), 9)
+                        func,
+                        count,
+                        dtype,
+                        root,
+                        algo,
+                        proto,
+                        nchannels,
+                        group,
+                    })
                 }
                 pk::P2P => {
-                    let &[names, count, group] = more.first_chunk::<3>()?;
-                    let d = Detail::P2p {
-                        func: st.name(u64::from(lo(names))),
-                        count: count as usize,
-                        dtype: st.name(u64::from(hi(names))),
-                        peer: y,
-                        group: id_of(group),
-                    };
-                    (detail(d), 7)
+                    let (func, count, dtype, peer) = (st.name(r)?, r.var()? as usize, st.name(r)?, r.i32()?);
+                    let group = st.id(r)?;
+                    detail(Detail::P2p {
+                        func,
+                        count,
+                        dtype,
+                        peer,
+                        group,
+                    })
                 }
+                pk::DETAIL_INDEX => Payload::Detail { index: r.var()? as u32 },
                 _ => return None,
             };
             st.seq += 1;
-            Some((
-                Entry::Start {
-                    id: (st.idx << SEQ_BITS) | st.seq,
-                    parent: id_of(parent),
-                    t,
-                    ty,
-                    rank: x,
-                    p,
-                },
-                k,
-            ))
+            Some(Entry::Start {
+                id: (st.idx << SEQ_BITS) | st.seq,
+                parent,
+                t,
+                ty,
+                rank,
+                p,
+            })
+        }
+        tag @ (TAG_STATE | TAG_STATE_NO_SIZE) => {
+            let state = if high == HIGH_ESCAPE { r.i32()? } else { i32::from(high) };
+            let (id, t) = (st.id(r)?, st.time(r)?);
+            let size = if tag == TAG_STATE { r.var()? } else { u64::MAX };
+            Some(Entry::State { id, t, size, state })
+        }
+        TAG_STOP => {
+            let (id, t) = (st.id(r)?, st.time(r)?);
+            Some(Entry::Stop { id, t })
         }
         _ => None,
     }
@@ -1200,14 +1319,11 @@ const MAX_THREADS: usize = 1 << 23;
 fn register() -> &'static ThreadLog {
     let mut st = lock(store());
     let idx = st.logs.len() as u64 + 1;
-    let mut cursor = Cursor::new(idx);
-    if st.logs.len() >= MAX_THREADS {
-        // Full from the start: no chunk is ever taken.
-        cursor.len = CHUNK_BYTES * MAX_CHUNKS;
-    }
+    // Past MAX_THREADS, a log with no chunk: full from the start.
+    let chunks = if st.logs.len() >= MAX_THREADS { 0 } else { MAX_CHUNKS };
     let log: &'static ThreadLog = Box::leak(Box::new(ThreadLog {
-        cursor: UnsafeCell::new(cursor),
-        entries: ByteLog::new(),
+        cursor: UnsafeCell::new(Cursor::new(idx)),
+        entries: ByteLog::with_chunks(chunks),
         idx,
         names: AppendLog::new(),
         name_cache: UnsafeCell::new(NameCache {
@@ -1733,6 +1849,7 @@ impl Profiler for TraceProfiler {
         self.start_child(descr, None)
     }
 
+    #[inline(always)]
     fn start_child(&self, descr: &abi::ncclProfilerEventDescr_v6_t, parent: Option<&u64>) -> NetResult<Option<u64>> {
         let rank = if descr.rank != 0 { descr.rank } else { self.rank };
         let t = now_ns();
@@ -1780,6 +1897,7 @@ impl Profiler for TraceProfiler {
         Self::stop_unboxed(event)
     }
 
+    #[inline(always)]
     fn record_unboxed(
         event: &mut u64,
         state: abi::ncclProfilerEventState_t,
@@ -1802,6 +1920,7 @@ impl Profiler for TraceProfiler {
         Ok(())
     }
 
+    #[inline(always)]
     fn stop_unboxed(event: u64) -> NetResult<()> {
         append(Entry::Stop { id: event, t: now_ns() });
         Ok(())
@@ -2282,36 +2401,54 @@ mod tests {
         assert_eq!(Name::of(std::ptr::null()).as_string(), "");
     }
 
-    /// A chunk is 2 MiB-aligned and every page of it is resident as soon as it
-    /// is taken (before the records that fill it are written).
-    #[test]
-    fn chunks_are_aligned_and_faulted_in_when_taken() {
-        let log = ByteLog::with_chunks(2);
-        let mut c = Cursor::new(1);
-        // SAFETY: this thread is the log's only writer.
-        assert!(unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: 2 }, None) });
-        let p = log.chunks[0].load(Ordering::Acquire);
-        assert!(!p.is_null());
-        assert_eq!(p as usize % (2 << 20), 0, "{p:p}");
+    /// Whether every page of `[p, p + len)` is resident.
+    fn resident(p: *mut u8, len: usize) -> bool {
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
-        let mut resident = vec![0u8; CHUNK_BYTES.div_ceil(page)];
-        // SAFETY: `[p, p + CHUNK_BYTES)` is the log's mapping; `resident` holds a byte per page.
-        assert_eq!(
-            unsafe { libc::mincore(p.cast(), CHUNK_BYTES, resident.as_mut_ptr()) },
-            0
-        );
-        let missing = resident.iter().filter(|b| *b & 1 == 0).count();
-        assert_eq!(missing, 0, "{missing} of {} pages not faulted in", resident.len());
-        assert!(
-            log.chunks[1].load(Ordering::Acquire).is_null(),
-            "the next chunk is taken when needed"
-        );
+        let mut v = vec![0u8; len.div_ceil(page)];
+        // SAFETY: `[p, p + len)` is a mapping of the caller's; `v` holds a byte per page.
+        assert_eq!(unsafe { libc::mincore(p.cast(), len, v.as_mut_ptr()) }, 0);
+        v.iter().all(|b| b & 1 == 1)
+    }
+
+    /// Chunks double from CHUNK_MIN to CHUNK_BYTES; each is resident as soon
+    /// as it is taken (before the records that fill it are written), the
+    /// large ones 2 MiB-aligned; the next chunk is taken only when needed.
+    #[test]
+    fn chunks_grow_and_are_faulted_in_when_taken() {
+        let sizes: Vec<usize> = (0..9).map(chunk_size).collect();
+        let want: Vec<usize> = [64, 128, 256, 512, 1024, 2048, 4096, 4096, 4096]
+            .map(|k| k << 10)
+            .to_vec();
+        assert_eq!(sizes, want);
+        let log = ByteLog::with_chunks(8);
+        let mut c = Cursor::new(1);
+        let mut k = 0;
+        for i in 0u64.. {
+            // SAFETY: this thread is the log's only writer.
+            assert!(unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: i }, None) });
+            if c.chunks > k {
+                let p = log.chunks[k].load(Ordering::Acquire);
+                assert!(resident(p, chunk_size(k)), "chunk {k} not faulted in when taken");
+                if chunk_size(k) >= 2 << 20 {
+                    assert_eq!(p as usize % (2 << 20), 0, "chunk {k} at {p:p}");
+                }
+                assert!(
+                    log.chunks[k + 1].load(Ordering::Acquire).is_null(),
+                    "chunk {} taken early",
+                    k + 1
+                );
+                k += 1;
+                if k == 7 {
+                    break;
+                }
+            }
+        }
     }
 
     /// A log fills its chunks up to the last one; records never straddle a
-    /// chunk end (the rest is padded); once the longest record no longer
-    /// fits, nothing more is recorded, not even a short record, and what was
+    /// chunk end (the rest is padded); once the longest record may no longer
+    /// fit, nothing more is recorded, not even a short record, and what was
     /// recorded comes back whole, Start ids and names included.
     #[test]
     fn a_full_log_keeps_what_it_recorded_and_records_nothing_more() {
@@ -2329,6 +2466,7 @@ mod tests {
             group: (idx << SEQ_BITS) | 1,
         };
         let log = ByteLog::with_chunks(2);
+        let cap = chunk_size(0) + chunk_size(1);
         let mut c = Cursor::new(idx);
         let mut pushed = Vec::new();
         let mut starts = 0u64;
@@ -2338,7 +2476,7 @@ mod tests {
                     Entry::Start {
                         id: 0,
                         parent: 0,
-                        t: i,
+                        t: i << 20,
                         ty: abi::ncclProfileColl as u32,
                         rank: 5,
                         p: Payload::None,
@@ -2346,7 +2484,7 @@ mod tests {
                     Some(&coll),
                 )
             } else {
-                (Entry::Stop { id: i, t: i }, None)
+                (Entry::Stop { id: i, t: i << 20 }, None)
             };
             // SAFETY: this thread is the log's only writer.
             if !unsafe { log.push(&mut c, &e, d) } {
@@ -2358,8 +2496,8 @@ mod tests {
             pushed.push(e);
         }
         let n = log.len.load(Ordering::Acquire);
-        assert!(n <= 2 * CHUNK_BYTES && n > 2 * CHUNK_BYTES - MAX_RECORD, "{n}");
-        assert_eq!(n % 8, 0);
+        assert!(n <= cap && n > cap - MAX_RECORD, "{n} of {cap}");
+        assert!(n > chunk_size(0) && c.chunks == 2, "both chunks used");
         // Full: a short record fits in the rest, but is not taken.
         // SAFETY: as above.
         assert!(!unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: 1 }, None) });
@@ -2399,5 +2537,15 @@ mod tests {
                 _ => panic!("{g:?} for {w:?}"),
             }
         }
+    }
+
+    /// A log of no chunk (a thread past MAX_THREADS) records nothing.
+    #[test]
+    fn a_log_without_chunks_records_nothing() {
+        let log = ByteLog::with_chunks(0);
+        let mut c = Cursor::new(1);
+        // SAFETY: this thread is the log's only writer.
+        assert!(!unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: 1 }, None) });
+        assert_eq!(log.entries(log.len.load(Ordering::Acquire), 1, &[]).0.len(), 0);
     }
 }
