@@ -29,10 +29,15 @@
 //! # Cost on the hot path
 //! `startEvent`, `recordEventState` and `stopEvent` append one [`Entry`],
 //! encoded as a variable-length record (varints: 3 to 20 bytes for the usual
-//! records, see [`encode`]; no heap string, no JSON, no allocation but one
-//! chunk of [`CHUNK_BYTES`] now and then), to the calling thread's own log,
-//! which takes no lock: its thread is the only writer and publishes each
-//! record with one release store, which `finalize` reads with acquire. A
+//! records, see [`encode`]; no heap string, no JSON, no allocation), to the
+//! calling thread's own log, which takes no lock: its thread is the only
+//! writer and publishes each record with one release store, which `finalize`
+//! reads with acquire. The log grows by chunks (from [`CHUNK_MIN`], doubling
+//! up to [`CHUNK_BYTES`]), each mapped and faulted in whole when it is taken,
+//! so no other event call meets a page fault. Records are kept this short
+//! because every byte kept is a byte of fresh memory the kernel must zero:
+//! fixed-size records of raw fields (24 to 72 bytes) were tried and cost
+//! more in zeroed pages than the encoding they saved (BENCHMARKS.md §8.10). A
 //! thread finds its log by its thread pointer in a lock-free table (no
 //! `__tls_get_addr` call, which a `dlopen`ed library pays per TLS access) and
 //! registers it once in a process-wide list. Event ids are (thread, sequence)
@@ -40,7 +45,10 @@
 //! events by their distance in starts (one byte, mostly). Names (function,
 //! datatype, algorithm, protocol) are interned per thread, so a Coll record
 //! holds four small indexes. Times are raw TSC reads ([`Clock`]), one per
-//! call: on a virtual machine that read is a large part of what a call costs.
+//! call, chosen once per process (one relaxed load per call): on a virtual
+//! machine that read is a large part of what a call costs. The event bodies
+//! are inlined into the SDK's exported shims, whose success path runs with
+//! no call to the SDK's out-of-line guard.
 //! An event's id is its handle (the SDK's `UNBOXED` mode): no box, no
 //! retained copy and no lock per event. `finalize` merges the logs into
 //! [`Rec`]s and serialises them with `serde_json`. `examples/microbench.rs`
