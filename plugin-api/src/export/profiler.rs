@@ -95,26 +95,36 @@ fn unboxed<P: Profiler>(handle: *mut c_void) -> NetResult<P::Event> {
 }
 
 /// [`guard`] with its success path inlined into the shim: the body runs under
-/// `catch_unwind` here, and only an error or a panic goes to [`guard`]
-/// (out of line), which logs it and returns its code exactly as when the
-/// body runs inside it (a panic is resumed there and caught again). The
-/// profiler's per-event shims are called tens of times per operation.
+/// `catch_unwind` here and comes back as a result code (a small value: no
+/// `Result` with an error in it is copied through memory per call); only an
+/// error or a panic goes to [`guard`] (out of line), which logs it and
+/// returns its code exactly as when the body runs inside it (a panic is
+/// resumed there and caught again). The profiler's per-event shims are
+/// called tens of times per operation.
 #[inline(always)]
 fn g<P: Profiler>(what: &str, f: impl FnOnce() -> NetResult<()>) -> ncclResult_t {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(Ok(())) => ncclResult_t::ncclSuccess,
-        failed => g_failed::<P>(what, failed),
+    let body = std::panic::AssertUnwindSafe(|| match f() {
+        Ok(()) => ncclResult_t::ncclSuccess,
+        Err(e) => g_failed::<P>(what, e),
+    });
+    match std::panic::catch_unwind(body) {
+        Ok(code) => code,
+        Err(payload) => g_panicked::<P>(what, payload),
     }
 }
 
-/// The failure path of [`g`]: `failed` reported through [`guard`].
+/// An error of [`g`]'s body, reported through [`guard`].
 #[cold]
 #[inline(never)]
-fn g_failed<P: Profiler>(what: &str, failed: std::thread::Result<NetResult<()>>) -> ncclResult_t {
-    match failed {
-        Ok(r) => guard(P::NAME, what, move || r),
-        Err(payload) => guard(P::NAME, what, move || std::panic::resume_unwind(payload)),
-    }
+fn g_failed<P: Profiler>(what: &str, e: NetError) -> ncclResult_t {
+    guard(P::NAME, what, move || Err(e))
+}
+
+/// A panic of [`g`]'s body, reported through [`guard`].
+#[cold]
+#[inline(never)]
+fn g_panicked<P: Profiler>(what: &str, payload: Box<dyn std::any::Any + Send>) -> ncclResult_t {
+    guard(P::NAME, what, move || std::panic::resume_unwind(payload))
 }
 
 /// `init` of v5/v6.
