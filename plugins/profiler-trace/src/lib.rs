@@ -33,8 +33,9 @@
 //! calling thread's own log, which takes no lock: its thread is the only
 //! writer and publishes each record with one release store, which `finalize`
 //! reads with acquire. The log grows by chunks (from [`CHUNK_MIN`], doubling
-//! up to [`CHUNK_BYTES`]), each mapped and faulted in whole when it is taken,
-//! so no other event call meets a page fault. Records are kept this short
+//! up to [`CHUNK_BYTES`]), faulted in a [`WINDOW`] at a time ahead of the
+//! writer, so only the call that crosses a window meets page faults, all in
+//! one `madvise`. Records are kept this short
 //! because every byte kept is a byte of fresh memory the kernel must zero:
 //! fixed-size records of raw fields (24 to 72 bytes) were tried and cost
 //! more in zeroed pages than the encoding they saved (BENCHMARKS.md §8.10). A
@@ -384,9 +385,9 @@ fn advise_huge(p: *mut u8, len: usize) {
 /// owning thread, through its [`Cursor`]), any number of readers, published
 /// as [`AppendLog`] does. A record never straddles two chunks: when the next
 /// one may not fit, the rest of the chunk starts with [`TAG_PAD`]. A chunk is
-/// mapped and faulted in whole when it is taken ([`map_chunk`]), so the event
-/// calls that fill it meet no page fault; a thread with few events takes a
-/// small chunk only.
+/// faulted in a [`WINDOW`] at a time ahead of the writer
+/// ([`ByteLog::next_window`]), so the event calls that fill a window meet no
+/// page fault; a thread with few events takes a small chunk only.
 struct ByteLog {
     /// Chunk pointers (NULL: not mapped yet); at most [`MAX_CHUNKS`].
     chunks: Box<[AtomicPtr<u8>]>,
@@ -418,8 +419,11 @@ fn chunk_size(k: usize) -> usize {
 struct Cursor {
     /// Where the next record goes (NULL before the first chunk).
     cur: *mut u8,
-    /// End of the current chunk.
+    /// End of the part of the current chunk faulted in so far (the writer
+    /// goes to the cold path there: [`ByteLog::next_window`]).
     end: *mut u8,
+    /// End of the current chunk.
+    chunk_end: *mut u8,
     /// Bytes written (and published) so far, padded chunk ends included.
     len: usize,
     /// Chunks taken so far (the current one is `chunks - 1`).
@@ -440,6 +444,7 @@ impl Cursor {
         Cursor {
             cur: std::ptr::null_mut(),
             end: std::ptr::null_mut(),
+            chunk_end: std::ptr::null_mut(),
             len: 0,
             chunks: 0,
             prev_t: 0,
@@ -475,7 +480,7 @@ impl ByteLog {
     #[inline(always)]
     unsafe fn push(&self, c: &mut Cursor, e: &Entry, d: Option<&Detail<u32>>) -> bool {
         // SAFETY: (both) per the caller: this thread is the only writer.
-        if (c.cur as usize).wrapping_add(MAX_RECORD) > c.end as usize && !unsafe { self.next_chunk(c) } {
+        if (c.cur as usize).wrapping_add(MAX_RECORD) > c.end as usize && !unsafe { self.next_window(c) } {
             return false;
         }
         // SAFETY: MAX_RECORD bytes fit in the chunk from `c.cur` on; they are
@@ -486,6 +491,29 @@ impl ByteLog {
         c.len += n;
         self.len.store(c.len, Ordering::Release);
         true
+    }
+
+    /// Makes room for [`MAX_RECORD`] bytes at `c`: faults in the next
+    /// [`WINDOW`] bytes of the current chunk, or moves to the next chunk
+    /// ([`ByteLog::next_chunk`]) at its end; `false` when the log is full.
+    /// Pages are faulted in a window at a time, ahead of the writer, so no
+    /// event call but the one that crosses a window meets a page fault, and
+    /// no more than a window is zeroed that nothing will fill.
+    ///
+    /// # Safety
+    /// As [`ByteLog::push`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn next_window(&self, c: &mut Cursor) -> bool {
+        if !c.cur.is_null() && (c.cur as usize) + MAX_RECORD <= c.chunk_end as usize {
+            let n = WINDOW.min(c.chunk_end as usize - c.end as usize);
+            populate(c.end, n);
+            // SAFETY: `n` bytes past `end` lie inside the chunk.
+            c.end = unsafe { c.end.add(n) };
+            return true;
+        }
+        // SAFETY: per the caller.
+        unsafe { self.next_chunk(c) }
     }
 
     /// Moves `c` to the start of the next chunk (padding the rest of the
@@ -510,15 +538,20 @@ impl ByteLog {
         }
         if !c.cur.is_null() {
             // The rest of the current chunk: padded, counted, never read.
-            if c.cur < c.end {
+            if c.cur < c.chunk_end {
                 // SAFETY: inside the current chunk, unpublished, ours alone.
                 unsafe { c.cur.write(TAG_PAD) };
             }
-            c.len += c.end as usize - c.cur as usize;
+            c.len += c.chunk_end as usize - c.cur as usize;
         }
+        let size = chunk_size(c.chunks);
         c.cur = p;
-        // SAFETY: the chunk holds `chunk_size` bytes.
-        c.end = unsafe { p.add(chunk_size(c.chunks)) };
+        // SAFETY: the chunk holds `size` bytes, and its first window (or all
+        // of it, when smaller) is faulted in by `map_chunk`.
+        unsafe {
+            c.chunk_end = p.add(size);
+            c.end = p.add(WINDOW.min(size));
+        }
         c.chunks += 1;
         true
     }
@@ -571,11 +604,34 @@ impl Drop for ByteLog {
     }
 }
 
-/// A new chunk of `len` bytes for a [`ByteLog`]: fresh anonymous memory,
-/// faulted in now (`MADV_POPULATE_WRITE`, else a write per page), as the
-/// stamp floor's ring in `benchmarks/profiler_noop.c` is, so that filling it
-/// takes no page fault; 2 MiB-aligned and advised as transparent huge pages
-/// when it is that large. NULL when no memory can be mapped.
+/// Bytes of a chunk faulted in at a time, ahead of the writer
+/// ([`ByteLog::next_window`]).
+pub const WINDOW: usize = 64 << 10;
+
+/// Faults in `[p, p + len)` of a chunk (`MADV_POPULATE_WRITE`, one call for
+/// the range; else a write per page), as the stamp floor's ring in
+/// `benchmarks/profiler_noop.c` is faulted in before use.
+#[cold]
+#[inline(never)]
+fn populate(p: *mut u8, len: usize) {
+    /// `MADV_POPULATE_WRITE` (Linux 5.14).
+    const POPULATE_WRITE: libc::c_int = 23;
+    // SAFETY: the range lies in a chunk of the calling writer's, not yet
+    // published (nobody reads it); populating or writing zeros to fresh,
+    // never-written memory leaves its contents as they are (zero).
+    unsafe {
+        if libc::madvise(p.cast(), len, POPULATE_WRITE) != 0 {
+            for off in (0..len).step_by(4096) {
+                std::ptr::write_volatile(p.add(off), 0);
+            }
+        }
+    }
+}
+
+/// A new chunk of `len` bytes for a [`ByteLog`]: fresh anonymous memory
+/// with its first [`WINDOW`] faulted in ([`populate`]); 2 MiB-aligned and
+/// advised as transparent huge pages when it is that large. NULL when no
+/// memory can be mapped.
 #[cold]
 #[inline(never)]
 fn map_chunk(len: usize) -> *mut u8 {
@@ -612,13 +668,7 @@ fn map_chunk(len: usize) -> *mut u8 {
         if slack > 0 {
             libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE);
         }
-        /// `MADV_POPULATE_WRITE` (Linux 5.14).
-        const POPULATE_WRITE: libc::c_int = 23;
-        if libc::madvise(p.cast(), len, POPULATE_WRITE) != 0 {
-            for off in (0..len).step_by(4096) {
-                std::ptr::write_volatile(p.add(off), 0);
-            }
-        }
+        populate(p, WINDOW.min(len));
         p
     }
 }
@@ -2409,37 +2459,53 @@ mod tests {
         assert_eq!(Name::of(std::ptr::null()).as_string(), "");
     }
 
-    /// Whether every page of `[p, p + len)` is resident.
-    fn resident(p: *mut u8, len: usize) -> bool {
+    /// How many of the pages of `[p, p + len)` (`p` page-aligned) are
+    /// resident, and how many there are.
+    fn resident(p: *mut u8, len: usize) -> (usize, usize) {
         // SAFETY: sysconf has no preconditions.
         let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
         let mut v = vec![0u8; len.div_ceil(page)];
         // SAFETY: `[p, p + len)` is a mapping of the caller's; `v` holds a byte per page.
         assert_eq!(unsafe { libc::mincore(p.cast(), len, v.as_mut_ptr()) }, 0);
-        v.iter().all(|b| b & 1 == 1)
+        (v.iter().filter(|b| *b & 1 == 1).count(), v.len())
     }
 
-    /// Chunks double from CHUNK_MIN to CHUNK_BYTES; each is resident as soon
-    /// as it is taken (before the records that fill it are written), the
-    /// large ones 2 MiB-aligned; the next chunk is taken only when needed.
+    /// Chunks double from CHUNK_MIN to CHUNK_BYTES, the large ones
+    /// 2 MiB-aligned; the next chunk is taken only when needed. The writer
+    /// always has room for the longest record in memory already faulted
+    /// in, a window ahead at most: a chunk below huge-page size has nothing
+    /// resident past its first window when it is taken.
     #[test]
-    fn chunks_grow_and_are_faulted_in_when_taken() {
+    fn chunks_grow_and_are_faulted_in_ahead_of_the_writer() {
         let sizes: Vec<usize> = (0..9).map(chunk_size).collect();
         let want: Vec<usize> = [64, 128, 256, 512, 1024, 2048, 4096, 4096, 4096]
             .map(|k| k << 10)
             .to_vec();
         assert_eq!(sizes, want);
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
         let log = ByteLog::with_chunks(8);
         let mut c = Cursor::new(1);
         let mut k = 0;
         for i in 0u64.. {
             // SAFETY: this thread is the log's only writer.
             assert!(unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: i }, None) });
-            if c.chunks > k {
+            let taken = c.chunks > k;
+            if taken || i % 4099 == 0 {
+                let from = (c.cur as usize) / page * page;
+                let (r, n) = resident(from as *mut u8, c.end as usize - from);
+                assert_eq!(r, n, "record {i}: room ahead of the writer not faulted in");
+                assert!(c.end as usize - c.cur as usize >= MAX_RECORD || c.end == c.chunk_end);
+            }
+            if taken {
                 let p = log.chunks[k].load(Ordering::Acquire);
-                assert!(resident(p, chunk_size(k)), "chunk {k} not faulted in when taken");
-                if chunk_size(k) >= 2 << 20 {
+                let size = chunk_size(k);
+                if size >= 2 << 20 {
                     assert_eq!(p as usize % (2 << 20), 0, "chunk {k} at {p:p}");
+                } else if size > WINDOW {
+                    // SAFETY: inside chunk `k`.
+                    let (r, _) = resident(unsafe { p.add(WINDOW) }, size - WINDOW);
+                    assert_eq!(r, 0, "chunk {k}: pages past the first window faulted in when taken");
                 }
                 assert!(
                     log.chunks[k + 1].load(Ordering::Acquire).is_null(),
