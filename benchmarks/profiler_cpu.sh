@@ -8,10 +8,15 @@
 # writing) is not sampled. A sample counts as the profiler's when a frame of its call
 # chain is profiler code (the trace plugin, ferroccl::profiler, the group API events,
 # prof_begin/prof_end, the SDK's net-profiler glue, the socket plugin's ProfRequest).
-# Prints ns of sampled CPU per op and rank in profiler code, and in everything.
+# Prints ns of sampled CPU per op and rank in profiler code, in everything, and in
+# the profiler plugin alone (a frame of its DSO in the chain, kernel work it
+# caused included: page faults, the zeroing of fresh pages).
 # Usage: benchmarks/profiler_cpu.sh MASK N [SO_DIR]
 #   MASK: NCCL_PROFILE_EVENT_MASK (e.g. 32767, 0) or `none` (no profiler)
-#   SO_DIR: a directory of plugin .so files put first on LD_LIBRARY_PATH (A/B of plugin builds)
+#   SO_DIR: a directory of plugin .so files put first on LD_LIBRARY_PATH (A/B of plugin
+#   builds; the loader takes the trace plugin from there under its NCCL name,
+#   libnccl-profiler-trace.so; another plugin, such as benchmarks/profiler_noop.c's
+#   stamp floor, under that name is measured the same way)
 # Environment: B (build dir, default target/release), F (sampling Hz, default 20000).
 set -euo pipefail
 . "$(dirname "$0")/lib/machine.sh"
@@ -35,7 +40,8 @@ F, N = float(sys.argv[1]), int(sys.argv[2])
 ops = 2 * 2 * (N + 100)  # 2 ranks x (out-of-place + in-place) x (n + warmup)
 fin = re.compile(r"finalize|to_chrome|recs_of|nccl_profiler_trace::collect|serde_json")
 prof = re.compile(r"libnccl[-_]profiler[-_]trace|group::api_|sdk::net_profiler|ferroccl::profiler::|prof_begin|prof_end|ProfRequest|StepTracker|net_callback")
-n = {"prof": 0, "all": 0}
+plug = re.compile(r"libnccl[-_]profiler[-_]trace")
+n = {"prof": 0, "all": 0, "plug": 0}
 cur = None
 def done(frames):
     text = "\n".join(frames)
@@ -44,6 +50,8 @@ def done(frames):
     n["all"] += 1
     if prof.search(text):
         n["prof"] += 1
+    if plug.search(text):
+        n["plug"] += 1
 for line in sys.stdin:
     if not line.strip():
         if cur is not None:
@@ -55,5 +63,6 @@ for line in sys.stdin:
         cur.append(line.strip())
 if cur is not None:
     done(cur)
-print("profiler ns/op/rank: %.0f   all ns/op/rank: %.0f" % (n["prof"] / F * 1e9 / ops, n["all"] / F * 1e9 / ops))
+ns = lambda k: n[k] / F * 1e9 / ops
+print("profiler ns/op/rank: %.0f   all ns/op/rank: %.0f   plugin ns/op/rank: %.0f" % (ns("prof"), ns("all"), ns("plug")))
 ' "$F" "$N"

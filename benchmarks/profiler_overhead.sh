@@ -12,7 +12,11 @@
 # Usage: benchmarks/profiler_overhead.sh [ROUNDS]   (default 4)
 # Environment: B, a build directory (holding ferroccl-perf and the plugins) to
 # run instead of building target/release; SO, a directory of plugin .so files
-# put first on LD_LIBRARY_PATH (A/B of plugin builds).
+# put first on LD_LIBRARY_PATH (A/B of plugin builds: the loader takes a
+# plugin from there only under its NCCL name, libnccl-profiler-trace.so);
+# TRACE_SO="LABEL=FILE ...", trace plugin builds to compare side by side:
+# each replaces "traceall" by a mode "trace-LABEL" that loads FILE by its
+# path (every event), in every round and at every size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib/machine.sh
@@ -27,9 +31,20 @@ SO=${SO:-}
 export LD_LIBRARY_PATH=${SO:+$SO:}$B NCCL_NET_PLUGIN=socket NCCL_SHM_DISABLE=1
 TRC=$(mktemp -d)
 trap 'rm -rf "$TRC"' EXIT
-MODES8="none traceall"   # the 8-byte modes of a round
+TRACES=traceall
+declare -A TRACE_FILE=()
+if [ -n "${TRACE_SO:-}" ]; then
+  TRACES=
+  for t in $TRACE_SO; do
+    [ -f "${t#*=}" ] || { echo "TRACE_SO: ${t#*=} is not a file" >&2; exit 2; }
+    TRACE_FILE[trace-${t%%=*}]=${t#*=}
+    TRACES="$TRACES trace-${t%%=*}"
+  done
+  echo "# trace builds:$(for m in $TRACES; do printf ' %s=%s' "$m" "${TRACE_FILE[$m]}"; done)"
+fi
+MODES8="none $TRACES"   # the 8-byte modes of a round
 if [ "${NOOP:-0}" = 1 ]; then
-  MODES8="none noopall stampall traceall"
+  MODES8="none noopall stampall $TRACES"
   "${CC:-cc}" -O2 -shared -fPIC -o "$TRC/libnccl-profiler-noop.so" benchmarks/profiler_noop.c
   "${CC:-cc}" -O2 -shared -fPIC -DSTAMP -o "$TRC/libnccl-profiler-stamp.so" benchmarks/profiler_noop.c
 fi
@@ -40,10 +55,12 @@ run() { # mode perf-args...
     traceall) NCCL_PROFILE_EVENT_MASK=32767 "$B/ferroccl-perf" --ranks 2 "$@" --trace "$TRC" all_reduce ;;
     noopall) NCCL_PROFILER_PLUGIN="$TRC/libnccl-profiler-noop.so" "$B/ferroccl-perf" --ranks 2 "$@" all_reduce ;;
     stampall) NCCL_PROFILER_PLUGIN="$TRC/libnccl-profiler-stamp.so" "$B/ferroccl-perf" --ranks 2 "$@" all_reduce ;;
+    trace-*) NCCL_PROFILER_PLUGIN="${TRACE_FILE[$mode]}" NCCL_PROFILE_EVENT_MASK=32767 \
+      "$B/ferroccl-perf" --ranks 2 "$@" --trace "$TRC" all_reduce ;;
   esac 2>&1 | awk -v m="$mode" '/^ +[0-9]+ +[0-9]+ / { print m, $1, $6, $8, $10, $12 }'
 }
 for _ in $(seq "$ROUNDS"); do
   for m in $MODES8; do run $m -b 8 -e 8 -n 3000 -w 100; done
-  for m in traceall none; do run $m -b 1M -e 1M -n 200 -w 20; done
-  for m in none traceall; do run $m -b 64M -e 64M -n 20 -w 3; done
+  for m in $TRACES none; do run $m -b 1M -e 1M -n 200 -w 20; done
+  for m in none $TRACES; do run $m -b 64M -e 64M -n 20 -w 3; done
 done

@@ -94,8 +94,37 @@ fn unboxed<P: Profiler>(handle: *mut c_void) -> NetResult<P::Event> {
         .ok_or_else(|| NetError::Internal(format!("{handle:p} is not an event of this profiler")))
 }
 
+/// [`guard`] with its success path inlined into the shim: the body runs under
+/// `catch_unwind` here and comes back as a result code (a small value: no
+/// `Result` with an error in it is copied through memory per call); only an
+/// error or a panic goes to [`guard`] (out of line), which logs it and
+/// returns its code exactly as when the body runs inside it (a panic is
+/// resumed there and caught again). The profiler's per-event shims are
+/// called tens of times per operation.
+#[inline(always)]
 fn g<P: Profiler>(what: &str, f: impl FnOnce() -> NetResult<()>) -> ncclResult_t {
-    guard(P::NAME, what, f)
+    let body = std::panic::AssertUnwindSafe(|| match f() {
+        Ok(()) => ncclResult_t::ncclSuccess,
+        Err(e) => g_failed::<P>(what, e),
+    });
+    match std::panic::catch_unwind(body) {
+        Ok(code) => code,
+        Err(payload) => g_panicked::<P>(what, payload),
+    }
+}
+
+/// An error of [`g`]'s body, reported through [`guard`].
+#[cold]
+#[inline(never)]
+fn g_failed<P: Profiler>(what: &str, e: NetError) -> ncclResult_t {
+    guard(P::NAME, what, move || Err(e))
+}
+
+/// A panic of [`g`]'s body, reported through [`guard`].
+#[cold]
+#[inline(never)]
+fn g_panicked<P: Profiler>(what: &str, payload: Box<dyn std::any::Any + Send>) -> ncclResult_t {
+    guard(P::NAME, what, move || std::panic::resume_unwind(payload))
 }
 
 /// `init` of v5/v6.
@@ -612,5 +641,127 @@ pub const fn profiler_v6<P: Profiler>() -> abi::ncclProfiler_v6_t {
         stopEvent: Some(stop_event::<P>),
         recordEventState: Some(record_state_v6::<P>),
         finalize: Some(finalize::<P>),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::c_ulong;
+    use std::sync::Mutex;
+
+    static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    /// Receives what `crate::log::log` passes: fixed arguments, then `"%s", text`.
+    extern "C" fn capture(
+        _l: c_int,
+        _f: c_ulong,
+        _file: *const c_char,
+        _line: c_int,
+        _fmt: *const c_char,
+        text: *const c_char,
+    ) {
+        // SAFETY: the SDK's logger always passes a NUL-terminated string as the 6th argument.
+        let s = unsafe { CStr::from_ptr(text) }.to_string_lossy().into_owned();
+        LOG.lock().unwrap().push(s);
+    }
+
+    fn logged(needle: &str) -> bool {
+        LOG.lock().unwrap().iter().any(|l| l.contains(needle))
+    }
+
+    /// Events are their handles; a stop panics, a state fails, for the
+    /// failure paths of the shims' inlined guard.
+    struct Failing;
+    impl Profiler for Failing {
+        const NAME: &'static CStr = c"Failing";
+        type Event = u64;
+        const UNBOXED: bool = true;
+        fn init(_info: ProfilerInit<'_>, mask: &mut i32) -> NetResult<Self> {
+            *mask = 0x7fff;
+            Ok(Failing)
+        }
+        fn start_event(&self, d: &abi::ncclProfilerEventDescr_v6_t) -> NetResult<Option<u64>> {
+            if d.rank < 0 {
+                return Err(NetError::InvalidUsage("negative rank in descriptor".into()));
+            }
+            Ok(Some(d.r#type))
+        }
+        fn record_event_state(
+            &self,
+            e: &mut u64,
+            s: abi::ncclProfilerEventState_t,
+            a: Option<&abi::ncclProfilerEventStateArgs_v6_t>,
+        ) -> NetResult<()> {
+            Self::record_unboxed(e, s, a)
+        }
+        fn stop_event(&self, e: u64) -> NetResult<()> {
+            Self::stop_unboxed(e)
+        }
+        fn handle_of(e: &u64) -> usize {
+            *e as usize
+        }
+        fn event_of_handle(h: usize) -> Option<u64> {
+            (h != 0).then_some(h as u64)
+        }
+        fn record_unboxed(
+            _e: &mut u64,
+            s: abi::ncclProfilerEventState_t,
+            _a: Option<&abi::ncclProfilerEventStateArgs_v6_t>,
+        ) -> NetResult<()> {
+            Err(NetError::InvalidArgument(format!("state {s} refused")))
+        }
+        fn stop_unboxed(e: u64) -> NetResult<()> {
+            panic!("boom in stop of {e}")
+        }
+    }
+
+    /// Success returns `ncclSuccess`; an error returns its code and a panic
+    /// `ncclInternalError`, each logged at WARN with the call's name and the
+    /// message, as `guard` does when the body runs inside it.
+    #[test]
+    fn shim_failures_are_logged_with_their_codes() {
+        let v = profiler_v6::<Failing>();
+        // SAFETY: the logger is called as `capture` expects (see plugin-api/tests/net_export.rs).
+        let logger = unsafe {
+            std::mem::transmute::<
+                extern "C" fn(c_int, c_ulong, *const c_char, c_int, *const c_char, *const c_char),
+                crate::log::DebugLogger,
+            >(capture)
+        };
+        // SAFETY: (whole test) the vtable is called with valid pointers, as NCCL does.
+        unsafe {
+            let mut ctx = null_mut();
+            let mut mask = 0;
+            let ok = ncclResult_t::ncclSuccess;
+            assert_eq!(
+                v.init.unwrap()(&mut ctx, 1, &mut mask, c"c".as_ptr(), 1, 1, 0, Some(logger)),
+                ok
+            );
+            let mut d = abi::ncclProfilerEventDescr_v6_t::zeroed();
+            d.r#type = abi::ncclProfileProxyStep;
+            let mut h = null_mut();
+            assert_eq!(v.startEvent.unwrap()(ctx, &mut h, &mut d), ok);
+            assert_eq!(h as u64, abi::ncclProfileProxyStep);
+            d.rank = -1;
+            assert_eq!(
+                v.startEvent.unwrap()(ctx, &mut h, &mut d),
+                ncclResult_t::ncclInvalidUsage
+            );
+            assert!(h.is_null());
+            assert!(logged("NET/Failing : startEvent failed: "), "{:?}", LOG.lock().unwrap());
+            assert!(logged("negative rank in descriptor"));
+            let h = abi::ncclProfileProxyStep as usize as *mut c_void;
+            assert_eq!(
+                v.recordEventState.unwrap()(h, 9, null_mut()),
+                ncclResult_t::ncclInvalidArgument
+            );
+            assert!(logged("NET/Failing : recordEventState failed: "));
+            assert!(logged("state 9 refused"));
+            assert_eq!(v.stopEvent.unwrap()(h), ncclResult_t::ncclInternalError);
+            assert!(logged("NET/Failing : stopEvent panicked: boom in stop of 16"));
+            assert_eq!(v.stopEvent.unwrap()(null_mut()), ok);
+            assert_eq!(v.finalize.unwrap()(ctx), ok);
+        }
     }
 }

@@ -29,10 +29,16 @@
 //! # Cost on the hot path
 //! `startEvent`, `recordEventState` and `stopEvent` append one [`Entry`],
 //! encoded as a variable-length record (varints: 3 to 20 bytes for the usual
-//! records, see [`encode`]; no heap string, no JSON, no allocation but one
-//! chunk of [`CHUNK_BYTES`] now and then), to the calling thread's own log,
-//! which takes no lock: its thread is the only writer and publishes each
-//! record with one release store, which `finalize` reads with acquire. A
+//! records, see [`encode`]; no heap string, no JSON, no allocation), to the
+//! calling thread's own log, which takes no lock: its thread is the only
+//! writer and publishes each record with one release store, which `finalize`
+//! reads with acquire. The log grows by chunks (from [`CHUNK_MIN`], doubling
+//! up to [`CHUNK_BYTES`]), faulted in a [`WINDOW`] at a time ahead of the
+//! writer, so only the call that crosses a window meets page faults, all in
+//! one `madvise`. Records are kept this short
+//! because every byte kept is a byte of fresh memory the kernel must zero:
+//! fixed-size records of raw fields (24 to 72 bytes) were tried and cost
+//! more in zeroed pages than the encoding they saved (BENCHMARKS.md §8.10). A
 //! thread finds its log by its thread pointer in a lock-free table (no
 //! `__tls_get_addr` call, which a `dlopen`ed library pays per TLS access) and
 //! registers it once in a process-wide list. Event ids are (thread, sequence)
@@ -40,7 +46,10 @@
 //! events by their distance in starts (one byte, mostly). Names (function,
 //! datatype, algorithm, protocol) are interned per thread, so a Coll record
 //! holds four small indexes. Times are raw TSC reads ([`Clock`]), one per
-//! call: on a virtual machine that read is a large part of what a call costs.
+//! call, chosen once per process (one relaxed load per call): on a virtual
+//! machine that read is a large part of what a call costs. The event bodies
+//! are inlined into the SDK's exported shims, whose success path runs with
+//! no call to the SDK's out-of-line guard.
 //! An event's id is its handle (the SDK's `UNBOXED` mode): no box, no
 //! retained copy and no lock per event. `finalize` merges the logs into
 //! [`Rec`]s and serialises them with `serde_json`. `examples/microbench.rs`
@@ -53,7 +62,7 @@ use std::cell::{OnceCell, UnsafeCell};
 use std::collections::HashMap;
 use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use ferroccl_plugin_api::abi;
@@ -73,10 +82,10 @@ ferroccl_plugin_api::params! {
 }
 ferroccl_plugin_api::export_params!(PARAMS);
 
-/// Bytes per chunk of a thread's log (a full chunk is kept, a new one is
-/// reserved: nothing is ever moved or copied on the hot path). Chunks are
-/// advised as transparent huge pages where the kernel allows it, so that
-/// filling them takes a page fault per 2 MiB rather than per 4 KiB.
+/// Bytes per chunk of an [`AppendLog`], and of a thread's record log once
+/// its chunks have grown from [`CHUNK_MIN`] (a full chunk is kept, a new one
+/// is taken: nothing is ever moved or copied on the hot path). Chunks this
+/// large are advised as transparent huge pages where the kernel allows it.
 pub const CHUNK_BYTES: usize = 4 << 20;
 
 /// A short name copied out of a descriptor's C string (NCCL's function,
@@ -258,8 +267,8 @@ pub enum Entry {
     },
 }
 
-/// Most chunks of [`CHUNK_BYTES`] one thread's log holds (16 GiB of
-/// entries); what a thread records beyond that is dropped.
+/// Most chunks one thread's log holds (about 16 GiB of records with
+/// [`CHUNK_BYTES`] chunks); what a thread records beyond that is dropped.
 pub const MAX_CHUNKS: usize = 4096;
 
 /// An append-only vector with one writer (the thread that owns it) and any
@@ -371,12 +380,16 @@ fn advise_huge(p: *mut u8, len: usize) {
     }
 }
 
-/// A thread's records (see [`encode`]) in chunks of [`CHUNK_BYTES`]: one
-/// writer (the owning thread, through its [`Cursor`]), any number of readers,
-/// published as [`AppendLog`] does. A record never straddles two chunks: when
-/// the next one may not fit, the rest of the chunk starts with [`TAG_PAD`].
+/// A thread's records (see [`encode`]) in chunks that double from
+/// [`CHUNK_MIN`] up to [`CHUNK_BYTES`] ([`chunk_size`]): one writer (the
+/// owning thread, through its [`Cursor`]), any number of readers, published
+/// as [`AppendLog`] does. A record never straddles two chunks: when the next
+/// one may not fit, the rest of the chunk starts with [`TAG_PAD`]. A chunk is
+/// faulted in a [`WINDOW`] at a time ahead of the writer
+/// ([`ByteLog::next_window`]), so the event calls that fill a window meet no
+/// page fault; a thread with few events takes a small chunk only.
 struct ByteLog {
-    /// Chunk pointers (NULL: not allocated yet); [`MAX_CHUNKS`] of them.
+    /// Chunk pointers (NULL: not mapped yet); at most [`MAX_CHUNKS`].
     chunks: Box<[AtomicPtr<u8>]>,
     /// Published bytes, counting the padded ends of chunks.
     len: AtomicUsize,
@@ -390,6 +403,15 @@ impl std::fmt::Debug for ByteLog {
     }
 }
 
+/// Bytes of a thread's first chunk; each next one is twice as large, up to
+/// [`CHUNK_BYTES`].
+pub const CHUNK_MIN: usize = 64 << 10;
+
+/// Bytes of chunk `k` of a [`ByteLog`].
+fn chunk_size(k: usize) -> usize {
+    (CHUNK_MIN << k.min(CHUNK_BYTES.trailing_zeros() as usize - CHUNK_MIN.trailing_zeros() as usize)).min(CHUNK_BYTES)
+}
+
 /// The writer's side of a [`ByteLog`] (owned by the one thread that writes
 /// it): where the next record goes, and what records are encoded against
 /// (the previous record's time, the number of starts so far).
@@ -397,10 +419,15 @@ impl std::fmt::Debug for ByteLog {
 struct Cursor {
     /// Where the next record goes (NULL before the first chunk).
     cur: *mut u8,
-    /// End of the current chunk.
+    /// End of the part of the current chunk faulted in so far (the writer
+    /// goes to the cold path there: [`ByteLog::next_window`]).
     end: *mut u8,
+    /// End of the current chunk.
+    chunk_end: *mut u8,
     /// Bytes written (and published) so far, padded chunk ends included.
     len: usize,
+    /// Chunks taken so far (the current one is `chunks - 1`).
+    chunks: usize,
     /// Time of the previous record (records hold the difference).
     prev_t: u64,
     /// Start records so far (the sequence number of the last one).
@@ -417,7 +444,9 @@ impl Cursor {
         Cursor {
             cur: std::ptr::null_mut(),
             end: std::ptr::null_mut(),
+            chunk_end: std::ptr::null_mut(),
             len: 0,
+            chunks: 0,
             prev_t: 0,
             seq: 0,
             next: 0,
@@ -427,9 +456,15 @@ impl Cursor {
 }
 
 impl ByteLog {
+    #[cfg(test)]
     fn new() -> Self {
+        Self::with_chunks(MAX_CHUNKS)
+    }
+
+    /// A log of at most `n` chunks (0: one that records nothing).
+    fn with_chunks(n: usize) -> Self {
         ByteLog {
-            chunks: (0..MAX_CHUNKS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            chunks: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             len: AtomicUsize::new(0),
         }
     }
@@ -445,7 +480,7 @@ impl ByteLog {
     #[inline(always)]
     unsafe fn push(&self, c: &mut Cursor, e: &Entry, d: Option<&Detail<u32>>) -> bool {
         // SAFETY: (both) per the caller: this thread is the only writer.
-        if (c.cur as usize).wrapping_add(MAX_RECORD) > c.end as usize && !unsafe { self.next_chunk(c) } {
+        if (c.cur as usize).wrapping_add(MAX_RECORD) > c.end as usize && !unsafe { self.next_window(c) } {
             return false;
         }
         // SAFETY: MAX_RECORD bytes fit in the chunk from `c.cur` on; they are
@@ -458,34 +493,66 @@ impl ByteLog {
         true
     }
 
-    /// Moves `c` to the start of the next chunk (padding the rest of the
-    /// current one); `false` when the log is full.
+    /// Makes room for [`MAX_RECORD`] bytes at `c`: faults in the next
+    /// [`WINDOW`] bytes of the current chunk, or moves to the next chunk
+    /// ([`ByteLog::next_chunk`]) at its end; `false` when the log is full.
+    /// Pages are faulted in a window at a time, ahead of the writer, so no
+    /// event call but the one that crosses a window meets a page fault, and
+    /// no more than a window is zeroed that nothing will fill.
     ///
     /// # Safety
     /// As [`ByteLog::push`].
     #[cold]
-    unsafe fn next_chunk(&self, c: &mut Cursor) -> bool {
-        let mut len = c.len;
-        let off = len % CHUNK_BYTES;
-        if off != 0 {
-            // This chunk exists (we wrote in it); nobody reads past `len` yet.
-            let p = self.chunks[len / CHUNK_BYTES].load(Ordering::Relaxed);
-            // SAFETY: `off < CHUNK_BYTES` lies inside the chunk; unpublished, ours alone.
-            unsafe { p.add(off).write(TAG_PAD) };
-            len += CHUNK_BYTES - off;
+    #[inline(never)]
+    unsafe fn next_window(&self, c: &mut Cursor) -> bool {
+        if !c.cur.is_null() && (c.cur as usize) + MAX_RECORD <= c.chunk_end as usize {
+            let n = WINDOW.min(c.chunk_end as usize - c.end as usize);
+            populate(c.end, n);
+            // SAFETY: `n` bytes past `end` lie inside the chunk.
+            c.end = unsafe { c.end.add(n) };
+            return true;
         }
-        let Some(chunk) = self.chunks.get(len / CHUNK_BYTES) else {
+        // SAFETY: per the caller.
+        unsafe { self.next_chunk(c) }
+    }
+
+    /// Moves `c` to the start of the next chunk (padding the rest of the
+    /// current one), mapping it first; `false` when the log is full, or when
+    /// no memory could be mapped (a later call tries again).
+    ///
+    /// # Safety
+    /// As [`ByteLog::push`].
+    #[cold]
+    #[inline(never)]
+    unsafe fn next_chunk(&self, c: &mut Cursor) -> bool {
+        let Some(chunk) = self.chunks.get(c.chunks) else {
             return false;
         };
         let mut p = chunk.load(Ordering::Relaxed);
         if p.is_null() {
-            p = AppendLog::<u8>::new_chunk();
+            p = map_chunk(chunk_size(c.chunks));
+            if p.is_null() {
+                return false;
+            }
             chunk.store(p, Ordering::Release);
         }
-        c.len = len;
+        if !c.cur.is_null() {
+            // The rest of the current chunk: padded, counted, never read.
+            if c.cur < c.chunk_end {
+                // SAFETY: inside the current chunk, unpublished, ours alone.
+                unsafe { c.cur.write(TAG_PAD) };
+            }
+            c.len += c.chunk_end as usize - c.cur as usize;
+        }
+        let size = chunk_size(c.chunks);
         c.cur = p;
-        // SAFETY: the chunk holds CHUNK_BYTES bytes.
-        c.end = unsafe { p.add(CHUNK_BYTES) };
+        // SAFETY: the chunk holds `size` bytes, and its first window (or all
+        // of it, when smaller) is faulted in by `map_chunk`.
+        unsafe {
+            c.chunk_end = p.add(size);
+            c.end = p.add(WINDOW.min(size));
+        }
+        c.chunks += 1;
         true
     }
 
@@ -503,13 +570,14 @@ impl ByteLog {
             prev_t: 0,
             names,
         };
-        let mut pos = 0;
+        let (mut pos, mut k) = (0, 0);
         while pos < n {
-            let end = n.min((pos / CHUNK_BYTES + 1) * CHUNK_BYTES);
-            let p = self.chunks[pos / CHUNK_BYTES].load(Ordering::Relaxed);
-            // SAFETY: bytes `[pos, end)` were written (as whole records or a pad
-            // tag) before `len` was published with release, all in this chunk.
-            let bytes = unsafe { std::slice::from_raw_parts(p.add(pos % CHUNK_BYTES), end - pos) };
+            let size = chunk_size(k);
+            let p = self.chunks[k].load(Ordering::Relaxed);
+            // SAFETY: bytes `[pos, min(n, pos + size))` of the log, all in chunk
+            // `k`, were written (as whole records or a pad tag) before `len` was
+            // published with release.
+            let bytes = unsafe { std::slice::from_raw_parts(p, size.min(n - pos)) };
             let mut r = Reader(bytes);
             while !r.0.is_empty() {
                 match decode(&mut r, &mut st, &mut details) {
@@ -517,7 +585,8 @@ impl ByteLog {
                     None => break, // TAG_PAD (or a damaged tail): next chunk
                 }
             }
-            pos = end.next_multiple_of(CHUNK_BYTES);
+            pos += size;
+            k += 1;
         }
         (out, details)
     }
@@ -525,13 +594,82 @@ impl ByteLog {
 
 impl Drop for ByteLog {
     fn drop(&mut self) {
-        for c in self.chunks.iter() {
+        for (k, c) in self.chunks.iter().enumerate() {
             let p = c.load(Ordering::Acquire);
             if !p.is_null() {
-                // SAFETY: allocated by `AppendLog::<u8>::new_chunk` as a `Vec<u8>` of this capacity.
-                drop(unsafe { Vec::from_raw_parts(p, 0, CHUNK_BYTES) });
+                // SAFETY: mapped by `map_chunk` with this length; nothing refers to it past the log.
+                unsafe { libc::munmap(p.cast(), chunk_size(k)) };
             }
         }
+    }
+}
+
+/// Bytes of a chunk faulted in at a time, ahead of the writer
+/// ([`ByteLog::next_window`]).
+pub const WINDOW: usize = 64 << 10;
+
+/// Faults in `[p, p + len)` of a chunk (`MADV_POPULATE_WRITE`, one call for
+/// the range; else a write per page), as the stamp floor's ring in
+/// `benchmarks/profiler_noop.c` is faulted in before use.
+#[cold]
+#[inline(never)]
+fn populate(p: *mut u8, len: usize) {
+    /// `MADV_POPULATE_WRITE` (Linux 5.14).
+    const POPULATE_WRITE: libc::c_int = 23;
+    // SAFETY: the range lies in a chunk of the calling writer's, not yet
+    // published (nobody reads it); populating or writing zeros to fresh,
+    // never-written memory leaves its contents as they are (zero).
+    unsafe {
+        if libc::madvise(p.cast(), len, POPULATE_WRITE) != 0 {
+            for off in (0..len).step_by(4096) {
+                std::ptr::write_volatile(p.add(off), 0);
+            }
+        }
+    }
+}
+
+/// A new chunk of `len` bytes for a [`ByteLog`]: fresh anonymous memory
+/// with its first [`WINDOW`] faulted in ([`populate`]); 2 MiB-aligned and
+/// advised as transparent huge pages when it is that large. NULL when no
+/// memory can be mapped.
+#[cold]
+#[inline(never)]
+fn map_chunk(len: usize) -> *mut u8 {
+    const HUGE: usize = 2 << 20;
+    let slack = if len >= HUGE { HUGE } else { 0 };
+    // SAFETY: a new private anonymous mapping; no existing memory is touched.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len + slack,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if m == libc::MAP_FAILED {
+        return std::ptr::null_mut();
+    }
+    let base = m as usize;
+    let start = if slack > 0 { base.next_multiple_of(HUGE) } else { base };
+    // SAFETY: the head `[base, start)` and the tail past `start + len` lie in
+    // the mapping just made and are never used; the advice and the writes
+    // concern `[start, start + len)`, ours alone.
+    unsafe {
+        if start > base {
+            libc::munmap(m, start - base);
+        }
+        let tail = base + len + slack - (start + len);
+        if tail > 0 {
+            libc::munmap((start + len) as *mut libc::c_void, tail);
+        }
+        let p = start as *mut u8;
+        if slack > 0 {
+            libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE);
+        }
+        populate(p, WINDOW.min(len));
+        p
     }
 }
 
@@ -1095,7 +1233,7 @@ impl ThreadLog {
         // SAFETY: per the caller.
         let c = unsafe { &mut *self.cursor.get() };
         c.next += 1;
-        (self.idx << SEQ_BITS) | c.next
+        (c.idx << SEQ_BITS) | c.next
     }
 }
 
@@ -1239,14 +1377,11 @@ const MAX_THREADS: usize = 1 << 23;
 fn register() -> &'static ThreadLog {
     let mut st = lock(store());
     let idx = st.logs.len() as u64 + 1;
-    let mut cursor = Cursor::new(idx);
-    if st.logs.len() >= MAX_THREADS {
-        // Full from the start: no chunk is ever taken.
-        cursor.len = CHUNK_BYTES * MAX_CHUNKS;
-    }
+    // Past MAX_THREADS, a log with no chunk: full from the start.
+    let chunks = if st.logs.len() >= MAX_THREADS { 0 } else { MAX_CHUNKS };
     let log: &'static ThreadLog = Box::leak(Box::new(ThreadLog {
-        cursor: UnsafeCell::new(cursor),
-        entries: ByteLog::new(),
+        cursor: UnsafeCell::new(Cursor::new(idx)),
+        entries: ByteLog::with_chunks(chunks),
         idx,
         names: AppendLog::new(),
         name_cache: UnsafeCell::new(NameCache {
@@ -1289,6 +1424,14 @@ struct Clock {
     anchor: (u64, u64),
 }
 
+/// How the hot path reads the time ([`now_ns`]): [`CLOCK_UNSET`] until
+/// [`clock`] has chosen, then [`CLOCK_TSC`] or [`CLOCK_REALTIME`] (one
+/// relaxed load per event, no `OnceLock` check).
+static CLOCK_KIND: AtomicU8 = AtomicU8::new(CLOCK_UNSET);
+const CLOCK_UNSET: u8 = 0;
+const CLOCK_TSC: u8 = 1;
+const CLOCK_REALTIME: u8 = 2;
+
 fn clock() -> &'static Clock {
     static C: OnceLock<Clock> = OnceLock::new();
     C.get_or_init(|| {
@@ -1301,6 +1444,7 @@ fn clock() -> &'static Clock {
             });
         let mut c = Clock { tsc, anchor: (0, 0) };
         c.anchor = c.pair();
+        CLOCK_KIND.store(if tsc { CLOCK_TSC } else { CLOCK_REALTIME }, Ordering::Relaxed);
         c
     })
 }
@@ -1351,9 +1495,23 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
 }
 
-/// The time of an event, in [`Clock`] ticks.
-#[inline]
+/// The time of an event, in [`Clock`] ticks: `rdtsc` where the TSC is
+/// invariant, else `CLOCK_REALTIME` ns (the first call of a process that
+/// recorded nothing yet chooses, see [`clock`]).
+#[inline(always)]
 fn now_ns() -> u64 {
+    match CLOCK_KIND.load(Ordering::Relaxed) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: RDTSC exists on every x86-64 CPU and has no side effect.
+        CLOCK_TSC => unsafe { core::arch::x86_64::_rdtsc() },
+        CLOCK_REALTIME => realtime_ns(),
+        _ => now_slow(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn now_slow() -> u64 {
     clock().ticks()
 }
 
@@ -1749,6 +1907,7 @@ impl Profiler for TraceProfiler {
         self.start_child(descr, None)
     }
 
+    #[inline(always)]
     fn start_child(&self, descr: &abi::ncclProfilerEventDescr_v6_t, parent: Option<&u64>) -> NetResult<Option<u64>> {
         let rank = if descr.rank != 0 { descr.rank } else { self.rank };
         let t = now_ns();
@@ -1796,6 +1955,7 @@ impl Profiler for TraceProfiler {
         Self::stop_unboxed(event)
     }
 
+    #[inline(always)]
     fn record_unboxed(
         event: &mut u64,
         state: abi::ncclProfilerEventState_t,
@@ -1818,6 +1978,7 @@ impl Profiler for TraceProfiler {
         Ok(())
     }
 
+    #[inline(always)]
     fn stop_unboxed(event: u64) -> NetResult<()> {
         append(Entry::Stop { id: event, t: now_ns() });
         Ok(())
@@ -2296,5 +2457,169 @@ mod tests {
         assert_eq!(Name::of(c"ncclFloat8e4m3".as_ptr()).as_string(), "ncclFloat8e4m3");
         assert_eq!(Name::of(c"0123456789abcdefXYZ".as_ptr()).as_string(), "0123456789abcde");
         assert_eq!(Name::of(std::ptr::null()).as_string(), "");
+    }
+
+    /// How many of the pages of `[p, p + len)` (`p` page-aligned) are
+    /// resident, and how many there are.
+    fn resident(p: *mut u8, len: usize) -> (usize, usize) {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
+        let mut v = vec![0u8; len.div_ceil(page)];
+        // SAFETY: `[p, p + len)` is a mapping of the caller's; `v` holds a byte per page.
+        assert_eq!(unsafe { libc::mincore(p.cast(), len, v.as_mut_ptr()) }, 0);
+        (v.iter().filter(|b| *b & 1 == 1).count(), v.len())
+    }
+
+    /// Chunks double from CHUNK_MIN to CHUNK_BYTES, the large ones
+    /// 2 MiB-aligned; the next chunk is taken only when needed. The writer
+    /// always has room for the longest record in memory already faulted
+    /// in, a window ahead at most: a chunk below huge-page size has nothing
+    /// resident past its first window when it is taken.
+    #[test]
+    fn chunks_grow_and_are_faulted_in_ahead_of_the_writer() {
+        let sizes: Vec<usize> = (0..9).map(chunk_size).collect();
+        let want: Vec<usize> = [64, 128, 256, 512, 1024, 2048, 4096, 4096, 4096]
+            .map(|k| k << 10)
+            .to_vec();
+        assert_eq!(sizes, want);
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
+        let log = ByteLog::with_chunks(8);
+        let mut c = Cursor::new(1);
+        let mut k = 0;
+        for i in 0u64.. {
+            // SAFETY: this thread is the log's only writer.
+            assert!(unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: i }, None) });
+            let taken = c.chunks > k;
+            if taken || i % 4099 == 0 {
+                let from = (c.cur as usize) / page * page;
+                let (r, n) = resident(from as *mut u8, c.end as usize - from);
+                assert_eq!(r, n, "record {i}: room ahead of the writer not faulted in");
+                assert!(c.end as usize - c.cur as usize >= MAX_RECORD || c.end == c.chunk_end);
+            }
+            if taken {
+                let p = log.chunks[k].load(Ordering::Acquire);
+                let size = chunk_size(k);
+                if size >= 2 << 20 {
+                    assert_eq!(p as usize % (2 << 20), 0, "chunk {k} at {p:p}");
+                } else if size > WINDOW {
+                    // SAFETY: inside chunk `k`.
+                    let (r, _) = resident(unsafe { p.add(WINDOW) }, size - WINDOW);
+                    assert_eq!(r, 0, "chunk {k}: pages past the first window faulted in when taken");
+                }
+                assert!(
+                    log.chunks[k + 1].load(Ordering::Acquire).is_null(),
+                    "chunk {} taken early",
+                    k + 1
+                );
+                k += 1;
+                if k == 7 {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// A log fills its chunks up to the last one; records never straddle a
+    /// chunk end (the rest is padded); once the longest record may no longer
+    /// fit, nothing more is recorded, not even a short record, and what was
+    /// recorded comes back whole, Start ids and names included.
+    #[test]
+    fn a_full_log_keeps_what_it_recorded_and_records_nothing_more() {
+        let idx = 7;
+        let names = [Name::of(c"AllReduce".as_ptr()), Name::of(c"ncclFloat32".as_ptr())];
+        let coll = Detail::Coll {
+            seq: 3,
+            func: 0,
+            count: 1 << 20,
+            dtype: 1,
+            root: -1,
+            algo: 1,
+            proto: 0,
+            nchannels: 4,
+            group: (idx << SEQ_BITS) | 1,
+        };
+        let log = ByteLog::with_chunks(2);
+        let cap = chunk_size(0) + chunk_size(1);
+        let mut c = Cursor::new(idx);
+        let mut pushed = Vec::new();
+        let mut starts = 0u64;
+        for i in 0u64.. {
+            let (e, d) = if i % 3 == 2 {
+                (
+                    Entry::Start {
+                        id: 0,
+                        parent: 0,
+                        t: i << 20,
+                        ty: abi::ncclProfileColl as u32,
+                        rank: 5,
+                        p: Payload::None,
+                    },
+                    Some(&coll),
+                )
+            } else {
+                (Entry::Stop { id: i, t: i << 20 }, None)
+            };
+            // SAFETY: this thread is the log's only writer.
+            if !unsafe { log.push(&mut c, &e, d) } {
+                break;
+            }
+            if d.is_some() {
+                starts += 1;
+            }
+            pushed.push(e);
+        }
+        let n = log.len.load(Ordering::Acquire);
+        assert!(n <= cap && n > cap - MAX_RECORD, "{n} of {cap}");
+        assert!(n > chunk_size(0) && c.chunks == 2, "both chunks used");
+        // Full: a short record fits in the rest, but is not taken.
+        // SAFETY: as above.
+        assert!(!unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: 1 }, None) });
+        assert_eq!(log.len.load(Ordering::Acquire), n);
+        let (got, details) = log.entries(n, idx, &names);
+        assert_eq!(got.len(), pushed.len());
+        assert_eq!(details.len() as u64, starts);
+        let mut seq = 0;
+        for (g, w) in got.iter().zip(&pushed) {
+            match (g, w) {
+                (Entry::Stop { id, t }, Entry::Stop { id: i, t: u }) => assert_eq!((id, t), (i, u)),
+                (
+                    Entry::Start { id, t, ty, rank, p, .. },
+                    Entry::Start {
+                        t: u, ty: v, rank: r, ..
+                    },
+                ) => {
+                    seq += 1;
+                    assert_eq!((*id, t, ty, rank), ((idx << SEQ_BITS) | seq, u, v, r));
+                    let Payload::Detail { index } = *p else { panic!("{p:?}") };
+                    let Detail::Coll {
+                        func,
+                        dtype,
+                        nchannels,
+                        group,
+                        ..
+                    } = details[index as usize]
+                    else {
+                        panic!("{:?}", details[index as usize])
+                    };
+                    assert_eq!(
+                        (func.as_string().as_str(), dtype.as_string().as_str()),
+                        ("AllReduce", "ncclFloat32")
+                    );
+                    assert_eq!((nchannels, group), (4, (idx << SEQ_BITS) | 1));
+                }
+                _ => panic!("{g:?} for {w:?}"),
+            }
+        }
+    }
+
+    /// A log of no chunk (a thread past MAX_THREADS) records nothing.
+    #[test]
+    fn a_log_without_chunks_records_nothing() {
+        let log = ByteLog::with_chunks(0);
+        let mut c = Cursor::new(1);
+        // SAFETY: this thread is the log's only writer.
+        assert!(!unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: 1 }, None) });
+        assert_eq!(log.entries(log.len.load(Ordering::Acquire), 1, &[]).0.len(), 0);
     }
 }
