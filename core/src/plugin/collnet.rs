@@ -83,6 +83,21 @@ macro_rules! each {
     };
 }
 
+/// Runs `$v8` on a v8 table and `$body` on a v9+ table (`size_t` SGEs), each
+/// with the table bound to `$v`; `$older` for v6/v7 (no SGE collectives).
+macro_rules! sge_tables {
+    ($t:expr, $v:ident, v8 => $v8:expr, v9 => $body:expr, older => $older:expr) => {
+        match $t {
+            Table::V8($v) => $v8,
+            Table::V9($v) => $body,
+            Table::V10($v) => $body,
+            Table::V11($v) => $body,
+            Table::V12($v) => $body,
+            Table::V6(_) | Table::V7(_) => $older,
+        }
+    };
+}
+
 /// Looks up slot `$f` of table `$t`, or returns the NULL-slot error.
 macro_rules! slot {
     ($self:ident, $t:expr, $f:ident) => {
@@ -832,30 +847,18 @@ impl CollNetAdapter {
         // SAFETY: per-version iallgather signatures; the SGE arrays have `n` entries
         // and outlive the call; `req` outlives the call.
         let r = unsafe {
-            match self.t()? {
-                Table::V8(t) => {
+            sge_tables!(self.t()?, t,
+                v8 => {
                     let f = t.iallgather.ok_or_else(|| self.unsupported("iallgather"))?;
                     let mut p = sge_v8("iallgather", recv_parts)?;
                     f(coll.0, s, n, &mut p, b, o, w, sm, &mut req)
-                }
-                Table::V9(t) => {
+                },
+                v9 => {
                     let f = t.iallgather.ok_or_else(|| self.unsupported("iallgather"))?;
                     f(coll.0, s, n, sge_v9(recv_parts).as_mut_ptr(), b, o, w, sm, &mut req)
-                }
-                Table::V10(t) => {
-                    let f = t.iallgather.ok_or_else(|| self.unsupported("iallgather"))?;
-                    f(coll.0, s, n, sge_v9(recv_parts).as_mut_ptr(), b, o, w, sm, &mut req)
-                }
-                Table::V11(t) => {
-                    let f = t.iallgather.ok_or_else(|| self.unsupported("iallgather"))?;
-                    f(coll.0, s, n, sge_v9(recv_parts).as_mut_ptr(), b, o, w, sm, &mut req)
-                }
-                Table::V12(t) => {
-                    let f = t.iallgather.ok_or_else(|| self.unsupported("iallgather"))?;
-                    f(coll.0, s, n, sge_v9(recv_parts).as_mut_ptr(), b, o, w, sm, &mut req)
-                }
-                _ => return Err(self.unsupported("iallgather")),
-            }
+                },
+                older => return Err(self.unsupported("iallgather"))
+            )
         };
         self.check("iallgather", r)?;
         Ok((!req.is_null()).then_some(RawRequest(req)))
@@ -885,78 +888,19 @@ impl CollNetAdapter {
         // SAFETY: per-version ireducescatter signatures; the SGE arrays have `n`
         // entries and outlive the call; `req` outlives the call.
         let r = unsafe {
-            match self.t()? {
-                Table::V8(t) => {
+            sge_tables!(self.t()?, t,
+                v8 => {
                     let f = t.ireducescatter.ok_or_else(|| self.unsupported("ireducescatter"))?;
                     let mut p = sge_v8("ireducescatter", send_parts)?;
                     f(coll.0, n, &mut p, rv, b, o, w, dtype, op, rm, &mut req)
-                }
-                Table::V9(t) => {
+                },
+                v9 => {
                     let f = t.ireducescatter.ok_or_else(|| self.unsupported("ireducescatter"))?;
-                    f(
-                        coll.0,
-                        n,
-                        sge_v9(send_parts).as_mut_ptr(),
-                        rv,
-                        b,
-                        o,
-                        w,
-                        dtype,
-                        op,
-                        rm,
-                        &mut req,
-                    )
-                }
-                Table::V10(t) => {
-                    let f = t.ireducescatter.ok_or_else(|| self.unsupported("ireducescatter"))?;
-                    f(
-                        coll.0,
-                        n,
-                        sge_v9(send_parts).as_mut_ptr(),
-                        rv,
-                        b,
-                        o,
-                        w,
-                        dtype,
-                        op,
-                        rm,
-                        &mut req,
-                    )
-                }
-                Table::V11(t) => {
-                    let f = t.ireducescatter.ok_or_else(|| self.unsupported("ireducescatter"))?;
-                    f(
-                        coll.0,
-                        n,
-                        sge_v9(send_parts).as_mut_ptr(),
-                        rv,
-                        b,
-                        o,
-                        w,
-                        dtype,
-                        op,
-                        rm,
-                        &mut req,
-                    )
-                }
-                Table::V12(t) => {
-                    let f = t.ireducescatter.ok_or_else(|| self.unsupported("ireducescatter"))?;
-                    f(
-                        coll.0,
-                        n,
-                        sge_v9(send_parts).as_mut_ptr(),
-                        rv,
-                        b,
-                        o,
-                        w,
-                        dtype,
-                        op,
-                        rm,
-                        &mut req,
-                    )
-                }
-                _ => return Err(self.unsupported("ireducescatter")),
-            }
+                    let mut p = sge_v9(send_parts);
+                    f(coll.0, n, p.as_mut_ptr(), rv, b, o, w, dtype, op, rm, &mut req)
+                },
+                older => return Err(self.unsupported("ireducescatter"))
+            )
         };
         self.check("ireducescatter", r)?;
         Ok((!req.is_null()).then_some(RawRequest(req)))
