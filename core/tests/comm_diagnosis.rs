@@ -1,7 +1,8 @@
 //! The failure report every survivor agrees on: real processes over the socket
 //! plugin on loopback. A rank that stops (SIGSTOP) or dies (SIGKILL) in the
 //! middle of a run of AllReduces is named by every survivor's error, with the
-//! same diagnosis text on every rank.
+//! same diagnosis text on every rank; so is one that stops between its
+//! AllReduce and the barrier after it, where the survivors fail in the barrier.
 
 #[path = "coll_support/mod.rs"]
 mod coll_support;
@@ -16,7 +17,8 @@ const ENV_HOW: &str = "FERROCCL_TEST_DIAG_HOW";
 const VICTIM: usize = 2;
 
 /// Child entry point: AllReduces until one fails; the victim stops or kills
-/// itself after a few.
+/// itself after a few (`stop`, `kill`: before an AllReduce; `barrier`: stops
+/// after an AllReduce, before the barrier that follows each in that mode).
 #[test]
 fn diag_worker() {
     let Some(r) = role("diag") else { return };
@@ -26,7 +28,7 @@ fn diag_worker() {
     let send = vec![0u8; count * 4];
     let mut recv = vec![0u8; count * 4];
     for i in 0..100_000 {
-        if r.rank == VICTIM && i == 20 {
+        if r.rank == VICTIM && i == 20 && how != "barrier" {
             let sig = if how == "stop" { libc::SIGSTOP } else { libc::SIGKILL };
             // SAFETY: raising a signal on this process has no memory-safety preconditions.
             unsafe { libc::raise(sig) };
@@ -43,7 +45,17 @@ fn diag_worker() {
                 &s,
             )
         }
-        .and_then(|_| s.synchronize());
+        .and_then(|_| s.synchronize())
+        .and_then(|_| {
+            if how != "barrier" {
+                return Ok(());
+            }
+            if r.rank == VICTIM && i == 20 {
+                // SAFETY: raising a signal on this process has no memory-safety preconditions.
+                unsafe { libc::raise(libc::SIGSTOP) };
+            }
+            comm.barrier()
+        });
         if let Err(e) = e {
             println!("RESULT error {}", e.to_string().replace('\n', " | "));
             comm.abort();
@@ -99,4 +111,13 @@ fn every_survivor_names_a_stopped_rank() {
 #[test]
 fn every_survivor_names_a_killed_rank() {
     survivors_name_the_victim("kill");
+}
+
+/// The survivors time out in `Comm::barrier`, not in a collective: a failed
+/// barrier takes part in the same agreement, so each error carries the same
+/// diagnosis (before, a rank failing there returned the bare bootstrap error
+/// and could exit before the others' reports arrived).
+#[test]
+fn every_survivor_of_a_barrier_names_a_stopped_rank() {
+    survivors_name_the_victim("barrier");
 }

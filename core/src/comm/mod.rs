@@ -495,6 +495,7 @@ impl Comm {
             p2p_recv_seq: Default::default(),
             bootstrap: bootstrap.clone(),
             waiting_on: Vec::new(),
+            verdict: None,
             profiler,
             plan_cache: PlanCache::default(),
             prof_bufs: Default::default(),
@@ -592,9 +593,17 @@ impl Comm {
     }
 
     /// Host-side barrier over the bootstrap network (not ordered with enqueued work:
-    /// synchronize streams first). Errors: bootstrap failures and timeouts.
+    /// synchronize streams first). ferroccl only (NCCL has no user barrier).
+    ///
+    /// Errors: bootstrap failures and timeouts. A failed barrier is a failure of
+    /// the communicator: this rank takes part in the survivors' agreement (as a
+    /// failed collective does, `crate::diag`), so the error carries the diagnosis
+    /// every rank prints, and ranks still in a collective hear this rank's report.
     pub fn barrier(&self) -> Result<()> {
-        self.inner.bootstrap.barrier().map_err(Error::from)
+        self.inner
+            .bootstrap
+            .barrier()
+            .map_err(|e| self.inner.proxy.agree_outside("barrier", e))
     }
 
     /// `ncclCommAbort`: stops all operations in flight (they complete with
@@ -617,7 +626,9 @@ impl CommInner {
     fn finalize(&self) -> Result<()> {
         self.finalize_local()?;
         if self.nranks > 1 {
-            self.bootstrap.barrier()?;
+            self.bootstrap
+                .barrier()
+                .map_err(|e| self.proxy.agree_outside("finalize's barrier", e))?;
         }
         self.proxy.close();
         Ok(())

@@ -8,14 +8,15 @@ use std::time::Duration;
 
 use super::state::Proxy;
 use super::work::Work;
-use crate::diag::{self, DIAG_TAG, NOTIFIED, Report};
+use crate::bootstrap::BootstrapError;
+use crate::diag::{self, Cause, DIAG_TAG, NOTIFIED, Report};
 use crate::error::Error;
 
 impl Proxy {
     /// Sends this rank's failure report to every other rank, collects theirs
     /// (bounded by the timeout, at most 10 s), and returns `e` with the verdict
     /// every survivor computes from the same reports (also logged at WARN).
-    pub(super) fn agree_on_failure(&self, mine: Report, e: Error) -> Error {
+    pub(super) fn agree_on_failure(&mut self, mine: Report, e: Error) -> Error {
         let rank = self.params.rank;
         if self.params.nranks < 2 {
             return e;
@@ -44,7 +45,9 @@ impl Proxy {
             "rank {rank}: {verdict} (reports from ranks {:?})",
             all.answered()
         );
-        e.with_note(&verdict)
+        let e = e.with_note(&verdict);
+        self.verdict = Some(verdict);
+        e
     }
 
     /// Records the outcome of `work`: on an error closes every connection, agrees
@@ -84,5 +87,54 @@ impl Proxy {
         self.conns.close_all();
         let e = self.agree_on_failure(Report::idle(self.params.rank), e);
         self.shared.set_error(&e);
+    }
+
+    /// A communicator operation that ran on the caller's thread, outside the
+    /// proxy (`what`: the bootstrap barrier of `Comm::barrier` or of finalize),
+    /// failed with `e`. Unless the communicator was aborted or closed, this is a
+    /// failure of the communicator like a failed collective: closes every
+    /// connection, takes part in the agreement (or, when this rank already did,
+    /// reuses its verdict) and keeps the error. Returns `e` with the verdict.
+    ///
+    /// Without it, a rank whose barrier timed out while its peers were still
+    /// in a collective (waiting on the same lost link) would return and exit
+    /// before their reports came, and they would name it among the dead.
+    pub(super) fn fail_outside(&mut self, what: &str, e: BootstrapError) -> Error {
+        let rank = self.params.rank;
+        let (cause, blames, waiting_on) = match &e {
+            BootstrapError::Aborted { .. } | BootstrapError::Closed => return e.into(),
+            BootstrapError::PeerTimeout { culprit, .. } => (Cause::Stalled, None, vec![*culprit]),
+            BootstrapError::Timeout { .. } => (Cause::Stalled, None, Vec::new()),
+            other => match other.culprit() {
+                Some(c) => (Cause::Peer, Some(c), Vec::new()),
+                None => (Cause::Local, None, Vec::new()),
+            },
+        };
+        // A variant that carries the verdict: a timeout stays one (`ncclTimeout`),
+        // a lost or failed peer is `ncclRemoteError`, anything else keeps its kind.
+        let err = match cause {
+            Cause::Stalled => Error::Timeout(e.to_string()),
+            Cause::Peer => Error::Remote(e.to_string()),
+            _ => Error::from(e),
+        };
+        if self.shared.error().is_some() {
+            return match &self.verdict {
+                Some(v) => err.with_note(v),
+                None => err,
+            };
+        }
+        tracing::warn!(target: "ferroccl::proxy", "{what} failed: {err}");
+        self.conns.close_all();
+        let report = Report {
+            rank,
+            what: what.to_string(),
+            error: err.to_string(),
+            cause,
+            blames,
+            waiting_on,
+        };
+        let err = self.agree_on_failure(report, err);
+        self.shared.set_error(&err);
+        err
     }
 }

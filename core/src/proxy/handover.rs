@@ -314,6 +314,18 @@ impl ProxyHandle {
         Ok(())
     }
 
+    /// The survivors' agreement for an operation that ran on the caller's
+    /// thread and failed with `e` (see `Proxy::fail_outside`); waits for the
+    /// proxy state, so for a running work item (bounded by its watchdog) or an
+    /// agreement under way (bounded by the timeout). Returns the error to give
+    /// the caller, with the agreed diagnosis.
+    pub(crate) fn agree_outside(&self, what: &str, e: crate::bootstrap::BootstrapError) -> Error {
+        self.core
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .fail_outside(what, e)
+    }
+
     /// Accepts no more work.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);

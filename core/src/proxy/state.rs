@@ -54,6 +54,9 @@ pub(crate) struct Proxy {
     pub bootstrap: Arc<Bootstrap>,
     /// Peers the unfinished steps of the last failed work waited on.
     pub waiting_on: Vec<usize>,
+    /// The survivors' agreed diagnosis, once this rank took part in the
+    /// agreement (`Proxy::agree_on_failure`).
+    pub verdict: Option<String>,
     /// The communicator's profiler plugin, if any.
     pub profiler: Option<Arc<Profiler>>,
     /// The last finished work item's plan, for a repeat of it.
