@@ -167,7 +167,7 @@ impl Net for SocketNet {
         _ctx: &(),
         _dev: usize,
         handle: &mut Handle,
-        _config: &CommConfig,
+        config: &CommConfig,
     ) -> NetResult<Option<SendComm>> {
         let mut reg = self.connects.lock().unwrap_or_else(|p| p.into_inner());
         let token = match proto::scratch_token(handle).filter(|t| reg.contains_key(t)) {
@@ -178,7 +178,9 @@ impl Net for SocketNet {
                 while reg.contains_key(&t) {
                     t = t.wrapping_add(1);
                 }
-                reg.insert(t, io::Connecting::new(info, &self.cfg));
+                // The traffic class (v10 connect's config, v11+ the context's) marks every socket.
+                let c = io::Connecting::new(info, &self.cfg).with_traffic_class(config.traffic_class)?;
+                reg.insert(t, c);
                 proto::set_scratch_token(handle, Some(t));
                 t
             }
