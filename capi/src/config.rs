@@ -226,7 +226,10 @@ mod tests {
         let s = parse(&config(23007, 0x68), None, "test").unwrap();
         assert_eq!(s.traffic_class, Some(0x68));
         assert_eq!(s.comm_config("test").unwrap().0.traffic_class, Some(0x68));
-        assert_eq!(parse(&config(23007, UNDEF_INT), None, "test").unwrap().traffic_class, None);
+        assert_eq!(
+            parse(&config(23007, UNDEF_INT), None, "test").unwrap().traffic_class,
+            None
+        );
         assert_eq!(parse(&config(22400, 0x68), None, "test").unwrap().traffic_class, None);
     }
 }

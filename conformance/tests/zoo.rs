@@ -292,6 +292,9 @@ fn refusing_a_traffic_class_is_caught_by_the_traffic_class_check_only() {
     let r = rep.get("conn.traffic_class", 12).expect("conn.traffic_class ran");
     assert_eq!(r.outcome.status, Status::Fail, "{r:#?}");
     let obs = r.outcome.observed.clone().unwrap_or_default();
-    assert!(obs.contains("trafficClass 0x68") && obs.contains("ncclInvalidArgument"), "{obs}");
+    assert!(
+        obs.contains("trafficClass 0x68") && obs.contains("ncclInvalidArgument"),
+        "{obs}"
+    );
     assert_eq!(rep.exit_code(), 1);
 }

@@ -98,7 +98,12 @@ fn finalize(cx: &GinCx, ctx: *mut c_void) -> Res {
         // SAFETY: the context this table's init returned.
         unsafe { f(ctx) }
     };
-    ensure!(r.is_success(), "finalize(ctx) succeeds", "finalize returned {}", name_of(r));
+    ensure!(
+        r.is_success(),
+        "finalize(ctx) succeeds",
+        "finalize returned {}",
+        name_of(r)
+    );
     Ok(())
 }
 
@@ -112,7 +117,12 @@ fn ndev(cx: &GinCx) -> Res<c_int> {
         // SAFETY: a valid out-pointer.
         unsafe { devices(&mut n) }
     };
-    ensure!(r.is_success(), "devices succeeds after init", "devices returned {}", name_of(r));
+    ensure!(
+        r.is_success(),
+        "devices succeeds after init",
+        "devices returned {}",
+        name_of(r)
+    );
     ensure!(
         (0..=64).contains(&n),
         "devices reports a count in 0..=64",
@@ -183,21 +193,41 @@ fn properties(cx: &mut GinCx) -> Res {
             // SAFETY: a valid, zeroed properties struct of the v12 layout the table declares.
             unsafe { get(d, &mut p) }
         };
-        ensure!(r.is_success(), "getProperties succeeds for every device", "getProperties({d}) returned {}", name_of(r));
-        ensure!(!p.name.is_null(), "every device has a name", "getProperties({d}) left name NULL");
         ensure!(
-            [NCCL_NET_DEVICE_GIN_PROXY, NCCL_NET_DEVICE_GIN_GDAKI, NCCL_NET_DEVICE_GIN_GPI].contains(&p.netDeviceType),
+            r.is_success(),
+            "getProperties succeeds for every device",
+            "getProperties({d}) returned {}",
+            name_of(r)
+        );
+        ensure!(
+            !p.name.is_null(),
+            "every device has a name",
+            "getProperties({d}) left name NULL"
+        );
+        ensure!(
+            [
+                NCCL_NET_DEVICE_GIN_PROXY,
+                NCCL_NET_DEVICE_GIN_GDAKI,
+                NCCL_NET_DEVICE_GIN_GPI
+            ]
+            .contains(&p.netDeviceType),
             "netDeviceType is a GIN type: GIN_PROXY (2), GIN_GDAKI (3) or GIN_GPI (4) (gin.cc ncclGinPluginAssignToComm takes it as the GIN type)",
             "getProperties({d}) reported netDeviceType {}",
             p.netDeviceType
         );
         // SAFETY: checked non-NULL; the plugin keeps its device names alive.
         let name = unsafe { CStr::from_ptr(p.name) }.to_string_lossy().into_owned();
-        cx.notes.push(format!("device {d}: '{name}', type {}, {} Mb/s", p.netDeviceType, p.speed));
+        cx.notes.push(format!(
+            "device {d}: '{name}', type {}, {} Mb/s",
+            p.netDeviceType, p.speed
+        ));
     }
     if cx.version >= 14 {
         let Some(gp) = cx.slots.get_gin_properties else {
-            return Err(fail!("a non-NULL getGinProperties slot (v14)", "getGinProperties is NULL"));
+            return Err(fail!(
+                "a non-NULL getGinProperties slot (v14)",
+                "getGinProperties is NULL"
+            ));
         };
         let mut g = ncclGinProperties_v14_t::zeroed();
         let r = {
@@ -205,7 +235,12 @@ fn properties(cx: &mut GinCx) -> Res {
             // SAFETY: a valid out-pointer of the v14 layout.
             unsafe { gp(&mut g) }
         };
-        ensure!(r.is_success(), "getGinProperties succeeds (v14)", "getGinProperties returned {}", name_of(r));
+        ensure!(
+            r.is_success(),
+            "getGinProperties succeeds (v14)",
+            "getGinProperties returned {}",
+            name_of(r)
+        );
         cx.notes.push(format!(
             "strong signals {}, VA signals {}",
             g.supportsStrongSignals, g.supportsVASignals

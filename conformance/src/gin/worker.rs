@@ -81,8 +81,14 @@ fn start_watch() {
             if elapsed > LIMIT && CURRENT.load(Ordering::Acquire) == cur {
                 let name = CALLS[cur];
                 emit_result(&CheckOutcome::fail(
-                    format!("{name} returns within {} s (NCCL calls it at communicator init)", LIMIT.as_secs()),
-                    format!("{name} did not return within {} s (the worker was stopped)", LIMIT.as_secs()),
+                    format!(
+                        "{name} returns within {} s (NCCL calls it at communicator init)",
+                        LIMIT.as_secs()
+                    ),
+                    format!(
+                        "{name} did not return within {} s (the worker was stopped)",
+                        LIMIT.as_secs()
+                    ),
                 ));
                 // SAFETY: ending the worker while the main thread is stuck in the plugin.
                 unsafe { libc::_exit(0) };
@@ -103,9 +109,7 @@ pub fn run_check(id: &str, plugin: &str, version: u32) -> CheckOutcome {
             Err(e) => return CheckOutcome::fail("the GIN library opens", e),
         };
         let sym = format!("{}{version}", SECTION.symbol);
-        let table = std::ffi::CString::new(sym.clone())
-            .ok()
-            .and_then(|s| lib.symbol(&s));
+        let table = std::ffi::CString::new(sym.clone()).ok().and_then(|s| lib.symbol(&s));
         let Some(table) = table else {
             return CheckOutcome::fail(format!("the library exports {sym}"), format!("{sym} not found"));
         };

@@ -162,13 +162,7 @@ impl Net for SocketNet {
         Ok(l)
     }
 
-    fn connect(
-        &self,
-        _ctx: &(),
-        _dev: usize,
-        handle: &mut Handle,
-        config: &CommConfig,
-    ) -> NetResult<Option<SendComm>> {
+    fn connect(&self, _ctx: &(), _dev: usize, handle: &mut Handle, config: &CommConfig) -> NetResult<Option<SendComm>> {
         let mut reg = self.connects.lock().unwrap_or_else(|p| p.into_inner());
         let token = match proto::scratch_token(handle).filter(|t| reg.contains_key(t)) {
             Some(t) => t,

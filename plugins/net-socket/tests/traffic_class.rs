@@ -56,7 +56,10 @@ fn tos_of_sockets_to(peer: SocketAddr) -> Vec<u32> {
         let bfd = unsafe { BorrowedFd::borrow_raw(fd) };
         let s = SockRef::from(&bfd);
         if s.peer_addr().ok().and_then(|a| a.as_socket()) == Some(peer) {
-            out.push(s.tos_v4().unwrap_or_else(|e| panic!("getsockopt(IP_TOS) on fd {}: {e}", bfd.as_raw_fd())));
+            out.push(
+                s.tos_v4()
+                    .unwrap_or_else(|e| panic!("getsockopt(IP_TOS) on fd {}: {e}", bfd.as_raw_fd())),
+            );
         }
     }
     out
@@ -71,7 +74,10 @@ fn connect_with(net: &ncclNet_v12_t, tc: c_int) -> Vec<u32> {
     ok(call!(net, init(&mut ctx, 7, &mut cfg, None, None)), "init");
     let mut handle = [0u8; 128];
     let mut lc: *mut c_void = null_mut();
-    ok(call!(net, listen(ctx, 0, handle.as_mut_ptr().cast(), &mut lc)), "listen");
+    ok(
+        call!(net, listen(ctx, 0, handle.as_mut_ptr().cast(), &mut lc)),
+        "listen",
+    );
     let info = HandleInfo::decode(&handle).expect("the plugin's own handle");
     let (mut sc, mut rc): (*mut c_void, *mut c_void) = (null_mut(), null_mut());
     let t0 = Instant::now();
@@ -117,7 +123,15 @@ fn connect_with(net: &ncclNet_v12_t, tc: c_int) -> Vec<u32> {
     ok(
         call!(
             net,
-            isend(sc, src.as_mut_ptr().cast(), src.len(), 3, null_mut(), null_mut(), &mut sreq)
+            isend(
+                sc,
+                src.as_mut_ptr().cast(),
+                src.len(),
+                3,
+                null_mut(),
+                null_mut(),
+                &mut sreq
+            )
         ),
         "isend",
     );
@@ -163,7 +177,10 @@ fn traffic_class_sets_ip_tos_on_every_socket() {
     let net: &ncclNet_v12_t = unsafe { &**lib.get::<*const ncclNet_v12_t>(b"ncclNetPlugin_v12").unwrap() };
 
     let marked = connect_with(net, 0x60);
-    assert!(marked.iter().all(|&t| t == 0x60), "trafficClass 0x60 → IP_TOS {marked:x?}");
+    assert!(
+        marked.iter().all(|&t| t == 0x60),
+        "trafficClass 0x60 → IP_TOS {marked:x?}"
+    );
     let unmarked = connect_with(net, -1);
     assert!(
         unmarked.iter().all(|&t| t == 0),
@@ -176,7 +193,10 @@ fn traffic_class_sets_ip_tos_on_every_socket() {
     ok(call!(net, init(&mut ctx, 8, &mut cfg, None, None)), "init");
     let mut handle = [0u8; 128];
     let mut lc: *mut c_void = null_mut();
-    ok(call!(net, listen(ctx, 0, handle.as_mut_ptr().cast(), &mut lc)), "listen");
+    ok(
+        call!(net, listen(ctx, 0, handle.as_mut_ptr().cast(), &mut lc)),
+        "listen",
+    );
     let mut sc: *mut c_void = null_mut();
     let r = call!(net, connect(ctx, 0, handle.as_mut_ptr().cast(), &mut sc, null_mut()));
     assert!(!r.is_success() && sc.is_null(), "trafficClass 300 refused");
