@@ -127,7 +127,9 @@ pub struct ncclConfig_v23000 {
     pub netName: *const c_char,
     /// Share resources with split children (no effect in ferroccl).
     pub splitShare: c_int,
-    /// Traffic class (no effect in ferroccl).
+    /// Network traffic class, handed to the net plugin in `ncclNetCommConfig_t`
+    /// (`NCCL_CONFIG_UNDEF_INT`: none, -1 to the plugin); read from configs of
+    /// version 2.25 on.
     pub trafficClass: c_int,
     /// Communicator name for logs.
     pub commName: *const c_char,

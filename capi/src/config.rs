@@ -34,6 +34,8 @@ pub(crate) struct Settings {
     pub comm_name: Option<String>,
     /// `collnetEnable` (0 or 1; unset: `NCCL_COLLNET_ENABLE` or off).
     pub collnet_enable: Option<bool>,
+    /// `trafficClass` (unset: none, `NCCL_NET_TRAFFIC_CLASS_UNDEF` to the plugin).
+    pub traffic_class: Option<i32>,
 }
 
 impl Default for Settings {
@@ -44,6 +46,7 @@ impl Default for Settings {
             net_name: None,
             comm_name: None,
             collnet_enable: None,
+            traffic_class: None,
         }
     }
 }
@@ -120,6 +123,15 @@ pub(crate) fn parse(config: *const ncclConfig_t, inherit: Option<&Settings>, op:
             Some(b @ (0 | 1)) => s.collnet_enable = Some(b == 1),
             Some(b) => return Err(Fail::arg(format!("Invalid config collnetEnable attribute value {b}"))),
         }
+        // NCCL 2.30.7 src/init.cc parseCommConfig: configs older than 2.25 have no
+        // trafficClass (the default, undefined, is used); any other value is passed
+        // to the plugin unchecked.
+        if version >= 22500 {
+            match get!(trafficClass: c_int) {
+                None | Some(UNDEF_INT) => {}
+                Some(tc) => s.traffic_class = Some(tc),
+            }
+        }
         if let Some(p) = get!(netName: *const c_char) {
             s.net_name = c_string(p).or(s.net_name);
         }
@@ -180,11 +192,44 @@ impl Settings {
             CommConfig {
                 nchannels: self.max_ctas,
                 collnet_enable: self.collnet_enable,
+                traffic_class: self.traffic_class,
                 net: Some(net),
                 bootstrap: Some(bootstrap),
                 ..Default::default()
             },
             abort,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(version: u32, traffic_class: c_int) -> ncclConfig_t {
+        // SAFETY: ncclConfig_t is plain C data (integers and pointers); all-zero is valid.
+        let mut c: ncclConfig_t = unsafe { std::mem::zeroed() };
+        c.size = std::mem::size_of::<ncclConfig_t>();
+        c.magic = NCCL_API_MAGIC;
+        c.version = version;
+        for f in [&mut c.blocking, &mut c.minCTAs, &mut c.maxCTAs, &mut c.collnetEnable] {
+            *f = UNDEF_INT;
+        }
+        c.trafficClass = traffic_class;
+        c
+    }
+
+    /// NCCL 2.30.7 `parseCommConfig`: a set trafficClass is kept (from config version
+    /// 2.25 on) and reaches the runtime's `CommConfig`; unset or older: none.
+    #[test]
+    fn traffic_class_from_config_to_comm_config() {
+        let s = parse(&config(23007, 0x68), None, "test").unwrap();
+        assert_eq!(s.traffic_class, Some(0x68));
+        assert_eq!(s.comm_config("test").unwrap().0.traffic_class, Some(0x68));
+        assert_eq!(
+            parse(&config(23007, UNDEF_INT), None, "test").unwrap().traffic_class,
+            None
+        );
+        assert_eq!(parse(&config(22400, 0x68), None, "test").unwrap().traffic_class, None);
     }
 }

@@ -24,6 +24,10 @@
 //!   table beside a net plugin, driven through the runtime's CollNet adapter by
 //!   groups of ranks (threads, and a peer process that is killed mid-reduction).
 //!
+//! * [`gin`] — the GIN section (`--gin`): the host-side calls (init, devices,
+//!   getProperties) of an `ncclGinPlugin_v13` / `_v14` table, each check per version
+//!   in a worker.
+//!
 //! * [`section`] — what the tuner, profiler and CollNet sections share: `--api`, the
 //!   check record, the worker-per-check runner, `--list`, the probe.
 //!
@@ -32,6 +36,7 @@
 pub mod checks;
 pub mod collnet;
 pub mod cx;
+pub mod gin;
 pub mod loader;
 pub mod outcome;
 pub mod peer;

@@ -6,6 +6,7 @@
 //! ferroccl-conformance --tuner [NAME|PATH] [--api v2..v6|all] [--filter GLOB] [--format …] [--list]
 //! ferroccl-conformance --profiler [NAME|PATH] [--api v1..v6|all] [--filter GLOB] [--format …] [--list]
 //! ferroccl-conformance --collnet [NAME|PATH] [--api v6..v12|all] [--filter GLOB] [--format …] [--list]
+//! ferroccl-conformance --gin [NAME|PATH] [--api v13..v14|all] [--filter GLOB] [--format …] [--list]
 //! ```
 //! Exit status: 0 when every required check passed, 1 when one failed, 2 on a usage error.
 
@@ -75,6 +76,10 @@ struct Cli {
     /// plugin): the `collnet.*` checks (a short name resolves like NCCL_NET_PLUGIN).
     #[arg(long, conflicts_with = "tuner")]
     collnet: bool,
+    /// Check the library's GIN table (ncclGinPlugin_v13/_v14, in a GIN library or
+    /// beside a net plugin): the host-side `gin.*` checks (init, devices, getProperties).
+    #[arg(long, conflicts_with_all = ["tuner", "profiler", "collnet"])]
+    gin: bool,
     /// Internal: run one check in this process and print its result.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -103,6 +108,9 @@ fn real_main() -> i32 {
     }
     if cli.collnet {
         return section_main(&cli, &ferroccl_conformance::collnet::SECTION);
+    }
+    if cli.gin {
+        return section_main(&cli, &ferroccl_conformance::gin::SECTION);
     }
     if cli.list {
         print!("{}", report::list());

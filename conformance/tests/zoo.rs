@@ -277,3 +277,24 @@ fn zero_devices_is_one_verdict_and_the_rest_is_not_run() {
         "{text}"
     );
 }
+
+#[test]
+fn refusing_a_traffic_class_is_caught_by_the_traffic_class_check_only() {
+    let rep = run(&config(&quirky_so("traffic-class"), None));
+    assert_eq!(rep.exported, vec![12]);
+    let fails: Vec<String> = rep
+        .results
+        .iter()
+        .filter(|r| r.outcome.status == Status::Fail && r.level == Level::Required)
+        .map(|r| format!("v{} {}: {}", r.version, r.id, r.outcome.message))
+        .collect();
+    assert_eq!(fails.len(), 1, "exactly one required failure: {fails:#?}");
+    let r = rep.get("conn.traffic_class", 12).expect("conn.traffic_class ran");
+    assert_eq!(r.outcome.status, Status::Fail, "{r:#?}");
+    let obs = r.outcome.observed.clone().unwrap_or_default();
+    assert!(
+        obs.contains("trafficClass 0x68") && obs.contains("ncclInvalidArgument"),
+        "{obs}"
+    );
+    assert_eq!(rep.exit_code(), 1);
+}

@@ -6,6 +6,9 @@
  * communicator, finalize(ctx) per communicator (mandatory), listen/connect take
  * the context.
  *
+ * With ZOO_FAULT_TRAFFIC_CLASS (broken) init refuses a config with a defined
+ * trafficClass; the conformance check conn.traffic_class catches it.
+ *
  * With ZOO_QUIRK_CTX_TEARDOWN the plugin tears itself down when its last context
  * is finalized (as real v11/v12 plugins that own per-process device state do):
  * until the next init, devices/getProperties/listen/connect fail with
@@ -113,6 +116,16 @@ static ncclResult_t v12_init(void** ctx, uint64_t commId, void* config, ncclDebu
                              zoo_prof_cb_t profFunction) {
   (void)config;
   (void)profFunction;
+#ifdef ZOO_FAULT_TRAFFIC_CLASS
+  /* Broken: refuses any defined traffic class (ncclNetCommConfig_t.trafficClass,
+   * an int at offset 0; -1 = NCCL_NET_TRAFFIC_CLASS_UNDEF), so a communicator
+   * configured with ncclConfig_t.trafficClass cannot use the plugin. */
+  if (config != NULL && *(const int*)config != -1) {
+    if (logFunction) zoo_log = logFunction;
+    ZOO_WARN("zoo: traffic class %d not supported", *(const int*)config);
+    return ncclInvalidArgument;
+  }
+#endif
   uint64_t* c = malloc(2 * sizeof(uint64_t));
   if (!c) return ncclSystemError;
   c[0] = ZOO_CTX_MAGIC;

@@ -17,6 +17,7 @@
 mod collnet;
 mod common;
 mod env;
+mod gin;
 mod net;
 mod profiler;
 mod tuner;
@@ -24,6 +25,7 @@ mod tuner;
 pub use collnet::*;
 pub use common::*;
 pub use env::*;
+pub use gin::*;
 pub use net::*;
 pub use profiler::*;
 pub use tuner::*;

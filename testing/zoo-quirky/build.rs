@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 /// (file suffix, defines).
-const VARIANTS: [(&str, &[&str]); 9] = [
+const VARIANTS: [(&str, &[&str]); 10] = [
     ("handle-state", &["ZOO_QUIRK_HANDLE_STATE"]),
     ("deref-mhandle", &["ZOO_QUIRK_DEREF_MHANDLE"]),
     ("oldest-test", &["ZOO_QUIRK_OLDEST_TEST"]),
@@ -16,6 +16,7 @@ const VARIANTS: [(&str, &[&str]); 9] = [
     ("no-sizes", &["ZOO_FAULT_NO_SIZES"]),
     ("no-devices", &["ZOO_FAULT_NO_DEVICES"]),
     ("gdr", &["ZOO_QUIRK_GDR"]),
+    ("traffic-class", &["ZOO_EXPORT_V12", "ZOO_FAULT_TRAFFIC_CLASS"]),
 ];
 
 fn main() {

@@ -69,6 +69,38 @@ pub(crate) fn register(r: &mut Registry) {
         cross_process,
     )
     .nccl("src/transport/net.cc recvSetup/sendConnect: the listen handle travels to the peer inside ncclConnect");
+    r.add(
+        "conn.traffic_class",
+        "§1.5",
+        "a context made with a defined trafficClass (ncclNetCommConfig_t, v11+ init / v10 connect) connects and moves data like one without",
+        traffic_class,
+    )
+    .since(10)
+    .nccl("src/plugin/net.cc ncclNetPluginInit: init(&netContext, commHash, &commConfig) with commConfig.trafficClass = ncclConfig_t.trafficClass (v10: net_v10.cc passes it to connect)");
+}
+
+/// The class the traffic-class check asks for: a DSCP-style TOS byte (AF31, 0x68)
+/// every transport can carry (IB GRH traffic class, IP TOS).
+pub(crate) const TRAFFIC_CLASS: i32 = 0x68;
+
+fn traffic_class(cx: &mut Cx, _: u64) -> Res {
+    let config = ferroccl::plugin::net::CommConfig {
+        traffic_class: TRAFFIC_CLASS,
+    };
+    let what = format!("init with trafficClass {TRAFFIC_CLASS:#x}");
+    let ctx = cx.call(crate::watch::Call::Init, &what, |n| n.init_ctx(0x7C00, &config))?;
+    let saved = cx.ctx;
+    cx.ctx = ctx;
+    let r = cx.pair().and_then(|p| {
+        for (i, len) in [1usize, 4096, 1 << 20].into_iter().enumerate() {
+            cx.roundtrip(&p, len, len, 0x7C + i as u64)?;
+        }
+        cx.close_pair(p)
+    });
+    cx.ctx = saved;
+    r.map_err(|e| context(e, &format!("in a context made with trafficClass {TRAFFIC_CLASS:#x}")))?;
+    cx.call(crate::watch::Call::Finalize, "finalize", |n| n.finalize_ctx(ctx))?;
+    Ok(())
 }
 
 fn listen(cx: &mut Cx, _: u64) -> Res {

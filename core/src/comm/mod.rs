@@ -23,6 +23,7 @@ pub use crate::error::{Error, Result};
 pub(crate) use params::CommParams;
 pub use params::{
     CommConfig, PreloadedNet, collnet_after_node_threshold, collnet_node_threshold, resolve_collnet_enable,
+    resolve_traffic_class,
 };
 
 use crate::bootstrap::{Bootstrap, UniqueId};
@@ -165,9 +166,12 @@ fn local_facts(
     rank: usize,
     comm_id: u64,
     topo_params: &crate::topo::TopoParams,
+    traffic_class: i32,
 ) -> std::result::Result<LocalFacts, String> {
+    // NCCL 2.30.7 src/plugin/net.cc ncclNetPluginInit: the communicator's traffic
+    // class in `ncclNetCommConfig_t` (v11+ init; v10 connect through the adapter).
     let ctx = net
-        .init_ctx(comm_id, &crate::plugin::net::CommConfig::default())
+        .init_ctx(comm_id, &crate::plugin::net::CommConfig { traffic_class })
         .map_err(|e| Error::net("plugin init", e).to_string())?;
     let facts = (|| {
         let ndev = match net.devices() {
@@ -335,7 +339,7 @@ impl Comm {
             Err(e) => (Err(e), None),
         };
         let local = loaded.and_then(|(net, info)| {
-            local_facts(&net, &info, rank, comm_hash(id), &topo_params).map(|f| (net, info, f))
+            local_facts(&net, &info, rank, comm_hash(id), &topo_params, params.traffic_class).map(|f| (net, info, f))
         });
         if let Ok((net, _, f)) = &local {
             guard.ctx = Some((net.clone(), f.ctx));

@@ -33,6 +33,33 @@ pub struct CommConfig {
     /// CollNet for this communicator (`ncclConfig_t.collnetEnable`); `NCCL_COLLNET_ENABLE`,
     /// when set, overrides it as in NCCL; default off. See [`resolve_collnet_enable`].
     pub collnet_enable: Option<bool>,
+    /// The communicator's network traffic class (`ncclConfig_t.trafficClass`), handed
+    /// to the net plugin in `ncclNetCommConfig_t` (v11+ `init`, v10 `connect`); what a
+    /// class means is the plugin's (the IB plugin: the GRH traffic class unless
+    /// `NCCL_IB_TC` is set; the socket plugin: `IP_TOS`). `None`:
+    /// `NCCL_NET_TRAFFIC_CLASS_UNDEF` (-1). No `NCCL_*` variable overrides it, as in
+    /// NCCL. See [`resolve_traffic_class`].
+    pub traffic_class: Option<i32>,
+}
+
+/// `NCCL_NET_TRAFFIC_CLASS_UNDEF`: no traffic class.
+pub const TRAFFIC_CLASS_UNDEF: i32 = -1;
+
+/// The traffic class handed to the net plugin, as NCCL 2.30.7 resolves it: the config's
+/// value when set (`src/init.cc`, `parseCommConfig`: `NCCL_CONFIG_DEFAULT(..., trafficClass,
+/// NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, "Traffic class", ...)`, which logs
+/// `Comm config Traffic class set to <v>`; `envConfigOverride` reads no variable for it),
+/// else `NCCL_NET_TRAFFIC_CLASS_UNDEF` (`src/plugin/net.cc`, `ncclNetPluginInit`: an
+/// undefined config class becomes -1 in `ncclNetCommConfig_t`). A set value is passed as
+/// is (NCCL checks no range; the plugin decides what it accepts).
+pub fn resolve_traffic_class(c: &CommConfig) -> i32 {
+    match c.traffic_class {
+        Some(tc) => {
+            crate::log::nccl_info!(ENV, "Comm config Traffic class set to {tc}");
+            tc
+        }
+        None => TRAFFIC_CLASS_UNDEF,
+    }
 }
 
 /// `comm->config.collnetEnable` as NCCL 2.30.7 resolves it (`src/init.cc`,
@@ -109,6 +136,8 @@ pub(crate) struct CommParams {
     /// Tuning parameters (`NCCL_ALGO`, `NCCL_PROTO`, thread/channel thresholds, …).
     pub tune: crate::tune::TuneParams,
     pub bootstrap: BootstrapConfig,
+    /// [`resolve_traffic_class`]: what the plugin's `ncclNetCommConfig_t` carries.
+    pub traffic_class: i32,
 }
 
 fn cfg_err(e: crate::config::ConfigError) -> Error {
@@ -185,6 +214,7 @@ impl CommParams {
             proxy_spin_us: params::PROXY_SPIN_US.get(cfg).map_err(cfg_err)?,
             tune: crate::tune::TuneParams::from_config(cfg)?,
             bootstrap,
+            traffic_class: resolve_traffic_class(c),
         })
     }
 }

@@ -3,7 +3,8 @@
 use std::ffi::{CStr, c_char, c_void};
 
 use ferroccl_plugin_api::abi::{
-    COLLNET_PLUGIN_SYMBOLS, ENV_PLUGIN_SYMBOLS, NET_PLUGIN_SYMBOLS, PROFILER_PLUGIN_SYMBOLS, TUNER_PLUGIN_SYMBOLS,
+    COLLNET_PLUGIN_SYMBOLS, ENV_PLUGIN_SYMBOLS, GIN_PLUGIN_SYMBOLS, NET_PLUGIN_SYMBOLS, PROFILER_PLUGIN_SYMBOLS,
+    TUNER_PLUGIN_SYMBOLS,
 };
 
 use super::library::PluginLibrary;
@@ -21,16 +22,20 @@ pub enum PluginType {
     Profiler,
     /// `ncclEnvPlugin_vN` (N = 1, 2).
     Env,
+    /// `ncclGinPlugin_vN` (N = 13, 14): inspected (listed, host-side calls in the
+    /// conformance suite), not hosted.
+    Gin,
 }
 
 impl PluginType {
     /// Every type, in display order.
-    pub const ALL: [PluginType; 5] = [
+    pub const ALL: [PluginType; 6] = [
         PluginType::Net,
         PluginType::CollNet,
         PluginType::Tuner,
         PluginType::Profiler,
         PluginType::Env,
+        PluginType::Gin,
     ];
 
     /// The symbols NCCL 2.30.7 searches for this type, newest first, with their version.
@@ -41,10 +46,11 @@ impl PluginType {
             PluginType::Tuner => &TUNER_PLUGIN_SYMBOLS,
             PluginType::Profiler => &PROFILER_PLUGIN_SYMBOLS,
             PluginType::Env => &ENV_PLUGIN_SYMBOLS,
+            PluginType::Gin => &GIN_PLUGIN_SYMBOLS,
         }
     }
 
-    /// Lower-case name (`net`, `collnet`, `tuner`, `profiler`, `env`).
+    /// Lower-case name (`net`, `collnet`, `tuner`, `profiler`, `env`, `gin`).
     pub fn as_str(self) -> &'static str {
         match self {
             PluginType::Net => "net",
@@ -52,6 +58,7 @@ impl PluginType {
             PluginType::Tuner => "tuner",
             PluginType::Profiler => "profiler",
             PluginType::Env => "env",
+            PluginType::Gin => "gin",
         }
     }
 }

@@ -38,7 +38,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Net/collnet/tuner/profiler/env plugins: resolution, symbols, devices.
+    /// Net/collnet/tuner/profiler/env plugins (and GIN tables): resolution, symbols, devices.
     Plugins {
         /// A plugin name (resolved like NCCL_NET_PLUGIN) or a path; omit for the full resolution.
         target: Option<String>,
@@ -295,6 +295,9 @@ fn full_resolution(opts: &LoadOptions) -> bool {
             None
         }
     };
+    if let Some(n) = &net {
+        print_gin_tables(&n.plugin.info().path);
+    }
     println!();
     for kind in [AuxKind::Tuner, AuxKind::Profiler] {
         let what = if kind == AuxKind::Tuner { "tuner" } else { "profiler" };
@@ -314,6 +317,32 @@ fn full_resolution(opts: &LoadOptions) -> bool {
         }
     }
     net.is_some()
+}
+
+/// The GIN tables (`ncclGinPlugin_v14`/`_v13`) in the net plugin's library: NCCL
+/// 2.30.7 looks there after `NCCL_GIN_PLUGIN` (`src/plugin/gin.cc`,
+/// `initPluginLibsOnceFunc`). ferroccl inspects them (`ferroccl-conformance --gin`)
+/// but hosts no GIN device path.
+fn print_gin_tables(path: &std::path::Path) {
+    let Some(lib) = open_plugin_lib(&path.to_string_lossy(), "libnccl-net", &[]).lib else {
+        return;
+    };
+    let gin: Vec<_> = exported_symbols(&lib)
+        .into_iter()
+        .filter(|s| s.ty == PluginType::Gin)
+        .collect();
+    match gin.first() {
+        None => println!("gin: none in the net plugin library"),
+        Some(first) => {
+            let vs: Vec<String> = gin.iter().map(|s| format!("v{}", s.version)).collect();
+            println!(
+                "gin: '{}' {} in the net plugin library (NCCL 2.30.7 would use {}; inspected, not hosted)",
+                first.name.as_deref().unwrap_or("(NULL name)"),
+                vs.join(" "),
+                first.symbol
+            );
+        }
+    }
 }
 
 fn print_candidates(net: &LoadedNet) {

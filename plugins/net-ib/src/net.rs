@@ -266,13 +266,19 @@ impl IbNet {
     }
 
     /// Advances one pending accept; `true` when its handshake is complete.
-    fn accept_step(&self, dev: &Arc<IbDev>, tc_cfg: i32, a: &mut Accepting) -> NetResult<bool> {
+    fn accept_step(&self, dev: &Arc<IbDev>, a: &mut Accepting) -> NetResult<bool> {
         for ev in pump(&mut a.sock, &mut a.hs, a.peer)? {
             match ev {
                 proto::Event::PeerMeta(m) => {
                     let mut res =
                         RecvInner::new(dev.clone(), m.qpns.len(), a.sock.try_clone().map_err(sys_err)?, a.peer)?;
-                    let (tc, sl) = (self.params.effective_tc(tc_cfg), self.params.effective_sl(tc_cfg));
+                    // The connecting side decides the class of the connection: the
+                    // receiver takes the sender's traffic class and service level for
+                    // its QPs and echoes them back (NCCL 2.30.7
+                    // src/transport/net_ib/connect.cc, ncclIbReceiverQpsCreateToRts:
+                    // rtrAttr->tc = remMeta->tc, rtrAttr->sl = remMeta->sl;
+                    // ncclIbAcceptImpl: meta.tc = remMeta.tc, meta.sl = remMeta.sl).
+                    let (tc, sl) = (m.tc, m.sl);
                     connect_qps(&res.conn, &self.params, &res.psns, &m, tc, sl)?;
                     res.remote_fifo = (m.buf_addr, m.buf_rkey);
                     let meta = own_meta(
@@ -418,7 +424,6 @@ pub struct IbListen {
     listener: TcpListener,
     /// Side-channel connections accepted and not yet through the handshake.
     pending: Vec<Accepting>,
-    tc: i32,
 }
 
 struct Accepting {
@@ -1352,7 +1357,7 @@ impl Net for IbNet {
         })
     }
 
-    fn listen(&self, ctx: &Self::Ctx, dev: usize, handle: &mut Handle) -> NetResult<Self::ListenComm> {
+    fn listen(&self, _ctx: &Self::Ctx, dev: usize, handle: &mut Handle) -> NetResult<Self::ListenComm> {
         let d = self
             .devs
             .get(dev)
@@ -1370,7 +1375,6 @@ impl Net for IbNet {
             dev: d.clone(),
             listener,
             pending: Vec::new(),
-            tc: ctx.traffic_class,
         })
     }
 
@@ -1406,6 +1410,9 @@ impl Net for IbNet {
             sock.set_nonblocking(true).map_err(sys_err)?;
             let _ = sock.set_nodelay(true);
             set_keepalive(&sock);
+            // NCCL 2.30.7 src/transport/net_ib/connect.cc ncclIbConnectImpl: NCCL_IB_TC /
+            // NCCL_IB_SL when set, else the communicator's traffic class (v10: connect's
+            // config; v11+: the context's), else 0 (`IbParams::effective_tc`/`_sl`).
             let tc_cfg = if config.traffic_class >= 0 {
                 config.traffic_class
             } else {
@@ -1496,10 +1503,9 @@ impl Net for IbNet {
             }
         }
         let dev = listen.dev.clone();
-        let tc_cfg = listen.tc;
         let mut i = 0;
         while i < listen.pending.len() {
-            match self.accept_step(&dev, tc_cfg, &mut listen.pending[i]) {
+            match self.accept_step(&dev, &mut listen.pending[i]) {
                 Ok(true) => {
                     let a = listen.pending.remove(i);
                     let inner = a.res.expect("resources created before ready");

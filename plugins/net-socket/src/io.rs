@@ -770,9 +770,32 @@ pub struct Connecting {
     conn_id: u64,
     retries: u32,
     socks: Vec<ConnSock>,
+    /// `IP_TOS` / `IPV6_TCLASS` of every socket this connection opens (the
+    /// communicator's traffic class, when defined).
+    tos: Option<u32>,
 }
 
 impl Connecting {
+    /// Marks every socket of this connection with the communicator's traffic
+    /// class (`ncclNetCommConfig_t.trafficClass`, NCCL 2.30.7
+    /// `src/include/plugin/net/net_v11.h`): `IP_TOS` on IPv4, `IPV6_TCLASS` on
+    /// IPv6. `NCCL_NET_TRAFFIC_CLASS_UNDEF` (-1) leaves the kernel's default;
+    /// values are taken as the full TOS byte (0 ..= 255, DSCP in the upper six bits).
+    ///
+    /// Errors: a defined class outside 0 ..= 255 (`InvalidArgument`).
+    pub fn with_traffic_class(mut self, tc: i32) -> NetResult<Connecting> {
+        self.tos = match tc {
+            -1 => None,
+            0..=255 => Some(tc as u32),
+            _ => {
+                return Err(NetError::InvalidArgument(format!(
+                    "NET/FerrocclSocket: traffic class {tc} (expected -1 or 0..=255, the IP TOS byte)"
+                )));
+            }
+        };
+        Ok(self)
+    }
+
     /// Starts connecting to the listener described by `info`.
     pub fn new(info: HandleInfo, cfg: &Config) -> Connecting {
         let conn_id = random_u64();
@@ -799,6 +822,7 @@ impl Connecting {
             conn_id,
             retries: 0,
             socks,
+            tos: None,
         }
     }
 
@@ -815,6 +839,11 @@ impl Connecting {
                         let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
                         s.set_nonblocking(true)?;
                         tune(&s, &self.cfg)?;
+                        match (self.tos, addr) {
+                            (Some(tos), SocketAddr::V4(_)) => s.set_tos_v4(tos)?,
+                            (Some(tos), SocketAddr::V6(_)) => s.set_tclass_v6(tos)?,
+                            (None, _) => {}
+                        }
                         let r = s.connect(&SockAddr::from(addr));
                         cs.sock = Some(s);
                         cs.sent = 0;

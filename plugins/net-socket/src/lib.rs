@@ -162,13 +162,7 @@ impl Net for SocketNet {
         Ok(l)
     }
 
-    fn connect(
-        &self,
-        _ctx: &(),
-        _dev: usize,
-        handle: &mut Handle,
-        _config: &CommConfig,
-    ) -> NetResult<Option<SendComm>> {
+    fn connect(&self, _ctx: &(), _dev: usize, handle: &mut Handle, config: &CommConfig) -> NetResult<Option<SendComm>> {
         let mut reg = self.connects.lock().unwrap_or_else(|p| p.into_inner());
         let token = match proto::scratch_token(handle).filter(|t| reg.contains_key(t)) {
             Some(t) => t,
@@ -178,7 +172,9 @@ impl Net for SocketNet {
                 while reg.contains_key(&t) {
                     t = t.wrapping_add(1);
                 }
-                reg.insert(t, io::Connecting::new(info, &self.cfg));
+                // The traffic class (v10 connect's config, v11+ the context's) marks every socket.
+                let c = io::Connecting::new(info, &self.cfg).with_traffic_class(config.traffic_class)?;
+                reg.insert(t, c);
                 proto::set_scratch_token(handle, Some(t));
                 t
             }

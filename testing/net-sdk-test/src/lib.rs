@@ -10,13 +10,16 @@
 //! * failure hook: an `isend` with tag [`PANIC_TAG`] panics inside the plugin (the
 //!   SDK shim must turn that into `ncclInternalError`, never an abort);
 //! * `init` logs `"SdkLoop init comm <id>"` at INFO through NCCL's logger;
+//! * the traffic class of the last `init` and `connect` (`ncclNetCommConfig_t`, v10
+//!   connect / v11+ init) is kept and read back with the C function
+//!   `ferrocclTestSdkLoopTrafficClass(which)` (0: init, 1: connect; -2: never called);
 //! * the library also exports a do-nothing tuner ([`SdkLoopTuner`],
 //!   `ncclTunerPlugin_v2` … `_v6`), to test NCCL's tuner fallback into the net
 //!   plugin's library.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ferroccl_plugin_api::abi::ncclFunc_t;
@@ -34,6 +37,20 @@ type Pending = Arc<Mutex<VecDeque<Pipe>>>;
 
 static LISTENERS: Mutex<Option<HashMap<u64, Pending>>> = Mutex::new(None);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Traffic class of the last `init` / `connect` (-2: never called).
+static INIT_TC: AtomicI32 = AtomicI32::new(-2);
+static CONNECT_TC: AtomicI32 = AtomicI32::new(-2);
+
+/// The traffic class the last `init` (`which` 0) or `connect` (1) received; -2 when
+/// never called. A test-only export, not NCCL's ABI.
+#[unsafe(no_mangle)]
+pub extern "C" fn ferrocclTestSdkLoopTrafficClass(which: std::ffi::c_int) -> std::ffi::c_int {
+    match which {
+        0 => INIT_TC.load(Ordering::SeqCst),
+        _ => CONNECT_TC.load(Ordering::SeqCst),
+    }
+}
 
 /// The plugin.
 pub struct SdkLoop;
@@ -88,7 +105,8 @@ impl Net for SdkLoop {
         Ok(SdkLoop)
     }
 
-    fn init(&self, comm_id: u64, _config: &CommConfig) -> NetResult<Ctx> {
+    fn init(&self, comm_id: u64, config: &CommConfig) -> NetResult<Ctx> {
+        INIT_TC.store(config.traffic_class, Ordering::SeqCst);
         ferroccl_plugin_api::net_info!(NCCL_INIT, "SdkLoop init comm {comm_id:#x}");
         Ok(Ctx)
     }
@@ -125,7 +143,8 @@ impl Net for SdkLoop {
         Ok(Listen { id, pending })
     }
 
-    fn connect(&self, _ctx: &Ctx, _dev: usize, handle: &mut Handle, _c: &CommConfig) -> NetResult<Option<SendComm>> {
+    fn connect(&self, _ctx: &Ctx, _dev: usize, handle: &mut Handle, c: &CommConfig) -> NetResult<Option<SendComm>> {
+        CONNECT_TC.store(c.traffic_class, Ordering::SeqCst);
         if handle[8] == 0 {
             handle[8] = 1; // not ready yet; NCCL calls again with the same handle
             return Ok(None);

@@ -20,5 +20,6 @@
 //! | --- | --- | --- |
 //! | `libnccl-net-zoo-no-sizes.so` | test() never writes sizes | the suite fails `transfer.recv_larger`; the runtime still runs collectives (NCCL does) |
 //! | `libnccl-net-zoo-no-devices.so` | devices() reports 0 | one failed `load.init` verdict, every dependent check "not run" |
+//! | `libnccl-net-zoo-traffic-class.so` | (v12) init refuses a config with a defined `trafficClass` | the suite fails `conn.traffic_class` and nothing else |
 //!
 //! The crate has no Rust code.
