@@ -79,6 +79,7 @@
 pub mod adapter;
 pub mod collnet;
 pub mod cuda_stub;
+pub mod env;
 pub mod error;
 pub mod library;
 pub mod logger;
