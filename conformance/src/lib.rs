@@ -24,6 +24,9 @@
 //!   table beside a net plugin, driven through the runtime's CollNet adapter by
 //!   groups of ranks (threads, and a peer process that is killed mid-reduction).
 //!
+//! * [`env`] — the env plugin section (`--env`): any `ncclEnv_v1` / `_v2` plugin's
+//!   `init`, `getEnv` (unset names, stable strings, many threads) and `finalize`.
+//!
 //! * [`section`] — what the tuner, profiler and CollNet sections share: `--api`, the
 //!   check record, the worker-per-check runner, `--list`, the probe.
 //!
@@ -32,6 +35,7 @@
 pub mod checks;
 pub mod collnet;
 pub mod cx;
+pub mod env;
 pub mod loader;
 pub mod outcome;
 pub mod peer;
