@@ -24,7 +24,7 @@
 //!   table beside a net plugin, driven through the runtime's CollNet adapter by
 //!   groups of ranks (threads, and a peer process that is killed mid-reduction).
 //!
-//! * [`env`] — the env plugin section (`--env`): any `ncclEnv_v1` / `_v2` plugin's
+//! * [`mod@env`] — the env plugin section (`--env`): any `ncclEnv_v1` / `_v2` plugin's
 //!   `init`, `getEnv` (unset names, stable strings, many threads) and `finalize`.
 //!
 //! * [`section`] — what the tuner, profiler and CollNet sections share: `--api`, the

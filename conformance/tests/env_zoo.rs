@@ -58,7 +58,11 @@ fn caught(file: &str, id: &str, needle: &str) {
 
 #[test]
 fn init_failure_is_caught() {
-    caught("libnccl-env-zinitfail.so", "env.init", "init returned ncclSystemError (2)");
+    caught(
+        "libnccl-env-zinitfail.so",
+        "env.init",
+        "init returned ncclSystemError (2)",
+    );
 }
 
 #[test]

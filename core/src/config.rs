@@ -183,7 +183,9 @@ struct EnvLookup {
 
 impl fmt::Debug for EnvLookup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EnvLookup").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("EnvLookup")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -884,7 +886,10 @@ mod env_plugin_tests {
         let c = plugged(calls.clone());
         assert_eq!(c.env_plugin(), Some("TestEnv"));
         let s = c.setting("NCCL_BUFFSIZE").unwrap();
-        assert_eq!((s.value.as_str(), &s.source), ("1048576", &Source::EnvPlugin("TestEnv".into())));
+        assert_eq!(
+            (s.value.as_str(), &s.source),
+            ("1048576", &Source::EnvPlugin("TestEnv".into()))
+        );
         assert_eq!(params::BUFFSIZE.get(&c).unwrap(), 1 << 20);
         // Passed through: the variable keeps its own source.
         assert_eq!(c.setting("NCCL_DEBUG").unwrap().source, Source::Env);
@@ -910,11 +915,19 @@ mod env_plugin_tests {
         let c = plugged(Arc::default());
         let echo = c.echo();
         assert!(
-            echo.iter().any(|l| l == "NCCL_BUFFSIZE set by env plugin TestEnv to 1048576."),
+            echo.iter()
+                .any(|l| l == "NCCL_BUFFSIZE set by env plugin TestEnv to 1048576."),
             "{echo:?}"
         );
-        assert!(echo.iter().any(|l| l == "NCCL_MIN_NCHANNELS set by env plugin TestEnv to 2."), "{echo:?}");
-        assert!(echo.iter().any(|l| l == "NCCL_DEBUG set by environment to WARN."), "{echo:?}");
+        assert!(
+            echo.iter()
+                .any(|l| l == "NCCL_MIN_NCHANNELS set by env plugin TestEnv to 2."),
+            "{echo:?}"
+        );
+        assert!(
+            echo.iter().any(|l| l == "NCCL_DEBUG set by environment to WARN."),
+            "{echo:?}"
+        );
         assert!(!echo.iter().any(|l| l.starts_with("NCCL_PROTO")), "{echo:?}");
         assert!(c.env_plugin_result().is_ok());
     }

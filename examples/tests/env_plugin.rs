@@ -92,7 +92,8 @@ fn params_come_from_the_env_plugin_and_name_it_as_their_source() {
     assert_eq!(row(&rows, "NCCL_ALGO")["source"], "environment");
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("ENV/Plugin: Using FerrocclEnvSdkTest (v2)") && err.contains("Successfully loaded external env plugin"),
+        err.contains("ENV/Plugin: Using FerrocclEnvSdkTest (v2)")
+            && err.contains("Successfully loaded external env plugin"),
         "{err}"
     );
 
@@ -134,12 +135,18 @@ fn nccl_conf_names_the_env_plugin_and_its_values_reach_the_plugin() {
     let o = run(
         env!("CARGO_BIN_EXE_ferroccl-info"),
         &["params", "--json"],
-        &[("NCCL_CONF_FILE", conf.to_str().unwrap()), ("HOME", dir.to_str().unwrap())],
+        &[
+            ("NCCL_CONF_FILE", conf.to_str().unwrap()),
+            ("HOME", dir.to_str().unwrap()),
+        ],
     );
     assert!(o.status.success(), "{}", all(&o));
     let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(row(&rows, "NCCL_MIN_NCHANNELS")["value"], "3");
-    assert_eq!(row(&rows, "NCCL_MIN_NCHANNELS")["source"], "env plugin FerrocclEnvSdkTest");
+    assert_eq!(
+        row(&rows, "NCCL_MIN_NCHANNELS")["source"],
+        "env plugin FerrocclEnvSdkTest"
+    );
     // Passed through by the plugin: the file stays the source.
     assert_eq!(row(&rows, "NCCL_BUFFSIZE")["value"], "8192");
     assert_eq!(row(&rows, "NCCL_BUFFSIZE")["source"], "NCCL_CONF_FILE");
@@ -153,7 +160,19 @@ fn communicators_run_with_what_the_env_plugin_says() {
     // NCCL_DEBUG comes only from the plugin: the INFO lines prove it is asked first.
     std::fs::write(&file, "NCCL_DEBUG=INFO\nNCCL_MAX_NCHANNELS=1\nNCCL_BUFFSIZE=1048576\n").unwrap();
     let so = plugin();
-    let args = ["--ranks", "2", "all_reduce", "-b", "8", "-e", "8K", "-f", "32", "-c", "1"];
+    let args = [
+        "--ranks",
+        "2",
+        "all_reduce",
+        "-b",
+        "8",
+        "-e",
+        "8K",
+        "-f",
+        "32",
+        "-c",
+        "1",
+    ];
     let o = run(
         env!("CARGO_BIN_EXE_ferroccl-perf"),
         &args,

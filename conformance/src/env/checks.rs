@@ -106,18 +106,14 @@ fn name(cx: &mut EnvCx) -> Res {
 
 fn init(cx: &mut EnvCx) -> Res {
     let _g = enter("init");
-    cx.plugin
-        .init()
-        .map_err(|e| fail!("init returns ncclSuccess", "{e}"))
+    cx.plugin.init().map_err(|e| fail!("init returns ncclSuccess", "{e}"))
 }
 
 /// `init` for the checks after `env.init`: a failure skips them (it is
 /// `env.init`'s verdict, not theirs).
 fn setup(cx: &mut EnvCx) -> Res {
     let _g = enter("init");
-    cx.plugin
-        .init()
-        .map_err(|e| skip!("init failed ({e}): see env.init"))
+    cx.plugin.init().map_err(|e| skip!("init failed ({e}): see env.init"))
 }
 
 /// One `getEnv(name)`: the pointer, or a failure for a NULL slot.
@@ -176,7 +172,10 @@ fn get_stable(cx: &mut EnvCx) -> Res {
     }
     let unset = unset_names();
     for round in 0..20 {
-        for n in names.iter().chain(unset.iter().map(|u| cname(u)).collect::<Vec<_>>().iter()) {
+        for n in names
+            .iter()
+            .chain(unset.iter().map(|u| cname(u)).collect::<Vec<_>>().iter())
+        {
             raw(cx, n)?;
         }
         for (i, p, first) in &firsts {
@@ -206,10 +205,7 @@ fn get_threads(cx: &mut EnvCx) -> Res {
     let mut names: Vec<String> = SET_VARS.iter().map(|(k, _)| k.to_string()).collect();
     names.extend(unset_names());
     let cnames: Vec<CString> = names.iter().map(|n| cname(n)).collect();
-    let want: Vec<Option<String>> = cnames
-        .iter()
-        .map(|n| raw(cx, n).map(text))
-        .collect::<Res<Vec<_>>>()?;
+    let want: Vec<Option<String>> = cnames.iter().map(|n| raw(cx, n).map(text)).collect::<Res<Vec<_>>>()?;
     let barrier = Barrier::new(THREADS);
     let plugin = &cx.plugin;
     let _g = enter("getEnv");
@@ -245,7 +241,9 @@ fn get_threads(cx: &mut EnvCx) -> Res {
     match mismatch {
         None => Ok(()),
         Some(m) => Err(Stop::Fail {
-            expected: format!("the same answers from {THREADS} threads as from init's thread (NCCL looks parameters up from any thread)"),
+            expected: format!(
+                "the same answers from {THREADS} threads as from init's thread (NCCL looks parameters up from any thread)"
+            ),
             observed: m,
         }),
     }

@@ -207,7 +207,13 @@ impl EnvPlugin {
 
     /// `(init, finalize, getEnv)` of the table. v1 and v2 share the layout except
     /// for `init`'s trailing logger argument, so `init` is returned untyped.
-    fn slots(&self) -> (*const c_void, *const c_void, Option<unsafe extern "C" fn(*const c_char) -> *const c_char>) {
+    fn slots(
+        &self,
+    ) -> (
+        *const c_void,
+        *const c_void,
+        Option<unsafe extern "C" fn(*const c_char) -> *const c_char>,
+    ) {
         if self.version >= 2 {
             // SAFETY: `table` is the exported `ncclEnv_v2_t` (found under its symbol),
             // which lives as long as the library; read unaligned as foreign data.
@@ -250,7 +256,13 @@ impl EnvPlugin {
         self.lib.pin();
         let (ma, mi, pa) = NCCL_VERSION;
         let rc = if self.version >= 2 {
-            type InitV2 = unsafe extern "C" fn(u8, u8, u8, *const c_char, ferroccl_plugin_api::abi::ncclDebugLogger_t) -> ncclResult_t;
+            type InitV2 = unsafe extern "C" fn(
+                u8,
+                u8,
+                u8,
+                *const c_char,
+                ferroccl_plugin_api::abi::ncclDebugLogger_t,
+            ) -> ncclResult_t;
             // SAFETY: the slot of a v2 table has the v2 `init` signature.
             let f = unsafe { std::mem::transmute::<*const c_void, InitV2>(init) };
             // SAFETY: calling the plugin's init with NCCL's arguments; the suffix is a
@@ -403,8 +415,10 @@ pub fn load_for_process() -> EnvLoad {
     let plugin = PROCESS_PLUGIN.get_or_init(|| plugin);
     match plugin.init() {
         Ok(()) => {
-            out.info
-                .push(format!("Successfully loaded external env plugin {}", plugin.display_name()));
+            out.info.push(format!(
+                "Successfully loaded external env plugin {}",
+                plugin.display_name()
+            ));
             // SAFETY: registering a plain `extern "C" fn()` that never unwinds.
             unsafe { libc::atexit(finalize_at_exit) };
         }

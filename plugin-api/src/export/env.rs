@@ -169,7 +169,10 @@ pub unsafe extern "C" fn get_env<T: EnvExport>(name: *const c_char) -> *const c_
         value.map_or(null(), |v| state.intern(&lossy, v))
     }));
     r.unwrap_or_else(|p| {
-        warn("getEnv", &format!("panicked: {}; answering NULL", panic_message(p.as_ref())));
+        warn(
+            "getEnv",
+            &format!("panicked: {}; answering NULL", panic_message(p.as_ref())),
+        );
         std::mem::forget(p);
         null()
     })
