@@ -174,10 +174,13 @@ enum Looked {
     Plugin(&'static Setting),
 }
 
+/// An env plugin's `getEnv`, copied out (`None`: NULL).
+type GetEnv = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
 /// Lookups through an env plugin's `getEnv`.
 struct EnvLookup {
     name: String,
-    get: Box<dyn Fn(&str) -> Option<String> + Send + Sync>,
+    get: GetEnv,
     cache: Mutex<HashMap<String, Looked>>,
 }
 

@@ -122,7 +122,7 @@ fn init_impl<T: EnvExport>(major: u8, minor: u8, patch: u8, suffix: *const c_cha
 
 /// `init` of `ncclEnv_v2_t` (stores the logger, then [`Env::init`] unless the
 /// plugin already exists).
-pub unsafe extern "C" fn init_v2<T: EnvExport>(
+unsafe extern "C" fn init_v2<T: EnvExport>(
     major: u8,
     minor: u8,
     patch: u8,
@@ -134,13 +134,13 @@ pub unsafe extern "C" fn init_v2<T: EnvExport>(
 }
 
 /// `init` of `ncclEnv_v1_t` (no logger).
-pub unsafe extern "C" fn init_v1<T: EnvExport>(major: u8, minor: u8, patch: u8, suffix: *const c_char) -> ncclResult_t {
+unsafe extern "C" fn init_v1<T: EnvExport>(major: u8, minor: u8, patch: u8, suffix: *const c_char) -> ncclResult_t {
     init_impl::<T>(major, minor, patch, suffix, 1)
 }
 
 /// `finalize`: takes the plugin out of the state and calls [`Env::finalize`];
 /// later lookups answer from the process environment.
-pub unsafe extern "C" fn finalize<T: EnvExport>() -> ncclResult_t {
+unsafe extern "C" fn finalize<T: EnvExport>() -> ncclResult_t {
     run("finalize", || {
         let p = T::state().plugin.write().unwrap_or_else(|e| e.into_inner()).take();
         p.map_or(Ok(()), T::finalize)
@@ -150,7 +150,7 @@ pub unsafe extern "C" fn finalize<T: EnvExport>() -> ncclResult_t {
 /// `getEnv`: [`Env::get_env`] (or the process environment before `init`, after
 /// `finalize`, and for a name that is not UTF-8), interned; NULL for unset, for
 /// a NULL name and after a panic.
-pub unsafe extern "C" fn get_env<T: EnvExport>(name: *const c_char) -> *const c_char {
+unsafe extern "C" fn get_env<T: EnvExport>(name: *const c_char) -> *const c_char {
     if name.is_null() {
         return null();
     }
