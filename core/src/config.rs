@@ -739,6 +739,8 @@ pub mod params {
             NET: str "NCCL_NET" = None, "name of the network to use (e.g. Socket, IB)";
             TUNER_PLUGIN: str "NCCL_TUNER_PLUGIN" = None, "tuner plugin library";
             PROFILER_PLUGIN: str "NCCL_PROFILER_PLUGIN" = None, "profiler plugin library";
+            /// Read with plain `getenv` after `nccl.conf` reached the environment (NCCL's `ncclEnvPluginLoad`).
+            ENV_PLUGIN: str "NCCL_ENV_PLUGIN" = None, "env plugin library (ncclEnvPlugin_v2/_v1) every parameter lookup goes through; \"none\": the environment";
             PROTO: str "NCCL_PROTO" = None, "protocols allowed, NCCL's grammar (e.g. LL,Simple or ^LL; shared memory carries LL or Simple, the network Simple)";
             ALGO: str "NCCL_ALGO" = None, "algorithms allowed, NCCL's grammar (e.g. Ring, ^Tree or allreduce:tree); this runtime runs Ring and Tree";
             /// Default 1: no lower bound beyond one, so `NCCL_MAX_NCHANNELS=1` alone gives one ring.

@@ -50,7 +50,7 @@ pub const NCCL_VERSION: (u8, u8, u8) = (2, 30, 7);
 /// `NCCL_SUFFIX` passed to `init` (release builds of NCCL pass `""`).
 pub const NCCL_SUFFIX: &CStr = c"";
 /// The variable naming the env plugin.
-pub const ENV_PLUGIN_VAR: &str = "NCCL_ENV_PLUGIN";
+pub const ENV_PLUGIN_VAR: &str = crate::config::params::ENV_PLUGIN.name;
 /// The library-name prefix (`openPluginLib()`'s `ncclPluginTypeEnv`).
 pub const ENV_PLUGIN_PREFIX: &str = "libnccl-env";
 /// The internal default's table name in NCCL (`ncclIntEnv_v2.name`).
