@@ -65,12 +65,14 @@ fn params_come_from_the_env_plugin_and_name_it_as_their_source() {
     let file = dir.join("overrides");
     std::fs::write(&file, "NCCL_BUFFSIZE=1048576\nNCCL_MAX_NCHANNELS=2\n-NCCL_PROTO\n").unwrap();
     let so = plugin();
+    let calls = dir.join("calls");
     let o = run(
         env!("CARGO_BIN_EXE_ferroccl-info"),
         &["params", "--json"],
         &[
             ("NCCL_ENV_PLUGIN", so.to_str().unwrap()),
             ("FERROCCL_ENV_SDKTEST_FILE", file.to_str().unwrap()),
+            ("FERROCCL_ENV_SDKTEST_LOG", calls.to_str().unwrap()),
             ("NCCL_BUFFSIZE", "65536"),
             ("NCCL_PROTO", "LL"),
             ("NCCL_ALGO", "Ring"),
@@ -96,6 +98,8 @@ fn params_come_from_the_env_plugin_and_name_it_as_their_source() {
             && err.contains("Successfully loaded external env plugin"),
         "{err}"
     );
+    // init once with NCCL 2.30.7's version and the v2 table, finalize at exit.
+    assert_eq!(std::fs::read_to_string(&calls).unwrap(), "init 2.30.7 v2\nfinalize\n");
 
     // NCCL_ENV_PLUGIN=none: NCCL's internal default, the environment answers.
     let o = run(
@@ -112,6 +116,49 @@ fn params_come_from_the_env_plugin_and_name_it_as_their_source() {
     let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(row(&rows, "NCCL_BUFFSIZE")["value"], "65536");
     assert_eq!(row(&rows, "NCCL_BUFFSIZE")["source"], "environment");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn names_resolve_as_for_every_plugin_kind_and_failures_fall_back_to_the_environment() {
+    let dir = scratch("names");
+    let profile = plugin().parent().unwrap().to_path_buf();
+    let info = |env_plugin: &str| {
+        let o = run(
+            env!("CARGO_BIN_EXE_ferroccl-info"),
+            &["params", "--json"],
+            &[
+                ("NCCL_ENV_PLUGIN", env_plugin),
+                ("FERROCCL_PLUGIN_PATH", profile.to_str().unwrap()),
+                ("NCCL_BUFFSIZE", "65536"),
+                ("HOME", dir.to_str().unwrap()),
+            ],
+        );
+        assert!(o.status.success(), "{}", all(&o));
+        let rows: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+        (String::from_utf8_lossy(&o.stderr).into_owned(), rows)
+    };
+    // `cv1` is not a file: libnccl-env-cv1.so (openPluginLib's second try), a v1 table.
+    let (err, rows) = info("cv1");
+    assert!(err.contains("ENV/Plugin: Using CEnvV1 (v1)"), "{err}");
+    assert_eq!(row(&rows, "NCCL_BUFFSIZE")["value"], "65536");
+    // A name that opens nothing, and a library without an env table: a warning,
+    // and the environment answers (NCCL falls back to its internal default).
+    let socket = profile.join("libnccl_net_socket.so");
+    for (name, want) in [
+        ("ferroccl-no-such-env", "env plugin 'ferroccl-no-such-env' not found"),
+        (
+            socket.to_str().unwrap(),
+            "exports none of ncclEnvPlugin_v2, ncclEnvPlugin_v1",
+        ),
+    ] {
+        let (err, rows) = info(name);
+        assert!(
+            err.contains(want) && err.contains("using the internal default"),
+            "{name}: {err}"
+        );
+        assert_eq!(row(&rows, "NCCL_BUFFSIZE")["source"], "environment");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

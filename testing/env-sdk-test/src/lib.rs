@@ -7,6 +7,9 @@
 //! lines starting with `#` are skipped. Every other name is passed through from
 //! the process environment. `FERROCCL_ENV_SDKTEST_FAIL_INIT=1` makes `init` fail
 //! with `ncclSystemError` (for the host's latched-failure test).
+//! `FERROCCL_ENV_SDKTEST_LOG=<file>` appends one line per `init`
+//! (`init <major>.<minor>.<patch> v<api>`) and `finalize`, so tests can check what
+//! the host called and when.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -18,6 +21,18 @@ use ferroccl_plugin_api::{NetError, NetResult};
 pub const FILE_VAR: &str = "FERROCCL_ENV_SDKTEST_FILE";
 /// The variable that makes `init` fail.
 pub const FAIL_INIT_VAR: &str = "FERROCCL_ENV_SDKTEST_FAIL_INIT";
+/// The variable naming the call log.
+pub const LOG_VAR: &str = "FERROCCL_ENV_SDKTEST_LOG";
+
+/// Appends `line` to the call log, if one is named.
+fn log_call(line: &str) {
+    use std::io::Write;
+    if let Some(f) = process_env(LOG_VAR)
+        && let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(f)
+    {
+        let _ = writeln!(f, "{line}");
+    }
+}
 
 /// The plugin: the overrides read at `init` (`None` = hidden).
 #[derive(Debug)]
@@ -46,6 +61,10 @@ impl Env for SdkTestEnv {
     const NAME: &'static CStr = c"FerrocclEnvSdkTest";
 
     fn init(info: &EnvInit) -> NetResult<Self> {
+        log_call(&format!(
+            "init {}.{}.{} v{}",
+            info.major, info.minor, info.patch, info.api_version
+        ));
         if process_env(FAIL_INIT_VAR).as_deref() == Some("1") {
             return Err(NetError::System(format!("{FAIL_INIT_VAR}=1")));
         }
@@ -72,6 +91,11 @@ impl Env for SdkTestEnv {
             Some(v) => v.clone(),
             None => process_env(name),
         }
+    }
+
+    fn finalize(self) -> NetResult<()> {
+        log_call("finalize");
+        Ok(())
     }
 }
 
