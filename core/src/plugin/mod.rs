@@ -72,7 +72,7 @@
 //! # Other plugin types
 //!
 //! [`tuner_profiler`] loads tuner and profiler plugins with NCCL's fallback into
-//! the net library and its sticky failures; [`env`] loads the env plugin
+//! the net library and its sticky failures; [`mod@env`] loads the env plugin
 //! (`NCCL_ENV_PLUGIN`) every parameter lookup goes through; [`symbols`] lists what a library
 //! exports; [`logger`] is the `ncclDebugLogger_t` given to plugins; [`params`]
 //! reads the parameters a plugin declares (`ferrocclParams_v1`).
