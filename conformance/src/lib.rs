@@ -27,6 +27,8 @@
 //! * [`gin`] — the GIN section (`--gin`): the host-side calls (init, devices,
 //!   getProperties) of an `ncclGinPlugin_v13` / `_v14` table, each check per version
 //!   in a worker.
+//! * [`mod@env`] — the env plugin section (`--env`): any `ncclEnv_v1` / `_v2` plugin's
+//!   `init`, `getEnv` (unset names, stable strings, many threads) and `finalize`.
 //!
 //! * [`section`] — what the tuner, profiler and CollNet sections share: `--api`, the
 //!   check record, the worker-per-check runner, `--list`, the probe.
@@ -37,6 +39,7 @@ pub mod checks;
 pub mod collnet;
 pub mod cx;
 pub mod gin;
+pub mod env;
 pub mod loader;
 pub mod outcome;
 pub mod peer;

@@ -5,6 +5,7 @@
 //!                      [--format text|json|junit] [--output FILE] [--quick|--full] [--list]
 //! ferroccl-conformance --tuner [NAME|PATH] [--api v2..v6|all] [--filter GLOB] [--format …] [--list]
 //! ferroccl-conformance --profiler [NAME|PATH] [--api v1..v6|all] [--filter GLOB] [--format …] [--list]
+//! ferroccl-conformance --env [NAME|PATH] [--api v1..v2|all] [--filter GLOB] [--format …] [--list]
 //! ferroccl-conformance --collnet [NAME|PATH] [--api v6..v12|all] [--filter GLOB] [--format …] [--list]
 //! ferroccl-conformance --gin [NAME|PATH] [--api v13..v14|all] [--filter GLOB] [--format …] [--list]
 //! ```
@@ -80,6 +81,10 @@ struct Cli {
     /// beside a net plugin): the host-side `gin.*` checks (init, devices, getProperties).
     #[arg(long, conflicts_with_all = ["tuner", "profiler", "collnet"])]
     gin: bool,
+    /// The library is an env plugin (ncclEnv_v1, v2): run the env section
+    /// (`env.*` checks; a short name resolves like NCCL_ENV_PLUGIN).
+    #[arg(long, conflicts_with_all = ["tuner", "profiler", "collnet"])]
+    env: bool,
     /// Internal: run one check in this process and print its result.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -111,6 +116,9 @@ fn real_main() -> i32 {
     }
     if cli.gin {
         return section_main(&cli, &ferroccl_conformance::gin::SECTION);
+    }
+    if cli.env {
+        return section_main(&cli, &ferroccl_conformance::env::SECTION);
     }
     if cli.list {
         print!("{}", report::list());

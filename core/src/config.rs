@@ -22,6 +22,12 @@
 //!   every runtime entry point) applies every `NAME=VALUE` of the files with
 //!   `setenv(name, value, 0)` semantics (never overwriting), so plugins reading
 //!   their own `NCCL_*` variables with `getenv` see `nccl.conf` values too;
+//! * **the env plugin** (`NCCL_ENV_PLUGIN`, NCCL's `src/plugin/env.cc`): right
+//!   after the files reach the environment, [`Config::global`] loads and
+//!   initialises the env plugin ([`crate::plugin::env`]); from then on every
+//!   lookup of a name ([`Config::setting`] and everything built on it) returns
+//!   what the plugin's `getEnv(name)` returns, as NCCL's `ncclGetEnv` does, so a
+//!   plugin can override or hide any `NCCL_*` value ([`Source::EnvPlugin`]);
 //! * **bounded reads** (not in NCCL): only regular files are read (a directory, a
 //!   FIFO or a device such as `/dev/urandom` is skipped), at most
 //!   [`MAX_CONF_BYTES`]; a file that is not read gets a WARN line once logging is
@@ -39,7 +45,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Max in-flight steps per connection (`NCCL_STEPS`); a constant, not a variable.
 pub const NCCL_STEPS: usize = 8;
@@ -54,6 +60,11 @@ pub enum Source {
     Env,
     /// A `nccl.conf`-syntax file.
     File(PathBuf),
+    /// The env plugin named here (its table's `name`): its `getEnv` returned a
+    /// value that differs from the environment's and the files' (or one they do
+    /// not set). A plugin that passes a variable through keeps the variable's own
+    /// source.
+    EnvPlugin(String),
 }
 
 impl fmt::Display for Source {
@@ -61,6 +72,7 @@ impl fmt::Display for Source {
         match self {
             Source::Env => f.write_str("environment"),
             Source::File(p) => write!(f, "file {}", p.display()),
+            Source::EnvPlugin(n) => write!(f, "env plugin {n}"),
         }
     }
 }
@@ -119,6 +131,10 @@ pub enum ConfigError {
         /// The accepted values, comma separated.
         expected: String,
     },
+    /// The env plugin's `init` failed: NCCL latches that error for the process
+    /// (`ncclInitEnv`), so no communicator can be created.
+    #[error("{0}")]
+    EnvPluginInit(crate::plugin::env::EnvPluginError),
 }
 
 /// One variable as set in the environment or a file.
@@ -130,12 +146,86 @@ pub struct Setting {
     pub source: Source,
 }
 
-/// The merged view of environment and `nccl.conf` files.
+/// The merged view of environment and `nccl.conf` files, seen through the env
+/// plugin when one is loaded.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
     vars: HashMap<String, Setting>,
     /// Files that were not read, and why (WARN lines once logging starts).
     warnings: Vec<String>,
+    /// The env plugin every lookup goes through (NCCL's `ncclGetEnv`), if any.
+    env: Option<Arc<EnvLookup>>,
+    /// INFO lines of the env plugin's loading (logged once logging starts).
+    env_info: Vec<String>,
+    /// The env plugin's latched `init` error.
+    env_error: Option<crate::plugin::env::EnvPluginError>,
+}
+
+/// What a lookup through the env plugin gave, cached per name so that every
+/// reader of a name sees one value for the life of the configuration (NCCL
+/// caches parameters per process, `ncclLoadParam`).
+#[derive(Clone, Copy)]
+enum Looked {
+    /// The plugin returned NULL: unset.
+    Unset,
+    /// The plugin returned the environment's (or file's) value: that setting.
+    Same,
+    /// The plugin's own value.
+    Plugin(&'static Setting),
+}
+
+/// An env plugin's `getEnv`, copied out (`None`: NULL).
+type GetEnv = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// Lookups through an env plugin's `getEnv`.
+struct EnvLookup {
+    name: String,
+    get: GetEnv,
+    cache: Mutex<HashMap<String, Looked>>,
+}
+
+impl fmt::Debug for EnvLookup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnvLookup")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EnvLookup {
+    fn lookup<'a>(&self, name: &str, base: Option<&'a Setting>) -> Option<&'a Setting> {
+        let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(name).copied();
+        let looked = match cached {
+            Some(l) => l,
+            None => {
+                // Called without the lock held: getEnv may be slow, and NCCL calls it
+                // from any thread.
+                let got = (self.get)(name);
+                let fresh = match got {
+                    None => Looked::Unset,
+                    Some(v) if base.is_some_and(|b| b.value == v) => Looked::Same,
+                    // Leaked once per name: a lookup's answer lives as long as the
+                    // process, as the strings NCCL's getEnv returns do.
+                    Some(v) => Looked::Plugin(Box::leak(Box::new(Setting {
+                        value: v,
+                        source: Source::EnvPlugin(self.name.clone()),
+                    }))),
+                };
+                // A racing lookup of the same name may have won: keep its answer.
+                *self
+                    .cache
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(name.to_owned())
+                    .or_insert(fresh)
+            }
+        };
+        match looked {
+            Looked::Unset => None,
+            Looked::Same => base,
+            Looked::Plugin(s) => Some(s),
+        }
+    }
 }
 
 /// Largest `nccl.conf` read, in bytes (NCCL has no limit; a configuration file is
@@ -282,8 +372,17 @@ impl Config {
     pub fn global() -> &'static Config {
         static GLOBAL: OnceLock<Config> = OnceLock::new();
         GLOBAL.get_or_init(|| {
-            let c = Config::from_process();
+            let mut c = Config::from_process();
+            // NCCL's ncclEnvPluginInit: initEnv() (the files reach the environment),
+            // then the env plugin is loaded and initialised (src/plugin/env.cc).
             c.apply_to_environment();
+            let load = crate::plugin::env::load_for_process();
+            c.env_info = load.info;
+            c.warnings.extend(load.warn);
+            c.env_error = load.init_error;
+            if let Some(p) = load.plugin {
+                c = c.with_env_plugin(p.display_name(), move |n| p.get_env(n));
+            }
             c
         })
     }
@@ -365,10 +464,50 @@ impl Config {
         c
     }
 
-    /// Why configuration files were not read (each becomes a WARN line once
-    /// logging is initialised).
+    /// Why configuration files were not read, and env plugin problems (each
+    /// becomes a WARN line once logging is initialised).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// This configuration seen through an env plugin named `name` whose `getEnv`
+    /// is `get`: every lookup of a name returns what `get` returns (NCCL's
+    /// `ncclGetEnv`), asked once per name and then cached. A value equal to the
+    /// environment's or a file's keeps that source; any other is
+    /// [`Source::EnvPlugin`]; `None` makes the name unset.
+    pub fn with_env_plugin(
+        mut self,
+        name: impl Into<String>,
+        get: impl Fn(&str) -> Option<String> + Send + Sync + 'static,
+    ) -> Config {
+        self.env = Some(Arc::new(EnvLookup {
+            name: name.into(),
+            get: Box::new(get),
+            cache: Mutex::new(HashMap::new()),
+        }));
+        self
+    }
+
+    /// The name of the env plugin lookups go through (`None`: NCCL's internal
+    /// default, the environment and files).
+    pub fn env_plugin(&self) -> Option<&str> {
+        self.env.as_ref().map(|e| e.name.as_str())
+    }
+
+    /// INFO lines of the env plugin's loading (which file, which version), for
+    /// the log once it starts.
+    pub fn env_plugin_info(&self) -> &[String] {
+        &self.env_info
+    }
+
+    /// `Err` when the env plugin's `init` failed: NCCL's `ncclInitEnv` latches
+    /// that error and every entry point returns it, so communicator creation
+    /// fails with it.
+    pub fn env_plugin_result(&self) -> Result<(), ConfigError> {
+        match &self.env_error {
+            Some(e) => Err(ConfigError::EnvPluginInit(e.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Builds a configuration from an explicit environment and file contents given in
@@ -395,18 +534,23 @@ impl Config {
         }
         Config {
             vars,
-            warnings: Vec::new(),
+            ..Config::default()
         }
     }
 
-    /// The raw setting of `name`, if set anywhere (even to the empty string).
+    /// The raw setting of `name`, if set anywhere (even to the empty string):
+    /// with an env plugin, what its `getEnv` returns ([`Config::with_env_plugin`]).
     pub fn setting(&self, name: &str) -> Option<&Setting> {
-        self.vars.get(name)
+        let base = self.vars.get(name);
+        match &self.env {
+            None => base,
+            Some(e) => e.lookup(name, base),
+        }
     }
 
     /// The raw value of `name`, if set anywhere (even to the empty string).
     pub fn raw(&self, name: &str) -> Option<&str> {
-        self.vars.get(name).map(|s| s.value.as_str())
+        self.setting(name).map(|s| s.value.as_str())
     }
 
     /// The value of `name` if set and non-empty (NCCL treats empty as unset).
@@ -468,11 +612,22 @@ impl Config {
     /// Every `NCCL_*` / `FERROCCL_*` variable that was set (environment or file),
     /// sorted by name, with its source and whether the runtime reads it (a
     /// [`PARAMS`] entry).
+    ///
+    /// With an env plugin each name is looked up through it; the names asked are
+    /// those set in the environment or a file and every runtime parameter (a
+    /// plugin cannot be asked which names it knows).
     pub fn set_params(&self) -> Vec<(&str, &Setting, bool)> {
         let mut v: BTreeMap<&str, &Setting> = BTreeMap::new();
-        for (k, s) in &self.vars {
-            if k.starts_with("NCCL_") || k.starts_with("FERROCCL_") {
-                v.insert(k.as_str(), s);
+        let names = self.vars.keys().map(String::as_str);
+        let names: Vec<&str> = match self.env {
+            Some(_) => names.chain(runtime_params().map(|p| p.name())).collect(),
+            None => names.collect(),
+        };
+        for k in names {
+            if (k.starts_with("NCCL_") || k.starts_with("FERROCCL_"))
+                && let Some(s) = self.setting(k)
+            {
+                v.insert(k, s);
             }
         }
         v.into_iter().map(|(k, s)| (k, s, find_param(k).is_some())).collect()
@@ -584,6 +739,8 @@ pub mod params {
             NET: str "NCCL_NET" = None, "name of the network to use (e.g. Socket, IB)";
             TUNER_PLUGIN: str "NCCL_TUNER_PLUGIN" = None, "tuner plugin library";
             PROFILER_PLUGIN: str "NCCL_PROFILER_PLUGIN" = None, "profiler plugin library";
+            /// Read with plain `getenv` after `nccl.conf` reached the environment (NCCL's `ncclEnvPluginLoad`).
+            ENV_PLUGIN: str "NCCL_ENV_PLUGIN" = None, "env plugin library (ncclEnvPlugin_v2/_v1) every parameter lookup goes through; \"none\": the environment";
             PROTO: str "NCCL_PROTO" = None, "protocols allowed, NCCL's grammar (e.g. LL,Simple or ^LL; shared memory carries LL or Simple, the network Simple)";
             ALGO: str "NCCL_ALGO" = None, "algorithms allowed, NCCL's grammar (e.g. Ring, ^Tree or allreduce:tree); this runtime runs Ring and Tree";
             /// Default 1: no lower bound beyond one, so `NCCL_MAX_NCHANNELS=1` alone gives one ring.
@@ -695,4 +852,95 @@ pub fn runtime_params() -> impl Iterator<Item = Param> {
 /// The runtime parameter `name`.
 pub fn find_param(name: &str) -> Option<Param> {
     runtime_params().find(|p| p.name() == name)
+}
+
+#[cfg(test)]
+mod env_plugin_tests {
+    use super::*;
+
+    fn base() -> Config {
+        Config::from_sources(
+            [
+                ("NCCL_BUFFSIZE".to_string(), "65536".to_string()),
+                ("NCCL_DEBUG".to_string(), "WARN".to_string()),
+                ("NCCL_PROTO".to_string(), "Simple".to_string()),
+            ],
+            [(Path::new("/etc/nccl.conf"), "NCCL_MAX_NCHANNELS=4\n")],
+        )
+    }
+
+    /// A plugin that overrides NCCL_BUFFSIZE, hides NCCL_PROTO, adds
+    /// NCCL_MIN_NCHANNELS and passes the rest through; it counts its calls.
+    fn plugged(calls: Arc<std::sync::atomic::AtomicUsize>) -> Config {
+        let vars = base();
+        let snapshot = vars.clone();
+        vars.with_env_plugin("TestEnv", move |n| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            match n {
+                "NCCL_BUFFSIZE" => Some("1048576".into()),
+                "NCCL_PROTO" => None,
+                "NCCL_MIN_NCHANNELS" => Some("2".into()),
+                _ => snapshot.raw(n).map(str::to_owned),
+            }
+        })
+    }
+
+    #[test]
+    fn lookups_return_what_get_env_returns_with_its_source() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let c = plugged(calls.clone());
+        assert_eq!(c.env_plugin(), Some("TestEnv"));
+        let s = c.setting("NCCL_BUFFSIZE").unwrap();
+        assert_eq!(
+            (s.value.as_str(), &s.source),
+            ("1048576", &Source::EnvPlugin("TestEnv".into()))
+        );
+        assert_eq!(params::BUFFSIZE.get(&c).unwrap(), 1 << 20);
+        // Passed through: the variable keeps its own source.
+        assert_eq!(c.setting("NCCL_DEBUG").unwrap().source, Source::Env);
+        assert_eq!(
+            c.setting("NCCL_MAX_NCHANNELS").unwrap().source,
+            Source::File("/etc/nccl.conf".into())
+        );
+        // Hidden by the plugin, and one only the plugin sets.
+        assert_eq!(c.raw("NCCL_PROTO"), None);
+        assert_eq!(params::MIN_NCHANNELS.get(&c).unwrap(), 2);
+        // Asked once per name, then cached.
+        let n = calls.load(std::sync::atomic::Ordering::Relaxed);
+        let _ = c.setting("NCCL_BUFFSIZE");
+        let _ = c.raw("NCCL_PROTO");
+        assert_eq!(calls.load(std::sync::atomic::Ordering::Relaxed), n);
+        // Without the plugin the same sources answer as before.
+        assert_eq!(base().raw("NCCL_BUFFSIZE"), Some("65536"));
+        assert_eq!(base().env_plugin(), None);
+    }
+
+    #[test]
+    fn echo_and_set_params_name_the_env_plugin() {
+        let c = plugged(Arc::default());
+        let echo = c.echo();
+        assert!(
+            echo.iter()
+                .any(|l| l == "NCCL_BUFFSIZE set by env plugin TestEnv to 1048576."),
+            "{echo:?}"
+        );
+        assert!(
+            echo.iter()
+                .any(|l| l == "NCCL_MIN_NCHANNELS set by env plugin TestEnv to 2."),
+            "{echo:?}"
+        );
+        assert!(
+            echo.iter().any(|l| l == "NCCL_DEBUG set by environment to WARN."),
+            "{echo:?}"
+        );
+        assert!(!echo.iter().any(|l| l.starts_with("NCCL_PROTO")), "{echo:?}");
+        assert!(c.env_plugin_result().is_ok());
+    }
+
+    #[test]
+    fn a_bad_plugin_value_is_an_error_naming_the_plugin() {
+        let c = base().with_env_plugin("Bad", |n| (n == "NCCL_BUFFSIZE").then(|| "lots".to_string()));
+        let e = params::BUFFSIZE.get(&c).unwrap_err().to_string();
+        assert!(e.contains("(from env plugin Bad)"), "{e}");
+    }
 }

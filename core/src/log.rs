@@ -486,6 +486,9 @@ pub fn init_from_config(cfg: &Config) -> InitOutcome {
         for w in cfg.warnings() {
             crate::log::nccl_warn!("{w}");
         }
+        for l in cfg.env_plugin_info() {
+            crate::log::nccl_info!(ENV, "{l}");
+        }
         if let Err(errs) = cfg.validate() {
             for e in errs {
                 crate::log::nccl_warn!("{e}");

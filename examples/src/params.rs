@@ -5,7 +5,8 @@
 //! current value and where that value came from, as NCCL 2.30's parameter
 //! lister does. Sources, in NCCL's precedence (`src/misc/param.cc`,
 //! `initEnv`): `environment`, `NCCL_CONF_FILE`, `~/.nccl.conf`,
-//! `/etc/nccl.conf`, `default`.
+//! `/etc/nccl.conf`, `default`; and `env plugin <name>` for a value the env
+//! plugin (`NCCL_ENV_PLUGIN`) returned in place of those (`src/plugin/env.cc`).
 
 use std::path::{Path, PathBuf};
 
@@ -68,7 +69,8 @@ pub struct ParamRow {
     pub range: String,
     /// The value in effect: the setting if valid, else the default.
     pub value: Option<String>,
-    /// `environment`, `NCCL_CONF_FILE`, `~/.nccl.conf`, `/etc/nccl.conf` or `default`.
+    /// `environment`, `NCCL_CONF_FILE`, `~/.nccl.conf`, `/etc/nccl.conf`,
+    /// `env plugin <name>` or `default`.
     pub source: String,
     /// The file a file source names.
     pub file: Option<String>,
@@ -88,6 +90,7 @@ pub fn source_name(source: &Source, conf_file: Option<&str>) -> String {
             params::CONF_FILE.name.into()
         }
         Source::File(_) => "~/.nccl.conf".into(),
+        Source::EnvPlugin(n) => format!("env plugin {n}"),
     }
 }
 
@@ -102,7 +105,7 @@ pub fn rows(cfg: &Config, conf_file: Option<&str>, list: &[(&str, Param)]) -> Ve
                     source_name(&s.source, conf_file),
                     match &s.source {
                         Source::File(f) => Some(f.display().to_string()),
-                        Source::Env => None,
+                        Source::Env | Source::EnvPlugin(_) => None,
                     },
                 ),
                 None => ("default".to_string(), None),

@@ -9,12 +9,15 @@
 //!   impl, beside `export_net_plugin!` in the same cdylib.
 //! * [`export_tuner_plugin!`](crate::export_tuner_plugin)`(MyTuner)` — `ncclTunerPlugin_v2` … `_v6`.
 //! * [`export_profiler_plugin!`](crate::export_profiler_plugin)`(MyProfiler)` — `ncclProfiler_v6`.
+//! * [`export_env_plugin!`](crate::export_env_plugin)`(MyEnv)` — `ncclEnvPlugin_v2` and `_v1`
+//!   from one [`sdk::env::Env`](crate::sdk::env::Env) impl.
 //!
 //! The macros are thin: the shim logic lives in generic `extern "C"` functions
 //! in [`net`], [`tuner`] and [`profiler`], instantiated for the plugin type;
 //! every shim runs inside `catch_unwind` so no panic crosses the C ABI.
 
 pub mod collnet;
+pub mod env;
 pub mod net;
 pub mod profiler;
 pub mod props;
@@ -259,6 +262,39 @@ macro_rules! export_profiler_plugin {
             ncclProfiler_v3: ncclProfiler_v3_t = profiler_v3,
             ncclProfiler_v2: ncclProfiler_v2_t = profiler_v2,
             ncclProfiler_v1: ncclProfiler_v1_t = profiler_v1,
+        );
+    };
+}
+
+/// Implements [`env::EnvExport`] for an [`Env`](crate::sdk::env::Env) type by
+/// declaring the `static` holding its state (used by
+/// [`export_env_plugin!`](crate::export_env_plugin); use it alone to build the
+/// tables with [`env::env_v2`] / [`env::env_v1`] without exporting symbols).
+#[macro_export]
+macro_rules! env_plugin_state {
+    ($ty:ty) => {
+        const _: () = {
+            static STATE: $crate::export::env::EnvState<$ty> = $crate::export::env::EnvState::new();
+            impl $crate::export::env::EnvExport for $ty {
+                fn state() -> &'static $crate::export::env::EnvState<Self> {
+                    &STATE
+                }
+            }
+        };
+    };
+}
+
+/// Exports `ncclEnvPlugin_v2` and `ncclEnvPlugin_v1` (NCCL 2.30.7 looks for them in
+/// that order, `src/plugin/env.cc`) from one [`sdk::env::Env`](crate::sdk::env::Env)
+/// implementation (once per cdylib, module level):
+/// `ferroccl_plugin_api::export_env_plugin!(MyEnv);`.
+#[macro_export]
+macro_rules! export_env_plugin {
+    ($ty:ty) => {
+        $crate::env_plugin_state!($ty);
+        $crate::__export_symbols!(env, $ty;
+            ncclEnvPlugin_v2: ncclEnv_v2_t = env_v2,
+            ncclEnvPlugin_v1: ncclEnv_v1_t = env_v1,
         );
     };
 }

@@ -19,6 +19,7 @@ use std::ffi::CStr;
 use crate::abi;
 
 pub mod collnet;
+pub mod env;
 pub mod net_profiler;
 pub mod profiler;
 pub mod tuner;

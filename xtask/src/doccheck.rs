@@ -55,8 +55,8 @@ const OUR_EXTS: [&str; 13] = [
 ];
 
 /// Prefixes of the conformance suite's check ids.
-const CHECK_PREFIXES: [&str; 11] = [
-    "load", "props", "conn", "transfer", "memory", "fault", "perf", "gpu", "tuner", "profiler", "collnet",
+const CHECK_PREFIXES: [&str; 12] = [
+    "load", "props", "conn", "transfer", "memory", "fault", "perf", "gpu", "tuner", "profiler", "collnet", "env",
 ];
 
 /// What the repository defines, for the checks.
@@ -564,6 +564,7 @@ pub fn check_ids(exe: &Path) -> Result<BTreeSet<String>, String> {
         &["--tuner", "--list"],
         &["--profiler", "--list"],
         &["--collnet", "--list"],
+        &["--env", "--list"],
     ] {
         let out = std::process::Command::new(exe)
             .args(args)

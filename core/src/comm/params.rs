@@ -151,6 +151,7 @@ fn str_param(p: &crate::config::StrParam) -> Option<String> {
 impl CommParams {
     pub(crate) fn resolve(c: &CommConfig) -> Result<CommParams> {
         let cfg = Config::global();
+        cfg.env_plugin_result().map_err(cfg_err)?; // NCCL: NCCLCHECK(ncclInitEnv()) at comm init
         let timeout = match c.timeout {
             Some(t) => t,
             None => Duration::from_secs(params::TIMEOUT_SEC.get(cfg).map_err(cfg_err)? as u64),

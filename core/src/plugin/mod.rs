@@ -72,13 +72,15 @@
 //! # Other plugin types
 //!
 //! [`tuner_profiler`] loads tuner and profiler plugins with NCCL's fallback into
-//! the net library and its sticky failures; [`symbols`] lists what a library
+//! the net library and its sticky failures; [`mod@env`] loads the env plugin
+//! (`NCCL_ENV_PLUGIN`) every parameter lookup goes through; [`symbols`] lists what a library
 //! exports; [`logger`] is the `ncclDebugLogger_t` given to plugins; [`params`]
 //! reads the parameters a plugin declares (`ferrocclParams_v1`).
 
 pub mod adapter;
 pub mod collnet;
 pub mod cuda_stub;
+pub mod env;
 pub mod error;
 pub mod library;
 pub mod logger;

@@ -331,7 +331,9 @@ pub fn host_hash() -> u64 {
     };
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
     let boot = boot.as_deref().and_then(|b| b.split_whitespace().next());
-    let id = std::env::var(crate::config::params::HOSTID.name).ok();
+    let id = crate::config::Config::global()
+        .raw(crate::config::params::HOSTID.name)
+        .map(str::to_owned);
     host_hash_of(&name, boot, id.as_deref())
 }
 

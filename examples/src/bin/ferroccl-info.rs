@@ -153,23 +153,31 @@ fn print_gpu() {
     }
 }
 
-/// `ferroccl-info params`: read like the runtime (environment over
-/// `NCCL_CONF_FILE` or `~/.nccl.conf` over `/etc/nccl.conf`), without applying
-/// the files to the environment, so each value keeps its own source; the
-/// in-tree plugins' parameters are asked from their libraries, and a plugin
-/// that cannot be asked is named on stderr. Exit status 1 when a set value is
-/// invalid.
+/// `ferroccl-info params`: read exactly as the runtime reads (environment over
+/// `NCCL_CONF_FILE` or `~/.nccl.conf` over `/etc/nccl.conf`, then through the
+/// env plugin `NCCL_ENV_PLUGIN` if one loads), each value with its own source;
+/// the in-tree plugins' parameters are asked from their libraries, and a plugin
+/// that cannot be asked is named on stderr, as are the env plugin's loading
+/// lines. Exit status 1 when a set value is invalid or the env plugin's `init`
+/// failed.
 fn list_params(json: bool) -> ExitCode {
-    let cfg = ferroccl::config::Config::from_process();
+    let conf_file = std::env::var(params::CONF_FILE.name).ok();
+    let cfg = ferroccl::config::Config::global();
     for w in cfg.warnings() {
         eprintln!("warning: {w}");
     }
-    let (list, missing) = ferroccl_examples::params::plugin_params(&cfg);
+    for l in cfg.env_plugin_info() {
+        eprintln!("env plugin: {l}");
+    }
+    let env_error = cfg.env_plugin_result().err();
+    if let Some(e) = &env_error {
+        eprintln!("error: {e}");
+    }
+    let (list, missing) = ferroccl_examples::params::plugin_params(cfg);
     for m in missing {
         eprintln!("warning: {m}");
     }
-    let conf_file = std::env::var(params::CONF_FILE.name).ok();
-    let rows = ferroccl_examples::params::rows(&cfg, conf_file.as_deref(), &list);
+    let rows = ferroccl_examples::params::rows(cfg, conf_file.as_deref(), &list);
     if json {
         match serde_json::to_string_pretty(&rows) {
             Ok(s) => println!("{s}"),
@@ -181,7 +189,7 @@ fn list_params(json: bool) -> ExitCode {
     } else {
         print!("{}", ferroccl_examples::params::render(&rows));
     }
-    if rows.iter().any(|r| r.error.is_some()) {
+    if rows.iter().any(|r| r.error.is_some()) || env_error.is_some() {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
