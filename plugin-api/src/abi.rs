@@ -19,6 +19,7 @@ mod common;
 mod env;
 mod net;
 mod profiler;
+mod rma;
 mod tuner;
 
 pub use collnet::*;
@@ -26,4 +27,5 @@ pub use common::*;
 pub use env::*;
 pub use net::*;
 pub use profiler::*;
+pub use rma::*;
 pub use tuner::*;
