@@ -21,6 +21,7 @@ use crate::abi;
 pub mod collnet;
 pub mod net_profiler;
 pub mod profiler;
+pub mod rma;
 pub mod tuner;
 
 pub use profiler::{Profiler, ProfilerInit};
