@@ -255,8 +255,16 @@ impl RmaAdapter {
     /// Looks for an RMA table in `lib` in NCCL 2.30.7's order ([`abi::RMA_PLUGIN_SYMBOLS`])
     /// and wraps the first found; logs `RMA/Plugin: Loaded rma plugin <name> (v<N>)`.
     pub fn probe(lib: Arc<PluginLibrary>) -> Option<RmaAdapter> {
+        Self::probe_from(lib, 0)
+    }
+
+    /// Like [`RmaAdapter::probe`], but only with the symbols of
+    /// [`abi::RMA_PLUGIN_SYMBOLS`] from index `first` on (1: skip v14, to drive a
+    /// library's v13 table; tests and `ferroccl-info`).
+    pub fn probe_from(lib: Arc<PluginLibrary>, first: usize) -> Option<RmaAdapter> {
         let (sym, version, symbol) = abi::RMA_PLUGIN_SYMBOLS
             .iter()
+            .skip(first)
             .find_map(|(s, v)| lib.symbol(s).map(|p| (p, *v, s.to_string_lossy().into_owned())))?;
         let path = PluginLibrary::file_of(sym).unwrap_or_else(|| PathBuf::from(lib.opened_as()));
         // SAFETY: `sym` is the address of the table NCCL reads under this symbol and version.
