@@ -689,22 +689,26 @@ impl Rma for SocketRma {
             closing: AtomicBool::new(false),
             error: Mutex::new(None),
         });
-        let mut threads = Vec::new();
-        let mut targets = Vec::new();
+        // Built in place: on an error below, dropping it shuts down what was started.
+        let mut group = Group {
+            nranks,
+            shared: shared.clone(),
+            origins: Vec::with_capacity(nranks),
+            targets: Vec::new(),
+            threads: Mutex::new(Vec::new()),
+        };
         for (peer, s) in ins {
-            targets.push(s.try_clone().map_err(sys("dup".into()))?);
+            group.targets.push(s.try_clone().map_err(sys("dup".into()))?);
             let sh = shared.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("rma-target-{peer}"))
-                    .spawn(move || target_service(s, peer, sh))
-                    .map_err(sys("spawn".into()))?,
-            );
+            let t = std::thread::Builder::new()
+                .name(format!("rma-target-{peer}"))
+                .spawn(move || target_service(s, peer, sh))
+                .map_err(sys("spawn".into()))?;
+            lock(&group.threads).push(t);
         }
-        let mut origins = Vec::with_capacity(nranks);
         for (peer, s) in outs.into_iter().enumerate() {
             let Some(sock) = s else {
-                origins.push(None);
+                group.origins.push(None);
                 continue;
             };
             let (tx, rx) = channel();
@@ -715,28 +719,20 @@ impl Rma for SocketRma {
                 dead: Mutex::new(None),
                 sock,
             });
-            let (ow, or, sh) = (o.clone(), o.clone(), shared.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("rma-send-{peer}"))
-                    .spawn(move || origin_writer(ow, rx))
-                    .map_err(sys("spawn".into()))?,
-            );
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("rma-recv-{peer}"))
-                    .spawn(move || origin_reader(or, sh))
-                    .map_err(sys("spawn".into()))?,
-            );
-            origins.push(Some(o));
+            group.origins.push(Some(o.clone()));
+            let (ow, or, sh) = (o.clone(), o, shared.clone());
+            let w = std::thread::Builder::new()
+                .name(format!("rma-send-{peer}"))
+                .spawn(move || origin_writer(ow, rx))
+                .map_err(sys("spawn".into()))?;
+            lock(&group.threads).push(w);
+            let r = std::thread::Builder::new()
+                .name(format!("rma-recv-{peer}"))
+                .spawn(move || origin_reader(or, sh))
+                .map_err(sys("spawn".into()))?;
+            lock(&group.threads).push(r);
         }
-        Ok(Arc::new(Group {
-            nranks,
-            shared,
-            origins,
-            targets,
-            threads: Mutex::new(threads),
-        }))
+        Ok(Arc::new(group))
     }
 
     fn close_coll(&self, coll: Arc<Group>) -> NetResult<()> {
