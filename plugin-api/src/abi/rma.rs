@@ -39,8 +39,9 @@ pub type ncclRmaConfig_t = ncclRmaConfig_v14_t;
 abi_struct! {
     /// `ncclGinConfig_v13_t` (`gin/gin_v13.h`), the config a v13 RMA table's
     /// `createContext` takes. NCCL's v13 shim (`rma_v13.cc`) zeroes it and copies only
-    /// `nContexts` and `trafficClass` from the v14 config.
-    #[derive(Debug, Default)]
+    /// `nContexts` and `trafficClass` from the v14 config. (The GIN module defines the
+    /// same struct on another branch; when both meet, keep one definition.)
+    #[derive(Debug)]
     pub struct ncclGinConfig_v13_t, size 20 {
         nSignals: c_int = 0,
         nCounters: c_int = 4,
