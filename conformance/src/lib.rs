@@ -38,8 +38,8 @@
 pub mod checks;
 pub mod collnet;
 pub mod cx;
-pub mod gin;
 pub mod env;
+pub mod gin;
 pub mod loader;
 pub mod outcome;
 pub mod peer;

@@ -20,6 +20,7 @@ mod env;
 mod gin;
 mod net;
 mod profiler;
+mod rma;
 mod tuner;
 
 pub use collnet::*;
@@ -28,4 +29,5 @@ pub use env::*;
 pub use gin::*;
 pub use net::*;
 pub use profiler::*;
+pub use rma::*;
 pub use tuner::*;

@@ -7,6 +7,8 @@
 //! * [`export_collnet_plugin!`](crate::export_collnet_plugin)`(MyCollNet)` —
 //!   `ncclCollNetPlugin_v6` … `_v12` from one [`sdk::collnet::CollNet`](crate::sdk::collnet::CollNet)
 //!   impl, beside `export_net_plugin!` in the same cdylib.
+//! * [`export_rma_plugin!`](crate::export_rma_plugin)`(MyRma)` — `ncclRmaPlugin_v14` and
+//!   `ncclRmaPlugin_v13` from one [`sdk::rma::Rma`](crate::sdk::rma::Rma) impl.
 //! * [`export_tuner_plugin!`](crate::export_tuner_plugin)`(MyTuner)` — `ncclTunerPlugin_v2` … `_v6`.
 //! * [`export_profiler_plugin!`](crate::export_profiler_plugin)`(MyProfiler)` — `ncclProfiler_v6`.
 //! * [`export_env_plugin!`](crate::export_env_plugin)`(MyEnv)` — `ncclEnvPlugin_v2` and `_v1`
@@ -21,6 +23,7 @@ pub mod env;
 pub mod net;
 pub mod profiler;
 pub mod props;
+pub mod rma;
 pub mod tuner;
 
 use std::ffi::CStr;
@@ -69,6 +72,8 @@ vtables!(
     ncclProfiler_v6_t,
     ncclEnv_v1_t,
     ncclEnv_v2_t,
+    ncclRma_v13_t,
+    ncclRma_v14_t,
 );
 
 /// A vtable as an exportable `static`: `#[repr(transparent)]`, so the exported
@@ -310,5 +315,42 @@ macro_rules! __export_symbols {
             pub static $sym: $crate::export::Exported<$crate::abi::$t> =
                 $crate::export::Exported($crate::export::$m::$f::<$ty>());
         )*
+    };
+}
+
+/// Implements [`rma::RmaExport`] for an [`Rma`](crate::sdk::rma::Rma) type by declaring
+/// the `static` holding its state (use it to build tables with [`rma::rma_v14`] without
+/// exporting symbols).
+#[macro_export]
+macro_rules! rma_plugin_state {
+    ($ty:ty) => {
+        const _: () = {
+            static STATE: $crate::export::rma::RmaState<$ty> = $crate::export::rma::RmaState::new();
+            impl $crate::export::rma::RmaExport for $ty {
+                fn state() -> &'static $crate::export::rma::RmaState<Self> {
+                    &STATE
+                }
+            }
+        };
+    };
+}
+
+/// Exports `ncclRmaPlugin_v14` and `ncclRmaPlugin_v13` (NCCL 2.30.7's RMA versions,
+/// `src/plugin/rma.cc`) from one [`sdk::rma::Rma`](crate::sdk::rma::Rma) implementation.
+/// Invoke once per cdylib, at module level, usually beside `export_net_plugin!`.
+#[macro_export]
+macro_rules! export_rma_plugin {
+    ($ty:ty) => {
+        $crate::rma_plugin_state!($ty);
+        #[doc = "`ncclRmaPlugin_v14`: the `ncclRma_v14_t` vtable NCCL looks up."]
+        #[unsafe(no_mangle)]
+        #[allow(non_upper_case_globals)]
+        pub static ncclRmaPlugin_v14: $crate::export::Exported<$crate::abi::ncclRma_v14_t> =
+            $crate::export::Exported($crate::export::rma::rma_v14::<$ty>());
+        #[doc = "`ncclRmaPlugin_v13`: the `ncclRma_v13_t` vtable NCCL looks up."]
+        #[unsafe(no_mangle)]
+        #[allow(non_upper_case_globals)]
+        pub static ncclRmaPlugin_v13: $crate::export::Exported<$crate::abi::ncclRma_v13_t> =
+            $crate::export::Exported($crate::export::rma::rma_v13::<$ty>());
     };
 }

@@ -22,6 +22,7 @@ pub mod collnet;
 pub mod env;
 pub mod net_profiler;
 pub mod profiler;
+pub mod rma;
 pub mod tuner;
 
 pub use profiler::{Profiler, ProfilerInit};

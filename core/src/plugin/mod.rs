@@ -88,6 +88,7 @@ pub mod net;
 pub mod options;
 pub mod params;
 pub mod report;
+pub mod rma;
 pub mod symbols;
 pub mod tuner;
 pub mod tuner_profiler;

@@ -135,6 +135,12 @@ fn kind_name(kind: u32) -> &'static str {
         KIND_REQ => "request",
         KIND_COLL => "collComm",
         KIND_COLL_REQ => "collnet request",
+        super::rma::KIND_RMA_CTX => "RMA init context",
+        super::rma::KIND_RMA_LISTEN => "RMA listenComm",
+        super::rma::KIND_RMA_COLL => "RMA collComm",
+        super::rma::KIND_RMA_CONTEXT => "RMA context",
+        super::rma::KIND_RMA_MR => "RMA mhandle",
+        super::rma::KIND_RMA_REQ => "RMA request",
         _ => "unknown object",
     }
 }

@@ -36,6 +36,10 @@ ferroccl_plugin_api::params! {
         MAGIC: int "NCCL_SOCKET_MAGIC" = DEFAULT_MAGIC as i64, i64::MIN..=i64::MAX, "socket plugin: 64-bit magic that starts every connection";
         /// Read by `libnccl-net-collnet-socket.so` (plugins/net-collnet-socket), which is
         /// this plugin plus a CollNet table and exports this table as its own.
+        /// Opt-in because NCCL 2.30 takes the first RMA table with a device from
+        /// the net plugin's library: offered by default, this host-memory-only
+        /// emulation would displace NCCL's own RMA (which registers GPU memory).
+        RMA_ENABLE: int "NCCL_SOCKET_RMA_ENABLE" = 0, 0..=1, "socket plugin: 1 offers its RMA table's devices (one-sided put/get emulated over TCP, host memory only); 0 reports none";
         COLLNET_TIMEOUT_MS: int "NCCL_COLLNET_SOCKET_TIMEOUT_MS" = 300_000, 1..=86_400_000, "collnet-socket plugin: bound on every wait of its CollNet table (connect, a peer's bytes), ms";
     ];
 }

@@ -35,6 +35,7 @@ pub mod config;
 pub mod dev;
 pub mod io;
 pub mod proto;
+pub mod rma;
 pub mod wait;
 
 pub use config::Config;
@@ -320,3 +321,4 @@ fn spare_descr(d: Box<abi::ncclProfilerNetSockDescr_v1_t>) {
 }
 
 ferroccl_plugin_api::export_net_plugin!(SocketNet);
+ferroccl_plugin_api::export_rma_plugin!(rma::SocketRma);
