@@ -365,13 +365,10 @@ pub fn xml_path(root: &XmlNode, nets: &[Vec<usize>]) -> (PathType, Vec<usize>) {
     }
     // Depth of the deepest element all share.
     let mut depth = 0;
-    loop {
-        let Some(&c) = nets[0].get(depth) else { break };
-        if nets.iter().all(|n| n.get(depth) == Some(&c)) {
-            depth += 1;
-        } else {
-            break;
-        }
+    while let Some(&c) = nets[0].get(depth)
+        && nets.iter().all(|n| n.get(depth) == Some(&c))
+    {
+        depth += 1;
     }
     let common = nets[0][..depth].to_vec();
     // The multi-port check on the first elements below `common`.
