@@ -837,6 +837,38 @@ mod tests {
     }
 
     #[test]
+    fn nics_on_two_root_ports_fuse_under_a_made_up_function_of_their_cpu() {
+        // mlx5_0 and mlx5_1 each on its own root port of CPU 0: PHB apart.
+        let mut c0 = cpu(0);
+        for (k, bus) in ["0000:21:00.0", "0000:31:00.0"].iter().enumerate() {
+            let mut p = pci(bus, "0x020000");
+            p.subs.push(nic(&[(&format!("mlx5_{k}"), k)]));
+            c0.subs.push(p);
+        }
+        let mut root = XmlNode::new("system").with("version", 1);
+        root.subs.push(c0);
+        let p = |r: &XmlNode| xml_path(r, &[net_path(r, "mlx5_0").unwrap(), net_path(r, "mlx5_1").unwrap()]).0;
+        assert_eq!(p(&root), PathType::Phb);
+        let mut fake = Fake::new(&["mlx5_0", "mlx5_1"]);
+        // PORT (the default) leaves them apart; PHB fuses them.
+        assert_eq!(
+            run(&mut root.clone(), &mut fake, &FusionParams::default()).unwrap().0,
+            0
+        );
+        let phb = FusionParams {
+            merge_level: PathType::Phb,
+            ..FusionParams::default()
+        };
+        let mut fake = Fake::new(&["mlx5_0", "mlx5_1"]);
+        assert_eq!(run(&mut root, &mut fake, &phb).unwrap().0, 1);
+        let vp = net_path(&root, "mlx5_0+mlx5_1").unwrap();
+        assert_eq!(vp.len(), 4, "cpu > made-up pci > nic > net: {vp:?}");
+        let made = root.at_path(&vp[..2]);
+        assert_eq!((made.name.as_str(), made.attr("busid")), ("pci", Some("0000:21:00.1")));
+        assert_eq!(made.attr("class"), Some("0x020000"));
+    }
+
+    #[test]
     fn interfaces_without_pci_fuse_into_their_shared_nic() {
         // Two virtual interfaces, both attached to the first CPU's <nic> (fill_net's rule).
         let mut c = cpu(0);
