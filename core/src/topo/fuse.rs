@@ -23,8 +23,6 @@
 //! One deviation: when the members are ports of one `<nic>` (the common parent is the
 //! `<nic>`, e.g. two interfaces with no PCI device, both attached to the first CPU),
 //! NCCL would nest a new `<nic>` inside it; here the fused `<net>` joins that `<nic>`.
-//! NCCL's PCI `link_width` aggregation for fused devices behind a switch
-//! (`ncclTopoFindLinkWidth`) is not done: the fused device's bandwidth is its speed.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -435,18 +433,88 @@ fn make_pci_parent(root: &mut XmlNode, parent: &[usize], first_net: &[usize]) ->
     ))
 }
 
-/// `ncclTopoGetVNicParent`: where a fused device goes, from its members' `<net>`s.
-pub fn vnic_parent(root: &mut XmlNode, members: &[Vec<usize>]) -> Result<Vec<usize>, TopoError> {
-    let (_, parent) = xml_path(root, members);
-    let p = node(root, &parent);
-    match p.name.as_str() {
-        "pci" if p.attr("class") == Some(PCI_BRIDGE_DEVICE_CLASS) => make_pci_parent(root, &parent, &members[0]),
-        "cpu" => make_pci_parent(root, &parent, &members[0]),
-        "system" => Err(TopoError::Topology(
-            "Fusing NET devices from different NUMA domains is not supported.".into(),
-        )),
-        _ => Ok(parent),
+/// `ncclTopoFindLinkWidthRec`: whether `p` is or holds one of `nets`, and the PCI
+/// `link_width` that reaches them through it (a `<pci>`'s own width caps the sum of its
+/// children's; the nearest `<pci>` above a net lends its width when none below has one).
+fn link_width_rec(root: &XmlNode, p: &mut Vec<usize>, nets: &[Vec<usize>]) -> (bool, i64) {
+    let n = node(root, p);
+    let mine = if n.name == "pci" {
+        n.int_or("link_width", 0).unwrap_or(0)
+    } else {
+        0
+    };
+    let mut found = nets.iter().any(|m| m == p);
+    let mut total = 0;
+    for k in 0..n.subs.len() {
+        p.push(k);
+        let (f, w) = link_width_rec(root, p, nets);
+        p.pop();
+        if f {
+            found = true;
+            total += w;
+        }
     }
+    let width = match (found, total) {
+        (false, _) => 0,
+        (true, 0) => mine,
+        (true, t) if mine > 0 => mine.min(t),
+        (true, t) => t,
+    };
+    (found, width)
+}
+
+/// `ncclTopoFindLinkWidth`: the summed `link_width` of the branches under `parent`
+/// that hold the fused devices.
+fn aggregate_link_width(root: &XmlNode, parent: &[usize], nets: &[Vec<usize>]) -> i64 {
+    let mut p = parent.to_vec();
+    let mut sum = 0;
+    for k in 0..node(root, parent).subs.len() {
+        p.push(k);
+        let (f, w) = link_width_rec(root, &mut p, nets);
+        p.pop();
+        if f {
+            sum += w;
+        }
+    }
+    sum
+}
+
+/// `ncclTopoGetVNicParent`: where a fused device goes, from its members' `<net>`s. For
+/// members `PIX`, `PXB` or `PHB` apart, the PCI functions from the new parent up to
+/// the members' common parent get the members' summed `link_width`, so the fused
+/// device's PCI path carries what its members' did together.
+pub fn vnic_parent(root: &mut XmlNode, members: &[Vec<usize>]) -> Result<Vec<usize>, TopoError> {
+    let (ty, common) = xml_path(root, members);
+    let width = if matches!(ty, PathType::Phb | PathType::Pxb | PathType::Pix) {
+        aggregate_link_width(root, &common, members)
+    } else {
+        0
+    };
+    let p = node(root, &common);
+    let parent = match p.name.as_str() {
+        "pci" if p.attr("class") == Some(PCI_BRIDGE_DEVICE_CLASS) => make_pci_parent(root, &common, &members[0])?,
+        "cpu" => make_pci_parent(root, &common, &members[0])?,
+        "system" => {
+            return Err(TopoError::Topology(
+                "Fusing NET devices from different NUMA domains is not supported.".into(),
+            ));
+        }
+        _ => common.clone(),
+    };
+    if width > 0 {
+        let mut q = parent.clone();
+        loop {
+            let n = root.at_path_mut(&q);
+            if n.name == "pci" {
+                n.set_attr("link_width", width);
+            }
+            if q == common || q.is_empty() {
+                break;
+            }
+            q.pop();
+        }
+    }
+    Ok(parent)
 }
 
 /// Per process and plugin, the physical and virtual device counts once fusion ran
@@ -866,6 +934,8 @@ mod tests {
         let made = root.at_path(&vp[..2]);
         assert_eq!((made.name.as_str(), made.attr("busid")), ("pci", Some("0000:21:00.1")));
         assert_eq!(made.attr("class"), Some("0x020000"));
+        // ncclTopoFindLinkWidth: the made-up function carries both x16 links.
+        assert_eq!(made.attr("link_width"), Some("32"));
     }
 
     #[test]
