@@ -48,9 +48,11 @@ pub enum Call {
     CloseRecv,
     /// `closeListen`.
     CloseListen,
+    /// `makeVDevice` (v9+).
+    MakeVDevice,
 }
 
-const NAMES: [&str; 17] = [
+const NAMES: [&str; 18] = [
     "",
     "init",
     "finalize",
@@ -68,10 +70,11 @@ const NAMES: [&str; 17] = [
     "closeSend",
     "closeRecv",
     "closeListen",
+    "makeVDevice",
 ];
 
 /// Every [`Call`], by discriminant - 1.
-const CALLS: [Call; 16] = [
+const CALLS: [Call; 17] = [
     Call::Init,
     Call::Finalize,
     Call::Devices,
@@ -88,6 +91,7 @@ const CALLS: [Call; 16] = [
     Call::CloseSend,
     Call::CloseRecv,
     Call::CloseListen,
+    Call::MakeVDevice,
 ];
 
 impl Call {

@@ -827,6 +827,9 @@ pub mod params {
                 MAX_CTAS: str "NCCL_MAX_CTAS" = None, "maximum CTAs (channels) per kernel, as config.maxCTAs (default 64)";
                 MIN_NRINGS: str "NCCL_MIN_NRINGS" = None, "old name of NCCL_MIN_NCHANNELS";
                 MAX_NRINGS: str "NCCL_MAX_NRINGS" = None, "old name of NCCL_MAX_NCHANNELS";
+                NET_MERGE_LEVEL: str "NCCL_NET_MERGE_LEVEL" = None, "farthest path between net devices fused into one virtual NIC: LOC (no fusion), PORT, PIX, PXB, P2C, PXN, PHB, SYS (default PORT)";
+                NET_FORCE_MERGE: str "NCCL_NET_FORCE_MERGE" = None, "net devices to fuse: groups separated by ';', devices by ',' (name[:port]), e.g. eth0,eth1;eth2,eth3";
+                NET_MERGE_POLICY: str "NCCL_NET_MERGE_POLICY" = None, "which devices within NCCL_NET_MERGE_LEVEL fuse: ALL, or RAIL (same rail id only) (default ALL)";
             ];
         }
     }

@@ -99,11 +99,17 @@ struct Cluster {
 
 impl Cluster {
     fn up(tag: &str, hosts: usize) -> Cluster {
+        Cluster::up_with(tag, hosts, &[])
+    }
+
+    /// [`Cluster::up`] with more `up` options (e.g. `--two-nics`).
+    fn up_with(tag: &str, hosts: usize, opts: &[&str]) -> Cluster {
         remove_stale_test_clusters();
         let _serial = script_lock();
         let name = format!("t{}{tag}", std::process::id());
         let o = Command::new(script())
             .args(["--name", &name, "up", &hosts.to_string()])
+            .args(opts)
             .output()
             .expect("run netns-cluster.sh");
         assert!(
@@ -1072,4 +1078,126 @@ fn the_script_cleans_up_a_failed_up_and_touches_nothing_it_did_not_make() {
     let o = run(&["down"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(!netns_exists(&h0) && !netns_exists(&format!("{name}-sw")) && !state.exists());
+}
+
+/// Bytes sent and received so far by `nic` (`eth0`, `eth1`) of host `h`
+/// (`/sys/class/net/<nic>/statistics`, read inside the host).
+fn nic_bytes(c: &Cluster, h: usize, nic: &str) -> u64 {
+    ["tx_bytes", "rx_bytes"]
+        .iter()
+        .map(|f| {
+            let path = format!("/sys/class/net/{nic}/statistics/{f}");
+            let o = c.script(&["exec", &h.to_string(), "--", "cat", &path]);
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<u64>()
+                .unwrap_or_else(|e| panic!("{path} on host {h}: {e}"))
+        })
+        .sum()
+}
+
+/// The net device of every NET connection line (`… via NET/FerrocclSocket/2` → 2).
+fn net_devs(info: &BTreeMap<usize, Vec<String>>) -> BTreeSet<usize> {
+    info.values()
+        .flatten()
+        .filter(|l| matches!(connection(l), Some((_, _, ref via)) if via == "NET"))
+        .filter_map(|l| l.rsplit('/').next()?.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// NIC fusion (issue 33) over two hosts with two NICs each (`eth0`, `eth1` on two
+/// bridges): with `NCCL_NET_FORCE_MERGE=eth0,eth1` (automatic fusion off) every rank
+/// makes the virtual device `eth0+eth1` (index 2), every NET connection uses it, and
+/// both member interfaces of each host carry a fair share of the bytes (their
+/// counters in `/sys/class/net/*/statistics`); by default (`NCCL_NET_MERGE_LEVEL`
+/// PORT) the two virtual interfaces, ports of one made-up NIC, fuse alike; with
+/// `NCCL_NET_MERGE_LEVEL=LOC` nothing is fused and the channels use devices 0 and 1.
+#[test]
+fn nic_fusion_stripes_each_connection_over_both_interfaces() {
+    if !netns_available() {
+        return;
+    }
+    let c = Cluster::up_with("f", 2, &["--two-nics"]);
+    let args = [
+        "all_reduce",
+        "-b",
+        "1M",
+        "-e",
+        "16M",
+        "-f",
+        "4",
+        "-n",
+        "4",
+        "-w",
+        "1",
+        "-c",
+        "1",
+    ];
+    let subsys = ("NCCL_DEBUG_SUBSYS", "INIT,GRAPH,ENV,NET");
+    let runs: [(&str, Vec<(&str, &str)>); 3] = [
+        (
+            "forced",
+            vec![
+                subsys,
+                ("NCCL_NET_FORCE_MERGE", "eth0,eth1"),
+                ("NCCL_NET_MERGE_LEVEL", "LOC"),
+            ],
+        ),
+        ("default", vec![subsys]),
+        ("loc", vec![subsys, ("NCCL_NET_MERGE_LEVEL", "LOC")]),
+    ];
+    for (what, env) in runs {
+        let dir = scratch(what);
+        let before: Vec<u64> = (0..2)
+            .flat_map(|h| ["eth0", "eth1"].map(|n| (h, n)))
+            .map(|(h, n)| nic_bytes(&c, h, n))
+            .collect();
+        let o = perf_command_on(&c, 2, 2, &dir, &env, &args)
+            .output()
+            .expect("run ferroccl-perf");
+        let (_, info) = check_run_on(&c, 2, 2, what, &o, &dir);
+        let after: Vec<u64> = (0..2)
+            .flat_map(|h| ["eth0", "eth1"].map(|n| (h, n)))
+            .map(|(h, n)| nic_bytes(&c, h, n))
+            .collect();
+        let delta: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        println!("{what}: bytes moved (h0 eth0, h0 eth1, h1 eth0, h1 eth1): {delta:?}");
+        let made = |r: usize| info[&r].iter().any(|l| l == "TOPO/NET : Made vNic 2");
+        let devs = net_devs(&info);
+        if what == "loc" {
+            assert!(!made(0) && !made(1), "{what}: no fusion expected");
+            assert!(
+                devs.iter().all(|&d| d < 2),
+                "{what}: physical devices only, got {devs:?}"
+            );
+            continue;
+        }
+        for r in 0..2 {
+            assert!(made(r), "{what}: rank {r} made no vNic:\n{}", info[&r].join("\n"));
+        }
+        if what == "forced" {
+            assert!(
+                info[&0]
+                    .iter()
+                    .any(|l| l == "TOPO/NET : Force-fusing NICs using NCCL_NET_FORCE_MERGE=eth0,eth1"),
+                "{what}: no force-merge line"
+            );
+        }
+        assert_eq!(
+            devs,
+            BTreeSet::from([2]),
+            "{what}: every NET connection on the fused device"
+        );
+        // Each rank moves at least 2 x 16 MiB x 5 iterations; each member of each host
+        // carries at least a quarter of its host's bytes.
+        for h in 0..2 {
+            let (e0, e1) = (delta[2 * h], delta[2 * h + 1]);
+            assert!(e0 + e1 > 100 << 20, "{what}: host {h} moved only {e0} + {e1} bytes");
+            assert!(
+                e0.min(e1) * 4 >= e0 + e1,
+                "{what}: host {h} did not stripe: eth0 {e0} bytes, eth1 {e1} bytes"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -25,6 +25,7 @@ fn documents_name_only_what_exists() {
         ix.check_ids.extend(doccheck::ids_of_list(&list));
     }
     assert!(ix.check_ids.contains("load.init"), "{:?}", ix.check_ids);
+    assert!(ix.check_ids.contains("vdev.make"), "{:?}", ix.check_ids);
     assert!(ix.files.len() > 100, "{} tracked files", ix.files.len());
     let findings = doccheck::check(&ix);
     let text: Vec<String> = findings.iter().map(ToString::to_string).collect();

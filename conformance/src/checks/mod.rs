@@ -9,6 +9,7 @@ mod memory;
 mod perf;
 mod props;
 mod transfer;
+mod vdev;
 
 use crate::registry::Registry;
 
@@ -17,6 +18,7 @@ pub fn register(r: &mut Registry) {
     loading::register(r);
     props::register(r);
     conn::register(r);
+    vdev::register(r);
     transfer::register(r);
     memory::register(r);
     fault::register(r);

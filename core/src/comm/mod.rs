@@ -12,6 +12,7 @@
 
 mod collnet;
 mod colls;
+mod fusion;
 mod params;
 mod peer_info;
 mod split;
@@ -32,6 +33,7 @@ use crate::coll::schedule::SchedParams;
 use crate::plugin::net::{NetInfo, NetPlugin, RawCtx};
 use crate::proxy::{PlanCache, Proxy, ProxyHandle, Shared};
 use crate::stream::Stream;
+use crate::topo::fuse;
 use crate::transport::net::NetTransport;
 use crate::transport::setup::{self, Oob, TransportSetup};
 use crate::transport::shm::ShmTransport;
@@ -184,17 +186,47 @@ fn local_facts(
             }
             Err(e) => return Err(Error::net("devices", e)),
         };
-        let props = (0..ndev)
+        // NIC fusion (ncclTopoProcessNet): the physical devices are those counted
+        // before this plugin's first fusion pass in the process.
+        let key = fusion::key(info);
+        let (nphys, made) = match fuse::dev_counts(&key) {
+            Some((p, v)) => (p.min(ndev), Some(v)),
+            None => (ndev, None),
+        };
+        let props = (0..nphys)
             .map(|d| {
                 net.properties(d)
                     .map_err(|e| Error::net(format!("getProperties({d})"), e))
             })
             .collect::<Result<Vec<_>>>()?;
-        let (record, log) = crate::topo::detect::detect(rank, &props, topo_params)?;
+        let (fparams, flog) = fusion::params();
+        for line in flog {
+            crate::log::nccl_info!(ENV, "{line}");
+        }
+        let mut plugin = fusion::PluginFusion {
+            net,
+            version: info.version,
+        };
+        let mut f = crate::topo::detect::Fusion {
+            params: &fparams,
+            plugin: &mut plugin,
+            made,
+        };
+        let can_fuse = net.has_make_vdevice();
+        let (record, log, fused) =
+            crate::topo::detect::detect_fused(rank, &props, topo_params, can_fuse.then_some(&mut f))?;
         for line in log {
             crate::log::nccl_info!(GRAPH, "{line}");
         }
-        let dev0 = (props[0].speed, props[0].latency);
+        let (nvirt, vprops) = fused.unwrap_or_default();
+        if can_fuse {
+            fuse::set_dev_counts(&key, nphys, nvirt);
+        }
+        let ndev = nphys + nvirt;
+        // The tuning's device: the first fused one when there is one (it carries the
+        // channels), else device 0.
+        let d0 = vprops.first().unwrap_or(&props[0]);
+        let dev0 = (d0.speed, d0.latency);
         Ok(LocalFacts {
             ctx,
             ndev,

@@ -886,6 +886,16 @@ impl NetPlugin for NetAdapter {
         self.check("irecvConsumed", r)
     }
 
+    fn has_make_vdevice(&self) -> bool {
+        match self.t() {
+            Ok(Table::V9(t)) => t.makeVDevice.is_some(),
+            Ok(Table::V10(t)) => t.makeVDevice.is_some(),
+            Ok(Table::V11(t)) => t.makeVDevice.is_some(),
+            Ok(Table::V12(t)) => t.makeVDevice.is_some(),
+            _ => false,
+        }
+    }
+
     fn make_vdevice(&self, devs: &[i32]) -> NetResult<usize> {
         let unsupported = || {
             NetError::InvalidUsage(format!(

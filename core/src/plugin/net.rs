@@ -199,6 +199,11 @@ pub trait NetPlugin: Send + Sync {
             "makeVDevice is not supported by this plugin".into(),
         ))
     }
+    /// Whether `makeVDevice` can be called: a v9+ table with the slot non-NULL
+    /// (NCCL's `netInfo.makeVDevice != NULL` in `ncclTopoProcessNet`). Default: no.
+    fn has_make_vdevice(&self) -> bool {
+        false
+    }
     /// `setNetAttr(ctx, attr)` (v11+; NULL slot or older version → ignored, as in
     /// NCCL). Default: ignored.
     fn set_net_attr(&self, ctx: RawCtx, attr: &ferroccl_plugin_api::abi::ncclNetAttr_v12_t) -> NetResult<()> {

@@ -406,13 +406,48 @@ pub fn detect_cpu_rank(
     host_hash: u64,
     affinity: &CpuSet,
 ) -> Result<(TopoRecord, Vec<String>), TopoError> {
-    let (mut root, log) = initial_xml(params)?;
+    detect_cpu_rank_fused(rank, nets, params, sysfs, host_hash, affinity, None).map(|(r, l, _)| (r, l))
+}
+
+/// What NIC fusion needs during detection: its parameters, the plugin, and the number
+/// of virtual devices the plugin already has (`None`: this is the plugin's first
+/// communicator in the process, so fusion runs and makes them).
+pub struct Fusion<'a> {
+    /// `NCCL_NET_MERGE_LEVEL`, `NCCL_NET_FORCE_MERGE`, `NCCL_NET_MERGE_POLICY`.
+    pub params: &'a super::fuse::FusionParams,
+    /// The plugin's `makeVDevice` / `devices` / `getProperties`.
+    pub plugin: &'a mut dyn super::fuse::NetFusion,
+    /// Virtual devices already made (NCCL's `nVirtualNics`), `None` when undefined.
+    pub made: Option<usize>,
+}
+
+/// What fusion produced: the number of virtual devices and their properties.
+pub type Fused = (usize, Vec<Properties>);
+
+/// [`detect_cpu_rank`] with NIC fusion (`ncclTopoProcessNet`): `nets` are the physical
+/// devices; with `fusion` the virtual devices replace their members in the record.
+pub fn detect_cpu_rank_fused(
+    rank: usize,
+    nets: &[Properties],
+    params: &TopoParams,
+    sysfs: &Sysfs,
+    host_hash: u64,
+    affinity: &CpuSet,
+    fusion: Option<&mut Fusion<'_>>,
+) -> Result<(TopoRecord, Vec<String>, Option<Fused>), TopoError> {
+    let (mut root, mut log) = initial_xml(params)?;
     fill::set_host_hash(&mut root, host_hash);
     let numa = sysfs.numa_of_affinity(affinity);
     fill::add_process_device(&mut root, rank, numa, sysfs, host_hash)?;
     for (dev, p) in nets.iter().enumerate() {
         fill::fill_net(&mut root, &net_facts(p), dev, sysfs, host_hash)?;
     }
+    let fused = match fusion {
+        Some(f) => Some(super::fuse::process_net(
+            &mut root, nets, f.made, f.params, f.plugin, sysfs, host_hash, &mut log,
+        )?),
+        None => None,
+    };
     let rec = TopoRecord::new(
         u32::try_from(rank).map_err(|_| TopoError::Record(format!("rank {rank} too large")))?,
         host_hash,
@@ -421,7 +456,7 @@ pub fn detect_cpu_rank(
         i32::try_from(numa).unwrap_or(-1),
         affinity.to_mask(),
     );
-    Ok((rec, log))
+    Ok((rec, log, fused))
 }
 
 /// The record of rank `rank` driving the GPU at `bus_id` (`dddd:bb:dd.f`) described by
@@ -458,6 +493,24 @@ pub fn detect_gpu_rank(
 /// [`detect_cpu_rank`] on the live host (`/sys`, this process's affinity, the host hash).
 pub fn detect(rank: usize, nets: &[Properties], params: &TopoParams) -> Result<(TopoRecord, Vec<String>), TopoError> {
     detect_cpu_rank(rank, nets, params, &Sysfs::default(), host_hash(), &process_affinity())
+}
+
+/// [`detect_cpu_rank_fused`] on the live host.
+pub fn detect_fused(
+    rank: usize,
+    nets: &[Properties],
+    params: &TopoParams,
+    fusion: Option<&mut Fusion<'_>>,
+) -> Result<(TopoRecord, Vec<String>, Option<Fused>), TopoError> {
+    detect_cpu_rank_fused(
+        rank,
+        nets,
+        params,
+        &Sysfs::default(),
+        host_hash(),
+        &process_affinity(),
+        fusion,
+    )
 }
 
 #[cfg(test)]

@@ -344,26 +344,52 @@ pub fn fill_net(
     facts: &dyn HostFacts,
     hash: u64,
 ) -> Result<(), TopoError> {
+    fill_net_under(root, net, dev, facts, hash, None)
+}
+
+/// [`fill_net`] with NCCL's `forceParent` (`ncclTopoFillNet`'s last argument, used for
+/// fused virtual NICs): a new `<net>` goes into the first `<nic>` of the element at
+/// `parent` (a path of child indices), created when absent. When `parent` is itself a
+/// `<nic>` (the fused devices were ports of one NIC) the `<net>` joins it directly rather
+/// than a `<nic>` nested in it, which the system builder would not read.
+pub fn fill_net_under(
+    root: &mut XmlNode,
+    net: &NetFacts,
+    dev: usize,
+    facts: &dyn HostFacts,
+    hash: u64,
+    forced_parent: Option<Vec<usize>>,
+) -> Result<(), TopoError> {
     let name = net.name.as_str();
     let found = root.path_to(&|n: &XmlNode| n.name == "net" && n.attr("name") == Some(name));
     let net_path = match found {
         Some(p) => p,
+        None if forced_parent.as_ref().is_some_and(|p| root.at_path(p).name == "nic") => {
+            let mut p = forced_parent.expect("checked above");
+            let nic = root.at_path_mut(&p);
+            nic.subs.push(XmlNode::new("net").with("name", name));
+            p.push(nic.subs.len() - 1);
+            p
+        }
         None => {
             let bus = net.pci_path.as_deref().and_then(|p| facts.pci_bus_of_path(p));
-            let parent = match bus {
-                Some(b) => {
-                    let p = get_or_attach_pci(root, &b, facts, hash)?;
-                    root.at_path_mut(&p).init_attr("class", "0x02");
-                    fill_from_sys(root, &p, facts)?;
-                    p
-                }
-                None => match root.path_to(&|n: &XmlNode| n.name == "cpu") {
-                    Some(p) => p,
-                    None => {
-                        root.subs
-                            .push(XmlNode::new("cpu").with("host_hash", hash_str(hash)).with("numaid", 0));
-                        vec![root.subs.len() - 1]
+            let parent = match (forced_parent, bus) {
+                (Some(p), _) => p,
+                (None, bus) => match bus {
+                    Some(b) => {
+                        let p = get_or_attach_pci(root, &b, facts, hash)?;
+                        root.at_path_mut(&p).init_attr("class", "0x02");
+                        fill_from_sys(root, &p, facts)?;
+                        p
                     }
+                    None => match root.path_to(&|n: &XmlNode| n.name == "cpu") {
+                        Some(p) => p,
+                        None => {
+                            root.subs
+                                .push(XmlNode::new("cpu").with("host_hash", hash_str(hash)).with("numaid", 0));
+                            vec![root.subs.len() - 1]
+                        }
+                    },
                 },
             };
             let pnode = root.at_path_mut(&parent);

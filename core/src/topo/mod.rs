@@ -5,6 +5,7 @@
 //! Layers, bottom up:
 //! - [`types`]: node/link/path types, bandwidth constants, NCCL's parsing helpers.
 //! - [`xml`]: the XML tree (quick-xml reader, NCCL's writer, fuse, trim).
+//! - [`fuse`]: NIC fusion (`makeVDevice`, `NCCL_NET_MERGE_LEVEL`, `NCCL_NET_FORCE_MERGE`).
 //! - [`fill`]: the XML edits NCCL makes while detecting a rank's view of its host (a GPU
 //!   added by bus id, net plugin devices attached by `pciPath`, CPU attributes).
 //! - [`system`]: the graph built from a fused XML (`ncclTopoGetSystemFromXml`).
@@ -41,6 +42,7 @@
 
 pub mod detect;
 pub mod fill;
+pub mod fuse;
 pub mod model;
 pub mod nvml;
 pub mod paths;

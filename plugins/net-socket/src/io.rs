@@ -542,6 +542,25 @@ fn recv_all(s: &Socket, b: &mut [u8], lowat: &mut Lowat) -> io::Result<()> {
 
 // ---------------------------------------------------------------- listen / accept
 
+/// A non-blocking listen socket on `ip` port 0, and its address.
+fn listen_on(ip: std::net::IpAddr, scope_id: u32) -> NetResult<(Socket, SocketAddr)> {
+    let addr = match ip {
+        std::net::IpAddr::V4(v4) => SocketAddr::new(v4.into(), 0),
+        std::net::IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(v6, 0, 0, scope_id)),
+    };
+    let fail = |e: io::Error| NetError::System(format!("NET/FerrocclSocket: cannot listen on {addr}: {e}"));
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
+    sock.set_nonblocking(true).map_err(fail)?;
+    sock.bind(&SockAddr::from(addr)).map_err(fail)?;
+    sock.listen(LISTEN_BACKLOG).map_err(fail)?;
+    let local = sock
+        .local_addr()
+        .map_err(fail)?
+        .as_socket()
+        .ok_or_else(|| fail(io::ErrorKind::Other.into()))?;
+    Ok((sock, local))
+}
+
 struct Incoming {
     sock: Socket,
     peer: SocketAddr,
@@ -561,6 +580,9 @@ struct PartialConn {
 /// A listening endpoint (`listenComm`).
 pub struct Listener {
     sock: Socket,
+    /// Listen sockets on the other member interfaces of a virtual device (see
+    /// [`crate::vdev`]); their connections join the same groups.
+    extra: Vec<(Socket, SocketAddr)>,
     info: HandleInfo,
     cfg: Config,
     pending: Vec<Incoming>,
@@ -570,29 +592,38 @@ pub struct Listener {
 impl Listener {
     /// Binds `ip` port 0 and listens; returns the listener and what goes in the handle.
     pub fn bind(cfg: &Config, ip: std::net::IpAddr, scope_id: u32) -> NetResult<Listener> {
-        let addr = match ip {
-            std::net::IpAddr::V4(v4) => SocketAddr::new(v4.into(), 0),
-            std::net::IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(v6, 0, 0, scope_id)),
-        };
-        let fail = |e: io::Error| NetError::System(format!("NET/FerrocclSocket: cannot listen on {addr}: {e}"));
-        let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP)).map_err(fail)?;
-        sock.set_nonblocking(true).map_err(fail)?;
-        sock.bind(&SockAddr::from(addr)).map_err(fail)?;
-        sock.listen(LISTEN_BACKLOG).map_err(fail)?;
-        let local = sock
-            .local_addr()
-            .map_err(fail)?
-            .as_socket()
-            .ok_or_else(|| fail(io::ErrorKind::Other.into()))?;
+        Listener::bind_striped(cfg, &[(ip, scope_id)], cfg.nstreams, cfg.nthreads)
+    }
+
+    /// Binds one listen socket per member address (`(ip, scope id)`, the first one's
+    /// goes in the handle) with `nstreams` data streams and `nthreads` helper threads
+    /// per connection: the listen side of a virtual device ([`crate::vdev`]).
+    pub fn bind_striped(
+        cfg: &Config,
+        members: &[(std::net::IpAddr, u32)],
+        nstreams: usize,
+        nthreads: usize,
+    ) -> NetResult<Listener> {
+        let mut socks = members
+            .iter()
+            .map(|&(ip, scope)| listen_on(ip, scope))
+            .collect::<NetResult<Vec<_>>>()?;
+        if socks.is_empty() {
+            return Err(NetError::InvalidArgument(
+                "NET/FerrocclSocket: listen on no address".into(),
+            ));
+        }
+        let (sock, local) = socks.remove(0);
         let info = HandleInfo {
             addr: local,
             magic: cfg.magic,
-            nstreams: cfg.nstreams as u32,
-            nthreads: cfg.nthreads as u32,
+            nstreams: nstreams as u32,
+            nthreads: nthreads as u32,
             min_task: cfg.min_task as u64,
         };
         Ok(Listener {
             sock,
+            extra: socks,
             info,
             cfg: cfg.clone(),
             pending: Vec::new(),
@@ -605,34 +636,43 @@ impl Listener {
         &self.info
     }
 
+    /// The addresses of the other member interfaces' listen sockets (empty unless
+    /// [`Listener::bind_striped`] was given several members).
+    pub fn stripe_addrs(&self) -> Vec<SocketAddr> {
+        self.extra.iter().map(|(_, a)| *a).collect()
+    }
+
     /// Accepts TCP connections, reads their handshakes without blocking, rejects
     /// strays with a log line, and returns a receive comm once all streams of one
     /// connection have arrived.
     pub fn accept(&mut self) -> NetResult<Option<RecvComm>> {
         let me = self.info.addr;
-        loop {
-            match self.sock.accept() {
-                Ok((s, a)) => {
-                    let peer = a.as_socket().unwrap_or(me);
-                    if let Err(e) = s.set_nonblocking(true).and_then(|()| tune(&s, &self.cfg)) {
-                        net_warn!("NET/FerrocclSocket: dropping connection from {peer} on {me}: {e}");
-                        continue;
+        for k in 0..=self.extra.len() {
+            let sock = if k == 0 { &self.sock } else { &self.extra[k - 1].0 };
+            loop {
+                match sock.accept() {
+                    Ok((s, a)) => {
+                        let peer = a.as_socket().unwrap_or(me);
+                        if let Err(e) = s.set_nonblocking(true).and_then(|()| tune(&s, &self.cfg)) {
+                            net_warn!("NET/FerrocclSocket: dropping connection from {peer} on {me}: {e}");
+                            continue;
+                        }
+                        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+                        self.pending.push(Incoming {
+                            sock: s,
+                            peer,
+                            buf: [0; HELLO_LEN],
+                            got: 0,
+                            deadline,
+                        });
                     }
-                    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
-                    self.pending.push(Incoming {
-                        sock: s,
-                        peer,
-                        buf: [0; HELLO_LEN],
-                        got: 0,
-                        deadline,
-                    });
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => {}
-                Err(e) => {
-                    return Err(NetError::System(format!(
-                        "NET/FerrocclSocket: accept on {me} failed: {e}"
-                    )));
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => {}
+                    Err(e) => {
+                        return Err(NetError::System(format!(
+                            "NET/FerrocclSocket: accept on {me} failed: {e}"
+                        )));
+                    }
                 }
             }
         }
@@ -766,6 +806,10 @@ struct ConnSock {
 /// A `connect` in progress (kept between calls in the plugin's registry).
 pub struct Connecting {
     info: HandleInfo,
+    /// Listen addresses of a virtual device's other members: data stream *i* goes to
+    /// member `i mod (1 + stripe.len())` (member 0 is `info.addr`, which also takes the
+    /// control stream). Empty: every stream to `info.addr`.
+    stripe: Vec<SocketAddr>,
     cfg: Config,
     conn_id: u64,
     retries: u32,
@@ -818,6 +862,7 @@ impl Connecting {
             .collect();
         Connecting {
             info,
+            stripe: Vec::new(),
             cfg: cfg.clone(),
             conn_id,
             retries: 0,
@@ -826,25 +871,45 @@ impl Connecting {
         }
     }
 
+    /// Stripes the data streams over a virtual device's member listen addresses
+    /// (the handle's extra addresses, [`crate::vdev::decode_stripe`]).
+    pub fn with_stripe(mut self, stripe: Vec<SocketAddr>) -> Connecting {
+        self.stripe = stripe;
+        self
+    }
+
+    /// Where stream `i` connects (the control stream, last, to member 0).
+    fn stream_addr(&self, i: usize) -> SocketAddr {
+        let n = self.socks.len() - 1;
+        if i == n || self.stripe.is_empty() {
+            return self.info.addr;
+        }
+        match i % (self.stripe.len() + 1) {
+            0 => self.info.addr,
+            k => self.stripe[k - 1],
+        }
+    }
+
     /// Advances every stream without blocking; the send comm once all handshakes are sent.
     pub fn progress(&mut self) -> NetResult<Option<SendComm>> {
         let addr = self.info.addr;
         for i in 0..self.socks.len() {
+            let saddr = self.stream_addr(i);
             loop {
                 let cs = &mut self.socks[i];
                 let step: io::Result<bool> = match cs.state {
                     CState::Done => break,
                     CState::Wait(t) if Instant::now() < t => break,
                     CState::Start | CState::Wait(_) => (|| {
-                        let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+                        let s = Socket::new(Domain::for_address(saddr), Type::STREAM, Some(Protocol::TCP))?;
                         s.set_nonblocking(true)?;
                         tune(&s, &self.cfg)?;
-                        match (self.tos, addr) {
+                        match (self.tos, saddr) {
                             (Some(tos), SocketAddr::V4(_)) => s.set_tos_v4(tos)?,
                             (Some(tos), SocketAddr::V6(_)) => s.set_tclass_v6(tos)?,
                             (None, _) => {}
                         }
-                        let r = s.connect(&SockAddr::from(addr));
+                        let r = s.connect(&SockAddr::from(saddr));
                         cs.sock = Some(s);
                         cs.sent = 0;
                         match r {
@@ -895,7 +960,7 @@ impl Connecting {
                     Err(e) => {
                         if self.retries >= self.cfg.retry_cnt {
                             return Err(NetError::System(format!(
-                                "NET/FerrocclSocket: connect to {addr} failed after {} retries (NCCL_SOCKET_RETRY_CNT): {e}",
+                                "NET/FerrocclSocket: connect to {saddr} failed after {} retries (NCCL_SOCKET_RETRY_CNT): {e}",
                                 self.retries
                             )));
                         }
@@ -903,7 +968,7 @@ impl Connecting {
                         let wait = Duration::from_millis(self.cfg.retry_sleep_ms * self.retries as u64);
                         net_info!(
                             NCCL_NET,
-                            "NET/FerrocclSocket: connect to {addr} (stream {i}): {e}; retry {} in {wait:?}",
+                            "NET/FerrocclSocket: connect to {saddr} (stream {i}): {e}; retry {} in {wait:?}",
                             self.retries
                         );
                         let cs = &mut self.socks[i];

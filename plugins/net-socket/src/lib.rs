@@ -10,6 +10,7 @@
 //! * [`dev`] — interfaces as devices (`NCCL_SOCKET_IFNAME`, `NCCL_SOCKET_FAMILY`).
 //! * [`config`] — the `NCCL_SOCKET_*` parameters.
 //! * [`wait`] — when `test` may sleep in the kernel (idle tracking per thread).
+//! * [`vdev`] — virtual devices fusing several interfaces (`makeVDevice`), connections striped over them.
 //!
 //! Differences from NCCL's socket transport: helper threads and data streams by
 //! default on machines with more than [`config::SMALL_MACHINE_CORES`] cores
@@ -36,6 +37,7 @@ pub mod dev;
 pub mod io;
 pub mod proto;
 pub mod rma;
+pub mod vdev;
 pub mod wait;
 
 pub use config::Config;
@@ -60,6 +62,8 @@ pub struct SocketMr {
 pub struct SocketNet {
     cfg: Config,
     devs: Vec<dev::Iface>,
+    /// Virtual devices (`makeVDevice`): their members, numbered after `devs`.
+    vdevs: Mutex<Vec<Vec<usize>>>,
     connects: Mutex<HashMap<u64, io::Connecting>>,
 }
 
@@ -78,6 +82,12 @@ impl SocketNet {
     pub fn with_config(cfg: Config) -> SocketNet {
         let all = dev::system_interfaces(cfg.family);
         let devs = dev::select(&all, cfg.ifname.as_deref());
+        SocketNet::with_interfaces(cfg, devs)
+    }
+
+    /// A plugin over the given interfaces, in device order (tests: e.g. several
+    /// addresses of `lo` as separate devices to fuse).
+    pub fn with_interfaces(cfg: Config, devs: Vec<dev::Iface>) -> SocketNet {
         for (i, d) in devs.iter().enumerate() {
             ferroccl_plugin_api::net_info!(
                 ferroccl_plugin_api::log::NCCL_INIT | ferroccl_plugin_api::log::NCCL_NET,
@@ -89,6 +99,7 @@ impl SocketNet {
         SocketNet {
             cfg,
             devs,
+            vdevs: Mutex::new(Vec::new()),
             connects: Mutex::new(HashMap::new()),
         }
     }
@@ -111,30 +122,24 @@ impl SocketNet {
             ))
         })
     }
-}
 
-impl Net for SocketNet {
-    const NAME: &'static CStr = c"FerrocclSocket";
-    type Ctx = ();
-    type ListenComm = Listener;
-    type SendComm = SendComm;
-    type RecvComm = RecvComm;
-    type Mr = SocketMr;
-    type Request = ProfRequest;
-
-    fn new() -> NetResult<Self> {
-        Ok(SocketNet::with_config(Config::from_env().clone()))
+    /// The members of device `dev`: itself for an interface, its interfaces for a
+    /// virtual device.
+    fn members(&self, dev: usize) -> NetResult<Vec<usize>> {
+        if dev < self.devs.len() {
+            return Ok(vec![dev]);
+        }
+        let v = self.vdevs.lock().unwrap_or_else(|p| p.into_inner());
+        v.get(dev - self.devs.len()).cloned().ok_or_else(|| {
+            NetError::InvalidArgument(format!(
+                "NET/FerrocclSocket: device {dev} (expected < {})",
+                self.devs.len() + v.len()
+            ))
+        })
     }
 
-    fn init(&self, _comm_id: u64, _config: &CommConfig) -> NetResult<()> {
-        Ok(())
-    }
-
-    fn devices(&self) -> NetResult<usize> {
-        Ok(self.devs.len())
-    }
-
-    fn properties(&self, dev: usize) -> NetResult<Properties> {
+    /// `getProperties` of interface `dev`.
+    fn phys_properties(&self, dev: usize) -> NetResult<Properties> {
         let d = self.dev(dev)?;
         Ok(Properties {
             name: d.name.clone(),
@@ -155,11 +160,71 @@ impl Net for SocketNet {
             ..Properties::default()
         })
     }
+}
+
+impl Net for SocketNet {
+    const NAME: &'static CStr = c"FerrocclSocket";
+    type Ctx = ();
+    type ListenComm = Listener;
+    type SendComm = SendComm;
+    type RecvComm = RecvComm;
+    type Mr = SocketMr;
+    type Request = ProfRequest;
+
+    fn new() -> NetResult<Self> {
+        Ok(SocketNet::with_config(Config::from_env().clone()))
+    }
+
+    fn init(&self, _comm_id: u64, _config: &CommConfig) -> NetResult<()> {
+        Ok(())
+    }
+
+    fn devices(&self) -> NetResult<usize> {
+        Ok(self.devs.len() + self.vdevs.lock().unwrap_or_else(|p| p.into_inner()).len())
+    }
+
+    fn properties(&self, dev: usize) -> NetResult<Properties> {
+        let m = self.members(dev)?;
+        if dev < self.devs.len() {
+            return self.phys_properties(dev);
+        }
+        let props = m
+            .iter()
+            .map(|&d| self.phys_properties(d))
+            .collect::<NetResult<Vec<_>>>()?;
+        Ok(vdev::properties(&props, &m))
+    }
+
+    fn make_vdevice(&self, devs: &[i32]) -> NetResult<usize> {
+        let m = vdev::check_members(devs, &self.devs)?;
+        let mut v = self.vdevs.lock().unwrap_or_else(|p| p.into_inner());
+        v.push(m.clone());
+        let d = self.devs.len() + v.len() - 1;
+        drop(v);
+        let p = self.properties(d)?;
+        ferroccl_plugin_api::net_info!(
+            ferroccl_plugin_api::log::NCCL_NET,
+            "NET/FerrocclSocket : Made virtual device [{d}] name={} speed={} ndevs={}",
+            p.name,
+            p.speed,
+            m.len()
+        );
+        Ok(d)
+    }
 
     fn listen(&self, _ctx: &(), dev: usize, handle: &mut Handle) -> NetResult<Listener> {
-        let d = self.dev(dev)?;
-        let l = Listener::bind(&self.cfg, d.ip, d.scope_id)?;
+        let m = self.members(dev)?;
+        if m.len() == 1 {
+            let d = self.dev(m[0])?;
+            let l = Listener::bind(&self.cfg, d.ip, d.scope_id)?;
+            l.info().encode(handle);
+            return Ok(l);
+        }
+        let addrs: Vec<_> = m.iter().map(|&d| vdev::listen_addr(&self.devs[d])).collect();
+        let (ns, nt) = vdev::stripe_streams(self.cfg.nstreams, self.cfg.nthreads, m.len());
+        let l = Listener::bind_striped(&self.cfg, &addrs, ns, nt)?;
         l.info().encode(handle);
+        vdev::encode_stripe(handle, &l.stripe_addrs())?;
         Ok(l)
     }
 
@@ -173,8 +238,11 @@ impl Net for SocketNet {
                 while reg.contains_key(&t) {
                     t = t.wrapping_add(1);
                 }
+                let stripe = vdev::decode_stripe(handle)?;
                 // The traffic class (v10 connect's config, v11+ the context's) marks every socket.
-                let c = io::Connecting::new(info, &self.cfg).with_traffic_class(config.traffic_class)?;
+                let c = io::Connecting::new(info, &self.cfg)
+                    .with_stripe(stripe)
+                    .with_traffic_class(config.traffic_class)?;
                 reg.insert(t, c);
                 proto::set_scratch_token(handle, Some(t));
                 t
