@@ -236,7 +236,7 @@ fn argument_checks_and_deregister() {
                 "{e}"
             );
             let mut b = vec![0u8; 256];
-            let outside = vec![0u8; 16];
+            let outside = [0u8; 16];
             // SAFETY: `b` outlives the window.
             let w = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect("register");
             let bp = b.as_ptr();
@@ -244,7 +244,7 @@ fn argument_checks_and_deregister() {
                 Err(Error::InvalidArgument(m)) => assert!(m.contains(what), "{m} (expected '{what}')"),
                 other => panic!("expected InvalidArgument '{what}', got {other:?}"),
             };
-            // SAFETY (each put_signal): arguments are refused before anything is enqueued.
+            // SAFETY: every call below is refused before anything is enqueued.
             unsafe {
                 inval(c.put_signal(bp, 4, DataType::Uint8, peer, &w, 0, 0, 0, 1, &s), "flags");
                 inval(

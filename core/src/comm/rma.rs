@@ -845,9 +845,9 @@ impl Comm {
             src: unsafe { sw.base.add(src_off) },
             src_off,
             src_mr: sw.mr,
-            // SAFETY: `offset + bytes` fits this rank's window when the peer is this rank
-            // (the sizes were checked with `peer`'s size, which is ours then).
             dst: if peer == core.rank {
+                // SAFETY: `offset + bytes` fits this rank's window when the peer is this
+                // rank (the range was checked with `peer`'s size, which is ours then).
                 unsafe { win.inner.base.add(offset) }
             } else {
                 std::ptr::null_mut()
