@@ -538,8 +538,8 @@ impl Comm {
                 rma: rma::RmaSlot::new(comm_hash(id), params.timeout, params.traffic_class),
             }),
         };
-        // NCCL_RMA_EAGER_INIT=1: the one-sided API's collective setup now rather than
-        // at the first window registration (NCCL 2.30.7 src/init.cc).
+        // NCCL_RMA_EAGER_INIT=1 (NCCL's parameter of that name): the one-sided API's
+        // collective setup now rather than at the first window registration.
         comm.inner.rma.eager_init(&comm.inner)?;
         Ok(comm)
     }

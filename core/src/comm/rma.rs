@@ -38,7 +38,7 @@
 //!   naming the operation and the peer; an aborted communicator ends them at once.
 //!
 //! Arguments are checked as NCCL 2.30.7's `src/enqueue.cc` (`rmaTaskAppend` and its
-//! argument checks): `flags` must be 0, `sigIdx` below the signal count (1), `ctx`
+//! argument checks): `flags` must be 0, `sigIdx` below [`NUM_RMA_SIG`] (1), `ctx`
 //! below `NCCL_NUM_RMA_CTX`, the source of a put inside a window registered on this
 //! communicator (`ncclDevrFindWindow`), and (beyond NCCL) the target range inside the
 //! peer's window.
@@ -60,8 +60,9 @@ use crate::plugin::net::{NetHandle, PtrType, RawComm, RawCtx, RawMr};
 use crate::plugin::rma::{RmaAdapter, RmaConfig, RmaCtx, RmaSignal, RmaXfer, SignalOp, load_rma};
 use crate::stream::{Completion, Deps, Stream};
 
-/// Signal slots per (context, sender): NCCL 2.30.7's default `numRmaSig`; `sigIdx`
-/// must be below it.
+/// Signal slots per (context, sender); `sigIdx` must be below it. One, as NCCL 2.30.7
+/// offers: its `ncclConfig_t` has no `numRmaSig` field (later NCCL versions make the
+/// count configurable).
 pub const NUM_RMA_SIG: usize = 1;
 
 /// One entry of [`Comm::wait_signal`] (`ncclWaitSignalDesc_t`: `opCnt`, `peer`,
