@@ -334,3 +334,42 @@ fn no_rma_plugin_is_a_clear_error() {
         },
     );
 }
+
+/// A put to a peer whose communicator is gone fails, naming the peer, instead of
+/// hanging (the socket plugin fails operations on a lost connection).
+#[test]
+fn put_to_a_destroyed_peer_fails_naming_it() {
+    env();
+    let id = get_unique_id(&BootstrapConfig::loopback(T)).expect("unique id");
+    let (gone_tx, gone_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let id = &id;
+        let r1 = s.spawn(move || {
+            let c = Comm::init_rank(2, id, 1, config(Duration::from_secs(20))).expect("init");
+            let mut b = vec![0u8; 4096];
+            // SAFETY: `b` outlives the communicator, which releases the window.
+            let _w = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect("register");
+            c.barrier().expect("barrier");
+            c.destroy().expect("destroy");
+            drop(b);
+            gone_tx.send(()).expect("tell rank 0");
+        });
+        let r0 = s.spawn(move || {
+            let c = Comm::init_rank(2, id, 0, config(Duration::from_secs(20))).expect("init");
+            let mut b = vec![7u8; 4096];
+            // SAFETY: `b` outlives the communicator, which releases the window.
+            let w = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect("register");
+            c.barrier().expect("barrier");
+            gone_rx.recv_timeout(T).expect("rank 1 destroyed its communicator");
+            let s = Stream::new();
+            // SAFETY: `b` lives until the synchronize.
+            unsafe { c.put_signal(b.as_ptr(), 1024, DataType::Uint8, 1, &w, 0, 0, 0, 0, &s) }.expect("enqueue");
+            let e = s.synchronize().expect_err("the peer is gone");
+            let m = e.to_string();
+            assert!(m.contains("PutSignal") && m.contains("rank 1"), "{m}");
+            c.abort();
+        });
+        r1.join().expect("rank 1");
+        r0.join().expect("rank 0");
+    });
+}
