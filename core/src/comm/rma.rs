@@ -30,9 +30,12 @@
 //!   cumulative expectation, `src/rma/rma_proxy_progress.cc`).
 //! * **Ordering**: like every operation, a one-sided call returns at once and runs
 //!   after the work enqueued on its [`Stream`] before it; one-sided operations of a
-//!   communicator run in enqueue order on its RMA thread (NCCL launches them in
-//!   order per context, `src/rma/rma.cc`, `scheduleRmaTasksToPlan`). They are not
-//!   batched into groups: inside `group_start`/`group_end` they run at once.
+//!   communicator run in enqueue order on its RMA thread. Consecutive puts and
+//!   signals are issued without waiting for each other (up to 64 requests in
+//!   flight) and complete in issue order, as NCCL batches them into one plan
+//!   (`src/rma/rma.cc`, `scheduleRmaTasksToPlan`); a wait first completes the puts
+//!   before it. They are not batched into groups: inside `group_start`/`group_end`
+//!   they run at once.
 //! * **Bounded**: every wait (a request, a signal, the stream's earlier work) is bounded
 //!   by the communicator's timeout (`FERROCCL_TIMEOUT_SEC`) and ends with an error
 //!   naming the operation and the peer; an aborted communicator ends them at once.
@@ -56,7 +59,7 @@ use super::{Comm, CommInner};
 use crate::bootstrap::Bootstrap;
 use crate::coll::WorkWhat;
 use crate::error::{Error, Result};
-use crate::plugin::net::{NetHandle, PtrType, RawComm, RawCtx, RawMr};
+use crate::plugin::net::{NetHandle, PtrType, RawComm, RawCtx, RawMr, RawRequest};
 use crate::plugin::rma::{RmaAdapter, RmaConfig, RmaCtx, RmaSignal, RmaXfer, SignalOp, load_rma};
 use crate::stream::{Completion, Deps, Stream};
 
@@ -187,23 +190,17 @@ impl RmaCore {
         Ok(())
     }
 
-    /// Runs one put (with its signal) to completion.
-    fn put(&self, p: &Put) -> Result<()> {
-        let what = || {
-            format!(
-                "{} of {} bytes to rank {} (window offset {}, ctx {}, sigIdx {})",
-                p.op, p.bytes, p.peer, p.dst_off, p.ctx, p.sig
-            )
-        };
+    /// Issues one put (with its signal): `None` when it is already done (to this
+    /// rank itself, whose data path is this host), else the plugin's request.
+    fn issue(&self, p: &Put) -> Result<Option<RawRequest>> {
         if p.peer == self.rank {
-            // To itself: the data path is this host.
             if p.bytes > 0 {
                 // SAFETY: both ranges lie in registered windows (checked at enqueue);
                 // `copy` allows them to overlap.
                 unsafe { std::ptr::copy(p.src.cast_const(), p.dst, p.bytes) };
             }
             self.sig[self.slot(p.ctx, p.sig, self.rank)].fetch_add(1, Ordering::Release);
-            return Ok(());
+            return Ok(None);
         }
         let x = RmaXfer {
             context: p.ctx as i32,
@@ -221,19 +218,16 @@ impl RmaCore {
             op: SignalOp::Inc,
         };
         // NCCL passes isStrongSignal = true (`ncclRmaProxyIssuePutSignal`).
-        let req = self
-            .call(|a| a.iput_signal(self.rctx, &x, &s, true))
-            .map_err(|e| Error::net(what(), e).with_peer(p.peer))?;
-        let deadline = Instant::now() + self.timeout;
-        loop {
-            let done = self
-                .call(|a| a.test(self.coll, req))
-                .map_err(|e| Error::net(what(), e).with_peer(p.peer))?;
-            if done {
-                return Ok(());
-            }
-            self.idle(&what, p.peer, deadline)?;
-        }
+        self.call(|a| a.iput_signal(self.rctx, &x, &s, true))
+            .map(Some)
+            .map_err(|e| Error::net(p.what(), e).with_peer(p.peer))
+    }
+
+    /// Whether an issued put is done (`test(collComm, request)`).
+    fn done(&self, p: &Put, req: Option<RawRequest>) -> Result<bool> {
+        let Some(req) = req else { return Ok(true) };
+        self.call(|a| a.test(self.coll, req))
+            .map_err(|e| Error::net(p.what(), e).with_peer(p.peer))
     }
 
     /// One round of waiting: progress, the plugin's asynchronous error, the abort
@@ -324,6 +318,8 @@ impl RmaCore {
 
 /// A put (or a signal: 0 bytes) as the RMA thread runs it.
 struct Put {
+    /// When it was issued (its bound starts there).
+    issued: Option<Instant>,
     op: &'static str,
     src: *mut u8,
     src_off: usize,
@@ -335,6 +331,15 @@ struct Put {
     peer: usize,
     ctx: usize,
     sig: usize,
+}
+
+impl Put {
+    fn what(&self) -> String {
+        format!(
+            "{} of {} bytes to rank {} (window offset {}, ctx {}, sigIdx {})",
+            self.op, self.bytes, self.peer, self.dst_off, self.ctx, self.sig
+        )
+    }
 }
 
 enum Op {
@@ -352,40 +357,136 @@ struct Job {
 // keeps alive until the stream is synchronized (the contract of the one-sided calls).
 unsafe impl Send for Job {}
 
-/// The RMA thread: runs jobs in order, each after its stream dependencies.
+/// Puts issued and not yet completed, at most (NCCL batches consecutive puts and
+/// signals of one context into one plan, `src/rma/rma.cc` `scheduleRmaTasksToPlan`).
+const MAX_IN_FLIGHT: usize = 64;
+
+/// Puts issued by the RMA thread, completed in issue order.
+type Flight = std::collections::VecDeque<(Option<RawRequest>, Job)>;
+
+/// The RMA thread: runs jobs in enqueue order, each after its stream dependencies.
+/// A put whose dependencies are done, or are puts already issued here, is issued at
+/// once (pipelined: several requests in flight); anything else first completes the
+/// puts in flight, then waits for its dependencies and runs.
 fn worker(core: Arc<RmaCore>, rx: Receiver<Job>) {
     let mut expected = vec![0u64; core.sig.len()];
-    while let Ok(job) = rx.recv() {
-        let r = (|| {
-            let deadline = Instant::now() + core.timeout;
-            for d in &job.deps {
-                match d.wait(Some(deadline), &|| !core.abort.load(Ordering::Relaxed)) {
-                    Some(Ok(())) => {}
-                    Some(Err(e)) => {
-                        return Err(Error::InvalidUsage(format!(
-                            "one-sided operation not run: earlier work on its stream failed: {e}"
-                        )));
+    let mut flight = Flight::new();
+    loop {
+        let job = if flight.is_empty() {
+            match rx.recv() {
+                Ok(j) => j,
+                Err(_) => break,
+            }
+        } else {
+            match rx.try_recv() {
+                Ok(j) => j,
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    core.advance(&mut flight);
+                    continue;
+                }
+                Err(std::sync::mpsc::TryRecvError::Disconnected) => break,
+            }
+        };
+        let pipelined = flight.len() < MAX_IN_FLIGHT
+            && matches!(job.op, Op::Put(_))
+            && job
+                .deps
+                .iter()
+                .all(|d| matches!(d.peek(), Some(Ok(()))) || flight.iter().any(|(_, j)| Arc::ptr_eq(&j.done, d)));
+        if let (true, Op::Put(p)) = (pipelined, &job.op) {
+            match core.issue(p) {
+                Ok(req) => {
+                    let mut job = job;
+                    if let Op::Put(p) = &mut job.op {
+                        p.issued = Some(Instant::now());
                     }
-                    None if core.abort.load(Ordering::Relaxed) => {
-                        return Err(Error::Aborted("one-sided operation waiting for its stream".into()));
-                    }
-                    None => {
-                        return Err(Error::Timeout(format!(
-                            "one-sided operation: the earlier work on its stream did not finish within {:?}",
-                            core.timeout
-                        )));
-                    }
+                    flight.push_back((req, job));
+                }
+                Err(e) => {
+                    core.drain(&mut flight);
+                    finish(&core, job, Err(e));
                 }
             }
-            match &job.op {
-                Op::Put(p) => core.put(p),
-                Op::Wait(d) => core.wait(d, &mut expected),
-            }
-        })();
-        if let Err(e) = &r {
-            crate::log::nccl_warn!("rank {}: {e}", core.rank);
+            continue;
         }
-        job.done.complete(r);
+        core.drain(&mut flight);
+        let r = core.wait_deps(&job).and_then(|()| match &job.op {
+            Op::Put(p) => core.issue(p).and_then(|req| {
+                let deadline = Instant::now() + core.timeout;
+                while !core.done(p, req)? {
+                    core.idle(&|| p.what(), p.peer, deadline)?;
+                }
+                Ok(())
+            }),
+            Op::Wait(d) => core.wait(d, &mut expected),
+        });
+        finish(&core, job, r);
+    }
+    core.drain(&mut flight);
+}
+
+/// Publishes a job's outcome (a failure also as a WARN line).
+fn finish(core: &RmaCore, job: Job, r: Result<()>) {
+    if let Err(e) = &r {
+        crate::log::nccl_warn!("rank {}: {e}", core.rank);
+    }
+    job.done.complete(r);
+}
+
+impl RmaCore {
+    /// Waits (bounded) for the work a job must follow on its stream.
+    fn wait_deps(&self, job: &Job) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        for d in &job.deps {
+            match d.wait(Some(deadline), &|| !self.abort.load(Ordering::Relaxed)) {
+                Some(Ok(())) => {}
+                Some(Err(e)) => {
+                    return Err(Error::InvalidUsage(format!(
+                        "one-sided operation not run: earlier work on its stream failed: {e}"
+                    )));
+                }
+                None if self.abort.load(Ordering::Relaxed) => {
+                    return Err(Error::Aborted("one-sided operation waiting for its stream".into()));
+                }
+                None => {
+                    return Err(Error::Timeout(format!(
+                        "one-sided operation: the earlier work on its stream did not finish within {:?}",
+                        self.timeout
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Completes the puts at the front of `flight` that are done (in issue order);
+    /// if the first is not, progresses the plugin once and checks its bound.
+    fn advance(&self, flight: &mut Flight) {
+        while let Some((req, job)) = flight.front() {
+            let Op::Put(p) = &job.op else {
+                unreachable!("only puts are in flight")
+            };
+            let r = match self.done(p, *req) {
+                Ok(true) => Ok(()),
+                Ok(false) => {
+                    let deadline = p.issued.unwrap_or_else(Instant::now) + self.timeout;
+                    match self.idle(&|| p.what(), p.peer, deadline) {
+                        Ok(()) => return,
+                        Err(e) => Err(e),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            let (_, job) = flight.pop_front().expect("front");
+            finish(self, job, r);
+        }
+    }
+
+    /// Completes every put in flight (each bounded by the timeout).
+    fn drain(&self, flight: &mut Flight) {
+        while !flight.is_empty() {
+            self.advance(flight);
+        }
     }
 }
 
@@ -841,6 +942,7 @@ impl Comm {
             ))
         })?;
         let put = Put {
+            issued: None,
             op: OP,
             // SAFETY: `src_off` lies inside the source window (found above).
             src: unsafe { sw.base.add(src_off) },
@@ -878,6 +980,7 @@ impl Comm {
         core.check_common(OP, peer, sig_idx, ctx, flags)?;
         let base = core.sig.as_ptr() as *mut u8;
         let put = Put {
+            issued: None,
             op: OP,
             src: base,
             src_off: 0,
