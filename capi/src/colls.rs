@@ -670,3 +670,22 @@ pub(crate) fn red_op_destroy(op: ncclRedOp_t, comm: ncclComm_t) -> ncclResult_t 
         }
     })
 }
+
+/// One one-sided call (`capi::rma`): the communicator and stream checks, the
+/// enqueue (`body`) and the completion of the other operations.
+pub(crate) fn rma_call(
+    (name, op): (&'static str, &'static str),
+    comm: ncclComm_t,
+    stream: cudaStream_t,
+    body: impl FnOnce(&Comm, &Stream) -> R,
+) -> ncclResult_t {
+    let a = Args::new(
+        (name, op),
+        (std::ptr::null(), std::ptr::null_mut(), 0, 0),
+        0,
+        0,
+        comm,
+        stream,
+    );
+    run(&a, |c, _| body(c.comm, c.stream()))
+}

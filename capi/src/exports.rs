@@ -27,7 +27,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use crate::abi::*;
-use crate::{api, colls, comm, group, mem, unimplemented};
+use crate::{api, colls, comm, group, mem, rma, unimplemented};
 
 /// Allocates `size` bytes for buffers: device memory of the current CUDA device where CUDA is present, else page-aligned host memory (ferroccl extension).
 #[unsafe(no_mangle)]
@@ -451,7 +451,7 @@ pub unsafe extern "C" fn pncclCommMemStats(comm: ncclComm_t, stat: ncclCommMemSt
     unimplemented::missing("ncclCommMemStats")
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclCommWindowRegister`: Registers a symmetric memory window (collective).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommWindowRegister(
     comm: ncclComm_t,
@@ -460,10 +460,10 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
     win: *mut ncclWindow_t,
     winFlags: c_int,
 ) -> ncclResult_t {
-    unimplemented::missing("ncclCommWindowRegister")
+    rma::window_register(comm, buff, size, win, winFlags)
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclCommWindowRegister`: Registers a symmetric memory window (collective).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pncclCommWindowRegister(
     comm: ncclComm_t,
@@ -472,39 +472,39 @@ pub unsafe extern "C" fn pncclCommWindowRegister(
     win: *mut ncclWindow_t,
     winFlags: c_int,
 ) -> ncclResult_t {
-    unimplemented::missing("ncclCommWindowRegister")
+    rma::window_register(comm, buff, size, win, winFlags)
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclCommWindowDeregister`: Deregisters a window (collective).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
-    unimplemented::missing("ncclCommWindowDeregister")
+    rma::window_deregister(comm, win)
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclCommWindowDeregister`: Deregisters a window (collective).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pncclCommWindowDeregister(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t {
-    unimplemented::missing("ncclCommWindowDeregister")
+    rma::window_deregister(comm, win)
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclWinGetUserPtr`: The user buffer of a window.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclWinGetUserPtr(
     comm: ncclComm_t,
     win: ncclWindow_t,
     outUserPtr: *mut *mut c_void,
 ) -> ncclResult_t {
-    unimplemented::missing("ncclWinGetUserPtr")
+    rma::win_get_user_ptr(comm, win, outUserPtr)
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclWinGetUserPtr`: The user buffer of a window.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pncclWinGetUserPtr(
     comm: ncclComm_t,
     win: ncclWindow_t,
     outUserPtr: *mut *mut c_void,
 ) -> ncclResult_t {
-    unimplemented::missing("ncclWinGetUserPtr")
+    rma::win_get_user_ptr(comm, win, outUserPtr)
 }
 
 /// Creates an operator that multiplies each input by `*scalar`, then sums, for `comm` and `datatype`.
@@ -843,7 +843,7 @@ pub unsafe extern "C" fn pncclRecv(
     colls::recv(recvbuff, count, datatype, peer, comm, stream)
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclPutSignal`: Puts `count` elements into `peer`'s window at `peerWinOffset`, then signals `peer`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclPutSignal(
     localbuff: *const c_void,
@@ -858,10 +858,22 @@ pub unsafe extern "C" fn ncclPutSignal(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    unimplemented::missing("ncclPutSignal")
+    rma::put_signal(
+        localbuff,
+        count,
+        datatype,
+        peer,
+        peerWin,
+        peerWinOffset,
+        sigIdx,
+        ctx,
+        flags,
+        comm,
+        stream,
+    )
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclPutSignal`: Puts `count` elements into `peer`'s window at `peerWinOffset`, then signals `peer`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pncclPutSignal(
     localbuff: *const c_void,
@@ -876,10 +888,22 @@ pub unsafe extern "C" fn pncclPutSignal(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    unimplemented::missing("ncclPutSignal")
+    rma::put_signal(
+        localbuff,
+        count,
+        datatype,
+        peer,
+        peerWin,
+        peerWinOffset,
+        sigIdx,
+        ctx,
+        flags,
+        comm,
+        stream,
+    )
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclSignal`: Signals `peer` (a put of no data).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclSignal(
     peer: c_int,
@@ -889,10 +913,10 @@ pub unsafe extern "C" fn ncclSignal(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    unimplemented::missing("ncclSignal")
+    rma::signal(peer, sigIdx, ctx, flags, comm, stream)
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclSignal`: Signals `peer` (a put of no data).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pncclSignal(
     peer: c_int,
@@ -902,10 +926,10 @@ pub unsafe extern "C" fn pncclSignal(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    unimplemented::missing("ncclSignal")
+    rma::signal(peer, sigIdx, ctx, flags, comm, stream)
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclWaitSignal`: Waits for the signals the descriptors name.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclWaitSignal(
     nDesc: c_int,
@@ -913,10 +937,10 @@ pub unsafe extern "C" fn ncclWaitSignal(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    unimplemented::missing("ncclWaitSignal")
+    rma::wait_signal(nDesc, signalDescs, comm, stream)
 }
 
-/// Not implemented by ferroccl: returns `ncclInvalidUsage` with a WARN line naming it.
+/// `ncclWaitSignal`: Waits for the signals the descriptors name.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pncclWaitSignal(
     nDesc: c_int,
@@ -924,7 +948,7 @@ pub unsafe extern "C" fn pncclWaitSignal(
     comm: ncclComm_t,
     stream: cudaStream_t,
 ) -> ncclResult_t {
-    unimplemented::missing("ncclWaitSignal")
+    rma::wait_signal(nDesc, signalDescs, comm, stream)
 }
 
 /// Opens a group: operations issued until the matching `ncclGroupEnd` run together.

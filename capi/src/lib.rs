@@ -32,6 +32,7 @@ mod group;
 mod handles;
 mod job;
 mod mem;
+mod rma;
 mod unimplemented;
 
 /// For the overhead benchmark (`examples/capi_overhead.rs`): the runtime's

@@ -54,6 +54,12 @@ fn collectives_groups_split_on_four_ranks() {
     ranks("colls", 4, &[]);
 }
 
+/// The one-sided calls among 3 processes over the socket plugin's RMA table.
+#[test]
+fn one_sided_put_signal_wait_signal_on_three_ranks() {
+    ranks("rma", 3, &[("NCCL_SOCKET_RMA_ENABLE", "1")]);
+}
+
 #[test]
 fn one_thread_drives_every_rank() {
     let r = run(ranks_bin(), &["onethread", "3"], &[], LIMIT);

@@ -773,6 +773,11 @@ pub mod params {
             DMABUF_ENABLE: int "NCCL_DMABUF_ENABLE" = 1, 0..=1, "1: register GPU memory with the network through DMA-BUF when plugin and driver support it";
             /// NCCL's `ncclParamCommBlocking` (`src/init.cc`): overrides `ncclConfig_t.blocking`.
             COMM_BLOCKING: int "NCCL_COMM_BLOCKING" = -1, -1..=1, "C API: 0 non-blocking, 1 blocking communicators, overriding ncclConfig_t.blocking (-1: the config decides)";
+            /// NCCL 2.30.7 `src/plugin/rma.cc` (`ncclRmaInit`); read by `comm::rma`.
+            RMA_PLUGIN: str "NCCL_RMA_PLUGIN" = None, "RMA plugin libraries tried first (comma list; \"none\": only the net plugin's library; unset: libnccl-rma.so)";
+            /// NCCL 2.30.7 `src/init.cc` (`ncclParamNumRmaCtx`, over `ncclConfig_t.numRmaCtx`); ferroccl's default is 1.
+            NUM_RMA_CTX: int "NCCL_NUM_RMA_CTX" = 1, 1..=64, "RMA contexts per communicator (the ctx argument of the one-sided calls is below it)";
+            RMA_EAGER_INIT: int "NCCL_RMA_EAGER_INIT" = 0, 0..=1, "1: set up the RMA plugin at communicator init instead of at the first window registration";
         ];
     }
 

@@ -24,8 +24,8 @@ pub use bootstrap::{UniqueId, get_unique_id};
 pub use check::TestOp;
 pub use coll::CollKind;
 pub use comm::{
-    Comm, CommConfig, PreloadedNet, collnet_after_node_threshold, collnet_node_threshold, resolve_collnet_enable,
-    resolve_traffic_class,
+    Comm, CommConfig, NUM_RMA_SIG, PreloadedNet, WaitSignalDesc, Window, collnet_after_node_threshold,
+    collnet_node_threshold, resolve_collnet_enable, resolve_traffic_class,
 };
 pub use error::{Error, Result};
 pub use ferroccl_kernels::{DataType, RedOp, Scalar};

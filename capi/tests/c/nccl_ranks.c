@@ -12,6 +12,9 @@
  *   onethread    NRANKS ranks in this one process and thread: ncclCommInitAll,
  *                inits inside a group, collectives over all ranks in a group,
  *                the pnccl names
+ *   rma          one-sided: windows, ncclPutSignal then ncclWaitSignal to the
+ *                next rank (data checked), ncclSignal, argument errors,
+ *                deregistration (needs NCCL_SOCKET_RMA_ENABLE=1)
  * Prints "libnccl: <file>" (the library the loader chose) and "ok MODE rank R".
  */
 #define _GNU_SOURCE
@@ -427,6 +430,39 @@ static void mode_onethread(void) {
   }
 }
 
+static void mode_rma(ncclComm_t comm) {
+  enum { N = 4099 };
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  int32_t* src = calloc(N, sizeof(int32_t));
+  int32_t* dst = calloc(N + 8, sizeof(int32_t));
+  ncclWindow_t sw = NULL, dw = NULL;
+  CHECK(ncclCommWindowRegister(comm, src, N * sizeof(int32_t), &sw, NCCL_WIN_COLL_SYMMETRIC));
+  CHECK(ncclCommWindowRegister(comm, dst, (N + 8) * sizeof(int32_t), &dw, NCCL_WIN_COLL_SYMMETRIC));
+  void* up = NULL;
+  CHECK(ncclWinGetUserPtr(comm, dw, &up));
+  EXPECT(up == dst, "ncclWinGetUserPtr gave %p, expected %p", up, (void*)dst);
+  fill(src, N, rank * 1000);
+  /* Into the next rank's window, 8 elements in. */
+  CHECK(ncclPutSignal(src, N, ncclInt32, next, dw, 8 * sizeof(int32_t), 0, 0, 0, comm, NULL));
+  ncclWaitSignalDesc_t d = {1, prev, 0, 0};
+  CHECK(ncclWaitSignal(1, &d, comm, NULL));
+  for (size_t i = 0; i < N; i++)
+    EXPECT(dst[8 + i] == prev * 1000 + (int32_t)i, "PutSignal: dst[%zu] = %d from rank %d", 8 + i, dst[8 + i], prev);
+  CHECK(ncclSignal(next, 0, 0, 0, comm, NULL));
+  CHECK(ncclWaitSignal(1, &d, comm, NULL));
+  EXPECT_CODE(ncclPutSignal(src, N, ncclInt32, next, dw, 0, 0, 0, 1, comm, NULL), ncclInvalidArgument, "flags");
+  EXPECT_CODE(ncclPutSignal(src, N, ncclInt32, next, dw, 64, 0, 0, 0, comm, NULL), ncclInvalidArgument,
+              "do not fit");
+  EXPECT_CODE(ncclSignal(next, 3, 0, 0, comm, NULL), ncclInvalidArgument, "signal index");
+  CHECK(ncclAllReduce(src, src, 1, ncclInt32, ncclSum, comm, NULL)); /* nobody still writes */
+  CHECK(ncclCommWindowDeregister(comm, sw));
+  CHECK(ncclCommWindowDeregister(comm, dw));
+  EXPECT_CODE(ncclCommWindowDeregister(comm, dw), ncclInvalidArgument, "not a window registered");
+  CHECK(ncclCommDestroy(comm));
+  free(src);
+  free(dst);
+}
+
 static void hex(const ncclUniqueId* id, char* out) {
   for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) sprintf(out + 2 * i, "%02x", (unsigned char)id->internal[i]);
 }
@@ -441,7 +477,7 @@ static void unhex(const char* s, ncclUniqueId* id) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s colls|nonblocking|abort|errors|onethread NRANKS\n", argv[0]);
+    fprintf(stderr, "usage: %s colls|nonblocking|abort|errors|onethread|rma NRANKS\n", argv[0]);
     return 1;
   }
   const char* mode = argv[1];
@@ -481,6 +517,10 @@ int main(int argc, char** argv) {
     ncclComm_t comm;
     CHECK(ncclCommInitRank(&comm, nranks, id, rank));
     mode_colls(comm);
+  } else if (strcmp(mode, "rma") == 0) {
+    ncclComm_t comm;
+    CHECK(ncclCommInitRank(&comm, nranks, id, rank));
+    mode_rma(comm);
   } else if (strcmp(mode, "nonblocking") == 0) {
     mode_nonblocking(id);
   } else if (strcmp(mode, "abort") == 0) {

@@ -140,6 +140,13 @@ pub(crate) enum WorkWhat {
     },
     /// A group: `group of 3 operations`.
     Group(usize),
+    /// A one-sided operation: `PutSignal to rank 1`.
+    Rma {
+        /// `PutSignal`, `Signal` or `WaitSignal`.
+        op: &'static str,
+        /// The peer (the first descriptor's for `WaitSignal`).
+        peer: usize,
+    },
 }
 
 impl WorkWhat {
@@ -161,6 +168,7 @@ impl std::fmt::Display for WorkWhat {
         match self {
             WorkWhat::One { kind, count, dtype } => write!(f, "{} of {count} x {dtype}", kind.name()),
             WorkWhat::Group(n) => write!(f, "group of {n} operations"),
+            WorkWhat::Rma { op, peer } => write!(f, "{op} with rank {peer}"),
         }
     }
 }

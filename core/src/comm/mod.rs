@@ -15,6 +15,7 @@ mod colls;
 mod fusion;
 mod params;
 mod peer_info;
+mod rma;
 mod split;
 
 use std::sync::{Arc, Mutex};
@@ -26,6 +27,7 @@ pub use params::{
     CommConfig, PreloadedNet, collnet_after_node_threshold, collnet_node_threshold, resolve_collnet_enable,
     resolve_traffic_class,
 };
+pub use rma::{NUM_RMA_SIG, WaitSignalDesc, Window};
 
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::coll::CollArgs;
@@ -93,6 +95,8 @@ pub(crate) struct CommInner {
     info: NetInfo,
     /// Transport selection and the connections made so far.
     transports: Arc<TransportSetup>,
+    /// The one-sided API's state (RMA plugin, windows, signals; `rma.rs`).
+    rma: rma::RmaSlot,
 }
 
 /// A communicator: one rank's membership in a group of `nranks` ranks that run
@@ -551,7 +555,7 @@ impl Comm {
             params.buffsize,
             t0.elapsed().as_secs_f64() * 1e3
         );
-        Ok(Comm {
+        let comm = Comm {
             inner: Arc::new(CommInner {
                 rank,
                 nranks,
@@ -563,8 +567,13 @@ impl Comm {
                 collnet_ctx: Mutex::new(collnet_ctx),
                 info,
                 transports,
+                rma: rma::RmaSlot::new(comm_hash(id), params.timeout, params.traffic_class),
             }),
-        })
+        };
+        // NCCL_RMA_EAGER_INIT=1 (NCCL's parameter of that name): the one-sided API's
+        // collective setup now rather than at the first window registration.
+        comm.inner.rma.eager_init(&comm.inner)?;
+        Ok(comm)
     }
 
     /// This rank (`ncclCommUserRank`).
@@ -671,6 +680,7 @@ impl CommInner {
     }
 
     fn release(&self) {
+        self.rma.close();
         if let Some((c, ctx)) = self.collnet_ctx.lock().unwrap_or_else(|e| e.into_inner()).take()
             && let Err(e) = c.finalize_ctx(ctx)
         {

@@ -398,6 +398,10 @@ impl NetPlugin for NetAdapter {
         self.collnet.clone()
     }
 
+    fn plugin_library(&self) -> Option<Arc<PluginLibrary>> {
+        Some(self.lib.clone())
+    }
+
     fn init_ctx(&self, comm_id: u64, config: &CommConfig) -> NetResult<RawCtx> {
         let logger = Some(logger::nccl_logger());
         let prof: abi::ncclProfilerCallback_t = Some(net_profiler_trampoline);

@@ -94,6 +94,12 @@ pub trait NetPlugin: Send + Sync {
     fn collnet(&self) -> Option<std::sync::Arc<CollNetAdapter>> {
         None
     }
+    /// The shared library the plugin was loaded from, if any (NCCL's `ncclRmaInit`
+    /// tries the net plugin's library for an RMA table, `src/plugin/rma.cc`).
+    /// Default: none.
+    fn plugin_library(&self) -> Option<std::sync::Arc<super::library::PluginLibrary>> {
+        None
+    }
     /// A per-communicator context: v11+ call the plugin's `init(&ctx, comm_id,
     /// config, logger, profCb)` every time; v6–v10 call `init` only the first time
     /// per loaded library and return a synthetic context (NULL, or for v10 a copy of

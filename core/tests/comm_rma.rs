@@ -1,0 +1,375 @@
+//! The one-sided API of `Comm` (NCCL 2.30.7's `ncclCommWindowRegister`,
+//! `ncclPutSignal`, `ncclSignal`, `ncclWaitSignal`, `ncclCommWindowDeregister`) among
+//! real ranks: threads of this process, each a communicator over the in-tree socket
+//! plugin on loopback with `NCCL_SOCKET_RMA_ENABLE=1`, so the RMA plugin is the
+//! socket library's `ncclRmaPlugin_v14` (found by NCCL's order: `NCCL_RMA_PLUGIN`
+//! unset → `libnccl-rma.so`, absent → the net plugin's library).
+
+mod plugin_common;
+
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use ferroccl::bootstrap::{BootstrapConfig, get_unique_id};
+use ferroccl::{Comm, CommConfig, DataType, Error, PreloadedNet, Stream, WaitSignalDesc};
+
+const T: Duration = Duration::from_secs(60);
+
+fn env() {
+    static ENV: Once = Once::new();
+    ENV.call_once(|| {
+        // SAFETY: set once, before any communicator (or other thread) reads them.
+        unsafe {
+            std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
+            std::env::set_var("NCCL_NET_PLUGIN", "socket");
+            std::env::set_var("NCCL_SOCKET_RMA_ENABLE", "1");
+        }
+    });
+}
+
+fn config(timeout: Duration) -> CommConfig {
+    CommConfig {
+        timeout: Some(timeout),
+        bootstrap: Some(BootstrapConfig::loopback(timeout)),
+        ..Default::default()
+    }
+}
+
+/// Runs `body(comm)` on `n` rank threads; `cfg` makes each rank's config.
+fn ranks(n: usize, cfg: impl Fn() -> CommConfig + Sync, body: impl Fn(&Comm) + Sync) {
+    env();
+    let id = get_unique_id(&BootstrapConfig::loopback(T)).expect("unique id");
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (id, cfg, body) = (&id, &cfg, &body);
+                std::thread::Builder::new()
+                    .name(format!("rank{r}"))
+                    .spawn_scoped(s, move || {
+                        let comm = Comm::init_rank(n, id, r, cfg()).expect("init");
+                        body(&comm);
+                        comm.destroy().expect("destroy");
+                    })
+                    .expect("spawn")
+            })
+            .collect();
+        for h in hs {
+            h.join().expect("rank thread");
+        }
+    });
+}
+
+fn pattern(len: usize, seed: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 31 + seed * 7 + 1) as u8).collect()
+}
+
+fn desc(peer: usize, op_cnt: u64) -> WaitSignalDesc {
+    WaitSignalDesc {
+        op_cnt,
+        peer,
+        sig_idx: 0,
+        ctx: 0,
+    }
+}
+
+/// Each rank puts to the next rank with several sizes and offsets; the next rank
+/// waits for the signal and finds the data.
+fn put_sizes(n: usize) {
+    const SIZES: [usize; 6] = [0, 1, 7, 4096, 65_537, 1 << 20];
+    const OFFSETS: [usize; 3] = [0, 3, 4093];
+    let cap = (1 << 20) + 4096;
+    ranks(
+        n,
+        || config(T),
+        |c| {
+            let (r, n) = (c.rank(), c.nranks());
+            let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+            let mut src = pattern(cap, r);
+            let mut dst = vec![0u8; cap];
+            // SAFETY: both buffers outlive the windows (deregistered below).
+            let (sw, dw) = unsafe {
+                (
+                    c.window_register(src.as_mut_ptr(), cap).expect("register src"),
+                    c.window_register(dst.as_mut_ptr(), cap).expect("register dst"),
+                )
+            };
+            assert_eq!(dw.peer_size(next), Some(cap));
+            let s = Stream::new();
+            for size in SIZES {
+                for off in OFFSETS {
+                    // The source at an offset inside its window as well.
+                    let soff = off / 2;
+                    // SAFETY: `src` lives until the synchronize below.
+                    unsafe {
+                        c.put_signal(
+                            src.as_ptr().add(soff),
+                            size,
+                            DataType::Uint8,
+                            next,
+                            &dw,
+                            off,
+                            0,
+                            0,
+                            0,
+                            &s,
+                        )
+                        .expect("put_signal");
+                    }
+                    c.wait_signal(&[desc(prev, 1)], &s).expect("wait_signal");
+                    s.synchronize().expect("synchronize");
+                    let want = pattern(cap, prev);
+                    assert_eq!(
+                        &dst[off..off + size],
+                        &want[soff..soff + size],
+                        "rank {r}: {size} bytes at offset {off} from rank {prev}"
+                    );
+                    // Nobody overwrites a window another rank is still checking.
+                    c.barrier().expect("barrier");
+                }
+            }
+            c.window_deregister(sw).expect("deregister src");
+            c.window_deregister(dw).expect("deregister dst");
+        },
+    );
+}
+
+#[test]
+fn put_signal_sizes_offsets_2_ranks() {
+    put_sizes(2);
+}
+
+#[test]
+fn put_signal_sizes_offsets_4_ranks() {
+    put_sizes(4);
+}
+
+/// Signals without data from every rank to every other (and itself), one wait
+/// for all of them; a second round shows the first was consumed.
+#[test]
+fn signal_only_all_to_all() {
+    ranks(
+        4,
+        || config(T),
+        |c| {
+            let (r, n) = (c.rank(), c.nranks());
+            let mut b = vec![0u8; 64];
+            // SAFETY: `b` outlives the window.
+            let w = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect("register");
+            let s = Stream::new();
+            for round in 0..2 {
+                for p in 0..n {
+                    c.signal((r + p) % n, 0, 0, 0, &s).expect("signal");
+                }
+                let all: Vec<_> = (0..n).map(|p| desc(p, 1)).collect();
+                c.wait_signal(&all, &s).expect("wait_signal");
+                s.synchronize()
+                    .unwrap_or_else(|e| panic!("rank {r} round {round}: {e}"));
+            }
+            c.window_deregister(w).expect("deregister");
+        },
+    );
+}
+
+/// Many puts (to the next rank, each into its own slice), then one wait for all.
+#[test]
+fn many_puts_then_one_wait() {
+    const K: usize = 48;
+    const CHUNK: usize = 1000;
+    ranks(
+        3,
+        || config(T),
+        |c| {
+            let (r, n) = (c.rank(), c.nranks());
+            let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+            let mut src = pattern(K * CHUNK, r + 10);
+            let mut dst = vec![0u8; K * CHUNK];
+            // SAFETY: both outlive the windows.
+            let (sw, dw) = unsafe {
+                (
+                    c.window_register(src.as_mut_ptr(), src.len()).expect("register src"),
+                    c.window_register(dst.as_mut_ptr(), dst.len()).expect("register dst"),
+                )
+            };
+            let s = Stream::new();
+            for k in 0..K {
+                // SAFETY: `src` lives until the synchronize below.
+                unsafe {
+                    c.put_signal(
+                        src.as_ptr().add(k * CHUNK),
+                        CHUNK / 4,
+                        DataType::Int32,
+                        next,
+                        &dw,
+                        k * CHUNK,
+                        0,
+                        0,
+                        0,
+                        &s,
+                    )
+                    .expect("put_signal");
+                }
+            }
+            c.wait_signal(&[desc(prev, K as u64)], &s).expect("wait_signal");
+            s.synchronize().expect("synchronize");
+            assert!(dst == pattern(K * CHUNK, prev + 10), "rank {r}: data from rank {prev}");
+            c.barrier().expect("barrier");
+            c.window_deregister(sw).expect("deregister src");
+            c.window_deregister(dw).expect("deregister dst");
+        },
+    );
+}
+
+/// Bad arguments are refused at enqueue, naming what was wrong; a deregistered
+/// window is refused.
+#[test]
+fn argument_checks_and_deregister() {
+    ranks(
+        2,
+        || config(T),
+        |c| {
+            let peer = 1 - c.rank();
+            let s = Stream::new();
+            // Before any window: the plugin is not set up yet.
+            let e = c.signal(peer, 0, 0, 0, &s).expect_err("signal before any window");
+            assert!(
+                matches!(&e, Error::InvalidUsage(m) if m.contains("register a window")),
+                "{e}"
+            );
+            let mut b = vec![0u8; 256];
+            let outside = [0u8; 16];
+            // SAFETY: `b` outlives the window.
+            let w = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect("register");
+            let bp = b.as_ptr();
+            let inval = |r: ferroccl::Result<()>, what: &str| match r {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains(what), "{m} (expected '{what}')"),
+                other => panic!("expected InvalidArgument '{what}', got {other:?}"),
+            };
+            // SAFETY: every call below is refused before anything is enqueued.
+            unsafe {
+                inval(c.put_signal(bp, 4, DataType::Uint8, peer, &w, 0, 0, 0, 1, &s), "flags");
+                inval(
+                    c.put_signal(bp, 4, DataType::Uint8, peer, &w, 0, 1, 0, 0, &s),
+                    "signal index",
+                );
+                inval(
+                    c.put_signal(bp, 4, DataType::Uint8, peer, &w, 0, 0, 1, 0, &s),
+                    "context",
+                );
+                inval(c.put_signal(bp, 4, DataType::Uint8, 2, &w, 0, 0, 0, 0, &s), "peer 2");
+                inval(
+                    c.put_signal(bp, 4, DataType::Uint8, peer, &w, 253, 0, 0, 0, &s),
+                    "do not fit",
+                );
+                inval(
+                    c.put_signal(outside.as_ptr(), 4, DataType::Uint8, peer, &w, 0, 0, 0, 0, &s),
+                    "not inside a window",
+                );
+            }
+            inval(c.wait_signal(&[desc(5, 1)], &s), "peer 5");
+            let kept = w.clone();
+            c.window_deregister(w).expect("deregister");
+            // SAFETY: refused before anything is enqueued.
+            inval(
+                unsafe { c.put_signal(bp, 4, DataType::Uint8, peer, &kept, 0, 0, 0, 0, &s) },
+                "not registered",
+            );
+            inval(c.window_deregister(kept), "not registered");
+            s.synchronize().expect("nothing was enqueued");
+        },
+    );
+}
+
+/// A peer that never signals (it left): the wait ends with a timeout naming it.
+#[test]
+fn wait_for_a_peer_that_left_times_out_naming_it() {
+    let short = Duration::from_secs(8);
+    ranks(
+        2,
+        || config(short),
+        |c| {
+            let mut b = vec![0u8; 64];
+            // SAFETY: `b` outlives the window (released with the communicator).
+            let _w = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect("register");
+            c.barrier().expect("barrier");
+            if c.rank() == 0 {
+                let s = Stream::new();
+                c.wait_signal(&[desc(1, 1)], &s).expect("enqueue");
+                let e = s.synchronize().expect_err("no signal comes");
+                let m = e.to_string();
+                assert!(matches!(e, Error::Timeout(_)), "{m}");
+                assert!(m.contains("rank 1") && m.contains("WaitSignal"), "{m}");
+            }
+        },
+    );
+}
+
+/// `NCCL_RMA_EAGER_INIT=1` is read per communicator; here the plugin is set up at
+/// the first registration instead, and a communicator whose net library has no RMA
+/// table (the SDK test plugin) gets a clear error on every rank.
+#[test]
+fn no_rma_plugin_is_a_clear_error() {
+    env();
+    let lib = plugin_common::sdk_lib();
+    let loaded = ferroccl::plugin::load_net_from(&lib, &plugin_common::opts()).expect("load the SDK plugin");
+    let net = loaded.plugin.clone();
+    ranks(
+        2,
+        || CommConfig {
+            preloaded_net: Some(PreloadedNet(Arc::clone(&net))),
+            ..config(T)
+        },
+        |c| {
+            let mut b = vec![0u8; 64];
+            // SAFETY: nothing is registered (the call fails).
+            let e = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect_err("no RMA plugin");
+            let m = e.to_string();
+            assert!(matches!(e, Error::InvalidUsage(_)), "{m}");
+            assert!(
+                m.contains("no RMA plugin") && m.contains("NCCL_SOCKET_RMA_ENABLE=1") && m.contains("rank 0"),
+                "{m}"
+            );
+            let e = c.signal(0, 0, 0, 0, &Stream::new()).expect_err("still unavailable");
+            assert!(e.to_string().contains("no RMA plugin"), "{e}");
+            assert!(c.rma_status().is_err());
+        },
+    );
+}
+
+/// A put to a peer whose communicator is gone fails, naming the peer, instead of
+/// hanging (the socket plugin fails operations on a lost connection).
+#[test]
+fn put_to_a_destroyed_peer_fails_naming_it() {
+    env();
+    let id = get_unique_id(&BootstrapConfig::loopback(T)).expect("unique id");
+    let (gone_tx, gone_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let id = &id;
+        let r1 = s.spawn(move || {
+            let c = Comm::init_rank(2, id, 1, config(Duration::from_secs(20))).expect("init");
+            let mut b = vec![0u8; 4096];
+            // SAFETY: `b` outlives the communicator, which releases the window.
+            let _w = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect("register");
+            c.barrier().expect("barrier");
+            c.destroy().expect("destroy");
+            drop(b);
+            gone_tx.send(()).expect("tell rank 0");
+        });
+        let r0 = s.spawn(move || {
+            let c = Comm::init_rank(2, id, 0, config(Duration::from_secs(20))).expect("init");
+            let mut b = vec![7u8; 4096];
+            // SAFETY: `b` outlives the communicator, which releases the window.
+            let w = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect("register");
+            c.barrier().expect("barrier");
+            gone_rx.recv_timeout(T).expect("rank 1 destroyed its communicator");
+            let s = Stream::new();
+            // SAFETY: `b` lives until the synchronize.
+            unsafe { c.put_signal(b.as_ptr(), 1024, DataType::Uint8, 1, &w, 0, 0, 0, 0, &s) }.expect("enqueue");
+            let e = s.synchronize().expect_err("the peer is gone");
+            let m = e.to_string();
+            assert!(m.contains("PutSignal") && m.contains("rank 1"), "{m}");
+            c.abort();
+        });
+        r1.join().expect("rank 1");
+        r0.join().expect("rank 0");
+    });
+}
