@@ -188,10 +188,7 @@ fn run_send(p: &NetPair, bufs: &mut [Vec<u8>; 2], mrs: [RawMr; 2], size: usize, 
         let (mut posted, mut done) = (0, 0);
         while done < iters {
             if posted < iters && pending.len() < w {
-                if let Some(r) = net
-                    .isend(p.send, sp as *mut u8, size, 0, Some(mrs[0]))
-                    .expect("isend")
-                {
+                if let Some(r) = net.isend(p.send, sp as *mut u8, size, 0, Some(mrs[0])).expect("isend") {
                     pending.push_back(r);
                     posted += 1;
                     continue;
@@ -303,7 +300,10 @@ fn check(buf: &[u8], size: usize, v: u8, what: &str) {
             std::ptr::read_volatile(buf.as_ptr().add(size - 1)),
         )
     };
-    assert!(a == v && b == v ^ 0xff, "{what}: the data did not arrive ({a:#x} {b:#x})");
+    assert!(
+        a == v && b == v ^ 0xff,
+        "{what}: the data did not arrive ({a:#x} {b:#x})"
+    );
 }
 
 fn main() {
@@ -329,8 +329,12 @@ fn main() {
     // Buffers: net source/destination, RMA source (rank 0) and window (rank 1).
     let mut nb = [vec![0u8; max], vec![0u8; max]];
     let nmr = [
-        np.net.reg_mr(np.send, nb[0].as_mut_ptr(), max, PtrType::Host).expect("regMr send"),
-        np.net.reg_mr(np.recv, nb[1].as_mut_ptr(), max, PtrType::Host).expect("regMr recv"),
+        np.net
+            .reg_mr(np.send, nb[0].as_mut_ptr(), max, PtrType::Host)
+            .expect("regMr send"),
+        np.net
+            .reg_mr(np.recv, nb[1].as_mut_ptr(), max, PtrType::Host)
+            .expect("regMr recv"),
     ];
     let mut rsrc = vec![0u8; max];
     let mut rdst = vec![0u8; max];
@@ -338,10 +342,18 @@ fn main() {
     let mut r1_src = vec![0u8; max];
     let mut r0_dst = vec![0u8; max];
     let (c0, c1) = (rp.ranks[0].1, rp.ranks[1].1);
-    let m0s = rma.reg_mr_sym(c0, rsrc.as_mut_ptr(), max, PtrType::Host, 0).expect("regMrSym");
-    let m1s = rma.reg_mr_sym(c1, r1_src.as_mut_ptr(), max, PtrType::Host, 0).expect("regMrSym");
-    let m0d = rma.reg_mr_sym(c0, r0_dst.as_mut_ptr(), max, PtrType::Host, 0).expect("regMrSym");
-    let m1d = rma.reg_mr_sym(c1, rdst.as_mut_ptr(), max, PtrType::Host, 0).expect("regMrSym");
+    let m0s = rma
+        .reg_mr_sym(c0, rsrc.as_mut_ptr(), max, PtrType::Host, 0)
+        .expect("regMrSym");
+    let m1s = rma
+        .reg_mr_sym(c1, r1_src.as_mut_ptr(), max, PtrType::Host, 0)
+        .expect("regMrSym");
+    let m0d = rma
+        .reg_mr_sym(c0, r0_dst.as_mut_ptr(), max, PtrType::Host, 0)
+        .expect("regMrSym");
+    let m1d = rma
+        .reg_mr_sym(c1, rdst.as_mut_ptr(), max, PtrType::Host, 0)
+        .expect("regMrSym");
     let _ = (m1s, m0d);
     // Warm-up: one of each at the largest size.
     run_send(&np, &mut nb, nmr, max, 2, a.window);
