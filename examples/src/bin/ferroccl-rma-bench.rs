@@ -50,9 +50,9 @@ fn parse_size(s: &str) -> usize {
 }
 
 fn human(n: usize) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
-    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
         format!("{} KiB", n >> 10)
     } else {
         format!("{n} B")
@@ -187,12 +187,13 @@ fn run_send(p: &NetPair, bufs: &mut [Vec<u8>; 2], mrs: [RawMr; 2], size: usize, 
         let mut pending = std::collections::VecDeque::new();
         let (mut posted, mut done) = (0, 0);
         while done < iters {
-            if posted < iters && pending.len() < w {
-                if let Some(r) = net.isend(p.send, sp as *mut u8, size, 0, Some(mrs[0])).expect("isend") {
-                    pending.push_back(r);
-                    posted += 1;
-                    continue;
-                }
+            if posted < iters
+                && pending.len() < w
+                && let Some(r) = net.isend(p.send, sp as *mut u8, size, 0, Some(mrs[0])).expect("isend")
+            {
+                pending.push_back(r);
+                posted += 1;
+                continue;
             }
             if let Some(&r) = pending.front() {
                 let mut sz = [0usize; 1];
