@@ -27,6 +27,10 @@
 //! * [`gin`] — the GIN section (`--gin`): the host-side calls (init, devices,
 //!   getProperties) of an `ncclGinPlugin_v13` / `_v14` table, each check per version
 //!   in a worker.
+//! * [`rma`] — the RMA section (`--rma`): an `ncclRmaPlugin_v13` / `_v14` table
+//!   driven through the runtime's RMA adapter by groups of ranks (threads, and a peer
+//!   process killed mid-operation): connect, put/get per size and alignment,
+//!   put-with-signal ordering, many in flight.
 //! * [`mod@env`] — the env plugin section (`--env`): any `ncclEnv_v1` / `_v2` plugin's
 //!   `init`, `getEnv` (unset names, stable strings, many threads) and `finalize`.
 //!
@@ -46,6 +50,7 @@ pub mod peer;
 pub mod profiler;
 pub mod registry;
 pub mod report;
+pub mod rma;
 pub mod runner;
 pub mod section;
 pub mod tuner;

@@ -8,6 +8,7 @@
 //! ferroccl-conformance --env [NAME|PATH] [--api v1..v2|all] [--filter GLOB] [--format …] [--list]
 //! ferroccl-conformance --collnet [NAME|PATH] [--api v6..v12|all] [--filter GLOB] [--format …] [--list]
 //! ferroccl-conformance --gin [NAME|PATH] [--api v13..v14|all] [--filter GLOB] [--format …] [--list]
+//! ferroccl-conformance --rma [NAME|PATH] [--api v13..v14|all] [--filter GLOB] [--format …] [--list]
 //! ```
 //! Exit status: 0 when every required check passed, 1 when one failed, 2 on a usage error.
 
@@ -85,6 +86,12 @@ struct Cli {
     /// (`env.*` checks; a short name resolves like NCCL_ENV_PLUGIN).
     #[arg(long, conflicts_with_all = ["tuner", "profiler", "collnet"])]
     env: bool,
+    /// Check the library's RMA table (ncclRmaPlugin_v13/_v14, in an RMA library or
+    /// beside a net plugin): the `rma.*` checks (connect, put/get, put-with-signal
+    /// ordering, many in flight, a killed peer). The socket plugin offers RMA devices
+    /// only with NCCL_SOCKET_RMA_ENABLE=1 (else the checks skip, saying so).
+    #[arg(long, conflicts_with_all = ["tuner", "profiler", "collnet", "gin", "env"])]
+    rma: bool,
     /// Internal: run one check in this process and print its result.
     #[arg(long, hide = true)]
     worker: Option<String>,
@@ -119,6 +126,9 @@ fn real_main() -> i32 {
     }
     if cli.env {
         return section_main(&cli, &ferroccl_conformance::env::SECTION);
+    }
+    if cli.rma {
+        return section_main(&cli, &ferroccl_conformance::rma::SECTION);
     }
     if cli.list {
         print!("{}", report::list());

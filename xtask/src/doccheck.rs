@@ -55,8 +55,8 @@ const OUR_EXTS: [&str; 13] = [
 ];
 
 /// Prefixes of the conformance suite's check ids.
-const CHECK_PREFIXES: [&str; 12] = [
-    "load", "props", "conn", "transfer", "memory", "fault", "perf", "gpu", "tuner", "profiler", "collnet", "env",
+const CHECK_PREFIXES: [&str; 13] = [
+    "load", "props", "conn", "transfer", "memory", "fault", "perf", "gpu", "tuner", "profiler", "collnet", "env", "rma",
 ];
 
 /// What the repository defines, for the checks.

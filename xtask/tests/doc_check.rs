@@ -21,6 +21,7 @@ fn documents_name_only_what_exists() {
         ferroccl_conformance::collnet::SECTION.list(),
         ferroccl_conformance::gin::SECTION.list(),
         ferroccl_conformance::env::SECTION.list(),
+        ferroccl_conformance::rma::SECTION.list(),
     ] {
         ix.check_ids.extend(doccheck::ids_of_list(&list));
     }

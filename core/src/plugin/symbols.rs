@@ -4,10 +4,13 @@ use std::ffi::{CStr, c_char, c_void};
 
 use ferroccl_plugin_api::abi::{
     COLLNET_PLUGIN_SYMBOLS, ENV_PLUGIN_SYMBOLS, GIN_PLUGIN_SYMBOLS, NET_PLUGIN_SYMBOLS, PROFILER_PLUGIN_SYMBOLS,
-    TUNER_PLUGIN_SYMBOLS,
+    RMA_PLUGIN_SYMBOLS, TUNER_PLUGIN_SYMBOLS,
 };
 
 use super::library::PluginLibrary;
+
+/// The RMA tables proper (the first two of [`RMA_PLUGIN_SYMBOLS`]).
+static RMA_TABLE_SYMBOLS: [(&CStr, u32); 2] = [RMA_PLUGIN_SYMBOLS[0], RMA_PLUGIN_SYMBOLS[1]];
 
 /// A plugin API NCCL loads from shared objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,17 +28,21 @@ pub enum PluginType {
     /// `ncclGinPlugin_vN` (N = 13, 14): inspected (listed, host-side calls in the
     /// conformance suite), not hosted.
     Gin,
+    /// `ncclRmaPlugin_vN` (N = 13, 14): hosted through `plugin::rma` (the adapter also
+    /// reads `ncclGinPlugin_v13` as an RMA v13 table, but that symbol is listed as GIN).
+    Rma,
 }
 
 impl PluginType {
     /// Every type, in display order.
-    pub const ALL: [PluginType; 6] = [
+    pub const ALL: [PluginType; 7] = [
         PluginType::Net,
         PluginType::CollNet,
         PluginType::Tuner,
         PluginType::Profiler,
         PluginType::Env,
         PluginType::Gin,
+        PluginType::Rma,
     ];
 
     /// The symbols NCCL 2.30.7 searches for this type, newest first, with their version.
@@ -47,10 +54,13 @@ impl PluginType {
             PluginType::Profiler => &PROFILER_PLUGIN_SYMBOLS,
             PluginType::Env => &ENV_PLUGIN_SYMBOLS,
             PluginType::Gin => &GIN_PLUGIN_SYMBOLS,
+            // `ncclRmaPlugin_v14`, `ncclRmaPlugin_v13`: the GIN v13 fallback of NCCL's
+            // search order (`rma.cc`, `getNcclRma_v13`) stays under `Gin`.
+            PluginType::Rma => &RMA_TABLE_SYMBOLS,
         }
     }
 
-    /// Lower-case name (`net`, `collnet`, `tuner`, `profiler`, `env`, `gin`).
+    /// Lower-case name (`net`, `collnet`, `tuner`, `profiler`, `env`, `gin`, `rma`).
     pub fn as_str(self) -> &'static str {
         match self {
             PluginType::Net => "net",
@@ -59,6 +69,7 @@ impl PluginType {
             PluginType::Profiler => "profiler",
             PluginType::Env => "env",
             PluginType::Gin => "gin",
+            PluginType::Rma => "rma",
         }
     }
 }

@@ -38,7 +38,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Net/collnet/tuner/profiler/env plugins (and GIN tables): resolution, symbols, devices.
+    /// Net/collnet/tuner/profiler/env plugins (and GIN/RMA tables): resolution, symbols, devices.
     Plugins {
         /// A plugin name (resolved like NCCL_NET_PLUGIN) or a path; omit for the full resolution.
         target: Option<String>,
@@ -305,6 +305,7 @@ fn full_resolution(opts: &LoadOptions) -> bool {
     };
     if let Some(n) = &net {
         print_gin_tables(&n.plugin.info().path);
+        print_rma_tables(&n.plugin.info().path);
     }
     println!();
     for kind in [AuxKind::Tuner, AuxKind::Profiler] {
@@ -345,6 +346,32 @@ fn print_gin_tables(path: &std::path::Path) {
             let vs: Vec<String> = gin.iter().map(|s| format!("v{}", s.version)).collect();
             println!(
                 "gin: '{}' {} in the net plugin library (NCCL 2.30.7 would use {}; inspected, not hosted)",
+                first.name.as_deref().unwrap_or("(NULL name)"),
+                vs.join(" "),
+                first.symbol
+            );
+        }
+    }
+}
+
+/// The RMA tables (`ncclRmaPlugin_v14`/`_v13`) in the net plugin's library: NCCL
+/// 2.30.7 looks there after `NCCL_RMA_PLUGIN` / `libnccl-rma.so` and the GIN library
+/// (`src/plugin/rma.cc`, `ncclRmaPluginLoad`). Hosted by `ferroccl::plugin::rma`,
+/// checked by `ferroccl-conformance --rma`.
+fn print_rma_tables(path: &std::path::Path) {
+    let Some(lib) = open_plugin_lib(&path.to_string_lossy(), "libnccl-net", &[]).lib else {
+        return;
+    };
+    let rma: Vec<_> = exported_symbols(&lib)
+        .into_iter()
+        .filter(|s| s.ty == PluginType::Rma)
+        .collect();
+    match rma.first() {
+        None => println!("rma: none in the net plugin library"),
+        Some(first) => {
+            let vs: Vec<String> = rma.iter().map(|s| format!("v{}", s.version)).collect();
+            println!(
+                "rma: '{}' {} in the net plugin library (NCCL 2.30.7 would use {})",
                 first.name.as_deref().unwrap_or("(NULL name)"),
                 vs.join(" "),
                 first.symbol
