@@ -14,7 +14,7 @@
 //!   `tracing::…`) are skipped.
 //! * **conformance check ids**: `load.init`, `profiler.symbols`, … must be
 //!   checks the suite lists (`ferroccl-conformance --list`, `--tuner --list`,
-//!   `--profiler --list`, `--collnet --list`).
+//!   `--profiler --list`, `--collnet --list`, `--env`, `--gin`, `--rma`).
 //!
 //! Spans holding placeholders (`<n>`, `{…}`, `*`, `%`) are patterns, not names,
 //! and are skipped. What it cannot see: a bare identifier (`try_run`) or prose.
@@ -554,7 +554,7 @@ pub fn tracked_files(root: &Path) -> Result<Vec<PathBuf>, String> {
 }
 
 /// The check ids `ferroccl-conformance` at `exe` lists (net, tuner,
-/// profiler and CollNet sections).
+/// profiler, CollNet, env, GIN and RMA sections).
 ///
 /// Errors: the binary cannot be run or fails.
 pub fn check_ids(exe: &Path) -> Result<BTreeSet<String>, String> {
@@ -565,6 +565,8 @@ pub fn check_ids(exe: &Path) -> Result<BTreeSet<String>, String> {
         &["--profiler", "--list"],
         &["--collnet", "--list"],
         &["--env", "--list"],
+        &["--gin", "--list"],
+        &["--rma", "--list"],
     ] {
         let out = std::process::Command::new(exe)
             .args(args)
