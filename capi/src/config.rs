@@ -36,6 +36,9 @@ pub(crate) struct Settings {
     pub collnet_enable: Option<bool>,
     /// `trafficClass` (unset: none, `NCCL_NET_TRAFFIC_CLASS_UNDEF` to the plugin).
     pub traffic_class: Option<i32>,
+    /// `numRmaCtx` (unset: 1; `NCCL_NUM_RMA_CTX` overrides it, see
+    /// `ferroccl::comm::params::resolve_num_rma_ctx`).
+    pub num_rma_ctx: Option<i32>,
 }
 
 impl Default for Settings {
@@ -47,6 +50,7 @@ impl Default for Settings {
             comm_name: None,
             collnet_enable: None,
             traffic_class: None,
+            num_rma_ctx: None,
         }
     }
 }
@@ -132,6 +136,12 @@ pub(crate) fn parse(config: *const ncclConfig_t, inherit: Option<&Settings>, op:
                 Some(tc) => s.traffic_class = Some(tc),
             }
         }
+        // NCCL 2.30.7 parseCommConfig: numRmaCtx defaults to 1 when undefined; the
+        // range is checked when the communicator resolves it.
+        match get!(numRmaCtx: c_int) {
+            None | Some(UNDEF_INT) => {}
+            Some(n) => s.num_rma_ctx = Some(n),
+        }
         if let Some(p) = get!(netName: *const c_char) {
             s.net_name = c_string(p).or(s.net_name);
         }
@@ -193,6 +203,7 @@ impl Settings {
                 nchannels: self.max_ctas,
                 collnet_enable: self.collnet_enable,
                 traffic_class: self.traffic_class,
+                num_rma_ctx: self.num_rma_ctx,
                 net: Some(net),
                 bootstrap: Some(bootstrap),
                 ..Default::default()
@@ -212,7 +223,13 @@ mod tests {
         c.size = std::mem::size_of::<ncclConfig_t>();
         c.magic = NCCL_API_MAGIC;
         c.version = version;
-        for f in [&mut c.blocking, &mut c.minCTAs, &mut c.maxCTAs, &mut c.collnetEnable] {
+        for f in [
+            &mut c.blocking,
+            &mut c.minCTAs,
+            &mut c.maxCTAs,
+            &mut c.collnetEnable,
+            &mut c.numRmaCtx,
+        ] {
             *f = UNDEF_INT;
         }
         c.trafficClass = traffic_class;
@@ -231,5 +248,16 @@ mod tests {
             None
         );
         assert_eq!(parse(&config(22400, 0x68), None, "test").unwrap().traffic_class, None);
+    }
+
+    /// `numRmaCtx`: unset stays unset (the runtime's default, 1); a set value
+    /// reaches the runtime's `CommConfig`.
+    #[test]
+    fn num_rma_ctx_from_config_to_comm_config() {
+        assert_eq!(parse(&config(23007, -1), None, "test").unwrap().num_rma_ctx, None);
+        let mut c = config(23007, -1);
+        c.numRmaCtx = 2;
+        let s = parse(&c, None, "test").unwrap();
+        assert_eq!(s.comm_config("test").unwrap().0.num_rma_ctx, Some(2));
     }
 }

@@ -775,8 +775,10 @@ pub mod params {
             COMM_BLOCKING: int "NCCL_COMM_BLOCKING" = -1, -1..=1, "C API: 0 non-blocking, 1 blocking communicators, overriding ncclConfig_t.blocking (-1: the config decides)";
             /// NCCL 2.30.7 `src/plugin/rma.cc` (`ncclRmaInit`); read by `comm::rma`.
             RMA_PLUGIN: str "NCCL_RMA_PLUGIN" = None, "RMA plugin libraries tried first (comma list; \"none\": only the net plugin's library; unset: libnccl-rma.so)";
-            /// NCCL 2.30.7 `src/init.cc` (`ncclParamNumRmaCtx`, over `ncclConfig_t.numRmaCtx`); ferroccl's default is 1.
-            NUM_RMA_CTX: int "NCCL_NUM_RMA_CTX" = 1, 1..=64, "RMA contexts per communicator (the ctx argument of the one-sided calls is below it)";
+            /// NCCL 2.30.7 `src/init.cc` (`envConfigOverride`: `ncclParamNumRmaCtx`, when set,
+            /// overrides `ncclConfig_t.numRmaCtx`, whose default is 1; a negative value is
+            /// ignored with an INFO line, 0 disables RMA). See `comm::params::resolve_num_rma_ctx`.
+            NUM_RMA_CTX: int "NCCL_NUM_RMA_CTX" = 1, i32::MIN as i64..=64, "RMA contexts per communicator (the ctx argument of the one-sided calls is below it; 0: one-sided operations disabled)";
             RMA_EAGER_INIT: int "NCCL_RMA_EAGER_INIT" = 0, 0..=1, "1: set up the RMA plugin at communicator init instead of at the first window registration";
         ];
     }

@@ -373,3 +373,49 @@ fn put_to_a_destroyed_peer_fails_naming_it() {
         r0.join().expect("rank 0");
     });
 }
+
+/// `CommConfig::num_rma_ctx` (`ncclConfig_t.numRmaCtx`): with 2 contexts a signal on
+/// context 1 is waited for on context 1 and context 2 is refused; with 0 the
+/// one-sided calls are disabled, as NCCL's `NCCL_NUM_RMA_CTX=0`.
+#[test]
+fn num_rma_ctx_sets_the_contexts_and_zero_disables() {
+    ranks(
+        2,
+        || CommConfig {
+            num_rma_ctx: Some(2),
+            ..config(T)
+        },
+        |c| {
+            let (r, n) = (c.rank(), c.nranks());
+            let mut b = vec![0u8; 64];
+            // SAFETY: `b` outlives the window.
+            let w = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect("register");
+            let s = Stream::new();
+            c.signal((r + 1) % n, 0, 1, 0, &s).expect("signal on context 1");
+            let d = WaitSignalDesc {
+                ctx: 1,
+                ..desc((r + n - 1) % n, 1)
+            };
+            c.wait_signal(&[d], &s).expect("wait_signal on context 1");
+            s.synchronize().unwrap_or_else(|e| panic!("rank {r}: {e}"));
+            match c.signal((r + 1) % n, 0, 2, 0, &s) {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains("context 2 is invalid"), "{m}"),
+                other => panic!("context 2 of 2 accepted: {other:?}"),
+            }
+            c.window_deregister(w).expect("deregister");
+        },
+    );
+    ranks(
+        2,
+        || CommConfig {
+            num_rma_ctx: Some(0),
+            ..config(T)
+        },
+        |c| {
+            let mut b = vec![0u8; 64];
+            // SAFETY: nothing is registered (the call fails).
+            let e = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect_err("RMA disabled");
+            assert!(e.to_string().contains("disabled"), "{e}");
+        },
+    );
+}

@@ -567,7 +567,7 @@ impl Comm {
                 collnet_ctx: Mutex::new(collnet_ctx),
                 info,
                 transports,
-                rma: rma::RmaSlot::new(comm_hash(id), params.timeout, params.traffic_class),
+                rma: rma::RmaSlot::new(comm_hash(id), params.timeout, params.traffic_class, params.num_rma_ctx),
             }),
         };
         // NCCL_RMA_EAGER_INIT=1 (NCCL's parameter of that name): the one-sided API's

@@ -40,6 +40,10 @@ pub struct CommConfig {
     /// `NCCL_NET_TRAFFIC_CLASS_UNDEF` (-1). No `NCCL_*` variable overrides it, as in
     /// NCCL. See [`resolve_traffic_class`].
     pub traffic_class: Option<i32>,
+    /// RMA contexts of the one-sided API (`ncclConfig_t.numRmaCtx`, default 1, at most
+    /// 64; 0 disables one-sided operations); `NCCL_NUM_RMA_CTX`, when set, overrides it
+    /// as in NCCL. See [`resolve_num_rma_ctx`].
+    pub num_rma_ctx: Option<i32>,
 }
 
 /// `NCCL_NET_TRAFFIC_CLASS_UNDEF`: no traffic class.
@@ -60,6 +64,39 @@ pub fn resolve_traffic_class(c: &CommConfig) -> i32 {
         }
         None => TRAFFIC_CLASS_UNDEF,
     }
+}
+
+/// `comm->config.numRmaCtx` as NCCL 2.30.7 resolves it: the config's value, default 1
+/// (`src/init.cc`, `parseCommConfig`: `NCCL_CONFIG_DEFAULT(…, numRmaCtx, …, 1, …)`),
+/// then `envConfigOverride`: `NCCL_NUM_RMA_CTX`, when set, replaces it unless negative
+/// (NCCL's INFO lines `NCCL_NUM_RMA_CTX <v> is too low, leaving it set at <c>` and
+/// `NCCL_NUM_RMA_CTX=0, RMA disabled for this communicator`).
+///
+/// Errors: a config value outside 0..=64, or `NCCL_NUM_RMA_CTX` above 64 or not an
+/// integer (`Error::InvalidArgument` / `Error::Config`).
+pub fn resolve_num_rma_ctx(c: &CommConfig) -> Result<usize> {
+    let mut n = match c.num_rma_ctx {
+        None => 1,
+        Some(v @ 0..=64) => v as usize,
+        Some(v) => {
+            return Err(Error::InvalidArgument(format!(
+                "numRmaCtx {v} is out of range (expected 0..=64; 0 disables one-sided operations)"
+            )));
+        }
+    };
+    let cfg = Config::global();
+    if cfg.setting(params::NUM_RMA_CTX.name).is_some() {
+        match params::NUM_RMA_CTX.get(cfg).map_err(cfg_err)? {
+            v if v < 0 => crate::log::nccl_info!(ENV, "NCCL_NUM_RMA_CTX {v} is too low, leaving it set at {n}"),
+            v => {
+                if v == 0 {
+                    crate::log::nccl_info!(ENV, "NCCL_NUM_RMA_CTX=0, RMA disabled for this communicator");
+                }
+                n = v as usize;
+            }
+        }
+    }
+    Ok(n)
 }
 
 /// `comm->config.collnetEnable` as NCCL 2.30.7 resolves it (`src/init.cc`,
@@ -138,6 +175,8 @@ pub(crate) struct CommParams {
     pub bootstrap: BootstrapConfig,
     /// [`resolve_traffic_class`]: what the plugin's `ncclNetCommConfig_t` carries.
     pub traffic_class: i32,
+    /// [`resolve_num_rma_ctx`]: the one-sided API's contexts (0: disabled).
+    pub num_rma_ctx: usize,
 }
 
 fn cfg_err(e: crate::config::ConfigError) -> Error {
@@ -216,6 +255,7 @@ impl CommParams {
             tune: crate::tune::TuneParams::from_config(cfg)?,
             bootstrap,
             traffic_class: resolve_traffic_class(c),
+            num_rma_ctx: resolve_num_rma_ctx(c)?,
         })
     }
 }

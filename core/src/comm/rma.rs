@@ -12,7 +12,9 @@
 //!   `listen` on device 0, and the ranks all-gather their handles over the bootstrap
 //!   (with a verdict byte, so that every rank fails alike, naming the ranks without a
 //!   plugin, instead of one rank waiting in `connect`); then `connect`, `closeListen`,
-//!   `createContext` with `nContexts = NCCL_NUM_RMA_CTX` (default 1) and the
+//!   `createContext` with `nContexts` = `numRmaCtx` (`CommConfig::num_rma_ctx` or
+//!   `ncclConfig_t.numRmaCtx`, default 1, `NCCL_NUM_RMA_CTX` over it; 0 disables the
+//!   one-sided calls, `comm::params::resolve_num_rma_ctx`) and the
 //!   communicator's traffic class, and the signal window (`regMrSym` with
 //!   `NCCL_NET_MR_FLAG_FORCE_SO`, as NCCL registers its signal buffer). A communicator
 //!   without a usable RMA plugin gets [`Error::InvalidUsage`] from every one-sided
@@ -21,7 +23,7 @@
 //! * **Windows** are symmetric (`NCCL_WIN_COLL_SYMMETRIC`): every rank registers its
 //!   windows in the same order (`regMrSym`); the registration all-gathers the sizes,
 //!   which doubles as the barrier after which peers may target the window.
-//! * **Signals**: each rank owns `NCCL_NUM_RMA_CTX × 1 × nranks` 64-bit signal words,
+//! * **Signals**: each rank owns `numRmaCtx × 1 × nranks` 64-bit signal words,
 //!   one per (context, signal index, sender). A put-with-signal (and a signal, a put
 //!   of 0 bytes) increments the receiver's word for this sender once the data is
 //!   visible (`NCCL_NET_SIGNAL_OP_INC`, strong signal). `wait_signal` raises the
@@ -42,7 +44,7 @@
 //!
 //! Arguments are checked as NCCL 2.30.7's `src/enqueue.cc` (`rmaTaskAppend` and its
 //! argument checks): `flags` must be 0, `sigIdx` below [`NUM_RMA_SIG`] (1), `ctx`
-//! below `NCCL_NUM_RMA_CTX`, the source of a put inside a window registered on this
+//! below `numRmaCtx`, the source of a put inside a window registered on this
 //! communicator (`ncclDevrFindWindow`), and (beyond NCCL) the target range inside the
 //! peer's window.
 
@@ -79,7 +81,7 @@ pub struct WaitSignalDesc {
     pub peer: usize,
     /// The signal index (`< NUM_RMA_SIG`).
     pub sig_idx: usize,
-    /// The RMA context (`< NCCL_NUM_RMA_CTX`).
+    /// The RMA context (`< numRmaCtx`).
     pub ctx: usize,
 }
 
@@ -183,7 +185,7 @@ impl RmaCore {
         }
         if ctx >= self.nctx {
             return Err(Error::InvalidArgument(format!(
-                "{op}: context {ctx} is invalid (must be in [0, {}), NCCL_NUM_RMA_CTX)",
+                "{op}: context {ctx} is invalid (must be in [0, {}), numRmaCtx)",
                 self.nctx
             )));
         }
@@ -515,12 +517,13 @@ pub(crate) struct RmaSlot {
     comm_id: u64,
     timeout: Duration,
     traffic_class: i32,
+    /// RMA contexts (`comm::params::resolve_num_rma_ctx`; 0: one-sided operations disabled).
+    nctx: usize,
 }
 
 /// The `NCCL_*` parameters of the one-sided API.
 struct RmaParams {
     plugin: Option<String>,
-    nctx: usize,
     eager: bool,
 }
 
@@ -529,7 +532,6 @@ impl RmaParams {
         let cfg = crate::config::Config::global();
         Ok(RmaParams {
             plugin: cfg.raw("NCCL_RMA_PLUGIN").map(str::to_owned),
-            nctx: cfg.get_int("NCCL_NUM_RMA_CTX", 1, 1..=64)? as usize,
             eager: cfg.get_bool("NCCL_RMA_EAGER_INIT", false)?,
         })
     }
@@ -562,12 +564,13 @@ fn agree(bootstrap: &Bootstrap, mine: std::result::Result<Vec<u8>, String>) -> R
 }
 
 impl RmaSlot {
-    pub(crate) fn new(comm_id: u64, timeout: Duration, traffic_class: i32) -> RmaSlot {
+    pub(crate) fn new(comm_id: u64, timeout: Duration, traffic_class: i32, nctx: usize) -> RmaSlot {
         RmaSlot {
             st: Mutex::new(State::Untried),
             comm_id,
             timeout,
             traffic_class,
+            nctx,
         }
     }
 
@@ -578,7 +581,8 @@ impl RmaSlot {
     /// `NCCL_RMA_EAGER_INIT=1`: initialise at the end of communicator init
     /// (collective); a failure is logged and kept for the one-sided calls.
     pub(crate) fn eager_init(&self, comm: &CommInner) -> Result<()> {
-        if RmaParams::read()?.eager
+        if self.nctx > 0
+            && RmaParams::read()?.eager
             && let Err(e) = self.core(comm, true)
         {
             crate::log::nccl_info!(INIT, "NCCL_RMA_EAGER_INIT: one-sided operations unavailable: {e}");
@@ -588,6 +592,11 @@ impl RmaSlot {
 
     /// The connected state; with `init` (a collective call) it is set up when untried.
     fn core(&self, comm: &CommInner, init: bool) -> Result<Arc<RmaCore>> {
+        if self.nctx == 0 {
+            return Err(Error::InvalidUsage(
+                "one-sided operations are disabled on this communicator (numRmaCtx / NCCL_NUM_RMA_CTX is 0)".into(),
+            ));
+        }
         let mut st = self.lock();
         if matches!(*st, State::Untried) && init {
             *st = match self.connect(comm) {
@@ -675,14 +684,14 @@ impl RmaSlot {
             }
         };
         let _ = a.close_listen(listen);
-        let sig: Box<[AtomicU64]> = (0..params.nctx * NUM_RMA_SIG * nranks)
+        let sig: Box<[AtomicU64]> = (0..self.nctx * NUM_RMA_SIG * nranks)
             .map(|_| AtomicU64::new(0))
             .collect();
         let set_up = (|| {
             let rctx = a.create_context(
                 coll,
                 &RmaConfig {
-                    n_contexts: params.nctx as i32,
+                    n_contexts: self.nctx as i32,
                     traffic_class: self.traffic_class,
                 },
             )?;
@@ -721,7 +730,7 @@ impl RmaSlot {
             a.info().name,
             a.info().version,
             src,
-            params.nctx
+            self.nctx
         );
         let core = Arc::new(RmaCore {
             id: next_id(),
@@ -731,7 +740,7 @@ impl RmaSlot {
             rctx,
             rank,
             nranks,
-            nctx: params.nctx,
+            nctx: self.nctx,
             sig,
             sig_mr,
             windows: Mutex::new(Vec::new()),
