@@ -129,7 +129,9 @@ fn a_correct_c_plugin_passes_the_sge_checks() {
 fn a_plugin_that_never_notices_a_dead_peer_is_caught_by_peer_killed() {
     let rep = suite(
         "libnccl-net-cnzdeaf.so",
-        Some("collnet.fault.peer_killed,collnet.connect,collnet.iallreduce.one,collnet.in_flight,collnet.reduce_support"),
+        Some(
+            "collnet.fault.peer_killed,collnet.connect,collnet.iallreduce.one,collnet.in_flight,collnet.reduce_support",
+        ),
     );
     assert_eq!(rep.exported, vec![12]);
     let (st, obs) = observed(&rep, "collnet.fault.peer_killed");
