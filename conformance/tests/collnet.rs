@@ -120,3 +120,34 @@ fn a_correct_c_plugin_passes_the_sge_checks() {
         assert_eq!(st, Status::Pass, "{id}: {obs}");
     }
 }
+
+/// A plugin that never notices a dead peer (`libnccl-net-cnzdeaf.so`: the in-tree
+/// plugin behind a shim whose `test` answers done = 0 forever once the real plugin
+/// reports the broken group) is caught by `collnet.fault.peer_killed` alone: the
+/// checks its fault does not touch pass, and the in-tree plugin passes the fault check.
+#[test]
+fn a_plugin_that_never_notices_a_dead_peer_is_caught_by_peer_killed() {
+    let rep = suite(
+        "libnccl-net-cnzdeaf.so",
+        Some(
+            "collnet.fault.peer_killed,collnet.connect,collnet.iallreduce.one,collnet.in_flight,collnet.reduce_support",
+        ),
+    );
+    assert_eq!(rep.exported, vec![12]);
+    let (st, obs) = observed(&rep, "collnet.fault.peer_killed");
+    assert_eq!(st, Status::Fail);
+    assert!(obs.contains("neither completed nor failed within 30 s"), "{obs}");
+    for id in [
+        "collnet.connect",
+        "collnet.iallreduce.one",
+        "collnet.in_flight",
+        "collnet.reduce_support",
+    ] {
+        let (st, obs) = observed(&rep, id);
+        assert_eq!(st, Status::Pass, "{id}: {obs}");
+    }
+    let good = suite("libnccl_net_collnet_socket.so", Some("collnet.fault.peer_killed"));
+    for r in good.results.iter().filter(|r| r.id == "collnet.fault.peer_killed") {
+        assert_eq!(r.outcome.status, Status::Pass, "{r:#?}");
+    }
+}

@@ -7,6 +7,7 @@ use ferroccl_test_cbuild::{compile_plugin, profile_dir};
 
 fn main() {
     println!("cargo:rerun-if-changed=csrc/collnet.c");
+    println!("cargo:rerun-if-changed=csrc/deaf.c");
     let dir = profile_dir();
     let src = Path::new("csrc/collnet.c");
     let mut variants: Vec<(String, Vec<String>)> = (6..=12)
@@ -44,4 +45,12 @@ fn main() {
     for (name, defs) in variants {
         compile_plugin(src, &["-pthread"], &defs, &dir.join(format!("libnccl-net-{name}.so")));
     }
+    // The zoo's deaf plugin: the in-tree CollNet plugin behind a shim that hides a
+    // dead peer (csrc/deaf.c; caught by collnet.fault.peer_killed only).
+    compile_plugin(
+        Path::new("csrc/deaf.c"),
+        &["-pthread", "-ldl"],
+        &[] as &[&str],
+        &dir.join("libnccl-net-cnzdeaf.so"),
+    );
 }

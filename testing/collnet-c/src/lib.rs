@@ -15,6 +15,8 @@
 //! | `libnccl-net-cn12initfail.so`, `cn8initfail.so` | CollNet `init` returns `ncclSystemError` |
 //! | `libnccl-net-cn9zerodev.so` | CollNet `devices()` reports 0 |
 //! | `libnccl-net-cn11nullslot.so` | CollNet `test` slot is NULL |
+//! | `libnccl-net-cnz*.so` | the conformance zoo, each broken in one way (`conformance/README.md`) |
+//! | `libnccl-net-cnzdeaf.so` | `csrc/deaf.c`: forwards to `libnccl_net_collnet_socket.so` beside it, but hides a dead peer (`test` answers done = 0 forever) |
 //!
 //! The CollNet "network" is in-process: ranks of one communicator are threads that
 //! call `connect` with the same handles; the last rank to post an operation
