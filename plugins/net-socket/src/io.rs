@@ -413,7 +413,7 @@ fn send_all(s: &Socket, mut b: &[u8]) -> io::Result<()> {
 
 /// `SO_RCVLOWAT` of one socket: the mark set, and the mark it was meant to be
 /// before the receive-buffer cap (what later changes are measured against).
-struct Lowat {
+pub(crate) struct Lowat {
     set: usize,
     want: usize,
 }
@@ -497,7 +497,7 @@ const HELPER_POLL: Duration = Duration::from_secs(1);
 /// thread wakes once per up to [`RCVLOWAT_MAX`] bytes. `poll` (unlike a
 /// blocking read that copied part of its request) wakes as soon as the queue
 /// holds the mark, and every byte of a mark up to `left` is owed.
-fn recv_all(s: &Socket, b: &mut [u8], lowat: &mut Lowat) -> io::Result<()> {
+pub(crate) fn recv_all(s: &Socket, b: &mut [u8], lowat: &mut Lowat) -> io::Result<()> {
     let mut off = 0;
     let mut first = true;
     while off < b.len() {

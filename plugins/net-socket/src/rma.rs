@@ -10,7 +10,9 @@
 //! * **connect** builds a full mesh: to every peer one *origin* connection carrying this
 //!   rank's operations (a writer thread sends them in posting order, a reader thread
 //!   takes the replies in the same order), and from every peer one *target* connection
-//!   whose service thread applies the peer's operations to this rank's windows. The
+//!   whose service thread applies the peer's operations to this rank's windows (it
+//!   reads as the net path's data streams do, `io::recv_all`: woken once per up to
+//!   1 MiB, not per segment; an operation's header and data go in one `writev`). The
 //!   handshake carries the listener's random token, so stray connections are refused.
 //! * **windows** are numbered in registration order on each group (`regMrSym` is
 //!   symmetric: every rank registers its windows in the same order); an operation names
@@ -294,6 +296,26 @@ fn send_all(s: &socket2::Socket, mut b: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `send_all` of `a` then `b`, gathered (`writev`).
+fn send_all2(s: &socket2::Socket, mut a: &[u8], mut b: &[u8]) -> std::io::Result<()> {
+    while !a.is_empty() || !b.is_empty() {
+        let bufs = [std::io::IoSlice::new(a), std::io::IoSlice::new(b)];
+        let parts = if a.is_empty() { &bufs[1..] } else { &bufs[..] };
+        match s.send_vectored_with_flags(parts, libc::MSG_NOSIGNAL) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(mut n) => {
+                let k = n.min(a.len());
+                a = &a[k..];
+                n -= k;
+                b = &b[n..];
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 fn recv_exact(s: &socket2::Socket, b: &mut [u8]) -> std::io::Result<()> {
     let mut r: &socket2::Socket = s;
     r.read_exact(b)
@@ -355,17 +377,15 @@ fn origin_writer(o: Arc<Origin>, rx: Receiver<Op>) {
             continue;
         }
         lock(&o.pending).push_back(op.pending);
-        let mut r = send_all(&o.sock, &op.header);
-        if r.is_ok()
-            && let Some((addr, len)) = op.data
-            && len > 0
-        {
+        let data: &[u8] = match op.data {
             // SAFETY: the poster guarantees the source window stays valid and unchanged
             // until the request completes (NCCL's contract for iput).
-            let data = unsafe { std::slice::from_raw_parts(addr as *const u8, len) };
-            r = send_all(&o.sock, data);
-        }
-        if let Err(e) = r {
+            Some((addr, len)) if len > 0 => unsafe { std::slice::from_raw_parts(addr as *const u8, len) },
+            _ => &[],
+        };
+        // Header and data in one gathered write (one segment for a small put, no
+        // header-only segment before a large one), as the net path's control stream.
+        if let Err(e) = send_all2(&o.sock, &op.header, data) {
             o.kill(format!("connection to peer rank {} lost while sending: {e}", o.peer));
         }
     }
@@ -429,8 +449,13 @@ fn origin_reader(o: Arc<Origin>, g: Arc<Shared>) {
 fn target_service(s: socket2::Socket, peer: usize, g: Arc<Shared>) {
     let mut hdr = [0u8; OP_HEADER];
     let mut scratch = Vec::new();
+    // Read as the net path's data streams are (`io::recv_all`): non-blocking reads
+    // while bytes are queued, else `poll` with `SO_RCVLOWAT` fitted to what the put
+    // still owes, so this thread wakes once per up to 1 MiB instead of once per
+    // loopback segment (a blocking `read` with the default mark of 1 byte did).
+    let mut lw = crate::io::Lowat::default();
     loop {
-        if recv_exact(&s, &mut hdr).is_err() {
+        if crate::io::recv_all(&s, &mut hdr, &mut lw).is_err() {
             return; // the peer closed its group (or ours is closing)
         }
         let op = hdr[0];
@@ -455,7 +480,7 @@ fn target_service(s: socket2::Socket, peer: usize, g: Arc<Shared>) {
                         // SAFETY: inside a live registered window; the origin's contract
                         // makes the range its to write while the put is in flight.
                         let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
-                        if recv_exact(&s, buf).is_err() {
+                        if crate::io::recv_all(&s, buf, &mut lw).is_err() {
                             return;
                         }
                     }
@@ -464,7 +489,7 @@ fn target_service(s: socket2::Socket, peer: usize, g: Arc<Shared>) {
                         let mut left = len;
                         while left > 0 {
                             let n = left.min(scratch.len());
-                            if recv_exact(&s, &mut scratch[..n]).is_err() {
+                            if crate::io::recv_all(&s, &mut scratch[..n], &mut lw).is_err() {
                                 return;
                             }
                             left -= n;
@@ -517,16 +542,17 @@ fn target_service(s: socket2::Socket, peer: usize, g: Arc<Shared>) {
         let r = match result {
             Ok(()) => {
                 put_u64(&mut rh, 8, reply_data.map_or(0, |d| d.1) as u64);
-                send_all(&s, &rh).and_then(|()| match reply_data {
+                let data: &[u8] = match reply_data {
                     // SAFETY: inside a live registered window (checked above).
-                    Some((a, n)) => send_all(&s, unsafe { std::slice::from_raw_parts(a as *const u8, n) }),
-                    None => Ok(()),
-                })
+                    Some((a, n)) if n > 0 => unsafe { std::slice::from_raw_parts(a as *const u8, n) },
+                    _ => &[],
+                };
+                send_all2(&s, &rh, data)
             }
             Err(msg) => {
                 put_u32(&mut rh, 0, 1);
                 put_u64(&mut rh, 8, msg.len() as u64);
-                send_all(&s, &rh).and_then(|()| send_all(&s, msg.as_bytes()))
+                send_all2(&s, &rh, msg.as_bytes())
             }
         };
         if r.is_err() {
