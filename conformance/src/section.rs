@@ -529,3 +529,110 @@ mod tests {
         assert!(parse_versions(",", 2..=6, 4, "").is_err());
     }
 }
+
+/// What a section worker's call watch names and how long a call may take (one
+/// watch per worker process, started by [`CallWatch::start`]).
+#[derive(Debug)]
+pub struct CallWatch {
+    /// The plugin's entry points, index 0 unused ("no call running").
+    pub calls: &'static [&'static str],
+    /// Longest a call may take before the check fails.
+    pub limit: Duration,
+    /// The kind of plugin, in the crash line ("no <kind> call") and the
+    /// watchdog thread's name.
+    pub kind: &'static str,
+    /// Why a call must return, in the failure's expectation, e.g. "NCCL calls it
+    /// at communicator init".
+    pub why: &'static str,
+}
+
+static WATCH: std::sync::OnceLock<&'static CallWatch> = std::sync::OnceLock::new();
+static CURRENT_CALL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static CALL_STARTED_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static WATCH_EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+fn watch_now_ms() -> u64 {
+    WATCH_EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// A running plugin call; the watch stops watching it when it drops.
+#[derive(Debug)]
+pub struct CallGuard(());
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        CURRENT_CALL.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Marks the plugin call `name` (one of the started watch's `calls`) as running.
+pub fn enter_call(name: &str) -> CallGuard {
+    use std::sync::atomic::Ordering;
+    let i = WATCH
+        .get()
+        .and_then(|w| w.calls.iter().position(|c| *c == name))
+        .unwrap_or(0);
+    CALL_STARTED_MS.store(watch_now_ms(), Ordering::Release);
+    CURRENT_CALL.store(i, Ordering::Release);
+    CallGuard(())
+}
+
+extern "C" fn on_fatal_signal_in_call(sig: libc::c_int) {
+    let i = CURRENT_CALL.load(std::sync::atomic::Ordering::Acquire);
+    let mut line = Vec::with_capacity(64);
+    line.extend_from_slice(b"\n");
+    line.extend_from_slice(crate::watch::CRASH_MARKER.as_bytes());
+    line.extend_from_slice(b"signal during ");
+    match WATCH.get() {
+        Some(w) if i != 0 => line.extend_from_slice(w.calls[i].as_bytes()),
+        Some(w) => {
+            line.extend_from_slice(b"no ");
+            line.extend_from_slice(w.kind.as_bytes());
+            line.extend_from_slice(b" call");
+        }
+        None => line.extend_from_slice(b"no call"),
+    }
+    line.extend_from_slice(b"\n");
+    // SAFETY: write(2) on stderr from a valid buffer, then restoring the default
+    // action and re-raising; all async-signal-safe.
+    unsafe {
+        libc::write(2, line.as_ptr().cast(), line.len());
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+impl CallWatch {
+    /// Starts watching this worker's plugin calls: a fatal signal prints the call
+    /// that was running (with [`crate::watch::CRASH_MARKER`]), and a thread fails
+    /// the check and ends the worker when a call runs past `limit`.
+    pub fn start(&'static self) {
+        use std::sync::atomic::Ordering;
+        WATCH_EPOCH.get_or_init(Instant::now);
+        let w: &'static CallWatch = WATCH.get_or_init(|| self);
+        on_fatal_signals(on_fatal_signal_in_call);
+        let _ = std::thread::Builder::new()
+            .name(format!("{}-watchdog", w.kind))
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(Duration::from_millis(20));
+                    let cur = CURRENT_CALL.load(Ordering::Acquire);
+                    if cur == 0 {
+                        continue;
+                    }
+                    let elapsed =
+                        Duration::from_millis(watch_now_ms().saturating_sub(CALL_STARTED_MS.load(Ordering::Acquire)));
+                    if elapsed > w.limit && CURRENT_CALL.load(Ordering::Acquire) == cur {
+                        let name = w.calls[cur];
+                        let secs = w.limit.as_secs();
+                        crate::watch::emit_result(&CheckOutcome::fail(
+                            format!("{name} returns within {secs} s ({})", w.why),
+                            format!("{name} did not return within {secs} s (the worker was stopped)"),
+                        ));
+                        // SAFETY: ending the worker while the main thread is stuck in the plugin.
+                        unsafe { libc::_exit(0) };
+                    }
+                }
+            });
+    }
+}

@@ -9,16 +9,15 @@
 //! that was running (the parent turns that into the failure message).
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferroccl::plugin::env::EnvPlugin;
 
 use super::SECTION;
 use super::checks::EnvCx;
 use crate::outcome::CheckOutcome;
-use crate::section::{die_with_parent, judge_body, on_fatal_signals};
-use crate::watch::{CRASH_MARKER, emit_result};
+use crate::section::{CallGuard, CallWatch, die_with_parent, enter_call, judge_body};
+use crate::watch::emit_result;
 
 /// Variables the worker sets before the plugin is opened (distinct values, so a
 /// string overwritten by another lookup is seen).
@@ -35,84 +34,20 @@ pub fn unset_names() -> Vec<String> {
         .collect()
 }
 
-/// Env plugin entry points the watchdog names.
-const CALLS: [&str; 5] = ["", "load", "init", "getEnv", "finalize"];
-/// Longest an env plugin call may take.
-const LIMIT: Duration = Duration::from_secs(20);
+/// This worker's plugin calls, named by the watch (crash line, 20 s limit).
+static WATCH: CallWatch = CallWatch {
+    calls: &["", "load", "init", "getEnv", "finalize"],
+    limit: Duration::from_secs(20),
+    kind: "env",
+    why: "NCCL calls it on every parameter lookup",
+};
 
-static CURRENT: AtomicUsize = AtomicUsize::new(0);
-static STARTED_MS: AtomicU64 = AtomicU64::new(0);
-static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+/// A running env plugin call; the watch stops watching it when it drops.
+pub type Guard = CallGuard;
 
-fn now_ms() -> u64 {
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-/// A running plugin call; the watchdog stops watching when it drops.
-#[derive(Debug)]
-pub struct Guard(());
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        CURRENT.store(0, Ordering::Release);
-    }
-}
-
-/// Marks the plugin call `name` (`init`, `getEnv`, …) as running (the calls of
-/// the threads check are not tracked one by one: the check's deadline covers them).
+/// Marks the env plugin call `name` as running.
 pub fn enter(name: &str) -> Guard {
-    let i = CALLS.iter().position(|c| *c == name).unwrap_or(0);
-    STARTED_MS.store(now_ms(), Ordering::Release);
-    CURRENT.store(i, Ordering::Release);
-    Guard(())
-}
-
-extern "C" fn on_fatal_signal(sig: libc::c_int) {
-    let i = CURRENT.load(Ordering::Acquire);
-    let name = if i == 0 { "no env plugin call" } else { CALLS[i] };
-    let mut line = Vec::with_capacity(64);
-    line.extend_from_slice(b"\n");
-    line.extend_from_slice(CRASH_MARKER.as_bytes());
-    line.extend_from_slice(b"signal during ");
-    line.extend_from_slice(name.as_bytes());
-    line.extend_from_slice(b"\n");
-    // SAFETY: write(2) on stderr from a valid buffer, then restoring the default
-    // action and re-raising; all async-signal-safe.
-    unsafe {
-        libc::write(2, line.as_ptr().cast(), line.len());
-        libc::signal(sig, libc::SIG_DFL);
-        libc::raise(sig);
-    }
-}
-
-fn start_watch() {
-    EPOCH.get_or_init(Instant::now);
-    on_fatal_signals(on_fatal_signal);
-    let _ = std::thread::Builder::new().name("env-watchdog".into()).spawn(|| {
-        loop {
-            std::thread::sleep(Duration::from_millis(20));
-            let cur = CURRENT.load(Ordering::Acquire);
-            if cur == 0 {
-                continue;
-            }
-            let elapsed = Duration::from_millis(now_ms().saturating_sub(STARTED_MS.load(Ordering::Acquire)));
-            if elapsed > LIMIT && CURRENT.load(Ordering::Acquire) == cur {
-                let name = CALLS[cur];
-                emit_result(&CheckOutcome::fail(
-                    format!(
-                        "{name} returns within {} s (NCCL calls it on every parameter lookup)",
-                        LIMIT.as_secs()
-                    ),
-                    format!(
-                        "{name} did not return within {} s (the worker was stopped)",
-                        LIMIT.as_secs()
-                    ),
-                ));
-                // SAFETY: ending the worker while the main thread is stuck in the plugin.
-                unsafe { libc::_exit(0) };
-            }
-        }
-    });
+    enter_call(name)
 }
 
 /// Sets [`SET_VARS`] and clears [`unset_names`]. Call before any other thread runs.
@@ -158,7 +93,7 @@ pub fn run_check(id: &str, plugin: &str, version: u32) -> CheckOutcome {
 pub fn worker_main(id: &str, plugin: &str, version: u32) -> i32 {
     die_with_parent();
     prepare_environment();
-    start_watch();
+    WATCH.start();
     let out = run_check(id, plugin, version);
     emit_result(&out);
     0
