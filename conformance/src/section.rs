@@ -538,7 +538,7 @@ pub struct CallWatch {
     pub calls: &'static [&'static str],
     /// Longest a call may take before the check fails.
     pub limit: Duration,
-    /// The kind of plugin, in the crash line ("no <kind> call") and the
+    /// The kind of plugin, in the crash line (`no <kind> call`) and the
     /// watchdog thread's name.
     pub kind: &'static str,
     /// Why a call must return, in the failure's expectation, e.g. "NCCL calls it
