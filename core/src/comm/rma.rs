@@ -529,10 +529,11 @@ struct RmaParams {
 
 impl RmaParams {
     fn read() -> Result<RmaParams> {
+        use crate::config::{IntParamExt, StrParamExt, params};
         let cfg = crate::config::Config::global();
         Ok(RmaParams {
-            plugin: cfg.raw("NCCL_RMA_PLUGIN").map(str::to_owned),
-            eager: cfg.get_bool("NCCL_RMA_EAGER_INIT", false)?,
+            plugin: params::RMA_PLUGIN.get(cfg).map(str::to_owned),
+            eager: params::RMA_EAGER_INIT.get(cfg)? == 1,
         })
     }
 }
