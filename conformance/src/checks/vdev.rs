@@ -30,9 +30,19 @@ fn make(cx: &mut Cx, _: u64) -> Res {
         cx.notes
             .push("one device only: fused device 0 alone (NCCL fuses two or more)".into());
     }
-    let d = cx.call(Call::MakeVDevice, &format!("makeVDevice({members:?})"), |n| {
+    // A plugin may refuse to fuse (NCCL 2.30.7 topo.cc logs the failed makeVDevice and
+    // keeps the devices unfused), so a refusal is a skip with its reason, not a defect.
+    let d = match cx.call(Call::MakeVDevice, &format!("makeVDevice({members:?})"), |n| {
         n.make_vdevice(&members)
-    })?;
+    }) {
+        Ok(d) => d,
+        Err(crate::outcome::Stop::Fail { observed, .. }) if observed.contains("makeVDevice returned an error") => {
+            return Err(crate::skip!(
+                "the plugin refuses to fuse {members:?} (NCCL then keeps the devices unfused): {observed}"
+            ));
+        }
+        Err(e) => return Err(e),
+    };
     let n1 = cx.call(Call::Devices, "devices() after makeVDevice", |n| n.devices())?;
     ensure!(
         n1 == n0 + 1,
