@@ -250,6 +250,18 @@ pub(crate) trait PendingConn: Send {
 /// ncclConnect` is 256 bytes; ours is a little more verbose but bounded).
 pub(crate) const CONNECT_INFO_MAX: usize = 1024;
 
+// Read by the device executor (a parallel branch); until it lands, only the
+// connectors say it.
+#[allow(dead_code)]
+/// Where a connector's FIFO slots live (decides which backend runs a step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FifoMem {
+    /// Host memory the connector owns, `[base, base + len)`, alive as long as the connector; the executor may page-lock it for a GPU (cuMemHostRegister) so kernels reach it.
+    Host { base: usize, len: usize },
+    /// Device memory of GPU `ordinal` (a P2P FIFO): only that GPU's kernels may touch its slots.
+    Device { ordinal: usize },
+}
+
 /// A user-memory registration a send connector can send from directly (an
 /// opaque token: the net transport's mhandle).
 #[derive(Debug, Clone, Copy)]
@@ -274,6 +286,20 @@ pub(crate) trait SendConnector: Send {
     fn next_slot(&self) -> *mut u8;
     /// Marks the next step filled with `size` bytes.
     fn push(&mut self, size: usize);
+    /// Where the executor writes the operation header (`coll::desc::OP_HDR_BYTES`)
+    /// of the next step with the CPU: the start of [`next_slot`](Self::next_slot)
+    /// (the payload follows it there), or, when the slots are device memory
+    /// ([`FifoMem::Device`]), host memory of the connector beside the slot (the
+    /// payload still starts `OP_HDR_BYTES` into the slot). Valid while `can_push()`.
+    fn hdr_slot(&self) -> *mut u8 {
+        self.next_slot()
+    }
+    /// Where this connector's FIFO slots live; `None`: not said (host memory
+    /// the CPU may touch).
+    #[allow(dead_code)]
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        None
+    }
     /// [`push`](Self::push) of a step the receiving end reduces with `red` (a
     /// CollNet connector reduces it in the network, so it needs the datatype and
     /// operation; other transports just push).
@@ -337,6 +363,18 @@ pub(crate) trait RecvConnector: Send {
     fn peek(&self) -> Option<(*mut u8, usize)>;
     /// Releases the consumed step.
     fn pop(&mut self);
+    /// Where the operation header of the step [`peek`](Self::peek) returned at
+    /// `data` is, for the CPU to read: `data` itself, or host memory beside a
+    /// device slot ([`SendConnector::hdr_slot`]). Valid until `pop`.
+    fn hdr_of(&self, data: *mut u8) -> *const u8 {
+        data
+    }
+    /// Where this connector's FIFO slots live; `None`: not said (host memory
+    /// the CPU may touch).
+    #[allow(dead_code)]
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        None
+    }
     /// Announces one more step the scheduled work will consume: `Some((address,
     /// bytes))` to land it straight in registered user memory, `None` for a FIFO slot.
     fn expect(&mut self, target: Option<(*mut u8, usize)>);
