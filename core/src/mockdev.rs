@@ -145,6 +145,15 @@ unsafe impl Send for P2pAlloc {}
 // SAFETY: as above; `&P2pAlloc` only hands out the address.
 unsafe impl Sync for P2pAlloc {}
 
+static EXIT_ON_IMPORT: AtomicBool = AtomicBool::new(false);
+
+/// Makes this process exit at once (status 3, no cleanup, as if killed) when
+/// the P2P transport next imports a peer's mock FIFO: a rank that dies in the
+/// middle of connection setup, for failure tests.
+pub fn exit_on_p2p_import() {
+    EXIT_ON_IMPORT.store(true, Ordering::Release);
+}
+
 /// Magic of a mock export ("MOCKIPC1").
 const P2P_MAGIC: u64 = u64::from_le_bytes(*b"MOCKIPC1");
 
@@ -187,6 +196,10 @@ impl P2pAlloc {
     /// Errors: a handle that is not a mock export or of another length; the
     /// owner's descriptor cannot be opened (it exited) or mapped.
     pub(crate) fn import(handle: &[u8; 64], len: usize) -> std::io::Result<P2pAlloc> {
+        if EXIT_ON_IMPORT.load(Ordering::Acquire) {
+            // SAFETY: ends the process without running anything else (the test's intent).
+            unsafe { libc::_exit(3) };
+        }
         let u64_at = |o: usize| u64::from_le_bytes(handle[o..o + 8].try_into().expect("8 bytes"));
         let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
         if u64_at(0) != P2P_MAGIC {

@@ -596,7 +596,8 @@ impl Transport for P2pTransport {
                     ordinal: gpu.dev,
                     _keep: alloc.keep.clone(),
                 };
-                let (pending, shm_info) = self.shm.setup_recv(req, me, peer, layout, Some(ext))?;
+                let (mut pending, shm_info) = self.shm.setup_recv(req, me, peer, layout, Some(ext))?;
+                pending.watch_peer();
                 let ci = ConnectInfo {
                     mode,
                     read: false,
@@ -835,6 +836,110 @@ mod tests {
             let (a, b) = (peer(0, 7, 100, Some(A)), peer(1, 7, 200, Some(B)));
             assert!(!t.can_connect(&a, &b), "no driver: no P2P");
         }
+    }
+
+    /// Two ranks of this process on one mock GPU: P2P accepts the pair (direct
+    /// pointer), the receiver's FIFO is the mock device allocation, steps move
+    /// through it with their operation headers in the segment beside the slots,
+    /// and both connectors report device memory.
+    #[test]
+    fn direct_pair_moves_steps_through_the_mock_device_fifo() {
+        use crate::transport::proto::Protocol;
+        use crate::transport::{ConnKey, FifoMem};
+        crate::mockdev::declare_gpu(crate::mockdev::MockGpu {
+            ordinal: 7,
+            cuda_cc: 90,
+            gdr: false,
+            dmabuf: false,
+            pci_path: Some(A.1.into()),
+        });
+        let gpu = bind_gpu(7).expect("mock GPU binds");
+        assert_eq!(gpu.bus_id, A.0);
+        let pid = std::process::id();
+        let ns = crate::transport::pid_namespace();
+        let mk = |rank: usize| TransportPeer {
+            rank,
+            host_hash: 7,
+            pid,
+            pid_ns: ns,
+            params: TransportParams::default(),
+            local_rank: rank,
+            gpu: Some(gpu.clone()),
+        };
+        let (a, b) = (mk(0), mk(1));
+        let shm = |r: usize| ShmTransport::new(r, vec![pid, pid], Protocol::Simple, std::time::Duration::from_secs(5));
+        let (t0, t1) = (
+            P2pTransport::new(vec![P2pParams::default(); 2], shm(0)),
+            P2pTransport::new(vec![P2pParams::default(); 2], shm(1)),
+        );
+        assert!(t0.can_connect(&a, &b) && t1.can_connect(&b, &a));
+        let req = |peer: usize, dir: Dir| ConnRequest {
+            key: ConnKey {
+                channel: 0,
+                peer,
+                conn: 0,
+            },
+            dir,
+            step_size: 4096,
+            net_dev: 0,
+        };
+        let (mut ps, si) = t0.setup(&req(1, Dir::Send), &a, &b).expect("send setup");
+        let (mut pr, ri) = t1.setup(&req(0, Dir::Recv), &b, &a).expect("recv setup");
+        assert!(pr.connect(&si).unwrap().is_none(), "receiver waits for the sender");
+        let Some(Connected::Send(mut s)) = ps.connect(&ri).expect("send connect") else {
+            panic!("no send connector")
+        };
+        let Some(Connected::Recv(mut r)) = pr.connect(&si).expect("recv connect") else {
+            panic!("no receive connector")
+        };
+        assert_eq!(s.fifo_mem(), Some(FifoMem::Device { ordinal: 7 }));
+        assert_eq!(r.fifo_mem(), Some(FifoMem::Device { ordinal: 7 }));
+        for step in 0..3 * crate::transport::NCCL_STEPS {
+            assert!(s.can_push(), "step {step}");
+            let (hdr, slot) = (s.hdr_slot(), s.next_slot());
+            let h = hdr as usize;
+            assert!(
+                h + crate::coll::desc::OP_HDR_BYTES <= slot as usize || h >= slot as usize + 4096,
+                "the header is not in the device slot"
+            );
+            // SAFETY: mock device memory is host memory; the header place
+            // holds OP_HDR_BYTES bytes and the slot 4096; both ours until pushed.
+            unsafe {
+                std::ptr::write_bytes(hdr, step as u8, crate::coll::desc::OP_HDR_BYTES);
+                std::ptr::write_bytes(slot, step as u8 ^ 0xa5, 100);
+            }
+            s.push(100);
+            let (p, n) = r.peek().expect("the step arrived");
+            assert_eq!((p, n), (slot, 100), "direct pointer: the same slot address");
+            // SAFETY: the received step and its header, valid until pop.
+            unsafe {
+                let got = std::slice::from_raw_parts(r.hdr_of(p), crate::coll::desc::OP_HDR_BYTES);
+                assert!(got.iter().all(|&x| x == step as u8), "header of step {step}");
+                let data = std::slice::from_raw_parts(p, n);
+                assert!(data.iter().all(|&x| x == step as u8 ^ 0xa5), "data of step {step}");
+            }
+            r.pop();
+            s.progress().expect("sender progress");
+            r.progress().expect("receiver progress");
+        }
+        s.close();
+        r.close();
+    }
+
+    /// An exported mock FIFO whose owner has exited cannot be imported, and
+    /// the error says so (no hang, no mapping of something else).
+    #[test]
+    fn a_dead_owners_fifo_is_not_imported() {
+        let (_mine, mut h) = crate::mockdev::P2pAlloc::alloc(8192).expect("mock alloc");
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let dead = child.id();
+        child.wait().expect("reap");
+        h[8..12].copy_from_slice(&dead.to_le_bytes());
+        let e = MockFifoMem.import(0, &h, 8192).err().expect("import of a dead owner");
+        assert!(e.contains("mock device import"), "{e}");
+        let (_mine, h) = crate::mockdev::P2pAlloc::alloc(8192).expect("mock alloc");
+        let e = MockFifoMem.import(0, &h, 4096).err().expect("import of the wrong size");
+        assert!(e.contains("expected 4096"), "{e}");
     }
 
     #[test]

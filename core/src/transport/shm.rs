@@ -579,6 +579,7 @@ impl ShmTransport {
             seg: Some(seg),
             fd: Some(fd),
             ext,
+            watch: None,
             layout,
             req: *req,
             peer_pid: peer.pid,
@@ -632,6 +633,8 @@ pub(crate) struct PendingRecv {
     seg: Option<Segment>,
     fd: Option<OwnedFd>,
     ext: Option<ExtSlots>,
+    /// Watches the sender while waiting for it to attach ([`Self::watch_peer`]).
+    watch: Option<PeerWatch>,
     layout: Layout,
     req: ConnRequest,
     peer_pid: u32,
@@ -653,6 +656,12 @@ impl PendingConn for PendingRecv {
 }
 
 impl PendingRecv {
+    /// Checks the sending process while waiting for it to attach: its death
+    /// fails the connect at once (naming it) instead of at the setup timeout.
+    pub(crate) fn watch_peer(&mut self) {
+        self.watch = Some(PeerWatch::new(self.req.key.peer, self.peer_pid, self.timeout));
+    }
+
     /// NCCL's `shmRecvConnect`: done once the sender has mapped the segment.
     pub(crate) fn finish(&mut self, peer_info: &[u8]) -> Result<Option<ShmRecv>, Error> {
         let peer = self.req.key.peer;
@@ -670,6 +679,12 @@ impl PendingRecv {
         }
         let seg = self.seg.as_ref().expect("segment until connected");
         if seg.header().send_state.load(Ordering::Acquire) & ST_ATTACHED == 0 {
+            if let Some(w) = &mut self.watch
+                && let Some(ev) = w.check(true)
+            {
+                let what = format!("rank {peer} to map its FIFO of channel {}", self.req.key.channel);
+                return Err(peer_event_error(&self.shared, w, ev, &what));
+            }
             return Ok(None);
         }
         // The sender has its own mapping: our descriptor is no longer needed.
