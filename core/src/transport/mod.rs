@@ -17,8 +17,8 @@
 //! direction. Each connection (channel, peer, connection index, direction) goes
 //! to the first transport in NCCL's order whose [`Transport::can_connect`] accepts
 //! the pair (`src/transport.cc`, `selectTransport`): P2P ([`p2p`]: GPUs that
-//! can reach each other, within `NCCL_P2P_LEVEL` and without `NCCL_P2P_DISABLE`;
-//! ranks bind no GPU yet, so it never accepts a pair), then SHM ([`shm`], ranks
+//! can reach each other, within `NCCL_P2P_LEVEL` and without `NCCL_P2P_DISABLE`,
+//! for ranks whose communicators bound a GPU), then SHM ([`shm`], ranks
 //! on one host), then NET ([`net`], the plugin; device memory of an operation
 //! goes through GPUDirect RDMA where [`gdr`] allows it, else it is staged). [`setup`] exchanges the connect information over the bootstrap
 //! and drives the connects.
@@ -101,8 +101,9 @@ pub(crate) struct TransportPeer {
     /// Index of the rank among the ranks of its host, printed where NCCL prints
     /// the device (`rank[dev]`).
     pub local_rank: usize,
-    /// The GPU the rank drives (NCCL's `busId`/`cudaDev`); `None`: a host
-    /// process (every ferroccl rank today: device memory appears per operation).
+    /// The GPU the rank drives (NCCL's `busId`/`cudaDev`, bound by
+    /// `CommConfig::cuda_dev`); `None`: a host process (device memory then
+    /// appears per operation).
     pub gpu: Option<p2p::GpuLoc>,
 }
 
