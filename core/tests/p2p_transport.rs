@@ -76,6 +76,31 @@ fn p2p_worker() {
         comm.destroy().expect("destroy");
         return;
     }
+    if let Some(r) = role("threads") {
+        // Both ranks in this process, as threads, on one mock GPU (`P2P_GPUS=same`).
+        let handles: Vec<_> = (0..r.nranks)
+            .map(|rank| {
+                let mut me = r.clone();
+                me.rank = rank;
+                std::thread::spawn(move || {
+                    let comm = Comm::init_rank(me.nranks, &me.id, rank, bind(rank, Duration::from_secs(60)))
+                        .unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}"));
+                    let s = Stream::new();
+                    for count in [1usize, 1031, 1 << 20] {
+                        let send = ar_input(&me, count, 89);
+                        let mut recv = vec![0f32; count];
+                        all_reduce_checked(&comm, &me, &send, &mut recv, 89, &s);
+                    }
+                    comm.destroy().expect("destroy");
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("rank thread");
+        }
+        println!("threads done");
+        return;
+    }
     if let Some(r) = role("die") {
         if r.rank == 1 {
             // Exits (status 3) when it opens rank 0's FIFO, in the middle of setup.
@@ -173,6 +198,35 @@ fn unbound_ranks_use_shm() {
     let text = all_text(&outs);
     assert!(
         text.contains("via SHM/direct/direct") && !text.contains("via P2P"),
+        "{}",
+        dump(&outs)
+    );
+}
+
+/// Two ranks as threads of one process on one (mock) GPU: the receiver's
+/// FIFO pointer is used directly (NCCL's `P2P/direct pointer`), and AllReduce
+/// is right.
+#[test]
+fn two_ranks_in_one_process_use_the_direct_pointer() {
+    let all = [
+        (ENV_GPUS, "same"),
+        ("NCCL_BUFFSIZE", "65536"),
+        ("NCCL_MAX_NCHANNELS", "2"),
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_DEBUG_SUBSYS", "INIT"),
+    ];
+    let outs = launch(WORKER, "threads", 2, &[0], &all, |_| Vec::new(), LIMIT);
+    assert_all_ok(&outs, "two ranks as threads");
+    let text = all_text(&outs);
+    assert!(text.contains("threads done"), "{}", dump(&outs));
+    for want in [
+        "Channel 00/0 : 0[0] -> 1[0] via P2P/direct pointer",
+        "Channel 00/0 : 1[0] -> 0[0] via P2P/direct pointer",
+    ] {
+        assert!(text.contains(want), "no line containing {want:?} in\n{}", dump(&outs));
+    }
+    assert!(
+        !text.contains("via SHM") && !text.contains("via P2P/IPC"),
         "{}",
         dump(&outs)
     );
