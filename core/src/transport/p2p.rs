@@ -474,9 +474,11 @@ fn dev_mem(gpu: &GpuLoc) -> &'static dyn FifoDevMem {
 }
 
 /// Direct-pointer FIFOs of this process, by address, from the receiver's
-/// setup until its sender's connect takes them (so the allocation lives as
-/// long as either connector).
-static DIRECT: Mutex<Vec<(usize, DevAlloc)>> = Mutex::new(Vec::new());
+/// setup until its sender's connect takes a strong reference (the allocation
+/// then lives as long as either connector). Weak: a FIFO whose sender never
+/// connects is freed with its receiver.
+type DirectTable = Vec<(usize, std::sync::Weak<dyn Send + Sync>)>;
+static DIRECT: Mutex<DirectTable> = Mutex::new(Vec::new());
 
 /// How `me` reaches `peer`'s FIFO.
 fn mode_of(me: &TransportPeer, peer: &TransportPeer) -> P2pMode {
@@ -582,10 +584,9 @@ impl Transport for P2pTransport {
                 let handle = match mode {
                     P2pMode::Ipc => handle,
                     P2pMode::Direct => {
-                        DIRECT
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .push((alloc.ptr as usize, alloc.clone()));
+                        let mut d = DIRECT.lock().unwrap_or_else(|e| e.into_inner());
+                        d.retain(|(_, w)| w.strong_count() > 0);
+                        d.push((alloc.ptr as usize, Arc::downgrade(&alloc.keep)));
                         let mut h = [0u8; 64];
                         h[..8].copy_from_slice(&(alloc.ptr as u64).to_le_bytes());
                         h
@@ -702,11 +703,15 @@ impl PendingConn for P2pPendingSend {
             P2pMode::Direct => {
                 let ptr = u64::from_le_bytes(ci.handle[..8].try_into().expect("8 bytes")) as usize;
                 let mut d = DIRECT.lock().unwrap_or_else(|e| e.into_inner());
-                let i = d
+                let keep = d
                     .iter()
                     .position(|(p, _)| *p == ptr)
-                    .ok_or_else(|| bad(format!("direct pointer {ptr:#x} is no FIFO of this process")))?;
-                d.swap_remove(i).1
+                    .and_then(|i| d.swap_remove(i).1.upgrade())
+                    .ok_or_else(|| bad(format!("direct pointer {ptr:#x} is no live FIFO of this process")))?;
+                DevAlloc {
+                    ptr: ptr as *mut u8,
+                    keep,
+                }
             }
             P2pMode::Ipc => dev_mem(&self.gpu)
                 .import(self.gpu.dev, &ci.handle, layout.slots_len())
