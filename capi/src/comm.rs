@@ -79,8 +79,11 @@ fn start(job: Job, out: *mut ncclComm_t) -> R {
 /// A new handle for a communicator with `settings`, stored in `*out` at once
 /// (NCCL sets `*newcomm` before a non-blocking init finishes), and its config.
 fn new_handle(out: *mut ncclComm_t, settings: Settings, op: &str) -> R<(Arc<Entry>, CommConfig)> {
-    let (config, abort) = settings.comm_config(op)?;
-    let e = handles::create(settings, current_cuda_device(), abort);
+    let (mut config, abort) = settings.comm_config(op)?;
+    let dev = current_cuda_device();
+    // NCCL binds the current device at init (`src/init.cc`: cudaGetDevice).
+    config.cuda_dev = usize::try_from(dev).ok();
+    let e = handles::create(settings, dev, abort);
     store(out, e.handle(), op, "newcomm").inspect_err(|_| {
         handles::remove(e.handle());
     })?;
@@ -189,7 +192,10 @@ pub(crate) fn init_all(comms: *mut ncclComm_t, ndev: c_int, devlist: *const c_in
         let mut jobs = Vec::with_capacity(n);
         for (r, dev) in devs.iter().enumerate() {
             let settings = Settings::default();
-            let (config, abort) = settings.comm_config("ncclCommInitAll")?;
+            let (mut config, abort) = settings.comm_config("ncclCommInitAll")?;
+            if cuda {
+                config.cuda_dev = usize::try_from(*dev).ok();
+            }
             let e = handles::create(settings, if cuda { *dev } else { -1 }, abort);
             entries.push(e.clone());
             jobs.push(Job {

@@ -103,3 +103,153 @@ pub(crate) fn dmabuf_fd(ptr: *const u8, len: usize) -> Option<std::io::Result<(O
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     Some(Ok((fd, (ptr as usize - start) as u64)))
 }
+
+/// GPUs a test binds communicators to (`CommConfig::cuda_dev`) without any
+/// declared memory: the P2P transport then allocates its FIFOs as
+/// [`P2pAlloc`]s (host memory standing in for device memory).
+static P2P_GPUS: RwLock<Vec<MockGpu>> = RwLock::new(Vec::new());
+
+/// Declares mock GPU `gpu` for the whole process: a communicator whose
+/// `CommConfig::cuda_dev` is `gpu.ordinal` binds it (its bus id is the last
+/// component of `gpu.pci_path`, else `0000:00:00.0` plus the ordinal), and the
+/// P2P transport between ranks bound to mock GPUs allocates, exports and
+/// imports its FIFOs through [`P2pAlloc`] instead of the CUDA driver.
+pub fn declare_gpu(gpu: MockGpu) {
+    let mut g = P2P_GPUS.write().unwrap_or_else(|e| e.into_inner());
+    g.retain(|x| x.ordinal != gpu.ordinal);
+    g.push(gpu);
+}
+
+/// The mock GPU `ordinal` declared with [`declare_gpu`].
+pub(crate) fn bound_gpu(ordinal: usize) -> Option<MockGpu> {
+    let g = P2P_GPUS.read().unwrap_or_else(|e| e.into_inner());
+    g.iter().find(|x| x.ordinal == ordinal).cloned()
+}
+
+/// A mock "device allocation" of the P2P transport: a `memfd` mapped shared.
+/// Its export (the 64 bytes a legacy `cuIpcGetMemHandle` gives) names the
+/// owner's pid and descriptor; another process imports it by opening
+/// `/proc/<pid>/fd/<fd>` (as the shared-memory transport reaches segments) and
+/// maps the same pages, so bytes written through one mapping are read through
+/// the other, as through a CUDA IPC mapping of one allocation.
+#[derive(Debug)]
+pub(crate) struct P2pAlloc {
+    ptr: *mut u8,
+    len: usize,
+    /// The owner keeps its descriptor for importers; an import closes its own.
+    _fd: Option<OwnedFd>,
+}
+
+// SAFETY: a shared mapping owned by this value; the address may move between threads.
+unsafe impl Send for P2pAlloc {}
+// SAFETY: as above; `&P2pAlloc` only hands out the address.
+unsafe impl Sync for P2pAlloc {}
+
+static EXIT_ON_IMPORT: AtomicBool = AtomicBool::new(false);
+
+/// Makes this process exit at once (status 3, no cleanup, as if killed) when
+/// the P2P transport next imports a peer's mock FIFO: a rank that dies in the
+/// middle of connection setup, for failure tests.
+pub fn exit_on_p2p_import() {
+    EXIT_ON_IMPORT.store(true, Ordering::Release);
+}
+
+/// Magic of a mock export ("MOCKIPC1").
+const P2P_MAGIC: u64 = u64::from_le_bytes(*b"MOCKIPC1");
+
+impl P2pAlloc {
+    /// `len` zeroed bytes and their export.
+    ///
+    /// Errors: `memfd_create`, `ftruncate` or `mmap` failing.
+    pub(crate) fn alloc(len: usize) -> std::io::Result<(P2pAlloc, [u8; 64])> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: memfd_create with a NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"ferroccl-mock-p2p".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just created for us to own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain syscall on our descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let ptr = Self::map(&fd, len)?;
+        let mut h = [0u8; 64];
+        h[..8].copy_from_slice(&P2P_MAGIC.to_le_bytes());
+        h[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+        h[12..16].copy_from_slice(&fd.as_raw_fd().to_le_bytes());
+        h[16..24].copy_from_slice(&(len as u64).to_le_bytes());
+        Ok((
+            P2pAlloc {
+                ptr,
+                len,
+                _fd: Some(fd),
+            },
+            h,
+        ))
+    }
+
+    /// Maps the allocation another process exported as `handle`, which must be
+    /// `len` bytes.
+    ///
+    /// Errors: a handle that is not a mock export or of another length; the
+    /// owner's descriptor cannot be opened (it exited) or mapped.
+    pub(crate) fn import(handle: &[u8; 64], len: usize) -> std::io::Result<P2pAlloc> {
+        if EXIT_ON_IMPORT.load(Ordering::Acquire) {
+            // SAFETY: ends the process without running anything else (the test's intent).
+            unsafe { libc::_exit(3) };
+        }
+        let u64_at = |o: usize| u64::from_le_bytes(handle[o..o + 8].try_into().expect("8 bytes"));
+        let bad = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidData, m);
+        if u64_at(0) != P2P_MAGIC {
+            return Err(bad("not a mock device export".into()));
+        }
+        let pid = u32::from_le_bytes(handle[8..12].try_into().expect("4 bytes"));
+        let fd = i32::from_le_bytes(handle[12..16].try_into().expect("4 bytes"));
+        if u64_at(16) != len as u64 {
+            return Err(bad(format!("mock export of {} bytes, expected {len}", u64_at(16))));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/fd/{fd}"))?;
+        if file.metadata()?.len() != len as u64 {
+            return Err(bad(format!("/proc/{pid}/fd/{fd} is not {len} bytes long")));
+        }
+        let fd = OwnedFd::from(file);
+        let ptr = Self::map(&fd, len)?;
+        Ok(P2pAlloc { ptr, len, _fd: None })
+    }
+
+    fn map(fd: &OwnedFd, len: usize) -> std::io::Result<*mut u8> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel checks the arguments.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(p.cast())
+    }
+
+    /// The mapped address.
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for P2pAlloc {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}

@@ -4,6 +4,11 @@
 //! through host memory by the device's CUDA backend (`coll::mem`); the results
 //! are checked against the CPU reference (`ferroccl::check`).
 //!
+//! Two processes bound to GPU 0 (`CommConfig::cuda_dev`) connect through the
+//! P2P transport instead (`via P2P/IPC`: each receiver's FIFO in GPU memory,
+//! opened by the other process from its CUDA IPC handle), and AllReduce on
+//! device buffers up to 64 MiB equals the reference.
+//!
 //! **Needs a GPU and NVRTC.** Without them the test prints `SKIPPED` with the
 //! reason and passes; with `FERROCCL_REQUIRE_GPU=1` it fails instead (the
 //! convention of `kernels/tests/cuda_device.rs`).
@@ -16,10 +21,10 @@ mod coll_support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use coll_support::{assert_all_ok, join, launch, role};
+use coll_support::{assert_all_ok, config, dump, join, launch, role};
 use ferroccl::check;
 use ferroccl::stream::Stream;
-use ferroccl::{DataType, RedOp, TestOp};
+use ferroccl::{Comm, CommConfig, DataType, RedOp, TestOp};
 use ferroccl_kernels::cuda::{CudaBackend, DeviceBuffer, NVRTC_LIB_ENV, nvrtc_load};
 
 const WORKER: &str = "device_worker";
@@ -235,4 +240,77 @@ fn collectives_ordered_with_a_cuda_stream() {
         Duration::from_secs(300),
     );
     assert_all_ok(&outs, "CUDA stream ordering, 2 processes");
+}
+
+/// Child entry point: a communicator bound to GPU 0 (as NCCL binds the
+/// current device), AllReduce (float32, sum) of device buffers at sizes up to
+/// 64 MiB, out of place and in place.
+#[test]
+fn p2p_worker() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "coll_device::p2p_worker",
+        std::time::Duration::from_secs(270),
+        String::new,
+    );
+    let Some(r) = role("p2p") else { return };
+    let cfg = CommConfig {
+        cuda_dev: Some(0),
+        ..config(Duration::from_secs(60))
+    };
+    let comm = Comm::init_rank(r.nranks, &r.id, r.rank, cfg).unwrap_or_else(|e| panic!("rank {}: init: {e}", r.rank));
+    let mut wrong = 0;
+    for count in [1usize, 1031, 1 << 20, 16 << 20] {
+        for in_place in [false, true] {
+            let w = run_device(&comm, TestOp::AllReduce, DataType::Float32, RedOp::Sum, count, in_place);
+            if w > 0 {
+                println!("WRONG AllReduce float32 sum count {count} in_place {in_place}: {w}");
+            }
+            wrong += w;
+        }
+    }
+    for (t, n) in comm.transports() {
+        println!("transport {t} x{n}");
+    }
+    comm.destroy().expect("destroy");
+    assert_eq!(wrong, 0, "rank {}: wrong elements over P2P", r.rank);
+}
+
+/// Two processes on GPU 0, bound: every connection is P2P/IPC (NCCL's INFO
+/// line `Channel 00/0 : 0[0] -> 1[0] via P2P/IPC`) and AllReduce of device
+/// buffers up to 64 MiB equals the reference.
+#[test]
+fn p2p_ipc_two_processes_on_one_gpu() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "coll_device::p2p_ipc_two_processes_on_one_gpu",
+        std::time::Duration::from_secs(330),
+        String::new,
+    );
+    if role("p2p").is_some() || require_gpu("p2p_ipc_two_processes_on_one_gpu").is_none() {
+        return;
+    }
+    let outs = launch(
+        "p2p_worker",
+        "p2p",
+        2,
+        &[0, 1],
+        &[("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT")],
+        |_| Vec::new(),
+        Duration::from_secs(300),
+    );
+    assert_all_ok(&outs, "P2P on GPU 0, 2 processes");
+    let text: String = outs.iter().map(|o| o.stdout.as_str()).collect();
+    for want in [
+        "Channel 00/0 : 0[0] -> 1[0] via P2P/IPC",
+        "Channel 00/0 : 1[0] -> 0[0] via P2P/IPC",
+    ] {
+        assert!(text.contains(want), "no line containing {want:?} in\n{}", dump(&outs));
+    }
+    for o in &outs {
+        let t: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("transport ")).collect();
+        assert!(
+            !t.is_empty() && t.iter().all(|l| l.starts_with("transport P2P/IPC")),
+            "rank {}: {t:?}",
+            o.rank
+        );
+    }
 }

@@ -125,8 +125,9 @@ fn desc_step(op: &SliceOp, lane: Lane, desc: &OpDesc, conns: &mut ConnTable) -> 
     }
     for peer in op.send_to.iter() {
         let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
-        // SAFETY: a FIFO slot holds at least OP_HDR_BYTES bytes and is ours until pushed.
-        desc.encode(unsafe { std::slice::from_raw_parts_mut(s.next_slot(), OP_HDR_BYTES) });
+        // SAFETY: the header place of a slot (`hdr_slot`: the slot or host
+        // memory beside it) holds OP_HDR_BYTES bytes and is ours until pushed.
+        desc.encode(unsafe { std::slice::from_raw_parts_mut(s.hdr_slot(), OP_HDR_BYTES) });
         s.push(OP_HDR_BYTES);
     }
     for peer in op.recv_from.iter() {
@@ -280,7 +281,8 @@ fn peek_received(
         if op.hdr_recv & (1 << i) != 0 {
             // SAFETY: a header step always lands in a FIFO slot (`recv_target`),
             // which holds at least OP_HDR_BYTES bytes and is ours until `pop`.
-            let hdr = unsafe { std::slice::from_raw_parts(ptr, OP_HDR_BYTES) };
+            // The header is read where the connector says (beside a device slot).
+            let hdr = unsafe { std::slice::from_raw_parts(r.hdr_of(ptr), OP_HDR_BYTES) };
             desc.check(hdr, peer, cx.rank)?;
             recvd[i] = ptr.wrapping_add(OP_HDR_BYTES);
         }
@@ -401,7 +403,9 @@ fn claim_outgoing(op: &SliceOp, lane: Lane, desc: &OpDesc, cx: &mut ExecCx<'_>) 
             if op.hdr_send & (1 << i) != 0 {
                 // SAFETY: a FIFO slot holds a step plus OP_HDR_BYTES (the
                 // schedule's slices leave that room) and is ours until pushed.
-                desc.encode(unsafe { std::slice::from_raw_parts_mut(out.slots[i], OP_HDR_BYTES) });
+                // The header goes where the connector says (`hdr_slot`: host
+                // memory beside a device slot); the payload follows it in the slot.
+                desc.encode(unsafe { std::slice::from_raw_parts_mut(s.hdr_slot(), OP_HDR_BYTES) });
                 out.slots[i] = out.slots[i].wrapping_add(OP_HDR_BYTES);
             }
         }

@@ -54,9 +54,9 @@ fn transport_peers(peers: &[PeerInfo]) -> Vec<TransportPeer> {
             pid_ns: p.pid_ns,
             params: p.transport,
             local_rank: peers[..p.rank].iter().filter(|q| q.host_hash == p.host_hash).count(),
-            // Ranks are host processes: no GPU is bound at init (so P2P never
-            // joins a pair; device memory is handled per operation).
-            gpu: None,
+            // The GPU the rank's communicator bound (`CommConfig::cuda_dev`);
+            // `None`: a host process, which P2P never joins.
+            gpu: p.gpu.clone(),
         })
         .collect()
 }
@@ -386,6 +386,15 @@ impl Comm {
             .map(|(_, info, _)| NetIdentity::of(info))
             .map_err(Clone::clone);
         let mut mine = PeerInfo::local(rank, &identity, &params, tparams);
+        // NCCL binds the device current at init (`src/init.cc`: cudaGetDevice).
+        // A device the driver cannot describe leaves the rank unbound (no P2P)
+        // rather than failing init.
+        if let Some(dev) = config.cuda_dev {
+            match crate::transport::p2p::bind_gpu(dev) {
+                Ok(g) => mine.gpu = Some(g),
+                Err(e) => tracing::warn!(target: "ferroccl::init", "{e}; the P2P transport is not used by this rank"),
+            }
+        }
         let want_collnet = resolve_collnet_enable(&config)?;
         if let Ok((net, _, f)) = &local {
             mine.topo = f.record.to_bytes();
@@ -424,12 +433,14 @@ impl Comm {
         let oob: Arc<dyn Oob> = Arc::new(BootstrapOob(bootstrap.clone()));
         let tpeers = transport_peers(&peers);
         let pids = peers.iter().map(|p| p.pid).collect();
+        let shm = ShmTransport::new(rank, pids, shm_proto, params.timeout);
         let transports: Vec<Arc<dyn Transport>> = vec![
             // NCCL's order: P2P, SHM, NET (src/transport.cc).
             Arc::new(crate::transport::p2p::P2pTransport::new(
                 tpeers.iter().map(|p| p.params.p2p()).collect(),
+                shm.with_proto(proto::Protocol::Simple),
             )),
-            Arc::new(ShmTransport::new(rank, pids, shm_proto, params.timeout)),
+            Arc::new(shm),
             Arc::new(NetTransport::new(
                 net.clone(),
                 ctx,

@@ -44,6 +44,13 @@ pub struct CommConfig {
     /// 64; 0 disables one-sided operations); `NCCL_NUM_RMA_CTX`, when set, overrides it
     /// as in NCCL. See [`resolve_num_rma_ctx`].
     pub num_rma_ctx: Option<i32>,
+    /// The CUDA device this communicator's rank drives. NCCL binds the device
+    /// current at init (`src/init.cc`, `ncclCommInitRank`: `cudaGetDevice`);
+    /// the C API sets it from the current device when CUDA is present. Bound
+    /// ranks on one host may use the P2P transport (FIFOs in GPU memory,
+    /// `NCCL_P2P_DISABLE` / `NCCL_P2P_LEVEL`); `None`: a host process (P2P
+    /// never used).
+    pub cuda_dev: Option<usize>,
 }
 
 /// `NCCL_NET_TRAFFIC_CLASS_UNDEF`: no traffic class.

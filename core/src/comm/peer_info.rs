@@ -97,6 +97,10 @@ pub(crate) struct PeerInfo {
     /// `None` otherwise (see `comm::collnet`).
     #[serde(default)]
     pub collnet: Option<Vec<u8>>,
+    /// The GPU the rank's communicator bound (`CommConfig::cuda_dev`: NCCL's
+    /// `cudaDev` and `busId`); `None`: a host process.
+    #[serde(default)]
+    pub gpu: Option<crate::transport::p2p::GpuLoc>,
 }
 
 impl PeerInfo {
@@ -122,6 +126,7 @@ impl PeerInfo {
             net_latency_us: 0.0,
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
             collnet: None,
+            gpu: None,
         }
     }
 
@@ -244,6 +249,7 @@ mod tests {
             net_latency_us: 0.5,
             cores: 2,
             collnet: None,
+            gpu: None,
         }
     }
 

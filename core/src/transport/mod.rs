@@ -17,8 +17,8 @@
 //! direction. Each connection (channel, peer, connection index, direction) goes
 //! to the first transport in NCCL's order whose [`Transport::can_connect`] accepts
 //! the pair (`src/transport.cc`, `selectTransport`): P2P ([`p2p`]: GPUs that
-//! can reach each other, within `NCCL_P2P_LEVEL` and without `NCCL_P2P_DISABLE`;
-//! ranks bind no GPU yet, so it never accepts a pair), then SHM ([`shm`], ranks
+//! can reach each other, within `NCCL_P2P_LEVEL` and without `NCCL_P2P_DISABLE`,
+//! for ranks whose communicators bound a GPU), then SHM ([`shm`], ranks
 //! on one host), then NET ([`net`], the plugin; device memory of an operation
 //! goes through GPUDirect RDMA where [`gdr`] allows it, else it is staged). [`setup`] exchanges the connect information over the bootstrap
 //! and drives the connects.
@@ -101,8 +101,9 @@ pub(crate) struct TransportPeer {
     /// Index of the rank among the ranks of its host, printed where NCCL prints
     /// the device (`rank[dev]`).
     pub local_rank: usize,
-    /// The GPU the rank drives (NCCL's `busId`/`cudaDev`); `None`: a host
-    /// process (every ferroccl rank today: device memory appears per operation).
+    /// The GPU the rank drives (NCCL's `busId`/`cudaDev`, bound by
+    /// `CommConfig::cuda_dev`); `None`: a host process (device memory then
+    /// appears per operation).
     pub gpu: Option<p2p::GpuLoc>,
 }
 
@@ -250,6 +251,18 @@ pub(crate) trait PendingConn: Send {
 /// ncclConnect` is 256 bytes; ours is a little more verbose but bounded).
 pub(crate) const CONNECT_INFO_MAX: usize = 1024;
 
+// Read by the device executor (a parallel branch); until it lands, only the
+// connectors say it.
+#[allow(dead_code)]
+/// Where a connector's FIFO slots live (decides which backend runs a step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FifoMem {
+    /// Host memory the connector owns, `[base, base + len)`, alive as long as the connector; the executor may page-lock it for a GPU (cuMemHostRegister) so kernels reach it.
+    Host { base: usize, len: usize },
+    /// Device memory of GPU `ordinal` (a P2P FIFO): only that GPU's kernels may touch its slots.
+    Device { ordinal: usize },
+}
+
 /// A user-memory registration a send connector can send from directly (an
 /// opaque token: the net transport's mhandle).
 #[derive(Debug, Clone, Copy)]
@@ -274,6 +287,20 @@ pub(crate) trait SendConnector: Send {
     fn next_slot(&self) -> *mut u8;
     /// Marks the next step filled with `size` bytes.
     fn push(&mut self, size: usize);
+    /// Where the executor writes the operation header (`coll::desc::OP_HDR_BYTES`)
+    /// of the next step with the CPU: the start of [`next_slot`](Self::next_slot)
+    /// (the payload follows it there), or, when the slots are device memory
+    /// ([`FifoMem::Device`]), host memory of the connector beside the slot (the
+    /// payload still starts `OP_HDR_BYTES` into the slot). Valid while `can_push()`.
+    fn hdr_slot(&self) -> *mut u8 {
+        self.next_slot()
+    }
+    /// Where this connector's FIFO slots live; `None`: not said (host memory
+    /// the CPU may touch).
+    #[allow(dead_code)]
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        None
+    }
     /// [`push`](Self::push) of a step the receiving end reduces with `red` (a
     /// CollNet connector reduces it in the network, so it needs the datatype and
     /// operation; other transports just push).
@@ -337,6 +364,18 @@ pub(crate) trait RecvConnector: Send {
     fn peek(&self) -> Option<(*mut u8, usize)>;
     /// Releases the consumed step.
     fn pop(&mut self);
+    /// Where the operation header of the step [`peek`](Self::peek) returned at
+    /// `data` is, for the CPU to read: `data` itself, or host memory beside a
+    /// device slot ([`SendConnector::hdr_slot`]). Valid until `pop`.
+    fn hdr_of(&self, data: *mut u8) -> *const u8 {
+        data
+    }
+    /// Where this connector's FIFO slots live; `None`: not said (host memory
+    /// the CPU may touch).
+    #[allow(dead_code)]
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        None
+    }
     /// Announces one more step the scheduled work will consume: `Some((address,
     /// bytes))` to land it straight in registered user memory, `None` for a FIFO slot.
     fn expect(&mut self, target: Option<(*mut u8, usize)>);

@@ -11,20 +11,67 @@
 //! same device). Each refusal carries its reason, logged at INFO by
 //! [`P2pTransport::can_connect`] (NCCL logs "Could not enable P2P between dev …").
 //!
-//! What is not built yet: ferroccl ranks are host processes that do not bind a
-//! GPU at init (device memory appears per operation), so
-//! [`TransportPeer::gpu`] is `None` and this transport never accepts a pair;
-//! its data path (FIFOs in device memory driven by a device executor) does not
-//! exist, so [`P2pTransport::setup`] refuses with that reason if ever reached.
+//! A rank takes part only when its communicator binds a GPU
+//! (`CommConfig::cuda_dev`, which the C API sets from the current device as
+//! NCCL's `cudaGetDevice` at init): [`TransportPeer::gpu`]. Unbound ranks
+//! (host processes) never use P2P.
+//!
+//! # Data path (NCCL's `p2pRecvSetup` / `p2pSendConnect`, Simple protocol)
+//!
+//! The receiver allocates the connection's FIFO slots (`NCCL_STEPS` slots of
+//! the step size, page-rounded) in its GPU's memory and exports them; the
+//! sender imports them and its steps are written straight there. The step
+//! counters (`tail`, the FIFO entries, `head`), the state words and the
+//! operation headers stay in host memory: a shared-memory transport segment
+//! ([`super::shm`]) whose slots are the device memory ([`ExtSlots`]), so the
+//! peer watch, the close and failure words and the checks are the SHM
+//! transport's. Neither connector touches a slot with the CPU; the executor's
+//! operation header of a step goes in the segment beside its slot
+//! ([`super::SendConnector::hdr_slot`]), and the connectors report
+//! [`super::FifoMem::Device`] so that the executor runs the steps as kernels.
+//!
+//! How the slots reach the sender ([`P2pMode`], NCCL's INFO lines
+//! `via P2P/direct pointer` and `via P2P/IPC`):
+//! * same process: the pointer itself (the allocation is kept alive for the
+//!   sender by a process-wide table, [`DIRECT`]);
+//! * another process: a legacy CUDA IPC handle (`cuIpcGetMemHandle` /
+//!   `cuIpcOpenMemHandle`, NCCL's `P2P_IPC` with `NCCL_CUMEM_ENABLE=0`).
+//!   NCCL's default, cuMem export of a POSIX file descriptor passed over its
+//!   proxy's Unix socket (`P2P/CUMEM`), is not built: legacy IPC works on every
+//!   driver that runs these kernels and needs no descriptor passing.
+//!
+//! Two processes on one GPU (the usual one-GPU test) use P2P/IPC: the same bus
+//! id is distance `LOC`, and `cuIpcOpenMemHandle` of another process'
+//! allocation on the same device works. NCCL itself refuses two ranks on one
+//! GPU at init ("Duplicate GPU detected"); ferroccl goes beyond it here.
+//!
+//! Allocation, export and import go through [`FifoDevMem`]: the CUDA driver
+//! ([`CudaFifoMem`]) or, for GPUs a test declared with
+//! `mockdev::declare_gpu`, the mock device ([`MockFifoMem`]: a `memfd` whose
+//! export names the owner's descriptor, imported through `/proc/<pid>/fd`, in
+//! host memory the CPU executor may touch). Until the executor runs device-FIFO
+//! steps as kernels ([`EXEC_DEVICE_FIFOS`]), real GPUs are refused with that
+//! reason (the CPU must not touch device slots).
 
-use super::{ConnRequest, PendingConn, Transport, TransportPeer};
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use super::shm::{ExtSlots, Layout, ShmTransport};
+use super::{ConnRequest, Connected, Dir, PendingConn, Transport, TransportPeer};
 use crate::error::Error;
 use crate::topo::PathType;
 use crate::transport::gdr::pci_distance;
 
+/// Whether the executor runs the steps of connectors whose FIFO is device
+/// memory ([`super::FifoMem::Device`]) as kernels on that GPU. While it does
+/// not, P2P between real GPUs is refused (mock GPUs' FIFOs are host memory).
+/// Set it once the device executor handles `FifoMem::Device`.
+pub(crate) const EXEC_DEVICE_FIFOS: bool = false;
+
 /// A rank's GPU as the P2P transport sees it (NCCL's `busId` / `cudaDev` in
 /// `struct ncclPeerInfo`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct GpuLoc {
     /// The device ordinal in the rank's own process.
     pub dev: usize,
@@ -162,25 +209,17 @@ pub(crate) fn driver_can_access(dev: usize, peer_bus: &str) -> Result<bool, Stri
     }
 }
 
-// The connect information is used by the device-memory data path, which is not
-// built (see the module docs); its encoding is fixed and tested here first.
-
 /// Size of an encoded [`ConnectInfo`].
-#[allow(dead_code)]
 pub(crate) const CONNECT_INFO_BYTES: usize = 4 + 2 + 1 + 1 + 4 + 16 + 8 + 8 + 64;
-#[allow(dead_code)]
 const MAGIC: u32 = 0x5032_5049; // "P2PI"
-#[allow(dead_code)]
 const VERSION: u16 = 1;
 /// Largest FIFO a peer may announce (NCCL_BUFFSIZE is at most a few hundred MiB).
-#[allow(dead_code)]
 const MAX_FIFO_BYTES: u64 = 1 << 32;
 
 /// What one side of a P2P connection sends the other (NCCL's `struct
 /// p2pConnectInfo`: `direct`, `read`, and the pointer or the IPC handle), in a
 /// fixed little-endian layout of [`CONNECT_INFO_BYTES`] bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(dead_code)]
 pub(crate) struct ConnectInfo {
     /// How the FIFO is reached.
     pub mode: P2pMode,
@@ -199,7 +238,6 @@ pub(crate) struct ConnectInfo {
     pub handle: [u8; 64],
 }
 
-#[allow(dead_code)]
 impl ConnectInfo {
     /// The wire form.
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -296,7 +334,6 @@ impl ConnectInfo {
 }
 
 /// Whether `s` is a PCI bus id `dddd:bb:dd.f` (hex, lower or upper case).
-#[allow(dead_code)]
 fn is_bus_id(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() == 12
@@ -308,16 +345,187 @@ fn is_bus_id(s: &str) -> bool {
             .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
 }
 
-/// The P2P transport (see the module docs for what is built).
+/// The GPU `dev` of this process as a communicator binds it (NCCL's
+/// `cudaDev`, `busId` from `cuDeviceGetPCIBusId`, and the sysfs path for the
+/// PCI distance): a mock GPU declared with `mockdev::declare_gpu`, else the
+/// CUDA driver's.
+///
+/// Errors: [`Error::InvalidArgument`] naming the device when neither knows it.
+pub(crate) fn bind_gpu(dev: usize) -> Result<GpuLoc, Error> {
+    if let Some(g) = crate::mockdev::bound_gpu(dev) {
+        let bus_id = g
+            .pci_path
+            .as_deref()
+            .and_then(|p| p.rsplit('/').next())
+            .filter(|b| is_bus_id(b))
+            .map_or_else(|| format!("0000:{:02x}:00.0", dev & 0xff), str::to_ascii_lowercase);
+        return Ok(GpuLoc {
+            dev,
+            bus_id,
+            pci_path: g.pci_path,
+        });
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let a = ferroccl_kernels::cuda::device_attrs(dev)
+            .map_err(|e| Error::InvalidArgument(format!("binding CUDA device {dev}: {e}")))?;
+        let pci_path = std::fs::canonicalize(format!("/sys/bus/pci/devices/{}", a.bus_id))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
+        Ok(GpuLoc {
+            dev,
+            bus_id: a.bus_id,
+            pci_path,
+        })
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(Error::InvalidArgument(format!(
+        "binding CUDA device {dev}: ferroccl was built without its `cuda` feature"
+    )))
+}
+
+/// A FIFO allocation of [`FifoDevMem`]: its address in this process and what
+/// keeps it alive (the allocation, or the mapping of another process').
+#[derive(Clone)]
+pub(crate) struct DevAlloc {
+    /// Address of the first byte (a device address for real GPUs).
+    pub ptr: *mut u8,
+    /// Dropped last by whoever uses `ptr`.
+    pub keep: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: `ptr` is an address handed to connectors, never dereferenced here;
+// `keep` is Send + Sync.
+unsafe impl Send for DevAlloc {}
+
+/// Allocation, export and import of P2P FIFOs in a GPU's memory (NCCL's
+/// `ncclP2pAllocateShareableBuffer` / `ncclP2pImportShareableBuffer`,
+/// `src/transport/p2p.cc`, legacy IPC branch).
+pub(crate) trait FifoDevMem: Send + Sync {
+    /// `len` bytes on device `ordinal` and their export (a 64-byte handle).
+    fn alloc(&self, ordinal: usize, len: usize) -> Result<(DevAlloc, [u8; 64]), String>;
+    /// Maps another process' export `handle` of `len` bytes into this
+    /// process, for device `ordinal`.
+    fn import(&self, ordinal: usize, handle: &[u8; 64], len: usize) -> Result<DevAlloc, String>;
+}
+
+/// The CUDA driver: `cuMemAlloc` + `cuIpcGetMemHandle`, `cuIpcOpenMemHandle`.
+pub(crate) struct CudaFifoMem;
+
+impl FifoDevMem for CudaFifoMem {
+    #[cfg(feature = "cuda")]
+    fn alloc(&self, ordinal: usize, len: usize) -> Result<(DevAlloc, [u8; 64]), String> {
+        use ferroccl_kernels::cuda;
+        let buf = cuda::DeviceBuffer::alloc(ordinal, len).map_err(|e| e.to_string())?;
+        let h = cuda::ipc_get_mem_handle(buf.as_ptr()).map_err(|e| e.to_string())?;
+        let ptr = buf.as_ptr();
+        Ok((
+            DevAlloc {
+                ptr,
+                keep: Arc::new(buf),
+            },
+            h,
+        ))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn import(&self, ordinal: usize, handle: &[u8; 64], _len: usize) -> Result<DevAlloc, String> {
+        let m = ferroccl_kernels::cuda::IpcMapping::open(ordinal, handle).map_err(|e| e.to_string())?;
+        let ptr = m.as_ptr();
+        Ok(DevAlloc { ptr, keep: Arc::new(m) })
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn alloc(&self, _ordinal: usize, _len: usize) -> Result<(DevAlloc, [u8; 64]), String> {
+        Err("ferroccl was built without its `cuda` feature".into())
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn import(&self, _ordinal: usize, _handle: &[u8; 64], _len: usize) -> Result<DevAlloc, String> {
+        Err("ferroccl was built without its `cuda` feature".into())
+    }
+}
+
+/// The mock device (`mockdev::P2pAlloc`): host memory shared through a `memfd`.
+pub(crate) struct MockFifoMem;
+
+impl FifoDevMem for MockFifoMem {
+    fn alloc(&self, _ordinal: usize, len: usize) -> Result<(DevAlloc, [u8; 64]), String> {
+        let (a, h) = crate::mockdev::P2pAlloc::alloc(len).map_err(|e| format!("mock device allocation: {e}"))?;
+        let ptr = a.as_ptr();
+        Ok((DevAlloc { ptr, keep: Arc::new(a) }, h))
+    }
+
+    fn import(&self, _ordinal: usize, handle: &[u8; 64], len: usize) -> Result<DevAlloc, String> {
+        let a = crate::mockdev::P2pAlloc::import(handle, len).map_err(|e| format!("mock device import: {e}"))?;
+        let ptr = a.as_ptr();
+        Ok(DevAlloc { ptr, keep: Arc::new(a) })
+    }
+}
+
+/// Whether `gpu` is a mock GPU (declared with `mockdev::declare_gpu`).
+fn is_mock(gpu: &GpuLoc) -> bool {
+    crate::mockdev::bound_gpu(gpu.dev).is_some()
+}
+
+/// The allocator for this process' GPU `gpu`.
+fn dev_mem(gpu: &GpuLoc) -> &'static dyn FifoDevMem {
+    if is_mock(gpu) { &MockFifoMem } else { &CudaFifoMem }
+}
+
+/// Direct-pointer FIFOs of this process, by address, from the receiver's
+/// setup until its sender's connect takes a strong reference (the allocation
+/// then lives as long as either connector). Weak: a FIFO whose sender never
+/// connects is freed with its receiver.
+type DirectTable = Vec<(usize, std::sync::Weak<dyn Send + Sync>)>;
+static DIRECT: Mutex<DirectTable> = Mutex::new(Vec::new());
+
+/// How `me` reaches `peer`'s FIFO.
+fn mode_of(me: &TransportPeer, peer: &TransportPeer) -> P2pMode {
+    if me.pid == peer.pid && me.pid_ns == peer.pid_ns {
+        P2pMode::Direct
+    } else {
+        P2pMode::Ipc
+    }
+}
+
+/// The P2P transport (see the module docs).
 pub(crate) struct P2pTransport {
     /// Every rank's `NCCL_P2P_DISABLE` / `NCCL_P2P_LEVEL`.
     params: Vec<P2pParams>,
+    /// The shared-memory transport whose segments carry the counters (Simple).
+    shm: ShmTransport,
 }
 
 impl P2pTransport {
-    /// The transport for ranks with `params[r]` each.
-    pub(crate) fn new(params: Vec<P2pParams>) -> P2pTransport {
-        P2pTransport { params }
+    /// The transport for ranks with `params[r]` each; `shm` makes the host
+    /// side of each connection (its protocol must be Simple).
+    pub(crate) fn new(params: Vec<P2pParams>, shm: ShmTransport) -> P2pTransport {
+        P2pTransport { params, shm }
+    }
+
+    /// Why P2P does not join `me` and `peer`, if it does not (the checks of
+    /// [`p2p_check`] plus what this data path needs).
+    fn refusal(&self, me: &TransportPeer, peer: &TransportPeer) -> Option<String> {
+        let d = P2pParams::default();
+        let mine = self.params.get(me.rank).unwrap_or(&d);
+        let theirs = self.params.get(peer.rank).unwrap_or(&d);
+        let mock = me.gpu.as_ref().is_some_and(is_mock);
+        let mock_access = |_: usize, bus: &str| {
+            // Mock GPUs reach each other (both ranks declared theirs).
+            Ok(peer.gpu.as_ref().is_some_and(|g| g.bus_id == bus))
+        };
+        let access: &dyn Fn(usize, &str) -> Result<bool, String> = if mock { &mock_access } else { &driver_can_access };
+        if let Err(why) = p2p_check(me, mine, peer, theirs, access) {
+            return Some(why);
+        }
+        if me.pid_ns != peer.pid_ns {
+            return Some(format!("rank {} is in another PID namespace", peer.rank));
+        }
+        if !mock && !EXEC_DEVICE_FIFOS {
+            return Some("the executor does not run steps on device FIFOs yet".into());
+        }
+        None
     }
 }
 
@@ -330,16 +538,17 @@ impl Transport for P2pTransport {
         "P2P/IPC".into()
     }
 
-    /// NCCL's `p2pCanConnect` ([`p2p_check`] with the driver's answer); a
-    /// refusal between ranks of one host is logged at INFO with its reason.
+    /// NCCL's `p2pCanConnect` ([`p2p_check`] with the driver's answer, or the
+    /// mock's). The driver's refusal is logged at INFO as NCCL logs it
+    /// (`Could not enable P2P between dev …`); the other reasons, which NCCL
+    /// does not log, at TRACE.
     fn can_connect(&self, me: &TransportPeer, peer: &TransportPeer) -> bool {
-        let d = P2pParams::default();
-        let mine = self.params.get(me.rank).unwrap_or(&d);
-        let theirs = self.params.get(peer.rank).unwrap_or(&d);
-        match p2p_check(me, mine, peer, theirs, &driver_can_access) {
-            Ok(_) => true,
-            Err(why) => {
-                if me.host_hash == peer.host_hash {
+        match self.refusal(me, peer) {
+            None => true,
+            Some(why) => {
+                if why.starts_with("Could not enable P2P") {
+                    crate::log::nccl_info!(INIT, "{why}");
+                } else if me.host_hash == peer.host_hash {
                     tracing::trace!(target: "ferroccl::p2p", "P2P refused for rank {} -> rank {}: {why}", me.rank, peer.rank);
                 }
                 false
@@ -350,14 +559,180 @@ impl Transport for P2pTransport {
     fn setup(
         &self,
         req: &ConnRequest,
-        _me: &TransportPeer,
+        me: &TransportPeer,
         peer: &TransportPeer,
     ) -> Result<(Box<dyn PendingConn>, Vec<u8>), Error> {
-        Err(Error::Internal(format!(
-            "P2P connection to rank {} on channel {}: the device-memory FIFO data path is not built \
-             (no device executor); NCCL_P2P_DISABLE=1 avoids it",
-            peer.rank, req.key.channel
-        )))
+        let (Some(gpu), Some(peer_gpu)) = (me.gpu.clone(), peer.gpu.clone()) else {
+            return Err(Error::Internal(format!(
+                "P2P connection with rank {} set up without a GPU on both ranks",
+                peer.rank
+            )));
+        };
+        let mode = mode_of(me, peer);
+        match req.dir {
+            Dir::Recv => {
+                // NCCL's p2pRecvSetup: the FIFO is in the receiver's GPU memory.
+                let layout = Layout::external(req.step_size)?;
+                let len = layout.slots_len();
+                let (alloc, handle) = dev_mem(&gpu).alloc(gpu.dev, len).map_err(|e| Error::System {
+                    what: format!(
+                        "allocating the {len}-byte P2P FIFO for rank {} on GPU {} ({e}; NCCL_P2P_DISABLE=1 avoids P2P)",
+                        peer.rank, gpu.bus_id
+                    ),
+                    source: Arc::new(std::io::Error::other(e)),
+                })?;
+                let handle = match mode {
+                    P2pMode::Ipc => handle,
+                    P2pMode::Direct => {
+                        let mut d = DIRECT.lock().unwrap_or_else(|e| e.into_inner());
+                        d.retain(|(_, w)| w.strong_count() > 0);
+                        d.push((alloc.ptr as usize, Arc::downgrade(&alloc.keep)));
+                        let mut h = [0u8; 64];
+                        h[..8].copy_from_slice(&(alloc.ptr as u64).to_le_bytes());
+                        h
+                    }
+                };
+                let ext = ExtSlots {
+                    base: alloc.ptr,
+                    ordinal: gpu.dev,
+                    _keep: alloc.keep.clone(),
+                };
+                let (mut pending, shm_info) = self.shm.setup_recv(req, me, peer, layout, Some(ext))?;
+                pending.watch_peer();
+                let ci = ConnectInfo {
+                    mode,
+                    read: false,
+                    pid: me.pid,
+                    bus_id: gpu.bus_id.clone(),
+                    size: len as u64,
+                    offset: 0,
+                    handle,
+                };
+                let mut info = (shm_info.len() as u32).to_le_bytes().to_vec();
+                info.extend_from_slice(&shm_info);
+                info.extend_from_slice(&ci.encode());
+                Ok((Box::new(P2pPendingRecv(pending)), info))
+            }
+            Dir::Send => {
+                let via = match mode {
+                    P2pMode::Direct => "P2P/direct pointer",
+                    P2pMode::Ipc => "P2P/IPC",
+                };
+                let (pending, info) = self.shm.setup_send(req, me, peer, via);
+                Ok((
+                    Box::new(P2pPendingSend {
+                        shm: pending,
+                        req: *req,
+                        gpu,
+                        peer_gpu,
+                        peer_pid: peer.pid,
+                        mode,
+                    }),
+                    info,
+                ))
+            }
+        }
+    }
+}
+
+/// The receiving side between setup and connect (the SHM transport's, with
+/// the device slots).
+struct P2pPendingRecv(super::shm::PendingRecv);
+
+impl PendingConn for P2pPendingRecv {
+    fn connect(&mut self, peer_info: &[u8]) -> Result<Option<Connected>, Error> {
+        Ok(self.0.finish(peer_info)?.map(|c| Connected::Recv(Box::new(c))))
+    }
+
+    fn waiting_for(&self) -> String {
+        self.0.waiting_for().replace("shared-memory segment", "P2P FIFO")
+    }
+}
+
+/// The sending side between setup and connect.
+struct P2pPendingSend {
+    shm: super::shm::PendingSend,
+    req: ConnRequest,
+    gpu: GpuLoc,
+    peer_gpu: GpuLoc,
+    peer_pid: u32,
+    mode: P2pMode,
+}
+
+impl PendingConn for P2pPendingSend {
+    /// NCCL's `p2pSendConnect`: maps the receiver's FIFO (its pointer or IPC
+    /// handle), then its counters' segment.
+    fn connect(&mut self, peer_info: &[u8]) -> Result<Option<Connected>, Error> {
+        let peer = self.req.key.peer;
+        let bad = |m: String| Error::Remote(format!("rank {peer} sent bad P2P connect information: {m}"));
+        if peer_info.len() < 4 {
+            return Err(bad(format!("{} bytes", peer_info.len())));
+        }
+        let n = u32::from_le_bytes(peer_info[..4].try_into().expect("4 bytes")) as usize;
+        if peer_info.len() != 4 + n + CONNECT_INFO_BYTES {
+            return Err(bad(format!(
+                "{} bytes where its parts announce {}",
+                peer_info.len(),
+                4 + n + CONNECT_INFO_BYTES
+            )));
+        }
+        let (shm_info, ci) = peer_info[4..].split_at(n);
+        let ci = ConnectInfo::decode(peer, ci)?;
+        let layout = Layout::external(self.req.step_size)?;
+        if ci.mode != self.mode
+            || ci.pid != self.peer_pid
+            || ci.bus_id != self.peer_gpu.bus_id
+            || ci.size != layout.slots_len() as u64
+            || ci.offset != 0
+        {
+            return Err(bad(format!(
+                "{:?} FIFO of {} bytes at offset {} on GPU {} from pid {}, expected {:?} of {} bytes at 0 on GPU {} \
+                 from pid {}",
+                ci.mode,
+                ci.size,
+                ci.offset,
+                ci.bus_id,
+                ci.pid,
+                self.mode,
+                layout.slots_len(),
+                self.peer_gpu.bus_id,
+                self.peer_pid
+            )));
+        }
+        let alloc = match self.mode {
+            P2pMode::Direct => {
+                let ptr = u64::from_le_bytes(ci.handle[..8].try_into().expect("8 bytes")) as usize;
+                let mut d = DIRECT.lock().unwrap_or_else(|e| e.into_inner());
+                let keep = d
+                    .iter()
+                    .position(|(p, _)| *p == ptr)
+                    .and_then(|i| d.swap_remove(i).1.upgrade())
+                    .ok_or_else(|| bad(format!("direct pointer {ptr:#x} is no live FIFO of this process")))?;
+                DevAlloc {
+                    ptr: ptr as *mut u8,
+                    keep,
+                }
+            }
+            P2pMode::Ipc => dev_mem(&self.gpu)
+                .import(self.gpu.dev, &ci.handle, layout.slots_len())
+                .map_err(|e| Error::System {
+                    what: format!(
+                        "opening rank {peer}'s P2P FIFO on GPU {} ({e}; NCCL_P2P_DISABLE=1 avoids P2P)",
+                        ci.bus_id
+                    ),
+                    source: Arc::new(std::io::Error::other(e)),
+                })?,
+        };
+        let ext = ExtSlots {
+            base: alloc.ptr,
+            ordinal: self.gpu.dev,
+            _keep: alloc.keep,
+        };
+        Ok(Some(Connected::Send(Box::new(self.shm.attach(shm_info, Some(ext))?))))
+    }
+
+    fn waiting_for(&self) -> String {
+        format!("rank {}'s P2P FIFO", self.req.key.peer)
     }
 }
 
@@ -451,7 +826,13 @@ mod tests {
     /// accepts a pair, and without CUDA the driver query says why.
     #[test]
     fn no_gpu_no_p2p() {
-        let t = P2pTransport::new(vec![P2pParams::default(); 2]);
+        let shm = ShmTransport::new(
+            0,
+            vec![100, 200],
+            crate::transport::proto::Protocol::Simple,
+            std::time::Duration::from_secs(5),
+        );
+        let t = P2pTransport::new(vec![P2pParams::default(); 2], shm);
         let (a, b) = (peer(0, 7, 100, None), peer(1, 7, 200, None));
         assert!(!t.can_connect(&a, &b));
         if ferroccl_kernels::cuda::driver_info().is_err() {
@@ -460,6 +841,110 @@ mod tests {
             let (a, b) = (peer(0, 7, 100, Some(A)), peer(1, 7, 200, Some(B)));
             assert!(!t.can_connect(&a, &b), "no driver: no P2P");
         }
+    }
+
+    /// Two ranks of this process on one mock GPU: P2P accepts the pair (direct
+    /// pointer), the receiver's FIFO is the mock device allocation, steps move
+    /// through it with their operation headers in the segment beside the slots,
+    /// and both connectors report device memory.
+    #[test]
+    fn direct_pair_moves_steps_through_the_mock_device_fifo() {
+        use crate::transport::proto::Protocol;
+        use crate::transport::{ConnKey, FifoMem};
+        crate::mockdev::declare_gpu(crate::mockdev::MockGpu {
+            ordinal: 7,
+            cuda_cc: 90,
+            gdr: false,
+            dmabuf: false,
+            pci_path: Some(A.1.into()),
+        });
+        let gpu = bind_gpu(7).expect("mock GPU binds");
+        assert_eq!(gpu.bus_id, A.0);
+        let pid = std::process::id();
+        let ns = crate::transport::pid_namespace();
+        let mk = |rank: usize| TransportPeer {
+            rank,
+            host_hash: 7,
+            pid,
+            pid_ns: ns,
+            params: TransportParams::default(),
+            local_rank: rank,
+            gpu: Some(gpu.clone()),
+        };
+        let (a, b) = (mk(0), mk(1));
+        let shm = |r: usize| ShmTransport::new(r, vec![pid, pid], Protocol::Simple, std::time::Duration::from_secs(5));
+        let (t0, t1) = (
+            P2pTransport::new(vec![P2pParams::default(); 2], shm(0)),
+            P2pTransport::new(vec![P2pParams::default(); 2], shm(1)),
+        );
+        assert!(t0.can_connect(&a, &b) && t1.can_connect(&b, &a));
+        let req = |peer: usize, dir: Dir| ConnRequest {
+            key: ConnKey {
+                channel: 0,
+                peer,
+                conn: 0,
+            },
+            dir,
+            step_size: 4096,
+            net_dev: 0,
+        };
+        let (mut ps, si) = t0.setup(&req(1, Dir::Send), &a, &b).expect("send setup");
+        let (mut pr, ri) = t1.setup(&req(0, Dir::Recv), &b, &a).expect("recv setup");
+        assert!(pr.connect(&si).unwrap().is_none(), "receiver waits for the sender");
+        let Some(Connected::Send(mut s)) = ps.connect(&ri).expect("send connect") else {
+            panic!("no send connector")
+        };
+        let Some(Connected::Recv(mut r)) = pr.connect(&si).expect("recv connect") else {
+            panic!("no receive connector")
+        };
+        assert_eq!(s.fifo_mem(), Some(FifoMem::Device { ordinal: 7 }));
+        assert_eq!(r.fifo_mem(), Some(FifoMem::Device { ordinal: 7 }));
+        for step in 0..3 * crate::transport::NCCL_STEPS {
+            assert!(s.can_push(), "step {step}");
+            let (hdr, slot) = (s.hdr_slot(), s.next_slot());
+            let h = hdr as usize;
+            assert!(
+                h + crate::coll::desc::OP_HDR_BYTES <= slot as usize || h >= slot as usize + 4096,
+                "the header is not in the device slot"
+            );
+            // SAFETY: mock device memory is host memory; the header place
+            // holds OP_HDR_BYTES bytes and the slot 4096; both ours until pushed.
+            unsafe {
+                std::ptr::write_bytes(hdr, step as u8, crate::coll::desc::OP_HDR_BYTES);
+                std::ptr::write_bytes(slot, step as u8 ^ 0xa5, 100);
+            }
+            s.push(100);
+            let (p, n) = r.peek().expect("the step arrived");
+            assert_eq!((p, n), (slot, 100), "direct pointer: the same slot address");
+            // SAFETY: the received step and its header, valid until pop.
+            unsafe {
+                let got = std::slice::from_raw_parts(r.hdr_of(p), crate::coll::desc::OP_HDR_BYTES);
+                assert!(got.iter().all(|&x| x == step as u8), "header of step {step}");
+                let data = std::slice::from_raw_parts(p, n);
+                assert!(data.iter().all(|&x| x == step as u8 ^ 0xa5), "data of step {step}");
+            }
+            r.pop();
+            s.progress().expect("sender progress");
+            r.progress().expect("receiver progress");
+        }
+        s.close();
+        r.close();
+    }
+
+    /// An exported mock FIFO whose owner has exited cannot be imported, and
+    /// the error says so (no hang, no mapping of something else).
+    #[test]
+    fn a_dead_owners_fifo_is_not_imported() {
+        let (_mine, mut h) = crate::mockdev::P2pAlloc::alloc(8192).expect("mock alloc");
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let dead = child.id();
+        child.wait().expect("reap");
+        h[8..12].copy_from_slice(&dead.to_le_bytes());
+        let e = MockFifoMem.import(0, &h, 8192).err().expect("import of a dead owner");
+        assert!(e.contains("mock device import"), "{e}");
+        let (_mine, h) = crate::mockdev::P2pAlloc::alloc(8192).expect("mock alloc");
+        let e = MockFifoMem.import(0, &h, 4096).err().expect("import of the wrong size");
+        assert!(e.contains("expected 4096"), "{e}");
     }
 
     #[test]

@@ -122,7 +122,17 @@ struct Header {
     send_state: AtomicU64,
     _pad3: [u64; 15],
     recv_state: AtomicU64,
+    _pad4: [u64; 63],
+    /// Operation headers of the steps in flight, by slot, when the slots are
+    /// device memory ([`ExtSlots`], the P2P transport): the executor writes and
+    /// reads them with the CPU, which must never touch a device slot.
+    _op_hdr: [[AtomicU64; OP_HDR_WORDS]; NCCL_STEPS],
 }
+
+/// 64-bit words of an operation header (`coll::desc::OP_HDR_BYTES`).
+const OP_HDR_WORDS: usize = crate::coll::desc::OP_HDR_BYTES / 8;
+/// Offset of `Header::_op_hdr`.
+const OP_HDR_OFF: usize = 1024;
 
 const _: () = {
     assert!(std::mem::offset_of!(Header, tail) == 128);
@@ -130,6 +140,8 @@ const _: () = {
     assert!(std::mem::offset_of!(Header, head) == 256);
     assert!(std::mem::offset_of!(Header, send_state) == 384);
     assert!(std::mem::offset_of!(Header, recv_state) == 512);
+    assert!(std::mem::offset_of!(Header, _op_hdr) == OP_HDR_OFF);
+    assert!(OP_HDR_WORDS * 8 == crate::coll::desc::OP_HDR_BYTES);
     assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
 };
 
@@ -179,7 +191,7 @@ fn state_culprit(w: u64) -> Option<Culprit> {
 
 /// Where things are in a segment of a given protocol and step size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Layout {
+pub(crate) struct Layout {
     proto: Protocol,
     /// Payload bytes per step.
     step_size: usize,
@@ -187,6 +199,9 @@ struct Layout {
     stride: usize,
     /// Segment length.
     len: usize,
+    /// The slots are not in the segment ([`ExtSlots`]): the segment is the
+    /// header alone.
+    external: bool,
 }
 
 impl Layout {
@@ -213,7 +228,26 @@ impl Layout {
             step_size,
             stride,
             len: HEADER_BYTES + NCCL_STEPS * stride,
+            external: false,
         })
+    }
+
+    /// The layout of a connection whose slots live elsewhere ([`ExtSlots`]:
+    /// `NCCL_STEPS * stride` bytes of device memory); Simple protocol only.
+    ///
+    /// Errors: as [`Layout::new`].
+    pub(crate) fn external(step_size: usize) -> Result<Layout, Error> {
+        let l = Layout::new(Protocol::Simple, step_size)?;
+        Ok(Layout {
+            len: HEADER_BYTES,
+            external: true,
+            ..l
+        })
+    }
+
+    /// Bytes of the slots of an external layout.
+    pub(crate) fn slots_len(&self) -> usize {
+        NCCL_STEPS * self.stride
     }
 
     fn slot_offset(&self, slot: usize) -> usize {
@@ -360,7 +394,27 @@ struct RecvInfo {
     nonce: u64,
     proto: Protocol,
     step_size: u64,
+    /// The slots are not in the segment ([`ExtSlots`]).
+    #[serde(default)]
+    external: bool,
 }
+
+/// The slots of a connection that live outside its segment: `NCCL_STEPS *
+/// stride` bytes at `base` (the P2P transport's FIFO in the receiver's GPU
+/// memory, mapped into the sender's process). The connector never reads or
+/// writes them with the CPU: the executor's kernels do.
+pub(crate) struct ExtSlots {
+    /// Address of slot 0.
+    pub base: *mut u8,
+    /// The device holding them (`FifoMem::Device`).
+    pub ordinal: usize,
+    /// Keeps the allocation or mapping alive as long as the connector.
+    pub _keep: Arc<dyn Send + Sync>,
+}
+
+// SAFETY: `base` is an address the connector hands to the executor, never
+// dereferenced by the connector; `keep` is Send + Sync.
+unsafe impl Send for ExtSlots {}
 
 /// Connect information of the sending side.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -435,6 +489,18 @@ impl ShmTransport {
     }
 }
 
+impl ShmTransport {
+    /// The same transport with receive connections of `proto`, sharing this
+    /// one's failure record (the P2P transport's Simple connectors).
+    pub(crate) fn with_proto(&self, proto: Protocol) -> ShmTransport {
+        ShmTransport {
+            proto,
+            timeout: self.timeout,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
 impl Transport for ShmTransport {
     fn name(&self) -> &'static str {
         "SHM"
@@ -460,11 +526,12 @@ impl Transport for ShmTransport {
     ) -> Result<(Box<dyn PendingConn>, Vec<u8>), Error> {
         match req.dir {
             Dir::Recv => {
-                let (p, info) = self.setup_recv(req, me, peer)?;
+                let layout = Layout::new(self.proto, req.step_size)?;
+                let (p, info) = self.setup_recv(req, me, peer, layout, None)?;
                 Ok((Box::new(p), info))
             }
             Dir::Send => {
-                let (p, info) = self.setup_send(req, me, peer);
+                let (p, info) = self.setup_send(req, me, peer, "SHM/direct/direct");
                 Ok((Box::new(p), info))
             }
         }
@@ -472,15 +539,18 @@ impl Transport for ShmTransport {
 }
 
 impl ShmTransport {
-    /// NCCL's `shmRecvSetup`: creates and initialises the connection's segment.
-    fn setup_recv(
+    /// NCCL's `shmRecvSetup`: creates and initialises the connection's segment
+    /// of `layout`; an external layout's slots are `ext`.
+    pub(crate) fn setup_recv(
         &self,
         req: &ConnRequest,
         me: &TransportPeer,
         peer: &TransportPeer,
+        layout: Layout,
+        ext: Option<ExtSlots>,
     ) -> Result<(PendingRecv, Vec<u8>), Error> {
+        debug_assert_eq!(layout.external, ext.is_some());
         let key = req.key;
-        let layout = Layout::new(self.proto, req.step_size)?;
         let name = format!("ferroccl-shm-ch{}-{}-{}-{}", key.channel, key.conn, peer.rank, me.rank);
         let (seg, fd) = Segment::create(&name, layout.len)?;
         let nonce = random_u64();
@@ -503,10 +573,13 @@ impl ShmTransport {
             nonce,
             proto: layout.proto,
             step_size: layout.step_size as u64,
+            external: layout.external,
         };
         let p = PendingRecv {
             seg: Some(seg),
             fd: Some(fd),
+            ext,
+            watch: None,
             layout,
             req: *req,
             peer_pid: peer.pid,
@@ -517,18 +590,27 @@ impl ShmTransport {
     }
 
     /// NCCL's `shmSendSetup`: nothing to allocate (the receiver owns the
-    /// segment); logs the connection.
-    fn setup_send(&self, req: &ConnRequest, me: &TransportPeer, peer: &TransportPeer) -> (PendingSend, Vec<u8>) {
+    /// segment); logs the connection `via` (e.g. `SHM/direct/direct`).
+    pub(crate) fn setup_send(
+        &self,
+        req: &ConnRequest,
+        me: &TransportPeer,
+        peer: &TransportPeer,
+        via: &str,
+    ) -> (PendingSend, Vec<u8>) {
         let key = req.key;
+        // The device in brackets: NCCL prints the GPU (`nvmlDev`); a host
+        // process prints its index among the host's ranks.
+        let dev = |p: &TransportPeer| p.gpu.as_ref().map_or(p.local_rank, |g| g.dev);
         crate::log::nccl_info!(
             INIT,
-            "Channel {:02}/{} : {}[{}] -> {}[{}] via SHM/direct/direct",
+            "Channel {:02}/{} : {}[{}] -> {}[{}] via {via}",
             key.channel,
             key.conn,
             me.rank,
-            me.local_rank,
+            dev(me),
             peer.rank,
-            peer.local_rank
+            dev(peer)
         );
         let info = SendInfo {
             version: VERSION,
@@ -547,9 +629,12 @@ impl ShmTransport {
 
 /// The receiving side between setup and connect: the segment exists, the
 /// sender has not mapped it yet.
-struct PendingRecv {
+pub(crate) struct PendingRecv {
     seg: Option<Segment>,
     fd: Option<OwnedFd>,
+    ext: Option<ExtSlots>,
+    /// Watches the sender while waiting for it to attach ([`Self::watch_peer`]).
+    watch: Option<PeerWatch>,
     layout: Layout,
     req: ConnRequest,
     peer_pid: u32,
@@ -571,8 +656,14 @@ impl PendingConn for PendingRecv {
 }
 
 impl PendingRecv {
+    /// Checks the sending process while waiting for it to attach: its death
+    /// fails the connect at once (naming it) instead of at the setup timeout.
+    pub(crate) fn watch_peer(&mut self) {
+        self.watch = Some(PeerWatch::new(self.req.key.peer, self.peer_pid, self.timeout));
+    }
+
     /// NCCL's `shmRecvConnect`: done once the sender has mapped the segment.
-    fn finish(&mut self, peer_info: &[u8]) -> Result<Option<ShmRecv>, Error> {
+    pub(crate) fn finish(&mut self, peer_info: &[u8]) -> Result<Option<ShmRecv>, Error> {
         let peer = self.req.key.peer;
         let info: SendInfo = serde_json::from_slice(peer_info).map_err(|e| {
             Error::Remote(format!(
@@ -588,6 +679,12 @@ impl PendingRecv {
         }
         let seg = self.seg.as_ref().expect("segment until connected");
         if seg.header().send_state.load(Ordering::Acquire) & ST_ATTACHED == 0 {
+            if let Some(w) = &mut self.watch
+                && let Some(ev) = w.check(true)
+            {
+                let what = format!("rank {peer} to map its FIFO of channel {}", self.req.key.channel);
+                return Err(peer_event_error(&self.shared, w, ev, &what));
+            }
             return Ok(None);
         }
         // The sender has its own mapping: our descriptor is no longer needed.
@@ -596,6 +693,7 @@ impl PendingRecv {
         Ok(Some(ShmRecv::new(
             seg,
             self.layout,
+            self.ext.take(),
             peer,
             self.peer_pid,
             self.shared.clone(),
@@ -605,7 +703,7 @@ impl PendingRecv {
 }
 
 /// The sending side between setup and connect.
-struct PendingSend {
+pub(crate) struct PendingSend {
     req: ConnRequest,
     rank: usize,
     peer_pid: u32,
@@ -666,7 +764,7 @@ impl PendingSend {
 
 impl PendingConn for PendingSend {
     fn connect(&mut self, peer_info: &[u8]) -> Result<Option<Connected>, Error> {
-        Ok(Some(Connected::Send(Box::new(self.attach(peer_info)?))))
+        Ok(Some(Connected::Send(Box::new(self.attach(peer_info, None)?))))
     }
 
     fn waiting_for(&self) -> String {
@@ -675,8 +773,9 @@ impl PendingConn for PendingSend {
 }
 
 impl PendingSend {
-    /// NCCL's `shmSendConnect`: maps the receiver's segment after checking it.
-    fn attach(&mut self, peer_info: &[u8]) -> Result<ShmSend, Error> {
+    /// NCCL's `shmSendConnect`: maps the receiver's segment after checking it;
+    /// the slots are `ext` when the receiver announced external slots.
+    pub(crate) fn attach(&mut self, peer_info: &[u8], ext: Option<ExtSlots>) -> Result<ShmSend, Error> {
         let peer = self.req.key.peer;
         let info: RecvInfo = serde_json::from_slice(peer_info).map_err(|e| {
             Error::Remote(format!(
@@ -697,7 +796,26 @@ impl PendingSend {
                 info.step_size, self.req.step_size
             )));
         }
-        let layout = Layout::new(info.proto, self.req.step_size)?;
+        if info.external != ext.is_some() {
+            return Err(Error::Remote(format!(
+                "rank {peer} announced a FIFO {} where this rank expects one {}",
+                if info.external {
+                    "outside its segment"
+                } else {
+                    "in its segment"
+                },
+                if ext.is_some() {
+                    "in device memory"
+                } else {
+                    "in shared memory"
+                }
+            )));
+        }
+        let layout = if info.external {
+            Layout::external(self.req.step_size)?
+        } else {
+            Layout::new(info.proto, self.req.step_size)?
+        };
         if info.len != layout.len as u64 {
             return Err(Error::Remote(format!(
                 "rank {peer} announced a shared-memory segment of {} bytes, expected {} for {} steps of {} bytes",
@@ -710,6 +828,7 @@ impl PendingSend {
         Ok(ShmSend::new(
             seg,
             layout,
+            ext,
             peer,
             self.peer_pid,
             self.shared.clone(),
@@ -910,6 +1029,14 @@ fn prefetch(p: *const u8) {
 /// Polls of [`spin_until`] (a few microseconds).
 const SPIN_POLLS: u32 = 256;
 
+/// Address of slot `slot`: in the segment, or in the external slots.
+fn slot_ptr(seg: &Segment, layout: &Layout, ext: Option<&ExtSlots>, slot: usize) -> *mut u8 {
+    match ext {
+        Some(e) => e.base.wrapping_add(slot * layout.stride),
+        None => seg.at(layout.slot_offset(slot)),
+    }
+}
+
 /// `(slot, size)` of a packed FIFO entry.
 fn fifo_entry(w: u64) -> (usize, usize) {
     ((w >> 56) as usize, (w & ((1 << 56) - 1)) as usize)
@@ -919,6 +1046,8 @@ fn fifo_entry(w: u64) -> (usize, usize) {
 pub(crate) struct ShmSend {
     seg: Segment,
     layout: Layout,
+    /// The slots when they are not in the segment (P2P).
+    ext: Option<ExtSlots>,
     /// `head`: next step to push; `tail`: oldest step whose credit has not come
     /// back (its slot is not free yet).
     steps: Cell<Steps>,
@@ -946,11 +1075,20 @@ pub(crate) struct ShmSend {
 const SMALL_STEP: usize = 4096;
 
 impl ShmSend {
-    fn new(seg: Segment, layout: Layout, peer: usize, pid: u32, shared: Arc<ShmShared>, timeout: Duration) -> ShmSend {
+    fn new(
+        seg: Segment,
+        layout: Layout,
+        ext: Option<ExtSlots>,
+        peer: usize,
+        pid: u32,
+        shared: Arc<ShmShared>,
+        timeout: Duration,
+    ) -> ShmSend {
         let staging = (layout.proto == Protocol::Ll).then(|| AlignedBuf::new(layout.step_size.div_ceil(8) * 8));
         ShmSend {
             seg,
             layout,
+            ext,
             steps: Cell::new(Steps::default()),
             free: Cell::new(SlotStack::full()),
             slot_of: Cell::new(StepBytes::default()),
@@ -1064,9 +1202,22 @@ impl SendConnector for ShmSend {
             Some(b) => b.ptr(),
             None => {
                 let slot = self.free.get().top().expect("next_slot without can_push");
-                self.seg.at(self.layout.slot_offset(slot))
+                slot_ptr(&self.seg, &self.layout, self.ext.as_ref(), slot)
             }
         }
+    }
+
+    /// Beside a device slot: the header area of the slot in the segment.
+    fn hdr_slot(&self) -> *mut u8 {
+        if self.ext.is_none() {
+            return self.next_slot();
+        }
+        let slot = self.free.get().top().expect("hdr_slot without can_push");
+        self.seg.at(OP_HDR_OFF + slot * crate::coll::desc::OP_HDR_BYTES)
+    }
+
+    fn fifo_mem(&self) -> Option<super::FifoMem> {
+        self.ext.as_ref().map(|e| super::FifoMem::Device { ordinal: e.ordinal })
     }
 
     fn push(&mut self, size: usize) {
@@ -1180,6 +1331,8 @@ impl Drop for ShmSend {
 pub(crate) struct ShmRecv {
     seg: Segment,
     layout: Layout,
+    /// The slots when they are not in the segment (P2P).
+    ext: Option<ExtSlots>,
     /// Next step to consume.
     step: u64,
     /// LL: lines are unpacked here.
@@ -1197,11 +1350,20 @@ pub(crate) struct ShmRecv {
 }
 
 impl ShmRecv {
-    fn new(seg: Segment, layout: Layout, peer: usize, pid: u32, shared: Arc<ShmShared>, timeout: Duration) -> ShmRecv {
+    fn new(
+        seg: Segment,
+        layout: Layout,
+        ext: Option<ExtSlots>,
+        peer: usize,
+        pid: u32,
+        shared: Arc<ShmShared>,
+        timeout: Duration,
+    ) -> ShmRecv {
         let staging = (layout.proto == Protocol::Ll).then(|| AlignedBuf::new(layout.step_size.div_ceil(8) * 8));
         ShmRecv {
             seg,
             layout,
+            ext,
             step: 0,
             staging,
             ll_size: Cell::new(None),
@@ -1237,8 +1399,10 @@ impl ShmRecv {
             )));
             return None;
         }
-        let ptr = self.seg.at(self.layout.slot_offset(slot));
-        prefetch(ptr);
+        let ptr = slot_ptr(&self.seg, &self.layout, self.ext.as_ref(), slot);
+        if self.ext.is_none() {
+            prefetch(ptr);
+        }
         Some((ptr, size))
     }
 
@@ -1296,6 +1460,23 @@ impl RecvConnector for ShmRecv {
         };
         self.waiting.set(r.is_none());
         r
+    }
+
+    /// Beside a device slot: the header the sender wrote into the segment's
+    /// header area for the slot of the step being consumed.
+    fn hdr_of(&self, data: *mut u8) -> *const u8 {
+        if self.ext.is_none() {
+            return data;
+        }
+        let h = self.seg.header();
+        let (slot, _) = fifo_entry(h.fifo[Steps::index(self.step)].load(Ordering::Relaxed));
+        // `peek` checked the slot (a corrupt one never reaches here).
+        self.seg
+            .at(OP_HDR_OFF + slot.min(NCCL_STEPS - 1) * crate::coll::desc::OP_HDR_BYTES)
+    }
+
+    fn fifo_mem(&self) -> Option<super::FifoMem> {
+        self.ext.as_ref().map(|e| super::FifoMem::Device { ordinal: e.ordinal })
     }
 
     /// Returns the step's credit to the sender.
@@ -1415,9 +1596,15 @@ mod tests {
 
     /// Rank 0's send setup and rank 1's receive setup, with their connect information.
     fn setups(proto: Protocol, step: usize) -> ((PendingSend, Vec<u8>), (PendingRecv, Vec<u8>)) {
-        let s = transport(0, proto).setup_send(&req(1, Dir::Send, step), &tpeer(0), &tpeer(1));
+        let s = transport(0, proto).setup_send(&req(1, Dir::Send, step), &tpeer(0), &tpeer(1), "SHM/direct/direct");
         let r = transport(1, proto)
-            .setup_recv(&req(0, Dir::Recv, step), &tpeer(1), &tpeer(0))
+            .setup_recv(
+                &req(0, Dir::Recv, step),
+                &tpeer(1),
+                &tpeer(0),
+                Layout::new(proto, step).expect("layout"),
+                None,
+            )
             .expect("recv setup");
         (s, r)
     }
@@ -1429,7 +1616,7 @@ mod tests {
             pr.finish(&si).unwrap().is_none(),
             "receiver must wait for the sender to attach"
         );
-        let s = ps.attach(&ri).expect("attach");
+        let s = ps.attach(&ri, None).expect("attach");
         let r = pr.finish(&si).unwrap().expect("receiver connected");
         (s, r)
     }
@@ -1539,7 +1726,7 @@ mod tests {
         let mut info: RecvInfo = serde_json::from_slice(&ri).unwrap();
         info.len += 4096;
         let e = ps
-            .attach(&serde_json::to_vec(&info).unwrap())
+            .attach(&serde_json::to_vec(&info).unwrap(), None)
             .err()
             .unwrap()
             .to_string();
@@ -1548,19 +1735,19 @@ mod tests {
         let ((mut ps, _), (pr, ri)) = setups(Protocol::Simple, STEP);
         // SAFETY: shrinking our own memfd; nothing is mapped beyond the new size by the sender yet.
         unsafe { libc::ftruncate(pr.fd.as_ref().unwrap().as_raw_fd(), 8192) };
-        let e = ps.attach(&ri).err().unwrap().to_string();
+        let e = ps.attach(&ri, None).err().unwrap().to_string();
         assert!(e.contains("is a file of 8192 bytes, expected"), "{e}");
         // Corrupt magic.
         let ((mut ps, _), (pr, ri)) = setups(Protocol::Simple, STEP);
         pr.seg.as_ref().unwrap().header().magic.store(0xdead, Ordering::Relaxed);
-        let e = ps.attach(&ri).err().unwrap().to_string();
+        let e = ps.attach(&ri, None).err().unwrap().to_string();
         assert!(e.contains("corrupt header: magic is 0xdead"), "{e}");
         // A descriptor that names another segment (nonce differs).
         let ((mut ps, _), (_pr, ri)) = setups(Protocol::Simple, STEP);
         let mut info: RecvInfo = serde_json::from_slice(&ri).unwrap();
         info.nonce ^= 1;
         let e = ps
-            .attach(&serde_json::to_vec(&info).unwrap())
+            .attach(&serde_json::to_vec(&info).unwrap(), None)
             .err()
             .unwrap()
             .to_string();
@@ -1568,11 +1755,11 @@ mod tests {
         // Steps of another size (NCCL_BUFFSIZE differs).
         let ((mut ps, _), _) = setups(Protocol::Simple, STEP);
         let (_, (_pr, ri)) = setups(Protocol::Simple, 2 * STEP);
-        let e = ps.attach(&ri).err().unwrap().to_string();
+        let e = ps.attach(&ri, None).err().unwrap().to_string();
         assert!(e.contains("steps of 8192 bytes where this rank expects 4096"), "{e}");
         // Garbage.
         let ((mut ps, _), _) = setups(Protocol::Simple, STEP);
-        let e = ps.attach(b"\x00garbage").err().unwrap().to_string();
+        let e = ps.attach(b"\x00garbage", None).err().unwrap().to_string();
         assert!(e.contains("malformed"), "{e}");
     }
 

@@ -456,6 +456,8 @@ fn run_rank(
     let recv = PerfBuf::alloc(plan.mem, recv_bytes, "receive", local).map_err(|e| format!("rank {rank}: {e}"))?;
     let config = CommConfig {
         timeout: (plan.timeout_sec > 0).then(|| Duration::from_secs(plan.timeout_sec)),
+        // `--mem device`: bind the buffers' GPU (NCCL binds the current device).
+        cuda_dev: recv.cuda_dev(),
         ..CommConfig::default()
     };
     let comm = Comm::init_rank(nranks, id, rank, config).map_err(|e| format!("rank {rank}: init: {e}"))?;

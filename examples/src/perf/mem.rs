@@ -60,6 +60,15 @@ impl PerfBuf {
         }
     }
 
+    /// The CUDA device of device memory (`None`: host memory): the device the
+    /// rank's communicator binds (`CommConfig::cuda_dev`).
+    pub fn cuda_dev(&self) -> Option<usize> {
+        match self {
+            PerfBuf::Host(_) => None,
+            PerfBuf::Device(b) => Some(b.ordinal()),
+        }
+    }
+
     /// Where the rank's buffers are, for its `#  Rank` line.
     pub fn describe(&self) -> String {
         match self {
