@@ -43,6 +43,7 @@ mod cpu;
 pub mod cuda;
 mod dtype;
 mod error;
+pub mod hostreg;
 mod half_conv;
 mod op;
 pub mod reference;

@@ -259,6 +259,17 @@ pub(crate) struct UserReg(pub(crate) *mut std::ffi::c_void);
 // connector's own thread; never dereferenced here.
 unsafe impl Send for UserReg {}
 
+/// Where a connector's FIFO slots live (decides which backend runs a step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FifoMem {
+    /// Host memory the connector owns, `[base, base + len)`, alive as long as the connector; the executor may page-lock it for a GPU (cuMemHostRegister) so kernels reach it.
+    Host { base: usize, len: usize },
+    /// Device memory of GPU `ordinal` (a P2P FIFO): only that GPU's kernels may touch its slots.
+    // Built by the P2P transport's connectors (merged separately).
+    #[allow(dead_code)]
+    Device { ordinal: usize },
+}
+
 /// The sending side of one connection.
 ///
 /// Executor face: [`can_push`](Self::can_push) / [`next_slot`](Self::next_slot) /
@@ -280,6 +291,11 @@ pub(crate) trait SendConnector: Send {
     fn push_reduce(&mut self, size: usize, red: &ferroccl_kernels::DevRedOp) {
         let _ = red;
         self.push(size);
+    }
+    /// Where the slots [`next_slot`](Self::next_slot) returns live (`None`:
+    /// unknown; steps writing them stay on the host staging path).
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        None
     }
     /// The registration covering `[ptr, ptr + len)` for the current operation, if any.
     fn user_reg(&self, ptr: *const u8, len: usize) -> Option<UserReg>;
@@ -337,6 +353,12 @@ pub(crate) trait RecvConnector: Send {
     fn peek(&self) -> Option<(*mut u8, usize)>;
     /// Releases the consumed step.
     fn pop(&mut self);
+    /// Where the FIFO slots [`peek`](Self::peek) returns live (`None`:
+    /// unknown; steps reading them stay on the host staging path). Steps that
+    /// landed in user memory ([`expect`](Self::expect)) are outside it.
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        None
+    }
     /// Announces one more step the scheduled work will consume: `Some((address,
     /// bytes))` to land it straight in registered user memory, `None` for a FIFO slot.
     fn expect(&mut self, target: Option<(*mut u8, usize)>);

@@ -80,7 +80,7 @@ use serde::{Deserialize, Serialize};
 use super::fifo::{AlignedBuf, SlotStack, StepBytes, Steps};
 use super::proto::Protocol;
 use super::{
-    ConnRequest, Connected, Dir, NCCL_STEPS, PendingConn, RecvConnector, SendConnector, Transport, TransportPeer,
+    ConnRequest, Connected, Dir, FifoMem, NCCL_STEPS, PendingConn, RecvConnector, SendConnector, Transport, TransportPeer,
     UserReg,
 };
 use crate::error::Error;
@@ -322,6 +322,22 @@ impl Segment {
         Segment::map(&OwnedFd::from(file), len, &path)
     }
 
+    /// The mapping as FIFO memory (whole pages: mappings are page-aligned and
+    /// every layout's length is a multiple of the page).
+    fn fifo_mem(&self) -> FifoMem {
+        FifoMem::Host {
+            base: self.ptr as usize,
+            len: self.len.next_multiple_of(PAGE),
+        }
+    }
+
+    /// Offers the mapping to be page-locked for a GPU (undone on drop), as NCCL
+    /// registers its shared segments (`src/transport/shm.cc`, `ncclShmOpen`
+    /// with `cudaHostRegister`).
+    fn announce(&self) {
+        ferroccl_kernels::hostreg::announce(self.ptr as usize, self.len.next_multiple_of(PAGE));
+    }
+
     fn header(&self) -> &Header {
         // SAFETY: the mapping is page-aligned and at least HEADER_BYTES long
         // (every layout is); all-zero and any other bytes are valid atomics.
@@ -345,6 +361,8 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        // Unregistered (when it was page-locked for a GPU) before it is unmapped.
+        ferroccl_kernels::hostreg::forget(self.ptr as usize);
         // SAFETY: unmapping our own mapping; nothing refers to it any more.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
@@ -948,6 +966,12 @@ const SMALL_STEP: usize = 4096;
 impl ShmSend {
     fn new(seg: Segment, layout: Layout, peer: usize, pid: u32, shared: Arc<ShmShared>, timeout: Duration) -> ShmSend {
         let staging = (layout.proto == Protocol::Ll).then(|| AlignedBuf::new(layout.step_size.div_ceil(8) * 8));
+        // Device steps read and write the slots the executor sees: the LL
+        // staging buffer, or the segment's Simple slots.
+        match &staging {
+            Some(b) => b.announce(),
+            None => seg.announce(),
+        }
         ShmSend {
             seg,
             layout,
@@ -1057,6 +1081,13 @@ impl SendConnector for ShmSend {
         let ok = self.room();
         self.waiting.set(!ok);
         ok
+    }
+
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        Some(match &self.staging {
+            Some(b) => b.fifo_mem(),
+            None => self.seg.fifo_mem(),
+        })
     }
 
     fn next_slot(&self) -> *mut u8 {
@@ -1199,6 +1230,12 @@ pub(crate) struct ShmRecv {
 impl ShmRecv {
     fn new(seg: Segment, layout: Layout, peer: usize, pid: u32, shared: Arc<ShmShared>, timeout: Duration) -> ShmRecv {
         let staging = (layout.proto == Protocol::Ll).then(|| AlignedBuf::new(layout.step_size.div_ceil(8) * 8));
+        // Device steps read and write the slots the executor sees: the LL
+        // staging buffer, or the segment's Simple slots.
+        match &staging {
+            Some(b) => b.announce(),
+            None => seg.announce(),
+        }
         ShmRecv {
             seg,
             layout,
@@ -1296,6 +1333,13 @@ impl RecvConnector for ShmRecv {
         };
         self.waiting.set(r.is_none());
         r
+    }
+
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        Some(match &self.staging {
+            Some(b) => b.fifo_mem(),
+            None => self.seg.fifo_mem(),
+        })
     }
 
     /// Returns the step's credit to the sender.
