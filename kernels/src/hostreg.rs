@@ -147,9 +147,8 @@ pub fn registered(ptr: usize, len: usize) -> bool {
         return false;
     }
     let g = REGIONS.read().unwrap_or_else(|e| e.into_inner());
-    g.iter().any(|r| {
-        matches!(r.state, State::Registered(_)) && r.base <= ptr && ptr.saturating_add(len) <= r.base + r.len
-    })
+    g.iter()
+        .any(|r| matches!(r.state, State::Registered(_)) && r.base <= ptr && ptr.saturating_add(len) <= r.base + r.len)
 }
 
 fn register(base: usize, len: usize, ordinal: usize) -> Result<(), String> {

@@ -1,11 +1,22 @@
-//! Carrying out one [`SliceOp`] on host memory with the CPU kernels.
+//! Carrying out one [`SliceOp`]: on host memory with the CPU kernels, or on a
+//! GPU's kernels when it touches that GPU's memory.
 //!
-//! User memory the host cannot touch (device memory, classified at enqueue,
-//! see [`super::mem`]) is staged around each step: the bytes the step reads are
-//! copied into host mirrors by the buffer's own backend (`Backend::copy_raw`),
-//! the step runs on the mirrors, and what it wrote is copied back before
-//! anything is sent from user memory. Without such memory (no driver, host
-//! buffers) nothing is staged and the steps run exactly as before.
+//! A step touching device memory (classified at enqueue, see [`super::mem`])
+//! runs on that GPU's kernels (`device_for`, `compute_dev`) when everything it
+//! touches is reachable from the GPU: the user buffers (that GPU's, managed,
+//! pinned or registered), and every FIFO slot it reads or writes
+//! ([`crate::transport::FifoMem`]: host memory page-locked for the GPUs through
+//! `ferroccl_kernels::hostreg` at enqueue, or that GPU's memory). The kernels
+//! then read and write the slots directly, one launch per operand operation,
+//! as NCCL's `prims_simple.h` does between user buffers and the host FIFOs of
+//! `src/transport/net.cc` with `useGdr = 0`. Otherwise (a FIFO that could not
+//! be registered, a connector whose FIFO memory is unknown, pageable host
+//! scratch, a backend that only copies) the step is staged: the bytes it reads
+//! are copied into host mirrors by the buffer's own backend
+//! (`Backend::copy_raw`), the step runs on the mirrors with the CPU, and what
+//! it wrote is copied back before anything is sent from user memory. The CPU
+//! reduces host memory only. Without device memory (no driver, host buffers)
+//! the steps run exactly as before: one branch per step decides it.
 //!
 //! User buffers are only ever touched through short-lived slices built here. An
 //! input and an output slice of user memory are alive at the same time only when
@@ -784,7 +795,12 @@ fn user_reachable(mems: &[OpMem], p: *const u8, n: usize, gpu: usize) -> Result<
             Some(k) if k.ordinal == gpu => Ok(()),
             _ => Err("user buffers of two GPUs, or a backend that only copies"),
         },
-        Some(b) if matches!(b.space, MemorySpace::Host { pinned: true } | MemorySpace::Device { managed: true, .. }) => {
+        Some(b)
+            if matches!(
+                b.space,
+                MemorySpace::Host { pinned: true } | MemorySpace::Device { managed: true, .. }
+            ) =>
+        {
             Ok(())
         }
         _ if ferroccl_kernels::hostreg::registered(p as usize, n) => Ok(()),

@@ -8,9 +8,13 @@
 //! never loads anything and behaves exactly as before). NCCL makes the same
 //! per-buffer query (`cudaPointerGetAttributes`, `src/register/register.cc`).
 //!
-//! The executor (`coll::exec`) computes on host memory with the CPU backend. A
-//! buffer the host cannot dereference (device memory that is not managed) is
-//! *staged*: for each step, the user bytes the step touches are copied into a
+//! A buffer the host cannot dereference (device memory that is not managed)
+//! carries its GPU's kernels ([`Kernels`]): the executor (`coll::exec`) runs a
+//! step touching it on them when every FIFO the step touches is reachable from
+//! that GPU; [`prepare_kernels`] makes that so at enqueue (the connectors'
+//! announced host FIFOs page-locked with `cuMemHostRegister`, the datatype's
+//! kernels loaded), on the enqueuing thread, never the proxy. Otherwise the
+//! buffer is *staged*: for each step, the user bytes the step touches are copied into a
 //! pinned host bounce buffer by the buffer's own backend
 //! ([`ferroccl_kernels::Backend::copy_raw`]: the CUDA backend of its device,
 //! which reaches both its memory and pinned host memory), the step runs on the
@@ -62,6 +66,7 @@ pub(crate) struct Kernels {
     /// The GPU.
     pub ordinal: usize,
     /// A real CUDA device (its kernels are compiled at enqueue), not a test's mock.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub real: bool,
 }
 
@@ -464,7 +469,10 @@ impl Stage {
             let Some(buf) = mems.iter().find_map(|m| m.staged_of(o.ptr, o.len)) else {
                 continue;
             };
-            let Access::Staged { backend, pinned_for, .. } = buf.access else {
+            let Access::Staged {
+                backend, pinned_for, ..
+            } = buf.access
+            else {
                 continue;
             };
             let (s, e) = (o.ptr as usize, o.ptr as usize + o.len);

@@ -41,7 +41,8 @@ impl AlignedBuf {
     }
 
     fn layout(len: usize) -> std::alloc::Layout {
-        std::alloc::Layout::from_size_align(len.max(1).next_multiple_of(Self::ALIGN), Self::ALIGN).expect("buffer layout")
+        std::alloc::Layout::from_size_align(len.max(1).next_multiple_of(Self::ALIGN), Self::ALIGN)
+            .expect("buffer layout")
     }
 
     /// Start of the buffer.

@@ -80,8 +80,8 @@ use serde::{Deserialize, Serialize};
 use super::fifo::{AlignedBuf, SlotStack, StepBytes, Steps};
 use super::proto::Protocol;
 use super::{
-    ConnRequest, Connected, Dir, FifoMem, NCCL_STEPS, PendingConn, RecvConnector, SendConnector, Transport, TransportPeer,
-    UserReg,
+    ConnRequest, Connected, Dir, FifoMem, NCCL_STEPS, PendingConn, RecvConnector, SendConnector, Transport,
+    TransportPeer, UserReg,
 };
 use crate::error::Error;
 
