@@ -195,7 +195,7 @@ impl HostRegHook for Hook {
                 .push(format!("{base:#x}+{len} registered again (GPU {ordinal})"));
             return Err("already registered".into());
         }
-        if base % 4096 != 0 || len % 4096 != 0 {
+        if !base.is_multiple_of(4096) || !len.is_multiple_of(4096) {
             self.misuse
                 .lock()
                 .unwrap()

@@ -225,7 +225,7 @@ mod tests {
 
     impl HostRegHook for Log {
         fn register(&self, base: usize, _len: usize, _ordinal: usize) -> Result<(), String> {
-            if base % 2 == 1 {
+            if !base.is_multiple_of(2) {
                 return Err("odd".into());
             }
             self.0.lock().unwrap().push((true, base));
