@@ -37,6 +37,8 @@ pub trait HostRegHook: Send + Sync {
 enum State {
     /// Announced, not yet tried.
     Announced,
+    /// Being registered (by [`register_announced`], outside the table's lock).
+    InProgress,
     /// Registered while GPU `.0`'s context was current.
     Registered(usize),
     /// A registration was tried and failed.
@@ -55,6 +57,11 @@ static ANY: AtomicBool = AtomicBool::new(false);
 /// Regions announced and not yet tried.
 static PENDING: AtomicUsize = AtomicUsize::new(0);
 static REGIONS: RwLock<Vec<Region>> = RwLock::new(Vec::new());
+/// Serializes the driver calls: held by [`register_announced`] while it
+/// registers (without holding [`REGIONS`], so the proxy's lookups never wait
+/// for a driver call), and by [`forget`] before it removes a region (so a
+/// region is never freed while it is being registered).
+static DRIVER_CALLS: Mutex<()> = Mutex::new(());
 static HOOK: Mutex<Option<&'static dyn HostRegHook>> = Mutex::new(None);
 
 /// Installs (or with `None` removes) the stand-in for the driver. Regions
@@ -96,6 +103,15 @@ pub fn forget(base: usize) {
     if !ANY.load(Ordering::Acquire) {
         return;
     }
+    if !REGIONS
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|r| r.base == base)
+    {
+        return;
+    }
+    let _calls = DRIVER_CALLS.lock().unwrap_or_else(|e| e.into_inner());
     let mut g = REGIONS.write().unwrap_or_else(|e| e.into_inner());
     let Some(i) = g.iter().position(|r| r.base == base) else {
         return;
@@ -107,6 +123,7 @@ pub fn forget(base: usize) {
     if g.is_empty() {
         ANY.store(false, Ordering::Release);
     }
+    drop(g);
     if let State::Registered(ordinal) = r.state {
         unregister(r.base, r.len, ordinal);
     }
@@ -125,15 +142,30 @@ pub fn register_announced(ordinal: usize) -> Vec<RegFailure> {
     if PENDING.load(Ordering::Acquire) == 0 {
         return failed;
     }
-    let mut g = REGIONS.write().unwrap_or_else(|e| e.into_inner());
-    for r in g.iter_mut().filter(|r| r.state == State::Announced) {
-        PENDING.fetch_sub(1, Ordering::AcqRel);
-        match register(r.base, r.len, ordinal) {
-            Ok(()) => r.state = State::Registered(ordinal),
+    let _calls = DRIVER_CALLS.lock().unwrap_or_else(|e| e.into_inner());
+    let todo: Vec<(usize, usize)> = {
+        let mut g = REGIONS.write().unwrap_or_else(|e| e.into_inner());
+        g.iter_mut()
+            .filter(|r| r.state == State::Announced)
+            .map(|r| {
+                PENDING.fetch_sub(1, Ordering::AcqRel);
+                r.state = State::InProgress;
+                (r.base, r.len)
+            })
+            .collect()
+    };
+    for (base, len) in todo {
+        // The region stays mapped meanwhile: `forget` waits for DRIVER_CALLS.
+        let state = match register(base, len, ordinal) {
+            Ok(()) => State::Registered(ordinal),
             Err(why) => {
-                r.state = State::Failed;
-                failed.push((r.base, r.len, why));
+                failed.push((base, len, why));
+                State::Failed
             }
+        };
+        let mut g = REGIONS.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = g.iter_mut().find(|r| r.base == base) {
+            r.state = state;
         }
     }
     failed
