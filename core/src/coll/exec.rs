@@ -180,8 +180,10 @@ fn missing(lane: Lane, dir: &str, peer: usize) -> Error {
 /// ([`peek_received`]), a header-only step is carried out ([`desc_step`]), a
 /// step writing user memory waits for sends still in flight from it
 /// ([`user_busy`]), the outgoing bytes get their places ([`claim_outgoing`]:
-/// registered user memory or FIFO slots), memory the host cannot touch is
-/// staged ([`stage_step`]), the data is moved and reduced ([`compute`]), and
+/// registered user memory or FIFO slots), a step on device memory runs on its
+/// GPU's kernels when everything it touches is reachable there
+/// ([`device_for`], [`compute_dev`]) or else has that memory staged
+/// ([`stage_step`]), the data is moved and reduced ([`compute`]), and
 /// the sends are pushed and the receives released ([`complete`]).
 ///
 /// # Safety
@@ -209,9 +211,10 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
         return Ok(false);
     };
     let nr = op.recv_from.len();
-    if OpMem::any_staged_in(cx.mems) {
+    // Host memory only: one branch, and the step runs as it always did.
+    let mut stage = if OpMem::any_staged_in(cx.mems) {
         // Device memory: on its GPU's kernels when everything the step touches
-        // is reachable from there, else staged below.
+        // is reachable from there, else staged.
         let dev = device_for(op, lane, cx, &recvd[..nr], &out);
         note_decision(cx.rank, &dev);
         if let Ok(k) = dev {
@@ -222,9 +225,11 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
             complete(op, lane, &out, cx.conns)?;
             return Ok(true);
         }
-    }
-    // SAFETY: as this function.
-    let mut stage = unsafe { stage_step(op, cx.mems, &recvd[..nr], writes_user) }?;
+        // SAFETY: as this function.
+        unsafe { stage_step(op, cx.mems, &recvd[..nr], writes_user) }?
+    } else {
+        Stage::none()
+    };
     // From here on the step works on host addresses only (`src`, `dst`,
     // `recvd` mapped), and what it wrote goes back before anything is pushed
     // from user memory.
@@ -459,16 +464,13 @@ fn claim_outgoing(op: &SliceOp, lane: Lane, desc: &OpDesc, cx: &mut ExecCx<'_>) 
 
 /// Stages the user memory the host cannot touch (`coll::mem`) around a
 /// connector step that reads its input (unless it only receives) and writes
-/// its output when `writes_user`; a no-op stage when every buffer is host
-/// memory.
+/// its output when `writes_user` (called only when some buffer of the work is
+/// staged).
 ///
 /// # Safety
 /// As [`try_run`]; the user buffers are untouched by others while the step runs.
 #[inline]
 unsafe fn stage_step(op: &SliceOp, mems: &[OpMem], recvd: &[*mut u8], writes_user: bool) -> Result<Stage, Error> {
-    if !OpMem::any_staged_in(mems) {
-        return Ok(Stage::none());
-    }
     let n = op.bytes;
     let reads_input = !matches!(op.prim, Prim::Recv | Prim::RecvCopySend);
     let lands_in_dst = recvd.iter().any(|&r| !disjoint(r, op.dst, n));
