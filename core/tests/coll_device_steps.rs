@@ -426,11 +426,22 @@ fn device_steps_worker() {
     println!("rank {me}: all correct");
 }
 
-fn run(what: &str, env: &[(&str, &str)]) {
-    let outs = launch(WORKER, "devsteps", 2, &[0, 1], env, |_| Vec::new(), LIMIT);
+/// Runs the worker on 2 processes with `env` (and `NCCL_DEBUG=INFO`); each
+/// rank's log must hold every text of `info`.
+fn run(what: &str, env: &[(&str, &str)], info: &[&str]) {
+    let mut all = vec![("NCCL_DEBUG", "INFO")];
+    all.extend_from_slice(env);
+    let outs = launch(WORKER, "devsteps", 2, &[0, 1], &all, |_| Vec::new(), LIMIT);
     assert_all_ok(&outs, what);
     for o in &outs {
-        println!("{}", o.stdout);
+        for l in o.stdout.lines().filter(|l| l.contains(" device steps, ")) {
+            println!("{l}");
+        }
+        // NCCL's log goes to stdout unless NCCL_DEBUG_FILE says otherwise.
+        let log = format!("{}{}", o.stdout, o.stderr);
+        for line in info {
+            assert!(log.contains(line), "{what}: rank {} logged no `{line}`:\n{log}", o.rank);
+        }
     }
 }
 
@@ -449,6 +460,7 @@ fn device_steps_over_shm_run_on_the_gpu() {
             ("NCCL_PROTO", "Simple"),
             ("NCCL_ALGO", "Ring"),
         ],
+        &["device buffers: steps reduce on GPU 0 (FIFO registered)"],
     );
 }
 
@@ -468,6 +480,7 @@ fn device_steps_over_the_network_run_on_the_gpu() {
             ("NCCL_SHM_DISABLE", "1"),
             ("NCCL_ALGO", "Ring"),
         ],
+        &["device buffers: steps reduce on GPU 0 (FIFO registered)"],
     );
 }
 
@@ -486,6 +499,10 @@ fn unregistrable_fifos_fall_back_to_staging() {
             ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
             ("NCCL_SHM_DISABLE", "1"),
             ("NCCL_ALGO", "Ring"),
+        ],
+        &[
+            "cannot be registered for GPU 0 (the test refuses every registration): its steps stage through host memory",
+            "device buffers: steps stage through host memory (a FIFO is not registered for the GPU)",
         ],
     );
 }
