@@ -429,9 +429,15 @@ fn device_steps_worker() {
 /// Runs the worker on 2 processes with `env` (and `NCCL_DEBUG=INFO`); each
 /// rank's log must hold every text of `info`.
 fn run(what: &str, env: &[(&str, &str)], info: &[&str]) {
+    run_n(2, what, env, info)
+}
+
+/// [`run`] on `n` processes.
+fn run_n(n: usize, what: &str, env: &[(&str, &str)], info: &[&str]) {
     let mut all = vec![("NCCL_DEBUG", "INFO")];
     all.extend_from_slice(env);
-    let outs = launch(WORKER, "devsteps", 2, &[0, 1], &all, |_| Vec::new(), LIMIT);
+    let ranks: Vec<usize> = (0..n).collect();
+    let outs = launch(WORKER, "devsteps", n, &ranks, &all, |_| Vec::new(), LIMIT);
     assert_all_ok(&outs, what);
     for o in &outs {
         for l in o.stdout.lines().filter(|l| l.contains(" device steps, ")) {
@@ -504,5 +510,27 @@ fn unregistrable_fifos_fall_back_to_staging() {
             "cannot be registered for GPU 0 (the test refuses every registration): its steps stage through host memory",
             "device buffers: steps stage through host memory (a FIFO is not registered for the GPU)",
         ],
+    );
+}
+
+/// Three processes, AllReduce on the tree (a step reducing two children's
+/// data, and sending to two peers) over the network: every step on the GPU
+/// once the tree, connected by the warm-up, has its FIFOs registered.
+#[test]
+fn device_steps_on_a_tree_run_on_the_gpu() {
+    if role("devsteps").is_some() {
+        return;
+    }
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm("device_steps_on_a_tree_run_on_the_gpu", LIMIT, String::new);
+    run_n(
+        3,
+        "device steps on a tree",
+        &[
+            ("DEVICE_STEPS_MODE", "kernels"),
+            ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
+            ("NCCL_SHM_DISABLE", "1"),
+            ("NCCL_ALGO", "allreduce:tree"),
+        ],
+        &["device buffers: steps reduce on GPU 0 (FIFO registered)"],
     );
 }
