@@ -29,10 +29,15 @@ pub(crate) fn enqueue(comm: &Arc<ProxyHandle>, mut args: CollArgs, stream: &Stre
     // memory the host cannot touch, and the proxy registers user memory with the
     // plugin only in a memory space the plugin takes (`coll::mem`).
     args.mem = OpMem::classify(args.send, args.recv, args.bytes)?;
-    if stream.has_device() && args.mem.any_staged() {
-        // Ordered with a caller's device stream: the proxy must make no CUDA
-        // call that may wait for that stream (`coll::mem::reserve`).
-        crate::coll::mem::reserve(&args.mem)?;
+    if args.mem.any_staged() {
+        // Device buffers whose GPU runs kernels: the FIFOs registered and the
+        // kernels loaded here, not on the proxy (`coll::mem::prepare_kernels`).
+        crate::coll::mem::prepare_kernels(&mut args.mem, args.dtype);
+        if stream.has_device() {
+            // Ordered with a caller's device stream: the proxy must make no CUDA
+            // call that may wait for that stream (`coll::mem::reserve`).
+            crate::coll::mem::reserve(&args.mem)?;
+        }
     }
     match args.kind {
         CollKind::Broadcast { root } | CollKind::Reduce { root } if root >= comm.nranks => {

@@ -41,6 +41,9 @@ struct Range {
     len: usize,
     backend: &'static dyn Backend,
     gpu: MockGpu,
+    /// `backend` runs every `*_raw` operation (not only copies) on this memory
+    /// and on host memory page-locked through `ferroccl_kernels::hostreg`.
+    kernels: bool,
 }
 
 static ANY: AtomicBool = AtomicBool::new(false);
@@ -49,15 +52,35 @@ static RANGES: RwLock<Vec<Range>> = RwLock::new(Vec::new());
 /// Declares `[ptr, ptr + len)` device memory of the mock GPU `gpu` for the whole
 /// process, reached only through `backend` (`Backend::copy_raw`). Later
 /// enqueues classify buffers inside it as `MemorySpace::Device`.
+/// The executor stages such memory through host bounce buffers.
 pub fn declare(ptr: *const u8, len: usize, backend: &'static dyn Backend, gpu: MockGpu) {
+    push(ptr, len, backend, gpu, false);
+}
+
+/// [`declare`] for a `backend` that runs every `*_raw` operation (reduce,
+/// pre-op, post-op, copy) on this memory and on host memory registered through
+/// `ferroccl_kernels::hostreg`, as a GPU's kernels do: the executor then runs
+/// steps touching it on `backend` (reading and writing registered FIFOs
+/// directly) instead of staging them.
+pub fn declare_kernels(ptr: *const u8, len: usize, backend: &'static dyn Backend, gpu: MockGpu) {
+    push(ptr, len, backend, gpu, true);
+}
+
+fn push(ptr: *const u8, len: usize, backend: &'static dyn Backend, gpu: MockGpu, kernels: bool) {
     let mut r = RANGES.write().unwrap_or_else(|e| e.into_inner());
     r.push(Range {
         start: ptr as usize,
         len,
         backend,
         gpu,
+        kernels,
     });
     ANY.store(true, Ordering::Release);
+}
+
+/// Whether `[ptr, ptr + len)` lies inside a declared range.
+pub fn contains(ptr: *const u8, len: usize) -> bool {
+    lookup(ptr, len).is_some()
 }
 
 /// Forgets the range that starts at `ptr` (call before unmapping it).
@@ -69,6 +92,11 @@ pub fn forget(ptr: *const u8) {
 
 /// The declared range holding `[ptr, ptr + len)`: `(range start, backend, gpu)`.
 pub(crate) fn lookup(ptr: *const u8, len: usize) -> Option<(usize, &'static dyn Backend, MockGpu)> {
+    lookup_full(ptr, len).map(|(s, b, g, _)| (s, b, g))
+}
+
+/// [`lookup`], with whether the range's backend runs kernels ([`declare_kernels`]).
+pub(crate) fn lookup_full(ptr: *const u8, len: usize) -> Option<(usize, &'static dyn Backend, MockGpu, bool)> {
     if !ANY.load(Ordering::Acquire) {
         return None;
     }
@@ -76,7 +104,7 @@ pub(crate) fn lookup(ptr: *const u8, len: usize) -> Option<(usize, &'static dyn 
     let r = RANGES.read().unwrap_or_else(|e| e.into_inner());
     r.iter()
         .find(|x| x.start <= a && a.saturating_add(len) <= x.start + x.len)
-        .map(|x| (x.start, x.backend, x.gpu.clone()))
+        .map(|x| (x.start, x.backend, x.gpu.clone(), x.kernels))
 }
 
 /// The facts of mock GPU `ordinal`, when some declared range belongs to it.

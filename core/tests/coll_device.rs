@@ -1,8 +1,11 @@
 //! Collectives on CUDA device memory: two real processes sharing GPU 0, each
 //! with `cuMemAlloc`ed send and receive buffers, over the socket plugin on
-//! loopback. The socket plugin has no `NCCL_PTR_CUDA`, so every step is staged
-//! through host memory by the device's CUDA backend (`coll::mem`); the results
-//! are checked against the CPU reference (`ferroccl::check`).
+//! loopback (or shared memory). The socket plugin has no `NCCL_PTR_CUDA`, so
+//! the steps run on GPU 0's kernels against the page-locked host FIFOs the
+//! plugin sends from (`coll::exec`), or are staged through host memory where a
+//! FIFO could not be registered (`coll::mem`); the results are checked against
+//! the CPU reference (`ferroccl::check`). `device_steps_run_on_the_gpu_*`
+//! also check that the steps ran on the GPU (`ferroccl::device_step_counts`).
 //!
 //! Two processes bound to GPU 0 (`CommConfig::cuda_dev`) connect through the
 //! P2P transport instead (`via P2P/IPC`: each receiver's FIFO in GPU memory,
@@ -313,4 +316,97 @@ fn p2p_ipc_two_processes_on_one_gpu() {
             o.rank
         );
     }
+}
+
+/// Child entry point: AllReduce (sum) of float32 and bfloat16 device buffers,
+/// sizes on both sides of a FIFO step, in and out of place; every step must
+/// run on GPU 0's kernels reading and writing the registered host FIFOs
+/// directly (`ferroccl::device_step_counts`), none staged.
+#[test]
+fn device_steps_worker() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "coll_device::device_steps_worker",
+        std::time::Duration::from_secs(270),
+        String::new,
+    );
+    let Some(r) = role("devsteps") else { return };
+    let comm = join(&r, Duration::from_secs(60));
+    // Warm-up: the connections are set up and their FIFOs registered.
+    let mut wrong = run_device(&comm, TestOp::AllReduce, DataType::Float32, RedOp::Sum, 1031, false);
+    let mut bad = Vec::new();
+    for dtype in [DataType::Float32, DataType::Bfloat16] {
+        for count in [1usize, 1031, (1 << 16) + 5, (1 << 20) + 3, 4 << 20] {
+            for in_place in [false, true] {
+                let (d0, s0) = ferroccl::device_step_counts();
+                let w = run_device(&comm, TestOp::AllReduce, dtype, RedOp::Sum, count, in_place);
+                let (d1, s1) = ferroccl::device_step_counts();
+                println!(
+                    "AllReduce {dtype} count {count} in_place {in_place}: {w} wrong, {} device steps, {} staged",
+                    d1 - d0,
+                    s1 - s0
+                );
+                wrong += w;
+                if d1 == d0 || s1 != s0 {
+                    bad.push(format!(
+                        "{dtype} count {count} in_place {in_place}: {} device steps, {} staged",
+                        d1 - d0,
+                        s1 - s0
+                    ));
+                }
+            }
+        }
+    }
+    comm.destroy().expect("destroy");
+    assert_eq!(wrong, 0, "rank {}: wrong elements with device steps", r.rank);
+    assert!(
+        bad.is_empty(),
+        "rank {}: steps not on the GPU:\n{}",
+        r.rank,
+        bad.join("\n")
+    );
+}
+
+fn device_steps(test: &str, env: &[(&str, &str)]) {
+    let _watchdog =
+        ferroccl_test_watchdog::Watchdog::arm(&format!("coll_device::{test}"), Duration::from_secs(330), String::new);
+    if role("devsteps").is_some() || require_gpu(test).is_none() {
+        return;
+    }
+    let mut all = vec![
+        // Every AllReduce as the ring (no all-gather into host scratch, no
+        // tree connected on first use).
+        ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
+        ("NCCL_ALGO", "Ring"),
+    ];
+    all.extend_from_slice(env);
+    let outs = launch(
+        "device_steps_worker",
+        "devsteps",
+        2,
+        &[0, 1],
+        &all,
+        |_| Vec::new(),
+        Duration::from_secs(300),
+    );
+    for o in &outs {
+        println!("rank {}:\n{}", o.rank, o.stdout);
+    }
+    assert_all_ok(&outs, test);
+}
+
+/// Two processes on GPU 0 over shared memory: AllReduce steps run as kernels
+/// on the GPU against the page-locked shared segments.
+#[test]
+fn device_steps_run_on_the_gpu_over_shm() {
+    device_steps("device_steps_run_on_the_gpu_over_shm", &[]);
+}
+
+/// Two processes on GPU 0 over the socket plugin (shared memory off): the
+/// kernels read and write the page-locked network FIFOs the plugin sends from.
+#[test]
+fn device_steps_run_on_the_gpu_over_the_network() {
+    device_steps(
+        "device_steps_run_on_the_gpu_over_the_network",
+        &[("NCCL_SHM_DISABLE", "1")],
+    );
 }

@@ -44,6 +44,7 @@ pub mod cuda;
 mod dtype;
 mod error;
 mod half_conv;
+pub mod hostreg;
 mod op;
 pub mod reference;
 mod space;

@@ -1,11 +1,22 @@
-//! Carrying out one [`SliceOp`] on host memory with the CPU kernels.
+//! Carrying out one [`SliceOp`]: on host memory with the CPU kernels, or on a
+//! GPU's kernels when it touches that GPU's memory.
 //!
-//! User memory the host cannot touch (device memory, classified at enqueue,
-//! see [`super::mem`]) is staged around each step: the bytes the step reads are
-//! copied into host mirrors by the buffer's own backend (`Backend::copy_raw`),
-//! the step runs on the mirrors, and what it wrote is copied back before
-//! anything is sent from user memory. Without such memory (no driver, host
-//! buffers) nothing is staged and the steps run exactly as before.
+//! A step touching device memory (classified at enqueue, see [`super::mem`])
+//! runs on that GPU's kernels (`device_for`, `compute_dev`) when everything it
+//! touches is reachable from the GPU: the user buffers (that GPU's, managed,
+//! pinned or registered), and every FIFO slot it reads or writes
+//! ([`crate::transport::FifoMem`]: host memory page-locked for the GPUs through
+//! `ferroccl_kernels::hostreg` at enqueue, or that GPU's memory). The kernels
+//! then read and write the slots directly, one launch per operand operation,
+//! as NCCL's `prims_simple.h` does between user buffers and the host FIFOs of
+//! `src/transport/net.cc` with `useGdr = 0`. Otherwise (a FIFO that could not
+//! be registered, a connector whose FIFO memory is unknown, pageable host
+//! scratch, a backend that only copies) the step is staged: the bytes it reads
+//! are copied into host mirrors by the buffer's own backend
+//! (`Backend::copy_raw`), the step runs on the mirrors with the CPU, and what
+//! it wrote is copied back before anything is sent from user memory. The CPU
+//! reduces host memory only. Without device memory (no driver, host buffers)
+//! the steps run exactly as before: one branch per step decides it.
 //!
 //! User buffers are only ever touched through short-lived slices built here. An
 //! input and an output slice of user memory are alive at the same time only when
@@ -17,16 +28,29 @@
 //! from there (`user_source`), saving the copy into a FIFO slot: on loopback TCP
 //! with two ranks the user-space copies were a third of a mid-size AllReduce.
 
-use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, Pre};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, MemorySpace, Pre};
 
 use super::desc::{OP_HDR_BYTES, OpDesc};
-use super::mem::{OpMem, Operand, Stage};
+use super::mem::{Kernels, OpMem, Operand, Stage};
 use super::schedule::{Lane, Prim, SliceOp, TaskConns};
 use crate::error::Error;
 use crate::graph::MAX_TREE_ARITY;
-use crate::transport::{ConnTable, SendConnector, UserReg};
+use crate::transport::{ConnTable, FifoMem, SendConnector, UserReg};
 
 static BACKEND: CpuBackend = CpuBackend;
+
+/// Steps (and local copies) run on a GPU's kernels, for the process.
+static DEVICE_STEPS: AtomicU64 = AtomicU64::new(0);
+
+/// Steps run on a GPU's kernels so far in this process, and steps that
+/// staged device memory through host bounce buffers (tests and the GPU
+/// checks assert which path ran).
+#[doc(hidden)]
+pub fn device_step_counts() -> (u64, u64) {
+    (DEVICE_STEPS.load(Ordering::Relaxed), super::mem::staged_steps())
+}
 
 /// Copies `bytes` from `src` to `dst` (may overlap; no-op when equal).
 ///
@@ -157,8 +181,10 @@ fn missing(lane: Lane, dir: &str, peer: usize) -> Error {
 /// ([`peek_received`]), a header-only step is carried out ([`desc_step`]), a
 /// step writing user memory waits for sends still in flight from it
 /// ([`user_busy`]), the outgoing bytes get their places ([`claim_outgoing`]:
-/// registered user memory or FIFO slots), memory the host cannot touch is
-/// staged ([`stage_step`]), the data is moved and reduced ([`compute`]), and
+/// registered user memory or FIFO slots), a step on device memory runs on its
+/// GPU's kernels when everything it touches is reachable there
+/// ([`device_for`], [`compute_dev`]) or else has that memory staged
+/// ([`stage_step`]), the data is moved and reduced ([`compute`]), and
 /// the sends are pushed and the receives released ([`complete`]).
 ///
 /// # Safety
@@ -186,8 +212,31 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
         return Ok(false);
     };
     let nr = op.recv_from.len();
-    // SAFETY: as this function.
-    let mut stage = unsafe { stage_step(op, cx.mems, &recvd[..nr], writes_user) }?;
+    // Host memory only: one branch, and the step runs as it always did.
+    let mut stage = if OpMem::any_staged_in(cx.mems) {
+        // Device memory: on its GPU's kernels when everything the step touches
+        // is reachable from there, else staged.
+        let dev = device_for(op, lane, cx, &recvd[..nr], &out);
+        note_decision(cx.rank, &dev);
+        if let Ok(k) = dev {
+            // SAFETY: as this function; every operand was checked reachable
+            // from the GPU, and `out`'s slots are ours until pushed.
+            unsafe { compute_dev(op, k.backend, &recvd[..nr], &out) }?;
+            DEVICE_STEPS.fetch_add(1, Ordering::Relaxed);
+            complete(op, lane, &out, cx.conns)?;
+            return Ok(true);
+        }
+        if cx.conns.has_device_fifos() {
+            device_fifo_check(op, lane, cx.conns, dev.err())?;
+        }
+        // SAFETY: as this function.
+        unsafe { stage_step(op, cx.mems, &recvd[..nr], writes_user) }?
+    } else {
+        if cx.conns.has_device_fifos() {
+            device_fifo_check(op, lane, cx.conns, Some("the user buffers are host memory"))?;
+        }
+        Stage::none()
+    };
     // From here on the step works on host addresses only (`src`, `dst`,
     // `recvd` mapped), and what it wrote goes back before anything is pushed
     // from user memory.
@@ -217,7 +266,17 @@ unsafe fn run_local(op: &SliceOp, mems: &[OpMem]) -> Result<(), Error> {
     } else {
         (std::ptr::null(), 0)
     };
-    let mut stage = if OpMem::any_staged_in(mems) {
+    let staged = OpMem::any_staged_in(mems);
+    if staged
+        && op.prim == Prim::LocalCopy
+        && let Some(k) = local_device(op, mems)
+    {
+        // SAFETY: as this function; both ranges reachable from the GPU, equal or disjoint.
+        unsafe { local_copy_dev(op, k.backend) }?;
+        DEVICE_STEPS.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
+    let mut stage = if staged {
         // SAFETY: user buffers valid for `n` bytes by contract.
         unsafe {
             Stage::begin(
@@ -415,16 +474,13 @@ fn claim_outgoing(op: &SliceOp, lane: Lane, desc: &OpDesc, cx: &mut ExecCx<'_>) 
 
 /// Stages the user memory the host cannot touch (`coll::mem`) around a
 /// connector step that reads its input (unless it only receives) and writes
-/// its output when `writes_user`; a no-op stage when every buffer is host
-/// memory.
+/// its output when `writes_user` (called only when some buffer of the work is
+/// staged).
 ///
 /// # Safety
 /// As [`try_run`]; the user buffers are untouched by others while the step runs.
 #[inline]
 unsafe fn stage_step(op: &SliceOp, mems: &[OpMem], recvd: &[*mut u8], writes_user: bool) -> Result<Stage, Error> {
-    if !OpMem::any_staged_in(mems) {
-        return Ok(Stage::none());
-    }
     let n = op.bytes;
     let reads_input = !matches!(op.prim, Prim::Recv | Prim::RecvCopySend);
     let lands_in_dst = recvd.iter().any(|&r| !disjoint(r, op.dst, n));
@@ -642,4 +698,329 @@ unsafe fn reduce_blocks(op: &SliceOp, dst: *mut u8) -> Result<(), Error> {
     // SAFETY: `dst` valid for `n` bytes; the scratch never overlaps user memory.
     unsafe { std::ptr::copy_nonoverlapping(acc.as_ptr(), dst, n) };
     Ok(())
+}
+
+/// Why a step touching device memory is staged instead of run on its GPU.
+type Why = &'static str;
+
+/// The GPU whose kernels run `op` (a connector step of an operation with
+/// device memory), when every operand is reachable from it: user memory in a
+/// buffer of that GPU (or host memory it reaches: pinned, managed, or
+/// registered), FIFO slots in host memory page-locked for it
+/// (`ferroccl_kernels::hostreg`) or in its own memory. `Err`: why the step is
+/// staged.
+fn device_for(
+    op: &SliceOp,
+    lane: Lane,
+    cx: &mut ExecCx<'_>,
+    recvd: &[*mut u8],
+    out: &Outgoing,
+) -> Result<Kernels, Why> {
+    let n = op.bytes;
+    let prim = op.prim;
+    let mems = cx.mems;
+    let reads_src = matches!(
+        prim,
+        Prim::Send | Prim::CopySend | Prim::RecvReduceSend | Prim::RecvReduceCopySend | Prim::RecvReduceCopy
+    );
+    let uses_dst = writes_user(op) || prim == Prim::CopySend;
+    // The GPU: that of the first user operand in device memory.
+    let user_ops = [(reads_src, op.src), (uses_dst, op.dst as *const u8)];
+    let mut k: Option<Kernels> = None;
+    for &(used, p) in &user_ops {
+        if !used {
+            continue;
+        }
+        if let Some(b) = mems.iter().find_map(|m| m.buffer_of(p, n))
+            && b.staged()
+        {
+            k = Some(b.kernels().ok_or("the buffer's backend only copies")?);
+            break;
+        }
+    }
+
+    let k = k.ok_or("no device operand")?;
+    // In place or disjoint: kernels run in parallel, so a partial overlap
+    // (which memmove handles on the host) stays on the host path.
+    if reads_src && uses_dst && !(std::ptr::eq(op.src, op.dst) || disjoint(op.src, op.dst, n)) {
+        return Err("input and output overlap partially");
+    }
+    let reach_user = |p: *const u8| -> Result<(), Why> { user_reachable(mems, p, n, k.ordinal) };
+    for &(used, p) in &user_ops {
+        if used {
+            reach_user(p)?;
+        }
+    }
+    for (i, peer) in op.recv_from.iter().enumerate() {
+        let r = cx.conns.recv(&lane.key(peer)).ok_or("no receive connector")?;
+        let p = recvd[i] as *const u8;
+        match r.fifo_mem() {
+            Some(f) if fifo_contains(f, p, n) => fifo_reachable(f, p, n, k.ordinal)?,
+            // Landed in user memory (`recv_target`).
+            Some(_) => reach_user(p)?,
+            None => return Err("a receive FIFO of unknown memory"),
+        }
+    }
+    match out.user {
+        Some((p, _)) => reach_user(p)?,
+        None => {
+            for (i, peer) in op.send_to.iter().enumerate() {
+                let s = cx.conns.send(&lane.key(peer)).ok_or("no send connector")?;
+                let f = s.fifo_mem().ok_or("a send FIFO of unknown memory")?;
+                let p = out.slots[i] as *const u8;
+                if !fifo_contains(f, p, n) {
+                    return Err("a send slot outside its FIFO");
+                }
+                fifo_reachable(f, p, n, k.ordinal)?;
+            }
+        }
+    }
+    Ok(k)
+}
+
+/// Refuses a step about to run on the host (staged or host buffers) whose
+/// connectors keep their FIFO in device memory (the P2P transport): the CPU
+/// must never touch those slots. `why`: why the step is not on the GPU.
+///
+/// Errors: [`Error::InvalidUsage`] naming the peer and the reason.
+fn device_fifo_check(op: &SliceOp, lane: Lane, conns: &mut ConnTable, why: Option<Why>) -> Result<(), Error> {
+    let dev = |f: Option<FifoMem>| matches!(f, Some(FifoMem::Device { .. }));
+    let peer = op
+        .recv_from
+        .iter()
+        .find(|&p| conns.recv(&lane.key(p)).is_some_and(|r| dev(r.fifo_mem())))
+        .or_else(|| {
+            op.send_to
+                .iter()
+                .find(|&p| conns.send(&lane.key(p)).is_some_and(|s| dev(s.fifo_mem())))
+        });
+    match peer {
+        None => Ok(()),
+        Some(p) => Err(Error::InvalidUsage(format!(
+            "a {:?} step with rank {p} cannot run: the connection's FIFO is GPU memory (P2P transport), \
+             so the step must run on the GPU, but {}; pass device buffers, or set NCCL_P2P_DISABLE=1",
+            op.prim,
+            why.unwrap_or("it cannot")
+        ))),
+    }
+}
+
+fn fifo_contains(f: FifoMem, p: *const u8, n: usize) -> bool {
+    match f {
+        FifoMem::Host { base, len } => {
+            let a = p as usize;
+            base <= a && a.saturating_add(n) <= base + len
+        }
+        // A device FIFO holds every slot its connector hands out.
+        FifoMem::Device { .. } => true,
+    }
+}
+
+fn fifo_reachable(f: FifoMem, p: *const u8, n: usize, gpu: usize) -> Result<(), Why> {
+    match f {
+        FifoMem::Host { .. } if ferroccl_kernels::hostreg::registered(p as usize, n) => Ok(()),
+        FifoMem::Host { .. } => Err("a FIFO is not registered for the GPU"),
+        FifoMem::Device { ordinal } if ordinal == gpu => Ok(()),
+        FifoMem::Device { .. } => Err("a FIFO is another GPU's memory"),
+    }
+}
+
+/// Whether user memory `[p, p + n)` is reachable from GPU `gpu`: inside a
+/// buffer of this work whose memory is that GPU's (kernel-capable), managed or
+/// pinned, or inside host memory registered for the GPUs.
+fn user_reachable(mems: &[OpMem], p: *const u8, n: usize, gpu: usize) -> Result<(), Why> {
+    match mems.iter().find_map(|m| m.buffer_of(p, n)) {
+        Some(b) if b.staged() => match b.kernels() {
+            Some(k) if k.ordinal == gpu => Ok(()),
+            _ => Err("user buffers of two GPUs, or a backend that only copies"),
+        },
+        Some(b)
+            if matches!(
+                b.space,
+                MemorySpace::Host { pinned: true } | MemorySpace::Device { managed: true, .. }
+            ) =>
+        {
+            Ok(())
+        }
+        _ if ferroccl_kernels::hostreg::registered(p as usize, n) => Ok(()),
+        _ => Err("user memory the GPU cannot reach (pageable host memory)"),
+    }
+}
+
+/// The GPU of a `LocalCopy` between device buffers, when both ranges are
+/// reachable from it and are equal or disjoint.
+fn local_device(op: &SliceOp, mems: &[OpMem]) -> Option<Kernels> {
+    let n = op.bytes;
+    if n == 0 || !(std::ptr::eq(op.src, op.dst) || disjoint(op.src, op.dst, n)) {
+        return None;
+    }
+    let k = [op.src, op.dst as *const u8]
+        .iter()
+        .find_map(|&p| mems.iter().find_map(|m| m.buffer_of(p, n)).filter(|b| b.staged()))?
+        .kernels()?;
+    user_reachable(mems, op.src, n, k.ordinal).ok()?;
+    user_reachable(mems, op.dst, n, k.ordinal).ok()?;
+    Some(k)
+}
+
+/// [`local_copy`] on a GPU's kernels: `dst = post(pre(src))`, or a copy.
+///
+/// # Safety
+/// `op.src`/`op.dst` valid for `op.bytes` bytes, reachable from `b`'s GPU,
+/// equal or disjoint.
+unsafe fn local_copy_dev(op: &SliceOp, b: &dyn Backend) -> Result<(), Error> {
+    let n = op.bytes;
+    // SAFETY: see the function contract (pre_op_raw and copy_raw take equal or
+    // disjoint ranges; the post-op works in place).
+    unsafe {
+        match &op.red {
+            Some(red) if red.has_pre_op() || red.has_post_op() => {
+                b.pre_op_raw(op.dst, op.src, n, red)?;
+                if red.has_post_op() {
+                    b.post_op_raw(op.dst, n, red)?;
+                }
+            }
+            _ => b.copy_raw(op.dst, op.src, n)?,
+        }
+    }
+    Ok(())
+}
+
+/// `dst = src` for ranges that are equal (nothing to do) or disjoint, on `b`.
+///
+/// # Safety
+/// As [`Backend::copy_raw`].
+unsafe fn dmove(b: &dyn Backend, dst: *mut u8, src: *const u8, n: usize) -> Result<(), Error> {
+    if !std::ptr::eq(dst, src) && n > 0 {
+        // SAFETY: the caller's contract.
+        unsafe { b.copy_raw(dst, src, n) }?;
+    }
+    Ok(())
+}
+
+/// [`compute`] on a GPU's kernels (`b`), on the step's own addresses: user
+/// memory, FIFO slots (registered host memory or device memory) and received
+/// steps, one launch per operand operation, as NCCL's `prims_simple.h` moves a
+/// step between user buffers and connector FIFOs. The same cases as
+/// [`compute`], with the same aliasing: every reduction's operands are equal
+/// to its destination or disjoint from it ([`device_for`] keeps partial
+/// overlaps off this path).
+///
+/// # Safety
+/// As [`compute`], with every operand reachable from `b`'s GPU ([`device_for`]).
+unsafe fn compute_dev(op: &SliceOp, b: &dyn Backend, recvd: &[*mut u8], out: &Outgoing) -> Result<(), Error> {
+    let n = op.bytes;
+    let prim = op.prim;
+    let ns = op.send_to.len();
+    let slot = out.slot(ns);
+    let (src, dst) = (op.src, op.dst);
+    // SAFETY: see the function contract.
+    unsafe {
+        let fold_rest = |acc: *mut u8, red: &DevRedOp| -> Result<(), Error> {
+            for &r in recvd.iter().skip(1) {
+                b.reduce_raw(acc, acc, r, n, red, Pre::None)?;
+            }
+            Ok(())
+        };
+        match (prim, out.user.is_some()) {
+            (Prim::Send, true) => {}
+            (Prim::Send, false) => {
+                let s = slot.expect("send slot");
+                match &op.red {
+                    Some(red) if red.has_pre_op() => b.pre_op_raw(s, src, n, red)?,
+                    _ => b.copy_raw(s, src, n)?,
+                }
+            }
+            (Prim::CopySend, true) => dmove(b, dst, src, n)?,
+            (Prim::CopySend, false) => {
+                b.copy_raw(slot.expect("send slot"), src, n)?;
+                dmove(b, dst, src, n)?;
+            }
+            (Prim::Recv | Prim::RecvCopySend, user) if op.red.as_ref().is_some_and(|r| r.has_post_op()) => {
+                let red = reduction(op)?;
+                dmove(b, dst, recvd[0], n)?;
+                b.post_op_raw(dst, n, red)?;
+                if prim == Prim::RecvCopySend && !user {
+                    b.copy_raw(slot.expect("send slot"), dst, n)?;
+                }
+            }
+            (Prim::Recv, _) | (Prim::RecvCopySend, true) => dmove(b, dst, recvd[0], n)?,
+            (Prim::RecvCopySend, false) => {
+                b.copy_raw(slot.expect("send slot"), recvd[0], n)?;
+                dmove(b, dst, recvd[0], n)?;
+            }
+            (Prim::RecvReduceCopySend, true) => {
+                let red = reduction(op)?;
+                if std::ptr::eq(src, dst) {
+                    // In place: pre-op the input (the accumulator), not the
+                    // received partial result.
+                    b.reduce_raw(dst, dst, recvd[0], n, red, Pre::A)?;
+                } else {
+                    b.reduce_raw(dst, recvd[0], src, n, red, Pre::B)?;
+                }
+                fold_rest(dst, red)?;
+                if red.has_post_op() {
+                    b.post_op_raw(dst, n, red)?;
+                }
+            }
+            (Prim::RecvReduceSend | Prim::RecvReduceCopySend, _) => {
+                let red = reduction(op)?;
+                let s = slot.expect("send slot");
+                b.reduce_raw(s, recvd[0], src, n, red, Pre::B)?;
+                fold_rest(s, red)?;
+                if prim == Prim::RecvReduceCopySend {
+                    if red.has_post_op() {
+                        b.post_op_raw(s, n, red)?;
+                    }
+                    b.copy_raw(dst, s, n)?;
+                }
+            }
+            (Prim::RecvReduceCopy, _) => {
+                let red = reduction(op)?;
+                let acc = recvd[0];
+                b.reduce_raw(acc, acc, src, n, red, Pre::B)?;
+                fold_rest(acc, red)?;
+                if red.has_post_op() {
+                    b.post_op_raw(acc, n, red)?;
+                }
+                dmove(b, dst, acc, n)?;
+            }
+            (Prim::LocalCopy | Prim::ReduceBlocks | Prim::Desc, _) => unreachable!("handled by try_run"),
+        }
+        // The same bytes go to every further send peer.
+        if let Some(first) = slot {
+            for &other in &out.slots[1..ns] {
+                b.copy_raw(other, first, n)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Logs, once per rank and outcome, whether steps on device memory run on the
+/// GPU or are staged (and why), NCCL style.
+fn note_decision(rank: usize, dev: &Result<Kernels, Why>) {
+    use std::sync::Mutex;
+    static SEEN: Mutex<Vec<(usize, Option<usize>, Why)>> = Mutex::new(Vec::new());
+    let key = match dev {
+        Ok(k) => (rank, Some(k.ordinal), ""),
+        Err(why) => (rank, None, *why),
+    };
+    let mut g = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if g.contains(&key) {
+        return;
+    }
+    g.push(key);
+    drop(g);
+    match dev {
+        Ok(k) => tracing::info!(
+            target: "ferroccl::coll",
+            "rank {rank}: device buffers: steps reduce on GPU {} (FIFO registered)",
+            k.ordinal
+        ),
+        Err(why) => tracing::info!(
+            target: "ferroccl::coll",
+            "rank {rank}: device buffers: steps stage through host memory ({why})"
+        ),
+    }
 }

@@ -8,9 +8,13 @@
 //! never loads anything and behaves exactly as before). NCCL makes the same
 //! per-buffer query (`cudaPointerGetAttributes`, `src/register/register.cc`).
 //!
-//! The executor (`coll::exec`) computes on host memory with the CPU backend. A
-//! buffer the host cannot dereference (device memory that is not managed) is
-//! *staged*: for each step, the user bytes the step touches are copied into a
+//! A buffer the host cannot dereference (device memory that is not managed)
+//! carries its GPU's kernels ([`Kernels`]): the executor (`coll::exec`) runs a
+//! step touching it on them when every FIFO the step touches is reachable from
+//! that GPU; [`prepare_kernels`] makes that so at enqueue (the connectors'
+//! announced host FIFOs page-locked with `cuMemHostRegister`, the datatype's
+//! kernels loaded), on the enqueuing thread, never the proxy. Otherwise the
+//! buffer is *staged*: for each step, the user bytes the step touches are copied into a
 //! pinned host bounce buffer by the buffer's own backend
 //! ([`ferroccl_kernels::Backend::copy_raw`]: the CUDA backend of its device,
 //! which reaches both its memory and pinned host memory), the step runs on the
@@ -45,7 +49,25 @@ pub(crate) enum Access {
         /// `None`: plain host memory (only when `backend` is a host backend,
         /// which the unit tests use to drive the staging logic without a GPU).
         pinned_for: Option<usize>,
+        /// The GPU whose kernels reach this buffer, when steps may run there
+        /// instead of staging (`coll::exec`); `None`: always staged.
+        kernels: Option<Kernels>,
     },
+}
+
+/// A GPU that runs steps as kernels: its backend (every `*_raw` operation, on
+/// its memory and on host memory registered through
+/// `ferroccl_kernels::hostreg`, without a memory-space query per launch) and
+/// its ordinal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Kernels {
+    /// The backend launching the kernels.
+    pub backend: &'static dyn Backend,
+    /// The GPU.
+    pub ordinal: usize,
+    /// A real CUDA device (its kernels are compiled at enqueue), not a test's mock.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub real: bool,
 }
 
 /// One user buffer: where it is, how long, how it is reached.
@@ -79,6 +101,14 @@ impl BufMem {
     /// Whether the executor must stage this buffer.
     pub fn staged(&self) -> bool {
         matches!(self.access, Access::Staged { .. })
+    }
+
+    /// The GPU whose kernels may run steps on this buffer.
+    pub fn kernels(&self) -> Option<Kernels> {
+        match self.access {
+            Access::Staged { kernels, .. } => kernels,
+            Access::Host => None,
+        }
     }
 }
 
@@ -126,6 +156,27 @@ impl OpMem {
         mems.iter().any(OpMem::any_staged)
     }
 
+    /// The GPU whose kernels may run this operation's steps (its first
+    /// buffer that has one).
+    pub fn kernels(&self) -> Option<Kernels> {
+        self.send.kernels().or_else(|| self.recv.kernels())
+    }
+
+    /// Stops running this operation's steps as kernels (they are staged).
+    pub fn drop_kernels(&mut self) {
+        for b in [&mut self.send, &mut self.recv] {
+            if let Access::Staged { kernels, .. } = &mut b.access {
+                *kernels = None;
+            }
+        }
+    }
+
+    /// The buffer of this operation holding `[p, p + n)`, if any.
+    pub fn buffer_of(&self, p: *const u8, n: usize) -> Option<&BufMem> {
+        let p = p as usize;
+        [&self.send, &self.recv].into_iter().find(|b| b.contains(p, n))
+    }
+
     /// The staged buffer holding `[p, p + n)`, if any.
     fn staged_of(&self, p: *const u8, n: usize) -> Option<&BufMem> {
         let p = p as usize;
@@ -155,10 +206,11 @@ fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
             access: Access::Staged {
                 backend,
                 pinned_for: None,
+                kernels: None,
             },
         });
     }
-    if let Some((_, backend, gpu)) = crate::mockdev::lookup(p, len) {
+    if let Some((_, backend, gpu, kernels)) = crate::mockdev::lookup_full(p, len) {
         return Ok(BufMem {
             addr: p as usize,
             len,
@@ -169,6 +221,11 @@ fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
             access: Access::Staged {
                 backend,
                 pinned_for: None,
+                kernels: kernels.then_some(Kernels {
+                    backend,
+                    ordinal: gpu.ordinal,
+                    real: false,
+                }),
             },
         });
     }
@@ -178,6 +235,7 @@ fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
         MemorySpace::Device { ordinal, .. } => Access::Staged {
             backend: backend_for_space(space)?,
             pinned_for: Some(ordinal),
+            kernels: real_kernels(ordinal),
         },
         MemorySpace::Host { .. } => Access::Host,
     };
@@ -190,6 +248,58 @@ fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
         space,
         access,
     })
+}
+
+/// The kernels of CUDA device `ordinal` (its backend exists: `classify_buf`
+/// just made it).
+#[cfg(feature = "cuda")]
+fn real_kernels(ordinal: usize) -> Option<Kernels> {
+    let b = ferroccl_kernels::cuda::CudaBackend::for_device(ordinal).ok()?;
+    Some(Kernels {
+        backend: b.vouched(),
+        ordinal,
+        real: true,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn real_kernels(_ordinal: usize) -> Option<Kernels> {
+    None
+}
+
+/// Makes operation `m`'s buffers ready for steps on their GPU's kernels, on
+/// the enqueuing thread (whose CUDA calls may wait; the proxy's must not, see
+/// [`reserve`]): the connectors' announced FIFOs are page-locked for that GPU
+/// (`ferroccl_kernels::hostreg`), and the kernels of `dtype` compiled and
+/// loaded. A FIFO that cannot be registered keeps its steps staged (logged
+/// once); kernels that cannot be loaded stage the whole operation.
+pub(crate) fn prepare_kernels(m: &mut OpMem, dtype: ferroccl_kernels::DataType) {
+    let Some(k) = m.kernels() else { return };
+    for (base, len, why) in ferroccl_kernels::hostreg::register_announced(k.ordinal) {
+        tracing::info!(
+            target: "ferroccl::coll",
+            "device buffers: FIFO of {len} bytes at {base:#x} cannot be registered for GPU {} ({why}): its steps stage through host memory",
+            k.ordinal
+        );
+    }
+    #[cfg(feature = "cuda")]
+    if k.real {
+        let r = ferroccl_kernels::cuda::CudaBackend::for_device(k.ordinal)
+            .and_then(|b| b.prepare(ferroccl_kernels::cuda::source::Unit::Type(dtype)));
+        if let Err(e) = r {
+            static ONCE: std::sync::Once = std::sync::Once::new();
+            ONCE.call_once(|| {
+                tracing::info!(
+                    target: "ferroccl::coll",
+                    "device buffers: {dtype} kernels of GPU {} unavailable ({e}): steps stage through host memory",
+                    k.ordinal
+                )
+            });
+            m.drop_kernels();
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    let _ = dtype;
 }
 
 /// A host bounce buffer: pinned for a device, or plain.
@@ -291,6 +401,14 @@ pub(crate) fn reserve(m: &OpMem) -> Result<(), Error> {
     Ok(())
 }
 
+/// Steps that staged device memory through bounce buffers, for the process.
+static STAGED_STEPS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Steps that staged device memory so far (see `coll::exec::device_step_counts`).
+pub(crate) fn staged_steps() -> u64 {
+    STAGED_STEPS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// One staged range: user bytes `[user, user + len)` mirrored at `host`.
 struct Part {
     user: usize,
@@ -351,7 +469,10 @@ impl Stage {
             let Some(buf) = mems.iter().find_map(|m| m.staged_of(o.ptr, o.len)) else {
                 continue;
             };
-            let Access::Staged { backend, pinned_for } = buf.access else {
+            let Access::Staged {
+                backend, pinned_for, ..
+            } = buf.access
+            else {
                 continue;
             };
             let (s, e) = (o.ptr as usize, o.ptr as usize + o.len);
@@ -370,6 +491,9 @@ impl Stage {
                     writes: o.writes,
                 });
             }
+        }
+        if !ranges.is_empty() {
+            STAGED_STEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         let mut parts: Vec<Part> = Vec::with_capacity(ranges.len());
         for r in ranges {
@@ -527,6 +651,7 @@ mod tests {
             access: Access::Staged {
                 backend: &CPU,
                 pinned_for: None,
+                kernels: None,
             },
         };
         let mems = [OpMem {

@@ -27,9 +27,11 @@ impl AlignedBuf {
     /// Page alignment of every buffer.
     pub(crate) const ALIGN: usize = 4096;
 
-    /// Zeroed buffer of `len` bytes (a zero `len` allocates one byte).
+    /// Zeroed buffer of `len` bytes (a zero `len` allocates one byte). Whole
+    /// pages are allocated, so that page-locking the buffer for a GPU
+    /// ([`AlignedBuf::announce`]) locks no other memory.
     pub(crate) fn new(len: usize) -> AlignedBuf {
-        let layout = std::alloc::Layout::from_size_align(len.max(1), Self::ALIGN).expect("buffer layout");
+        let layout = Self::layout(len);
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
@@ -38,9 +40,29 @@ impl AlignedBuf {
         AlignedBuf { ptr, len }
     }
 
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(len.max(1).next_multiple_of(Self::ALIGN), Self::ALIGN)
+            .expect("buffer layout")
+    }
+
     /// Start of the buffer.
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.ptr
+    }
+
+    /// The buffer as FIFO memory (its whole pages).
+    pub(crate) fn fifo_mem(&self) -> super::FifoMem {
+        super::FifoMem::Host {
+            base: self.ptr as usize,
+            len: Self::layout(self.len).size(),
+        }
+    }
+
+    /// Offers the buffer's pages to be page-locked for a GPU
+    /// (`ferroccl_kernels::hostreg`), so device steps reach its slots; undone
+    /// when the buffer is dropped.
+    pub(crate) fn announce(&self) {
+        ferroccl_kernels::hostreg::announce(self.ptr as usize, Self::layout(self.len).size());
     }
 
     /// Address of FIFO slot `slot` when the buffer is cut in slots of `step_size` bytes.
@@ -53,7 +75,9 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
-        let layout = std::alloc::Layout::from_size_align(self.len.max(1), Self::ALIGN).expect("buffer layout");
+        // Unregistered (when it was page-locked) before it is freed.
+        ferroccl_kernels::hostreg::forget(self.ptr as usize);
+        let layout = Self::layout(self.len);
         // SAFETY: allocated in `new` with this very layout.
         unsafe { std::alloc::dealloc(self.ptr, layout) };
     }

@@ -251,18 +251,6 @@ pub(crate) trait PendingConn: Send {
 /// ncclConnect` is 256 bytes; ours is a little more verbose but bounded).
 pub(crate) const CONNECT_INFO_MAX: usize = 1024;
 
-// Read by the device executor (a parallel branch); until it lands, only the
-// connectors say it.
-#[allow(dead_code)]
-/// Where a connector's FIFO slots live (decides which backend runs a step).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FifoMem {
-    /// Host memory the connector owns, `[base, base + len)`, alive as long as the connector; the executor may page-lock it for a GPU (cuMemHostRegister) so kernels reach it.
-    Host { base: usize, len: usize },
-    /// Device memory of GPU `ordinal` (a P2P FIFO): only that GPU's kernels may touch its slots.
-    Device { ordinal: usize },
-}
-
 /// A user-memory registration a send connector can send from directly (an
 /// opaque token: the net transport's mhandle).
 #[derive(Debug, Clone, Copy)]
@@ -271,6 +259,15 @@ pub(crate) struct UserReg(pub(crate) *mut std::ffi::c_void);
 // SAFETY: an opaque token handed back to the connector that made it, on the
 // connector's own thread; never dereferenced here.
 unsafe impl Send for UserReg {}
+
+/// Where a connector's FIFO slots live (decides which backend runs a step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FifoMem {
+    /// Host memory the connector owns, `[base, base + len)`, alive as long as the connector; the executor may page-lock it for a GPU (cuMemHostRegister) so kernels reach it.
+    Host { base: usize, len: usize },
+    /// Device memory of GPU `ordinal` (a P2P FIFO): only that GPU's kernels may touch its slots.
+    Device { ordinal: usize },
+}
 
 /// The sending side of one connection.
 ///
@@ -295,18 +292,17 @@ pub(crate) trait SendConnector: Send {
     fn hdr_slot(&self) -> *mut u8 {
         self.next_slot()
     }
-    /// Where this connector's FIFO slots live; `None`: not said (host memory
-    /// the CPU may touch).
-    #[allow(dead_code)]
-    fn fifo_mem(&self) -> Option<FifoMem> {
-        None
-    }
     /// [`push`](Self::push) of a step the receiving end reduces with `red` (a
     /// CollNet connector reduces it in the network, so it needs the datatype and
     /// operation; other transports just push).
     fn push_reduce(&mut self, size: usize, red: &ferroccl_kernels::DevRedOp) {
         let _ = red;
         self.push(size);
+    }
+    /// Where the slots [`next_slot`](Self::next_slot) returns live (`None`:
+    /// unknown; steps writing them stay on the host staging path).
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        None
     }
     /// The registration covering `[ptr, ptr + len)` for the current operation, if any.
     fn user_reg(&self, ptr: *const u8, len: usize) -> Option<UserReg>;
@@ -370,9 +366,9 @@ pub(crate) trait RecvConnector: Send {
     fn hdr_of(&self, data: *mut u8) -> *const u8 {
         data
     }
-    /// Where this connector's FIFO slots live; `None`: not said (host memory
-    /// the CPU may touch).
-    #[allow(dead_code)]
+    /// Where the FIFO slots [`peek`](Self::peek) returns live (`None`:
+    /// unknown; steps reading them stay on the host staging path). Steps that
+    /// landed in user memory ([`expect`](Self::expect)) are outside it.
     fn fifo_mem(&self) -> Option<FifoMem> {
         None
     }
@@ -420,17 +416,28 @@ pub(crate) trait RecvConnector: Send {
 pub(crate) struct ConnTable {
     send: BTreeMap<ConnKey, Box<dyn SendConnector>>,
     recv: BTreeMap<ConnKey, Box<dyn RecvConnector>>,
+    /// Whether any connector's FIFO is device memory ([`FifoMem::Device`]):
+    /// steps on them must run as kernels, so the executor's host path checks
+    /// this one flag before touching a slot with the CPU.
+    device_fifos: bool,
 }
 
 impl ConnTable {
     /// Adds (or replaces) the send connector `key`.
     pub(crate) fn insert_send(&mut self, key: ConnKey, c: Box<dyn SendConnector>) {
+        self.device_fifos |= matches!(c.fifo_mem(), Some(FifoMem::Device { .. }));
         self.send.insert(key, c);
     }
 
     /// Adds (or replaces) the receive connector `key`.
     pub(crate) fn insert_recv(&mut self, key: ConnKey, c: Box<dyn RecvConnector>) {
+        self.device_fifos |= matches!(c.fifo_mem(), Some(FifoMem::Device { .. }));
         self.recv.insert(key, c);
+    }
+
+    /// Whether any connector inserted so far has its FIFO in device memory.
+    pub(crate) fn has_device_fifos(&self) -> bool {
+        self.device_fifos
     }
 
     /// Whether a send connector `key` exists.

@@ -309,6 +309,7 @@ impl NetEnd {
         what: impl FnOnce() -> String,
     ) -> Result<NetEnd, Error> {
         let buf = AlignedBuf::new(step_size * NCCL_STEPS);
+        buf.announce();
         let mr = match net.reg_mr(comm, buf.ptr(), step_size * NCCL_STEPS, PtrType::Host) {
             Ok(mr) => mr,
             Err(e) => {
@@ -487,6 +488,11 @@ impl SendConnector for SendConn {
     /// Whether the producer may fill the next step.
     fn can_push(&self) -> bool {
         self.steps.has_room() && self.end.free.top().is_some()
+    }
+
+    /// The FIFO buffer (host memory this end owns).
+    fn fifo_mem(&self) -> Option<super::FifoMem> {
+        Some(self.end.buf.fifo_mem())
     }
 
     /// Address of the slot of the next step (valid while `can_push()`).
@@ -681,6 +687,11 @@ impl RecvConn {
 }
 
 impl RecvConnector for RecvConn {
+    /// The FIFO buffer (host memory this end owns).
+    fn fifo_mem(&self) -> Option<super::FifoMem> {
+        Some(self.end.buf.fifo_mem())
+    }
+
     /// Registers user memory `[ptr, ptr + len)` with this recvComm so that steps
     /// can land in it directly (see [`RecvConn::expect`]); as
     /// [`SendConn::register_user`].

@@ -49,9 +49,10 @@
 //! ([`CudaFifoMem`]) or, for GPUs a test declared with
 //! `mockdev::declare_gpu`, the mock device ([`MockFifoMem`]: a `memfd` whose
 //! export names the owner's descriptor, imported through `/proc/<pid>/fd`, in
-//! host memory the CPU executor may touch). Until the executor runs device-FIFO
-//! steps as kernels ([`EXEC_DEVICE_FIFOS`]), real GPUs are refused with that
-//! reason (the CPU must not touch device slots).
+//! host memory the CPU executor may touch). The executor runs every step on a
+//! device FIFO as kernels on that GPU (`coll::exec`, `device_for`), and refuses
+//! a step it would have to run on the host (the CPU must not touch device
+//! slots).
 
 use std::sync::{Arc, Mutex};
 
@@ -62,12 +63,6 @@ use super::{ConnRequest, Connected, Dir, PendingConn, Transport, TransportPeer};
 use crate::error::Error;
 use crate::topo::PathType;
 use crate::transport::gdr::pci_distance;
-
-/// Whether the executor runs the steps of connectors whose FIFO is device
-/// memory ([`super::FifoMem::Device`]) as kernels on that GPU. While it does
-/// not, P2P between real GPUs is refused (mock GPUs' FIFOs are host memory).
-/// Set it once the device executor handles `FifoMem::Device`.
-pub(crate) const EXEC_DEVICE_FIFOS: bool = false;
 
 /// A rank's GPU as the P2P transport sees it (NCCL's `busId` / `cudaDev` in
 /// `struct ncclPeerInfo`).
@@ -521,9 +516,6 @@ impl P2pTransport {
         }
         if me.pid_ns != peer.pid_ns {
             return Some(format!("rank {} is in another PID namespace", peer.rank));
-        }
-        if !mock && !EXEC_DEVICE_FIFOS {
-            return Some("the executor does not run steps on device FIFOs yet".into());
         }
         None
     }

@@ -80,8 +80,8 @@ use serde::{Deserialize, Serialize};
 use super::fifo::{AlignedBuf, SlotStack, StepBytes, Steps};
 use super::proto::Protocol;
 use super::{
-    ConnRequest, Connected, Dir, NCCL_STEPS, PendingConn, RecvConnector, SendConnector, Transport, TransportPeer,
-    UserReg,
+    ConnRequest, Connected, Dir, FifoMem, NCCL_STEPS, PendingConn, RecvConnector, SendConnector, Transport,
+    TransportPeer, UserReg,
 };
 use crate::error::Error;
 
@@ -356,6 +356,22 @@ impl Segment {
         Segment::map(&OwnedFd::from(file), len, &path)
     }
 
+    /// The mapping as FIFO memory (whole pages: mappings are page-aligned and
+    /// every layout's length is a multiple of the page).
+    fn fifo_mem(&self) -> FifoMem {
+        FifoMem::Host {
+            base: self.ptr as usize,
+            len: self.len.next_multiple_of(PAGE),
+        }
+    }
+
+    /// Offers the mapping to be page-locked for a GPU (undone on drop), as NCCL
+    /// registers its shared segments (`src/transport/shm.cc`, `ncclShmOpen`
+    /// with `cudaHostRegister`).
+    fn announce(&self) {
+        ferroccl_kernels::hostreg::announce(self.ptr as usize, self.len.next_multiple_of(PAGE));
+    }
+
     fn header(&self) -> &Header {
         // SAFETY: the mapping is page-aligned and at least HEADER_BYTES long
         // (every layout is); all-zero and any other bytes are valid atomics.
@@ -379,6 +395,8 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        // Unregistered (when it was page-locked for a GPU) before it is unmapped.
+        ferroccl_kernels::hostreg::forget(self.ptr as usize);
         // SAFETY: unmapping our own mapping; nothing refers to it any more.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
@@ -1085,6 +1103,12 @@ impl ShmSend {
         timeout: Duration,
     ) -> ShmSend {
         let staging = (layout.proto == Protocol::Ll).then(|| AlignedBuf::new(layout.step_size.div_ceil(8) * 8));
+        // Device steps read and write the slots the executor sees: the LL
+        // staging buffer, or the segment's Simple slots.
+        match &staging {
+            Some(b) => b.announce(),
+            None => seg.announce(),
+        }
         ShmSend {
             seg,
             layout,
@@ -1197,6 +1221,16 @@ impl SendConnector for ShmSend {
         ok
     }
 
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        if let Some(e) = &self.ext {
+            return Some(FifoMem::Device { ordinal: e.ordinal });
+        }
+        Some(match &self.staging {
+            Some(b) => b.fifo_mem(),
+            None => self.seg.fifo_mem(),
+        })
+    }
+
     fn next_slot(&self) -> *mut u8 {
         match &self.staging {
             Some(b) => b.ptr(),
@@ -1214,10 +1248,6 @@ impl SendConnector for ShmSend {
         }
         let slot = self.free.get().top().expect("hdr_slot without can_push");
         self.seg.at(OP_HDR_OFF + slot * crate::coll::desc::OP_HDR_BYTES)
-    }
-
-    fn fifo_mem(&self) -> Option<super::FifoMem> {
-        self.ext.as_ref().map(|e| super::FifoMem::Device { ordinal: e.ordinal })
     }
 
     fn push(&mut self, size: usize) {
@@ -1360,6 +1390,12 @@ impl ShmRecv {
         timeout: Duration,
     ) -> ShmRecv {
         let staging = (layout.proto == Protocol::Ll).then(|| AlignedBuf::new(layout.step_size.div_ceil(8) * 8));
+        // Device steps read and write the slots the executor sees: the LL
+        // staging buffer, or the segment's Simple slots.
+        match &staging {
+            Some(b) => b.announce(),
+            None => seg.announce(),
+        }
         ShmRecv {
             seg,
             layout,
@@ -1475,8 +1511,14 @@ impl RecvConnector for ShmRecv {
             .at(OP_HDR_OFF + slot.min(NCCL_STEPS - 1) * crate::coll::desc::OP_HDR_BYTES)
     }
 
-    fn fifo_mem(&self) -> Option<super::FifoMem> {
-        self.ext.as_ref().map(|e| super::FifoMem::Device { ordinal: e.ordinal })
+    fn fifo_mem(&self) -> Option<FifoMem> {
+        if let Some(e) = &self.ext {
+            return Some(FifoMem::Device { ordinal: e.ordinal });
+        }
+        Some(match &self.staging {
+            Some(b) => b.fifo_mem(),
+            None => self.seg.fifo_mem(),
+        })
     }
 
     /// Returns the step's credit to the sender.

@@ -40,6 +40,9 @@ pub struct CudaBackend {
     functions: Mutex<HashMap<Kernel, CudaFunction>>,
 }
 
+/// The vouched forms handed out ([`CudaBackend::vouched`]), one per backend.
+static VOUCHED: Mutex<Vec<&'static VouchedCuda>> = Mutex::new(Vec::new());
+
 /// One backend per device, created on first use and kept for the process.
 static BACKENDS: Mutex<Vec<Option<&'static CudaBackend>>> = Mutex::new(Vec::new());
 
@@ -223,6 +226,27 @@ impl CudaBackend {
         Ok(())
     }
 
+    /// This backend without the memory-space check of every launch
+    /// ([`VouchedCuda`]), for a caller that already knows each operand's space.
+    pub fn vouched(&'static self) -> &'static VouchedCuda {
+        let mut g = VOUCHED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = g.iter().find(|v| std::ptr::eq(v.0, self)) {
+            return v;
+        }
+        let v: &'static VouchedCuda = Box::leak(Box::new(VouchedCuda(self)));
+        g.push(v);
+        v
+    }
+
+    /// Enqueues `launch` and waits for it (no memory-space check).
+    fn launch_sync(&self, launch: Option<Launch>) -> Result<(), KernelError> {
+        let Some(l) = launch else { return Ok(()) };
+        // SAFETY: the `*_raw` callers guarantee validity and reachability of
+        // the ranges.
+        unsafe { self.enqueue(&l)? };
+        self.synchronize()
+    }
+
     fn run(&self, launch: Option<Launch>, operands: &[(&'static str, *const u8)]) -> Result<(), KernelError> {
         let Some(l) = launch else { return Ok(()) };
         self.check_reach(operands)?;
@@ -300,6 +324,95 @@ impl Backend for CudaBackend {
     unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
         let l = plan::post_op(&self.shape, buf as u64, bytes, op)?;
         self.run(l, &[("buf", buf)])
+    }
+}
+
+/// A [`CudaBackend`] whose `*_raw` methods skip the memory-space check
+/// (`cuPointerGetAttributes` per operand) of every launch: for the executor,
+/// which knows where every operand of a step lives (device memory of this
+/// device, or host memory it page-locked, `crate::hostreg`) and runs one launch
+/// per operand operation. The slice methods still check.
+#[derive(Debug)]
+pub struct VouchedCuda(&'static CudaBackend);
+
+impl VouchedCuda {
+    /// The checked backend.
+    pub fn checked(&self) -> &'static CudaBackend {
+        self.0
+    }
+}
+
+impl Backend for VouchedCuda {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn copy(&self, dst: &mut [u8], src: &[u8]) -> Result<(), KernelError> {
+        self.0.copy(dst, src)
+    }
+
+    fn reduce(&self, dst: &mut [u8], a: &[u8], b: &[u8], op: &DevRedOp, pre: Pre) -> Result<(), KernelError> {
+        self.0.reduce(dst, a, b, op, pre)
+    }
+
+    fn reduce_inplace(&self, acc: &mut [u8], src: &[u8], op: &DevRedOp, pre: Pre) -> Result<(), KernelError> {
+        self.0.reduce_inplace(acc, src, op, pre)
+    }
+
+    fn pre_op(&self, dst: &mut [u8], src: &[u8], op: &DevRedOp) -> Result<(), KernelError> {
+        self.0.pre_op(dst, src, op)
+    }
+
+    fn pre_op_inplace(&self, buf: &mut [u8], op: &DevRedOp) -> Result<(), KernelError> {
+        self.0.pre_op_inplace(buf, op)
+    }
+
+    fn post_op(&self, buf: &mut [u8], op: &DevRedOp) -> Result<(), KernelError> {
+        self.0.post_op(buf, op)
+    }
+
+    /// As [`CudaBackend`]'s, without the memory-space check.
+    ///
+    /// # Safety
+    /// As [`Backend::copy_raw`]; both ranges reachable from this device.
+    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
+        let b = self.0;
+        b.launch_sync(plan::copy(&b.shape, dst as u64, src as u64, bytes))
+    }
+
+    /// As [`CudaBackend`]'s, without the memory-space check.
+    ///
+    /// # Safety
+    /// As [`Backend::reduce_raw`]; every range reachable from this device.
+    unsafe fn reduce_raw(
+        &self,
+        dst: *mut u8,
+        a: *const u8,
+        b: *const u8,
+        bytes: usize,
+        op: &DevRedOp,
+        pre: Pre,
+    ) -> Result<(), KernelError> {
+        let be = self.0;
+        be.launch_sync(plan::reduce(&be.shape, dst as u64, a as u64, b as u64, bytes, op, pre)?)
+    }
+
+    /// As [`CudaBackend`]'s, without the memory-space check.
+    ///
+    /// # Safety
+    /// As [`Backend::pre_op_raw`]; both ranges reachable from this device.
+    unsafe fn pre_op_raw(&self, dst: *mut u8, src: *const u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
+        let b = self.0;
+        b.launch_sync(plan::pre_op(&b.shape, dst as u64, src as u64, bytes, op)?)
+    }
+
+    /// As [`CudaBackend`]'s, without the memory-space check.
+    ///
+    /// # Safety
+    /// As [`Backend::post_op_raw`]; the range reachable from this device.
+    unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
+        let b = self.0;
+        b.launch_sync(plan::post_op(&b.shape, buf as u64, bytes, op)?)
     }
 }
 

@@ -450,3 +450,37 @@ pub unsafe fn launch_host_func(ordinal: usize, stream: *mut c_void, f: HostFn) -
     }
     r
 }
+
+/// Attribute `a` of device `ordinal` (`cuDeviceGetAttribute`).
+pub(crate) fn device_attribute(ordinal: usize, a: sys::CUdevice_attribute) -> Result<i32, KernelError> {
+    attr(device_handle(ordinal)?, a, "cuDeviceGetAttribute")
+}
+
+/// Device `ordinal`'s primary context made current on this thread until the
+/// guard drops, which makes the thread's previous context current again (the
+/// caller's own device is left as it was).
+pub(crate) struct CtxGuard {
+    prev: sys::CUcontext,
+}
+
+/// See [`CtxGuard`]. Errors: as [`context`].
+pub(crate) fn ctx_guard(ordinal: usize) -> Result<CtxGuard, KernelError> {
+    let mut prev: sys::CUcontext = std::ptr::null_mut();
+    guard::call("cuCtxGetCurrent", || {
+        // SAFETY: one out-pointer.
+        unsafe { sys::cuCtxGetCurrent(&mut prev) }.result()
+    })?;
+    context(ordinal)?;
+    Ok(CtxGuard { prev })
+}
+
+impl Drop for CtxGuard {
+    fn drop(&mut self) {
+        let prev = self.prev;
+        let _ = guard::call("cuCtxSetCurrent", || {
+            // SAFETY: `prev` was current on this thread (or NULL: none), and
+            // primary contexts retained by this crate are never destroyed.
+            unsafe { sys::cuCtxSetCurrent(prev) }.result()
+        });
+    }
+}

@@ -41,14 +41,14 @@ mod memory;
 mod nvrtc;
 
 #[cfg(feature = "cuda")]
-pub use backend::CudaBackend;
+pub use backend::{CudaBackend, VouchedCuda};
 #[cfg(feature = "cuda")]
 pub use driver::{
     DeviceAttrs, IpcMapping, can_access_peer, current_device, device_attrs, device_count, dmabuf_fd_for, driver_info,
     ipc_get_mem_handle, launch_host_func,
 };
 #[cfg(feature = "cuda")]
-pub(crate) use driver::{classify, device_backend};
+pub(crate) use driver::{classify, ctx_guard, device_attribute, device_backend};
 #[cfg(feature = "cuda")]
 pub use hostflag::{alloc_host_flags, stream_wait_value32};
 #[cfg(feature = "cuda")]

@@ -1,0 +1,536 @@
+//! Steps on device memory run on the GPU's kernels, reading and writing the
+//! connectors' FIFOs directly (NCCL's `prims_simple.h` with host FIFOs,
+//! `src/transport/net.cc` with `useGdr = 0`), on a host without a GPU: two
+//! real processes over shared memory or the network (socket plugin on
+//! loopback), their buffers in **mock** device memory (`ferroccl::mockdev`,
+//! pages mapped `PROT_NONE`), served by a mock GPU whose "kernels" compute with
+//! the CPU reference on bytes reached through `/proc/self/mem` — and refuse any
+//! host memory that was not page-locked through `ferroccl_kernels::hostreg`
+//! (whose driver calls a hook of this test stands in for).
+//!
+//! Checked: every collective (AllReduce, ReduceScatter, AllGather, Broadcast,
+//! Reduce; in and out of place) equals the CPU reference, its steps ran on the
+//! mock GPU and none staged through a bounce buffer (the small AllReduce, which
+//! gathers into pageable host scratch and stages, is turned off with
+//! `FERROCCL_SMALL_ALLREDUCE_BYTES=0`); each FIFO region was registered once
+//! and unregistered while still mapped, all before the communicator was gone;
+//! FIFOs that cannot be registered keep every step on the staging path, still
+//! correct.
+
+#[path = "coll_support/mod.rs"]
+mod coll_support;
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use coll_support::{assert_all_ok, join, launch, role};
+use ferroccl::check;
+use ferroccl::mockdev::{self, MockGpu};
+use ferroccl::stream::Stream;
+use ferroccl::{DataType, RedOp, Scalar, TestOp};
+use ferroccl_kernels::hostreg::{self, HostRegHook};
+use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, KernelError, Pre};
+
+const WORKER: &str = "device_steps_worker";
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn proc_mem() -> &'static std::fs::File {
+    static F: OnceLock<std::fs::File> = OnceLock::new();
+    F.get_or_init(|| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/proc/self/mem")
+            .expect("open /proc/self/mem")
+    })
+}
+
+fn mem_read(p: *const u8, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    proc_mem()
+        .read_exact_at(&mut v, p as u64)
+        .expect("read through /proc/self/mem");
+    v
+}
+
+fn mem_write(p: *mut u8, data: &[u8]) {
+    proc_mem()
+        .write_all_at(data, p as u64)
+        .expect("write through /proc/self/mem");
+}
+
+/// The mock GPU's kernels: every raw operation, on mock device memory and on
+/// registered host memory only.
+#[derive(Debug)]
+struct MockKernels;
+
+static MOCK_KERNELS: MockKernels = MockKernels;
+/// Raw operations the mock GPU ran (staging copies not counted).
+static CALLS: AtomicU64 = AtomicU64::new(0);
+/// Staging copies are expected: copies between mock device memory and
+/// unregistered host memory (a bounce buffer) are then served.
+static STAGING_OK: AtomicBool = AtomicBool::new(false);
+static CPU: CpuBackend = CpuBackend;
+
+fn reach(what: &'static str, p: *const u8, n: usize) -> Result<(), KernelError> {
+    if n == 0 || mockdev::contains(p, n) || hostreg::registered(p as usize, n) {
+        return Ok(());
+    }
+    if std::env::var_os("DEVICE_STEPS_DEBUG").is_some() {
+        eprintln!(
+            "refused {what} {p:?}+{n}: {}",
+            std::backtrace::Backtrace::force_capture()
+        );
+    }
+    Err(KernelError::MemorySpaceMismatch {
+        what,
+        found: format!("host memory at {p:?} not registered"),
+        first: "the mock GPU",
+        expected: "mock device memory or registered host memory".into(),
+    })
+}
+
+fn slices_refused() -> KernelError {
+    KernelError::NoCuda("mock GPU: raw addresses only".into())
+}
+
+impl Backend for MockKernels {
+    fn name(&self) -> &'static str {
+        "mock-gpu"
+    }
+    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn reduce(&self, _: &mut [u8], _: &[u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn reduce_inplace(&self, _: &mut [u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn pre_op(&self, _: &mut [u8], _: &[u8], _: &DevRedOp) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn pre_op_inplace(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn post_op(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
+        if STAGING_OK.load(Ordering::Relaxed) && (mockdev::contains(dst, bytes) || mockdev::contains(src, bytes)) {
+            // Staging: a copy between device memory and a bounce buffer
+            // (`cuMemAllocHost`ed on a GPU; plain host memory here).
+            mem_write(dst, &mem_read(src, bytes));
+            return Ok(());
+        }
+        reach("dst", dst, bytes)?;
+        reach("src", src, bytes)?;
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        mem_write(dst, &mem_read(src, bytes));
+        Ok(())
+    }
+    unsafe fn reduce_raw(
+        &self,
+        dst: *mut u8,
+        a: *const u8,
+        b: *const u8,
+        bytes: usize,
+        op: &DevRedOp,
+        pre: Pre,
+    ) -> Result<(), KernelError> {
+        reach("dst", dst, bytes)?;
+        reach("a", a, bytes)?;
+        reach("b", b, bytes)?;
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        let (av, bv) = (mem_read(a, bytes), mem_read(b, bytes));
+        let mut out = vec![0u8; bytes];
+        CPU.reduce(&mut out, &av, &bv, op, pre)?;
+        mem_write(dst, &out);
+        Ok(())
+    }
+    unsafe fn pre_op_raw(&self, dst: *mut u8, src: *const u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
+        reach("dst", dst, bytes)?;
+        reach("src", src, bytes)?;
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        let sv = mem_read(src, bytes);
+        let mut out = vec![0u8; bytes];
+        CPU.pre_op(&mut out, &sv, op)?;
+        mem_write(dst, &out);
+        Ok(())
+    }
+    unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
+        reach("buf", buf, bytes)?;
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        let mut v = mem_read(buf, bytes);
+        CPU.post_op(&mut v, op)?;
+        mem_write(buf, &v);
+        Ok(())
+    }
+}
+
+/// Stands in for `cuMemHostRegister`/`cuMemHostUnregister`: remembers what is
+/// registered, and records misuse (a region registered twice, an
+/// unregistration of something not registered or no longer mapped).
+#[derive(Default)]
+struct Hook {
+    alive: Mutex<Vec<(usize, usize)>>,
+    registered: AtomicU64,
+    unregistered: AtomicU64,
+    misuse: Mutex<Vec<String>>,
+    fail: AtomicBool,
+}
+
+impl HostRegHook for Hook {
+    fn register(&self, base: usize, len: usize, ordinal: usize) -> Result<(), String> {
+        if self.fail.load(Ordering::Relaxed) {
+            return Err("the test refuses every registration".into());
+        }
+        let mut a = self.alive.lock().unwrap();
+        if a.iter().any(|&(b, l)| base < b + l && b < base + len) {
+            self.misuse
+                .lock()
+                .unwrap()
+                .push(format!("{base:#x}+{len} registered again (GPU {ordinal})"));
+            return Err("already registered".into());
+        }
+        if !base.is_multiple_of(4096) || !len.is_multiple_of(4096) {
+            self.misuse
+                .lock()
+                .unwrap()
+                .push(format!("{base:#x}+{len} is not page-aligned"));
+        }
+        a.push((base, len));
+        self.registered.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn unregister(&self, base: usize, len: usize) {
+        let mut a = self.alive.lock().unwrap();
+        match a.iter().position(|&(b, l)| (b, l) == (base, len)) {
+            Some(i) => {
+                a.swap_remove(i);
+            }
+            None => self
+                .misuse
+                .lock()
+                .unwrap()
+                .push(format!("{base:#x}+{len} unregistered but not registered")),
+        }
+        // Still mapped: `/proc/self/mem` reads fail (EIO) on unmapped memory.
+        let mut b = [0u8; 1];
+        if proc_mem().read_exact_at(&mut b, base as u64).is_err() {
+            self.misuse
+                .lock()
+                .unwrap()
+                .push(format!("{base:#x}+{len} unregistered after it was freed"));
+        }
+        self.unregistered.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+static HOOK: OnceLock<Hook> = OnceLock::new();
+
+fn hook() -> &'static Hook {
+    HOOK.get_or_init(Hook::default)
+}
+
+/// `len` bytes of mock device memory of GPU 0, whose kernels are [`MockKernels`].
+struct MockBuf {
+    ptr: *mut u8,
+    map: usize,
+}
+
+impl MockBuf {
+    fn new(len: usize) -> MockBuf {
+        let map = len.max(1).next_multiple_of(4096);
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "mmap of mock device memory");
+        let gpu = MockGpu {
+            ordinal: 0,
+            cuda_cc: 90,
+            gdr: false,
+            dmabuf: false,
+            pci_path: None,
+        };
+        mockdev::declare_kernels(p.cast(), map, &MOCK_KERNELS, gpu);
+        MockBuf { ptr: p.cast(), map }
+    }
+}
+
+impl Drop for MockBuf {
+    fn drop(&mut self) {
+        mockdev::forget(self.ptr);
+        // SAFETY: mapped by `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.map) };
+    }
+}
+
+/// Runs `top` on mock device buffers (in or out of place); returns the wrong elements.
+fn run_device(comm: &ferroccl::Comm, top: TestOp, dtype: DataType, op: RedOp, count: usize, in_place: bool) -> usize {
+    let (n, r) = (comm.nranks(), comm.rank());
+    let es = dtype.size();
+    let (se, re) = top.buffer_elems(count, n);
+    let mut input = vec![0u8; se * es];
+    check::fill(&mut input, dtype, &op, r, 1);
+    let sendbuf = MockBuf::new(se * es);
+    let rlen = if in_place { se.max(re) } else { re } * es;
+    let recvbuf = MockBuf::new(rlen);
+    mem_write(recvbuf.ptr, &vec![0xEE; rlen]);
+    let (sp, rp): (*const u8, *mut u8) = if in_place {
+        let off = if top == TestOp::AllGather { r * count * es } else { 0 };
+        mem_write(recvbuf.ptr.wrapping_add(off), &input);
+        match top {
+            TestOp::AllGather => (recvbuf.ptr.wrapping_add(off), recvbuf.ptr),
+            TestOp::ReduceScatter => (recvbuf.ptr, recvbuf.ptr.wrapping_add(r * count * es)),
+            _ => (recvbuf.ptr, recvbuf.ptr),
+        }
+    } else {
+        mem_write(sendbuf.ptr, &input);
+        (sendbuf.ptr, recvbuf.ptr)
+    };
+    let s = Stream::new();
+    // SAFETY: the mappings outlive the synchronize below.
+    unsafe {
+        match top {
+            TestOp::AllReduce => comm.all_reduce(sp, rp, count, dtype, op, &s),
+            TestOp::AllGather => comm.all_gather(sp, rp, count, dtype, &s),
+            TestOp::ReduceScatter => comm.reduce_scatter(sp, rp, count, dtype, op, &s),
+            TestOp::Broadcast { root } => comm.broadcast(sp, rp, count, dtype, root, &s),
+            TestOp::Reduce { root } => comm.reduce(sp, rp, count, dtype, op, root, &s),
+            other => panic!("{other:?} is not run here"),
+        }
+    }
+    .expect("enqueue");
+    s.synchronize().expect("synchronize");
+    let mut got = mem_read(recvbuf.ptr, rlen);
+    if top == TestOp::ReduceScatter && in_place {
+        got = got[r * count * es..(r + 1) * count * es].to_vec();
+    }
+    match check::expected(top, dtype, &op, n, r, count, 1) {
+        Some(want) => check::count_wrong(dtype, &got, &want),
+        None => 0,
+    }
+}
+
+/// Child entry point. `DEVICE_STEPS_MODE=kernels`: the FIFOs register and
+/// every step on device memory runs on the mock GPU; `=refused`: no FIFO
+/// registers and every such step stages.
+#[test]
+fn device_steps_worker() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm("coll_device_steps::worker", LIMIT, String::new);
+    let Some(r) = role("devsteps") else { return };
+    let refused = std::env::var("DEVICE_STEPS_MODE").as_deref() == Ok("refused");
+    let h = hook();
+    h.fail.store(refused, Ordering::Relaxed);
+    hostreg::set_hook(Some(h));
+    let comm = join(&r, Duration::from_secs(60));
+    let (n, me) = (r.nranks, r.rank);
+    let mut bad: Vec<String> = Vec::new();
+    // The first operation registers the FIFOs the connections announced.
+    STAGING_OK.store(true, Ordering::Relaxed);
+    let w = run_device(&comm, TestOp::AllReduce, DataType::Float32, RedOp::Sum, 1031, false);
+    if w > 0 {
+        bad.push(format!("warm-up AllReduce: {w} wrong"));
+    }
+    let reductions = [TestOp::AllReduce, TestOp::ReduceScatter, TestOp::Reduce { root: 0 }];
+    let copies = [TestOp::AllGather, TestOp::Broadcast { root: 1 }];
+    // 1031 elements: one step; 70_000: several steps and FIFO rounds, not a
+    // multiple of the step.
+    for count in [1031usize, 70_000] {
+        for dtype in [DataType::Float32, DataType::Int32, DataType::Float16] {
+            let ops = [RedOp::Sum, RedOp::Avg, RedOp::PreMulSum(Scalar::from_f64(dtype, 2.0))];
+            let cases = reductions
+                .iter()
+                .flat_map(|&t| ops.iter().map(move |&o| (t, o)))
+                .chain(copies.iter().map(|&t| (t, RedOp::Sum)));
+            for (top, op) in cases {
+                STAGING_OK.store(refused, Ordering::Relaxed);
+                for in_place in [false, true] {
+                    let (d0, s0) = ferroccl::device_step_counts();
+                    let c0 = CALLS.load(Ordering::Relaxed);
+                    if std::env::var_os("DEVICE_STEPS_DEBUG").is_some() {
+                        eprintln!("case {top:?} {dtype} {op} count {count} in_place {in_place}");
+                    }
+                    let w = run_device(&comm, top, dtype, op, count, in_place);
+                    let (d1, s1) = ferroccl::device_step_counts();
+                    let calls = CALLS.load(Ordering::Relaxed) - c0;
+                    let what = format!("{top:?} {dtype} {op} count {count} in_place {in_place}");
+                    if w > 0 {
+                        bad.push(format!("{what}: {w} wrong"));
+                    }
+                    if refused {
+                        if d1 != d0 || calls != 0 || s1 == s0 {
+                            bad.push(format!(
+                                "{what}: FIFOs refused, yet {} device steps, {calls} GPU calls, {} staged",
+                                d1 - d0,
+                                s1 - s0
+                            ));
+                        }
+                    } else if d1 == d0 || calls == 0 || s1 != s0 {
+                        bad.push(format!(
+                            "{what}: {} device steps, {calls} GPU calls, {} staged steps",
+                            d1 - d0,
+                            s1 - s0
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let alive_before = h.alive.lock().unwrap().len();
+    comm.destroy().expect("destroy");
+    let (reg, unreg) = (
+        h.registered.load(Ordering::Relaxed),
+        h.unregistered.load(Ordering::Relaxed),
+    );
+    let alive = h.alive.lock().unwrap().len();
+    let misuse = h.misuse.lock().unwrap().clone();
+    println!(
+        "rank {me}/{n}: {} device steps, {} staged, {reg} registered, {unreg} unregistered, {alive_before} alive before destroy",
+        ferroccl::device_step_counts().0,
+        ferroccl::device_step_counts().1
+    );
+    if !misuse.is_empty() {
+        bad.push(format!("registration misuse: {misuse:?}"));
+    }
+    if refused {
+        if reg != 0 {
+            bad.push(format!("{reg} registrations although every one was refused"));
+        }
+    } else {
+        if reg == 0 || alive_before == 0 {
+            bad.push(format!(
+                "{reg} FIFO registrations ({alive_before} alive before destroy)"
+            ));
+        }
+        if alive != 0 || unreg != reg {
+            bad.push(format!(
+                "{alive} registrations left after destroy ({reg} made, {unreg} undone)"
+            ));
+        }
+    }
+    hostreg::set_hook(None);
+    assert!(bad.is_empty(), "rank {me}:\n{}", bad.join("\n"));
+    println!("rank {me}: all correct");
+}
+
+/// Runs the worker on 2 processes with `env` (and `NCCL_DEBUG=INFO`); each
+/// rank's log must hold every text of `info`.
+fn run(what: &str, env: &[(&str, &str)], info: &[&str]) {
+    run_n(2, what, env, info)
+}
+
+/// [`run`] on `n` processes.
+fn run_n(n: usize, what: &str, env: &[(&str, &str)], info: &[&str]) {
+    let mut all = vec![("NCCL_DEBUG", "INFO")];
+    all.extend_from_slice(env);
+    let ranks: Vec<usize> = (0..n).collect();
+    let outs = launch(WORKER, "devsteps", n, &ranks, &all, |_| Vec::new(), LIMIT);
+    assert_all_ok(&outs, what);
+    for o in &outs {
+        for l in o.stdout.lines().filter(|l| l.contains(" device steps, ")) {
+            println!("{l}");
+        }
+        // NCCL's log goes to stdout unless NCCL_DEBUG_FILE says otherwise.
+        let log = format!("{}{}", o.stdout, o.stderr);
+        for line in info {
+            assert!(log.contains(line), "{what}: rank {} logged no `{line}`:\n{log}", o.rank);
+        }
+    }
+}
+
+/// Shared memory (Simple protocol: its slots are the segment itself).
+#[test]
+fn device_steps_over_shm_run_on_the_gpu() {
+    if role("devsteps").is_some() {
+        return;
+    }
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm("device_steps_over_shm_run_on_the_gpu", LIMIT, String::new);
+    run(
+        "device steps over shm",
+        &[
+            ("DEVICE_STEPS_MODE", "kernels"),
+            ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
+            ("NCCL_PROTO", "Simple"),
+            ("NCCL_ALGO", "Ring"),
+        ],
+        &["device buffers: steps reduce on GPU 0 (FIFO registered)"],
+    );
+}
+
+/// The network (socket plugin on loopback; its FIFOs are host buffers).
+#[test]
+fn device_steps_over_the_network_run_on_the_gpu() {
+    if role("devsteps").is_some() {
+        return;
+    }
+    let _watchdog =
+        ferroccl_test_watchdog::Watchdog::arm("device_steps_over_the_network_run_on_the_gpu", LIMIT, String::new);
+    run(
+        "device steps over the network",
+        &[
+            ("DEVICE_STEPS_MODE", "kernels"),
+            ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
+            ("NCCL_SHM_DISABLE", "1"),
+            ("NCCL_ALGO", "Ring"),
+        ],
+        &["device buffers: steps reduce on GPU 0 (FIFO registered)"],
+    );
+}
+
+/// FIFOs that cannot be registered: every step stages, results still right.
+#[test]
+fn unregistrable_fifos_fall_back_to_staging() {
+    if role("devsteps").is_some() {
+        return;
+    }
+    let _watchdog =
+        ferroccl_test_watchdog::Watchdog::arm("unregistrable_fifos_fall_back_to_staging", LIMIT, String::new);
+    run(
+        "refused registrations",
+        &[
+            ("DEVICE_STEPS_MODE", "refused"),
+            ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
+            ("NCCL_SHM_DISABLE", "1"),
+            ("NCCL_ALGO", "Ring"),
+        ],
+        &[
+            "cannot be registered for GPU 0 (the test refuses every registration): its steps stage through host memory",
+            "device buffers: steps stage through host memory (a FIFO is not registered for the GPU)",
+        ],
+    );
+}
+
+/// Three processes, AllReduce on the tree (a step reducing two children's
+/// data, and sending to two peers) over the network: every step on the GPU
+/// once the tree, connected by the warm-up, has its FIFOs registered.
+#[test]
+fn device_steps_on_a_tree_run_on_the_gpu() {
+    if role("devsteps").is_some() {
+        return;
+    }
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm("device_steps_on_a_tree_run_on_the_gpu", LIMIT, String::new);
+    run_n(
+        3,
+        "device steps on a tree",
+        &[
+            ("DEVICE_STEPS_MODE", "kernels"),
+            ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
+            ("NCCL_SHM_DISABLE", "1"),
+            ("NCCL_ALGO", "allreduce:tree"),
+        ],
+        &["device buffers: steps reduce on GPU 0 (FIFO registered)"],
+    );
+}
