@@ -757,6 +757,8 @@ pub mod params {
             NET_STRICT: str "FERROCCL_NET_STRICT" = Some("0"), ["0", "1", "true", "false", "yes", "no"], "1: a rejected net plugin candidate is an error, no fallback (ferroccl only)";
             NET_MAX_VERSION: str "FERROCCL_NET_MAX_VERSION" = Some("12"), ["6", "7", "8", "9", "10", "11", "12", "v6", "v7", "v8", "v9", "v10", "v11", "v12"], "newest ncclNetPlugin_vN symbol the host probes, 6..12 (ferroccl only)";
             PLUGIN_PATH: str "FERROCCL_PLUGIN_PATH" = None, "colon-separated directories searched for plugin libraries (ferroccl only)";
+            /// Read once per process, at the first enqueue of device buffers.
+            DEVICE_STEPS: int "FERROCCL_DEVICE_STEPS" = 1, 0..=1, "0: steps on device buffers stage through pinned host memory and the CPU reduces, instead of running as the GPU's kernels (for comparison; ferroccl only)";
             MAX_QUEUED_OPS: int "FERROCCL_MAX_QUEUED_OPS" = 4096, 1..=1 << 24, "operations queued per communicator before enqueue blocks (ferroccl only)";
             /// The shared-memory transport's latency is the peer's proxy's reaction
             /// time, and a `sched_yield` hands the core to any other runnable task for

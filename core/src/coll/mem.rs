@@ -275,6 +275,10 @@ fn real_kernels(_ordinal: usize) -> Option<Kernels> {
 /// once); kernels that cannot be loaded stage the whole operation.
 pub(crate) fn prepare_kernels(m: &mut OpMem, dtype: ferroccl_kernels::DataType) {
     let Some(k) = m.kernels() else { return };
+    if !device_steps_enabled() {
+        m.drop_kernels();
+        return;
+    }
     for (base, len, why) in ferroccl_kernels::hostreg::register_announced(k.ordinal) {
         tracing::info!(
             target: "ferroccl::coll",
@@ -300,6 +304,17 @@ pub(crate) fn prepare_kernels(m: &mut OpMem, dtype: ferroccl_kernels::DataType) 
     }
     #[cfg(not(feature = "cuda"))]
     let _ = dtype;
+}
+
+/// `FERROCCL_DEVICE_STEPS` (default 1), read once per process: 0 keeps every
+/// step on device buffers on the staging path (the CPU reduces), to compare
+/// the two paths on one machine.
+fn device_steps_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        crate::config::IntParamExt::get(&crate::config::params::DEVICE_STEPS, crate::config::Config::global())
+            .map_or(true, |v| v != 0)
+    })
 }
 
 /// A host bounce buffer: pinned for a device, or plain.
