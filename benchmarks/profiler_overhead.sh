@@ -17,6 +17,10 @@
 # TRACE_SO="LABEL=FILE ...", trace plugin builds to compare side by side:
 # each replaces "traceall" by a mode "trace-LABEL" that loads FILE by its
 # path (every event), in every round and at every size.
+# At the end (with python3): per mode, the median 8-byte time (mean of out of
+# place and in place) and the median of its per-round ratios to "none" (and
+# of each trace mode to "stampall"); at 1 MiB and 64 MiB the median busbw
+# ratio to "none".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benchmarks/lib/machine.sh
@@ -59,8 +63,37 @@ run() { # mode perf-args...
       "$B/ferroccl-perf" --ranks 2 "$@" --trace "$TRC" all_reduce ;;
   esac 2>&1 | awk -v m="$mode" '/^ +[0-9]+ +[0-9]+ / { print m, $1, $6, $8, $10, $12 }'
 }
-for _ in $(seq "$ROUNDS"); do
+for r in $(seq "$ROUNDS"); do
+  echo "# round $r"
   for m in $MODES8; do run $m -b 8 -e 8 -n 3000 -w 100; done
   for m in $TRACES none; do run $m -b 1M -e 1M -n 200 -w 20; done
   for m in none $TRACES; do run $m -b 64M -e 64M -n 20 -w 3; done
-done
+done | tee "$TRC/rows"
+command -v python3 >/dev/null || exit 0
+python3 - "$TRC/rows" <<'PY'
+import statistics as st, sys
+rounds = []
+for line in open(sys.argv[1]):
+    f = line.split()
+    if line.startswith("# round"):
+        rounds.append({})
+    elif len(f) == 6 and rounds:
+        m, size = f[0], int(f[1])
+        # 8 B: time (us, mean of out of place and in place); larger: busbw (GB/s, mean)
+        rounds[-1][(m, size)] = (float(f[2]) + float(f[4])) / 2 if size == 8 else (float(f[3]) + float(f[5])) / 2
+def ratios(a, b, size):
+    return [r[(a, size)] / r[(b, size)] for r in rounds if (a, size) in r and (b, size) in r and r[(b, size)] > 0]
+print(f"# summary over {len(rounds)} rounds (medians; ratios are medians of per-round ratios)")
+modes8 = [m for (m, s) in (rounds[0] if rounds else {}) if s == 8]
+for m in modes8:
+    v = [r[(m, 8)] for r in rounds if (m, 8) in r]
+    line = f"8 B {m}: {st.median(v):.2f} us, / none {st.median(ratios(m, 'none', 8)):.3f}"
+    if m.startswith("trace") and "stampall" in modes8:
+        line += f", / stampall {st.median(ratios(m, 'stampall', 8)):.3f}"
+    print(line)
+for size in (1 << 20, 64 << 20):
+    for m in sorted({m for r in rounds for (m, s) in r if s == size and m != "none"}):
+        q = ratios(m, "none", size)
+        if q:
+            print(f"{size >> 20} MiB busbw {m} / none: {st.median(q):.3f} (per round {min(q):.2f}-{max(q):.2f})")
+PY

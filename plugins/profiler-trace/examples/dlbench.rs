@@ -8,8 +8,17 @@
 //! (`CLOCK_THREAD_CPUTIME_ID`: other load on a shared machine does not count) for each
 //! library given, interleaved over rounds.
 //!
+//! With `--evict KIB` first, the thread writes a KIB-sized buffer (one store
+//! per cache line) three times per operation: before its API calls, before
+//! its proxy events and between its two steps, as the network stack runs
+//! between a rank's profiler calls in a real run. The plugin's code, its
+//! per-thread state and its log lines are then cold at each of those calls,
+//! as they are in whole runs (BENCHMARKS.md §8.10: there a call costs 1.5 to
+//! 2 times what it costs back to back). A line `(evict only)` gives the
+//! eviction's own time, to subtract.
+//!
 //! ```sh
-//! cargo run --release -p ferroccl-profiler-trace --example dlbench -- N LIB.so [LIB.so ...]
+//! cargo run --release -p ferroccl-profiler-trace --example dlbench -- N [--evict KIB] LIB.so [LIB.so ...]
 //! ```
 
 use std::ffi::{CString, c_void};
@@ -46,11 +55,27 @@ fn open(path: &str) -> Lib {
     }
 }
 
-/// One operation's calls; returns nothing (the events go to the library's log).
+/// Writes one byte per cache line of `buf` (nothing when it is empty).
+fn evict(buf: &mut [u8], seq: u64) {
+    for i in (0..buf.len()).step_by(64) {
+        // SAFETY: in bounds; volatile so that the stores are not elided.
+        unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), seq as u8) };
+    }
+}
+
+/// One operation's calls, the cache evicted at three points (`buf`, see the
+/// module's docs); returns nothing (the events go to the library's log).
+/// With no library (`l` is `None`), the evictions alone.
 ///
 /// # Safety
 /// `l` is an initialised profiler.
-unsafe fn one_op(l: &Lib, seq: u64) {
+unsafe fn one_op(l: Option<&Lib>, seq: u64, buf: &mut [u8]) {
+    evict(buf, seq);
+    let Some(l) = l else {
+        evict(buf, seq);
+        evict(buf, seq);
+        return;
+    };
     let t = l.t;
     let (start, record, stop) = (
         t.startEvent.expect("startEvent"),
@@ -77,6 +102,7 @@ unsafe fn one_op(l: &Lib, seq: u64) {
         });
         stop(capi);
         stop(gapi);
+        evict(buf, seq);
         let group = ev(abi::ncclProfileGroup, null_mut(), &|_| {});
         let coll = ev(abi::ncclProfileColl, capi, &|d| {
             d.u.coll.seqNumber = seq;
@@ -104,6 +130,9 @@ unsafe fn one_op(l: &Lib, seq: u64) {
         let mut a = abi::ncclProfilerEventStateArgs_v6_t::zeroed();
         a.proxyStep.transSize = 8;
         for (i, &op) in ops.iter().enumerate() {
+            if i == 1 {
+                evict(buf, seq);
+            }
             let step = ev(abi::ncclProfileProxyStep, op, &|d| d.u.proxyStep.step = seq as i32);
             let states = if i == 1 { [8, 20, 9] } else { [10, 11, 12] };
             record(step, states[0], &mut a);
@@ -120,25 +149,38 @@ unsafe fn one_op(l: &Lib, seq: u64) {
 }
 
 fn main() {
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args().skip(1).peekable();
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(100_000);
+    let kib: usize = if args.peek().is_some_and(|a| a == "--evict") {
+        args.next();
+        args.next().and_then(|a| a.parse().ok()).expect("--evict KIB")
+    } else {
+        0
+    };
+    let mut buf = vec![0u8; kib << 10];
     let file = std::env::temp_dir().join(format!("trace-dlbench-{}.json", std::process::id()));
     // SAFETY: single-threaded so far.
     unsafe { std::env::set_var("NCCL_PROFILER_TRACE_FILE", &file) };
-    let libs: Vec<(String, Lib)> = args.map(|p| (p.clone(), open(&p))).collect();
-    let mut best = vec![f64::MAX; libs.len()];
+    let mut libs: Vec<(String, Option<Lib>)> = args.map(|p| (p.clone(), Some(open(&p)))).collect();
+    if kib > 0 {
+        libs.insert(0, ("(evict only)".to_string(), None));
+    }
+    let mut per_round = vec![Vec::new(); libs.len()];
     for _round in 0..5 {
         for (i, (_, l)) in libs.iter().enumerate() {
             let c0 = cpu_ns();
             for s in 0..n {
                 // SAFETY: `l` was initialised by `open`.
-                unsafe { one_op(l, s) };
+                unsafe { one_op(l.as_ref(), s, &mut buf) };
             }
-            let per = (cpu_ns() - c0) as f64 / n as f64;
-            best[i] = best[i].min(per);
+            per_round[i].push((cpu_ns() - c0) as f64 / n as f64);
         }
     }
-    for ((p, _), b) in libs.iter().zip(&best) {
-        println!("{b:7.0} ns CPU per op (best of 5 rounds of {n})  {p}");
+    for ((p, _), r) in libs.iter().zip(&mut per_round) {
+        r.sort_by(f64::total_cmp);
+        println!(
+            "{:7.0} ns CPU per op (best of 5 rounds of {n}; median {:.0})  {p}",
+            r[0], r[2]
+        );
     }
 }

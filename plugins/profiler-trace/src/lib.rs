@@ -34,8 +34,11 @@
 //! writer and publishes each record with one release store, which `finalize`
 //! reads with acquire. The log grows by chunks (from [`CHUNK_MIN`], doubling
 //! up to [`CHUNK_BYTES`]), faulted in a [`WINDOW`] at a time ahead of the
-//! writer, so only the call that crosses a window meets page faults, all in
-//! one `madvise`. Records are kept this short
+//! writer by a helper thread (`trace-prefault`, one `madvise` per window,
+//! [`ByteLog::ahead`]), so the page faults and the zeroing of the fresh
+//! memory that keeping every event needs happen off the recording threads;
+//! on a kernel without `MADV_POPULATE_WRITE` the writer faults in its own
+//! windows, so only the call that crosses a window meets page faults. Records are kept this short
 //! because every byte kept is a byte of fresh memory the kernel must zero:
 //! fixed-size records of raw fields (24 to 72 bytes) were tried and cost
 //! more in zeroed pages than the encoding they saved (BENCHMARKS.md §8.10). A
@@ -45,7 +48,8 @@
 //! pairs, so no counter is shared either; a record names its own thread's
 //! events by their distance in starts (one byte, mostly). Names (function,
 //! datatype, algorithm, protocol) are interned per thread, so a Coll record
-//! holds four small indexes. Times are raw TSC reads ([`Clock`]), one per
+//! holds four small indexes; a name's address seen before is not read
+//! again ([`ThreadLog::intern`]). Times are raw TSC reads ([`Clock`]), one per
 //! call, chosen once per process (one relaxed load per call): on a virtual
 //! machine that read is a large part of what a call costs. The event bodies
 //! are inlined into the SDK's exported shims, whose success path runs with
@@ -63,7 +67,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, c_char};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 use ferroccl_plugin_api::abi;
 use ferroccl_plugin_api::sdk::{NetResult, Profiler, ProfilerInit};
@@ -393,6 +397,11 @@ struct ByteLog {
     chunks: Box<[AtomicPtr<u8>]>,
     /// Published bytes, counting the padded ends of chunks.
     len: AtomicUsize,
+    /// Windows are faulted in by the [`Prefaulter`] thread, one window ahead
+    /// of the writer, rather than by the writer ([`ByteLog::next_window`]).
+    /// Only for logs that are never dropped (the helper may still work on a
+    /// chunk after its writer has moved on).
+    ahead: bool,
 }
 
 impl std::fmt::Debug for ByteLog {
@@ -461,12 +470,25 @@ impl ByteLog {
         Self::with_chunks(MAX_CHUNKS)
     }
 
-    /// A log of at most `n` chunks (0: one that records nothing).
+    /// A log of at most `n` chunks (0: one that records nothing), whose
+    /// writer faults in its own windows.
     fn with_chunks(n: usize) -> Self {
         ByteLog {
             chunks: (0..n).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             len: AtomicUsize::new(0),
+            ahead: false,
         }
+    }
+
+    /// A log of at most `n` chunks whose windows the [`Prefaulter`] thread
+    /// faults in ahead of the writer, where it runs (else as
+    /// [`ByteLog::with_chunks`]). For logs that are never dropped (a
+    /// [`ThreadLog`] is leaked): the helper may still fault in a range of a
+    /// chunk after its writer has moved on.
+    fn with_chunks_ahead(n: usize) -> Self {
+        let mut log = Self::with_chunks(n);
+        log.ahead = prefaulter().is_some();
+        log
     }
 
     /// Appends the record of `e` (with `d`, the fields of a Start's larger
@@ -507,13 +529,46 @@ impl ByteLog {
     unsafe fn next_window(&self, c: &mut Cursor) -> bool {
         if !c.cur.is_null() && (c.cur as usize) + MAX_RECORD <= c.chunk_end as usize {
             let n = WINDOW.min(c.chunk_end as usize - c.end as usize);
-            populate(c.end, n);
+            if !self.ahead {
+                populate(c.end, n);
+            }
             // SAFETY: `n` bytes past `end` lie inside the chunk.
             c.end = unsafe { c.end.add(n) };
+            if self.ahead {
+                self.request_next(c);
+            }
             return true;
         }
         // SAFETY: per the caller.
         unsafe { self.next_chunk(c) }
+    }
+
+    /// In [`ByteLog::ahead`] mode, once the writer has entered a window: has
+    /// the helper fault in the next one, or, when the writer has entered its
+    /// chunk's last window, maps the next chunk now (nothing faulted in) and
+    /// has the helper fault in that chunk's first window. So the windows the
+    /// writer enters were faulted in while it filled the previous one (the
+    /// writer faults in what the helper has not reached yet, as it would
+    /// without it).
+    #[cold]
+    #[inline(never)]
+    fn request_next(&self, c: &Cursor) {
+        if c.end < c.chunk_end {
+            let n = WINDOW.min(c.chunk_end as usize - c.end as usize);
+            prefault(c.end, n);
+            return;
+        }
+        let Some(next) = self.chunks.get(c.chunks) else {
+            return;
+        };
+        if next.load(Ordering::Relaxed).is_null() {
+            let size = chunk_size(c.chunks);
+            let p = map_chunk(size, false);
+            if !p.is_null() {
+                next.store(p, Ordering::Release);
+                prefault(p, WINDOW.min(size));
+            }
+        }
     }
 
     /// Moves `c` to the start of the next chunk (padding the rest of the
@@ -530,7 +585,9 @@ impl ByteLog {
         };
         let mut p = chunk.load(Ordering::Relaxed);
         if p.is_null() {
-            p = map_chunk(chunk_size(c.chunks));
+            // The first chunk (or one the ahead mode could not map early):
+            // its first window faulted in here, by the writer.
+            p = map_chunk(chunk_size(c.chunks), true);
             if p.is_null() {
                 return false;
             }
@@ -553,6 +610,9 @@ impl ByteLog {
             c.end = p.add(WINDOW.min(size));
         }
         c.chunks += 1;
+        if self.ahead {
+            self.request_next(c);
+        }
         true
     }
 
@@ -614,8 +674,6 @@ pub const WINDOW: usize = 64 << 10;
 #[cold]
 #[inline(never)]
 fn populate(p: *mut u8, len: usize) {
-    /// `MADV_POPULATE_WRITE` (Linux 5.14).
-    const POPULATE_WRITE: libc::c_int = 23;
     // SAFETY: the range lies in a chunk of the calling writer's, not yet
     // published (nobody reads it); populating or writing zeros to fresh,
     // never-written memory leaves its contents as they are (zero).
@@ -628,13 +686,100 @@ fn populate(p: *mut u8, len: usize) {
     }
 }
 
-/// A new chunk of `len` bytes for a [`ByteLog`]: fresh anonymous memory
-/// with its first [`WINDOW`] faulted in ([`populate`]); 2 MiB-aligned and
-/// advised as transparent huge pages when it is that large. NULL when no
-/// memory can be mapped.
+/// `MADV_POPULATE_WRITE` (Linux 5.14): faults a range in as writes would,
+/// without writing to it.
+const POPULATE_WRITE: libc::c_int = 23;
+
+/// The thread that faults in thread logs' next windows ahead of their writers
+/// ([`ByteLog::ahead`]), so that the page faults and the zeroing of fresh
+/// memory a full trace needs (every event is kept) happen off the threads
+/// that record events: on a host with idle cores, off the collective's
+/// critical path. Writers hand it ranges ([`prefault`]) at most once per
+/// [`WINDOW`] of records.
+struct Prefaulter {
+    /// Ranges (address, bytes) to fault in.
+    todo: Mutex<Vec<(usize, usize)>>,
+    /// Signalled when `todo` gets a range.
+    wake: Condvar,
+}
+
+/// The [`Prefaulter`], its thread started at the first call (a profiler's
+/// `init`); `None` where `MADV_POPULATE_WRITE` does not work (a kernel
+/// before 5.14: a helper's writes could not leave the writer's records
+/// alone) or no thread could be started: writers then fault in their own
+/// windows.
+fn prefaulter() -> Option<&'static Prefaulter> {
+    static P: OnceLock<Option<&'static Prefaulter>> = OnceLock::new();
+    *P.get_or_init(|| {
+        // Probe on a page of our own.
+        let probe = map_chunk(4096, false);
+        if probe.is_null() {
+            return None;
+        }
+        // SAFETY: the page just mapped, ours alone.
+        let ok = unsafe { libc::madvise(probe.cast(), 4096, POPULATE_WRITE) } == 0;
+        // SAFETY: as above; nothing refers to it.
+        unsafe { libc::munmap(probe.cast(), 4096) };
+        if !ok {
+            return None;
+        }
+        let p: &'static Prefaulter = Box::leak(Box::new(Prefaulter {
+            todo: Mutex::new(Vec::with_capacity(64)),
+            wake: Condvar::new(),
+        }));
+        std::thread::Builder::new()
+            .name("trace-prefault".into())
+            .spawn(move || p.run())
+            .ok()?;
+        Some(p)
+    })
+}
+
+impl Prefaulter {
+    /// Faults in the ranges handed over, forever (a detached thread that
+    /// sleeps while there is nothing to do).
+    fn run(&self) {
+        let mut jobs = Vec::with_capacity(64);
+        loop {
+            {
+                let mut q = lock(&self.todo);
+                while q.is_empty() {
+                    q = self.wake.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+                std::mem::swap(&mut *q, &mut jobs);
+            }
+            for (p, len) in jobs.drain(..) {
+                // SAFETY: a range of a leaked log's chunk (never unmapped);
+                // MADV_POPULATE_WRITE maps pages in without writing to them,
+                // so records its writer stores meanwhile are left as they are.
+                if unsafe { libc::madvise(p as *mut libc::c_void, len, POPULATE_WRITE) } == 0 {
+                    PREFAULTED.fetch_add(len, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// Bytes the [`Prefaulter`] has faulted in (written by its thread only).
+static PREFAULTED: AtomicUsize = AtomicUsize::new(0);
+
+/// Has the [`Prefaulter`] fault in `[p, p + len)` of a leaked log's chunk.
 #[cold]
 #[inline(never)]
-fn map_chunk(len: usize) -> *mut u8 {
+fn prefault(p: *mut u8, len: usize) {
+    if let Some(f) = prefaulter() {
+        lock(&f.todo).push((p as usize, len));
+        f.wake.notify_one();
+    }
+}
+
+/// A new chunk of `len` bytes for a [`ByteLog`]: fresh anonymous memory,
+/// with its first [`WINDOW`] faulted in ([`populate`]) when `first` is set;
+/// 2 MiB-aligned and advised as transparent huge pages when it is that
+/// large. NULL when no memory can be mapped.
+#[cold]
+#[inline(never)]
+fn map_chunk(len: usize, first: bool) -> *mut u8 {
     const HUGE: usize = 2 << 20;
     let slack = if len >= HUGE { HUGE } else { 0 };
     // SAFETY: a new private anonymous mapping; no existing memory is touched.
@@ -668,7 +813,9 @@ fn map_chunk(len: usize) -> *mut u8 {
         if slack > 0 {
             libc::madvise(p.cast(), len, libc::MADV_HUGEPAGE);
         }
-        populate(p, WINDOW.min(len));
+        if first {
+            populate(p, WINDOW.min(len));
+        }
         p
     }
 }
@@ -1146,30 +1293,9 @@ const NAME_CACHE: usize = 32;
 struct NameCache {
     n: usize,
     names: [Name; NAME_CACHE],
-    /// Where `names[i]` was last read from (a hint: the text there is
-    /// compared again before the name is reused).
+    /// Where `names[i]` was last read from (the same address gives the
+    /// same name: [`ThreadLog::intern`]).
     seen_at: [*const c_char; NAME_CACHE],
-}
-
-impl Name {
-    /// Whether the NUL-terminated string at `p` (non-NULL) reads as `self`
-    /// ([`Name::of`] of it would equal `self`).
-    ///
-    /// # Safety
-    /// `p` points to a NUL-terminated string.
-    #[inline]
-    unsafe fn is_at(&self, p: *const c_char) -> bool {
-        let len = self.len as usize;
-        for (i, &b) in self.bytes[..len].iter().enumerate() {
-            // SAFETY: bytes before `i` matched non-NUL bytes, so byte `i` is
-            // still inside the string (at worst its NUL).
-            if unsafe { *p.add(i) } as u8 != b {
-                return false;
-            }
-        }
-        // SAFETY: as above; a name cut at 15 bytes matches any longer text.
-        len == self.bytes.len() || unsafe { *p.add(len) } == 0
-    }
 }
 
 impl ThreadLog {
@@ -1192,17 +1318,25 @@ impl ThreadLog {
     /// The index of the name `p` points to in this thread's names (added
     /// when new; `u32::MAX`, read back as an empty name, when the table is full).
     ///
+    /// An address seen before gives the name read there then, without
+    /// reading the text again: descriptor names are static strings (NCCL's
+    /// `ncclFuncToString`/`ncclDatatypeToString` tables and algorithm and
+    /// protocol names; ferroccl's `&'static CStr`s), and NCCL's example
+    /// profiler (`plugins/profiler/example/plugin.cc`,
+    /// `exampleProfilerStartEvent`) even keeps the pointers to print them at
+    /// `finalize`. Here nothing is read after the call: a string whose text
+    /// changed at the same address keeps its first name; a new address is
+    /// read and looked up by its text.
+    ///
     /// # Safety
     /// As [`ThreadLog::push`].
     #[inline]
     unsafe fn intern(&self, p: *const c_char) -> u32 {
         // SAFETY: per the caller: this thread's own cache, not re-entered.
         let c = unsafe { &mut *self.name_cache.get() };
-        // The usual case: the same (static) string as last time, still the same text.
+        // The usual case: the same (static) string as before.
         if !p.is_null()
             && let Some(i) = c.seen_at[..c.n].iter().position(|&q| q == p)
-            // SAFETY: NCCL's descriptors hold NUL-terminated strings valid for the call.
-            && unsafe { c.names[i].is_at(p) }
         {
             return i as u32;
         }
@@ -1381,7 +1515,7 @@ fn register() -> &'static ThreadLog {
     let chunks = if st.logs.len() >= MAX_THREADS { 0 } else { MAX_CHUNKS };
     let log: &'static ThreadLog = Box::leak(Box::new(ThreadLog {
         cursor: UnsafeCell::new(Cursor::new(idx)),
-        entries: ByteLog::with_chunks(chunks),
+        entries: ByteLog::with_chunks_ahead(chunks),
         idx,
         names: AppendLog::new(),
         name_cache: UnsafeCell::new(NameCache {
@@ -1900,6 +2034,8 @@ impl Profiler for TraceProfiler {
             .unwrap_or(EVENT_MASK.default as i32);
         lock(store()).contexts += 1;
         clock();
+        // Started here, not at a thread's first event.
+        prefaulter();
         Ok(TraceProfiler { rank: info.rank })
     }
 
@@ -2428,22 +2564,26 @@ mod tests {
                 assert_eq!(intern(copy.as_ptr()), a);
                 assert_ne!(a, b);
                 assert_eq!(intern(c"ncclFloat32".as_ptr()), b);
-                // The text at a known address changed: looked up again.
-                let mut buf = *b"AllReduce\0\0\0\0";
+                // A new address is read and looked up by its text; an address
+                // seen before gives the name read there first, not read again.
+                let mut buf = *b"AllGather\0\0\0\0";
                 let at = buf.as_ptr().cast::<c_char>();
-                assert_eq!(intern(at), a);
-                buf[..10].copy_from_slice(b"AllGather\0");
-                let g = intern(buf.as_ptr().cast());
+                let g = intern(at);
                 assert_ne!(g, a);
-                buf[..13].copy_from_slice(b"AllReduceX12\0");
-                let x = intern(buf.as_ptr().cast());
-                assert_ne!(x, a);
-                assert_ne!(x, g);
-                buf[9] = 0;
-                assert_eq!(intern(buf.as_ptr().cast()), a);
+                assert_ne!(g, b);
+                buf[..10].copy_from_slice(b"AllReduce\0");
+                assert_eq!(intern(buf.as_ptr().cast()), g);
+                let other = *b"AllGather\0";
+                assert_eq!(intern(other.as_ptr().cast()), g);
+                let x = std::ffi::CString::new("AllReduceX12").unwrap();
+                let xi = intern(x.as_ptr());
+                assert_ne!(xi, a);
+                assert_ne!(xi, g);
                 let names = l.names.to_vec();
                 assert_eq!(names[a as usize].as_string(), "AllReduce");
                 assert_eq!(names[b as usize].as_string(), "ncclFloat32");
+                assert_eq!(names[g as usize].as_string(), "AllGather");
+                assert_eq!(names[xi as usize].as_string(), "AllReduceX12");
             })
             .unwrap();
         })
@@ -2517,6 +2657,62 @@ mod tests {
                     break;
                 }
             }
+        }
+    }
+
+    /// In ahead mode the writer faults in nothing past its first window:
+    /// each time it enters a window, the helper thread faults in the next
+    /// one (the next chunk's first window, that chunk mapped early, when it
+    /// enters its chunk's last window); records come back as without it.
+    #[test]
+    fn the_helper_faults_in_the_next_window_ahead_of_the_writer() {
+        assert!(
+            prefaulter().is_some(),
+            "MADV_POPULATE_WRITE (Linux 5.14) unavailable or no thread"
+        );
+        let log: &'static ByteLog = Box::leak(Box::new(ByteLog::with_chunks_ahead(4)));
+        assert!(log.ahead);
+        let mut c = Cursor::new(1);
+        let mut checked = 0;
+        let mut pushed = 0u64;
+        for i in 0u64.. {
+            let (end, chunks) = (c.end, c.chunks);
+            // SAFETY: this thread is the log's only writer.
+            assert!(unsafe { log.push(&mut c, &Entry::Stop { id: 1, t: i }, None) });
+            pushed += 1;
+            if c.chunks == 4 {
+                break;
+            }
+            if c.end == end && c.chunks == chunks {
+                continue;
+            }
+            // Entered a window: the range the helper was handed.
+            let (p, n) = if c.end < c.chunk_end {
+                (c.end, WINDOW.min(c.chunk_end as usize - c.end as usize))
+            } else {
+                let next = log.chunks[c.chunks].load(Ordering::Acquire);
+                assert!(!next.is_null(), "record {i}: next chunk not mapped in the last window");
+                (next, WINDOW.min(chunk_size(c.chunks)))
+            };
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while resident(p, n).0 < resident(p, n).1 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "record {i}: {n} bytes at {p:p} not faulted in"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            checked += 1;
+        }
+        assert!(checked >= 6, "{checked} windows checked");
+        assert!(PREFAULTED.load(Ordering::Relaxed) >= checked * WINDOW);
+        let (got, _) = log.entries(log.len.load(Ordering::Acquire), 1, &[]);
+        assert_eq!(got.len() as u64, pushed);
+        for (i, e) in got.iter().enumerate() {
+            assert!(
+                matches!(*e, Entry::Stop { id: 1, t } if t == i as u64),
+                "record {i}: {e:?}"
+            );
         }
     }
 
