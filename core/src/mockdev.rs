@@ -175,6 +175,20 @@ unsafe impl Sync for P2pAlloc {}
 
 static EXIT_ON_IMPORT: AtomicBool = AtomicBool::new(false);
 
+/// The mappings of every live [`P2pAlloc`] of this process (made or imported):
+/// `(start, len)`.
+static P2P_MAPS: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
+
+/// Whether `[ptr, ptr + len)` lies inside a mock P2P FIFO mapped in this
+/// process (a [`declare_gpu`] GPU's allocation, made here or imported from a
+/// peer): memory a mock GPU's kernels reach as their own, as a GPU reaches its
+/// own and its peers' IPC-mapped memory.
+pub fn p2p_contains(ptr: *const u8, len: usize) -> bool {
+    let a = ptr as usize;
+    let m = P2P_MAPS.read().unwrap_or_else(|e| e.into_inner());
+    m.iter().any(|&(s, l)| s <= a && a.saturating_add(len) <= s + l)
+}
+
 /// Makes this process exit at once (status 3, no cleanup, as if killed) when
 /// the P2P transport next imports a peer's mock FIFO: a rank that dies in the
 /// middle of connection setup, for failure tests.
@@ -266,6 +280,8 @@ impl P2pAlloc {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
+        let mut m = P2P_MAPS.write().unwrap_or_else(|e| e.into_inner());
+        m.push((p as usize, len));
         Ok(p.cast())
     }
 
@@ -277,6 +293,9 @@ impl P2pAlloc {
 
 impl Drop for P2pAlloc {
     fn drop(&mut self) {
+        let mut m = P2P_MAPS.write().unwrap_or_else(|e| e.into_inner());
+        m.retain(|&(s, _)| s != self.ptr as usize);
+        drop(m);
         // SAFETY: our own mapping, unmapped once.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }

@@ -19,6 +19,8 @@
 
 #[path = "coll_support/mod.rs"]
 mod coll_support;
+#[path = "coll_support/mock_gpu.rs"]
+mod mock_gpu;
 
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,149 +28,12 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use coll_support::{assert_all_ok, join, launch, role};
-use ferroccl::check;
-use ferroccl::mockdev::{self, MockGpu};
-use ferroccl::stream::Stream;
 use ferroccl::{DataType, RedOp, Scalar, TestOp};
 use ferroccl_kernels::hostreg::{self, HostRegHook};
-use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, KernelError, Pre};
+use mock_gpu::{CALLS, STAGING_OK, gpu0, proc_mem, run_device};
 
 const WORKER: &str = "device_steps_worker";
 const LIMIT: Duration = Duration::from_secs(240);
-
-fn proc_mem() -> &'static std::fs::File {
-    static F: OnceLock<std::fs::File> = OnceLock::new();
-    F.get_or_init(|| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/proc/self/mem")
-            .expect("open /proc/self/mem")
-    })
-}
-
-fn mem_read(p: *const u8, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    proc_mem()
-        .read_exact_at(&mut v, p as u64)
-        .expect("read through /proc/self/mem");
-    v
-}
-
-fn mem_write(p: *mut u8, data: &[u8]) {
-    proc_mem()
-        .write_all_at(data, p as u64)
-        .expect("write through /proc/self/mem");
-}
-
-/// The mock GPU's kernels: every raw operation, on mock device memory and on
-/// registered host memory only.
-#[derive(Debug)]
-struct MockKernels;
-
-static MOCK_KERNELS: MockKernels = MockKernels;
-/// Raw operations the mock GPU ran (staging copies not counted).
-static CALLS: AtomicU64 = AtomicU64::new(0);
-/// Staging copies are expected: copies between mock device memory and
-/// unregistered host memory (a bounce buffer) are then served.
-static STAGING_OK: AtomicBool = AtomicBool::new(false);
-static CPU: CpuBackend = CpuBackend;
-
-fn reach(what: &'static str, p: *const u8, n: usize) -> Result<(), KernelError> {
-    if n == 0 || mockdev::contains(p, n) || hostreg::registered(p as usize, n) {
-        return Ok(());
-    }
-    if std::env::var_os("DEVICE_STEPS_DEBUG").is_some() {
-        eprintln!(
-            "refused {what} {p:?}+{n}: {}",
-            std::backtrace::Backtrace::force_capture()
-        );
-    }
-    Err(KernelError::MemorySpaceMismatch {
-        what,
-        found: format!("host memory at {p:?} not registered"),
-        first: "the mock GPU",
-        expected: "mock device memory or registered host memory".into(),
-    })
-}
-
-fn slices_refused() -> KernelError {
-    KernelError::NoCuda("mock GPU: raw addresses only".into())
-}
-
-impl Backend for MockKernels {
-    fn name(&self) -> &'static str {
-        "mock-gpu"
-    }
-    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn reduce(&self, _: &mut [u8], _: &[u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn reduce_inplace(&self, _: &mut [u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn pre_op(&self, _: &mut [u8], _: &[u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn pre_op_inplace(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn post_op(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
-        if STAGING_OK.load(Ordering::Relaxed) && (mockdev::contains(dst, bytes) || mockdev::contains(src, bytes)) {
-            // Staging: a copy between device memory and a bounce buffer
-            // (`cuMemAllocHost`ed on a GPU; plain host memory here).
-            mem_write(dst, &mem_read(src, bytes));
-            return Ok(());
-        }
-        reach("dst", dst, bytes)?;
-        reach("src", src, bytes)?;
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        mem_write(dst, &mem_read(src, bytes));
-        Ok(())
-    }
-    unsafe fn reduce_raw(
-        &self,
-        dst: *mut u8,
-        a: *const u8,
-        b: *const u8,
-        bytes: usize,
-        op: &DevRedOp,
-        pre: Pre,
-    ) -> Result<(), KernelError> {
-        reach("dst", dst, bytes)?;
-        reach("a", a, bytes)?;
-        reach("b", b, bytes)?;
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        let (av, bv) = (mem_read(a, bytes), mem_read(b, bytes));
-        let mut out = vec![0u8; bytes];
-        CPU.reduce(&mut out, &av, &bv, op, pre)?;
-        mem_write(dst, &out);
-        Ok(())
-    }
-    unsafe fn pre_op_raw(&self, dst: *mut u8, src: *const u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
-        reach("dst", dst, bytes)?;
-        reach("src", src, bytes)?;
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        let sv = mem_read(src, bytes);
-        let mut out = vec![0u8; bytes];
-        CPU.pre_op(&mut out, &sv, op)?;
-        mem_write(dst, &out);
-        Ok(())
-    }
-    unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
-        reach("buf", buf, bytes)?;
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        let mut v = mem_read(buf, bytes);
-        CPU.post_op(&mut v, op)?;
-        mem_write(buf, &v);
-        Ok(())
-    }
-}
 
 /// Stands in for `cuMemHostRegister`/`cuMemHostUnregister`: remembers what is
 /// registered, and records misuse (a region registered twice, an
@@ -236,94 +101,6 @@ fn hook() -> &'static Hook {
     HOOK.get_or_init(Hook::default)
 }
 
-/// `len` bytes of mock device memory of GPU 0, whose kernels are [`MockKernels`].
-struct MockBuf {
-    ptr: *mut u8,
-    map: usize,
-}
-
-impl MockBuf {
-    fn new(len: usize) -> MockBuf {
-        let map = len.max(1).next_multiple_of(4096);
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED, "mmap of mock device memory");
-        let gpu = MockGpu {
-            ordinal: 0,
-            cuda_cc: 90,
-            gdr: false,
-            dmabuf: false,
-            pci_path: None,
-        };
-        mockdev::declare_kernels(p.cast(), map, &MOCK_KERNELS, gpu);
-        MockBuf { ptr: p.cast(), map }
-    }
-}
-
-impl Drop for MockBuf {
-    fn drop(&mut self) {
-        mockdev::forget(self.ptr);
-        // SAFETY: mapped by `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.map) };
-    }
-}
-
-/// Runs `top` on mock device buffers (in or out of place); returns the wrong elements.
-fn run_device(comm: &ferroccl::Comm, top: TestOp, dtype: DataType, op: RedOp, count: usize, in_place: bool) -> usize {
-    let (n, r) = (comm.nranks(), comm.rank());
-    let es = dtype.size();
-    let (se, re) = top.buffer_elems(count, n);
-    let mut input = vec![0u8; se * es];
-    check::fill(&mut input, dtype, &op, r, 1);
-    let sendbuf = MockBuf::new(se * es);
-    let rlen = if in_place { se.max(re) } else { re } * es;
-    let recvbuf = MockBuf::new(rlen);
-    mem_write(recvbuf.ptr, &vec![0xEE; rlen]);
-    let (sp, rp): (*const u8, *mut u8) = if in_place {
-        let off = if top == TestOp::AllGather { r * count * es } else { 0 };
-        mem_write(recvbuf.ptr.wrapping_add(off), &input);
-        match top {
-            TestOp::AllGather => (recvbuf.ptr.wrapping_add(off), recvbuf.ptr),
-            TestOp::ReduceScatter => (recvbuf.ptr, recvbuf.ptr.wrapping_add(r * count * es)),
-            _ => (recvbuf.ptr, recvbuf.ptr),
-        }
-    } else {
-        mem_write(sendbuf.ptr, &input);
-        (sendbuf.ptr, recvbuf.ptr)
-    };
-    let s = Stream::new();
-    // SAFETY: the mappings outlive the synchronize below.
-    unsafe {
-        match top {
-            TestOp::AllReduce => comm.all_reduce(sp, rp, count, dtype, op, &s),
-            TestOp::AllGather => comm.all_gather(sp, rp, count, dtype, &s),
-            TestOp::ReduceScatter => comm.reduce_scatter(sp, rp, count, dtype, op, &s),
-            TestOp::Broadcast { root } => comm.broadcast(sp, rp, count, dtype, root, &s),
-            TestOp::Reduce { root } => comm.reduce(sp, rp, count, dtype, op, root, &s),
-            other => panic!("{other:?} is not run here"),
-        }
-    }
-    .expect("enqueue");
-    s.synchronize().expect("synchronize");
-    let mut got = mem_read(recvbuf.ptr, rlen);
-    if top == TestOp::ReduceScatter && in_place {
-        got = got[r * count * es..(r + 1) * count * es].to_vec();
-    }
-    match check::expected(top, dtype, &op, n, r, count, 1) {
-        Some(want) => check::count_wrong(dtype, &got, &want),
-        None => 0,
-    }
-}
-
 /// Child entry point. `DEVICE_STEPS_MODE=kernels`: the FIFOs register and
 /// every step on device memory runs on the mock GPU; `=refused`: no FIFO
 /// registers and every such step stages.
@@ -340,7 +117,16 @@ fn device_steps_worker() {
     let mut bad: Vec<String> = Vec::new();
     // The first operation registers the FIFOs the connections announced.
     STAGING_OK.store(true, Ordering::Relaxed);
-    let w = run_device(&comm, TestOp::AllReduce, DataType::Float32, RedOp::Sum, 1031, false);
+    let w = run_device(
+        &comm,
+        &gpu0(),
+        TestOp::AllReduce,
+        DataType::Float32,
+        RedOp::Sum,
+        1031,
+        false,
+        1,
+    );
     if w > 0 {
         bad.push(format!("warm-up AllReduce: {w} wrong"));
     }
@@ -363,7 +149,7 @@ fn device_steps_worker() {
                     if std::env::var_os("DEVICE_STEPS_DEBUG").is_some() {
                         eprintln!("case {top:?} {dtype} {op} count {count} in_place {in_place}");
                     }
-                    let w = run_device(&comm, top, dtype, op, count, in_place);
+                    let w = run_device(&comm, &gpu0(), top, dtype, op, count, in_place, 1);
                     let (d1, s1) = ferroccl::device_step_counts();
                     let calls = CALLS.load(Ordering::Relaxed) - c0;
                     let what = format!("{top:?} {dtype} {op} count {count} in_place {in_place}");

@@ -3,24 +3,37 @@
 //! through P2P before SHM, as NCCL orders transports; the receiver's FIFO is a
 //! mock device allocation whose export crosses to the sending process
 //! (`mockdev::P2pAlloc`, standing in for a CUDA IPC handle), and collectives
-//! over it give the right results. `NCCL_P2P_DISABLE=1` (GPUs on different
+//! over it give the right results. As on a GPU, the user buffers are device
+//! memory (mock, `coll_support/mock_gpu.rs`) and every step runs on the mock
+//! GPU's kernels, which reach the P2P FIFOs (`mockdev::p2p_contains`); nothing
+//! stages through host memory. Host user buffers on a P2P connection fail
+//! with `InvalidUsage` on every rank (the CPU must not touch GPU memory), and
+//! work with `NCCL_P2P_DISABLE=1`. `NCCL_P2P_DISABLE=1` (GPUs on different
 //! bus ids) and unbound ranks fall back to SHM; a rank that dies in the middle
 //! of connection setup fails its peer's init with an error naming it, not a
 //! hang.
 
 mod coll_support;
+#[path = "coll_support/mock_gpu.rs"]
+mod mock_gpu;
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use coll_support::{Out, all_reduce_checked, ar_input, assert_all_ok, config, dump, launch, role, run_matrix};
+use ferroccl::check::TestOp;
 use ferroccl::mockdev::{MockGpu, declare_gpu};
 use ferroccl::{Comm, CommConfig, DataType, RedOp, Stream};
+use mock_gpu::{CALLS, run_device};
 
 const WORKER: &str = "p2p_worker";
 const LIMIT: Duration = Duration::from_secs(240);
 /// `P2P_GPUS`: `same` (every rank on one mock GPU), `pair` (rank r on a GPU of
 /// its own, both behind one PCIe switch), `none` (unbound ranks).
 const ENV_GPUS: &str = "P2P_GPUS";
+/// `P2P_BUFS`: `device` (user buffers in mock device memory of the rank's
+/// GPU, every step on its kernels) or `host` (host user buffers).
+const ENV_BUFS: &str = "P2P_BUFS";
 
 /// The sysfs path of mock GPU `i` (all behind one switch: distance PIX).
 fn pci_path(i: usize) -> String {
@@ -28,47 +41,141 @@ fn pci_path(i: usize) -> String {
 }
 
 /// Declares this rank's mock GPU (ordinal 0 in its process) as `P2P_GPUS`
-/// says; the `CommConfig` binding it.
-fn bind(rank: usize, timeout: Duration) -> CommConfig {
+/// says; the `CommConfig` binding it, and the GPU (`None`: unbound).
+fn bind(rank: usize, timeout: Duration) -> (CommConfig, Option<MockGpu>) {
     let mode = std::env::var(ENV_GPUS).unwrap_or_default();
     let gpu = match mode.as_str() {
         "same" => 0,
         "pair" => rank,
-        _ => return config(timeout),
+        _ => return (config(timeout), None),
     };
-    declare_gpu(MockGpu {
+    let g = MockGpu {
         ordinal: 0,
         cuda_cc: 90,
         gdr: false,
         dmabuf: false,
         pci_path: Some(pci_path(gpu)),
-    });
-    CommConfig {
+    };
+    declare_gpu(g.clone());
+    let c = CommConfig {
         cuda_dev: Some(0),
         ..config(timeout)
+    };
+    (c, Some(g))
+}
+
+fn init(rank: usize, nranks: usize, id: &ferroccl::UniqueId, timeout: Duration) -> (Comm, Option<MockGpu>) {
+    let (c, g) = bind(rank, timeout);
+    let comm = Comm::init_rank(nranks, id, rank, c).unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}"));
+    (comm, g)
+}
+
+/// Runs `f` (one operation on mock device buffers, returning its wrong
+/// elements); a failure line unless its result is right, it ran steps on the
+/// mock GPU (when `steps`: it moves data) and staged none.
+fn on_gpu(what: &str, steps: bool, f: impl FnOnce() -> usize) -> Option<String> {
+    let (d0, s0) = ferroccl::device_step_counts();
+    let c0 = CALLS.load(Ordering::Relaxed);
+    let wrong = f();
+    let (d1, s1) = ferroccl::device_step_counts();
+    let calls = CALLS.load(Ordering::Relaxed) - c0;
+    let ran = d1 > d0 && calls > 0;
+    if wrong > 0 || s1 != s0 || (steps && !ran) {
+        return Some(format!(
+            "{what}: {wrong} wrong, {} device steps, {calls} GPU calls, {} staged steps",
+            d1 - d0,
+            s1 - s0
+        ));
     }
+    None
+}
+
+/// The matrix of `coll_support::run_matrix` (dtypes `f32`, `i8`, `f64`; Sum
+/// and Max; counts 0, 1, 1031, 40009) on mock device buffers of `gpu`, each
+/// operation checked with [`on_gpu`]: `(failures, operations)`.
+fn device_matrix(comm: &Comm, gpu: &MockGpu) -> (Vec<String>, usize) {
+    let n = comm.nranks();
+    let reducing = [TestOp::AllReduce, TestOp::ReduceScatter, TestOp::Reduce { root: n - 1 }];
+    let moving = [
+        TestOp::AllGather,
+        TestOp::Broadcast { root: n / 2 },
+        TestOp::SendRecv,
+        TestOp::AllToAll,
+    ];
+    let (mut fails, mut ran) = (Vec::new(), 0);
+    for count in [0usize, 1, 1031, 40009] {
+        for dtype in [DataType::Float32, DataType::Int8, DataType::Float64] {
+            let cases = reducing
+                .iter()
+                .flat_map(|&t| [RedOp::Sum, RedOp::Max].map(|o| (t, o)))
+                .chain(moving.iter().map(|&t| (t, RedOp::Sum)));
+            for (top, op) in cases {
+                for in_place in [false, true] {
+                    if in_place && !top.has_in_place() {
+                        continue;
+                    }
+                    ran += 1;
+                    let what = format!(
+                        "rank {}: {top:?} {dtype} {op} count {count} in_place {in_place}",
+                        comm.rank()
+                    );
+                    fails.extend(on_gpu(&what, count > 0, || {
+                        run_device(comm, gpu, top, dtype, op, count, in_place, 1)
+                    }));
+                }
+            }
+        }
+    }
+    (fails, ran)
 }
 
 /// Child entry point for every scenario below.
 #[test]
 fn p2p_worker() {
+    let device = std::env::var(ENV_BUFS).as_deref() == Ok("device");
     if let Some(r) = role("allreduce") {
-        let comm = Comm::init_rank(r.nranks, &r.id, r.rank, bind(r.rank, Duration::from_secs(60)))
-            .unwrap_or_else(|e| panic!("rank {}: init failed: {e}", r.rank));
-        let s = Stream::new();
-        // Sizes below one step, across steps and slices, and several FIFO turns.
-        for count in [1usize, 1031, 65536, 1 << 20] {
-            let send = ar_input(&r, count, 97);
-            let mut recv = vec![0f32; count];
-            all_reduce_checked(&comm, &r, &send, &mut recv, 97, &s);
-        }
-        let (fails, ran) = run_matrix(
-            &comm,
-            &[DataType::Float32, DataType::Int8, DataType::Float64],
-            Some(&[RedOp::Sum, RedOp::Max]),
-            &[0, 1, 1031, 40009],
-        );
+        let (comm, gpu) = init(r.rank, r.nranks, &r.id, Duration::from_secs(60));
+        let (fails, ran) = match (&gpu, device) {
+            (Some(g), true) => {
+                let mut fails = Vec::new();
+                // Sizes below one step, across steps and slices, and several FIFO turns.
+                for count in [1usize, 1031, 65536, 1 << 20] {
+                    let what = format!("rank {}: AllReduce f32 count {count}", r.rank);
+                    fails.extend(on_gpu(&what, true, || {
+                        run_device(
+                            &comm,
+                            g,
+                            TestOp::AllReduce,
+                            DataType::Float32,
+                            RedOp::Sum,
+                            count,
+                            false,
+                            97,
+                        )
+                    }));
+                }
+                let (f, ran) = device_matrix(&comm, g);
+                fails.extend(f);
+                (fails, ran)
+            }
+            _ => {
+                let s = Stream::new();
+                for count in [1usize, 1031, 65536, 1 << 20] {
+                    let send = ar_input(&r, count, 97);
+                    let mut recv = vec![0f32; count];
+                    all_reduce_checked(&comm, &r, &send, &mut recv, 97, &s);
+                }
+                run_matrix(
+                    &comm,
+                    &[DataType::Float32, DataType::Int8, DataType::Float64],
+                    Some(&[RedOp::Sum, RedOp::Max]),
+                    &[0, 1, 1031, 40009],
+                )
+            }
+        };
+        let (d, st) = ferroccl::device_step_counts();
         println!("rank {}: {ran} operations, {} failures", r.rank, fails.len());
+        println!("rank {}: {d} device steps, {st} staged", r.rank);
         for (t, n) in comm.transports() {
             println!("transport {t} x{n}");
         }
@@ -83,22 +190,73 @@ fn p2p_worker() {
                 let mut me = r.clone();
                 me.rank = rank;
                 std::thread::spawn(move || {
-                    let comm = Comm::init_rank(me.nranks, &me.id, rank, bind(rank, Duration::from_secs(60)))
-                        .unwrap_or_else(|e| panic!("rank {rank}: init failed: {e}"));
-                    let s = Stream::new();
+                    let (comm, gpu) = init(rank, me.nranks, &me.id, Duration::from_secs(60));
+                    let gpu = gpu.expect("P2P_GPUS=same binds a mock GPU");
+                    let mut fails = Vec::new();
                     for count in [1usize, 1031, 1 << 20] {
-                        let send = ar_input(&me, count, 89);
-                        let mut recv = vec![0f32; count];
-                        all_reduce_checked(&comm, &me, &send, &mut recv, 89, &s);
+                        let what = format!("rank {rank}: AllReduce f32 count {count}");
+                        fails.extend(on_gpu(&what, true, || {
+                            run_device(
+                                &comm,
+                                &gpu,
+                                TestOp::AllReduce,
+                                DataType::Float32,
+                                RedOp::Sum,
+                                count,
+                                false,
+                                89,
+                            )
+                        }));
                     }
                     comm.destroy().expect("destroy");
+                    fails
                 })
             })
             .collect();
-        for h in handles {
-            h.join().expect("rank thread");
-        }
+        let fails: Vec<String> = handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("rank thread"))
+            .collect();
+        assert!(fails.is_empty(), "{}", fails.join("\n"));
+        let (d, st) = ferroccl::device_step_counts();
+        println!("threads: {d} device steps, {st} staged");
         println!("threads done");
+        return;
+    }
+    if let Some(r) = role("hostbufs") {
+        // Host user buffers: on a P2P connection the CPU would touch GPU memory.
+        let (comm, _gpu) = init(r.rank, r.nranks, &r.id, Duration::from_secs(60));
+        let count = 1031;
+        let send = ar_input(&r, count, 97);
+        let mut recv = vec![0f32; count];
+        let s = Stream::new();
+        // SAFETY: both buffers outlive the synchronize below.
+        let res = unsafe {
+            comm.all_reduce(
+                send.as_ptr().cast(),
+                recv.as_mut_ptr().cast(),
+                count,
+                DataType::Float32,
+                RedOp::Sum,
+                &s,
+            )
+        }
+        .and_then(|()| s.synchronize());
+        match res {
+            Ok(()) => {
+                let sum: f32 = (0..r.nranks).map(|x| x as f32).sum();
+                let bad = (0..count)
+                    .filter(|&i| recv[i] != (i % 97) as f32 * r.nranks as f32 + sum)
+                    .count();
+                println!("rank {}: host buffers ok, {bad} wrong", r.rank);
+                comm.destroy().expect("destroy");
+            }
+            Err(e @ ferroccl::Error::InvalidUsage(_)) => {
+                println!("rank {}: host buffers refused: {e}", r.rank);
+                println!("rank {}: destroy after the error: {:?}", r.rank, comm.destroy());
+            }
+            Err(e) => println!("rank {}: host buffers failed otherwise: {e:?}", r.rank),
+        }
         return;
     }
     if let Some(r) = role("die") {
@@ -106,7 +264,8 @@ fn p2p_worker() {
             // Exits (status 3) when it opens rank 0's FIFO, in the middle of setup.
             ferroccl::mockdev::exit_on_p2p_import();
         }
-        let e = Comm::init_rank(r.nranks, &r.id, r.rank, bind(r.rank, Duration::from_secs(120)))
+        let (c, _) = bind(r.rank, Duration::from_secs(120));
+        let e = Comm::init_rank(r.nranks, &r.id, r.rank, c)
             .err()
             .unwrap_or_else(|| panic!("rank {}: init succeeded with a peer that died in it", r.rank));
         println!("rank {} init failed: {e}", r.rank);
@@ -129,6 +288,28 @@ fn transport_lines(o: &Out) -> Vec<&str> {
     o.stdout.lines().filter(|l| l.starts_with("transport ")).collect()
 }
 
+/// Asserts the rank's summary line: steps ran on the mock GPU, none staged.
+fn assert_on_gpu(o: &Out) {
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.contains(" device steps, "))
+        .unwrap_or_else(|| panic!("rank {}: no device steps line\n{}", o.rank, o.stdout));
+    println!("{line}");
+    let num = |w: &str| -> u64 {
+        let i = line.find(w).unwrap_or_else(|| panic!("{line}"));
+        let head = line[..i].trim_end();
+        head[head.rfind(' ').map_or(0, |j| j + 1)..]
+            .parse()
+            .unwrap_or_else(|_| panic!("{line}"))
+    };
+    assert!(
+        num(" device steps") > 0 && num(" staged") == 0,
+        "rank {}: {line}",
+        o.rank
+    );
+}
+
 fn all_text(outs: &[Out]) -> String {
     outs.iter().map(|o| o.stdout.as_str()).collect()
 }
@@ -137,7 +318,7 @@ fn all_text(outs: &[Out]) -> String {
 /// connection is P2P/IPC, logged as NCCL logs it, and the results are right.
 #[test]
 fn two_processes_on_one_gpu_use_p2p_ipc() {
-    let outs = run("allreduce", &[(ENV_GPUS, "same")]);
+    let outs = run("allreduce", &[(ENV_GPUS, "same"), (ENV_BUFS, "device")]);
     assert_all_ok(&outs, "P2P on one mock GPU");
     let text = all_text(&outs);
     for want in [
@@ -150,7 +331,8 @@ fn two_processes_on_one_gpu_use_p2p_ipc() {
     assert!(!text.contains("via SHM"), "{}", dump(&outs));
     for o in &outs {
         println!("rank {}: {:?}", o.rank, transport_lines(o));
-        assert!(o.stdout.contains("0 failures"), "rank {}: {}", o.rank, o.stdout);
+        assert!(o.stdout.contains(" 0 failures"), "rank {}: {}", o.rank, o.stdout);
+        assert_on_gpu(o);
         let t = transport_lines(o);
         assert!(
             !t.is_empty() && t.iter().all(|l| l.starts_with("transport P2P/IPC")),
@@ -160,12 +342,16 @@ fn two_processes_on_one_gpu_use_p2p_ipc() {
     }
 }
 
-/// Two GPUs behind one switch: P2P by default; `NCCL_P2P_DISABLE=1` caps the
-/// level at LOC, so the pair goes through SHM.
+/// Two GPUs behind one switch: P2P by default (device buffers, every step on
+/// the mock GPU); `NCCL_P2P_DISABLE=1` caps the level at LOC, so the pair goes
+/// through SHM (host buffers).
 #[test]
 fn p2p_disable_falls_back_to_shm() {
-    let outs = run("allreduce", &[(ENV_GPUS, "pair")]);
+    let outs = run("allreduce", &[(ENV_GPUS, "pair"), (ENV_BUFS, "device")]);
     assert_all_ok(&outs, "P2P on two mock GPUs");
+    for o in &outs {
+        assert_on_gpu(o);
+    }
     assert!(
         all_text(&outs).contains("Channel 00/0 : 0[0] -> 1[0] via P2P/IPC"),
         "{}",
@@ -205,11 +391,12 @@ fn unbound_ranks_use_shm() {
 
 /// Two ranks as threads of one process on one (mock) GPU: the receiver's
 /// FIFO pointer is used directly (NCCL's `P2P/direct pointer`), and AllReduce
-/// is right.
+/// of device buffers is right, every step on the mock GPU.
 #[test]
 fn two_ranks_in_one_process_use_the_direct_pointer() {
     let all = [
         (ENV_GPUS, "same"),
+        (ENV_BUFS, "device"),
         ("NCCL_BUFFSIZE", "65536"),
         ("NCCL_MAX_NCHANNELS", "2"),
         ("NCCL_DEBUG", "INFO"),
@@ -219,6 +406,7 @@ fn two_ranks_in_one_process_use_the_direct_pointer() {
     assert_all_ok(&outs, "two ranks as threads");
     let text = all_text(&outs);
     assert!(text.contains("threads done"), "{}", dump(&outs));
+    assert_on_gpu(&outs[0]);
     for want in [
         "Channel 00/0 : 0[0] -> 1[0] via P2P/direct pointer",
         "Channel 00/0 : 1[0] -> 0[0] via P2P/direct pointer",
@@ -252,4 +440,45 @@ fn a_rank_that_dies_during_p2p_connect_is_named() {
         !line.contains("still waiting after"),
         "a timeout, not the death: {line}"
     );
+}
+
+/// Host user buffers on a P2P connection (two processes, a mock GPU each,
+/// behind one switch): the CPU must not touch the FIFO in GPU memory, so every
+/// rank's AllReduce fails with `InvalidUsage` naming `NCCL_P2P_DISABLE` (no
+/// hang, no crash, the communicator destroyed); with `NCCL_P2P_DISABLE=1` the
+/// same AllReduce goes over SHM and is right. (Two ranks on one GPU stay on
+/// P2P whatever `NCCL_P2P_DISABLE` says: distance LOC, as NCCL's
+/// `ncclTopoCheckP2p`.)
+#[test]
+fn host_buffers_on_p2p_fail_with_invalid_usage() {
+    let outs = run("hostbufs", &[(ENV_GPUS, "pair")]);
+    assert_all_ok(&outs, "host buffers on P2P");
+    assert!(all_text(&outs).contains("via P2P/IPC"), "{}", dump(&outs));
+    for o in &outs {
+        let line = o
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {}: host buffers refused: ", o.rank)))
+            .unwrap_or_else(|| panic!("rank {}: no InvalidUsage\n{}", o.rank, dump(&outs)));
+        println!("{line}");
+        assert!(line.contains("NCCL_P2P_DISABLE=1"), "{line}");
+        assert!(line.contains("P2P transport"), "{line}");
+        assert!(
+            o.stdout
+                .contains(&format!("rank {}: destroy after the error: Ok(())", o.rank)),
+            "{}",
+            dump(&outs)
+        );
+    }
+    let outs = run("hostbufs", &[(ENV_GPUS, "pair"), ("NCCL_P2P_DISABLE", "1")]);
+    assert_all_ok(&outs, "host buffers with NCCL_P2P_DISABLE=1");
+    let text = all_text(&outs);
+    assert!(text.contains("via SHM") && !text.contains("via P2P"), "{}", dump(&outs));
+    for o in &outs {
+        assert!(
+            o.stdout.contains(&format!("rank {}: host buffers ok, 0 wrong", o.rank)),
+            "{}",
+            dump(&outs)
+        );
+    }
 }

@@ -312,8 +312,10 @@ pub(crate) fn prepare_kernels(m: &mut OpMem, dtype: ferroccl_kernels::DataType) 
 fn device_steps_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| {
-        crate::config::IntParamExt::get(&crate::config::params::DEVICE_STEPS, crate::config::Config::global())
-            .map_or(true, |v| v != 0)
+        !matches!(
+            crate::config::IntParamExt::get(&crate::config::params::DEVICE_STEPS, crate::config::Config::global()),
+            Ok(0)
+        )
     })
 }
 

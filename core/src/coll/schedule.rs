@@ -649,7 +649,14 @@ pub(crate) fn build(
                     CollKind::AllReduce if d.algo == Algorithm::Tree => {
                         all_reduce_tree(&mut b, a, red.expect("reduction"), &d)
                     }
-                    CollKind::AllReduce if d.allgather_reduce => all_reduce_small(&mut b, a, red.expect("reduction")),
+                    // Host memory only: its gather scratch is pageable host
+                    // memory, which a step on the GPU's kernels cannot reach
+                    // (and which a connection whose FIFO is GPU memory, P2P,
+                    // refuses to touch from the CPU); device buffers take the
+                    // ring, whose steps run on the GPU.
+                    CollKind::AllReduce if d.allgather_reduce && !a.mem.any_staged() => {
+                        all_reduce_small(&mut b, a, red.expect("reduction"))
+                    }
                     CollKind::AllReduce => all_reduce(&mut b, a, red.expect("reduction"), &d),
                     CollKind::ReduceScatter => reduce_scatter(&mut b, a, red.expect("reduction"), &d),
                     CollKind::AllGather => all_gather(&mut b, a, &d),

@@ -516,7 +516,10 @@ impl Tuning {
             let own = max_send_recv_bytes(func, a.count, a.dtype, nranks);
             let mut di = d;
             di.chunk_bytes = self.chunk(func, d.algo, d.proto, own, d.nchannels);
+            // Host buffers only (its scratch is pageable host memory; the
+            // schedule checks again, for decisions reused from the plan cache).
             di.allgather_reduce = func == Func::AllReduce
+                && !a.mem.any_staged()
                 && d.algo == Algorithm::Ring
                 && d.proto == Protocol::Simple
                 && self.allgather_reduce_time(own, 1).is_some_and(|ag| {

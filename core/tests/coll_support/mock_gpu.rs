@@ -1,0 +1,251 @@
+//! A mock GPU's "kernels" for the tests of device steps without a GPU
+//! (`coll_device_steps.rs`, `p2p_transport.rs`): buffers in **mock** device
+//! memory (`ferroccl::mockdev::declare_kernels`, pages mapped `PROT_NONE`)
+//! served by [`MockKernels`], which computes with the CPU reference on bytes
+//! reached through `/proc/self/mem`, and refuses any memory a GPU could not
+//! reach: host memory that was neither page-locked through
+//! `ferroccl_kernels::hostreg` nor a mock P2P FIFO (`mockdev::p2p_contains`).
+//! Included as `#[path = "coll_support/mock_gpu.rs"] mod mock_gpu;`.
+#![allow(dead_code)]
+
+use std::os::unix::fs::FileExt;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use ferroccl::check::{self, TestOp};
+use ferroccl::mockdev::{self, MockGpu};
+use ferroccl::stream::Stream;
+use ferroccl::{DataType, RedOp};
+use ferroccl_kernels::hostreg;
+use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, KernelError, Pre};
+
+/// `/proc/self/mem`, opened once: the mock GPU's only way into its memory.
+pub fn proc_mem() -> &'static std::fs::File {
+    static F: OnceLock<std::fs::File> = OnceLock::new();
+    F.get_or_init(|| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/proc/self/mem")
+            .expect("open /proc/self/mem")
+    })
+}
+
+/// `n` bytes at `p` (any mapping, `PROT_NONE` included).
+pub fn mem_read(p: *const u8, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    proc_mem()
+        .read_exact_at(&mut v, p as u64)
+        .expect("read through /proc/self/mem");
+    v
+}
+
+/// Writes `data` at `p` (any mapping, `PROT_NONE` included).
+pub fn mem_write(p: *mut u8, data: &[u8]) {
+    proc_mem()
+        .write_all_at(data, p as u64)
+        .expect("write through /proc/self/mem");
+}
+
+/// The mock GPU's kernels: every raw operation, on memory a GPU reaches only.
+#[derive(Debug)]
+pub struct MockKernels;
+
+/// The one mock kernel backend ([`MockBuf`] declares its memory with it).
+pub static MOCK_KERNELS: MockKernels = MockKernels;
+/// Raw operations the mock GPU ran (staging copies not counted).
+pub static CALLS: AtomicU64 = AtomicU64::new(0);
+/// Staging copies are expected: copies between mock device memory and
+/// unregistered host memory (a bounce buffer) are then served.
+pub static STAGING_OK: AtomicBool = AtomicBool::new(false);
+static CPU: CpuBackend = CpuBackend;
+
+/// Whether the mock GPU reaches `[p, p + n)`: mock device memory, a mock P2P
+/// FIFO (its own or a peer's, IPC-mapped), or registered host memory.
+fn reach(what: &'static str, p: *const u8, n: usize) -> Result<(), KernelError> {
+    if n == 0 || mockdev::contains(p, n) || mockdev::p2p_contains(p, n) || hostreg::registered(p as usize, n) {
+        return Ok(());
+    }
+    if std::env::var_os("DEVICE_STEPS_DEBUG").is_some() {
+        eprintln!(
+            "refused {what} {p:?}+{n}: {}",
+            std::backtrace::Backtrace::force_capture()
+        );
+    }
+    Err(KernelError::MemorySpaceMismatch {
+        what,
+        found: format!("host memory at {p:?} not registered"),
+        first: "the mock GPU",
+        expected: "mock device memory, a P2P FIFO or registered host memory".into(),
+    })
+}
+
+fn slices_refused() -> KernelError {
+    KernelError::NoCuda("mock GPU: raw addresses only".into())
+}
+
+impl Backend for MockKernels {
+    fn name(&self) -> &'static str {
+        "mock-gpu"
+    }
+    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn reduce(&self, _: &mut [u8], _: &[u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn reduce_inplace(&self, _: &mut [u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn pre_op(&self, _: &mut [u8], _: &[u8], _: &DevRedOp) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn pre_op_inplace(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn post_op(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
+        if STAGING_OK.load(Ordering::Relaxed) && (mockdev::contains(dst, bytes) || mockdev::contains(src, bytes)) {
+            // Staging: a copy between device memory and a bounce buffer
+            // (`cuMemAllocHost`ed on a GPU; plain host memory here).
+            mem_write(dst, &mem_read(src, bytes));
+            return Ok(());
+        }
+        reach("dst", dst, bytes)?;
+        reach("src", src, bytes)?;
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        mem_write(dst, &mem_read(src, bytes));
+        Ok(())
+    }
+    unsafe fn reduce_raw(
+        &self,
+        dst: *mut u8,
+        a: *const u8,
+        b: *const u8,
+        bytes: usize,
+        op: &DevRedOp,
+        pre: Pre,
+    ) -> Result<(), KernelError> {
+        reach("dst", dst, bytes)?;
+        reach("a", a, bytes)?;
+        reach("b", b, bytes)?;
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        let (av, bv) = (mem_read(a, bytes), mem_read(b, bytes));
+        let mut out = vec![0u8; bytes];
+        CPU.reduce(&mut out, &av, &bv, op, pre)?;
+        mem_write(dst, &out);
+        Ok(())
+    }
+    unsafe fn pre_op_raw(&self, dst: *mut u8, src: *const u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
+        reach("dst", dst, bytes)?;
+        reach("src", src, bytes)?;
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        let sv = mem_read(src, bytes);
+        let mut out = vec![0u8; bytes];
+        CPU.pre_op(&mut out, &sv, op)?;
+        mem_write(dst, &out);
+        Ok(())
+    }
+    unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
+        reach("buf", buf, bytes)?;
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        let mut v = mem_read(buf, bytes);
+        CPU.post_op(&mut v, op)?;
+        mem_write(buf, &v);
+        Ok(())
+    }
+}
+
+/// Mock GPU 0 hanging off the CPU (no PCI path), compute capability 9.0.
+pub fn gpu0() -> MockGpu {
+    MockGpu {
+        ordinal: 0,
+        cuda_cc: 90,
+        gdr: false,
+        dmabuf: false,
+        pci_path: None,
+    }
+}
+
+/// `len` bytes of mock device memory of `gpu`, whose kernels are [`MockKernels`].
+pub struct MockBuf {
+    pub ptr: *mut u8,
+    map: usize,
+}
+
+impl MockBuf {
+    /// Maps and declares the buffer (panics when `mmap` fails).
+    pub fn new(len: usize, gpu: MockGpu) -> MockBuf {
+        let map = len.max(1).next_multiple_of(4096);
+        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED, "mmap of mock device memory");
+        mockdev::declare_kernels(p.cast(), map, &MOCK_KERNELS, gpu);
+        MockBuf { ptr: p.cast(), map }
+    }
+}
+
+impl Drop for MockBuf {
+    fn drop(&mut self) {
+        mockdev::forget(self.ptr);
+        // SAFETY: mapped by `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.map) };
+    }
+}
+
+/// Runs `top` (any [`TestOp`], through `TestOp::launch`) on mock device
+/// buffers of `gpu` (in or out of place where the operation has an in-place
+/// form), with `check::fill` inputs of `seed`; returns the wrong elements.
+/// Panics when the operation fails.
+#[allow(clippy::too_many_arguments)]
+pub fn run_device(
+    comm: &ferroccl::Comm,
+    gpu: &MockGpu,
+    top: TestOp,
+    dtype: DataType,
+    op: RedOp,
+    count: usize,
+    in_place: bool,
+    seed: u64,
+) -> usize {
+    let (n, r) = (comm.nranks(), comm.rank());
+    let es = dtype.size();
+    let in_place = in_place && top.has_in_place();
+    let (se, re) = top.buffer_elems(count, n);
+    let mut input = vec![0u8; se * es];
+    check::fill(&mut input, dtype, &op, r, seed);
+    let sendbuf = MockBuf::new(se * es, gpu.clone());
+    let rlen = if in_place { se.max(re) } else { re } * es;
+    let recvbuf = MockBuf::new(rlen, gpu.clone());
+    mem_write(recvbuf.ptr, &vec![0xEE; rlen]);
+    let (soff, roff) = top.in_place_offsets(count, r);
+    let (sp, rp): (*const u8, *mut u8) = if in_place {
+        mem_write(recvbuf.ptr.wrapping_add(soff * es), &input);
+        (recvbuf.ptr.wrapping_add(soff * es), recvbuf.ptr.wrapping_add(roff * es))
+    } else {
+        mem_write(sendbuf.ptr, &input);
+        (sendbuf.ptr, recvbuf.ptr)
+    };
+    let s = Stream::new();
+    // SAFETY: the mappings, sized by `buffer_elems`, outlive the synchronize below.
+    unsafe { top.launch(comm, sp, rp, count, dtype, op, &s) }
+        .unwrap_or_else(|e| panic!("rank {r}: {top:?} {dtype} {op} count {count}: enqueue: {e}"));
+    s.synchronize()
+        .unwrap_or_else(|e| panic!("rank {r}: {top:?} {dtype} {op} count {count}: {e}"));
+    let got = mem_read(rp, re * es);
+    match check::expected(top, dtype, &op, n, r, count, seed) {
+        Some(want) => check::count_wrong(dtype, &got, &want),
+        None => 0,
+    }
+}
