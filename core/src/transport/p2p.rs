@@ -150,6 +150,16 @@ pub(crate) fn p2p_check(
     let Some(g2) = &peer.gpu else {
         return Err(format!("rank {} drives no GPU", peer.rank));
     };
+    // NCCL_P2P_DISABLE=1 on either end turns the transport off. NCCL caps the
+    // level at LOC instead (`ncclGetLevel`), which still admits two ranks on
+    // one GPU; NCCL never meets that pair (init refuses duplicate GPUs), we
+    // do, and a user who disables P2P means it for that pair too.
+    if my_params.disable || peer_params.disable {
+        return Err(format!(
+            "P2P between rank {} and rank {} is disabled by NCCL_P2P_DISABLE=1",
+            me.rank, peer.rank
+        ));
+    }
     let level = my_params.level_with(peer_params);
     let distance = if g1.bus_id == g2.bus_id {
         PathType::Loc
@@ -797,12 +807,14 @@ mod tests {
         assert_eq!(p2p_check(&a, &sys, &far, &sys, &yes), Ok(P2pMode::Ipc));
         // The stricter side wins.
         assert!(p2p_check(&a, &sys, &far, &d, &yes).is_err());
-        // NCCL_P2P_DISABLE=1 on either side: only the same GPU (LOC).
+        // NCCL_P2P_DISABLE=1 on either side: no P2P, not even on one GPU
+        // (which NCCL would allow at level LOC, but never meets).
         let off = P2pParams::parse(Some("1"), None).unwrap();
-        assert!(p2p_check(&a, &off, &b, &d, &yes).unwrap_err().contains("level 0"));
+        assert!(p2p_check(&a, &off, &b, &d, &yes).unwrap_err().contains("NCCL_P2P_DISABLE=1"));
         assert!(p2p_check(&a, &d, &b, &off, &yes).is_err());
         let same_gpu = peer(1, 7, 200, Some(A));
-        assert_eq!(p2p_check(&a, &off, &same_gpu, &d, &yes), Ok(P2pMode::Ipc));
+        assert!(p2p_check(&a, &off, &same_gpu, &d, &yes).unwrap_err().contains("NCCL_P2P_DISABLE=1"));
+        assert_eq!(p2p_check(&a, &d, &same_gpu, &d, &yes), Ok(P2pMode::Ipc));
         // The driver's answer.
         let no = |_: usize, _: &str| Ok(false);
         assert!(

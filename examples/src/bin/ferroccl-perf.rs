@@ -45,6 +45,7 @@ use ferroccl::{Comm, CommConfig, DataType, RedOp, Stream, TestOp, UniqueId, grou
 use ferroccl_examples::perf::mem::PerfBuf;
 use ferroccl_examples::perf::report::{self, JsonPerf, JsonRow, NcclTestsJson};
 use ferroccl_examples::perf::{self, BindTo, MAX_SIZE, Plan};
+use ferroccl_kernels::cuda::DeviceBuffer;
 
 const ENV_RANK: &str = "FERROCCL_PERF_RANK";
 const ENV_NRANKS: &str = "FERROCCL_PERF_NRANKS";
@@ -317,8 +318,14 @@ impl Bench<'_> {
     fn gather_f64(&self, v: f64) -> Result<Vec<f64>, ferroccl::Error> {
         let n = self.comm.nranks();
         let mut all = vec![0u8; 8 * n];
-        self.comm
-            .all_gather_sync(&v.to_ne_bytes(), &mut all, DataType::Float64)?;
+        side_coll(
+            self.comm,
+            self.recv.cuda_dev(),
+            &v.to_ne_bytes(),
+            &mut all,
+            DataType::Float64,
+            None,
+        )?;
         Ok(all
             .chunks(8)
             .map(|c| f64::from_ne_bytes(c.try_into().expect("8 bytes")))
@@ -327,8 +334,14 @@ impl Bench<'_> {
 
     fn sum_u64(&self, v: u64) -> Result<u64, ferroccl::Error> {
         let mut out = [0u8; 8];
-        self.comm
-            .all_reduce_sync(&v.to_ne_bytes(), &mut out, DataType::Uint64, RedOp::Sum)?;
+        side_coll(
+            self.comm,
+            self.recv.cuda_dev(),
+            &v.to_ne_bytes(),
+            &mut out,
+            DataType::Uint64,
+            Some(RedOp::Sum),
+        )?;
         Ok(u64::from_ne_bytes(out))
     }
 
@@ -440,6 +453,45 @@ fn buffer_bytes(plan: &Plan, nranks: usize) -> Result<(usize, usize), String> {
     Ok((s, r))
 }
 
+/// One of the tool's own collectives (the device lines, times, error counts,
+/// peak RSS): AllReduce with `op`, else AllGather, of the host bytes `send`
+/// into `recv`. A communicator bound to GPU `dev` may keep its FIFOs in GPU
+/// memory (the P2P transport), where, as in NCCL, only device buffers may go:
+/// then the bytes travel through two small device buffers of that GPU.
+///
+/// Errors: the collective's, or a device allocation or copy that failed.
+fn side_coll(
+    comm: &Comm,
+    dev: Option<usize>,
+    send: &[u8],
+    recv: &mut [u8],
+    dtype: DataType,
+    op: Option<RedOp>,
+) -> Result<(), ferroccl::Error> {
+    let Some(d) = dev else {
+        return match op {
+            Some(op) => comm.all_reduce_sync(send, recv, dtype, op),
+            None => comm.all_gather_sync(send, recv, dtype),
+        };
+    };
+    let mut s = DeviceBuffer::alloc(d, send.len())?;
+    s.write(0, send)?;
+    let r = DeviceBuffer::alloc(d, recv.len())?;
+    let stream = Stream::new();
+    let count = send.len() / dtype.size();
+    // SAFETY: both device buffers hold the bytes the collective reads and
+    // writes, and live until the synchronize below.
+    unsafe {
+        match op {
+            Some(op) => comm.all_reduce(s.as_ptr(), r.as_ptr(), count, dtype, op, &stream),
+            None => comm.all_gather(s.as_ptr(), r.as_ptr(), count, dtype, &stream),
+        }
+    }?;
+    stream.synchronize()?;
+    r.read(0, recv)?;
+    Ok(())
+}
+
 /// One rank, on its own thread: init, header (rank 0), the sweeps, footer.
 fn run_rank(
     plan: &Plan,
@@ -460,6 +512,7 @@ fn run_rank(
         cuda_dev: recv.cuda_dev(),
         ..CommConfig::default()
     };
+    let side_dev = recv.cuda_dev();
     let comm = Comm::init_rank(nranks, id, rank, config).map_err(|e| format!("rank {rank}: init: {e}"))?;
     let lead = rank == 0;
     let table = lead && !plan.json;
@@ -479,7 +532,7 @@ fn run_rank(
     let n = line.len().min(DEVICE_LINE - 1);
     mine[..n].copy_from_slice(&line.as_bytes()[..n]);
     let mut all = vec![0u8; DEVICE_LINE * nranks];
-    comm.all_gather_sync(&mine, &mut all, DataType::Uint8)
+    side_coll(&comm, side_dev, &mine, &mut all, DataType::Uint8, None)
         .map_err(|e| format!("rank {rank}: device lines: {e}"))?;
     let device_lines: Vec<String> = all
         .chunks(DEVICE_LINE)
@@ -604,7 +657,7 @@ fn run_rank(
     // Peak RSS of every rank, gathered through the communicator.
     let mine = peak_rss_kib();
     let mut all = vec![0u8; 8 * nranks];
-    comm.all_gather_sync(&mine.to_ne_bytes(), &mut all, DataType::Uint64)
+    side_coll(&comm, side_dev, &mine.to_ne_bytes(), &mut all, DataType::Uint64, None)
         .map_err(|e| format!("rank {rank}: {e}"))?;
     let rss: Vec<u64> = all
         .chunks(8)
