@@ -17,10 +17,13 @@
 //!   get `NCCL_IB_TC` / `NCCL_IB_SL` (or 0); `createContext`'s traffic class is not
 //!   applied (the QPs exist before it).
 //! * **windows**: `regMrSym` registers the buffer with remote write, read and atomic
-//!   access and all-gathers `(window number, address, length, rkey)` over the side
-//!   channels ([`WinRecord`]), as NCCL's `ncclGinIbRegMrSym` all-gathers its rkeys: it
-//!   is collective, every rank registers its windows in the same order (the window
-//!   numbers must agree, else the call fails saying so), bounded by [`WINDOW_WAIT`].
+//!   access and sends `(window number, address, length, rkey)` ([`WinRecord`]) to
+//!   every peer over the side channels, as NCCL's `ncclGinIbRegMrSym` all-gathers its
+//!   rkeys; windows are numbered in registration order (symmetric: every rank
+//!   registers its windows in the same order). It does not wait for the peers: the
+//!   first operation that targets a peer's window reads that peer's records up to it,
+//!   waiting (bounded by [`WINDOW_WAIT`]) for a window the peer has not registered
+//!   yet, so one thread may register the windows of several ranks in turn.
 //! * **iput** is an RDMA WRITE (split at the port's largest message); **iputSignal**
 //!   adds, on the same QP, an `IBV_WR_ATOMIC_FETCH_AND_ADD` of the signal delta on the
 //!   peer's 64-bit signal word with `IBV_SEND_FENCE`. An RC responder executes the
@@ -224,6 +227,8 @@ pub struct Group {
     st: Mutex<State>,
     /// Side-channel sockets, by rank (`None` for this rank).
     socks: Vec<Option<TcpStream>>,
+    /// What each peer's side channel brought: its window records.
+    wins: Mutex<Vec<PeerWins>>,
     /// Serialises registrations (the window numbers); the next number.
     next_win: Mutex<u32>,
     /// The first error any peer hit (`queryLastError`).
@@ -240,6 +245,38 @@ impl std::fmt::Debug for Group {
     }
 }
 
+/// A peer's window records as read from its side channel.
+#[derive(Debug, Default)]
+struct PeerWins {
+    /// Bytes of a record not yet complete.
+    partial: Vec<u8>,
+    /// Its records, by window number.
+    recs: Vec<WinRecord>,
+    /// Why the side channel is unusable (EOF: the peer is gone), once it is.
+    gone: Option<String>,
+}
+
+impl PeerWins {
+    /// Appends `bytes`, parsing the complete records (which must come in order).
+    fn feed(&mut self, bytes: &[u8]) -> Result<(), String> {
+        self.partial.extend_from_slice(bytes);
+        let whole = self.partial.len() / WinRecord::LEN * WinRecord::LEN;
+        for c in self.partial[..whole].chunks_exact(WinRecord::LEN) {
+            let r = WinRecord::decode(c.try_into().expect("one record"));
+            if r.id as usize != self.recs.len() {
+                return Err(format!(
+                    "window records out of order: got window {}, expected {} (regMrSym must register windows in the same order on every rank)",
+                    r.id,
+                    self.recs.len()
+                ));
+            }
+            self.recs.push(r);
+        }
+        self.partial.drain(..whole);
+        Ok(())
+    }
+}
+
 /// The `collComm`.
 #[derive(Debug)]
 pub struct IbRmaColl(Arc<Group>);
@@ -251,7 +288,8 @@ pub struct IbRmaCtx(Arc<Group>);
 /// A symmetric window (`mhandle`): the local registration and every rank's record.
 pub struct IbRmaMr {
     mr: Mr,
-    remote: Vec<WinRecord>,
+    /// This rank's record (number, address, length, rkey).
+    own: WinRecord,
     local_base: u64,
     local_len: usize,
 }
@@ -328,30 +366,86 @@ impl Group {
         }
     }
 
-    /// EOF (or an error) on `peer`'s side channel: its process is gone.
-    fn peer_gone(&self, peer: usize) -> Option<String> {
-        let s = self.socks.get(peer)?.as_ref()?;
-        let mut b = [0u8; 1];
-        // SAFETY: a valid socket and a 1-byte buffer; MSG_PEEK leaves the data.
-        let n = unsafe {
-            libc::recv(
-                s.as_raw_fd(),
-                b.as_mut_ptr().cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
+    /// Reads what `peer`'s side channel has (window records), without blocking unless
+    /// `need` names a window whose record has not come yet: then waits for it until
+    /// `deadline`. EOF or a socket error marks the peer gone.
+    fn pump(&self, wins: &mut [PeerWins], peer: usize, need: Option<u32>, deadline: Instant) -> NetResult<()> {
+        let Some(sock) = self.socks.get(peer).and_then(Option::as_ref) else {
+            return Ok(());
         };
-        match n {
-            0 => Some("closed its side-channel connection (process exited or group closed)".into()),
-            n if n > 0 => None,
-            _ => {
-                let e = std::io::Error::last_os_error();
-                match e.kind() {
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => None,
-                    _ => Some(format!("side-channel error: {e}")),
+        let w = &mut wins[peer];
+        let mut buf = [0u8; 4096];
+        loop {
+            if let Some(id) = need
+                && (id as usize) < w.recs.len()
+            {
+                return Ok(());
+            }
+            if let Some(why) = &w.gone {
+                return match need {
+                    None => Ok(()),
+                    Some(id) => Err(NetError::Remote(format!(
+                        "peer rank {peer} {why} before its window {id} was known"
+                    ))),
+                };
+            }
+            // SAFETY: a valid socket and buffer; MSG_DONTWAIT never blocks.
+            let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if n > 0 {
+                w.feed(&buf[..n as usize]).map_err(NetError::InvalidUsage)?;
+                continue;
+            }
+            if n == 0 {
+                w.gone = Some("closed its side-channel connection (process exited or group closed)".into());
+                continue;
+            }
+            let e = std::io::Error::last_os_error();
+            match e.kind() {
+                std::io::ErrorKind::Interrupted => continue,
+                std::io::ErrorKind::WouldBlock => {}
+                _ => {
+                    w.gone = Some(format!("side-channel error: {e}"));
+                    continue;
                 }
             }
+            let Some(id) = need else { return Ok(()) };
+            if Instant::now() > deadline {
+                return Err(NetError::Timeout(format!(
+                    "rank {peer} did not register window {id} within {} s (regMrSym registers windows in the same order on every rank)",
+                    WINDOW_WAIT.as_secs()
+                )));
+            }
+            let mut pfd = libc::pollfd {
+                fd: sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            unsafe { libc::poll(&mut pfd, 1, 10) };
         }
+    }
+
+    /// `peer`'s record of the window `mr` names (this rank's own for itself).
+    fn remote(&self, mr: &IbRmaMr, peer: usize) -> NetResult<WinRecord> {
+        if peer >= self.nranks {
+            return Err(NetError::InvalidArgument(format!(
+                "rank {peer} is not in this group of {}",
+                self.nranks
+            )));
+        }
+        if peer == self.rank {
+            return Ok(mr.own);
+        }
+        let mut wins = lock(&self.wins);
+        self.pump(&mut wins, peer, Some(mr.own.id), Instant::now() + WINDOW_WAIT)?;
+        Ok(wins[peer].recs[mr.own.id as usize])
+    }
+
+    /// Why `peer`'s process is gone, if its side channel says so.
+    fn peer_gone(&self, peer: usize) -> Option<String> {
+        let mut wins = lock(&self.wins);
+        let _ = self.pump(&mut wins, peer, None, Instant::now());
+        wins.get(peer).and_then(|w| w.gone.clone())
     }
 
     /// Posts `wrs` (chained here) to `peer`, all signalled; the request of the last.
@@ -463,12 +557,8 @@ fn read_exact_by(s: &mut TcpStream, b: &mut [u8], deadline: Instant, what: &str)
     })
 }
 
-fn remote_of(m: &Xfer<'_, IbRmaMr>) -> NetResult<WinRecord> {
-    let w = *m
-        .remote
-        .remote
-        .get(m.rank)
-        .ok_or_else(|| NetError::InvalidArgument(format!("rank {} is not in the window's group", m.rank)))?;
+fn remote_of(g: &Group, m: &Xfer<'_, IbRmaMr>) -> NetResult<WinRecord> {
+    let w = g.remote(m.remote, m.rank)?;
     if !w.contains(m.remote_off, m.size) {
         return Err(NetError::InvalidArgument(format!(
             "{} B at offset {} pass the end of rank {}'s window ({} B)",
@@ -763,6 +853,7 @@ impl Rma for IbRma {
                 cq,
                 polls: 0,
             }),
+            wins: Mutex::new((0..n).map(|_| PeerWins::default()).collect()),
             socks,
             next_win: Mutex::new(0),
             failed: AtomicBool::new(false),
@@ -803,47 +894,17 @@ impl Rma for IbRma {
             rkey: mr.rkey(),
         };
         // NCCL 2.30.7 src/transport/net_ib/gin.cc (ncclGinIbRegMrSym): the rkeys and
-        // addresses are all-gathered over the group's side channels.
-        let deadline = Instant::now() + WINDOW_WAIT;
+        // addresses go to every peer over the group's side channels.
         for (q, s) in g.socks.iter().enumerate() {
             if let Some(mut s) = s.as_ref() {
                 s.write_all(&own.encode())
                     .map_err(|e| NetError::Remote(format!("window record to rank {q}: {e}")))?;
             }
         }
-        let mut remote = vec![own; g.nranks];
-        for (q, s) in g.socks.iter().enumerate() {
-            if let Some(s) = s {
-                let mut b = [0u8; WinRecord::LEN];
-                let mut s = s.try_clone().map_err(sys_err)?;
-                read_exact_by(
-                    &mut s,
-                    &mut b,
-                    deadline,
-                    &format!("rank {q}'s record of window {}", own.id),
-                )
-                .map_err(|e| match e {
-                    NetError::Timeout(_) => NetError::Timeout(format!(
-                        "regMrSym is collective: rank {q} did not register window {} within {} s",
-                        own.id,
-                        WINDOW_WAIT.as_secs()
-                    )),
-                    e => e,
-                })?;
-                let r = WinRecord::decode(&b);
-                if r.id != own.id {
-                    return Err(NetError::InvalidUsage(format!(
-                        "regMrSym out of order: this rank's window {} met rank {q}'s window {}",
-                        own.id, r.id
-                    )));
-                }
-                remote[q] = r;
-            }
-        }
         *next += 1;
         Ok(IbRmaMr {
             mr,
-            remote,
+            own,
             local_base: buf.ptr as u64,
             local_len: buf.len,
         })
@@ -851,7 +912,7 @@ impl Rma for IbRma {
 
     fn iput(&self, ctx: &IbRmaCtx, x: Xfer<'_, IbRmaMr>, signal: Option<Signal<'_, IbRmaMr>>) -> NetResult<IbRmaReq> {
         let g = &ctx.0;
-        let remote = remote_of(&x)?;
+        let remote = remote_of(g, &x)?;
         let mut sges = Vec::new();
         let mut wrs = data_wrs(&x, remote, g.max_msg, sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE, &mut sges);
         let mut scratch_sge = sys::ibv_sge {
@@ -860,9 +921,7 @@ impl Rma for IbRma {
             lkey: g.scratch_mr.lkey(),
         };
         if let Some(s) = signal {
-            let w = *s.window.remote.get(x.rank).ok_or_else(|| {
-                NetError::InvalidArgument(format!("rank {} is not in the signal window's group", x.rank))
-            })?;
+            let w = g.remote(s.window, x.rank)?;
             if !w.contains(s.off, 8) {
                 return Err(NetError::InvalidArgument(format!(
                     "signal word at offset {} passes the end of rank {}'s window ({} B)",
@@ -895,7 +954,7 @@ impl Rma for IbRma {
 
     fn iget(&self, ctx: &IbRmaCtx, x: Xfer<'_, IbRmaMr>) -> NetResult<IbRmaReq> {
         let g = &ctx.0;
-        let remote = remote_of(&x)?;
+        let remote = remote_of(g, &x)?;
         let mut sges = Vec::new();
         let mut wrs = data_wrs(&x, remote, g.max_msg, sys::ibv_wr_opcode::IBV_WR_RDMA_READ, &mut sges);
         g.post(x.rank, &mut wrs)
@@ -961,6 +1020,30 @@ mod tests {
         assert!(!r.contains(4089, 8));
         assert!(r.contains(4096, 0));
         assert!(!r.contains(usize::MAX, 2));
+    }
+
+    #[test]
+    fn window_records_parse_across_partial_reads_and_must_come_in_order() {
+        let rec = |id| WinRecord {
+            id,
+            addr: 0x1000 * u64::from(id + 1),
+            len: 64,
+            rkey: 7 + id,
+        };
+        let mut bytes = rec(0).encode().to_vec();
+        bytes.extend_from_slice(&rec(1).encode());
+        let mut w = PeerWins::default();
+        // Split at every awkward place: a record arrives in pieces.
+        w.feed(&bytes[..5]).unwrap();
+        assert!(w.recs.is_empty());
+        w.feed(&bytes[5..30]).unwrap();
+        assert_eq!(w.recs, vec![rec(0)]);
+        w.feed(&bytes[30..]).unwrap();
+        assert_eq!(w.recs, vec![rec(0), rec(1)]);
+        assert!(w.partial.is_empty());
+        // Window 3 where 2 is due: the ranks registered in different orders.
+        let e = w.feed(&rec(3).encode()).unwrap_err();
+        assert!(e.contains("got window 3, expected 2"), "{e}");
     }
 
     #[test]
