@@ -117,7 +117,7 @@ impl Default for IbParams {
     }
 }
 
-fn int_param(get: &dyn Fn(&str) -> Option<String>, p: &IntParam) -> Result<i64, ParamError> {
+pub(crate) fn int_param(get: &dyn Fn(&str) -> Option<String>, p: &IntParam) -> Result<i64, ParamError> {
     let (var, lo, hi) = (p.name, p.min, p.max);
     let Some(raw) = get(var) else { return Ok(p.default) };
     let s = raw.trim();

@@ -616,10 +616,8 @@ impl Rma for IbRma {
 
     fn new() -> NetResult<Self> {
         let net = <IbNet as Net>::new()?;
-        let enabled = std::env::var(crate::params::RMA_ENABLE.name)
-            .ok()
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .unwrap_or(crate::params::RMA_ENABLE.default)
+        let enabled = crate::params::int_param(&|k| std::env::var(k).ok(), &crate::params::RMA_ENABLE)
+            .map_err(|e| NetError::InvalidUsage(e.to_string()))?
             == 1;
         net_info!(
             NCCL_INIT | NCCL_NET,
