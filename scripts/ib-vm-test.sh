@@ -143,6 +143,15 @@ if [[ "${1:-}" == "--guest" ]]; then
     # net_ib_v1 profiler events under their ProxySteps (2 processes, recording profiler).
     check profiler-ib-events "$IBT_PROFIB_BIN" --nocapture --test-threads=1
     check conformance-quick "$IBT_CONFORMANCE" "$so" --quick --api all
+    # RMA (issue 33): the conformance RMA section against the IB plugin's RMA table
+    # (RDMA WRITE/READ, the signal as an atomic), both versions, and the one-sided
+    # API's plugin-neutral tests over it.
+    check conformance-rma env NCCL_IB_RMA_ENABLE=1 "$IBT_CONFORMANCE" --rma "$so" --api all
+    # (6 named tests: the count is checked, so a renamed test cannot pass by running nothing.)
+    check comm-rma-over-ib sh -c "FERROCCL_TEST_RMA_NET_PLUGIN='$so' '$IBT_COMM_RMA_BIN' --test-threads=1 \
+        put_signal_sizes_offsets_2_ranks put_signal_sizes_offsets_4_ranks signal_only_all_to_all \
+        many_puts_then_one_wait put_to_a_destroyed_peer_fails_naming_it num_rma_ctx_sets_the_contexts_and_zero_disables \
+        >/tmp/comm_rma.txt 2>&1; rc=\$?; cat /tmp/comm_rma.txt; [ \$rc = 0 ] && grep -q 'test result: ok. 6 passed' /tmp/comm_rma.txt"
     # Collectives of the core runtime over the IB plugin (strict: no fallback to
     # the socket plugin), every result checked; the log must show FerrocclIB.
     for n in 2 4; do
@@ -163,13 +172,6 @@ if [[ "${1:-}" == "--guest" ]]; then
             --nocapture --test-threads=1 >/tmp/$name.txt 2>&1; rc=\$?; cat /tmp/$name.txt; \
             [ \$rc = 0 ] && grep -q 'test result: ok. 1 passed' /tmp/$name.txt && ! grep -q '^SKIPPED' /tmp/$name.txt"
     done
-    # RMA (issue 33): the conformance RMA section against the IB plugin's RMA table
-    # (RDMA WRITE/READ, the signal as an atomic), both versions, and the one-sided
-    # API's plugin-neutral tests over it.
-    check conformance-rma env NCCL_IB_RMA_ENABLE=1 "$IBT_CONFORMANCE" --rma "$so" --api all
-    check comm-rma-over-ib env FERROCCL_TEST_RMA_NET_PLUGIN="$so" "$IBT_COMM_RMA_BIN" --test-threads=1 \
-        put_signal_sizes_offsets_2_ranks put_signal_sizes_offsets_4_ranks signal_only_all_to_all \
-        many_puts_then_one_wait put_to_a_destroyed_peer_fails_naming_it num_rma_ctx_sets_the_contexts_and_zero_disables
     echo "$pass passed, $fail failed"
     [[ $fail == 0 ]]
     exit

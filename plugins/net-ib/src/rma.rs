@@ -26,9 +26,9 @@
 //!   yet, so one thread may register the windows of several ranks in turn.
 //! * **iput** is an RDMA WRITE (split at the port's largest message); **iputSignal**
 //!   adds, on the same QP, an `IBV_WR_ATOMIC_FETCH_AND_ADD` of the signal delta on the
-//!   peer's 64-bit signal word with `IBV_SEND_FENCE`. An RC responder executes the
-//!   requests of one QP in order, so the signal word changes only after the put's
-//!   data is placed (strong signal, whatever `isStrongSignal` says). The signal word
+//!   peer's 64-bit signal word (no fence: none is needed behind WRITEs). An RC
+//!   responder executes the requests of one QP in order, so the signal word changes
+//!   only after the put's data is placed (strong signal, whatever `isStrongSignal` says). The signal word
 //!   must be 8-byte aligned (an IB atomic's rule). **iget** is an RDMA READ.
 //! * **completion**: every work request is signalled; its completion is the peer's
 //!   acknowledgement (write, atomic) or the data (read). A request completes when the
@@ -938,7 +938,11 @@ impl Rma for IbRma {
             a.opcode = sys::ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
             a.sg_list = &mut scratch_sge;
             a.num_sge = 1;
-            a.send_flags = sys::ibv_send_flags::IBV_SEND_FENCE.0;
+            // No IBV_SEND_FENCE: a fence only holds a WR behind earlier READs and
+            // atomics, and the RC responder already executes this QP's WRITEs before
+            // the atomic that follows them. (With the fence, one conformance run on
+            // soft-RoCE, Debian 12's 6.1 kernel, had a put-with-signal never complete;
+            // the cause was not established.)
             a.wr.atomic = sys::atomic_t {
                 remote_addr: addr,
                 compare_add: signal_delta(s.op, s.value),
