@@ -147,6 +147,7 @@ if [[ "${1:-}" == "--guest" ]]; then
     # (RDMA WRITE/READ, the signal as an atomic), both versions, and the one-sided
     # API's plugin-neutral tests over it.
     check conformance-rma env NCCL_IB_RMA_ENABLE=1 "$IBT_CONFORMANCE" --rma "$so" --api all
+    check rma-to-self "$IBT_RMA_SELF_BIN" --nocapture --test-threads=1
     # (6 named tests: the count is checked, so a renamed test cannot pass by running nothing.)
     check comm-rma-over-ib sh -c "FERROCCL_TEST_RMA_NET_PLUGIN='$so' '$IBT_COMM_RMA_BIN' --test-threads=1 \
         put_signal_sizes_offsets_2_ranks put_signal_sizes_offsets_4_ranks signal_only_all_to_all \
@@ -213,6 +214,7 @@ export IBT_LIB_BIN=$(exe "$json" nccl_net_ib '"test":true')
 export IBT_VM_BIN=$(exe "$json" vm_exchange '"test":true')
 export IBT_NOVERBS_BIN=$(exe "$json" no_verbs '"test":true')
 export IBT_VERSIONS_BIN=$(exe "$json" vm_versions '"test":true')
+export IBT_RMA_SELF_BIN=$(exe "$json" vm_rma_self '"test":true')
 export IBT_BW=$(exe "$json_bw" ib_bw '"kind":\["example"\]')
 export IBT_PROFIB_BIN=$(exe "$json_core" profiler_ib '"test":true')
 export IBT_COMM_RMA_BIN=$(exe "$json_core" comm_rma '"test":true')
@@ -222,14 +224,14 @@ export IBT_CONFORMANCE=$CARGO_TARGET_DIR/debug/ferroccl-conformance
 export IBT_PERF=$CARGO_TARGET_DIR/debug/ferroccl-perf
 export IBT_INFO=$CARGO_TARGET_DIR/debug/ferroccl-info
 export IBT_RMA_BENCH=$CARGO_TARGET_DIR/debug/ferroccl-rma-bench
-for v in IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_PROFIB_BIN IBT_COMM_RMA_BIN IBT_NETNS_BIN IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO IBT_RMA_BENCH; do
+for v in IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_RMA_SELF_BIN IBT_BW IBT_PROFIB_BIN IBT_COMM_RMA_BIN IBT_NETNS_BIN IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO IBT_RMA_BENCH; do
     [[ -n "${!v}" && -x "${!v}" ]] || build_failed "$v: not found (${!v})"
 done
 echo "build: $((SECONDS - start)) s"
 
 export RXE_VM_SHARE="$ROOT:$CARGO_TARGET_DIR"
 export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-1500}
-export RXE_VM_ENV="${RXE_VM_ENV:-} IB_VM_PERF IB_VM_PERF_MIN IB_VM_CHECK_TIMEOUT IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_BW IBT_PROFIB_BIN IBT_COMM_RMA_BIN IBT_NETNS_BIN IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO IBT_RMA_BENCH"
+export RXE_VM_ENV="${RXE_VM_ENV:-} IB_VM_PERF IB_VM_PERF_MIN IB_VM_CHECK_TIMEOUT IBT_LIB_BIN IBT_VM_BIN IBT_NOVERBS_BIN IBT_VERSIONS_BIN IBT_RMA_SELF_BIN IBT_BW IBT_PROFIB_BIN IBT_COMM_RMA_BIN IBT_NETNS_BIN IBT_SO IBT_CONFORMANCE IBT_PERF IBT_INFO IBT_RMA_BENCH"
 vm_start=$SECONDS
 log=$(mktemp "${TMPDIR:-/tmp}/ib-vm-test.XXXXXX")
 # Not root: run the VM (only) under password-less sudo, passing through what
