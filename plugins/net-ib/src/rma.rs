@@ -18,8 +18,9 @@
 //!   applied (the QPs exist before it).
 //! * **windows**: `regMrSym` registers the buffer with remote write, read and atomic
 //!   access and sends `(window number, address, length, rkey)` ([`WinRecord`]) to
-//!   every peer over the side channels, as NCCL's `ncclGinIbRegMrSym` all-gathers its
-//!   rkeys; windows are numbered in registration order (symmetric: every rank
+//!   every peer over the side channels, as NCCL's IB GIN proxy all-gathers the base
+//!   addresses and rkeys (`src/transport/net_ib/gin.cc`,
+//!   `ncclGinIbProxyRegMrSymDmaBuf`); windows are numbered in registration order (symmetric: every rank
 //!   registers its windows in the same order). It does not wait for the peers: the
 //!   first operation that targets a peer's window reads that peer's records up to it,
 //!   waiting (bounded by [`WINDOW_WAIT`]) for a window the peer has not registered
@@ -891,8 +892,9 @@ impl Rma for IbRma {
             len: buf.len as u64,
             rkey: mr.rkey(),
         };
-        // NCCL 2.30.7 src/transport/net_ib/gin.cc (ncclGinIbRegMrSym): the rkeys and
-        // addresses go to every peer over the group's side channels.
+        // NCCL 2.30.7 src/transport/net_ib/gin.cc (ncclGinIbProxyRegMrSymDmaBuf)
+        // all-gathers the base addresses and rkeys; here this rank's record goes to
+        // every peer over the group's side channels, read when first needed.
         for (q, s) in g.socks.iter().enumerate() {
             if let Some(mut s) = s.as_ref() {
                 s.write_all(&own.encode())
