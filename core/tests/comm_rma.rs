@@ -3,7 +3,9 @@
 //! real ranks: threads of this process, each a communicator over the in-tree socket
 //! plugin on loopback with `NCCL_SOCKET_RMA_ENABLE=1`, so the RMA plugin is the
 //! socket library's `ncclRmaPlugin_v14` (found by NCCL's order: `NCCL_RMA_PLUGIN`
-//! unset → `libnccl-rma.so`, absent → the net plugin's library).
+//! unset → `libnccl-rma.so`, absent → the net plugin's library). With
+//! `FERROCCL_TEST_RMA_NET_PLUGIN` naming another net plugin (the IB one in the
+//! soft-RoCE guest, `scripts/ib-vm-test.sh`), the plugin-neutral tests run over it.
 
 mod plugin_common;
 
@@ -15,14 +17,29 @@ use ferroccl::{Comm, CommConfig, DataType, Error, PreloadedNet, Stream, WaitSign
 
 const T: Duration = Duration::from_secs(60);
 
+/// Test-only: a net plugin (path) to use instead of the socket plugin, whose library's
+/// RMA table then serves the one-sided API. `scripts/ib-vm-test.sh` sets it to
+/// `libnccl-net-ib.so` in the soft-RoCE guest (with `NCCL_IB_RMA_ENABLE=1`), so the
+/// plugin-neutral tests here run over the IB plugin's RDMA WRITE/READ and atomics.
+const NET_OVERRIDE: &str = "FERROCCL_TEST_RMA_NET_PLUGIN";
+
 fn env() {
     static ENV: Once = Once::new();
     ENV.call_once(|| {
+        let net = std::env::var(NET_OVERRIDE).ok().filter(|p| !p.is_empty());
         // SAFETY: set once, before any communicator (or other thread) reads them.
         unsafe {
             std::env::set_var("NCCL_SOCKET_IFNAME", "lo");
-            std::env::set_var("NCCL_NET_PLUGIN", "socket");
-            std::env::set_var("NCCL_SOCKET_RMA_ENABLE", "1");
+            match &net {
+                Some(p) => {
+                    std::env::set_var("NCCL_NET_PLUGIN", p);
+                    std::env::set_var("NCCL_IB_RMA_ENABLE", "1");
+                }
+                None => {
+                    std::env::set_var("NCCL_NET_PLUGIN", "socket");
+                    std::env::set_var("NCCL_SOCKET_RMA_ENABLE", "1");
+                }
+            }
         }
     });
 }

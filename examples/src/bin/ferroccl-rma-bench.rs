@@ -1,5 +1,7 @@
 //! `ferroccl-rma-bench`: one-sided put against two-sided send through the same plugin
-//! (issue 33's Performance row for the socket plugin).
+//! (issue 33's Performance rows: the socket plugin; and the IB plugin in the soft-RoCE
+//! guest with `--plugin …/libnccl_net_ib.so` and `NCCL_IB_RMA_ENABLE=1`, its put figure
+//! set beside `ib_write_bw` by `scripts/ib-vm-test.sh`).
 //!
 //! ```text
 //! NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_RMA_ENABLE=1 \
@@ -224,7 +226,9 @@ fn rma_pair(a: Arc<RmaAdapter>) -> RmaPair {
             .map(|rank| {
                 let (a, handles, bar) = (a.clone(), &handles, &bar);
                 s.spawn(move || {
-                    let ctx = a.init_ctx(0x0c0c).expect("rma init (NCCL_SOCKET_RMA_ENABLE=1?)");
+                    let ctx = a
+                        .init_ctx(0x0c0c)
+                        .expect("rma init (NCCL_SOCKET_RMA_ENABLE=1 / NCCL_IB_RMA_ENABLE=1?)");
                     let mut h: NetHandle = [0; 128];
                     let l = a.listen(ctx, 0, &mut h).expect("rma listen");
                     handles.lock().expect("lock")[rank] = h;
@@ -407,7 +411,7 @@ fn main() {
         let mut r = ratios.clone();
         let list: Vec<String> = ratios.iter().map(|x| format!("{x:.2}")).collect();
         println!(
-            "{:>8} {:>10.3} {:>10.3} {:>9.2} {:>10.3} {:>10.3}  {}",
+            "{:>8} {:>10.4} {:>10.4} {:>9.2} {:>10.3} {:>10.3}  {}",
             human(*size),
             median(s),
             median(p),

@@ -56,7 +56,7 @@ const USER_TIMEOUT_MS: libc::c_int = 30_000;
 /// vanished host (power loss, cable pulled: no FIN, no RST) makes the socket
 /// fail within ≈ 25–30 s; [`Conn::check_peer`] then reports the peer as gone.
 /// Failures are logged, not fatal (the verbs retry timeout still applies).
-fn set_keepalive(sock: &TcpStream) {
+pub(crate) fn set_keepalive(sock: &TcpStream) {
     use std::os::fd::AsRawFd;
     let fd = sock.as_raw_fd();
     let opts: [(libc::c_int, libc::c_int, libc::c_int, &str); 5] = [
@@ -130,7 +130,7 @@ pub struct IbDev {
     /// `max_qp` of the device.
     pub max_qp: i32,
     mr_cache: Mutex<HashMap<(usize, usize), Weak<MrEntry>>>,
-    pd: Arc<Pd>,
+    pub(crate) pd: Arc<Pd>,
     ctx: Arc<DevCtx>,
 }
 
@@ -229,7 +229,7 @@ impl IbDev {
         Ok(IbMr { entry })
     }
 
-    fn settings(&self, p: &IbParams, tc: u8, sl: u8, peer_mtu: u8) -> QpSettings {
+    pub(crate) fn settings(&self, p: &IbParams, tc: u8, sl: u8, peer_mtu: u8) -> QpSettings {
         QpSettings {
             port: self.port,
             gid_index: self.gid_index,
@@ -239,10 +239,16 @@ impl IbDev {
             timeout: p.timeout,
             retry_cnt: p.retry_cnt,
             pkey_index: p.pkey,
+            remote_atomic: false,
         }
     }
 
-    fn is_roce(&self) -> bool {
+    /// The device's open verbs context.
+    pub(crate) fn context(&self) -> &Context {
+        &self.ctx.ctx
+    }
+
+    pub(crate) fn is_roce(&self) -> bool {
         u32::from(self.link_layer) == LINK_LAYER_ETHERNET
     }
 }
@@ -763,7 +769,7 @@ fn closed() -> NetError {
 
 static PSN_SEED: AtomicU64 = AtomicU64::new(0);
 
-fn random_psn() -> u32 {
+pub(crate) fn random_psn() -> u32 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
@@ -1210,7 +1216,7 @@ impl Drop for Conn {
 /// Local IPv4 address for the side channel: the RoCE GID's address when an up
 /// interface of this network namespace holds it, else the first up interface
 /// [`oob_iface_matches`] accepts, else loopback (see [`pick_oob_ip`]).
-fn oob_ip(dev: &IbDev) -> std::net::IpAddr {
+pub(crate) fn oob_ip(dev: &IbDev) -> std::net::IpAddr {
     let want = std::env::var(ferroccl_plugin_api::params::socket::IFNAME.name).ok();
     let ifaces: Vec<OobIface> = nix::ifaddrs::getifaddrs()
         .map(|list| {

@@ -33,6 +33,11 @@ ferroccl_plugin_api::params! {
         SL: int "NCCL_IB_SL" = -1, -1..=15, "IB plugin: service level (-1: automatic)";
         TC: int "NCCL_IB_TC" = -1, -1..=255, "IB plugin: traffic class (-1: automatic)";
         PKEY: int "NCCL_IB_PKEY" = 0, 0..=65_535, "IB plugin: partition key index";
+        /// Opt-in for the same reason as the socket plugin's `NCCL_SOCKET_RMA_ENABLE`:
+        /// NCCL 2.30 takes the first RMA table with a device from the net plugin's
+        /// library, and this one registers host memory only, so offered by default it
+        /// would displace NCCL's own IB RMA (which registers GPU memory).
+        RMA_ENABLE: int "NCCL_IB_RMA_ENABLE" = 0, 0..=1, "IB plugin: 1 offers its RMA table's devices (one-sided put/get as RDMA WRITE/READ, signal as an atomic add; host memory only); 0 reports none";
         /// NCCL 2.30.7 reads it in `src/misc/ibvsymbols.cc` (`buildIbvSymbols`).
         IBVERBS_LIB: str "NCCL_IBVERBS_LIB" = Some(LIBIBVERBS), "IB plugin: libibverbs library to load";
         /// The name read before the plugin followed NCCL's `NCCL_IBVERBS_LIB`
@@ -112,7 +117,7 @@ impl Default for IbParams {
     }
 }
 
-fn int_param(get: &dyn Fn(&str) -> Option<String>, p: &IntParam) -> Result<i64, ParamError> {
+pub(crate) fn int_param(get: &dyn Fn(&str) -> Option<String>, p: &IntParam) -> Result<i64, ParamError> {
     let (var, lo, hi) = (p.name, p.min, p.max);
     let Some(raw) = get(var) else { return Ok(p.default) };
     let s = raw.trim();

@@ -433,10 +433,20 @@ impl Pd {
 
     /// `ibv_reg_mr` with local write, remote write and remote read access.
     pub fn reg_mr(&self, addr: *mut u8, len: usize) -> Result<Mr, String> {
-        let access = (sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
+        self.reg_mr_access(addr, len, false)
+    }
+
+    /// `ibv_reg_mr` with local write, remote write, remote read and, with
+    /// `remote_atomic`, remote atomic access (the RMA windows: a put-with-signal's
+    /// signal is an atomic fetch-and-add on the target's window).
+    pub fn reg_mr_access(&self, addr: *mut u8, len: usize, remote_atomic: bool) -> Result<Mr, String> {
+        let mut flags = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
             | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE
-            | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ)
-            .0 as c_int;
+            | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ;
+        if remote_atomic {
+            flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC;
+        }
+        let access = flags.0 as c_int;
         // SAFETY: the PD is valid; the caller guarantees the range is mapped.
         let raw = unsafe { (self.v.reg_mr)(self.raw, addr.cast(), len, access) };
         if raw.is_null() {
@@ -573,6 +583,9 @@ pub struct QpSettings {
     pub retry_cnt: u8,
     /// Partition key index.
     pub pkey_index: u16,
+    /// Also grant remote atomic access (the RMA QPs; the net path's QPs do not
+    /// need it).
+    pub remote_atomic: bool,
 }
 
 impl Qp {
@@ -625,8 +638,11 @@ impl Qp {
         a.qp_state = sys::ibv_qp_state::IBV_QPS_INIT;
         a.pkey_index = s.pkey_index;
         a.port_num = s.port;
-        a.qp_access_flags =
-            (sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ).0;
+        let mut access = sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ;
+        if s.remote_atomic {
+            access |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC;
+        }
+        a.qp_access_flags = access.0;
         self.modify(
             &mut a,
             M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
