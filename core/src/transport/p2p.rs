@@ -810,10 +810,18 @@ mod tests {
         // NCCL_P2P_DISABLE=1 on either side: no P2P, not even on one GPU
         // (which NCCL would allow at level LOC, but never meets).
         let off = P2pParams::parse(Some("1"), None).unwrap();
-        assert!(p2p_check(&a, &off, &b, &d, &yes).unwrap_err().contains("NCCL_P2P_DISABLE=1"));
+        assert!(
+            p2p_check(&a, &off, &b, &d, &yes)
+                .unwrap_err()
+                .contains("NCCL_P2P_DISABLE=1")
+        );
         assert!(p2p_check(&a, &d, &b, &off, &yes).is_err());
         let same_gpu = peer(1, 7, 200, Some(A));
-        assert!(p2p_check(&a, &off, &same_gpu, &d, &yes).unwrap_err().contains("NCCL_P2P_DISABLE=1"));
+        assert!(
+            p2p_check(&a, &off, &same_gpu, &d, &yes)
+                .unwrap_err()
+                .contains("NCCL_P2P_DISABLE=1")
+        );
         assert_eq!(p2p_check(&a, &d, &same_gpu, &d, &yes), Ok(P2pMode::Ipc));
         // The driver's answer.
         let no = |_: usize, _: &str| Ok(false);
