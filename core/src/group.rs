@@ -50,8 +50,8 @@ pub fn group_start() {
 /// `ncclGroupEnd`: closes a group; the outermost one enqueues everything collected.
 ///
 /// Errors: [`Error::InvalidUsage`] without a matching [`group_start`]; otherwise
-/// the first enqueue error (every communicator still gets its operations or
-/// its error).
+/// the first enqueue error of the group's one-sided calls, then of its collectives
+/// (every communicator still gets its operations or its error).
 pub fn group_end() -> Result<(), Error> {
     let (ops, mut rma, outermost) = GROUP.with(|g| {
         let mut g = g.borrow_mut();

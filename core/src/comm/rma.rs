@@ -43,9 +43,10 @@
 //!   call order within each context, lower contexts first, and before the group's
 //!   collectives (NCCL 2.30.7: `src/enqueue.cc` `rmaTaskAppend` queues them per
 //!   context; `ncclLaunchPrepare` schedules the RMA plans, `src/rma/rma.cc`
-//!   `scheduleRmaTasksToPlan`, before the collective ones, all on the group's
-//!   stream order). `group_end` returns the first error of handing them over;
-//!   run-time errors are reported by the stream, as outside a group.
+//!   `scheduleRmaTasksToPlan`, before the collective ones; each still runs behind
+//!   the earlier work of its stream). `group_end` returns the first error of
+//!   handing them over; run-time errors are reported by the stream, as outside a
+//!   group.
 //! * **Bounded**: every wait (a request, a signal, the stream's earlier work) is bounded
 //!   by the communicator's timeout (`FERROCCL_TIMEOUT_SEC`) and ends with an error
 //!   naming the operation and the peer; an aborted communicator ends them at once.
