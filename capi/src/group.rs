@@ -1,6 +1,7 @@
 //! `ncclGroupStart` / `ncclGroupEnd` (NCCL 2.30.7 `src/group.cc`).
 //!
-//! Collectives inside a group are collected by the runtime's group
+//! Collectives and one-sided calls (`ncclPutSignal`, `ncclSignal`,
+//! `ncclWaitSignal`) inside a group are collected by the runtime's group
 //! (`ferroccl::group_start` / `group_end`, which this group mirrors depth for
 //! depth) and launched together at the outermost end. Inits and splits inside a
 //! group are deferred to that end too, and run concurrently, so one thread can

@@ -1,8 +1,10 @@
 //! The one-sided calls of NCCL 2.30.7's `nccl.h` (`ncclCommWindowRegister`,
 //! `ncclCommWindowDeregister`, `ncclWinGetUserPtr`, `ncclPutSignal`, `ncclSignal`,
 //! `ncclWaitSignal`) on the runtime's `Comm` one-sided API (its module docs say how
-//! they run). An `ncclWindow_t` is a key into this library's table of live windows,
-//! so a NULL, stale or foreign handle is reported, never dereferenced.
+//! they run; inside `ncclGroupStart`/`ncclGroupEnd` they are checked at the call and
+//! issued at the group's end, through the runtime's group). An `ncclWindow_t` is a
+//! key into this library's table of live windows, so a NULL, stale or foreign
+//! handle is reported, never dereferenced.
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_uint, c_void};

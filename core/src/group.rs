@@ -5,6 +5,14 @@
 //! all of its operations as one unit, which the proxy progresses together — so
 //! a group of sends and receives (e.g. AllToAll) cannot deadlock on ordering.
 //! Groups nest; only the outermost `group_end` launches.
+//!
+//! One-sided calls (`Comm::put_signal`, `signal`, `wait_signal`) inside a group are
+//! checked at call time and deferred too (NCCL 2.30.7 `src/enqueue.cc`
+//! `rmaTaskAppend` appends them to the planner's per-context RMA queues): at the
+//! outermost `group_end` they are handed to their communicators' RMA threads first,
+//! context by context and in call order within a context, and the group's
+//! collectives after them, as `ncclLaunchPrepare` (`src/enqueue.cc`) builds the RMA
+//! plans (`src/rma/rma.cc` `scheduleRmaTasksToPlan`) before the collective ones.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -17,10 +25,15 @@ use crate::stream::Stream;
 
 pub(crate) use crate::profiler::ApiTag;
 
+/// A deferred one-sided call: its RMA context and what hands it to the RMA thread.
+pub(crate) type RmaTask = (usize, Box<dyn FnOnce() -> Result<(), Error>>);
+
 #[derive(Default)]
 struct GroupState {
     depth: usize,
     ops: Vec<(Arc<ProxyHandle>, CollArgs, Stream, ApiTag)>,
+    /// One-sided calls of the open group, in call order.
+    rma: Vec<RmaTask>,
     /// The open GroupApi event (NCCL's thread-local `ncclProfilerApiState`).
     api: Option<(Arc<Profiler>, EventHandle, u64)>,
 }
@@ -37,19 +50,19 @@ pub fn group_start() {
 /// `ncclGroupEnd`: closes a group; the outermost one enqueues everything collected.
 ///
 /// Errors: [`Error::InvalidUsage`] without a matching [`group_start`]; otherwise
-/// the first enqueue error (every communicator still gets its operations or
-/// its error).
+/// the first enqueue error of the group's one-sided calls, then of its collectives
+/// (every communicator still gets its operations or its error).
 pub fn group_end() -> Result<(), Error> {
-    let (ops, outermost) = GROUP.with(|g| {
+    let (ops, mut rma, outermost) = GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
             return Err(Error::InvalidUsage("ncclGroupEnd without ncclGroupStart".into()));
         }
         g.depth -= 1;
         Ok(if g.depth == 0 {
-            (std::mem::take(&mut g.ops), true)
+            (std::mem::take(&mut g.ops), std::mem::take(&mut g.rma), true)
         } else {
-            (Vec::new(), false)
+            (Vec::new(), Vec::new(), false)
         })
     })?;
     // Partition by communicator, keeping the order of first appearance.
@@ -73,6 +86,15 @@ pub fn group_end() -> Result<(), Error> {
         api_group_end_start();
     }
     let mut first_err = None;
+    // One-sided calls first (NCCL's RMA plans precede the collective ones), context by
+    // context (`scheduleRmaTasksToPlan` drains the lowest non-empty context queue
+    // first), in call order within a context: a stable sort.
+    rma.sort_by_key(|(ctx, _)| *ctx);
+    for (_, task) in rma {
+        if let Err(e) = task() {
+            first_err.get_or_insert(e);
+        }
+    }
     for (c, colls, streams, tags) in comms {
         let what = crate::coll::WorkWhat::of(&colls);
         let refs: Vec<&Stream> = streams.iter().collect();
@@ -166,6 +188,22 @@ pub(crate) fn api_group_stop() {
 /// Whether a group is open on this thread.
 pub fn in_group() -> bool {
     GROUP.with(|g| g.borrow().depth > 0)
+}
+
+/// Defers a one-sided call of context `ctx` to the open group's end; returns it back
+/// when no group is open.
+pub(crate) fn try_defer_rma(
+    ctx: usize,
+    task: Box<dyn FnOnce() -> Result<(), Error>>,
+) -> Option<Box<dyn FnOnce() -> Result<(), Error>>> {
+    GROUP.with(|g| {
+        let mut g = g.borrow_mut();
+        if g.depth == 0 {
+            return Some(task);
+        }
+        g.rma.push((ctx, task));
+        None
+    })
 }
 
 /// Adds an operation to the open group; returns it back when no group is open.

@@ -436,3 +436,161 @@ fn num_rma_ctx_sets_the_contexts_and_zero_disables() {
         },
     );
 }
+
+/// Inside a group, several put-with-signals to several peers and a wait for all of
+/// them are checked at call time but handed to the RMA thread only at `group_end`
+/// (NCCL 2.30.7 `rmaTaskAppend` / `scheduleRmaTasksToPlan`), then run in call order:
+/// two puts to the same place leave the second one's data.
+#[test]
+fn group_defers_puts_to_group_end_in_call_order() {
+    const CHUNK: usize = 4096;
+    ranks(
+        3,
+        || config(T),
+        |c| {
+            let (r, n) = (c.rank(), c.nranks());
+            // Two source patterns side by side: the first and the second put to a peer.
+            let mut src = [pattern(CHUNK, 10 + r), pattern(CHUNK, 20 + r)].concat();
+            let mut dst = vec![0u8; n * CHUNK];
+            // SAFETY: both buffers outlive the windows (deregistered below).
+            let (sw, dw) = unsafe {
+                (
+                    c.window_register(src.as_mut_ptr(), src.len()).expect("register src"),
+                    c.window_register(dst.as_mut_ptr(), dst.len()).expect("register dst"),
+                )
+            };
+            let s = Stream::new();
+            let before = c.rma_submitted();
+            ferroccl::group_start();
+            let peers: Vec<usize> = (1..n).map(|d| (r + d) % n).collect();
+            for &p in &peers {
+                for k in 0..2 {
+                    // SAFETY: `src` lives until the synchronize below.
+                    unsafe {
+                        c.put_signal(
+                            src.as_ptr().add(k * CHUNK),
+                            CHUNK,
+                            DataType::Uint8,
+                            p,
+                            &dw,
+                            r * CHUNK,
+                            0,
+                            0,
+                            0,
+                            &s,
+                        )
+                    }
+                    .expect("put_signal in a group");
+                }
+            }
+            let all: Vec<_> = peers.iter().map(|&p| desc(p, 2)).collect();
+            c.wait_signal(&all, &s).expect("wait_signal in a group");
+            assert_eq!(
+                c.rma_submitted(),
+                before,
+                "rank {r}: a one-sided call inside a group was issued before group_end"
+            );
+            ferroccl::group_end().expect("group_end");
+            assert_eq!(
+                c.rma_submitted(),
+                before + 2 * peers.len() as u64 + 1,
+                "rank {r}: group_end did not hand over every one-sided call"
+            );
+            s.synchronize().unwrap_or_else(|e| panic!("rank {r}: {e}"));
+            for &p in &peers {
+                assert_eq!(
+                    &dst[p * CHUNK..(p + 1) * CHUNK],
+                    &pattern(CHUNK, 20 + p)[..],
+                    "rank {r}: the data from rank {p} is not its second (last called) put"
+                );
+            }
+            c.barrier().expect("barrier");
+            c.window_deregister(sw).expect("deregister src");
+            c.window_deregister(dw).expect("deregister dst");
+        },
+    );
+}
+
+/// An argument error of a one-sided call inside a group is returned by the call
+/// itself (NCCL checks in `rmaTaskAppend`); nothing of it is queued, and the group
+/// still ends cleanly.
+#[test]
+fn group_reports_argument_errors_at_call_time() {
+    ranks(
+        2,
+        || config(T),
+        |c| {
+            let (r, n) = (c.rank(), c.nranks());
+            let mut b = vec![0u8; 64];
+            // SAFETY: `b` outlives the window.
+            let w = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect("register");
+            let s = Stream::new();
+            let before = c.rma_submitted();
+            ferroccl::group_start();
+            // SAFETY: `b` lives until the end of the closure (nothing runs anyway).
+            let e = unsafe { c.put_signal(b.as_ptr(), 8, DataType::Uint8, (r + 1) % n, &w, 0, 0, 0, 1, &s) };
+            assert!(matches!(e, Err(Error::InvalidArgument(_))), "flags 1: {e:?}");
+            let e = c.signal((r + 1) % n, 0, 5, 0, &s);
+            assert!(matches!(e, Err(Error::InvalidArgument(_))), "ctx 5: {e:?}");
+            let e = c.wait_signal(&[desc(n, 1)], &s);
+            assert!(matches!(e, Err(Error::InvalidArgument(_))), "peer {n}: {e:?}");
+            ferroccl::group_end().expect("group_end");
+            assert_eq!(c.rma_submitted(), before, "rank {r}: a rejected call was queued");
+            s.synchronize().expect("synchronize");
+            c.window_deregister(w).expect("deregister");
+        },
+    );
+}
+
+/// A group mixing an AllReduce with put-with-signals and a wait completes both.
+#[test]
+fn group_mixes_allreduce_and_puts() {
+    const CHUNK: usize = 1024;
+    const COUNT: usize = 4096;
+    ranks(
+        3,
+        || config(T),
+        |c| {
+            let (r, n) = (c.rank(), c.nranks());
+            let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+            let mut src = pattern(CHUNK, r);
+            let mut dst = vec![0u8; CHUNK];
+            // SAFETY: both buffers outlive the windows (deregistered below).
+            let (sw, dw) = unsafe {
+                (
+                    c.window_register(src.as_mut_ptr(), CHUNK).expect("register src"),
+                    c.window_register(dst.as_mut_ptr(), CHUNK).expect("register dst"),
+                )
+            };
+            let send: Vec<f32> = (0..COUNT).map(|i| (i + r) as f32).collect();
+            let mut recv = vec![0f32; COUNT];
+            let s = Stream::new();
+            ferroccl::group_start();
+            // SAFETY: the buffers live until the synchronize below.
+            unsafe {
+                c.all_reduce(
+                    send.as_ptr().cast(),
+                    recv.as_mut_ptr().cast(),
+                    COUNT,
+                    DataType::Float32,
+                    ferroccl::RedOp::Sum,
+                    &s,
+                )
+                .expect("all_reduce in a group");
+                c.put_signal(src.as_ptr(), CHUNK, DataType::Uint8, next, &dw, 0, 0, 0, 0, &s)
+                    .expect("put_signal in a group");
+            }
+            c.wait_signal(&[desc(prev, 1)], &s).expect("wait_signal in a group");
+            ferroccl::group_end().expect("group_end");
+            s.synchronize().unwrap_or_else(|e| panic!("rank {r}: {e}"));
+            assert_eq!(dst, pattern(CHUNK, prev), "rank {r}: the put from rank {prev}");
+            for (i, v) in recv.iter().enumerate() {
+                let want = (0..n).map(|q| (i + q) as f32).sum::<f32>();
+                assert_eq!(*v, want, "rank {r}: AllReduce element {i}");
+            }
+            c.barrier().expect("barrier");
+            c.window_deregister(sw).expect("deregister src");
+            c.window_deregister(dw).expect("deregister dst");
+        },
+    );
+}

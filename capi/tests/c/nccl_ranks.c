@@ -13,8 +13,8 @@
  *                inits inside a group, collectives over all ranks in a group,
  *                the pnccl names
  *   rma          one-sided: windows, ncclPutSignal then ncclWaitSignal to the
- *                next rank (data checked), ncclSignal, argument errors,
- *                deregistration (needs NCCL_SOCKET_RMA_ENABLE=1)
+ *                next rank (data checked), ncclSignal, a group of a put, a
+ *                wait and an AllReduce, argument errors, deregistration (needs NCCL_SOCKET_RMA_ENABLE=1)
  * Prints "libnccl: <file>" (the library the loader chose) and "ok MODE rank R".
  */
 #define _GNU_SOURCE
@@ -450,6 +450,20 @@ static void mode_rma(ncclComm_t comm) {
     EXPECT(dst[8 + i] == prev * 1000 + (int32_t)i, "PutSignal: dst[%zu] = %d from rank %d", 8 + i, dst[8 + i], prev);
   CHECK(ncclSignal(next, 0, 0, 0, comm, NULL));
   CHECK(ncclWaitSignal(1, &d, comm, NULL));
+  /* Inside a group: a put, a wait and an AllReduce, all issued at ncclGroupEnd
+   * (the one-sided calls first, as NCCL's RMA plans) and complete when it returns. */
+  CHECK(ncclAllReduce(src, src, 1, ncclInt32, ncclSum, comm, NULL)); /* the peer read dst */
+  fill(src, N, rank * 1000 + 7);
+  int32_t red_in = rank + 1, red_out = 0;
+  CHECK(ncclGroupStart());
+  CHECK(ncclPutSignal(src + 1, N - 1, ncclInt32, next, dw, 0, 0, 0, 0, comm, NULL));
+  CHECK(ncclAllReduce(&red_in, &red_out, 1, ncclInt32, ncclSum, comm, NULL));
+  CHECK(ncclWaitSignal(1, &d, comm, NULL));
+  CHECK(ncclGroupEnd());
+  EXPECT(red_out == nranks * (nranks + 1) / 2, "AllReduce in an RMA group: %d", red_out);
+  for (size_t i = 0; i + 1 < N; i++)
+    EXPECT(dst[i] == prev * 1000 + 7 + (int32_t)(i + 1), "PutSignal in a group: dst[%zu] = %d from rank %d", i,
+           dst[i], prev);
   EXPECT_CODE(ncclPutSignal(src, N, ncclInt32, next, dw, 0, 0, 0, 1, comm, NULL), ncclInvalidArgument, "flags");
   EXPECT_CODE(ncclPutSignal(src, N, ncclInt32, next, dw, 64, 0, 0, 0, comm, NULL), ncclInvalidArgument,
               "do not fit");

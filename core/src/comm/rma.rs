@@ -36,8 +36,17 @@
 //!   signals are issued without waiting for each other (up to 64 requests in
 //!   flight) and complete in issue order, as NCCL batches them into one plan
 //!   (`src/rma/rma.cc`, `scheduleRmaTasksToPlan`); a wait first completes the puts
-//!   before it. They are not batched into groups: inside `group_start`/`group_end`
-//!   they run at once.
+//!   before it.
+//! * **Groups**: inside [`crate::group_start`] / [`crate::group_end`] the calls are
+//!   checked at once (an argument error is returned by the call) but nothing is
+//!   issued until the outermost `group_end`, which hands them to the RMA thread in
+//!   call order within each context, lower contexts first, and before the group's
+//!   collectives (NCCL 2.30.7: `src/enqueue.cc` `rmaTaskAppend` queues them per
+//!   context; `ncclLaunchPrepare` schedules the RMA plans, `src/rma/rma.cc`
+//!   `scheduleRmaTasksToPlan`, before the collective ones; each still runs behind
+//!   the earlier work of its stream). `group_end` returns the first error of
+//!   handing them over; run-time errors are reported by the stream, as outside a
+//!   group.
 //! * **Bounded**: every wait (a request, a signal, the stream's earlier work) is bounded
 //!   by the communicator's timeout (`FERROCCL_TIMEOUT_SEC`) and ends with an error
 //!   naming the operation and the peer; an aborted communicator ends them at once.
@@ -519,6 +528,8 @@ pub(crate) struct RmaSlot {
     traffic_class: i32,
     /// RMA contexts (`comm::params::resolve_num_rma_ctx`; 0: one-sided operations disabled).
     nctx: usize,
+    /// One-sided operations handed to the RMA thread so far ([`Comm::rma_submitted`]).
+    submitted: AtomicU64,
 }
 
 /// The `NCCL_*` parameters of the one-sided API.
@@ -572,6 +583,7 @@ impl RmaSlot {
             timeout,
             traffic_class,
             nctx,
+            submitted: AtomicU64::new(0),
         }
     }
 
@@ -786,6 +798,7 @@ impl RmaSlot {
         if l.tx.as_ref().is_none_or(|tx| tx.send(job).is_err()) {
             done.complete(Err(Error::Internal("the RMA thread has stopped".into())));
         }
+        self.submitted.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -972,9 +985,7 @@ impl Comm {
             ctx,
             sig: sig_idx,
         };
-        self.inner
-            .rma
-            .submit(Op::Put(put), WorkWhat::Rma { op: OP, peer }, stream)
+        self.rma_enqueue(Op::Put(put), WorkWhat::Rma { op: OP, peer }, stream, ctx)
     }
 
     /// `ncclSignal(peer, sigIdx, ctx, flags, comm, stream)`: raises `peer`'s signal
@@ -1003,9 +1014,7 @@ impl Comm {
             ctx,
             sig: sig_idx,
         };
-        self.inner
-            .rma
-            .submit(Op::Put(put), WorkWhat::Rma { op: OP, peer }, stream)
+        self.rma_enqueue(Op::Put(put), WorkWhat::Rma { op: OP, peer }, stream, ctx)
     }
 
     /// `ncclWaitSignal(nDesc, signalDescs, comm, stream)`: completes once, for every
@@ -1022,10 +1031,27 @@ impl Comm {
         for d in descs {
             core.check_common(OP, d.peer, d.sig_idx, d.ctx, 0)?;
         }
-        let peer = descs.first().map_or(0, |d| d.peer);
-        self.inner
-            .rma
-            .submit(Op::Wait(descs.to_vec()), WorkWhat::Rma { op: OP, peer }, stream)
+        let (peer, ctx) = descs.first().map_or((0, 0), |d| (d.peer, d.ctx));
+        self.rma_enqueue(Op::Wait(descs.to_vec()), WorkWhat::Rma { op: OP, peer }, stream, ctx)
+    }
+
+    /// Hands a checked one-sided call to the RMA thread, or, inside a group, defers
+    /// that to the outermost `group_end` (module docs, "Groups").
+    fn rma_enqueue(&self, op: Op, what: WorkWhat, stream: &Stream, ctx: usize) -> Result<()> {
+        let (inner, stream) = (self.inner.clone(), stream.clone());
+        let task = Box::new(move || inner.rma.submit(op, what, &stream));
+        match crate::group::try_defer_rma(ctx, task) {
+            None => Ok(()),
+            Some(task) => task(),
+        }
+    }
+
+    /// How many one-sided operations this communicator has handed to its RMA thread
+    /// (deferred calls of an open group are not counted until its `group_end`). For
+    /// tests of the group semantics.
+    #[doc(hidden)]
+    pub fn rma_submitted(&self) -> u64 {
+        self.inner.rma.submitted.load(Ordering::Relaxed)
     }
 
     /// Whether the one-sided API is usable on this communicator (the RMA plugin was
