@@ -417,3 +417,59 @@ fn operations_are_ordered_with_the_callers_device_stream() {
         });
     }
 }
+
+/// The small AllReduce of a few floats over shared memory: the all-gather +
+/// reduce variant (one exchange of each rank's block), its steps sent inline in
+/// one cache line of the FIFO (`transport::shm`, counted by
+/// `INLINE_PUSHES`), and every rank's result the same bits: the blocks reduced
+/// in rank order, `((v0 + v1) + v2) + …`, whose rounding depends on that order
+/// for these values (1e8 + 1 rounds to 1e8 in f32).
+#[test]
+fn small_all_reduce_is_one_inline_exchange_with_the_same_bits_on_every_rank() {
+    use std::sync::atomic::Ordering;
+    const ITERS: u64 = 50;
+    for n in [2usize, 3] {
+        let before = crate::transport::shm::INLINE_PUSHES.load(Ordering::Relaxed);
+        let results = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let res = results.clone();
+        with_comms(n, 64 << 10, 1, move |comm| {
+            let vals = |r: usize| -> [f32; 2] {
+                match r {
+                    0 => [1.0e8, 0.1],
+                    1 => [1.0, 0.2],
+                    _ => [-1.0e8, 0.3],
+                }
+            };
+            let send: Vec<u8> = vals(comm.rank()).iter().flat_map(|v| v.to_ne_bytes()).collect();
+            let mut recv = vec![0u8; send.len()];
+            for _ in 0..ITERS {
+                comm.all_reduce_sync(&send, &mut recv, DataType::Float32, RedOp::Sum)
+                    .expect("AllReduce");
+            }
+            let d = comm
+                .tuning()
+                .last(crate::tune::Func::AllReduce)
+                .expect("a decision was made");
+            assert!(d.allgather_reduce, "rank {}: {}", comm.rank(), d.describe());
+            let mut want = vals(0);
+            for r in 1..comm.nranks() {
+                for (w, v) in want.iter_mut().zip(vals(r)) {
+                    *w += v;
+                }
+            }
+            let got: Vec<u32> = recv
+                .chunks(4)
+                .map(|c| u32::from_ne_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            let want: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(got, want, "rank {} of {}", comm.rank(), comm.nranks());
+            res.lock().expect("results").push(got);
+        });
+        let results = results.lock().expect("results");
+        assert_eq!(results.len(), n);
+        assert!(results.iter().all(|r| *r == results[0]), "{n} ranks: {results:?}");
+        // Each rank sends at least one step per operation (its block), inline.
+        let pushed = crate::transport::shm::INLINE_PUSHES.load(Ordering::Relaxed) - before;
+        assert!(pushed >= n as u64 * ITERS, "{n} ranks: {pushed} inline steps");
+    }
+}

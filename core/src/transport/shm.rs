@@ -30,6 +30,8 @@
 //! | 256 | `head`: steps consumed (credits) | receiver |
 //! | 384 | sender state: attached, closed or aborted (and why) | sender |
 //! | 512 | receiver state: closed or aborted (and why) | receiver |
+//! | 1024 | operation headers of device slots (P2P) | sender |
+//! | 2048 | 8 inline lines of 128 bytes (Simple steps of at most 56 bytes) | sender |
 //! | 4096 | 8 slots of `stride` bytes | sender (data), receiver (reads) |
 //!
 //! # Protocols (NCCL §4.4)
@@ -41,6 +43,17 @@
 //! reads the entry and the slot, and returns the credit with a release store of
 //! `head = step + 1`, which the sender acquire-loads before reusing the slot. No
 //! system call on this path.
+//!
+//! A step of at most [`INLINE_MAX`] bytes (a small operation's header and data;
+//! slots in the segment, not P2P's device slots) goes *inline*: the sender
+//! copies it into the step's inline line, writes the flag word `(step + 1) << 8
+//! | size` of that line with a release store, then the FIFO entry (slot 0xff:
+//! none) and `tail` as for any step. The receiver polls the inline line of the
+//! step it expects before `tail`: one cache line brings flag and bytes together,
+//! where a slot step costs two dependent transfers (`tail`, then the slot). Like
+//! Open MPI's shared-memory "fast boxes" and the flag-in-data idea of NCCL's LL
+//! protocols, for the steps of 8-byte AllReduces. A receiver that sees `tail`
+//! first reads the line again (the acquire on `tail` makes the line visible).
 //!
 //! **LL** (`prims_ll.h`): the slot of step `s` is `s % 8`, cut in 16-byte lines
 //! `{u32 data, u32 flag, u32 data, u32 flag}`, each 8-byte half one atomic
@@ -88,7 +101,7 @@ use crate::error::Error;
 /// Header magic, "FRCLSHM1".
 const MAGIC: u64 = u64::from_le_bytes(*b"FRCLSHM1");
 /// Segment format version (header and connect information).
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Bytes before the first slot.
 const HEADER_BYTES: usize = 4096;
 /// Slots are page-aligned.
@@ -127,7 +140,25 @@ struct Header {
     /// device memory ([`ExtSlots`], the P2P transport): the executor writes and
     /// reads them with the CPU, which must never touch a device slot.
     _op_hdr: [[AtomicU64; OP_HDR_WORDS]; NCCL_STEPS],
+    _pad5: [u64; 96],
+    /// Inline steps (Simple, slots in the segment): the line of step `s` is
+    /// `inline[s % NCCL_STEPS]`, word 0 `(s + 1) << 8 | size`, words 1.. the
+    /// step's bytes (at most [`INLINE_MAX`]): one cache line carries a small
+    /// step's flag, operation header and data (see the module docs).
+    inline: [[AtomicU64; INLINE_WORDS]; NCCL_STEPS],
 }
+
+/// 64-bit words between inline lines (128 bytes, one line pair, so that the
+/// adjacent-line prefetch of one step's line never pulls a neighbour's).
+const INLINE_WORDS: usize = 16;
+/// Largest step sent inline (bytes): the first 64-byte line of an inline
+/// line pair, less its flag word (an operation header of
+/// `coll::desc::OP_HDR_BYTES` and up to 24 bytes of data).
+pub(crate) const INLINE_MAX: usize = 56;
+/// Offset of `Header::inline`.
+const INLINE_OFF: usize = 2048;
+/// The FIFO entry's slot of a step sent inline (no slot).
+const INLINE_SLOT: usize = 0xff;
 
 /// 64-bit words of an operation header (`coll::desc::OP_HDR_BYTES`).
 const OP_HDR_WORDS: usize = crate::coll::desc::OP_HDR_BYTES / 8;
@@ -142,6 +173,8 @@ const _: () = {
     assert!(std::mem::offset_of!(Header, recv_state) == 512);
     assert!(std::mem::offset_of!(Header, _op_hdr) == OP_HDR_OFF);
     assert!(OP_HDR_WORDS * 8 == crate::coll::desc::OP_HDR_BYTES);
+    assert!(std::mem::offset_of!(Header, inline) == INLINE_OFF);
+    assert!(INLINE_MAX + 8 == 64);
     assert!(std::mem::size_of::<Header>() <= HEADER_BYTES);
 };
 
@@ -1044,6 +1077,11 @@ fn prefetch(p: *const u8) {
     let _ = p;
 }
 
+/// Steps sent inline by this process (tests check that small steps take the
+/// one-line path).
+#[cfg(test)]
+pub(crate) static INLINE_PUSHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Polls of [`spin_until`] (a few microseconds).
 const SPIN_POLLS: u32 = 256;
 
@@ -1146,7 +1184,10 @@ impl ShmSend {
             let mut free = self.free.get();
             let slot_of = self.slot_of.get();
             for s in st.tail..head {
-                free.give(slot_of.get(Steps::index(s)) as usize);
+                let slot = slot_of.get(Steps::index(s)) as usize;
+                if slot != INLINE_SLOT {
+                    free.give(slot);
+                }
             }
             self.free.set(free);
         }
@@ -1256,6 +1297,29 @@ impl SendConnector for ShmSend {
         let mut st = self.steps.get();
         let i = Steps::index(st.head);
         match self.layout.proto {
+            Protocol::Simple if size <= INLINE_MAX && self.ext.is_none() => {
+                // The executor wrote the step into the free slot on top
+                // (`next_slot`): copy it into the step's inline line, which
+                // the receiver polls; the slot stays free.
+                let slot = self.free.get().top().expect("push without can_push");
+                let src = slot_ptr(&self.seg, &self.layout, None, slot);
+                let h = self.seg.header();
+                let line = &h.inline[i];
+                for (w, word) in line[1..].iter().enumerate().take(size.div_ceil(8)) {
+                    // SAFETY: the slot is `stride` (a multiple of a page)
+                    // bytes of the mapped segment, so the 8 bytes at `w * 8 <
+                    // INLINE_MAX` lie inside it.
+                    let v = unsafe { std::ptr::read_unaligned(src.add(w * 8).cast::<u64>()) };
+                    word.store(v, Ordering::Relaxed);
+                }
+                line[0].store(((st.head + 1) << 8) | size as u64, Ordering::Release);
+                self.slot_of.set(self.slot_of.get().with(i, INLINE_SLOT as u8));
+                h.fifo[i].store(((INLINE_SLOT as u64) << 56) | size as u64, Ordering::Relaxed);
+                st.head += 1;
+                h.tail.store(st.head, Ordering::Release);
+                #[cfg(test)]
+                INLINE_PUSHES.fetch_add(1, Ordering::Relaxed);
+            }
             Protocol::Simple => {
                 let mut free = self.free.get();
                 let slot = free.take().expect("push without can_push");
@@ -1413,7 +1477,30 @@ impl ShmRecv {
         }
     }
 
+    /// The inline line of step `self.step` if its flag says the step is there.
+    fn inline_step(&self) -> Option<(*mut u8, usize)> {
+        let line = &self.seg.header().inline[Steps::index(self.step)];
+        let w = line[0].load(Ordering::Acquire);
+        if w >> 8 != (self.step + 1) & (u64::MAX >> 8) {
+            return None;
+        }
+        let size = (w & 0xff) as usize;
+        if size > INLINE_MAX || size > self.layout.step_size {
+            self.corrupt.set(Some(format!(
+                "rank {} sent an inline step of {size} bytes on a shared-memory FIFO (at most {INLINE_MAX})",
+                self.peer
+            )));
+            return None;
+        }
+        Some((line[1].as_ptr().cast::<u8>(), size))
+    }
+
     fn simple_peek(&self) -> Option<(*mut u8, usize)> {
+        if self.ext.is_none()
+            && let Some(r) = self.inline_step()
+        {
+            return Some(r);
+        }
         let h = self.seg.header();
         let tail = h.tail.load(Ordering::Acquire);
         if tail <= self.step {
@@ -1428,6 +1515,20 @@ impl ShmRecv {
             return None;
         }
         let (slot, size) = fifo_entry(h.fifo[Steps::index(self.step)].load(Ordering::Relaxed));
+        if slot == INLINE_SLOT && self.ext.is_none() {
+            // Published after its line: the acquire on `tail` makes the line visible.
+            let r = self.inline_step();
+            if r.is_none() {
+                let first = self.corrupt.take();
+                self.corrupt.set(Some(first.unwrap_or_else(|| {
+                    format!(
+                        "rank {} published inline step {} without its line on a shared-memory FIFO",
+                        self.peer, self.step
+                    )
+                })));
+            }
+            return r;
+        }
         if slot >= NCCL_STEPS || size > self.layout.step_size {
             self.corrupt.set(Some(format!(
                 "rank {} wrote a step of {size} bytes into slot {slot} of a shared-memory FIFO of {} slots of {} bytes",
@@ -1726,6 +1827,51 @@ mod tests {
             }
             assert!(slots.len() <= most, "{size}-byte steps used slots {slots:?}");
         }
+    }
+
+    fn free_slots(s: &ShmSend) -> usize {
+        let mut free = s.free.get();
+        std::iter::from_fn(|| free.take()).count()
+    }
+
+    #[test]
+    fn small_simple_steps_arrive_inline_in_one_line() {
+        let (mut s, mut r) = pair(Protocol::Simple, STEP);
+        let inline = r.seg.at(INLINE_OFF) as usize..r.seg.at(INLINE_OFF + NCCL_STEPS * INLINE_WORDS * 8) as usize;
+        for (k, size) in [1usize, 8, 40, INLINE_MAX, INLINE_MAX + 1, 4000, 8]
+            .into_iter()
+            .enumerate()
+        {
+            let k = k as u64;
+            assert!(s.can_push());
+            fill(s.next_slot(), size, k);
+            s.push(size);
+            let (p, n) = r.peek().expect("a pushed step is visible");
+            assert_eq!(n, size);
+            check(p, n, k);
+            assert_eq!(
+                inline.contains(&(p as usize)),
+                size <= INLINE_MAX,
+                "{size}-byte step read at {p:?}, inline lines at {inline:x?}"
+            );
+            r.pop();
+        }
+        // Inline steps take no slot: a full FIFO of them leaves every slot free.
+        for k in 0..NCCL_STEPS as u64 {
+            assert!(s.can_push());
+            fill(s.next_slot(), 8, k);
+            s.push(8);
+        }
+        assert!(!s.can_push(), "a ninth step in flight");
+        assert_eq!(free_slots(&s), NCCL_STEPS);
+        for k in 0..NCCL_STEPS as u64 {
+            let (p, n) = r.peek().expect("step");
+            check(p, n, k);
+            r.pop();
+        }
+        s.progress().unwrap();
+        assert!(s.can_push());
+        assert_eq!(free_slots(&s), NCCL_STEPS);
     }
 
     #[test]
