@@ -345,8 +345,22 @@ fn no_rma_plugin_is_a_clear_error() {
                 m.contains("no RMA plugin") && m.contains("NCCL_SOCKET_RMA_ENABLE=1") && m.contains("rank 0"),
                 "{m}"
             );
-            let e = c.signal(0, 0, 0, 0, &Stream::new()).expect_err("still unavailable");
-            assert!(e.to_string().contains("no RMA plugin"), "{e}");
+            // The one-sided calls then answer as NCCL 2.30.7's rmaTaskAppend answers
+            // !comm->hostRmaSupport: ncclInvalidArgument (registration: ncclInvalidUsage,
+            // as its ncclRmaProxyConnectOnce without a plugin).
+            let s = Stream::new();
+            let e = c.signal(0, 0, 0, 0, &s).expect_err("still unavailable");
+            assert!(
+                matches!(&e, Error::InvalidArgument(m) if m.contains("host RMA is not supported") && m.contains("no RMA plugin")),
+                "{e:?}"
+            );
+            let e = c
+                .wait_signal(&[desc(1 - c.rank(), 1)], &s)
+                .expect_err("still unavailable");
+            assert!(
+                matches!(&e, Error::InvalidArgument(m) if m.contains("no RMA plugin")),
+                "{e:?}"
+            );
             assert!(c.rma_status().is_err());
         },
     );
@@ -433,6 +447,14 @@ fn num_rma_ctx_sets_the_contexts_and_zero_disables() {
             // SAFETY: nothing is registered (the call fails).
             let e = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect_err("RMA disabled");
             assert!(e.to_string().contains("disabled"), "{e}");
+            // ncclSignal with numRmaCtx 0: ctx 0 is out of range, ncclInvalidArgument.
+            let e = c
+                .signal(1 - c.rank(), 0, 0, 0, &Stream::new())
+                .expect_err("RMA disabled");
+            assert!(
+                matches!(&e, Error::InvalidArgument(m) if m.contains("disabled")),
+                "{e:?}"
+            );
         },
     );
 }

@@ -16,10 +16,14 @@
 //!   `ncclConfig_t.numRmaCtx`, default 1, `NCCL_NUM_RMA_CTX` over it; 0 disables the
 //!   one-sided calls, `comm::params::resolve_num_rma_ctx`) and the
 //!   communicator's traffic class, and the signal window (`regMrSym` with
-//!   `NCCL_NET_MR_FLAG_FORCE_SO`, as NCCL registers its signal buffer). A communicator
-//!   without a usable RMA plugin gets [`Error::InvalidUsage`] from every one-sided
-//!   call, naming why (NCCL returns `ncclInvalidArgument` when
-//!   `!comm->hostRmaSupport`, `src/enqueue.cc`).
+//!   `NCCL_NET_MR_FLAG_FORCE_SO`, as NCCL registers its signal buffer). On a
+//!   communicator without a usable RMA plugin, window registration fails with
+//!   [`Error::InvalidUsage`] (NCCL's `ncclRmaProxyConnectOnce`: "RMA not supported.",
+//!   `ncclInvalidUsage`) and `put_signal` / `signal` / `wait_signal` with
+//!   [`Error::InvalidArgument`] (NCCL's `rmaTaskAppend`, `src/enqueue.cc`, on
+//!   `!comm->hostRmaSupport`: `ncclInvalidArgument`), each naming why; a `signal` or
+//!   `wait_signal` before any window registration gets [`Error::InvalidUsage`] (NCCL
+//!   likewise, "called before RMA is initialized").
 //! * **Windows** are symmetric (`NCCL_WIN_COLL_SYMMETRIC`): every rank registers its
 //!   windows in the same order (`regMrSym`); the registration all-gathers the sizes,
 //!   which doubles as the barrier after which peers may target the window.
@@ -633,6 +637,25 @@ impl RmaSlot {
         }
     }
 
+    /// The connected state for a one-sided call (`ncclPutSignal`, `ncclSignal`,
+    /// `ncclWaitSignal`): as [`Self::core`] without initialising, but a communicator on
+    /// which RMA is unavailable (no usable RMA plugin, its connect failed, or
+    /// `numRmaCtx` 0) gets [`Error::InvalidArgument`], as NCCL 2.30.7's
+    /// `src/enqueue.cc` (`rmaTaskAppend`) answers `!comm->hostRmaSupport` ("One sided
+    /// RMA: host RMA is not supported in this communicator", `ncclInvalidArgument`).
+    /// A call before any window registration stays [`Error::InvalidUsage`] (NCCL:
+    /// "ncclSignal/ncclWaitSignal called before RMA is initialized", `ncclInvalidUsage`),
+    /// as does a finalized communicator.
+    fn core_for_call(&self, comm: &CommInner) -> Result<Arc<RmaCore>> {
+        let unavailable = self.nctx == 0 || matches!(*self.lock(), State::Failed(_));
+        match self.core(comm, false) {
+            Err(Error::InvalidUsage(m)) if unavailable => Err(Error::InvalidArgument(format!(
+                "one sided RMA: host RMA is not supported in this communicator: {m}"
+            ))),
+            r => r,
+        }
+    }
+
     /// NCCL's connect sequence (module docs); every rank reaches the same verdict.
     fn connect(&self, comm: &CommInner) -> Result<Live> {
         let params = RmaParams::read()?;
@@ -847,7 +870,9 @@ impl Comm {
     /// registration initialises the RMA plugin (module docs).
     ///
     /// Errors: [`Error::InvalidUsage`] without a usable RMA plugin (naming why, the
-    /// same on every rank); [`Error::InvalidArgument`] for a NULL or empty buffer;
+    /// same on every rank; NCCL 2.30.7's `src/rma/rma_proxy.cc`
+    /// `ncclRmaProxyConnectOnce` answers a missing plugin with `ncclInvalidUsage`, "RMA
+    /// not supported."; the one-sided calls after it get [`Error::InvalidArgument`]); [`Error::InvalidArgument`] for a NULL or empty buffer;
     /// `regMrSym` failing on any rank (every rank fails, naming it).
     ///
     /// # Safety
@@ -921,7 +946,8 @@ impl Comm {
     /// context `ctx` for this rank, once the data is visible there. Enqueued on
     /// `stream` (returns at once); completes when the plugin reports the put done.
     ///
-    /// Errors (at enqueue): no RMA plugin ([`Error::InvalidUsage`]); `flags != 0`,
+    /// Errors (at enqueue): RMA unavailable on this communicator (no usable RMA
+    /// plugin, or `numRmaCtx` 0: [`Error::InvalidArgument`], as NCCL); `flags != 0`,
     /// `sig_idx`/`ctx`/`peer` out of range, `src` not inside a window registered on
     /// this communicator, the target range outside `peer`'s window
     /// ([`Error::InvalidArgument`]). At run time (reported by `stream.synchronize()`):
@@ -944,7 +970,7 @@ impl Comm {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "PutSignal";
-        let core = self.inner.rma.core(&self.inner, false)?;
+        let core = self.inner.rma.core_for_call(&self.inner)?;
         core.check_common(OP, peer, sig_idx, ctx, flags)?;
         let bytes = bytes_of(OP, count, dtype)?;
         if win.inner.owner != core.id || !win.inner.live.load(Ordering::Acquire) {
@@ -997,7 +1023,7 @@ impl Comm {
     /// must be initialised (a window registered, or `NCCL_RMA_EAGER_INIT=1`).
     pub fn signal(&self, peer: usize, sig_idx: usize, ctx: usize, flags: u32, stream: &Stream) -> Result<()> {
         const OP: &str = "Signal";
-        let core = self.inner.rma.core(&self.inner, false)?;
+        let core = self.inner.rma.core_for_call(&self.inner)?;
         core.check_common(OP, peer, sig_idx, ctx, flags)?;
         let base = core.sig.as_ptr() as *mut u8;
         let put = Put {
@@ -1022,12 +1048,13 @@ impl Comm {
     /// than earlier waits consumed. Enqueued on `stream`; later work on the stream runs
     /// after it, so the data of the puts it waited for can be read then.
     ///
-    /// Errors: at enqueue, an out-of-range descriptor ([`Error::InvalidArgument`]) or
-    /// no RMA plugin; at run time, [`Error::Timeout`] naming the peer and the counts
+    /// Errors: at enqueue, an out-of-range descriptor or RMA unavailable
+    /// ([`Error::InvalidArgument`]), no window registered yet ([`Error::InvalidUsage`]);
+    /// at run time, [`Error::Timeout`] naming the peer and the counts
     /// when the signals do not arrive within the communicator's timeout.
     pub fn wait_signal(&self, descs: &[WaitSignalDesc], stream: &Stream) -> Result<()> {
         const OP: &str = "WaitSignal";
-        let core = self.inner.rma.core(&self.inner, false)?;
+        let core = self.inner.rma.core_for_call(&self.inner)?;
         for d in descs {
             core.check_common(OP, d.peer, d.sig_idx, d.ctx, 0)?;
         }
