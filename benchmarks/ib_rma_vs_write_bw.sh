@@ -11,7 +11,8 @@
 #   messages, tx-depth 128) and "4194304 8 33554432" (4 MiB, 8 in flight, as the
 #   issue's earlier figure)
 #
-# Needs target/debug/libnccl_net_ib.so and target/debug/ferroccl-rma-bench built
+# Needs target/debug/libnccl_net_ib.so and target/debug/ferroccl-rma-bench built (or IBR_SO /
+# IBR_BENCH naming others under the worktree)
 # (cargo build -p ferroccl-net-ib --lib -p ferroccl-examples --bin ferroccl-rma-bench),
 # root (the guest's setup), and perftest in the guest image. Take the bench lock:
 #   flock /tmp/ferroccl-bench.lock benchmarks/ib_rma_vs_write_bw.sh 12
@@ -39,7 +40,8 @@ if [[ "${1:-}" == "--guest" ]]; then
         done
         wait "$srv"
         [[ $cli == 1 ]] || { cat /tmp/bw_cli.txt >&2; return; }
-        awk -v s="$s" '$1 == s && NF >= 5 { print $4 }' /tmp/bw_cli.txt | tail -1
+        # (perftest prints 0.00 when its clock failed over very few iterations: missing)
+        awk -v s="$s" '$1 == s && NF >= 5 && $4 > 0 { print $4 }' /tmp/bw_cli.txt | tail -1
     }
     put() { # size depth bytes -> MB/s
         local s=$1 d=$2 b=$3
@@ -90,7 +92,7 @@ VMDIR=${RXE_VM_DIR:-$ROOT/.ci/rxe-vm}
 rounds=${1:-12}
 shift || true
 [[ $# -ge 3 ]] || set -- 65536 128 16777216 4194304 8 33554432
-export IBR_SO=$TD/debug/libnccl_net_ib.so IBR_BENCH=$TD/debug/ferroccl-rma-bench
+export IBR_SO=${IBR_SO:-$TD/debug/libnccl_net_ib.so} IBR_BENCH=${IBR_BENCH:-$TD/debug/ferroccl-rma-bench}
 for f in "$IBR_SO" "$IBR_BENCH"; do [[ -e $f ]] || { echo "missing $f (build it first)"; exit 1; }; done
 export RXE_VM_SHARE="$ROOT:$TD"
 export RXE_VM_ENV="${RXE_VM_ENV:-} IBR_SO IBR_BENCH"

@@ -47,8 +47,11 @@
 //!   call order within each context, lower contexts first, and before the group's
 //!   collectives (NCCL 2.30.7: `src/enqueue.cc` `rmaTaskAppend` queues them per
 //!   context; `ncclLaunchPrepare` schedules the RMA plans, `src/rma/rma.cc`
-//!   `scheduleRmaTasksToPlan`, before the collective ones; each still runs behind
-//!   the earlier work of its stream). `group_end` returns the first error of
+//!   `scheduleRmaTasksToPlan`, before the collective ones). Streams are joined per
+//!   communicator as NCCL's `ncclLaunchPrepare` joins the planner's: each of the
+//!   group's operations runs behind the earlier work of every stream the
+//!   communicator's operations in the group named, and later work on any of them
+//!   runs after it (`group.rs`). `group_end` returns the first error of
 //!   handing them over; run-time errors are reported by the stream, as outside a
 //!   group.
 //! * **Bounded**: every wait (a request, a signal, the stream's earlier work) is bounded
@@ -801,8 +804,10 @@ impl RmaSlot {
         })
     }
 
-    /// Queues `op` behind `stream`'s earlier work.
-    fn submit(&self, op: Op, what: WorkWhat, stream: &Stream) -> Result<()> {
+    /// Queues `op` behind the earlier work of each of `streams` (one stream outside a
+    /// group; inside one, every stream of the communicator's operations in the group,
+    /// whose later work then waits for `op` too: `group.rs`).
+    fn submit(&self, op: Op, what: WorkWhat, streams: &[&Stream]) -> Result<()> {
         let mut st = self.lock();
         let State::Live(l) = &mut *st else {
             return Err(Error::InvalidUsage(
@@ -811,7 +816,12 @@ impl RmaSlot {
         };
         let done = Completion::new();
         let mut deps = Deps::new();
-        stream.push(done.clone(), what, &mut deps)?;
+        for s in streams {
+            if let Err(e) = s.push(done.clone(), what, &mut deps) {
+                done.complete(Err(e.clone()));
+                return Err(e);
+            }
+        }
         l.last = Some(done.clone());
         let job = Job {
             op,
@@ -1065,11 +1075,11 @@ impl Comm {
     /// Hands a checked one-sided call to the RMA thread, or, inside a group, defers
     /// that to the outermost `group_end` (module docs, "Groups").
     fn rma_enqueue(&self, op: Op, what: WorkWhat, stream: &Stream, ctx: usize) -> Result<()> {
-        let (inner, stream) = (self.inner.clone(), stream.clone());
-        let task = Box::new(move || inner.rma.submit(op, what, &stream));
-        match crate::group::try_defer_rma(ctx, task) {
+        let inner = self.inner.clone();
+        let task: crate::group::RmaSubmit = Box::new(move |streams| inner.rma.submit(op, what, streams));
+        match crate::group::try_defer_rma(ctx, &self.inner.proxy, stream, task) {
             None => Ok(()),
-            Some(task) => task(),
+            Some(task) => task(&[stream]),
         }
     }
 
