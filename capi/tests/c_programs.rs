@@ -60,6 +60,14 @@ fn one_sided_put_signal_wait_signal_on_three_ranks() {
     ranks("rma", 3, &[("NCCL_SOCKET_RMA_ENABLE", "1")]);
 }
 
+/// Without an RMA plugin the one-sided calls give NCCL 2.30.7's codes: window
+/// registration `ncclInvalidUsage`, then `ncclSignal` / `ncclWaitSignal`
+/// `ncclInvalidArgument` (the communicator's collectives still run).
+#[test]
+fn one_sided_calls_without_an_rma_plugin_give_nccls_codes() {
+    ranks("rmanone", 2, &[("NCCL_SOCKET_RMA_ENABLE", "0")]);
+}
+
 #[test]
 fn one_thread_drives_every_rank() {
     let r = run(ranks_bin(), &["onethread", "3"], &[], LIMIT);

@@ -13,6 +13,16 @@
 //! context by context and in call order within a context, and the group's
 //! collectives after them, as `ncclLaunchPrepare` (`src/enqueue.cc`) builds the RMA
 //! plans (`src/rma/rma.cc` `scheduleRmaTasksToPlan`) before the collective ones.
+//!
+//! Streams are joined per communicator, as NCCL joins them: `taskAppend` adds every
+//! operation's stream to the planner's list, and `ncclLaunchPrepare` makes the plans
+//! (RMA and collective) wait for the earlier work of every stream in that list and
+//! every stream's later work wait for the plans (`ncclLaunchFinish`). Here each
+//! deferred operation of a communicator (one-sided calls, and its collectives as one
+//! unit) is registered on every stream that the communicator's operations of the
+//! group named: it starts after the earlier work of all of them, and later work on
+//! any of them starts after it. Groups do not join the streams of different
+//! communicators (NCCL plans each communicator apart).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -25,8 +35,18 @@ use crate::stream::Stream;
 
 pub(crate) use crate::profiler::ApiTag;
 
-/// A deferred one-sided call: its RMA context and what hands it to the RMA thread.
-pub(crate) type RmaTask = (usize, Box<dyn FnOnce() -> Result<(), Error>>);
+/// What hands a checked one-sided call to its RMA thread, ordered behind (and before
+/// the later work of) each of the streams it is given.
+pub(crate) type RmaSubmit = Box<dyn FnOnce(&[&Stream]) -> Result<(), Error>>;
+
+/// A deferred one-sided call: its RMA context, communicator and stream, and its
+/// hand-over.
+pub(crate) struct RmaTask {
+    ctx: usize,
+    comm: Arc<ProxyHandle>,
+    stream: Stream,
+    submit: RmaSubmit,
+}
 
 #[derive(Default)]
 struct GroupState {
@@ -65,22 +85,30 @@ pub fn group_end() -> Result<(), Error> {
             (Vec::new(), Vec::new(), false)
         })
     })?;
-    // Partition by communicator, keeping the order of first appearance.
+    // Partition by communicator, keeping the order of first appearance; each
+    // communicator's streams are those of its one-sided calls and collectives.
     type PerComm = (Arc<ProxyHandle>, Vec<CollArgs>, Vec<Stream>, Vec<ApiTag>);
     let mut comms: Vec<PerComm> = Vec::new();
-    for (c, a, s, t) in ops {
-        let i = match comms.iter().position(|(x, ..)| Arc::ptr_eq(x, &c)) {
+    let slot = |comms: &mut Vec<PerComm>, c: &Arc<ProxyHandle>, s: &Stream| {
+        let i = match comms.iter().position(|(x, ..)| Arc::ptr_eq(x, c)) {
             Some(i) => i,
             None => {
-                comms.push((c, Vec::new(), Vec::new(), Vec::new()));
+                comms.push((c.clone(), Vec::new(), Vec::new(), Vec::new()));
                 comms.len() - 1
             }
         };
+        if !comms[i].2.iter().any(|x| x.same(s)) {
+            comms[i].2.push(s.clone());
+        }
+        i
+    };
+    for t in &rma {
+        slot(&mut comms, &t.comm, &t.stream);
+    }
+    for (c, a, s, t) in ops {
+        let i = slot(&mut comms, &c, &s);
         comms[i].1.push(a);
         comms[i].3.push(t);
-        if !comms[i].2.iter().any(|x| x.same(&s)) {
-            comms[i].2.push(s);
-        }
     }
     if outermost {
         api_group_end_start();
@@ -89,13 +117,20 @@ pub fn group_end() -> Result<(), Error> {
     // One-sided calls first (NCCL's RMA plans precede the collective ones), context by
     // context (`scheduleRmaTasksToPlan` drains the lowest non-empty context queue
     // first), in call order within a context: a stable sort.
-    rma.sort_by_key(|(ctx, _)| *ctx);
-    for (_, task) in rma {
-        if let Err(e) = task() {
+    rma.sort_by_key(|t| t.ctx);
+    for t in rma {
+        let streams = comms
+            .iter()
+            .find(|(x, ..)| Arc::ptr_eq(x, &t.comm))
+            .map_or_else(|| vec![&t.stream], |(_, _, ss, _)| ss.iter().collect());
+        if let Err(e) = (t.submit)(&streams) {
             first_err.get_or_insert(e);
         }
     }
     for (c, colls, streams, tags) in comms {
+        if colls.is_empty() {
+            continue;
+        }
         let what = crate::coll::WorkWhat::of(&colls);
         let refs: Vec<&Stream> = streams.iter().collect();
         if let Err(e) = c.submit(colls.into(), tags.into(), &refs, what) {
@@ -190,18 +225,25 @@ pub fn in_group() -> bool {
     GROUP.with(|g| g.borrow().depth > 0)
 }
 
-/// Defers a one-sided call of context `ctx` to the open group's end; returns it back
-/// when no group is open.
+/// Defers a one-sided call of context `ctx` on communicator `comm` and `stream` to
+/// the open group's end; returns it back when no group is open.
 pub(crate) fn try_defer_rma(
     ctx: usize,
-    task: Box<dyn FnOnce() -> Result<(), Error>>,
-) -> Option<Box<dyn FnOnce() -> Result<(), Error>>> {
+    comm: &Arc<ProxyHandle>,
+    stream: &Stream,
+    submit: RmaSubmit,
+) -> Option<RmaSubmit> {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
         if g.depth == 0 {
-            return Some(task);
+            return Some(submit);
         }
-        g.rma.push((ctx, task));
+        g.rma.push(RmaTask {
+            ctx,
+            comm: comm.clone(),
+            stream: stream.clone(),
+            submit,
+        });
         None
     })
 }

@@ -345,8 +345,22 @@ fn no_rma_plugin_is_a_clear_error() {
                 m.contains("no RMA plugin") && m.contains("NCCL_SOCKET_RMA_ENABLE=1") && m.contains("rank 0"),
                 "{m}"
             );
-            let e = c.signal(0, 0, 0, 0, &Stream::new()).expect_err("still unavailable");
-            assert!(e.to_string().contains("no RMA plugin"), "{e}");
+            // The one-sided calls then answer as NCCL 2.30.7's rmaTaskAppend answers
+            // !comm->hostRmaSupport: ncclInvalidArgument (registration: ncclInvalidUsage,
+            // as its ncclRmaProxyConnectOnce without a plugin).
+            let s = Stream::new();
+            let e = c.signal(0, 0, 0, 0, &s).expect_err("still unavailable");
+            assert!(
+                matches!(&e, Error::InvalidArgument(m) if m.contains("host RMA is not supported") && m.contains("no RMA plugin")),
+                "{e:?}"
+            );
+            let e = c
+                .wait_signal(&[desc(1 - c.rank(), 1)], &s)
+                .expect_err("still unavailable");
+            assert!(
+                matches!(&e, Error::InvalidArgument(m) if m.contains("no RMA plugin")),
+                "{e:?}"
+            );
             assert!(c.rma_status().is_err());
         },
     );
@@ -433,6 +447,14 @@ fn num_rma_ctx_sets_the_contexts_and_zero_disables() {
             // SAFETY: nothing is registered (the call fails).
             let e = unsafe { c.window_register(b.as_mut_ptr(), b.len()) }.expect_err("RMA disabled");
             assert!(e.to_string().contains("disabled"), "{e}");
+            // ncclSignal with numRmaCtx 0: ctx 0 is out of range, ncclInvalidArgument.
+            let e = c
+                .signal(1 - c.rank(), 0, 0, 0, &Stream::new())
+                .expect_err("RMA disabled");
+            assert!(
+                matches!(&e, Error::InvalidArgument(m) if m.contains("disabled")),
+                "{e:?}"
+            );
         },
     );
 }
@@ -587,6 +609,95 @@ fn group_mixes_allreduce_and_puts() {
             for (i, v) in recv.iter().enumerate() {
                 let want = (0..n).map(|q| (i + q) as f32).sum::<f32>();
                 assert_eq!(*v, want, "rank {r}: AllReduce element {i}");
+            }
+            c.barrier().expect("barrier");
+            c.window_deregister(sw).expect("deregister src");
+            c.window_deregister(dw).expect("deregister dst");
+        },
+    );
+}
+
+/// Inside a group, a communicator's operations are joined over the streams they
+/// name, as NCCL 2.30.7's `ncclLaunchPrepare` (`src/enqueue.cc`) joins the planner's
+/// streams: rank 0's group has a put on stream B and an AllReduce on stream A, and
+/// stream B holds, from before the group, a wait for a signal that rank 1 sends only
+/// after rank 0 has looked at stream A. So the AllReduce on A cannot have finished
+/// then (without the join it ran at once, rank 1's AllReduce being there), and it
+/// completes once the signal comes.
+#[test]
+fn group_joins_the_streams_of_a_communicators_operations() {
+    const CHUNK: usize = 256;
+    const COUNT: usize = 64;
+    let looked = std::sync::Barrier::new(2);
+    ranks(
+        2,
+        || config(T),
+        |c| {
+            let r = c.rank();
+            let mut src = pattern(CHUNK, r);
+            let mut dst = vec![0u8; CHUNK];
+            // SAFETY: both buffers outlive the windows (deregistered below).
+            let (sw, dw) = unsafe {
+                (
+                    c.window_register(src.as_mut_ptr(), src.len()).expect("register src"),
+                    c.window_register(dst.as_mut_ptr(), dst.len()).expect("register dst"),
+                )
+            };
+            let send: Vec<f32> = (0..COUNT).map(|i| (i + r) as f32).collect();
+            let mut recv = vec![0f32; COUNT];
+            let (a, b) = (Stream::new(), Stream::new());
+            if r == 0 {
+                c.wait_signal(&[desc(1, 1)], &b).expect("wait_signal on B");
+                ferroccl::group_start();
+                // SAFETY: the buffers live until the synchronizes below.
+                unsafe {
+                    c.put_signal(src.as_ptr(), CHUNK, DataType::Uint8, 1, &dw, 0, 0, 0, 0, &b)
+                        .expect("put_signal in a group");
+                    c.all_reduce(
+                        send.as_ptr().cast(),
+                        recv.as_mut_ptr().cast(),
+                        COUNT,
+                        DataType::Float32,
+                        ferroccl::RedOp::Sum,
+                        &a,
+                    )
+                    .expect("all_reduce in a group");
+                }
+                ferroccl::group_end().expect("group_end");
+                // The AllReduce follows the wait on B, whose signal is not sent yet;
+                // given time to finish if it (wrongly) could.
+                let early = a.synchronize_timeout(Some(Duration::from_secs(2)));
+                // Release rank 1 before judging, so that a failure here cannot leave
+                // it waiting on the barrier.
+                looked.wait();
+                assert!(
+                    matches!(early, Err(Error::Timeout(_))),
+                    "rank 0: the group's AllReduce on stream A ran before the earlier wait on stream B: {early:?}"
+                );
+            } else {
+                // SAFETY: the buffers live until the synchronizes below.
+                unsafe {
+                    c.all_reduce(
+                        send.as_ptr().cast(),
+                        recv.as_mut_ptr().cast(),
+                        COUNT,
+                        DataType::Float32,
+                        ferroccl::RedOp::Sum,
+                        &a,
+                    )
+                }
+                .expect("all_reduce");
+                looked.wait();
+                c.signal(0, 0, 0, 0, &b).expect("signal");
+                c.wait_signal(&[desc(0, 1)], &b).expect("wait for rank 0's put");
+            }
+            a.synchronize().unwrap_or_else(|e| panic!("rank {r}: stream A: {e}"));
+            b.synchronize().unwrap_or_else(|e| panic!("rank {r}: stream B: {e}"));
+            for (i, v) in recv.iter().enumerate() {
+                assert_eq!(*v, (2 * i + 1) as f32, "rank {r}: AllReduce element {i}");
+            }
+            if r == 1 {
+                assert_eq!(dst, pattern(CHUNK, 0), "rank 1: the put from rank 0");
             }
             c.barrier().expect("barrier");
             c.window_deregister(sw).expect("deregister src");

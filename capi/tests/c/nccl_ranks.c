@@ -15,6 +15,9 @@
  *   rma          one-sided: windows, ncclPutSignal then ncclWaitSignal to the
  *                next rank (data checked), ncclSignal, a group of a put, a
  *                wait and an AllReduce, argument errors, deregistration (needs NCCL_SOCKET_RMA_ENABLE=1)
+ *   rmanone      no RMA plugin (NCCL_SOCKET_RMA_ENABLE=0): NCCL 2.30.7's codes, window
+ *                registration ncclInvalidUsage (ncclRmaProxyConnectOnce), then ncclSignal
+ *                and ncclWaitSignal ncclInvalidArgument (rmaTaskAppend, !hostRmaSupport)
  * Prints "libnccl: <file>" (the library the loader chose) and "ok MODE rank R".
  */
 #define _GNU_SOURCE
@@ -477,6 +480,22 @@ static void mode_rma(ncclComm_t comm) {
   free(dst);
 }
 
+static void mode_rmanone(ncclComm_t comm) {
+  int next = (rank + 1) % nranks, prev = (rank + nranks - 1) % nranks;
+  int32_t buf[16] = {0};
+  ncclWindow_t w = NULL;
+  /* Before any window: RMA not initialised yet (NCCL: ncclInvalidUsage). */
+  EXPECT_CODE(ncclSignal(next, 0, 0, 0, comm, NULL), ncclInvalidUsage, "register a window");
+  EXPECT_CODE(ncclCommWindowRegister(comm, buf, sizeof buf, &w, NCCL_WIN_COLL_SYMMETRIC), ncclInvalidUsage,
+              "no RMA plugin");
+  EXPECT(w == NULL, "a window came back without an RMA plugin");
+  EXPECT_CODE(ncclSignal(next, 0, 0, 0, comm, NULL), ncclInvalidArgument, "host RMA is not supported");
+  ncclWaitSignalDesc_t d = {1, prev, 0, 0};
+  EXPECT_CODE(ncclWaitSignal(1, &d, comm, NULL), ncclInvalidArgument, "host RMA is not supported");
+  CHECK(ncclAllReduce(buf, buf, 1, ncclInt32, ncclSum, comm, NULL)); /* the comm still works */
+  CHECK(ncclCommDestroy(comm));
+}
+
 static void hex(const ncclUniqueId* id, char* out) {
   for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) sprintf(out + 2 * i, "%02x", (unsigned char)id->internal[i]);
 }
@@ -491,7 +510,7 @@ static void unhex(const char* s, ncclUniqueId* id) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s colls|nonblocking|abort|errors|onethread|rma NRANKS\n", argv[0]);
+    fprintf(stderr, "usage: %s colls|nonblocking|abort|errors|onethread|rma|rmanone NRANKS\n", argv[0]);
     return 1;
   }
   const char* mode = argv[1];
@@ -535,6 +554,10 @@ int main(int argc, char** argv) {
     ncclComm_t comm;
     CHECK(ncclCommInitRank(&comm, nranks, id, rank));
     mode_rma(comm);
+  } else if (strcmp(mode, "rmanone") == 0) {
+    ncclComm_t comm;
+    CHECK(ncclCommInitRank(&comm, nranks, id, rank));
+    mode_rmanone(comm);
   } else if (strcmp(mode, "nonblocking") == 0) {
     mode_nonblocking(id);
   } else if (strcmp(mode, "abort") == 0) {

@@ -16,10 +16,14 @@
 //!   `ncclConfig_t.numRmaCtx`, default 1, `NCCL_NUM_RMA_CTX` over it; 0 disables the
 //!   one-sided calls, `comm::params::resolve_num_rma_ctx`) and the
 //!   communicator's traffic class, and the signal window (`regMrSym` with
-//!   `NCCL_NET_MR_FLAG_FORCE_SO`, as NCCL registers its signal buffer). A communicator
-//!   without a usable RMA plugin gets [`Error::InvalidUsage`] from every one-sided
-//!   call, naming why (NCCL returns `ncclInvalidArgument` when
-//!   `!comm->hostRmaSupport`, `src/enqueue.cc`).
+//!   `NCCL_NET_MR_FLAG_FORCE_SO`, as NCCL registers its signal buffer). On a
+//!   communicator without a usable RMA plugin, window registration fails with
+//!   [`Error::InvalidUsage`] (NCCL's `ncclRmaProxyConnectOnce`: "RMA not supported.",
+//!   `ncclInvalidUsage`) and `put_signal` / `signal` / `wait_signal` with
+//!   [`Error::InvalidArgument`] (NCCL's `rmaTaskAppend`, `src/enqueue.cc`, on
+//!   `!comm->hostRmaSupport`: `ncclInvalidArgument`), each naming why; a `signal` or
+//!   `wait_signal` before any window registration gets [`Error::InvalidUsage`] (NCCL
+//!   likewise, "called before RMA is initialized").
 //! * **Windows** are symmetric (`NCCL_WIN_COLL_SYMMETRIC`): every rank registers its
 //!   windows in the same order (`regMrSym`); the registration all-gathers the sizes,
 //!   which doubles as the barrier after which peers may target the window.
@@ -43,8 +47,11 @@
 //!   call order within each context, lower contexts first, and before the group's
 //!   collectives (NCCL 2.30.7: `src/enqueue.cc` `rmaTaskAppend` queues them per
 //!   context; `ncclLaunchPrepare` schedules the RMA plans, `src/rma/rma.cc`
-//!   `scheduleRmaTasksToPlan`, before the collective ones; each still runs behind
-//!   the earlier work of its stream). `group_end` returns the first error of
+//!   `scheduleRmaTasksToPlan`, before the collective ones). Streams are joined per
+//!   communicator as NCCL's `ncclLaunchPrepare` joins the planner's: each of the
+//!   group's operations runs behind the earlier work of every stream the
+//!   communicator's operations in the group named, and later work on any of them
+//!   runs after it (`group.rs`). `group_end` returns the first error of
 //!   handing them over; run-time errors are reported by the stream, as outside a
 //!   group.
 //! * **Bounded**: every wait (a request, a signal, the stream's earlier work) is bounded
@@ -633,6 +640,25 @@ impl RmaSlot {
         }
     }
 
+    /// The connected state for a one-sided call (`ncclPutSignal`, `ncclSignal`,
+    /// `ncclWaitSignal`): as [`Self::core`] without initialising, but a communicator on
+    /// which RMA is unavailable (no usable RMA plugin, its connect failed, or
+    /// `numRmaCtx` 0) gets [`Error::InvalidArgument`], as NCCL 2.30.7's
+    /// `src/enqueue.cc` (`rmaTaskAppend`) answers `!comm->hostRmaSupport` ("One sided
+    /// RMA: host RMA is not supported in this communicator", `ncclInvalidArgument`).
+    /// A call before any window registration stays [`Error::InvalidUsage`] (NCCL:
+    /// "ncclSignal/ncclWaitSignal called before RMA is initialized", `ncclInvalidUsage`),
+    /// as does a finalized communicator.
+    fn core_for_call(&self, comm: &CommInner) -> Result<Arc<RmaCore>> {
+        let unavailable = self.nctx == 0 || matches!(*self.lock(), State::Failed(_));
+        match self.core(comm, false) {
+            Err(Error::InvalidUsage(m)) if unavailable => Err(Error::InvalidArgument(format!(
+                "one sided RMA: host RMA is not supported in this communicator: {m}"
+            ))),
+            r => r,
+        }
+    }
+
     /// NCCL's connect sequence (module docs); every rank reaches the same verdict.
     fn connect(&self, comm: &CommInner) -> Result<Live> {
         let params = RmaParams::read()?;
@@ -778,8 +804,10 @@ impl RmaSlot {
         })
     }
 
-    /// Queues `op` behind `stream`'s earlier work.
-    fn submit(&self, op: Op, what: WorkWhat, stream: &Stream) -> Result<()> {
+    /// Queues `op` behind the earlier work of each of `streams` (one stream outside a
+    /// group; inside one, every stream of the communicator's operations in the group,
+    /// whose later work then waits for `op` too: `group.rs`).
+    fn submit(&self, op: Op, what: WorkWhat, streams: &[&Stream]) -> Result<()> {
         let mut st = self.lock();
         let State::Live(l) = &mut *st else {
             return Err(Error::InvalidUsage(
@@ -788,7 +816,12 @@ impl RmaSlot {
         };
         let done = Completion::new();
         let mut deps = Deps::new();
-        stream.push(done.clone(), what, &mut deps)?;
+        for s in streams {
+            if let Err(e) = s.push(done.clone(), what, &mut deps) {
+                done.complete(Err(e.clone()));
+                return Err(e);
+            }
+        }
         l.last = Some(done.clone());
         let job = Job {
             op,
@@ -847,7 +880,9 @@ impl Comm {
     /// registration initialises the RMA plugin (module docs).
     ///
     /// Errors: [`Error::InvalidUsage`] without a usable RMA plugin (naming why, the
-    /// same on every rank); [`Error::InvalidArgument`] for a NULL or empty buffer;
+    /// same on every rank; NCCL 2.30.7's `src/rma/rma_proxy.cc`
+    /// `ncclRmaProxyConnectOnce` answers a missing plugin with `ncclInvalidUsage`, "RMA
+    /// not supported."; the one-sided calls after it get [`Error::InvalidArgument`]); [`Error::InvalidArgument`] for a NULL or empty buffer;
     /// `regMrSym` failing on any rank (every rank fails, naming it).
     ///
     /// # Safety
@@ -921,7 +956,8 @@ impl Comm {
     /// context `ctx` for this rank, once the data is visible there. Enqueued on
     /// `stream` (returns at once); completes when the plugin reports the put done.
     ///
-    /// Errors (at enqueue): no RMA plugin ([`Error::InvalidUsage`]); `flags != 0`,
+    /// Errors (at enqueue): RMA unavailable on this communicator (no usable RMA
+    /// plugin, or `numRmaCtx` 0: [`Error::InvalidArgument`], as NCCL); `flags != 0`,
     /// `sig_idx`/`ctx`/`peer` out of range, `src` not inside a window registered on
     /// this communicator, the target range outside `peer`'s window
     /// ([`Error::InvalidArgument`]). At run time (reported by `stream.synchronize()`):
@@ -944,7 +980,7 @@ impl Comm {
         stream: &Stream,
     ) -> Result<()> {
         const OP: &str = "PutSignal";
-        let core = self.inner.rma.core(&self.inner, false)?;
+        let core = self.inner.rma.core_for_call(&self.inner)?;
         core.check_common(OP, peer, sig_idx, ctx, flags)?;
         let bytes = bytes_of(OP, count, dtype)?;
         if win.inner.owner != core.id || !win.inner.live.load(Ordering::Acquire) {
@@ -997,7 +1033,7 @@ impl Comm {
     /// must be initialised (a window registered, or `NCCL_RMA_EAGER_INIT=1`).
     pub fn signal(&self, peer: usize, sig_idx: usize, ctx: usize, flags: u32, stream: &Stream) -> Result<()> {
         const OP: &str = "Signal";
-        let core = self.inner.rma.core(&self.inner, false)?;
+        let core = self.inner.rma.core_for_call(&self.inner)?;
         core.check_common(OP, peer, sig_idx, ctx, flags)?;
         let base = core.sig.as_ptr() as *mut u8;
         let put = Put {
@@ -1022,12 +1058,13 @@ impl Comm {
     /// than earlier waits consumed. Enqueued on `stream`; later work on the stream runs
     /// after it, so the data of the puts it waited for can be read then.
     ///
-    /// Errors: at enqueue, an out-of-range descriptor ([`Error::InvalidArgument`]) or
-    /// no RMA plugin; at run time, [`Error::Timeout`] naming the peer and the counts
+    /// Errors: at enqueue, an out-of-range descriptor or RMA unavailable
+    /// ([`Error::InvalidArgument`]), no window registered yet ([`Error::InvalidUsage`]);
+    /// at run time, [`Error::Timeout`] naming the peer and the counts
     /// when the signals do not arrive within the communicator's timeout.
     pub fn wait_signal(&self, descs: &[WaitSignalDesc], stream: &Stream) -> Result<()> {
         const OP: &str = "WaitSignal";
-        let core = self.inner.rma.core(&self.inner, false)?;
+        let core = self.inner.rma.core_for_call(&self.inner)?;
         for d in descs {
             core.check_common(OP, d.peer, d.sig_idx, d.ctx, 0)?;
         }
@@ -1038,11 +1075,11 @@ impl Comm {
     /// Hands a checked one-sided call to the RMA thread, or, inside a group, defers
     /// that to the outermost `group_end` (module docs, "Groups").
     fn rma_enqueue(&self, op: Op, what: WorkWhat, stream: &Stream, ctx: usize) -> Result<()> {
-        let (inner, stream) = (self.inner.clone(), stream.clone());
-        let task = Box::new(move || inner.rma.submit(op, what, &stream));
-        match crate::group::try_defer_rma(ctx, task) {
+        let inner = self.inner.clone();
+        let task: crate::group::RmaSubmit = Box::new(move |streams| inner.rma.submit(op, what, streams));
+        match crate::group::try_defer_rma(ctx, &self.inner.proxy, stream, task) {
             None => Ok(()),
-            Some(task) => task(),
+            Some(task) => task(&[stream]),
         }
     }
 

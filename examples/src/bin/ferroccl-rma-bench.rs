@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_RMA_ENABLE=1 \
-//!   ferroccl-rma-bench [--plugin socket] [--sizes 64K,256K,1M,4M,16M,64M] [--rounds 5] [--window 8] [--bytes 256M]
+//!   ferroccl-rma-bench [--plugin socket] [--sizes 64K,256K,1M,4M,16M,64M] [--rounds 5] [--window 8] [--bytes 256M] [--put-only]
 //! ```
 //!
 //! Two ranks, threads of this process, on the plugin's device 0. In every round, for
@@ -77,6 +77,9 @@ struct Args {
     rounds: usize,
     window: usize,
     bytes: usize,
+    /// `--put-only`: time only the puts (the send columns print 0; the IB guest's
+    /// comparison against `ib_write_bw` needs no two-sided figure).
+    put_only: bool,
 }
 
 fn args() -> Args {
@@ -86,6 +89,7 @@ fn args() -> Args {
         rounds: 5,
         window: 8,
         bytes: 256 << 20,
+        put_only: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -96,9 +100,10 @@ fn args() -> Args {
             "--rounds" => a.rounds = v().parse().expect("--rounds N"),
             "--window" => a.window = v().parse().expect("--window N"),
             "--bytes" => a.bytes = parse_size(&v()),
+            "--put-only" => a.put_only = true,
             "-h" | "--help" => {
                 println!(
-                    "ferroccl-rma-bench [--plugin socket] [--sizes 64K,...,64M] [--rounds 5] [--window 8] [--bytes 256M]"
+                    "ferroccl-rma-bench [--plugin socket] [--sizes 64K,...,64M] [--rounds 5] [--window 8] [--bytes 256M] [--put-only]"
                 );
                 std::process::exit(0);
             }
@@ -361,7 +366,9 @@ fn main() {
         .expect("regMrSym");
     let _ = (m1s, m0d);
     // Warm-up: one of each at the largest size.
-    run_send(&np, &mut nb, nmr, max, 2, a.window);
+    if !a.put_only {
+        run_send(&np, &mut nb, nmr, max, 2, a.window);
+    }
     run_put(&rp, [m0s, m1d], max, 2, a.window);
     let mut rows = Vec::new();
     for &size in &a.sizes {
@@ -375,6 +382,9 @@ fn main() {
             stamp(&mut rsrc, size, v);
             let gb = (size * iters) as f64 / 1e9;
             let mut do_send = || {
+                if a.put_only {
+                    return (0.0, 0.0);
+                }
                 let c = cpu_s();
                 let s = run_send(&np, &mut nb, nmr, size, iters, a.window);
                 let c = cpu_s() - c;

@@ -63,10 +63,14 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 pub const WINDOW_WAIT: Duration = Duration::from_secs(60);
 /// Longest a post waits for room in a peer's send queue.
 pub const POST_WAIT: Duration = Duration::from_secs(60);
-/// Send-queue depth of each RMA QP (every work request is signalled).
+/// Send-queue depth of each RMA QP (the last work request of every operation is
+/// signalled; RC completes a QP's work in order, so its completion retires the
+/// unsignalled ones before it).
 const SQ_DEPTH: usize = 1024;
-/// `test` calls between two looks at the side channels of peers with pending work.
-const LIVENESS_EVERY: u64 = 16;
+/// `test` calls that found work pending between two looks at the side channel of the
+/// peer (a `recv` system call each; a dead peer's QP also reports itself through the
+/// CQ once its retries run out).
+const LIVENESS_EVERY: u64 = 256;
 /// Bits of a work request id that hold the sequence number (the peer is above).
 const SEQ_BITS: u32 = 40;
 
@@ -203,10 +207,9 @@ struct PeerQp {
     qp: Qp,
     /// Sequence number of the last work request posted.
     posted: u64,
-    /// Sequence number of the last work request completed (in order, RC).
+    /// Sequence number of the last work request completed (in order, RC: a signalled
+    /// completion retires every unsignalled request before it).
     done: u64,
-    /// Work requests posted and not completed.
-    inflight: usize,
     /// Why the peer is unusable, once it is.
     dead: Option<NetError>,
 }
@@ -333,7 +336,6 @@ impl Group {
                     continue;
                 }
                 let p = &mut st.peers[peer];
-                p.inflight = p.inflight.saturating_sub(1);
                 if wc.status == sys::ibv_wc_status::IBV_WC_SUCCESS {
                     p.done = p.done.max(seq);
                 } else {
@@ -449,7 +451,9 @@ impl Group {
         wins.get(peer).and_then(|w| w.gone.clone())
     }
 
-    /// Posts `wrs` (chained here) to `peer`, all signalled; the request of the last.
+    /// Posts `wrs` (chained here, one operation) to `peer`, only the last signalled
+    /// (as NCCL 2.30.7's IB transport signals only the last WR of a send's chain,
+    /// `src/transport/net_ib/p2p.cc` `ncclIbMultiSend`); the request of the last.
     fn post(self: &Arc<Self>, peer: usize, wrs: &mut [sys::ibv_send_wr]) -> NetResult<IbRmaReq> {
         if peer >= self.nranks {
             return Err(NetError::InvalidArgument(format!(
@@ -470,7 +474,8 @@ impl Group {
             if let Some(e) = &st.peers[peer].dead {
                 return Err(e.clone());
             }
-            if st.peers[peer].inflight + wrs.len() <= SQ_DEPTH {
+            let p = &st.peers[peer];
+            if (p.posted - p.done) as usize + wrs.len() <= SQ_DEPTH {
                 break;
             }
             self.poll(&mut st)?;
@@ -486,8 +491,8 @@ impl Group {
         let n = wrs.len();
         for (i, w) in wrs.iter_mut().enumerate() {
             w.wr_id = wr_id(peer, first + i as u64);
-            w.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
         }
+        wrs[n - 1].send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
         for i in 0..n - 1 {
             let next: *mut sys::ibv_send_wr = &mut wrs[i + 1];
             wrs[i].next = next;
@@ -498,7 +503,6 @@ impl Group {
         }
         let p = &mut st.peers[peer];
         p.posted += n as u64;
-        p.inflight += n;
         Ok(IbRmaReq {
             g: self.clone(),
             peer,
@@ -523,7 +527,7 @@ impl Group {
         if st.polls.is_multiple_of(LIVENESS_EVERY)
             && let Some(why) = self.peer_gone(req.peer)
         {
-            let pending = st.peers[req.peer].inflight;
+            let pending = st.peers[req.peer].posted - st.peers[req.peer].done;
             let e = NetError::Remote(format!(
                 "peer rank {} {why}, with {pending} RMA work request(s) outstanding on {}:{}",
                 req.peer, self.dev.name, self.dev.port
@@ -832,7 +836,6 @@ impl Rma for IbRma {
                 qp,
                 posted: 0,
                 done: 0,
-                inflight: 0,
                 dead: None,
             })
             .collect();
