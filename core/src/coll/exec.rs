@@ -909,6 +909,27 @@ unsafe fn dmove(b: &dyn Backend, dst: *mut u8, src: *const u8, n: usize) -> Resu
 /// # Safety
 /// As [`compute`], with every operand reachable from `b`'s GPU ([`device_for`]).
 unsafe fn compute_dev(op: &SliceOp, b: &dyn Backend, recvd: &[*mut u8], out: &Outgoing) -> Result<(), Error> {
+    // The step's launches are enqueued in order and waited for once (one
+    // synchronize per step, as NCCL's one kernel per operation never
+    // synchronizes between a step's loads, reduces and stores).
+    let Some(q) = b.enqueuer() else {
+        // SAFETY: the caller's contract.
+        return unsafe { compute_dev_on(op, b, recvd, out) };
+    };
+    // SAFETY: the caller's contract; nothing reads or writes the step's
+    // operands before `wait_enqueued` returns (the slots are pushed after).
+    let r = unsafe { compute_dev_on(op, q, recvd, out) };
+    // Wait even when an enqueue failed: what was enqueued still runs.
+    let w = b.wait_enqueued();
+    r?;
+    Ok(w?)
+}
+
+/// [`compute_dev`]'s launches on `b` (an enqueuer or a waiting backend).
+///
+/// # Safety
+/// As [`compute_dev`].
+unsafe fn compute_dev_on(op: &SliceOp, b: &dyn Backend, recvd: &[*mut u8], out: &Outgoing) -> Result<(), Error> {
     let n = op.bytes;
     let prim = op.prim;
     let ns = op.send_to.len();
