@@ -30,7 +30,7 @@ use std::time::Duration;
 use coll_support::{assert_all_ok, join, launch, role};
 use ferroccl::{DataType, RedOp, Scalar, TestOp};
 use ferroccl_kernels::hostreg::{self, HostRegHook};
-use mock_gpu::{CALLS, STAGING_OK, gpu0, proc_mem, run_device};
+use mock_gpu::{CALLS, QUEUED, STAGING_OK, WAITS, gpu0, proc_mem, run_device};
 
 const WORKER: &str = "device_steps_worker";
 const LIMIT: Duration = Duration::from_secs(240);
@@ -146,15 +146,27 @@ fn device_steps_worker() {
                 for in_place in [false, true] {
                     let (d0, s0) = ferroccl::device_step_counts();
                     let c0 = CALLS.load(Ordering::Relaxed);
+                    let (q0, w0) = (QUEUED.load(Ordering::Relaxed), WAITS.load(Ordering::Relaxed));
                     if std::env::var_os("DEVICE_STEPS_DEBUG").is_some() {
                         eprintln!("case {top:?} {dtype} {op} count {count} in_place {in_place}");
                     }
                     let w = run_device(&comm, &gpu0(), top, dtype, op, count, in_place, 1);
                     let (d1, s1) = ferroccl::device_step_counts();
                     let calls = CALLS.load(Ordering::Relaxed) - c0;
+                    let queued = QUEUED.load(Ordering::Relaxed) - q0;
+                    let waits = WAITS.load(Ordering::Relaxed) - w0;
                     let what = format!("{top:?} {dtype} {op} count {count} in_place {in_place}");
                     if w > 0 {
                         bad.push(format!("{what}: {w} wrong"));
+                    }
+                    // A device step's launches are enqueued (run only when the
+                    // step waits, so a step that pushed its slots first would
+                    // have sent stale bytes) and waited for once per step.
+                    if !refused && (queued == 0 || waits == 0 || waits > d1 - d0) {
+                        bad.push(format!(
+                            "{what}: {queued} launches enqueued, {waits} waits for {} device steps",
+                            d1 - d0
+                        ));
                     }
                     if refused {
                         if d1 != d0 || calls != 0 || s1 == s0 {

@@ -56,6 +56,23 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// `nranks` (truncating toward zero); no-op for every other op/type.
     fn post_op(&self, buf: &mut [u8], op: &DevRedOp) -> Result<(), KernelError>;
 
+    /// A form of this backend whose raw methods (`*_raw`) may return before
+    /// their work has run: work enqueued through it runs in the order it was
+    /// enqueued, and all of it has run once [`Backend::wait_enqueued`] on
+    /// `self` returns (CUDA: launches on the backend's stream, then one
+    /// `cuStreamSynchronize`). `None` (the default, the CPU backend): every raw
+    /// method has finished when it returns. Nothing may read what such work
+    /// writes, or write what it reads, before `wait_enqueued` returns.
+    fn enqueuer(&self) -> Option<&dyn Backend> {
+        None
+    }
+
+    /// Waits until everything enqueued through [`Backend::enqueuer`] has run,
+    /// and returns the first error it met (a kernel fault).
+    fn wait_enqueued(&self) -> Result<(), KernelError> {
+        Ok(())
+    }
+
     // ---- Raw-address forms: the memory-space-aware entry points ----
     //
     // The slice methods above need memory the host may dereference. The executor

@@ -158,6 +158,46 @@ fn device_kernels_match_the_reference() {
 /// times in 7,200 cases (issue 28: the pageable upload's DMA still in flight
 /// on the legacy stream while the kernel ran on the backend's non-blocking
 /// stream). 64 rounds each of uint8 and bfloat16 sums, in place.
+/// The executor's one wait per step: launches through the vouched backend's
+/// enqueuer run in stream order (each reading what the one before wrote) and
+/// have all run when `wait_enqueued` returns.
+#[test]
+fn enqueued_launches_run_in_order_before_the_wait() {
+    let Some(gpu) = gpu("enqueued_launches_run_in_order_before_the_wait") else {
+        return;
+    };
+    let v = gpu.vouched();
+    let q = v.enqueuer().expect("the vouched CUDA backend has an enqueuer");
+    let t = DataType::Float32;
+    let count = (1usize << 22) + 3;
+    let n = count * t.size();
+    let sum = DevRedOp::new(t, RedOp::Sum, 2).unwrap();
+    let (a, b) = (random(7, t, count), random(8, t, count));
+    let (da, db) = (upload(&a, 0), upload(&b, 0));
+    let (x, y) = (upload(&vec![0u8; n], 0), upload(&vec![0u8; n], 0));
+    for round in 0..8 {
+        // x = a; y = x + b; x = y + b; y = x (each launch reads its predecessor's output).
+        // SAFETY: live, disjoint device ranges of n bytes each.
+        unsafe {
+            q.copy_raw(x.as_ptr(), da.as_ptr(), n).unwrap();
+            q.reduce_raw(y.as_ptr(), x.as_ptr(), db.as_ptr(), n, &sum, Pre::None)
+                .unwrap();
+            q.reduce_raw(x.as_ptr(), y.as_ptr(), db.as_ptr(), n, &sum, Pre::None)
+                .unwrap();
+            q.copy_raw(y.as_ptr(), x.as_ptr(), n).unwrap();
+        }
+        v.wait_enqueued().unwrap();
+        let mut ab = vec![0u8; n];
+        reference::reduce(&mut ab, &a, &b, &sum, Pre::None);
+        let mut want = vec![0u8; n];
+        reference::reduce(&mut want, &ab, &b, &sum, Pre::None);
+        assert!(
+            same(t, &download(&y, 0, n), &want),
+            "round {round}: enqueued launches out of order or unfinished"
+        );
+    }
+}
+
 #[test]
 fn an_upload_is_complete_before_the_next_kernel() {
     let Some(gpu) = gpu("an_upload_is_complete_before_the_next_kernel") else {

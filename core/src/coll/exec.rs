@@ -133,6 +133,50 @@ pub(crate) struct ExecCx<'a> {
     /// registered some and has not released them all): without any, no step
     /// is sent from user memory, so neither `user_busy` nor `user_reg` is asked.
     pub user_regs: bool,
+    /// Where device steps go whose launches were enqueued but not yet waited
+    /// for ([`Pending`]); `None`: each device step waits for its own launches.
+    pub pending: Option<&'a mut Vec<Pending>>,
+}
+
+/// A device step whose launches are enqueued on its GPU's stream and whose
+/// sends and receives are not yet pushed and released: the proxy waits once
+/// for every lane's pending step of a pass ([`Pending::wait_all`]) and then
+/// completes each ([`Pending::complete`]), one synchronize per pass instead
+/// of one per step (issue 28). Until then the lane runs no further step (its
+/// next slots are the ones this step still holds).
+pub(crate) struct Pending {
+    backend: &'static dyn Backend,
+    lane: Lane,
+    out: Outgoing,
+}
+
+impl Pending {
+    /// Waits for every launch of `pending` (once per distinct backend) and
+    /// returns the first error; the steps stay pending.
+    pub(crate) fn wait_all(pending: &[Pending]) -> Result<(), Error> {
+        let mut first = Ok(());
+        for (i, p) in pending.iter().enumerate() {
+            if pending[..i].iter().any(|q| std::ptr::addr_eq(q.backend, p.backend)) {
+                continue;
+            }
+            let r = p.backend.wait_enqueued();
+            if first.is_ok() {
+                first = r.map_err(Error::from);
+            }
+        }
+        first
+    }
+
+    /// Pushes the step's sends and releases its receives (`op` is the step
+    /// that made this entry), after [`Pending::wait_all`].
+    pub(crate) fn complete(&self, op: &SliceOp, conns: &mut ConnTable) -> Result<(), Error> {
+        complete(op, self.lane, &self.out, conns)
+    }
+
+    /// The lane of the step.
+    pub(crate) fn lane(&self) -> Lane {
+        self.lane
+    }
 }
 
 /// A header-only step: sends the descriptor to each `send_to` peer, or (its
@@ -219,6 +263,22 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
         let dev = device_for(op, lane, cx, &recvd[..nr], &out);
         note_decision(cx.rank, &dev);
         if let Ok(k) = dev {
+            if let (Some(pending), Some(q)) = (cx.pending.as_deref_mut(), k.backend.enqueuer()) {
+                // SAFETY: as below; the slots stay ours until the pending
+                // step is completed, after the proxy's wait.
+                if let Err(e) = unsafe { compute_dev_on(op, q, &recvd[..nr], &out) } {
+                    // What was enqueued still runs: wait before failing.
+                    let _ = k.backend.wait_enqueued();
+                    return Err(e);
+                }
+                DEVICE_STEPS.fetch_add(1, Ordering::Relaxed);
+                pending.push(Pending {
+                    backend: k.backend,
+                    lane,
+                    out,
+                });
+                return Ok(true);
+            }
             // SAFETY: as this function; every operand was checked reachable
             // from the GPU, and `out`'s slots are ours until pushed.
             unsafe { compute_dev(op, k.backend, &recvd[..nr], &out) }?;
@@ -909,6 +969,27 @@ unsafe fn dmove(b: &dyn Backend, dst: *mut u8, src: *const u8, n: usize) -> Resu
 /// # Safety
 /// As [`compute`], with every operand reachable from `b`'s GPU ([`device_for`]).
 unsafe fn compute_dev(op: &SliceOp, b: &dyn Backend, recvd: &[*mut u8], out: &Outgoing) -> Result<(), Error> {
+    // The step's launches are enqueued in order and waited for once (one
+    // synchronize per step, as NCCL's one kernel per operation never
+    // synchronizes between a step's loads, reduces and stores).
+    let Some(q) = b.enqueuer() else {
+        // SAFETY: the caller's contract.
+        return unsafe { compute_dev_on(op, b, recvd, out) };
+    };
+    // SAFETY: the caller's contract; nothing reads or writes the step's
+    // operands before `wait_enqueued` returns (the slots are pushed after).
+    let r = unsafe { compute_dev_on(op, q, recvd, out) };
+    // Wait even when an enqueue failed: what was enqueued still runs.
+    let w = b.wait_enqueued();
+    r?;
+    Ok(w?)
+}
+
+/// [`compute_dev`]'s launches on `b` (an enqueuer or a waiting backend).
+///
+/// # Safety
+/// As [`compute_dev`].
+unsafe fn compute_dev_on(op: &SliceOp, b: &dyn Backend, recvd: &[*mut u8], out: &Outgoing) -> Result<(), Error> {
     let n = op.bytes;
     let prim = op.prim;
     let ns = op.send_to.len();

@@ -88,30 +88,42 @@ impl Proxy {
         // after one where no step moved: their `progress` then waits for the
         // peer and watches it; while steps move it would only cost calls.
         let mut moved_last = passive;
+        // Device steps enqueued this pass (`exec::Pending`), and where each
+        // one's op is: (task, segment, stream, position).
+        let mut pending: Vec<exec::Pending> = Vec::new();
+        let mut pending_at: Vec<(usize, usize, usize, usize)> = Vec::new();
         loop {
             let mut moved = false;
             let mut done = true;
-            for t in tasks.iter_mut() {
+            for (ti, t) in tasks.iter_mut().enumerate() {
                 if !(passive && moved_last) {
                     moved |= self.progress_net(t)?;
                 }
                 // Run the current segment's streams as far as they go; move to the
                 // next segment once every stream of this one is done.
-                while !t.finished() {
+                'task: while !t.finished() {
                     let mut seg_done = true;
-                    for st in t.segs[t.seg].streams.iter_mut() {
+                    for (si, st) in t.segs[t.seg].streams.iter_mut().enumerate() {
                         while st.pos < st.ops.len() {
+                            let before = pending.len();
                             let mut cx = ExecCx {
                                 conns: &mut self.conns,
                                 descs,
                                 rank,
                                 mems,
                                 user_regs: self.user_registered,
+                                pending: Some(&mut pending),
                             };
                             // SAFETY: user addresses are valid by the enqueue contract; FIFO slots are ours.
                             if unsafe { exec::try_run(&st.ops[st.pos], t.lane, &t.conns, &mut cx) }? {
                                 st.pos += 1;
                                 moved = true;
+                                if pending.len() > before {
+                                    // Enqueued on the GPU: this lane waits for
+                                    // the pass's end (its slots are still held).
+                                    pending_at.push((ti, t.seg, si, st.pos - 1));
+                                    break 'task;
+                                }
                                 // Hand filled slots to the plugin right away.
                                 if !passive {
                                     self.progress_sends(&t.conns)?;
@@ -131,6 +143,25 @@ impl Proxy {
                 if !t.finished() || !lane_idle {
                     done = false;
                 }
+            }
+            if !pending.is_empty() {
+                // One wait for every lane's enqueued step, then their sends
+                // and receives, in the order they were enqueued.
+                let waited = exec::Pending::wait_all(&pending);
+                let mut r = waited;
+                for (p, (ti, seg, si, pos)) in pending.drain(..).zip(pending_at.drain(..)) {
+                    if r.is_ok() {
+                        let t = &tasks[ti];
+                        r = p.complete(&t.segs[seg].streams[si].ops[pos], &mut self.conns);
+                        if r.is_ok() && !passive {
+                            r = self.progress_sends(&t.conns);
+                        }
+                    }
+                    debug_assert_eq!(p.lane(), tasks[ti].lane);
+                }
+                r?;
+                // Whether the lanes are idle is known only now: another pass.
+                done = false;
             }
             if done {
                 return Ok(true);

@@ -58,7 +58,37 @@ pub static CALLS: AtomicU64 = AtomicU64::new(0);
 /// Staging copies are expected: copies between mock device memory and
 /// unregistered host memory (a bounce buffer) are then served.
 pub static STAGING_OK: AtomicBool = AtomicBool::new(false);
+/// Raw operations the mock GPU received through its enqueuer
+/// ([`MockQueue`]), run only at the next `wait_enqueued`, as a GPU runs a
+/// stream's launches after the host has moved on.
+pub static QUEUED: AtomicU64 = AtomicU64::new(0);
+/// `wait_enqueued` calls that ran at least one queued operation.
+pub static WAITS: AtomicU64 = AtomicU64::new(0);
 static CPU: CpuBackend = CpuBackend;
+
+/// An operation enqueued on the mock GPU's "stream".
+type Queued = Box<dyn FnOnce() -> Result<(), KernelError>>;
+
+thread_local! {
+    /// The calling thread's enqueued operations, in order (each proxy thread
+    /// waits for its own, as each waits on its backend's stream).
+    static QUEUE: std::cell::RefCell<Vec<Queued>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The mock GPU's enqueuer ([`Backend::enqueuer`]): each raw operation is
+/// checked for reach at once (as a launch's operands would fault later on a
+/// GPU, here earlier) and runs at the next `wait_enqueued`. A step that
+/// pushed or read its slots before waiting would see stale bytes and fail
+/// the tests' result checks.
+#[derive(Debug)]
+pub struct MockQueue;
+static MOCK_QUEUE: MockQueue = MockQueue;
+
+fn enqueue(f: Queued) -> Result<(), KernelError> {
+    QUEUED.fetch_add(1, Ordering::Relaxed);
+    QUEUE.with(|q| q.borrow_mut().push(f));
+    Ok(())
+}
 
 /// Whether the mock GPU reaches `[p, p + n)`: mock device memory, a mock P2P
 /// FIFO (its own or a peer's, IPC-mapped), or registered host memory.
@@ -84,9 +114,90 @@ fn slices_refused() -> KernelError {
     KernelError::NoCuda("mock GPU: raw addresses only".into())
 }
 
+impl Backend for MockQueue {
+    fn name(&self) -> &'static str {
+        "mock-gpu-queue"
+    }
+    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn reduce(&self, _: &mut [u8], _: &[u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn reduce_inplace(&self, _: &mut [u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn pre_op(&self, _: &mut [u8], _: &[u8], _: &DevRedOp) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn pre_op_inplace(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    fn post_op(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
+        Err(slices_refused())
+    }
+    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
+        reach("dst", dst, bytes)?;
+        reach("src", src, bytes)?;
+        // SAFETY: the caller's contract holds until the wait that runs it.
+        enqueue(Box::new(move || unsafe { MOCK_KERNELS.copy_raw(dst, src, bytes) }))
+    }
+    unsafe fn reduce_raw(
+        &self,
+        dst: *mut u8,
+        a: *const u8,
+        b: *const u8,
+        bytes: usize,
+        op: &DevRedOp,
+        pre: Pre,
+    ) -> Result<(), KernelError> {
+        reach("dst", dst, bytes)?;
+        reach("a", a, bytes)?;
+        reach("b", b, bytes)?;
+        let op = op.clone();
+        // SAFETY: as in `copy_raw`.
+        enqueue(Box::new(move || unsafe {
+            MOCK_KERNELS.reduce_raw(dst, a, b, bytes, &op, pre)
+        }))
+    }
+    unsafe fn pre_op_raw(&self, dst: *mut u8, src: *const u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
+        reach("dst", dst, bytes)?;
+        reach("src", src, bytes)?;
+        let op = op.clone();
+        // SAFETY: as in `copy_raw`.
+        enqueue(Box::new(move || unsafe {
+            MOCK_KERNELS.pre_op_raw(dst, src, bytes, &op)
+        }))
+    }
+    unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
+        reach("buf", buf, bytes)?;
+        let op = op.clone();
+        // SAFETY: as in `copy_raw`.
+        enqueue(Box::new(move || unsafe { MOCK_KERNELS.post_op_raw(buf, bytes, &op) }))
+    }
+}
+
 impl Backend for MockKernels {
     fn name(&self) -> &'static str {
         "mock-gpu"
+    }
+    fn enqueuer(&self) -> Option<&dyn Backend> {
+        Some(&MOCK_QUEUE)
+    }
+    fn wait_enqueued(&self) -> Result<(), KernelError> {
+        let ops = QUEUE.with(|q| std::mem::take(&mut *q.borrow_mut()));
+        if !ops.is_empty() {
+            WAITS.fetch_add(1, Ordering::Relaxed);
+        }
+        // Every queued operation runs; the first error is returned.
+        let mut first = Ok(());
+        for f in ops {
+            let r = f();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
     }
     fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), KernelError> {
         Err(slices_refused())

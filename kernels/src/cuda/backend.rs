@@ -230,21 +230,31 @@ impl CudaBackend {
     /// ([`VouchedCuda`]), for a caller that already knows each operand's space.
     pub fn vouched(&'static self) -> &'static VouchedCuda {
         let mut g = VOUCHED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(v) = g.iter().find(|v| std::ptr::eq(v.0, self)) {
+        if let Some(v) = g.iter().find(|v| std::ptr::eq(v.be, self)) {
             return v;
         }
-        let v: &'static VouchedCuda = Box::leak(Box::new(VouchedCuda(self)));
+        // The enqueuing twin first: `Backend::enqueuer` hands it out.
+        let queued: &'static VouchedCuda = Box::leak(Box::new(VouchedCuda {
+            be: self,
+            wait: false,
+            queued: None,
+        }));
+        let v: &'static VouchedCuda = Box::leak(Box::new(VouchedCuda {
+            be: self,
+            wait: true,
+            queued: Some(queued),
+        }));
         g.push(v);
         v
     }
 
-    /// Enqueues `launch` and waits for it (no memory-space check).
-    fn launch_sync(&self, launch: Option<Launch>) -> Result<(), KernelError> {
+    /// Enqueues `launch` and, with `wait`, waits for it (no memory-space check).
+    fn launch_vouched(&self, launch: Option<Launch>, wait: bool) -> Result<(), KernelError> {
         let Some(l) = launch else { return Ok(()) };
         // SAFETY: the `*_raw` callers guarantee validity and reachability of
         // the ranges.
         unsafe { self.enqueue(&l)? };
-        self.synchronize()
+        if wait { self.synchronize() } else { Ok(()) }
     }
 
     fn run(&self, launch: Option<Launch>, operands: &[(&'static str, *const u8)]) -> Result<(), KernelError> {
@@ -332,13 +342,26 @@ impl Backend for CudaBackend {
 /// which knows where every operand of a step lives (device memory of this
 /// device, or host memory it page-locked, `crate::hostreg`) and runs one launch
 /// per operand operation. The slice methods still check.
+///
+/// Each one has an enqueuing twin ([`Backend::enqueuer`]) whose raw methods
+/// return once their kernel is enqueued on the backend's stream: a step's
+/// launches then run in stream order and are waited for once
+/// ([`Backend::wait_enqueued`]), one `cuStreamSynchronize` per step instead of
+/// one per launch (issue 28: with two processes time-slicing one GPU, every
+/// synchronize costs a context switch).
 #[derive(Debug)]
-pub struct VouchedCuda(&'static CudaBackend);
+pub struct VouchedCuda {
+    be: &'static CudaBackend,
+    /// Whether each raw method waits for its kernel (`false` in the twin).
+    wait: bool,
+    /// The enqueuing twin (`None` in the twin itself).
+    queued: Option<&'static VouchedCuda>,
+}
 
 impl VouchedCuda {
     /// The checked backend.
     pub fn checked(&self) -> &'static CudaBackend {
-        self.0
+        self.be
     }
 }
 
@@ -347,28 +370,36 @@ impl Backend for VouchedCuda {
         "cuda"
     }
 
+    fn enqueuer(&self) -> Option<&dyn Backend> {
+        self.queued.map(|q| q as &dyn Backend)
+    }
+
+    fn wait_enqueued(&self) -> Result<(), KernelError> {
+        self.be.synchronize()
+    }
+
     fn copy(&self, dst: &mut [u8], src: &[u8]) -> Result<(), KernelError> {
-        self.0.copy(dst, src)
+        self.be.copy(dst, src)
     }
 
     fn reduce(&self, dst: &mut [u8], a: &[u8], b: &[u8], op: &DevRedOp, pre: Pre) -> Result<(), KernelError> {
-        self.0.reduce(dst, a, b, op, pre)
+        self.be.reduce(dst, a, b, op, pre)
     }
 
     fn reduce_inplace(&self, acc: &mut [u8], src: &[u8], op: &DevRedOp, pre: Pre) -> Result<(), KernelError> {
-        self.0.reduce_inplace(acc, src, op, pre)
+        self.be.reduce_inplace(acc, src, op, pre)
     }
 
     fn pre_op(&self, dst: &mut [u8], src: &[u8], op: &DevRedOp) -> Result<(), KernelError> {
-        self.0.pre_op(dst, src, op)
+        self.be.pre_op(dst, src, op)
     }
 
     fn pre_op_inplace(&self, buf: &mut [u8], op: &DevRedOp) -> Result<(), KernelError> {
-        self.0.pre_op_inplace(buf, op)
+        self.be.pre_op_inplace(buf, op)
     }
 
     fn post_op(&self, buf: &mut [u8], op: &DevRedOp) -> Result<(), KernelError> {
-        self.0.post_op(buf, op)
+        self.be.post_op(buf, op)
     }
 
     /// As [`CudaBackend`]'s, without the memory-space check.
@@ -376,8 +407,8 @@ impl Backend for VouchedCuda {
     /// # Safety
     /// As [`Backend::copy_raw`]; both ranges reachable from this device.
     unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
-        let b = self.0;
-        b.launch_sync(plan::copy(&b.shape, dst as u64, src as u64, bytes))
+        let b = self.be;
+        b.launch_vouched(plan::copy(&b.shape, dst as u64, src as u64, bytes), self.wait)
     }
 
     /// As [`CudaBackend`]'s, without the memory-space check.
@@ -393,8 +424,11 @@ impl Backend for VouchedCuda {
         op: &DevRedOp,
         pre: Pre,
     ) -> Result<(), KernelError> {
-        let be = self.0;
-        be.launch_sync(plan::reduce(&be.shape, dst as u64, a as u64, b as u64, bytes, op, pre)?)
+        let be = self.be;
+        be.launch_vouched(
+            plan::reduce(&be.shape, dst as u64, a as u64, b as u64, bytes, op, pre)?,
+            self.wait,
+        )
     }
 
     /// As [`CudaBackend`]'s, without the memory-space check.
@@ -402,8 +436,8 @@ impl Backend for VouchedCuda {
     /// # Safety
     /// As [`Backend::pre_op_raw`]; both ranges reachable from this device.
     unsafe fn pre_op_raw(&self, dst: *mut u8, src: *const u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
-        let b = self.0;
-        b.launch_sync(plan::pre_op(&b.shape, dst as u64, src as u64, bytes, op)?)
+        let b = self.be;
+        b.launch_vouched(plan::pre_op(&b.shape, dst as u64, src as u64, bytes, op)?, self.wait)
     }
 
     /// As [`CudaBackend`]'s, without the memory-space check.
@@ -411,8 +445,8 @@ impl Backend for VouchedCuda {
     /// # Safety
     /// As [`Backend::post_op_raw`]; the range reachable from this device.
     unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
-        let b = self.0;
-        b.launch_sync(plan::post_op(&b.shape, buf as u64, bytes, op)?)
+        let b = self.be;
+        b.launch_vouched(plan::post_op(&b.shape, buf as u64, bytes, op)?, self.wait)
     }
 }
 
