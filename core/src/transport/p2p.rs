@@ -31,25 +31,41 @@
 //! [`super::FifoMem::Device`] so that the executor runs the steps as kernels.
 //!
 //! How the slots reach the sender ([`P2pMode`], NCCL's INFO lines
-//! `via P2P/direct pointer` and `via P2P/IPC`):
+//! `via P2P/direct pointer`, `via P2P/CUMEM` and `via P2P/IPC`):
 //! * same process: the pointer itself (the allocation is kept alive for the
 //!   sender by a process-wide table, [`DIRECT`]);
-//! * another process: a legacy CUDA IPC handle (`cuIpcGetMemHandle` /
-//!   `cuIpcOpenMemHandle`, NCCL's `P2P_IPC` with `NCCL_CUMEM_ENABLE=0`).
-//!   NCCL's default, cuMem export of a POSIX file descriptor passed over its
-//!   proxy's Unix socket (`P2P/CUMEM`), is not built: legacy IPC works on every
-//!   driver that runs these kernels and needs no descriptor passing.
+//! * another process, cuMem (NCCL's `P2P_CUMEM`, its default where the driver
+//!   supports it): the receiver allocates the FIFO with `cuMemCreate`
+//!   (pinned, POSIX file descriptor handle type, rounded to the granularity,
+//!   mapped at a reserved address with read/write access: NCCL's
+//!   `ncclCuMemAlloc`), exports it (`cuMemExportToShareableHandle`) and
+//!   sends the descriptor with `SCM_RIGHTS` over a Unix datagram socket the
+//!   sender bound at setup and named in its connect information
+//!   ([`super::ipcsock`], NCCL's `ipcsocket.cc`; NCCL's proxy carries it the
+//!   same way). The sender checks the tag that came with it against the
+//!   receiver's connect information, imports it
+//!   (`cuMemImportFromShareableHandle`, reserve, map, set access) and unmaps
+//!   and releases it when the connector drops. `NCCL_CUMEM_ENABLE` decides
+//!   as NCCL's `ncclCuMemEnable` (0 off, positive on, -2 by the device's
+//!   support); the receiver decides per connection and the sender follows it;
+//! * another process, legacy CUDA IPC (`cuIpcGetMemHandle` /
+//!   `cuIpcOpenMemHandle`, NCCL's `P2P_IPC`): when cuMem is off, unsupported,
+//!   or a receiver's cuMem allocation or export fails, with an INFO line
+//!   saying why (`P2P: cuMem not used (…); using legacy CUDA IPC`). A
+//!   sender's failure to import a cuMem FIFO fails the connection with an
+//!   error naming `NCCL_CUMEM_ENABLE=0`.
 //!
-//! Two processes on one GPU (the usual one-GPU test) use P2P/IPC: the same bus
-//! id is distance `LOC`, and `cuIpcOpenMemHandle` of another process'
+//! Two processes on one GPU (the usual one-GPU test) use P2P/CUMEM or P2P/IPC:
+//! the same bus id is distance `LOC`, and importing another process'
 //! allocation on the same device works. NCCL itself refuses two ranks on one
 //! GPU at init ("Duplicate GPU detected"); ferroccl goes beyond it here.
 //!
 //! Allocation, export and import go through [`FifoDevMem`]: the CUDA driver
 //! ([`CudaFifoMem`]) or, for GPUs a test declared with
 //! `mockdev::declare_gpu`, the mock device ([`MockFifoMem`]: a `memfd` whose
-//! export names the owner's descriptor, imported through `/proc/<pid>/fd`, in
-//! host memory the CPU executor may touch). The executor runs every step on a
+//! legacy export names the owner's descriptor, imported through
+//! `/proc/<pid>/fd`, and whose cuMem export is a descriptor of it that crosses
+//! the real socket; in host memory the CPU executor may touch). The executor runs every step on a
 //! device FIFO as kernels on that GPU (`coll::exec`, `device_for`), and refuses
 //! a step it would have to run on the host (the CPU must not touch device
 //! slots).
@@ -1339,6 +1355,45 @@ mod tests {
         d.handle = [0; 64];
         d.handle[..8].copy_from_slice(&0x7f00_dead_b000u64.to_le_bytes());
         assert_eq!(ConnectInfo::decode(3, &d.encode()).unwrap(), d);
+        let mut c = sample();
+        c.mode = P2pMode::Cumem;
+        c.handle = [0; 64];
+        c.handle[..16].copy_from_slice(&[9; 16]);
+        c.handle[16..24].copy_from_slice(&(c.size + 4096).to_le_bytes());
+        assert_eq!(ConnectInfo::decode(3, &c.encode()).unwrap(), c);
+        // A cuMem allocation smaller than the FIFO, or a non-zero tail, is refused.
+        let mut small = c.clone();
+        small.handle[16..24].copy_from_slice(&(c.size - 1).to_le_bytes());
+        let e = ConnectInfo::decode(3, &small.encode()).unwrap_err().to_string();
+        assert!(e.contains("cuMem allocation of"), "{e}");
+        let mut tail = c;
+        tail.handle[40] = 1;
+        let e = ConnectInfo::decode(3, &tail.encode()).unwrap_err().to_string();
+        assert!(e.contains("non-zero handle tail"), "{e}");
+    }
+
+    /// A P2P sender's connect information: the SHM part and a socket name of
+    /// letters, digits and dashes; anything else is refused.
+    #[test]
+    fn send_info_splits_and_checks_the_socket_name() {
+        let mut b = 3u32.to_le_bytes().to_vec();
+        b.extend_from_slice(b"shm");
+        assert_eq!(split_send_info(1, &b).unwrap(), (&b"shm"[..], ""));
+        b.extend_from_slice(b"ferroccl-ipc-12-00ab");
+        assert_eq!(split_send_info(1, &b).unwrap(), (&b"shm"[..], "ferroccl-ipc-12-00ab"));
+        let mut bad = b.clone();
+        bad.push(b'/');
+        assert!(
+            split_send_info(1, &bad)
+                .unwrap_err()
+                .to_string()
+                .contains("socket name")
+        );
+        let mut long = b.clone();
+        long.extend(std::iter::repeat_n(b'a', 200));
+        assert!(split_send_info(1, &long).is_err());
+        assert!(split_send_info(1, &[9, 0, 0, 0, 1]).is_err());
+        assert!(split_send_info(1, &[1]).is_err());
     }
 
     /// Every malformed field is refused with a message naming the peer and what
@@ -1353,6 +1408,7 @@ mod tests {
             (|b: &mut Vec<u8>| b[0] ^= 1, "magic"),
             (|b: &mut Vec<u8>| b[4] = 9, "version 9"),
             (|b: &mut Vec<u8>| b[6] = 7, "mode 7"),
+            (|b: &mut Vec<u8>| b[6] = 2, "cuMem allocation of"),
             (|b: &mut Vec<u8>| b[7] = 2, "read flag 2"),
             (
                 (|b: &mut Vec<u8>| b[12..28].copy_from_slice(b"not-a-bus-id!!!!")),
