@@ -552,7 +552,7 @@ impl CuMemBuffer {
         let ctx = context(ordinal)?;
         let prop = cumem_prop(ordinal);
         let gran = cumem_granularity(&prop)?;
-        if size == 0 || size % gran != 0 {
+        if size == 0 || !size.is_multiple_of(gran) {
             return Err(KernelError::Cuda {
                 call: "cuMemImportFromShareableHandle",
                 message: format!("an export of {size} bytes, not a multiple of the {gran}-byte granularity"),
@@ -634,16 +634,18 @@ impl CuMemBuffer {
 impl Drop for CuMemBuffer {
     fn drop(&mut self) {
         let _ = guard::call("cuCtxSetCurrent", || self.ctx.bind_to_thread());
-        // SAFETY: the range and handle this value mapped, each undone once.
         let _ = guard::call("cuMemUnmap", || {
+            // SAFETY: the range this value mapped, unmapped once.
             unsafe { sys::cuMemUnmap(self.ptr, self.size) }.result()
         });
-        // SAFETY: as above.
         let _ = guard::call("cuMemAddressFree", || {
+            // SAFETY: the range this value reserved, freed once (after the unmap).
             unsafe { sys::cuMemAddressFree(self.ptr, self.size) }.result()
         });
-        // SAFETY: as above.
-        let _ = guard::call("cuMemRelease", || unsafe { sys::cuMemRelease(self.handle) }.result());
+        let _ = guard::call("cuMemRelease", || {
+            // SAFETY: the handle this value made or imported, released once.
+            unsafe { sys::cuMemRelease(self.handle) }.result()
+        });
     }
 }
 
