@@ -433,11 +433,17 @@ fn two_ranks_in_one_process_use_the_direct_pointer() {
     );
 }
 
-/// Rank 1 dies while opening rank 0's P2P FIFO: rank 0's init fails with an
-/// error naming rank 1 (its death seen, or its FIFO gone), never a timeout.
+/// Rank 1 dies while opening rank 0's P2P FIFO (legacy IPC handle, then a
+/// cuMem descriptor it received): rank 0's init fails with an error naming
+/// rank 1 (its death seen, or its FIFO gone), never a timeout.
 #[test]
 fn a_rank_that_dies_during_p2p_connect_is_named() {
-    let outs = run("die", &[(ENV_GPUS, "same")]);
+    a_rank_dies_during_connect(&[(ENV_GPUS, "same")]);
+    a_rank_dies_during_connect(&[(ENV_GPUS, "same"), (ENV_CUMEM, "on")]);
+}
+
+fn a_rank_dies_during_connect(env: &[(&str, &str)]) {
+    let outs = run("die", env);
     let r1 = outs.iter().find(|o| o.rank == 1).expect("rank 1");
     assert_eq!(r1.code, Some(3), "rank 1 exits in its import\n{}", dump(&outs));
     let r0 = outs.iter().find(|o| o.rank == 0).expect("rank 0");

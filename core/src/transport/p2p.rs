@@ -838,6 +838,7 @@ impl Transport for P2pTransport {
                         fdr,
                         ranks: (me.rank, dev(me), peer.rank, dev(peer)),
                         got: None,
+                        polls: 0,
                     }),
                     info,
                 ))
@@ -944,6 +945,20 @@ struct P2pPendingSend {
     ranks: (usize, usize, usize, usize),
     /// The mode the receiver chose, once connected.
     got: Option<P2pMode>,
+    /// Polls while waiting for a cuMem descriptor.
+    polls: u32,
+}
+
+/// Whether process `pid` (of this PID namespace) has exited: no
+/// `/proc/<pid>/stat`, or a zombie (`Z`) or dead (`X`) state there.
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+            .is_some_and(|st| st == "Z" || st == "X"),
+    }
 }
 
 impl PendingConn for P2pPendingSend {
@@ -1021,7 +1036,17 @@ impl PendingConn for P2pPendingSend {
                 };
                 let (fd, tag) = match fdr.try_recv() {
                     Ok(Some(x)) => x,
-                    Ok(None) => return Ok(None),
+                    Ok(None) => {
+                        // The receiver's death fails the wait at once, not at the deadline.
+                        self.polls = self.polls.wrapping_add(1);
+                        if self.polls % 64 == 0 && process_gone(self.peer_pid) {
+                            return Err(Error::Remote(format!(
+                                "rank {peer} (pid {}) exited before sending its P2P/CUMEM FIFO descriptor",
+                                self.peer_pid
+                            )));
+                        }
+                        return Ok(None);
+                    }
                     Err(e) => {
                         return Err(Error::System {
                             what: format!(
@@ -1306,6 +1331,21 @@ mod tests {
         let (_mine, h) = crate::mockdev::P2pAlloc::alloc(8192).expect("mock alloc");
         let e = MockFifoMem.import(0, &h, 4096).err().expect("import of the wrong size");
         assert!(e.contains("expected 4096"), "{e}");
+    }
+
+    #[test]
+    fn a_gone_process_is_seen() {
+        assert!(!process_gone(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        // Exited but not reaped (a zombie), then reaped (gone).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !process_gone(pid) {
+            assert!(std::time::Instant::now() < deadline, "pid {pid} never exited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.wait().expect("reap");
+        assert!(process_gone(pid));
     }
 
     #[test]
