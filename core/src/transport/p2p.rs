@@ -1039,7 +1039,7 @@ impl PendingConn for P2pPendingSend {
                     Ok(None) => {
                         // The receiver's death fails the wait at once, not at the deadline.
                         self.polls = self.polls.wrapping_add(1);
-                        if self.polls % 64 == 0 && process_gone(self.peer_pid) {
+                        if self.polls.is_multiple_of(64) && process_gone(self.peer_pid) {
                             return Err(Error::Remote(format!(
                                 "rank {peer} (pid {}) exited before sending its P2P/CUMEM FIFO descriptor",
                                 self.peer_pid
