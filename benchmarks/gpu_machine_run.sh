@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One bounded pass over a GPU machine that has no Rust toolchain (issues 28 and
 # 35): the GPU bundle's checks with short per-check limits, the device-buffer
-# AllReduce rows (shared memory, P2P/IPC, socket plugin; steps on the GPU and
+# AllReduce rows (shared memory, P2P/CUMEM and P2P/IPC, socket plugin; steps on the GPU and
 # staged), the device-to-device copy baseline, and issue 35's 16-core rows.
 # Every check's output is appended to $OUT/all.log (under a "===== check"
 # line) and one line per check to $OUT/summary (PASS/FAIL rc seconds), as each
@@ -51,13 +51,14 @@ export LD_LIBRARY_PATH=$B/lib FERROCCL_REQUIRE_GPU=1 FERROCCL_REQUIRE_NVRTC=1
 PERF="bin/ferroccl-perf --ranks 2 --mem device all_reduce -b 8 -e 64M -f 8 -c 1"
 chk info 30 bin/ferroccl-info plugins
 # coll_device one test at a time (a hang costs its own limit only).
-for t in p2p_ipc_two_processes_on_one_gpu device_steps_run_on_the_gpu_over_shm \
+for t in p2p_ipc_two_processes_on_one_gpu p2p_cumem_two_processes_on_one_gpu device_steps_run_on_the_gpu_over_shm \
   device_steps_run_on_the_gpu_over_the_network device_buffers_two_processes_match_the_reference \
   collectives_ordered_with_a_cuda_stream; do
   chk "coll_device.$t" 90 deps/coll_device "$t" --exact --nocapture --test-threads=1
 done
 chk reduce_bw 60 bin/cuda_reduce_bw
 chk perf_p2p 90 "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P $PERF"
+chk perf_p2p_ipc 90 "NCCL_CUMEM_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P $PERF"
 chk perf_shm_gpu_steps 90 "NCCL_P2P_DISABLE=1 $PERF"
 chk perf_shm_staged 90 "NCCL_P2P_DISABLE=1 FERROCCL_DEVICE_STEPS=0 $PERF"
 chk perf_socket_gpu_steps 120 "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=socket $PERF"

@@ -773,6 +773,11 @@ pub mod params {
             /// plugin advertises `NCCL_PTR_DMABUF` and the driver supports it (decision in
             /// `transport::gdr`).
             DMABUF_ENABLE: int "NCCL_DMABUF_ENABLE" = 1, 0..=1, "1: register GPU memory with the network through DMA-BUF when plugin and driver support it";
+            /// NCCL 2.30.7 `src/misc/cudawrap.cc` (`ncclCuMemEnable`): a value of 0 or more
+            /// decides (non-zero: on); -2 (the default): on when the driver is 12.0 or newer
+            /// and the GPU supports virtual memory management with POSIX file descriptor
+            /// handles; any other negative value: off. Read by `transport::p2p`.
+            CUMEM_ENABLE: int "NCCL_CUMEM_ENABLE" = -2, i64::MIN..=i64::MAX, "P2P FIFOs through cuMem with file descriptors passed over a Unix socket: 0 off (legacy CUDA IPC), 1 on, -2 when the GPU supports it";
             /// NCCL's `ncclParamCommBlocking` (`src/init.cc`): overrides `ncclConfig_t.blocking`.
             COMM_BLOCKING: int "NCCL_COMM_BLOCKING" = -1, -1..=1, "C API: 0 non-blocking, 1 blocking communicators, overriding ncclConfig_t.blocking (-1: the config decides)";
             /// NCCL 2.30.7 `src/plugin/rma.cc` (`ncclRmaInit`); read by `comm::rma`.

@@ -196,6 +196,41 @@ pub fn exit_on_p2p_import() {
     EXIT_ON_IMPORT.store(true, Ordering::Release);
 }
 
+/// Mock cuMem support (NCCL's `ncclIsCuMemSupported`): 0 unsupported (the
+/// default: mock GPUs use legacy IPC unless a test says otherwise), 1
+/// supported, 2 supported but every "`cuMemCreate`" fails.
+static CUMEM: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Declares whether the mock GPUs of this process support cuMem with POSIX
+/// file descriptor handles (`CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`
+/// and virtual memory management): the P2P transport then allocates its
+/// FIFOs as [`P2pAlloc::cumem_alloc`] (a `memfd` whose export is the
+/// descriptor itself, passed to the peer over a Unix socket) when
+/// `NCCL_CUMEM_ENABLE` allows it. Off by default.
+pub fn declare_cumem(supported: bool) {
+    CUMEM.store(u8::from(supported), Ordering::Release);
+}
+
+/// Makes every mock "`cuMemCreate`" of this process fail (cuMem still
+/// reported supported), for the P2P transport's fallback to legacy IPC.
+pub fn fail_cumem_create() {
+    CUMEM.store(2, Ordering::Release);
+}
+
+/// Descriptors this process has imported with [`P2pAlloc::cumem_import`].
+static CUMEM_IMPORTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many cuMem FIFO descriptors received from other processes this
+/// process has mapped (mock "`cuMemImportFromShareableHandle`" calls).
+pub fn cumem_import_count() -> usize {
+    CUMEM_IMPORTS.load(Ordering::Relaxed)
+}
+
+/// Whether the mock GPUs support cuMem ([`declare_cumem`], [`fail_cumem_create`]).
+pub(crate) fn cumem_supported() -> bool {
+    CUMEM.load(Ordering::Acquire) != 0
+}
+
 /// Magic of a mock export ("MOCKIPC1").
 const P2P_MAGIC: u64 = u64::from_le_bytes(*b"MOCKIPC1");
 
@@ -261,6 +296,53 @@ impl P2pAlloc {
         }
         let fd = OwnedFd::from(file);
         let ptr = Self::map(&fd, len)?;
+        Ok(P2pAlloc { ptr, len, _fd: None })
+    }
+
+    /// The mock "`cuMemCreate` + `cuMemExportToShareableHandle`
+    /// (`CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR`)": `len` zeroed bytes in a
+    /// `memfd` mapped here, and a descriptor of it for another process.
+    ///
+    /// Errors: [`fail_cumem_create`] was called (`Unsupported`); `memfd_create`,
+    /// `ftruncate`, `mmap` or `dup` failing.
+    pub(crate) fn cumem_alloc(len: usize) -> std::io::Result<(P2pAlloc, OwnedFd)> {
+        if CUMEM.load(Ordering::Acquire) == 2 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "mock cuMemCreate failed (mockdev::fail_cumem_create)",
+            ));
+        }
+        let (a, _) = Self::alloc(len)?;
+        let export = a
+            ._fd
+            .as_ref()
+            .expect("a fresh allocation holds its descriptor")
+            .try_clone()?;
+        Ok((a, export))
+    }
+
+    /// The mock "`cuMemImportFromShareableHandle` + `cuMemMap`": maps the
+    /// descriptor another process exported with [`P2pAlloc::cumem_alloc`] and
+    /// sent here, which must be `len` bytes long; the descriptor is closed
+    /// once mapped (as NCCL closes it after the import).
+    ///
+    /// Errors: a descriptor of another length; `fstat` or `mmap` failing.
+    pub(crate) fn cumem_import(fd: OwnedFd, len: usize) -> std::io::Result<P2pAlloc> {
+        if EXIT_ON_IMPORT.load(Ordering::Acquire) {
+            // SAFETY: ends the process without running anything else (the test's intent).
+            unsafe { libc::_exit(3) };
+        }
+        let file = std::fs::File::from(fd);
+        let have = file.metadata()?.len();
+        if have != len as u64 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("the received descriptor is {have} bytes long, expected {len}"),
+            ));
+        }
+        let fd = OwnedFd::from(file);
+        let ptr = Self::map(&fd, len)?;
+        CUMEM_IMPORTS.fetch_add(1, Ordering::Relaxed);
         Ok(P2pAlloc { ptr, len, _fd: None })
     }
 

@@ -8,9 +8,11 @@
 //! also check that the steps ran on the GPU (`ferroccl::device_step_counts`).
 //!
 //! Two processes bound to GPU 0 (`CommConfig::cuda_dev`) connect through the
-//! P2P transport instead (`via P2P/IPC`: each receiver's FIFO in GPU memory,
-//! opened by the other process from its CUDA IPC handle), and AllReduce on
-//! device buffers up to 64 MiB equals the reference.
+//! P2P transport instead (each receiver's FIFO in GPU memory: `via P2P/IPC`,
+//! opened by the other process from its CUDA IPC handle, with
+//! `NCCL_CUMEM_ENABLE=0`; `via P2P/CUMEM`, a `cuMemCreate` allocation whose
+//! file descriptor crosses a Unix socket, with `NCCL_CUMEM_ENABLE=1`), and
+//! AllReduce on device buffers up to 64 MiB equals the reference.
 //!
 //! **Needs a GPU and NVRTC.** Without them the test prints `SKIPPED` with the
 //! reason and passes; with `FERROCCL_REQUIRE_GPU=1` it fails instead (the
@@ -278,17 +280,17 @@ fn p2p_worker() {
     assert_eq!(wrong, 0, "rank {}: wrong elements over P2P", r.rank);
 }
 
-/// Two processes on GPU 0, bound: every connection is P2P/IPC (NCCL's INFO
-/// line `Channel 00/0 : 0[0] -> 1[0] via P2P/IPC`) and AllReduce of device
+/// Two processes on GPU 0, bound, through P2P with `NCCL_CUMEM_ENABLE=cumem`:
+/// every connection goes `via` (NCCL's INFO line, e.g. `Channel 00/0 : 0[0] ->
+/// 1[0] via P2P/IPC`), the transport counts say so, and AllReduce of device
 /// buffers up to 64 MiB equals the reference.
-#[test]
-fn p2p_ipc_two_processes_on_one_gpu() {
+fn p2p_two_processes_on_one_gpu(test: &str, cumem: &str, via: &str) {
     let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
-        "coll_device::p2p_ipc_two_processes_on_one_gpu",
+        &format!("coll_device::{test}"),
         std::time::Duration::from_secs(330),
         String::new,
     );
-    if role("p2p").is_some() || require_gpu("p2p_ipc_two_processes_on_one_gpu").is_none() {
+    if role("p2p").is_some() || require_gpu(test).is_none() {
         return;
     }
     let outs = launch(
@@ -296,26 +298,45 @@ fn p2p_ipc_two_processes_on_one_gpu() {
         "p2p",
         2,
         &[0, 1],
-        &[("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT")],
+        &[
+            ("NCCL_DEBUG", "INFO"),
+            ("NCCL_DEBUG_SUBSYS", "INIT"),
+            ("NCCL_CUMEM_ENABLE", cumem),
+        ],
         |_| Vec::new(),
         Duration::from_secs(300),
     );
-    assert_all_ok(&outs, "P2P on GPU 0, 2 processes");
+    assert_all_ok(&outs, &format!("{via} on GPU 0, 2 processes"));
     let text: String = outs.iter().map(|o| o.stdout.as_str()).collect();
     for want in [
-        "Channel 00/0 : 0[0] -> 1[0] via P2P/IPC",
-        "Channel 00/0 : 1[0] -> 0[0] via P2P/IPC",
+        format!("Channel 00/0 : 0[0] -> 1[0] via {via}"),
+        format!("Channel 00/0 : 1[0] -> 0[0] via {via}"),
     ] {
-        assert!(text.contains(want), "no line containing {want:?} in\n{}", dump(&outs));
+        assert!(text.contains(&want), "no line containing {want:?} in\n{}", dump(&outs));
     }
     for o in &outs {
         let t: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("transport ")).collect();
         assert!(
-            !t.is_empty() && t.iter().all(|l| l.starts_with("transport P2P/IPC")),
+            !t.is_empty() && t.iter().all(|l| l.starts_with(&format!("transport {via} x"))),
             "rank {}: {t:?}",
             o.rank
         );
     }
+}
+
+/// Legacy CUDA IPC (`NCCL_CUMEM_ENABLE=0`): `cuIpcGetMemHandle` /
+/// `cuIpcOpenMemHandle`, lines `via P2P/IPC`.
+#[test]
+fn p2p_ipc_two_processes_on_one_gpu() {
+    p2p_two_processes_on_one_gpu("p2p_ipc_two_processes_on_one_gpu", "0", "P2P/IPC");
+}
+
+/// cuMem (`NCCL_CUMEM_ENABLE=1`): each receiver's FIFO from `cuMemCreate`,
+/// exported as a POSIX file descriptor sent over a Unix socket to the other
+/// process, which imports and maps it; lines `via P2P/CUMEM` as NCCL's.
+#[test]
+fn p2p_cumem_two_processes_on_one_gpu() {
+    p2p_two_processes_on_one_gpu("p2p_cumem_two_processes_on_one_gpu", "1", "P2P/CUMEM");
 }
 
 /// Child entry point: AllReduce (sum) of float32 and bfloat16 device buffers,

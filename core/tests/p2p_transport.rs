@@ -34,6 +34,9 @@ const ENV_GPUS: &str = "P2P_GPUS";
 /// `P2P_BUFS`: `device` (user buffers in mock device memory of the rank's
 /// GPU, every step on its kernels) or `host` (host user buffers).
 const ENV_BUFS: &str = "P2P_BUFS";
+/// `P2P_CUMEM`: `on` (the mock GPUs support cuMem with file descriptors),
+/// `fail` (supported, but every cuMemCreate fails); unset: unsupported.
+const ENV_CUMEM: &str = "P2P_CUMEM";
 
 /// The sysfs path of mock GPU `i` (all behind one switch: distance PIX).
 fn pci_path(i: usize) -> String {
@@ -57,6 +60,11 @@ fn bind(rank: usize, timeout: Duration) -> (CommConfig, Option<MockGpu>) {
         pci_path: Some(pci_path(gpu)),
     };
     declare_gpu(g.clone());
+    match std::env::var(ENV_CUMEM).as_deref() {
+        Ok("on") => ferroccl::mockdev::declare_cumem(true),
+        Ok("fail") => ferroccl::mockdev::fail_cumem_create(),
+        _ => {}
+    }
     let c = CommConfig {
         cuda_dev: Some(0),
         ..config(timeout)
@@ -179,6 +187,11 @@ fn p2p_worker() {
         for (t, n) in comm.transports() {
             println!("transport {t} x{n}");
         }
+        println!(
+            "rank {}: cumem imports {}",
+            r.rank,
+            ferroccl::mockdev::cumem_import_count()
+        );
         assert!(fails.is_empty(), "{}", fails.join("\n"));
         comm.destroy().expect("destroy");
         return;
@@ -420,11 +433,17 @@ fn two_ranks_in_one_process_use_the_direct_pointer() {
     );
 }
 
-/// Rank 1 dies while opening rank 0's P2P FIFO: rank 0's init fails with an
-/// error naming rank 1 (its death seen, or its FIFO gone), never a timeout.
+/// Rank 1 dies while opening rank 0's P2P FIFO (legacy IPC handle, then a
+/// cuMem descriptor it received): rank 0's init fails with an error naming
+/// rank 1 (its death seen, or its FIFO gone), never a timeout.
 #[test]
 fn a_rank_that_dies_during_p2p_connect_is_named() {
-    let outs = run("die", &[(ENV_GPUS, "same")]);
+    a_rank_dies_during_connect(&[(ENV_GPUS, "same")]);
+    a_rank_dies_during_connect(&[(ENV_GPUS, "same"), (ENV_CUMEM, "on")]);
+}
+
+fn a_rank_dies_during_connect(env: &[(&str, &str)]) {
+    let outs = run("die", env);
     let r1 = outs.iter().find(|o| o.rank == 1).expect("rank 1");
     assert_eq!(r1.code, Some(3), "rank 1 exits in its import\n{}", dump(&outs));
     let r0 = outs.iter().find(|o| o.rank == 0).expect("rank 0");
@@ -480,5 +499,120 @@ fn host_buffers_on_p2p_fail_with_invalid_usage() {
             "{}",
             dump(&outs)
         );
+    }
+}
+
+/// The cuMem imports a rank's summary line reports.
+fn cumem_imports(o: &Out) -> usize {
+    let want = format!("rank {}: cumem imports ", o.rank);
+    o.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&want))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("rank {}: no cumem imports line\n{}", o.rank, o.stdout))
+}
+
+/// Asserts every connection of every rank went `via` (NCCL's INFO line and
+/// the transport counts) and the results were right on the mock GPU.
+fn assert_all_via(outs: &[Out], via: &str) {
+    let text = all_text(outs);
+    for want in [
+        format!("Channel 00/0 : 0[0] -> 1[0] via {via}"),
+        format!("Channel 00/0 : 1[0] -> 0[0] via {via}"),
+        format!("Channel 01/0 : 0[0] -> 1[0] via {via}"),
+    ] {
+        assert!(text.contains(&want), "no line containing {want:?} in\n{}", dump(outs));
+    }
+    for o in outs {
+        assert!(o.stdout.contains(" 0 failures"), "rank {}: {}", o.rank, o.stdout);
+        assert_on_gpu(o);
+        let t = transport_lines(o);
+        assert!(
+            !t.is_empty() && t.iter().all(|l| l.starts_with(&format!("transport {via} x"))),
+            "rank {}: {t:?}",
+            o.rank
+        );
+    }
+}
+
+/// Two processes on one mock GPU that supports cuMem, `NCCL_CUMEM_ENABLE`
+/// at its default (-2, NCCL's auto): every receiver allocates its FIFO as a
+/// cuMem allocation (a `memfd`), exports it as a file descriptor and sends
+/// that over a real Unix socket with `SCM_RIGHTS` to the sending process,
+/// which maps the descriptor it received (counted by the mock); the lines say
+/// `via P2P/CUMEM` as NCCL's, and AllReduce and the matrix are right.
+/// `NCCL_CUMEM_ENABLE=1` forces it on a GPU that does not claim support.
+#[test]
+fn two_processes_on_one_gpu_use_p2p_cumem() {
+    let outs = run(
+        "allreduce",
+        &[(ENV_GPUS, "same"), (ENV_BUFS, "device"), (ENV_CUMEM, "on")],
+    );
+    assert_all_ok(&outs, "P2P/CUMEM on one mock GPU");
+    assert_all_via(&outs, "P2P/CUMEM");
+    assert!(!all_text(&outs).contains("via P2P/IPC"), "{}", dump(&outs));
+    for o in &outs {
+        assert!(
+            cumem_imports(o) > 0,
+            "rank {}: no descriptor imported\n{}",
+            o.rank,
+            o.stdout
+        );
+    }
+    let outs = run(
+        "allreduce",
+        &[(ENV_GPUS, "pair"), (ENV_BUFS, "device"), ("NCCL_CUMEM_ENABLE", "1")],
+    );
+    assert_all_ok(&outs, "NCCL_CUMEM_ENABLE=1 on two mock GPUs");
+    assert_all_via(&outs, "P2P/CUMEM");
+}
+
+/// `NCCL_CUMEM_ENABLE=0` on a GPU that supports cuMem: legacy CUDA IPC, with
+/// an INFO line saying why, and no descriptor passed.
+#[test]
+fn cumem_enable_0_uses_legacy_ipc() {
+    let outs = run(
+        "allreduce",
+        &[
+            (ENV_GPUS, "same"),
+            (ENV_BUFS, "device"),
+            (ENV_CUMEM, "on"),
+            ("NCCL_CUMEM_ENABLE", "0"),
+        ],
+    );
+    assert_all_ok(&outs, "NCCL_CUMEM_ENABLE=0");
+    assert_all_via(&outs, "P2P/IPC");
+    let text = all_text(&outs);
+    assert!(!text.contains("P2P/CUMEM"), "{}", dump(&outs));
+    assert!(
+        text.contains("P2P: cuMem not used (NCCL_CUMEM_ENABLE=0); using legacy CUDA IPC"),
+        "{}",
+        dump(&outs)
+    );
+    for o in &outs {
+        assert_eq!(cumem_imports(o), 0, "rank {}", o.rank);
+    }
+}
+
+/// cuMem enabled and supported but cuMemCreate fails: each receiver falls
+/// back to legacy CUDA IPC with an INFO line naming the failure, the senders
+/// follow the receivers' choice, and the results are right.
+#[test]
+fn a_failing_cumem_allocation_falls_back_to_legacy_ipc() {
+    let outs = run(
+        "allreduce",
+        &[(ENV_GPUS, "same"), (ENV_BUFS, "device"), (ENV_CUMEM, "fail")],
+    );
+    assert_all_ok(&outs, "failing cuMemCreate");
+    assert_all_via(&outs, "P2P/IPC");
+    let text = all_text(&outs);
+    assert!(!text.contains("P2P/CUMEM"), "{}", dump(&outs));
+    assert!(
+        text.contains("P2P: cuMem not used (cuMem allocation failed on GPU 0000:04:00.0: mock cuMem allocation: mock cuMemCreate failed"),
+        "{}",
+        dump(&outs)
+    );
+    for o in &outs {
+        assert_eq!(cumem_imports(o), 0, "rank {}", o.rank);
     }
 }

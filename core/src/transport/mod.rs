@@ -26,6 +26,7 @@
 pub(crate) mod collnet;
 pub(crate) mod fifo;
 pub mod gdr;
+pub(crate) mod ipcsock;
 #[cfg(test)]
 pub(crate) mod mem;
 pub(crate) mod net;
@@ -245,6 +246,13 @@ pub(crate) trait PendingConn: Send {
 
     /// What the connection is still waiting for (for timeout messages).
     fn waiting_for(&self) -> String;
+
+    /// How this connection went, once connected, when it differs from its
+    /// transport's [`Transport::describe`] (P2P: `P2P/CUMEM` or `P2P/IPC`,
+    /// decided per connection); `None`: the transport's.
+    fn describe(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Largest connect information a transport may send (NCCL's `struct

@@ -31,35 +31,52 @@
 //! [`super::FifoMem::Device`] so that the executor runs the steps as kernels.
 //!
 //! How the slots reach the sender ([`P2pMode`], NCCL's INFO lines
-//! `via P2P/direct pointer` and `via P2P/IPC`):
+//! `via P2P/direct pointer`, `via P2P/CUMEM` and `via P2P/IPC`):
 //! * same process: the pointer itself (the allocation is kept alive for the
 //!   sender by a process-wide table, [`DIRECT`]);
-//! * another process: a legacy CUDA IPC handle (`cuIpcGetMemHandle` /
-//!   `cuIpcOpenMemHandle`, NCCL's `P2P_IPC` with `NCCL_CUMEM_ENABLE=0`).
-//!   NCCL's default, cuMem export of a POSIX file descriptor passed over its
-//!   proxy's Unix socket (`P2P/CUMEM`), is not built: legacy IPC works on every
-//!   driver that runs these kernels and needs no descriptor passing.
+//! * another process, cuMem (NCCL's `P2P_CUMEM`, its default where the driver
+//!   supports it): the receiver allocates the FIFO with `cuMemCreate`
+//!   (pinned, POSIX file descriptor handle type, rounded to the granularity,
+//!   mapped at a reserved address with read/write access: NCCL's
+//!   `ncclCuMemAlloc`), exports it (`cuMemExportToShareableHandle`) and
+//!   sends the descriptor with `SCM_RIGHTS` over a Unix datagram socket the
+//!   sender bound at setup and named in its connect information
+//!   ([`super::ipcsock`], NCCL's `ipcsocket.cc`; NCCL's proxy carries it the
+//!   same way). The sender checks the tag that came with it against the
+//!   receiver's connect information, imports it
+//!   (`cuMemImportFromShareableHandle`, reserve, map, set access) and unmaps
+//!   and releases it when the connector drops. `NCCL_CUMEM_ENABLE` decides
+//!   as NCCL's `ncclCuMemEnable` (0 off, positive on, -2 by the device's
+//!   support); the receiver decides per connection and the sender follows it;
+//! * another process, legacy CUDA IPC (`cuIpcGetMemHandle` /
+//!   `cuIpcOpenMemHandle`, NCCL's `P2P_IPC`): when cuMem is off, unsupported,
+//!   or a receiver's cuMem allocation or export fails, with an INFO line
+//!   saying why (`P2P: cuMem not used (…); using legacy CUDA IPC`). A
+//!   sender's failure to import a cuMem FIFO fails the connection with an
+//!   error naming `NCCL_CUMEM_ENABLE=0`.
 //!
-//! Two processes on one GPU (the usual one-GPU test) use P2P/IPC: the same bus
-//! id is distance `LOC`, and `cuIpcOpenMemHandle` of another process'
+//! Two processes on one GPU (the usual one-GPU test) use P2P/CUMEM or P2P/IPC:
+//! the same bus id is distance `LOC`, and importing another process'
 //! allocation on the same device works. NCCL itself refuses two ranks on one
 //! GPU at init ("Duplicate GPU detected"); ferroccl goes beyond it here.
 //!
 //! Allocation, export and import go through [`FifoDevMem`]: the CUDA driver
 //! ([`CudaFifoMem`]) or, for GPUs a test declared with
 //! `mockdev::declare_gpu`, the mock device ([`MockFifoMem`]: a `memfd` whose
-//! export names the owner's descriptor, imported through `/proc/<pid>/fd`, in
-//! host memory the CPU executor may touch). The executor runs every step on a
+//! legacy export names the owner's descriptor, imported through
+//! `/proc/<pid>/fd`, and whose cuMem export is a descriptor of it that crosses
+//! the real socket; in host memory the CPU executor may touch). The executor runs every step on a
 //! device FIFO as kernels on that GPU (`coll::exec`, `device_for`), and refuses
 //! a step it would have to run on the host (the CPU must not touch device
 //! slots).
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use super::shm::{ExtSlots, Layout, ShmTransport};
-use super::{ConnRequest, Connected, Dir, PendingConn, Transport, TransportPeer};
+use super::{ConnRequest, Connected, Dir, PendingConn, Transport, TransportPeer, ipcsock};
 use crate::error::Error;
 use crate::topo::PathType;
 use crate::transport::gdr::pci_distance;
@@ -121,15 +138,29 @@ impl P2pParams {
     }
 }
 
-/// How the FIFO reaches the peer once P2P is chosen (NCCL's `P2P/direct
-/// pointer`, `P2P/IPC`; one device shared by both ranks is `P2P/IPC` too
-/// across processes).
+/// How the FIFO reaches the peer once P2P is chosen (NCCL's `p2pType`:
+/// `P2P/direct pointer`, `P2P/IPC`, `P2P/CUMEM`; one device shared by both
+/// ranks is IPC or CUMEM too across processes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum P2pMode {
     /// Same process: the pointer itself.
     Direct,
-    /// Another process: a CUDA IPC handle.
+    /// Another process: a legacy CUDA IPC handle.
     Ipc,
+    /// Another process: a cuMem allocation exported as a POSIX file
+    /// descriptor, sent over a Unix socket ([`super::ipcsock`]).
+    Cumem,
+}
+
+impl P2pMode {
+    /// NCCL's name for the mode in `via P2P/...` lines.
+    pub(crate) fn via(self) -> &'static str {
+        match self {
+            P2pMode::Direct => "P2P/direct pointer",
+            P2pMode::Ipc => "P2P/IPC",
+            P2pMode::Cumem => "P2P/CUMEM",
+        }
+    }
 }
 
 /// Whether P2P can join `me` and `peer`, given `params` for each rank and the
@@ -239,7 +270,8 @@ pub(crate) struct ConnectInfo {
     /// Offset of the FIFO in the allocation the handle names.
     pub offset: u64,
     /// `Direct`: the pointer in its first 8 bytes; `Ipc`: the 64-byte
-    /// `CUipcMemHandle`.
+    /// `CUipcMemHandle`; `Cumem`: the 16-byte tag the descriptor is sent with,
+    /// then the allocation's rounded size (u64), then zeros.
     pub handle: [u8; 64],
 }
 
@@ -252,6 +284,7 @@ impl ConnectInfo {
         v.push(match self.mode {
             P2pMode::Direct => 0,
             P2pMode::Ipc => 1,
+            P2pMode::Cumem => 2,
         });
         v.push(u8::from(self.read));
         v.extend_from_slice(&self.pid.to_le_bytes());
@@ -291,7 +324,12 @@ impl ConnectInfo {
         let mode = match b[6] {
             0 => P2pMode::Direct,
             1 => P2pMode::Ipc,
-            m => return Err(bad(format!("mode {m}, expected 0 (direct pointer) or 1 (IPC handle)"))),
+            2 => P2pMode::Cumem,
+            m => {
+                return Err(bad(format!(
+                    "mode {m}, expected 0 (direct pointer), 1 (IPC handle) or 2 (cuMem descriptor)"
+                )));
+            }
         };
         let read = match b[7] {
             0 => false,
@@ -325,6 +363,17 @@ impl ConnectInfo {
         let handle: [u8; 64] = b[44..108].try_into().expect("64 bytes");
         if mode == P2pMode::Direct && handle[8..].iter().any(|&c| c != 0) {
             return Err(bad("direct pointer with a non-zero IPC handle tail".into()));
+        }
+        if mode == P2pMode::Cumem {
+            let alloc = u64::from_le_bytes(handle[16..24].try_into().expect("8 bytes"));
+            if alloc < size || alloc > MAX_FIFO_BYTES {
+                return Err(bad(format!(
+                    "cuMem allocation of {alloc} bytes for a {size}-byte FIFO (at most {MAX_FIFO_BYTES})"
+                )));
+            }
+            if handle[24..].iter().any(|&c| c != 0) {
+                return Err(bad("cuMem descriptor with a non-zero handle tail".into()));
+            }
         }
         Ok(ConnectInfo {
             mode,
@@ -405,13 +454,23 @@ unsafe impl Send for DevAlloc {}
 
 /// Allocation, export and import of P2P FIFOs in a GPU's memory (NCCL's
 /// `ncclP2pAllocateShareableBuffer` / `ncclP2pImportShareableBuffer`,
-/// `src/transport/p2p.cc`, legacy IPC branch).
+/// `src/transport/p2p.cc`: the legacy IPC branch, and the cuMem branch with
+/// POSIX file descriptors).
 pub(crate) trait FifoDevMem: Send + Sync {
     /// `len` bytes on device `ordinal` and their export (a 64-byte handle).
     fn alloc(&self, ordinal: usize, len: usize) -> Result<(DevAlloc, [u8; 64]), String>;
     /// Maps another process' export `handle` of `len` bytes into this
     /// process, for device `ordinal`.
     fn import(&self, ordinal: usize, handle: &[u8; 64], len: usize) -> Result<DevAlloc, String>;
+    /// Why device `ordinal` cannot use cuMem with POSIX descriptors, if it
+    /// cannot (NCCL's `ncclIsCuMemSupported`).
+    fn cumem_unsupported(&self, ordinal: usize) -> Option<String>;
+    /// At least `len` bytes on device `ordinal` made with `cuMemCreate`, the
+    /// allocation's rounded size, and its export as a file descriptor.
+    fn cumem_alloc(&self, ordinal: usize, len: usize) -> Result<(DevAlloc, u64, OwnedFd), String>;
+    /// Maps the `size`-byte allocation another process exported as `fd`,
+    /// with read/write access for device `ordinal`.
+    fn cumem_import(&self, ordinal: usize, fd: OwnedFd, size: u64) -> Result<DevAlloc, String>;
 }
 
 /// The CUDA driver: `cuMemAlloc` + `cuIpcGetMemHandle`, `cuIpcOpenMemHandle`.
@@ -440,8 +499,55 @@ impl FifoDevMem for CudaFifoMem {
         Ok(DevAlloc { ptr, keep: Arc::new(m) })
     }
 
+    #[cfg(feature = "cuda")]
+    fn cumem_unsupported(&self, ordinal: usize) -> Option<String> {
+        match ferroccl_kernels::cuda::cumem_unsupported(ordinal) {
+            Ok(why) => why,
+            Err(e) => Some(e.to_string()),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cumem_alloc(&self, ordinal: usize, len: usize) -> Result<(DevAlloc, u64, OwnedFd), String> {
+        let (buf, fd) = ferroccl_kernels::cuda::CuMemBuffer::alloc_exported(ordinal, len).map_err(|e| e.to_string())?;
+        let (ptr, size) = (buf.as_ptr(), buf.size() as u64);
+        Ok((
+            DevAlloc {
+                ptr,
+                keep: Arc::new(buf),
+            },
+            size,
+            fd,
+        ))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cumem_import(&self, ordinal: usize, fd: OwnedFd, size: u64) -> Result<DevAlloc, String> {
+        let buf = ferroccl_kernels::cuda::CuMemBuffer::import(ordinal, fd, size as usize).map_err(|e| e.to_string())?;
+        let ptr = buf.as_ptr();
+        Ok(DevAlloc {
+            ptr,
+            keep: Arc::new(buf),
+        })
+    }
+
     #[cfg(not(feature = "cuda"))]
     fn alloc(&self, _ordinal: usize, _len: usize) -> Result<(DevAlloc, [u8; 64]), String> {
+        Err("ferroccl was built without its `cuda` feature".into())
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn cumem_unsupported(&self, _ordinal: usize) -> Option<String> {
+        Some("ferroccl was built without its `cuda` feature".into())
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn cumem_alloc(&self, _ordinal: usize, _len: usize) -> Result<(DevAlloc, u64, OwnedFd), String> {
+        Err("ferroccl was built without its `cuda` feature".into())
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn cumem_import(&self, _ordinal: usize, _fd: OwnedFd, _size: u64) -> Result<DevAlloc, String> {
         Err("ferroccl was built without its `cuda` feature".into())
     }
 
@@ -465,6 +571,55 @@ impl FifoDevMem for MockFifoMem {
         let a = crate::mockdev::P2pAlloc::import(handle, len).map_err(|e| format!("mock device import: {e}"))?;
         let ptr = a.as_ptr();
         Ok(DevAlloc { ptr, keep: Arc::new(a) })
+    }
+
+    fn cumem_unsupported(&self, ordinal: usize) -> Option<String> {
+        (!crate::mockdev::cumem_supported())
+            .then(|| format!("mock GPU {ordinal} does not support cuMem (mockdev::declare_cumem)"))
+    }
+
+    fn cumem_alloc(&self, _ordinal: usize, len: usize) -> Result<(DevAlloc, u64, OwnedFd), String> {
+        let (a, fd) = crate::mockdev::P2pAlloc::cumem_alloc(len).map_err(|e| format!("mock cuMem allocation: {e}"))?;
+        let ptr = a.as_ptr();
+        Ok((DevAlloc { ptr, keep: Arc::new(a) }, len as u64, fd))
+    }
+
+    fn cumem_import(&self, _ordinal: usize, fd: OwnedFd, size: u64) -> Result<DevAlloc, String> {
+        let a =
+            crate::mockdev::P2pAlloc::cumem_import(fd, size as usize).map_err(|e| format!("mock cuMem import: {e}"))?;
+        let ptr = a.as_ptr();
+        Ok(DevAlloc { ptr, keep: Arc::new(a) })
+    }
+}
+
+/// Why this process does not use cuMem for its P2P FIFOs on `gpu`, if it
+/// does not: NCCL's `ncclCuMemEnable` (`src/misc/cudawrap.cc`) with
+/// `NCCL_CUMEM_ENABLE` (a value of 0 or more decides, -2 asks the driver,
+/// any other negative value is off) and the device's support.
+fn cumem_refusal(gpu: &GpuLoc) -> Option<String> {
+    use crate::config::IntParamExt;
+    let v = crate::config::params::CUMEM_ENABLE
+        .get(crate::config::Config::global())
+        .unwrap_or_else(|e| {
+            tracing::warn!(target: "ferroccl::init", "{e}; using the default");
+            -2
+        });
+    match v {
+        0 => Some("NCCL_CUMEM_ENABLE=0".into()),
+        v if v > 0 => None,
+        -2 => dev_mem(gpu).cumem_unsupported(gpu.dev),
+        v => Some(format!("NCCL_CUMEM_ENABLE={v}")),
+    }
+}
+
+/// Logs at INFO, once per process and reason, why P2P uses legacy CUDA IPC.
+fn log_legacy(why: &str) {
+    static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if !seen.iter().any(|s| s == why) {
+        seen.push(why.to_string());
+        drop(seen);
+        crate::log::nccl_info!(INIT, "P2P: cuMem not used ({why}); using legacy CUDA IPC");
     }
 }
 
@@ -570,21 +725,49 @@ impl Transport for P2pTransport {
                 peer.rank
             )));
         };
-        let mode = mode_of(me, peer);
+        let mut mode = mode_of(me, peer);
         match req.dir {
             Dir::Recv => {
                 // NCCL's p2pRecvSetup: the FIFO is in the receiver's GPU memory.
                 let layout = Layout::external(req.step_size)?;
                 let len = layout.slots_len();
-                let (alloc, handle) = dev_mem(&gpu).alloc(gpu.dev, len).map_err(|e| Error::System {
-                    what: format!(
-                        "allocating the {len}-byte P2P FIFO for rank {} on GPU {} ({e}; NCCL_P2P_DISABLE=1 avoids P2P)",
-                        peer.rank, gpu.bus_id
-                    ),
-                    source: Arc::new(std::io::Error::other(e)),
-                })?;
+                // Across processes, cuMem with a file descriptor when enabled
+                // and supported (NCCL's P2P_CUMEM); legacy IPC otherwise, or
+                // when any cuMem call fails.
+                let mut cumem = None;
+                if mode == P2pMode::Ipc {
+                    match cumem_refusal(&gpu) {
+                        Some(why) => log_legacy(&why),
+                        None => match dev_mem(&gpu).cumem_alloc(gpu.dev, len) {
+                            Ok(c) => cumem = Some(c),
+                            Err(e) => log_legacy(&format!("cuMem allocation failed on GPU {}: {e}", gpu.bus_id)),
+                        },
+                    }
+                }
+                let (alloc, handle, export) = match cumem {
+                    Some((alloc, size, fd)) => {
+                        mode = P2pMode::Cumem;
+                        let mut h = [0u8; 64];
+                        h[..8].copy_from_slice(&super::shm::random_u64().to_le_bytes());
+                        h[8..16].copy_from_slice(&super::shm::random_u64().to_le_bytes());
+                        h[16..24].copy_from_slice(&size.to_le_bytes());
+                        let tag: [u8; ipcsock::TAG_BYTES] = h[..ipcsock::TAG_BYTES].try_into().expect("16 bytes");
+                        (alloc, h, Some(CumemExport { fd, tag, size }))
+                    }
+                    None => {
+                        let (alloc, handle) = dev_mem(&gpu).alloc(gpu.dev, len).map_err(|e| Error::System {
+                            what: format!(
+                                "allocating the {len}-byte P2P FIFO for rank {} on GPU {} ({e}; NCCL_P2P_DISABLE=1 \
+                                 avoids P2P)",
+                                peer.rank, gpu.bus_id
+                            ),
+                            source: Arc::new(std::io::Error::other(e)),
+                        })?;
+                        (alloc, handle, None)
+                    }
+                };
                 let handle = match mode {
-                    P2pMode::Ipc => handle,
+                    P2pMode::Ipc | P2pMode::Cumem => handle,
                     P2pMode::Direct => {
                         let mut d = DIRECT.lock().unwrap_or_else(|e| e.into_inner());
                         d.retain(|(_, w)| w.strong_count() > 0);
@@ -613,14 +796,37 @@ impl Transport for P2pTransport {
                 let mut info = (shm_info.len() as u32).to_le_bytes().to_vec();
                 info.extend_from_slice(&shm_info);
                 info.extend_from_slice(&ci.encode());
-                Ok((Box::new(P2pPendingRecv(pending)), info))
+                Ok((
+                    Box::new(P2pPendingRecv {
+                        shm: pending,
+                        cumem: export.is_some(),
+                        export,
+                        peer: peer.rank,
+                    }),
+                    info,
+                ))
             }
             Dir::Send => {
-                let via = match mode {
-                    P2pMode::Direct => "P2P/direct pointer",
-                    P2pMode::Ipc => "P2P/IPC",
+                // Across processes the receiver decides between IPC and CUMEM:
+                // the line is logged at connect, once its choice is known. A
+                // socket is bound for its descriptor either way (NCCL's proxy
+                // keeps one per process, `ncclIpcSocketInit`).
+                let (via, fdr) = match mode {
+                    P2pMode::Direct => (mode.via(), None),
+                    _ => match ipcsock::FdReceiver::bind() {
+                        Ok(r) => ("", Some(r)),
+                        Err(e) => {
+                            log_legacy(&format!("no Unix socket for cuMem descriptors: {e}"));
+                            ("", None)
+                        }
+                    },
                 };
-                let (pending, info) = self.shm.setup_send(req, me, peer, via);
+                let (pending, shm_info) = self.shm.setup_send(req, me, peer, via);
+                let name = fdr.as_ref().map_or("", |r| r.name());
+                let mut info = (shm_info.len() as u32).to_le_bytes().to_vec();
+                info.extend_from_slice(&shm_info);
+                info.extend_from_slice(name.as_bytes());
+                let dev = |p: &TransportPeer| p.gpu.as_ref().map_or(p.local_rank, |g| g.dev);
                 Ok((
                     Box::new(P2pPendingSend {
                         shm: pending,
@@ -629,6 +835,10 @@ impl Transport for P2pTransport {
                         peer_gpu,
                         peer_pid: peer.pid,
                         mode,
+                        fdr,
+                        ranks: (me.rank, dev(me), peer.rank, dev(peer)),
+                        got: None,
+                        polls: 0,
                     }),
                     info,
                 ))
@@ -637,17 +847,86 @@ impl Transport for P2pTransport {
     }
 }
 
+/// A cuMem FIFO's export waiting to be sent to the sender's socket.
+struct CumemExport {
+    /// The descriptor from `cuMemExportToShareableHandle`; closed once sent.
+    fd: OwnedFd,
+    /// Sent with it; the sender checks it against the connect information.
+    tag: [u8; ipcsock::TAG_BYTES],
+    /// The allocation's rounded size.
+    size: u64,
+}
+
+/// Splits a P2P sender's connect information: the SHM transport's part and
+/// the name of its descriptor socket (empty: none).
+fn split_send_info(peer: usize, b: &[u8]) -> Result<(&[u8], &str), Error> {
+    let bad = |m: String| Error::Remote(format!("rank {peer} sent bad P2P connect information: {m}"));
+    if b.len() < 4 {
+        return Err(bad(format!("{} bytes", b.len())));
+    }
+    let n = u32::from_le_bytes(b[..4].try_into().expect("4 bytes")) as usize;
+    if b.len() < 4 + n || b.len() - 4 - n > ipcsock::MAX_NAME {
+        return Err(bad(format!(
+            "{} bytes where the shared-memory part announces {n} and a socket name at most {}",
+            b.len(),
+            ipcsock::MAX_NAME
+        )));
+    }
+    let (shm, name) = b[4..].split_at(n);
+    let name = std::str::from_utf8(name)
+        .ok()
+        .filter(|s| s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'))
+        .ok_or_else(|| bad(format!("socket name {:?}", String::from_utf8_lossy(name))))?;
+    Ok((shm, name))
+}
+
 /// The receiving side between setup and connect (the SHM transport's, with
-/// the device slots).
-struct P2pPendingRecv(super::shm::PendingRecv);
+/// the device slots), and a cuMem export to send.
+struct P2pPendingRecv {
+    shm: super::shm::PendingRecv,
+    export: Option<CumemExport>,
+    peer: usize,
+    /// The FIFO is a cuMem allocation (`P2P/CUMEM`).
+    cumem: bool,
+}
 
 impl PendingConn for P2pPendingRecv {
+    /// NCCL's `p2pRecvConnect`; with cuMem, first sends the FIFO's descriptor
+    /// to the sender's socket (NCCL's proxy `ncclIpcSocketSendFd`).
     fn connect(&mut self, peer_info: &[u8]) -> Result<Option<Connected>, Error> {
-        Ok(self.0.finish(peer_info)?.map(|c| Connected::Recv(Box::new(c))))
+        let (shm_info, name) = split_send_info(self.peer, peer_info)?;
+        if let Some(x) = &self.export {
+            if name.is_empty() {
+                return Err(Error::Remote(format!(
+                    "rank {} has no socket for the P2P/CUMEM FIFO's descriptor (NCCL_CUMEM_ENABLE=0 uses legacy \
+                     CUDA IPC)",
+                    self.peer
+                )));
+            }
+            match ipcsock::send_fd(name, x.fd.as_fd(), &x.tag) {
+                Ok(()) => self.export = None,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) => {
+                    return Err(Error::System {
+                        what: format!(
+                            "sending the {}-byte P2P/CUMEM FIFO's descriptor to rank {} over Unix socket {name} \
+                             (NCCL_CUMEM_ENABLE=0 uses legacy CUDA IPC)",
+                            x.size, self.peer
+                        ),
+                        source: Arc::new(e),
+                    });
+                }
+            }
+        }
+        Ok(self.shm.finish(shm_info)?.map(|c| Connected::Recv(Box::new(c))))
     }
 
     fn waiting_for(&self) -> String {
-        self.0.waiting_for().replace("shared-memory segment", "P2P FIFO")
+        self.shm.waiting_for().replace("shared-memory segment", "P2P FIFO")
+    }
+
+    fn describe(&self) -> Option<String> {
+        self.cumem.then(|| P2pMode::Cumem.via().to_string())
     }
 }
 
@@ -658,12 +937,35 @@ struct P2pPendingSend {
     gpu: GpuLoc,
     peer_gpu: GpuLoc,
     peer_pid: u32,
+    /// `Direct`, or `Ipc` for another process (the receiver may say `Cumem`).
     mode: P2pMode,
+    /// Where a cuMem FIFO's descriptor arrives (another process only).
+    fdr: Option<ipcsock::FdReceiver>,
+    /// (my rank, my device, peer rank, peer device) for the `via` line.
+    ranks: (usize, usize, usize, usize),
+    /// The mode the receiver chose, once connected.
+    got: Option<P2pMode>,
+    /// Polls while waiting for a cuMem descriptor.
+    polls: u32,
+}
+
+/// Whether process `pid` (of this PID namespace) has exited: no
+/// `/proc/<pid>/stat`, or a zombie (`Z`) or dead (`X`) state there.
+fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+            .is_some_and(|st| st == "Z" || st == "X"),
+    }
 }
 
 impl PendingConn for P2pPendingSend {
-    /// NCCL's `p2pSendConnect`: maps the receiver's FIFO (its pointer or IPC
-    /// handle), then its counters' segment.
+    /// NCCL's `p2pSendConnect`: maps the receiver's FIFO (its pointer, IPC
+    /// handle, or the cuMem descriptor it sends to this side's socket: until
+    /// that arrives, `Ok(None)`), then its counters' segment; logs the
+    /// connection `via` the receiver's choice.
     fn connect(&mut self, peer_info: &[u8]) -> Result<Option<Connected>, Error> {
         let peer = self.req.key.peer;
         let bad = |m: String| Error::Remote(format!("rank {peer} sent bad P2P connect information: {m}"));
@@ -681,7 +983,8 @@ impl PendingConn for P2pPendingSend {
         let (shm_info, ci) = peer_info[4..].split_at(n);
         let ci = ConnectInfo::decode(peer, ci)?;
         let layout = Layout::external(self.req.step_size)?;
-        if ci.mode != self.mode
+        let mode_ok = ci.mode == self.mode || (self.mode == P2pMode::Ipc && ci.mode == P2pMode::Cumem);
+        if !mode_ok
             || ci.pid != self.peer_pid
             || ci.bus_id != self.peer_gpu.bus_id
             || ci.size != layout.slots_len() as u64
@@ -701,7 +1004,7 @@ impl PendingConn for P2pPendingSend {
                 self.peer_pid
             )));
         }
-        let alloc = match self.mode {
+        let alloc = match ci.mode {
             P2pMode::Direct => {
                 let ptr = u64::from_le_bytes(ci.handle[..8].try_into().expect("8 bytes")) as usize;
                 let mut d = DIRECT.lock().unwrap_or_else(|e| e.into_inner());
@@ -724,7 +1027,67 @@ impl PendingConn for P2pPendingSend {
                     ),
                     source: Arc::new(std::io::Error::other(e)),
                 })?,
+            P2pMode::Cumem => {
+                let Some(fdr) = &self.fdr else {
+                    return Err(Error::Internal(format!(
+                        "rank {peer} chose P2P/CUMEM but this rank has no socket for its descriptor (NCCL_CUMEM_ENABLE=0 \
+                         uses legacy CUDA IPC)"
+                    )));
+                };
+                let (fd, tag) = match fdr.try_recv() {
+                    Ok(Some(x)) => x,
+                    Ok(None) => {
+                        // The receiver's death fails the wait at once, not at the deadline.
+                        self.polls = self.polls.wrapping_add(1);
+                        if self.polls.is_multiple_of(64) && process_gone(self.peer_pid) {
+                            return Err(Error::Remote(format!(
+                                "rank {peer} (pid {}) exited before sending its P2P/CUMEM FIFO descriptor",
+                                self.peer_pid
+                            )));
+                        }
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        return Err(Error::System {
+                            what: format!(
+                                "receiving rank {peer}'s P2P/CUMEM FIFO descriptor on socket {}",
+                                fdr.name()
+                            ),
+                            source: Arc::new(e),
+                        });
+                    }
+                };
+                if tag[..] != ci.handle[..ipcsock::TAG_BYTES] {
+                    return Err(bad(format!(
+                        "a descriptor on socket {} with a tag that is not the one its connect information announced",
+                        fdr.name()
+                    )));
+                }
+                let size = u64::from_le_bytes(ci.handle[16..24].try_into().expect("8 bytes"));
+                dev_mem(&self.gpu)
+                    .cumem_import(self.gpu.dev, fd, size)
+                    .map_err(|e| Error::System {
+                        what: format!(
+                            "importing rank {peer}'s P2P/CUMEM FIFO on GPU {} ({e}; NCCL_CUMEM_ENABLE=0 uses legacy CUDA \
+                             IPC, NCCL_P2P_DISABLE=1 avoids P2P)",
+                            ci.bus_id
+                        ),
+                        source: Arc::new(std::io::Error::other(e)),
+                    })?
+            }
         };
+        if ci.mode != P2pMode::Direct {
+            let (me, my_dev, to, peer_dev) = self.ranks;
+            crate::log::nccl_info!(
+                INIT,
+                "Channel {:02}/{} : {me}[{my_dev}] -> {to}[{peer_dev}] via {}",
+                self.req.key.channel,
+                self.req.key.conn,
+                ci.mode.via()
+            );
+        }
+        self.got = Some(ci.mode);
+        self.fdr = None;
         let ext = ExtSlots {
             base: alloc.ptr,
             ordinal: self.gpu.dev,
@@ -734,7 +1097,18 @@ impl PendingConn for P2pPendingSend {
     }
 
     fn waiting_for(&self) -> String {
-        format!("rank {}'s P2P FIFO", self.req.key.peer)
+        match (&self.fdr, self.got) {
+            (Some(r), None) => format!(
+                "rank {}'s P2P FIFO (a P2P/CUMEM descriptor on socket {})",
+                self.req.key.peer,
+                r.name()
+            ),
+            _ => format!("rank {}'s P2P FIFO", self.req.key.peer),
+        }
+    }
+
+    fn describe(&self) -> Option<String> {
+        self.got.filter(|&m| m == P2pMode::Cumem).map(|m| m.via().to_string())
     }
 }
 
@@ -960,6 +1334,21 @@ mod tests {
     }
 
     #[test]
+    fn a_gone_process_is_seen() {
+        assert!(!process_gone(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().expect("spawn true");
+        let pid = child.id();
+        // Exited but not reaped (a zombie), then reaped (gone).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !process_gone(pid) {
+            assert!(std::time::Instant::now() < deadline, "pid {pid} never exited");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.wait().expect("reap");
+        assert!(process_gone(pid));
+    }
+
+    #[test]
     fn params_parse_as_nccl() {
         assert_eq!(P2pParams::parse(None, None).unwrap(), P2pParams::default());
         assert!(P2pParams::parse(Some("1"), None).unwrap().disable);
@@ -1006,6 +1395,45 @@ mod tests {
         d.handle = [0; 64];
         d.handle[..8].copy_from_slice(&0x7f00_dead_b000u64.to_le_bytes());
         assert_eq!(ConnectInfo::decode(3, &d.encode()).unwrap(), d);
+        let mut c = sample();
+        c.mode = P2pMode::Cumem;
+        c.handle = [0; 64];
+        c.handle[..16].copy_from_slice(&[9; 16]);
+        c.handle[16..24].copy_from_slice(&(c.size + 4096).to_le_bytes());
+        assert_eq!(ConnectInfo::decode(3, &c.encode()).unwrap(), c);
+        // A cuMem allocation smaller than the FIFO, or a non-zero tail, is refused.
+        let mut small = c.clone();
+        small.handle[16..24].copy_from_slice(&(c.size - 1).to_le_bytes());
+        let e = ConnectInfo::decode(3, &small.encode()).unwrap_err().to_string();
+        assert!(e.contains("cuMem allocation of"), "{e}");
+        let mut tail = c;
+        tail.handle[40] = 1;
+        let e = ConnectInfo::decode(3, &tail.encode()).unwrap_err().to_string();
+        assert!(e.contains("non-zero handle tail"), "{e}");
+    }
+
+    /// A P2P sender's connect information: the SHM part and a socket name of
+    /// letters, digits and dashes; anything else is refused.
+    #[test]
+    fn send_info_splits_and_checks_the_socket_name() {
+        let mut b = 3u32.to_le_bytes().to_vec();
+        b.extend_from_slice(b"shm");
+        assert_eq!(split_send_info(1, &b).unwrap(), (&b"shm"[..], ""));
+        b.extend_from_slice(b"ferroccl-ipc-12-00ab");
+        assert_eq!(split_send_info(1, &b).unwrap(), (&b"shm"[..], "ferroccl-ipc-12-00ab"));
+        let mut bad = b.clone();
+        bad.push(b'/');
+        assert!(
+            split_send_info(1, &bad)
+                .unwrap_err()
+                .to_string()
+                .contains("socket name")
+        );
+        let mut long = b.clone();
+        long.extend(std::iter::repeat_n(b'a', 200));
+        assert!(split_send_info(1, &long).is_err());
+        assert!(split_send_info(1, &[9, 0, 0, 0, 1]).is_err());
+        assert!(split_send_info(1, &[1]).is_err());
     }
 
     /// Every malformed field is refused with a message naming the peer and what
@@ -1020,6 +1448,7 @@ mod tests {
             (|b: &mut Vec<u8>| b[0] ^= 1, "magic"),
             (|b: &mut Vec<u8>| b[4] = 9, "version 9"),
             (|b: &mut Vec<u8>| b[6] = 7, "mode 7"),
+            (|b: &mut Vec<u8>| b[6] = 2, "cuMem allocation of"),
             (|b: &mut Vec<u8>| b[7] = 2, "read flag 2"),
             (
                 (|b: &mut Vec<u8>| b[12..28].copy_from_slice(b"not-a-bus-id!!!!")),

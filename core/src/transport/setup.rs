@@ -217,8 +217,8 @@ impl TransportSetup {
             }
         }
         let mut usage = self.usage.lock().unwrap_or_else(|e| e.into_inner());
-        for (_, _, d) in &pending {
-            *usage.entry(d.clone()).or_default() += 1;
+        for (p, _, d) in &pending {
+            *usage.entry(p.describe().unwrap_or_else(|| d.clone())).or_default() += 1;
         }
         Ok(done.into_iter().map(|c| c.expect("connected")).collect())
     }

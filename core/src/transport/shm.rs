@@ -474,7 +474,7 @@ struct SendInfo {
     pid: u32,
 }
 
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     if let Ok(v) = getrandom::u64() {
         return v;
     }
@@ -641,7 +641,8 @@ impl ShmTransport {
     }
 
     /// NCCL's `shmSendSetup`: nothing to allocate (the receiver owns the
-    /// segment); logs the connection `via` (e.g. `SHM/direct/direct`).
+    /// segment); logs the connection `via` (e.g. `SHM/direct/direct`; empty: the
+    /// caller logs it later).
     pub(crate) fn setup_send(
         &self,
         req: &ConnRequest,
@@ -653,16 +654,18 @@ impl ShmTransport {
         // The device in brackets: NCCL prints the GPU (`nvmlDev`); a host
         // process prints its index among the host's ranks.
         let dev = |p: &TransportPeer| p.gpu.as_ref().map_or(p.local_rank, |g| g.dev);
-        crate::log::nccl_info!(
-            INIT,
-            "Channel {:02}/{} : {}[{}] -> {}[{}] via {via}",
-            key.channel,
-            key.conn,
-            me.rank,
-            dev(me),
-            peer.rank,
-            dev(peer)
-        );
+        if !via.is_empty() {
+            crate::log::nccl_info!(
+                INIT,
+                "Channel {:02}/{} : {}[{}] -> {}[{}] via {via}",
+                key.channel,
+                key.conn,
+                me.rank,
+                dev(me),
+                peer.rank,
+                dev(peer)
+            );
+        }
         let info = SendInfo {
             version: VERSION,
             pid: me.pid,

@@ -417,6 +417,238 @@ impl Drop for IpcMapping {
     }
 }
 
+/// Why device `ordinal` cannot share memory through cuMem with POSIX file
+/// descriptors, if it cannot (NCCL's `ncclIsCuMemSupported`,
+/// `src/misc/cudawrap.cc`): a driver older than 12.0,
+/// `CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED` or
+/// `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED` zero.
+///
+/// Errors: [`KernelError::NoCuda`]; [`KernelError::Cuda`] for a failed query.
+/// `Ok(Some(reason))`: unsupported; `Ok(None)`: supported.
+pub fn cumem_unsupported(ordinal: usize) -> Result<Option<String>, KernelError> {
+    let info = driver_info()?;
+    if info.version < 12000 {
+        return Ok(Some(format!("CUDA driver {} is older than 12.0", info.version)));
+    }
+    let dev = device_handle(ordinal)?;
+    use sys::CUdevice_attribute as A;
+    if attr(
+        dev,
+        A::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED,
+        "cuDeviceGetAttribute",
+    )? == 0
+    {
+        return Ok(Some(format!(
+            "GPU {ordinal} does not support virtual memory management"
+        )));
+    }
+    if attr(
+        dev,
+        A::CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+        "cuDeviceGetAttribute",
+    )? == 0
+    {
+        return Ok(Some(format!(
+            "GPU {ordinal} does not export POSIX file descriptor handles"
+        )));
+    }
+    Ok(None)
+}
+
+/// The properties of a pinned allocation on device `ordinal` exportable as a
+/// POSIX file descriptor (NCCL's `ncclCuMemAlloc`, `src/include/alloc.h`).
+fn cumem_prop(ordinal: usize) -> sys::CUmemAllocationProp {
+    // SAFETY: a plain C struct of integers and one pointer: all-zero is valid.
+    let mut prop: sys::CUmemAllocationProp = unsafe { std::mem::zeroed() };
+    prop.type_ = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = ordinal as i32;
+    prop
+}
+
+/// The recommended granularity of [`cumem_prop`] allocations on `ordinal`.
+fn cumem_granularity(prop: &sys::CUmemAllocationProp) -> Result<usize, KernelError> {
+    let mut gran = 0usize;
+    guard::call("cuMemGetAllocationGranularity", || {
+        // SAFETY: one out-pointer and a valid property struct.
+        unsafe {
+            sys::cuMemGetAllocationGranularity(
+                &mut gran,
+                prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+            )
+        }
+        .result()
+    })?;
+    Ok(gran.max(1))
+}
+
+/// Device memory made with the cuMem API (`cuMemCreate`, or
+/// `cuMemImportFromShareableHandle` of another process' export), mapped at a
+/// reserved address with read/write access for one device; unmapped, its
+/// address freed and its handle released on drop.
+#[derive(Debug)]
+pub struct CuMemBuffer {
+    ptr: sys::CUdeviceptr,
+    size: usize,
+    handle: sys::CUmemGenericAllocationHandle,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: a device address, a driver handle and a context; the driver calls
+// that use them bind the context first and are thread-safe.
+unsafe impl Send for CuMemBuffer {}
+// SAFETY: as above; `&CuMemBuffer` only reads the address and size.
+unsafe impl Sync for CuMemBuffer {}
+
+impl CuMemBuffer {
+    /// At least `len` bytes on device `ordinal` (rounded up to the
+    /// allocation granularity) and their export as a POSIX file descriptor
+    /// (`cuMemExportToShareableHandle`), which another process imports with
+    /// [`CuMemBuffer::import`] (NCCL's `ncclP2pAllocateShareableBuffer`).
+    ///
+    /// Errors: [`KernelError::NoCuda`]; [`KernelError::Cuda`] naming the cuMem
+    /// call that failed (everything made so far is released).
+    pub fn alloc_exported(ordinal: usize, len: usize) -> Result<(CuMemBuffer, std::os::fd::OwnedFd), KernelError> {
+        let ctx = context(ordinal)?;
+        let prop = cumem_prop(ordinal);
+        let gran = cumem_granularity(&prop)?;
+        let size = len.max(1).div_ceil(gran) * gran;
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        guard::call("cuMemCreate", || {
+            // SAFETY: one out-handle, a valid property struct, size a multiple of the granularity.
+            unsafe { sys::cuMemCreate(&mut handle, size, &prop, 0) }.result()
+        })?;
+        let buf = Self::map(ctx, handle, size, gran, ordinal)?;
+        let mut fd: std::ffi::c_int = -1;
+        guard::call("cuMemExportToShareableHandle", || {
+            // SAFETY: for POSIX descriptors the out-handle is an int.
+            unsafe {
+                sys::cuMemExportToShareableHandle(
+                    (&mut fd as *mut std::ffi::c_int).cast(),
+                    buf.handle,
+                    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    0,
+                )
+            }
+            .result()
+        })?;
+        use std::os::fd::FromRawFd;
+        // SAFETY: the driver just created this descriptor for us to own.
+        Ok((buf, unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Imports the descriptor `fd` that another process exported with
+    /// [`CuMemBuffer::alloc_exported`] for `size` bytes (its rounded size),
+    /// mapped with read/write access for device `ordinal` (NCCL's
+    /// `ncclP2pImportShareableBuffer`). The descriptor is closed once imported.
+    ///
+    /// Errors: [`KernelError::NoCuda`]; [`KernelError::Cuda`] naming the cuMem
+    /// call that failed; a `size` that is not a multiple of this device's
+    /// granularity.
+    pub fn import(ordinal: usize, fd: std::os::fd::OwnedFd, size: usize) -> Result<CuMemBuffer, KernelError> {
+        use std::os::fd::AsRawFd;
+        let ctx = context(ordinal)?;
+        let prop = cumem_prop(ordinal);
+        let gran = cumem_granularity(&prop)?;
+        if size == 0 || !size.is_multiple_of(gran) {
+            return Err(KernelError::Cuda {
+                call: "cuMemImportFromShareableHandle",
+                message: format!("an export of {size} bytes, not a multiple of the {gran}-byte granularity"),
+            });
+        }
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        guard::call("cuMemImportFromShareableHandle", || {
+            // SAFETY: for POSIX descriptors the OS handle is the int itself, passed as a pointer-sized value.
+            unsafe {
+                sys::cuMemImportFromShareableHandle(
+                    &mut handle,
+                    fd.as_raw_fd() as isize as *mut std::ffi::c_void,
+                    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                )
+            }
+            .result()
+        })?;
+        drop(fd);
+        Self::map(ctx, handle, size, gran, ordinal)
+    }
+
+    /// Reserves an address range, maps `handle` there and grants `ordinal`
+    /// read/write access; releases `handle` (and what was made) on failure.
+    fn map(
+        ctx: Arc<CudaContext>,
+        handle: sys::CUmemGenericAllocationHandle,
+        size: usize,
+        gran: usize,
+        ordinal: usize,
+    ) -> Result<CuMemBuffer, KernelError> {
+        let release = |h| {
+            // SAFETY: a handle made or imported by the caller, released once.
+            let _ = unsafe { sys::cuMemRelease(h) };
+        };
+        let mut ptr: sys::CUdeviceptr = 0;
+        if let Err(e) = guard::call("cuMemAddressReserve", || {
+            // SAFETY: one out-pointer; size and alignment multiples of the granularity.
+            unsafe { sys::cuMemAddressReserve(&mut ptr, size, gran, 0, 0) }.result()
+        }) {
+            release(handle);
+            return Err(e);
+        }
+        if let Err(e) = guard::call("cuMemMap", || {
+            // SAFETY: a reserved range of `size` bytes and a handle of that size.
+            unsafe { sys::cuMemMap(ptr, size, 0, handle, 0) }.result()
+        }) {
+            // SAFETY: the range reserved just above, freed once.
+            let _ = unsafe { sys::cuMemAddressFree(ptr, size) };
+            release(handle);
+            return Err(e);
+        }
+        // From here on, drop undoes everything.
+        let buf = CuMemBuffer { ptr, size, handle, ctx };
+        let mut desc: sys::CUmemAccessDesc = {
+            // SAFETY: a plain C struct of integers: all-zero is valid.
+            unsafe { std::mem::zeroed() }
+        };
+        desc.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        desc.location.id = ordinal as i32;
+        desc.flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        guard::call("cuMemSetAccess", || {
+            // SAFETY: the mapped range and one access descriptor.
+            unsafe { sys::cuMemSetAccess(buf.ptr, buf.size, &desc, 1) }.result()
+        })?;
+        Ok(buf)
+    }
+
+    /// The mapped device address.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr as *mut u8
+    }
+
+    /// Bytes mapped (the requested length rounded up to the granularity).
+    pub fn size(&self) -> usize {
+        self.size
+    }
+}
+
+impl Drop for CuMemBuffer {
+    fn drop(&mut self) {
+        let _ = guard::call("cuCtxSetCurrent", || self.ctx.bind_to_thread());
+        let _ = guard::call("cuMemUnmap", || {
+            // SAFETY: the range this value mapped, unmapped once.
+            unsafe { sys::cuMemUnmap(self.ptr, self.size) }.result()
+        });
+        let _ = guard::call("cuMemAddressFree", || {
+            // SAFETY: the range this value reserved, freed once (after the unmap).
+            unsafe { sys::cuMemAddressFree(self.ptr, self.size) }.result()
+        });
+        let _ = guard::call("cuMemRelease", || {
+            // SAFETY: the handle this value made or imported, released once.
+            unsafe { sys::cuMemRelease(self.handle) }.result()
+        });
+    }
+}
+
 type HostFn = Box<dyn FnOnce() + Send>;
 
 unsafe extern "C" fn run_host_fn(data: *mut c_void) {

@@ -44,8 +44,8 @@ mod nvrtc;
 pub use backend::{CudaBackend, VouchedCuda};
 #[cfg(feature = "cuda")]
 pub use driver::{
-    DeviceAttrs, IpcMapping, can_access_peer, current_device, device_attrs, device_count, dmabuf_fd_for, driver_info,
-    ipc_get_mem_handle, launch_host_func,
+    CuMemBuffer, DeviceAttrs, IpcMapping, can_access_peer, cumem_unsupported, current_device, device_attrs,
+    device_count, dmabuf_fd_for, driver_info, ipc_get_mem_handle, launch_host_func,
 };
 #[cfg(feature = "cuda")]
 pub(crate) use driver::{classify, ctx_guard, device_attribute, device_backend};
