@@ -146,6 +146,21 @@ pub fn with_collnet_chain(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphI
     g.collnet_chain = g.tree;
 }
 
+/// Adds CollNetDirect for AllReduce (Simple), with `nheads` heads per host and
+/// channel (`comm->collNetHeadsNum`), once CollNet is connected and no host has
+/// more ranks than CollNetDirect serves. NCCL runs CollNetDirect only where an
+/// NVSwitch joins every pair of local GPUs (`ncclTopoTuneModel` disables it
+/// with `nvsCount == 0`): on a host, shared memory joins every pair of local
+/// ranks alike, so the model is told of one. The pattern is the ring's
+/// per-channel bandwidth (every rank moves its data once to the heads and once
+/// back; NCCL's model divides it by its head factor).
+pub fn with_collnet_direct(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphInfo, nheads: usize) {
+    r[F::AllReduce.index()][A::CollNetDirect.index()][P::Simple.index()] = true;
+    inp.nvs_count = inp.nvs_count.max(1);
+    inp.collnet_heads = nheads;
+    g.collnet_direct = g.ring;
+}
+
 /// The host's per-channel bandwidth ceiling (see [`HOST_MAX_BW`]).
 pub const MAX_BW: f64 = HOST_MAX_BW;
 

@@ -210,6 +210,10 @@ impl Tuning {
         let mut graphs = host::graph_info(f);
         if s.collnet.is_some() {
             host::with_collnet_chain(&mut runnable, &mut inp, &mut graphs);
+            // The same heads as the connection setup computes (comm/collnet.rs).
+            if let Some(n) = crate::graph::collnet::direct_nheads(f.min_local_ranks, f.max_local_ranks) {
+                host::with_collnet_direct(&mut runnable, &mut inp, &mut graphs, n);
+            }
         }
         let mut model = model::tune_model(&inp, &graphs, &mut constants, &s.params.enable, &runnable);
         // A host channel is one CPU thread: the thread-count rules of the GPU model
