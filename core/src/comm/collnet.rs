@@ -8,9 +8,11 @@
 //! its `reduceSupport` answers; CollNet is used only when every rank does and
 //! the communicator spans at least `NCCL_COLLNET_NODE_THRESHOLD` hosts, so all
 //! ranks decide alike without another exchange. Then, per channel, each host's
-//! chain head ([`crate::graph::collnet`]) listens, the handles go round the
-//! bootstrap, and the heads connect their collComm; the link becomes the
-//! channel's connectors to peer `nranks` ([`crate::transport::collnet`]).
+//! heads ([`crate::graph::collnet`]: CollNetDirect's heads, the first of which
+//! is the CollNetChain head) listen, the handles go round the bootstrap, and
+//! head `h` of every host connects the channel's `h`-th collComm (NCCL's
+//! `ncclCollNetSetup` per head index); the link becomes the channel's
+//! connectors to peer `nranks` ([`crate::transport::collnet`]).
 
 use std::sync::Arc;
 

@@ -653,7 +653,12 @@ impl Tuning {
             }
         };
         let comm_ch = self.facts.nchannels.max(1);
-        let res = select::resources(&self.model, algo, proto, nbytes, comm_ch, 0, 0);
+        // CollNetDirect's channel count scales with its heads per host
+        // (`comm->collNetHeadsNum` in NCCL's topoGetAlgoInfo).
+        let heads = crate::graph::collnet::direct_nheads(self.facts.min_local_ranks, self.facts.max_local_ranks)
+            .filter(|_| algo == Algorithm::CollNetDirect)
+            .unwrap_or(0);
+        let res = select::resources(&self.model, algo, proto, nbytes, comm_ch, 0, heads);
         let mut nch = res.nchannels;
         if tuner_channels > 0 {
             nch = (tuner_channels as usize).min(comm_ch);
