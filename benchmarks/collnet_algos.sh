@@ -27,9 +27,10 @@ for r in $(seq "$ROUNDS"); do
   for v in ring collnetchain collnetdirect model; do
     env_=(NCCL_NET_PLUGIN=collnet-socket NCCL_COLLNET_ENABLE=1)
     [ $v = model ] || env_+=(NCCL_ALGO=allreduce:$v)
-    env "${env_[@]}" $B --hosts 2 --cluster cna --ranks 4 all_reduce -b 64K -e 16M -f 16 -n 5 -w 2 -c 1 --show-tuning 2>&1 |
+    env "${env_[@]}" $B --hosts 2 --cluster cna --ranks 4 all_reduce -b 64K -e 16M -f 16 -n ${ITERS:-3} -w 1 -c 1 --show-tuning 2>&1 |
       awk -v r=$r -v v=$v -v l="$(cut -d' ' -f1 /proc/loadavg)" '
         /^#  tuning:/ { algo[$4] = $6 }
-        /^ +[0-9]+ / { print "round " r, v, $1, "time_us", $6, "busbw", $8, "wrong", $9, $13, "algo", algo[$1], "load", l }'
+        /^ +[0-9]+ / { n++; row[n] = "round " r " " v " " $1 " time_us " $6 " busbw " $8 " wrong " $9 " " $13; size[n] = $1 }
+        END { for (i = 1; i <= n; i++) print row[i], "algo", algo[size[i]], "load", l }'
   done
 done
