@@ -172,12 +172,18 @@ pub const HOST_COLLNET_DUPLEX: f32 = 2.0;
 /// ranks alike, so the model is told of one. The pattern is the ring's
 /// per-channel bandwidth times [`HOST_COLLNET_DUPLEX`] (every rank moves its
 /// data once to the heads and once back; NCCL's model divides it by its head
-/// factor).
+/// factor) over channels x heads (measured in `BENCHMARKS.md` §13.1).
 pub fn with_collnet_direct(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphInfo, nheads: usize) {
     r[F::AllReduce.index()][A::CollNetDirect.index()][P::Simple.index()] = true;
     inp.nvs_count = inp.nvs_count.max(1);
     inp.collnet_heads = nheads;
+    // Every channel has `nheads` heads, each with its own collComm: as many
+    // network streams as NCCL's CollNetDirect has with `nheads` channels of one
+    // head each (its graph's channels, one per NIC), so the pattern counts
+    // channels x heads, which NCCL's bandwidth formula then divides by its
+    // ppn/nChannels factor.
     g.collnet_direct = PatternInfo {
+        nchannels: g.ring.nchannels * nheads.max(1),
         bw_intra: g.ring.bw_intra * HOST_COLLNET_DUPLEX,
         bw_inter: g.ring.bw_inter * HOST_COLLNET_DUPLEX,
         ..g.ring
