@@ -12,7 +12,8 @@
 //! every reduction, in and out of place, at sizes of one element, a few
 //! chunks and several loop steps; every rank's decision is CollNetDirect, its
 //! `NCCL_DEBUG=INFO` tuning line says so and it logged its `CollNetDirect
-//! channel` pattern line with the expected head count.
+//! channel` pattern line with the expected head count. And CollNetChain
+//! forced on the same connections (2 heads per host connected).
 
 mod coll_support;
 
@@ -27,6 +28,8 @@ const WORKER: &str = "collnet_direct_worker";
 const LIMIT: Duration = Duration::from_secs(300);
 /// Which case the worker runs (`full` or `small`).
 const ENV_CASE: &str = "FERROCCL_TEST_CN_CASE";
+/// `chain`: the worker expects CollNetChain (forced) instead of CollNetDirect.
+const ENV_ALGO: &str = "FERROCCL_TEST_CN_ALGO";
 
 /// One rank: the AllReduce matrix, each result checked, then the decision.
 #[test]
@@ -34,6 +37,11 @@ fn collnet_direct_worker() {
     let Some(r) = role(WORKER) else { return };
     let comm = join(&r, Duration::from_secs(90));
     let full = std::env::var(ENV_CASE).is_ok_and(|v| v == "full");
+    let want = if std::env::var(ENV_ALGO).is_ok_and(|v| v == "chain") {
+        Algorithm::CollNetChain
+    } else {
+        Algorithm::CollNetDirect
+    };
     let dtypes: &[DataType] = if full {
         &[
             DataType::Float32,
@@ -65,7 +73,7 @@ fn collnet_direct_worker() {
                         Err(e) => panic!("rank {}: {dtype} {op} count {count}: {e}", r.rank),
                     }
                     let d = comm.tuning().last(Func::AllReduce).expect("a decision");
-                    assert_eq!(d.algo, Algorithm::CollNetDirect, "rank {}: {dtype} {op}", r.rank);
+                    assert_eq!(d.algo, want, "rank {}: {dtype} {op}", r.rank);
                 }
             }
         }
@@ -77,6 +85,11 @@ fn collnet_direct_worker() {
 
 /// Runs `host_of.len()` ranks, rank `r` on host `host_of[r]`.
 fn run(host_of: &[usize], case: &str) -> Vec<Out> {
+    run_algo(host_of, case, "CollnetDirect", "direct")
+}
+
+/// [`run`] with `NCCL_ALGO=algo`; `want` is the worker's [`ENV_ALGO`].
+fn run_algo(host_of: &[usize], case: &str, algo: &str, want: &str) -> Vec<Out> {
     let plugin = target_dir().join("libnccl_net_collnet_socket.so");
     assert!(
         plugin.is_file(),
@@ -87,7 +100,8 @@ fn run(host_of: &[usize], case: &str) -> Vec<Out> {
     let env = [
         ("NCCL_NET_PLUGIN", plugin.as_str()),
         ("NCCL_COLLNET_ENABLE", "1"),
-        ("NCCL_ALGO", "CollnetDirect"),
+        ("NCCL_ALGO", algo),
+        (ENV_ALGO, want),
         ("NCCL_DEBUG", "INFO"),
         ("NCCL_DEBUG_SUBSYS", "INIT,GRAPH,TUNING"),
         (ENV_CASE, case),
@@ -159,4 +173,21 @@ fn collnet_direct_uneven_hosts() {
 #[test]
 fn collnet_direct_four_ranks_per_host() {
     check_info(&run(&[0, 0, 0, 0, 1, 1, 1, 1], "small"), 4);
+}
+
+/// CollNetChain beside CollNetDirect's extra collComms: with 2 heads per host
+/// and channel, the chain's head (head 0) shares its collComm with
+/// CollNetDirect's head 0 while head 1's collComm sits idle; results checked.
+#[test]
+fn collnet_chain_with_direct_heads_connected() {
+    let outs = run_algo(&[0, 1, 0, 1], "small", "CollnetChain", "chain");
+    for o in &outs {
+        assert!(o.stdout.contains("WORKER DONE"), "rank {}:\n{}", o.rank, dump(&outs));
+    }
+    assert!(
+        outs.iter()
+            .any(|o| o.stdout.contains("Bytes -> Algo CollNetChain proto Simple")),
+        "no tuning line names CollNetChain:\n{}",
+        dump(&outs)
+    );
 }
