@@ -34,9 +34,8 @@ use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, MemorySpace, Pre};
 
 use super::desc::{OP_HDR_BYTES, OpDesc};
 use super::mem::{Kernels, OpMem, Operand, Stage};
-use super::schedule::{Lane, Prim, SliceOp, TaskConns};
+use super::schedule::{Lane, MAX_PEERS, Prim, SliceOp, TaskConns};
 use crate::error::Error;
-use crate::graph::MAX_TREE_ARITY;
 use crate::transport::{ConnTable, FifoMem, SendConnector, UserReg};
 
 static BACKEND: CpuBackend = CpuBackend;
@@ -388,8 +387,8 @@ fn peek_received(
     lane: Lane,
     desc: &OpDesc,
     cx: &mut ExecCx<'_>,
-) -> Result<Option<[*mut u8; MAX_TREE_ARITY]>, Error> {
-    let mut recvd = [std::ptr::null_mut::<u8>(); MAX_TREE_ARITY];
+) -> Result<Option<[*mut u8; MAX_PEERS]>, Error> {
+    let mut recvd = [std::ptr::null_mut::<u8>(); MAX_PEERS];
     for (i, peer) in op.recv_from.iter().enumerate() {
         let r = cx
             .conns
@@ -449,10 +448,10 @@ fn user_busy(op: &SliceOp, task: &TaskConns, conns: &mut ConnTable) -> bool {
 struct Outgoing {
     /// Registered user memory sent as it is, with each send peer's
     /// registration (`None`: through FIFO slots).
-    user: Option<(*const u8, [Option<UserReg>; MAX_TREE_ARITY])>,
+    user: Option<(*const u8, [Option<UserReg>; MAX_PEERS])>,
     /// Each send peer's FIFO slot (past the header where one is sent), when
     /// not from user memory.
-    slots: [*mut u8; MAX_TREE_ARITY],
+    slots: [*mut u8; MAX_PEERS],
 }
 
 impl Outgoing {
@@ -477,12 +476,12 @@ fn claim_outgoing(op: &SliceOp, lane: Lane, desc: &OpDesc, cx: &mut ExecCx<'_>) 
     let ns = op.send_to.len();
     let mut out = Outgoing {
         user: None,
-        slots: [std::ptr::null_mut::<u8>(); MAX_TREE_ARITY],
+        slots: [std::ptr::null_mut::<u8>(); MAX_PEERS],
     };
     if ns == 0 {
         return Ok(Some(out));
     }
-    let mut regs = [None; MAX_TREE_ARITY];
+    let mut regs = [None; MAX_PEERS];
     let mut src = None;
     // A step carrying the header goes through the FIFO (the header precedes
     // it), as does every step while nothing is registered.

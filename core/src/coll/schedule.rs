@@ -15,7 +15,16 @@ use super::ids::{Algorithm, Decision};
 use super::{CollArgs, CollKind};
 use crate::error::Error;
 use crate::graph::{Channel, MAX_TREE_ARITY};
-use crate::transport::{CONN_COLL, CONN_P2P, ConnKey};
+use crate::transport::{CONN_COLL, CONN_COLL_UP, CONN_P2P, ConnKey};
+
+#[path = "collnet_direct.rs"]
+mod collnet_direct;
+
+/// The most peers one step receives from or sends to: a CollNetDirect head's
+/// other local ranks (NCCL's `NCCL_MAX_DIRECT_ARITY`, 7) plus one, and more
+/// than a tree node's children ([`MAX_TREE_ARITY`]).
+pub(crate) const MAX_PEERS: usize = crate::graph::collnet::MAX_DIRECT_ARITY + 1;
+const _: () = assert!(MAX_PEERS >= MAX_TREE_ARITY && MAX_PEERS <= 8, "header bits are a u8");
 
 /// What one slice step does (NCCL's primitives, `src/device/prims_simple.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +91,9 @@ pub(crate) enum Lane {
     /// Channel `c`'s collective connections (ring and tree peers, connection
     /// index [`CONN_COLL`]).
     Channel(usize),
+    /// Channel `c`'s CollNetDirect "up" connections (connection index
+    /// [`CONN_COLL_UP`]: scatter to the heads, a head's reduction to the network).
+    ChannelUp(usize),
     /// P2P send connection to a peer ([`CONN_P2P`]); a lane of its own so the
     /// sends and receives of a group progress independently.
     P2pSend(usize),
@@ -100,6 +112,11 @@ impl Lane {
                 peer,
                 conn: CONN_COLL,
             },
+            Lane::ChannelUp(channel) => ConnKey {
+                channel,
+                peer,
+                conn: CONN_COLL_UP,
+            },
             Lane::P2pSend(_) | Lane::P2pRecv(_) | Lane::Local => ConnKey {
                 channel: 0,
                 peer,
@@ -110,19 +127,19 @@ impl Lane {
 }
 
 /// The peer ranks a step receives from or sends to: none, one (ring, p2p) or up
-/// to [`MAX_TREE_ARITY`] (a tree node's children; NCCL's `FanAsymmetric` peers in
-/// `src/device/primitives.h`).
+/// to [`MAX_PEERS`] (a tree node's children, a CollNetDirect head's local
+/// ranks; NCCL's `FanAsymmetric` peers in `src/device/primitives.h`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Peers {
     len: u8,
-    ranks: [u32; MAX_TREE_ARITY],
+    ranks: [u32; MAX_PEERS],
 }
 
 impl Peers {
     /// No peer.
     pub(crate) const NONE: Peers = Peers {
         len: 0,
-        ranks: [0; MAX_TREE_ARITY],
+        ranks: [0; MAX_PEERS],
     };
 
     /// One peer.
@@ -130,11 +147,11 @@ impl Peers {
         Peers::of(&[rank])
     }
 
-    /// The peers in `ranks` (at most [`MAX_TREE_ARITY`]; extra ones are a bug).
+    /// The peers in `ranks` (at most [`MAX_PEERS`]; extra ones are a bug).
     pub(crate) fn of(ranks: &[usize]) -> Peers {
-        debug_assert!(ranks.len() <= MAX_TREE_ARITY);
+        debug_assert!(ranks.len() <= MAX_PEERS);
         let mut p = Peers::NONE;
-        for &r in ranks.iter().take(MAX_TREE_ARITY) {
+        for &r in ranks.iter().take(MAX_PEERS) {
             p.ranks[p.len as usize] = r as u32;
             p.len += 1;
         }
@@ -297,6 +314,9 @@ pub(crate) struct SchedParams {
     pub p2p_step: usize,
     /// This rank's place in each channel's CollNet chain (empty: no CollNet).
     pub collnet: Vec<crate::graph::collnet::ChainPos>,
+    /// This rank's place in each channel's CollNetDirect pattern (empty: no
+    /// CollNetDirect).
+    pub collnet_direct: Vec<crate::graph::collnet::DirectPos>,
 }
 
 impl SchedParams {
@@ -543,7 +563,7 @@ impl Builder<'_> {
                 )
             }
             Lane::P2pSend(peer) | Lane::P2pRecv(peer) => (Peers::one(peer), Peers::one(peer)),
-            Lane::Local => (Peers::NONE, Peers::NONE),
+            Lane::Local | Lane::ChannelUp(_) => (Peers::NONE, Peers::NONE),
         };
         (
             if prim.recvs() { from } else { Peers::NONE },
@@ -643,6 +663,9 @@ pub(crate) fn build(
             _ => {
                 let d = plans[i].ok_or_else(|| Error::Internal(format!("{} has no tuning decision", a.kind.name())))?;
                 match a.kind {
+                    CollKind::AllReduce if d.algo == Algorithm::CollNetDirect => {
+                        collnet_direct::all_reduce(&mut b, a, red.expect("reduction"), &d)?
+                    }
                     CollKind::AllReduce if d.algo == Algorithm::CollNetChain => {
                         all_reduce_collnet_chain(&mut b, a, red.expect("reduction"), &d)?
                     }
@@ -667,7 +690,12 @@ pub(crate) fn build(
             }
         }
         // Tree and chain patterns put the header on their own connections.
-        let tree = plans[i].is_some_and(|d| matches!(d.algo, Algorithm::Tree | Algorithm::CollNetChain));
+        let tree = plans[i].is_some_and(|d| {
+            matches!(
+                d.algo,
+                Algorithm::Tree | Algorithm::CollNetChain | Algorithm::CollNetDirect
+            )
+        });
         if !p2p && (!tree || a.count == 0 || p.nranks == 1) {
             b.end_collective();
         }

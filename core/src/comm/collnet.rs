@@ -8,20 +8,22 @@
 //! its `reduceSupport` answers; CollNet is used only when every rank does and
 //! the communicator spans at least `NCCL_COLLNET_NODE_THRESHOLD` hosts, so all
 //! ranks decide alike without another exchange. Then, per channel, each host's
-//! chain head ([`crate::graph::collnet`]) listens, the handles go round the
-//! bootstrap, and the heads connect their collComm; the link becomes the
-//! channel's connectors to peer `nranks` ([`crate::transport::collnet`]).
+//! heads ([`crate::graph::collnet`]: CollNetDirect's heads, the first of which
+//! is the CollNetChain head) listen, the handles go round the bootstrap, and
+//! head `h` of every host connects the channel's `h`-th collComm (NCCL's
+//! `ncclCollNetSetup` per head index); the link becomes the channel's
+//! connectors to peer `nranks` ([`crate::transport::collnet`]).
 
 use std::sync::Arc;
 
 use super::peer_info::PeerInfo;
 use crate::bootstrap::Bootstrap;
 use crate::error::{Error, Result};
-use crate::graph::collnet::{self, ChainPos};
+use crate::graph::collnet::{self, ChainPos, DirectPos};
 use crate::plugin::collnet::{CollNetAdapter, SupportBits, SupportMatrix};
 use crate::plugin::net::{NetHandle, NetPlugin, RawComm, RawCtx};
 use crate::transport::collnet::CollNetLink;
-use crate::transport::{CONN_COLL, ConnKey, ConnTable};
+use crate::transport::{CONN_COLL, CONN_COLL_UP, ConnKey, ConnTable};
 
 /// A communicator's CollNet: the plugin, its context, what it reduces, and
 /// this rank's place in every channel's chain.
@@ -34,6 +36,9 @@ pub(crate) struct CommCollNet {
     pub matrix: SupportMatrix,
     /// This rank's place in each channel's chain.
     pub chains: Vec<ChainPos>,
+    /// This rank's place in each channel's CollNetDirect pattern (`None`: a
+    /// host has too many ranks for it, [`collnet::direct_nheads`]).
+    pub direct: Option<Vec<DirectPos>>,
 }
 
 /// This rank's CollNet entry for its peer-info record: its `reduceSupport`
@@ -129,6 +134,23 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
     let ctx = adapter.init_ctx(a.comm_id).map_err(|e| Error::net("CollNet init", e))?;
     let nranks = a.peers.len();
     let chains: Vec<ChainPos> = (0..a.nchannels).map(|c| collnet::position(&hosts, a.rank, c)).collect();
+    // CollNetDirect's heads (src/graph/connect.cc connectCollNet): head `h` of
+    // every host joins the channel's `h`-th collComm (NCCL's ncclCollNetSetup
+    // sets up one per head index); head 0 is the chain's head, so with one head
+    // per host (or CollNetDirect impossible) this is the chain's collComm only.
+    let mut per_host: std::collections::BTreeMap<u64, usize> = Default::default();
+    for h in &hosts {
+        *per_host.entry(*h).or_default() += 1;
+    }
+    let (min_local, max_local) = (
+        per_host.values().copied().min().unwrap_or(1),
+        per_host.values().copied().max().unwrap_or(1),
+    );
+    let direct_heads = collnet::direct_nheads(min_local, max_local);
+    let nheads = direct_heads.unwrap_or(1);
+    let direct: Vec<DirectPos> = (0..a.nchannels)
+        .map(|c| collnet::direct_position(&hosts, a.rank, c, nheads))
+        .collect();
     let mut links: Vec<(usize, CollNetLink)> = Vec::new();
     let close = |links: Vec<(usize, CollNetLink)>| {
         drop(links);
@@ -136,8 +158,8 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
             crate::log::nccl_warn!("CollNet finalize: {e}");
         }
     };
-    for (c, pos) in chains.iter().enumerate() {
-        let head = pos.is_head(nranks);
+    for (c, pos) in direct.iter().enumerate() {
+        let head = pos.head_rank.is_some();
         // Heads listen; every rank sends (status, handle): 1 = a head's handle,
         // 2 = a head whose listen failed, 0 = not a head.
         let mut mine = vec![0u8; 1 + 128];
@@ -166,7 +188,9 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
                 return Err(Error::from(e));
             }
         };
-        let heads = collnet::heads(&hosts, c);
+        let heads: Vec<usize> = (0..nheads)
+            .flat_map(|h| collnet::direct_members(&hosts, c, h, nheads))
+            .collect();
         let bad: Vec<usize> = heads
             .iter()
             .copied()
@@ -185,6 +209,8 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
             return Ok(None);
         }
         let Some(l) = listen else { continue };
+        let h = pos.head_rank.expect("a rank that listened is a head");
+        let heads = collnet::direct_members(&hosts, c, h, nheads);
         let handles: Vec<NetHandle> = heads
             .iter()
             .map(|&r| {
@@ -223,6 +249,12 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
             adapter.info().name
         );
     }
+    if let Some(n) = direct_heads {
+        for (c, pos) in direct.iter().enumerate() {
+            crate::log::nccl_info!(GRAPH, "{}", pos.info_line(c, a.rank, nranks));
+        }
+        crate::log::nccl_info!(INIT, "CollNetDirect: {n} head(s) per node and channel");
+    }
     for (c, link) in links {
         let key = ConnKey {
             channel: c,
@@ -231,6 +263,16 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         };
         conns.insert_send(key, link.send());
         conns.insert_recv(key, link.recv());
+        // CollNetDirect's reduce role sends to the network from the channel's
+        // "up" lane (it receives from the local ranks there): the same link's
+        // send side under that lane's key too.
+        conns.insert_send(
+            ConnKey {
+                conn: CONN_COLL_UP,
+                ..key
+            },
+            link.send(),
+        );
     }
     crate::log::nccl_info!(
         INIT,
@@ -244,5 +286,6 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         ctx,
         matrix,
         chains,
+        direct: direct_heads.map(|_| direct),
     }))
 }

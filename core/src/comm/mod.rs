@@ -499,6 +499,7 @@ impl Comm {
             collnet.as_ref().map(|c| c.matrix),
         )?);
         let collnet_chains = collnet.as_ref().map(|c| c.chains.clone()).unwrap_or_default();
+        let collnet_direct = collnet.as_ref().and_then(|c| c.direct.clone()).unwrap_or_default();
         let collnet_ctx = collnet.map(|c| (c.adapter, c.ctx));
         // 9. Profiler plugin (NCCL loads it in initTransportsRank; `init` per
         // communicator; a failing init only disables profiling).
@@ -532,6 +533,7 @@ impl Comm {
                 ring_step,
                 p2p_step: params.p2p_chunksize,
                 collnet: collnet_chains,
+                collnet_direct,
             },
             user_send_min: params.user_send_min,
             conns,

@@ -59,6 +59,109 @@ pub fn heads(hosts: &[u64], channel: usize) -> Vec<usize> {
     out
 }
 
+/// NCCL's `NCCL_MAX_DIRECT_ARITY` (`src/include/device.h`): a CollNetDirect head
+/// reduces the data of at most this many other local ranks, so a host has at
+/// most this many + 1 heads and CollNetDirect runs only where no host has more
+/// local ranks than that.
+pub const MAX_DIRECT_ARITY: usize = 7;
+
+/// The number of CollNetDirect heads per host and channel (NCCL's `nHeads`,
+/// `src/graph/connect.cc` `connectCollNet`), from the fewest and the most ranks
+/// any host has: every host has the same number of heads (head `h` of every
+/// host joins the channel's `h`-th collComm), so at most the smallest host's
+/// rank count, and at most [`MAX_DIRECT_ARITY`] + 1. `None`: CollNetDirect
+/// cannot run (a host has more than [`MAX_DIRECT_ARITY`] + 1 ranks, as NCCL
+/// refuses it in `src/init.cc`).
+pub fn direct_nheads(min_local: usize, max_local: usize) -> Option<usize> {
+    (max_local <= MAX_DIRECT_ARITY + 1).then_some(min_local.clamp(1, MAX_DIRECT_ARITY + 1))
+}
+
+/// This rank's place in one channel's CollNetDirect pattern (NCCL's
+/// `struct ncclDirect` `collnetDirect` of a channel, filled by
+/// `src/graph/connect.cc` `connectCollNet`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectPos {
+    /// The heads of this rank's host, head index order (`heads[h]` reduces
+    /// part `h` of every loop step and is its host's member of the channel's
+    /// `h`-th collComm).
+    pub heads: Vec<usize>,
+    /// This rank's head index (`headRank`), `None` when it is no head.
+    pub head_rank: Option<usize>,
+    /// The other ranks of the host (`down`): a head receives their parts and
+    /// sends the result back to them. Empty for a rank that is no head.
+    pub down: Vec<usize>,
+    /// Where this rank starts its scatter and gather among the heads (`shift`,
+    /// NCCL's `(rank % localRanks) % nHeads`: the local index here), so the
+    /// ranks of a host do not all send to the same head first.
+    pub shift: usize,
+}
+
+impl DirectPos {
+    /// NCCL's INFO line for this position (`connectCollNet`: `CollNetDirect
+    /// channel c rank r down ... nDown n up ... nUp n nHeads n headRank h out o shift s`).
+    pub fn info_line(&self, channel: usize, rank: usize, nranks: usize) -> String {
+        let mut l = format!("CollNetDirect channel {channel} rank {rank} ");
+        if self.head_rank.is_some() {
+            l.push_str("down ");
+            for d in &self.down {
+                l.push_str(&format!(" {d} "));
+            }
+            l.push_str(&format!("nDown {} ", self.down.len()));
+        }
+        l.push_str("up ");
+        let up: Vec<usize> = self.heads.iter().copied().filter(|&h| h != rank).collect();
+        for u in &up {
+            l.push_str(&format!(" {u} "));
+        }
+        l.push_str(&format!(
+            "nUp {} nHeads {} headRank {} out {} shift {}",
+            up.len(),
+            self.heads.len(),
+            self.head_rank.map_or(-1, |h| h as i64),
+            if self.head_rank.is_some() { nranks as i64 } else { -1 },
+            self.shift
+        ));
+        l
+    }
+}
+
+/// `rank`'s CollNetDirect place on `channel` with `nheads` heads per host
+/// ([`direct_nheads`]). The heads of a host are the first `nheads` ranks of its
+/// chain on the channel ([`chain`]: the host's ranks rotated by the channel
+/// index), so head 0 is the CollNetChain head and its collComm serves both
+/// algorithms, and the heads move round the host's ranks from channel to
+/// channel. NCCL takes the heads from its `collNetDirect` graph (one per NIC
+/// the search found); ferroccl's ranks all reach the plugin alike.
+pub fn direct_position(hosts: &[u64], rank: usize, channel: usize, nheads: usize) -> DirectPos {
+    let c = chain(hosts, rank, channel);
+    let heads: Vec<usize> = c.iter().copied().take(nheads.max(1)).collect();
+    let head_rank = heads.iter().position(|&h| h == rank);
+    let down = if head_rank.is_some() {
+        let mut d: Vec<usize> = c.iter().copied().filter(|&r| r != rank).collect();
+        d.sort_unstable();
+        d
+    } else {
+        Vec::new()
+    };
+    let local: Vec<usize> = (0..hosts.len()).filter(|&r| hosts[r] == hosts[rank]).collect();
+    let idx = local.iter().position(|&r| r == rank).unwrap_or(0);
+    DirectPos {
+        shift: idx % heads.len().max(1),
+        heads,
+        head_rank,
+        down,
+    }
+}
+
+/// The members of `channel`'s `h`-th collComm: head `h` of every host, in rank
+/// order (the order their handles are passed to `connect`). With `h = 0` these
+/// are the CollNetChain heads ([`heads`]).
+pub fn direct_members(hosts: &[u64], channel: usize, h: usize, nheads: usize) -> Vec<usize> {
+    (0..hosts.len())
+        .filter(|&r| direct_position(hosts, r, channel, nheads).head_rank == Some(h))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +185,39 @@ mod tests {
             assert_eq!(position(&one, r, 4), ChainPos { up: 3, down: None });
         }
         assert_eq!(heads(&one, 0), vec![0, 1, 2]);
+    }
+    #[test]
+    fn direct_heads_scatter_targets_and_collcomm_members() {
+        // Ranks 0, 2, 4 on host A; 1, 3, 5 on host B; two heads per host.
+        let hosts = [7, 9, 7, 9, 7, 9];
+        let p = direct_position(&hosts, 2, 0, 2);
+        assert_eq!(p.heads, vec![0, 2]);
+        assert_eq!(p.head_rank, Some(1));
+        assert_eq!(p.down, vec![0, 4]);
+        assert_eq!(p.shift, 1);
+        let q = direct_position(&hosts, 4, 0, 2);
+        assert_eq!((q.head_rank, q.down.clone(), q.shift), (None, vec![], 0));
+        assert_eq!(
+            q.info_line(0, 4, 6),
+            "CollNetDirect channel 0 rank 4 up  0  2 nUp 2 nHeads 2 headRank -1 out -1 shift 0"
+        );
+        assert_eq!(
+            p.info_line(0, 2, 6),
+            "CollNetDirect channel 0 rank 2 down  0  4 nDown 2 up  0 nUp 1 nHeads 2 headRank 1 out 6 shift 1"
+        );
+        // Channel 1: the heads move round the host.
+        assert_eq!(direct_position(&hosts, 0, 1, 2).heads, vec![2, 4]);
+        assert_eq!(direct_members(&hosts, 0, 0, 2), vec![0, 1]);
+        assert_eq!(direct_members(&hosts, 0, 1, 2), vec![2, 3]);
+        assert_eq!(direct_members(&hosts, 1, 1, 2), vec![4, 5]);
+        // Head 0's collComm is the CollNetChain's.
+        for c in 0..4 {
+            assert_eq!(direct_members(&hosts, c, 0, 3), heads(&hosts, c));
+        }
+        // Uneven hosts: as many heads as the smallest host has ranks.
+        assert_eq!(direct_nheads(1, 3), Some(1));
+        assert_eq!(direct_nheads(4, 4), Some(4));
+        assert_eq!(direct_nheads(9, 9), None);
+        assert_eq!(direct_nheads(8, 8), Some(8));
     }
 }

@@ -240,7 +240,7 @@ fn stuck_report(tasks: &[Task]) -> String {
     for t in tasks {
         let left = t.left();
         let on = match t.lane {
-            Lane::Channel(c) => format!(" on channel {c}"),
+            Lane::Channel(c) | Lane::ChannelUp(c) => format!(" on channel {c}"),
             _ => String::new(),
         };
         let waits: Vec<String> = t

@@ -71,13 +71,13 @@ pub(crate) fn register_user(
     for t in tasks {
         // Which operations' buffers this lane's connectors may carry.
         let mine = |kind: CollKind| match t.lane {
-            Lane::Channel(_) => coll(kind),
+            Lane::Channel(_) | Lane::ChannelUp(_) => coll(kind),
             Lane::P2pSend(peer) => kind == (CollKind::Send { peer }),
             Lane::P2pRecv(peer) => kind == (CollKind::Recv { peer }),
             Lane::Local => false,
         };
         let send_bufs: Vec<_> = match t.lane {
-            Lane::Channel(_) => send_inputs.iter().chain(&outputs).copied().collect(),
+            Lane::Channel(_) | Lane::ChannelUp(_) => send_inputs.iter().chain(&outputs).copied().collect(),
             _ => send_inputs.clone(),
         };
         for k in &t.conns.send {

@@ -50,6 +50,13 @@ pub(crate) const CONN_COLL: usize = 0;
 /// Connection index of point-to-point connections (their own FIFO step size,
 /// `NCCL_P2P_NET_CHUNKSIZE`; NCCL uses connIndex 1 for p2p over the network).
 pub(crate) const CONN_P2P: usize = 1;
+/// Connection index of CollNetDirect's "up" direction inside a host (a rank's
+/// scatter to its heads, a head's receives from its local ranks): NCCL sets up
+/// `collnetDirect.up`/`down` twice (`src/init.cc`, connIndex 0 and 1) so that a
+/// pair of ranks that are each other's head and local rank sends both ways on
+/// separate connections; ferroccl's connIndex 1 being point-to-point's, this
+/// one is 2. Set up as collective connections ([`CONN_COLL`]'s step size).
+pub(crate) const CONN_COLL_UP: usize = 2;
 
 /// Which connector: the channel, the peer rank and the connection index
 /// ([`CONN_COLL`] or [`CONN_P2P`]).

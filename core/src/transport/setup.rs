@@ -330,7 +330,7 @@ impl ConnPlan<'_> {
     /// another peer (a tree neighbour) the channel's tree NIC; a channel
     /// without a NIC of its own uses device `channel % ndev`.
     fn request(&self, key: ConnKey, dir: Dir) -> (ConnRequest, u32) {
-        if key.conn == CONN_COLL {
+        if key.conn == CONN_COLL || key.conn == super::CONN_COLL_UP {
             let ch = self.channels.get(key.channel);
             let ring_peer = ch.is_some_and(|c| {
                 c.ring.index(self.rank).is_some()

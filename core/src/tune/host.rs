@@ -143,7 +143,51 @@ pub fn with_collnet_chain(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphI
     inp.collnet_enable = true;
     inp.collnet_chain_support = true;
     inp.collnet_heads = 1;
-    g.collnet_chain = g.tree;
+    g.collnet_chain = PatternInfo {
+        bw_intra: g.tree.bw_intra * HOST_COLLNET_DUPLEX,
+        bw_inter: g.tree.bw_inter * HOST_COLLNET_DUPLEX,
+        ..g.tree
+    };
+}
+
+/// The CollNet patterns' per-channel bandwidth on a host relative to the
+/// ring's (tree's). NCCL's model charges a CollNet AllReduce twice the buffer
+/// at the pattern's bandwidth (its bus-to-algorithm ratio 0.5: up, then down),
+/// while it charges the ring 2(n-1)/n of the buffer with sends and receives
+/// overlapped. On a host both CollNet halves run at once as well (the reduce
+/// and broadcast roles are concurrent streams, and the plugin's sockets carry
+/// the heads' data up and the result down in opposite directions), so, to
+/// price both patterns alike, the CollNet patterns get twice the ring's
+/// per-channel bandwidth: a host then sends its buffer once each way, as it
+/// does. The measurement that showed NCCL's ratio wrong here (Ring picked at
+/// 1 and 16 MiB where CollNetChain and CollNetDirect were faster on 2 hosts x
+/// 2 ranks) is in `BENCHMARKS.md` §13.1.
+pub const HOST_COLLNET_DUPLEX: f32 = 2.0;
+
+/// Adds CollNetDirect for AllReduce (Simple), with `nheads` heads per host and
+/// channel (`comm->collNetHeadsNum`), once CollNet is connected and no host has
+/// more ranks than CollNetDirect serves. NCCL runs CollNetDirect only where an
+/// NVSwitch joins every pair of local GPUs (`ncclTopoTuneModel` disables it
+/// with `nvsCount == 0`): on a host, shared memory joins every pair of local
+/// ranks alike, so the model is told of one. The pattern is the ring's
+/// per-channel bandwidth times [`HOST_COLLNET_DUPLEX`] (every rank moves its
+/// data once to the heads and once back; NCCL's model divides it by its head
+/// factor) over channels x heads (measured in `BENCHMARKS.md` §13.1).
+pub fn with_collnet_direct(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphInfo, nheads: usize) {
+    r[F::AllReduce.index()][A::CollNetDirect.index()][P::Simple.index()] = true;
+    inp.nvs_count = inp.nvs_count.max(1);
+    inp.collnet_heads = nheads;
+    // Every channel has `nheads` heads, each with its own collComm: as many
+    // network streams as NCCL's CollNetDirect has with `nheads` channels of one
+    // head each (its graph's channels, one per NIC), so the pattern counts
+    // channels x heads, which NCCL's bandwidth formula then divides by its
+    // ppn/nChannels factor.
+    g.collnet_direct = PatternInfo {
+        nchannels: g.ring.nchannels * nheads.max(1),
+        bw_intra: g.ring.bw_intra * HOST_COLLNET_DUPLEX,
+        bw_inter: g.ring.bw_inter * HOST_COLLNET_DUPLEX,
+        ..g.ring
+    };
 }
 
 /// The host's per-channel bandwidth ceiling (see [`HOST_MAX_BW`]).

@@ -210,6 +210,10 @@ impl Tuning {
         let mut graphs = host::graph_info(f);
         if s.collnet.is_some() {
             host::with_collnet_chain(&mut runnable, &mut inp, &mut graphs);
+            // The same heads as the connection setup computes (comm/collnet.rs).
+            if let Some(n) = crate::graph::collnet::direct_nheads(f.min_local_ranks, f.max_local_ranks) {
+                host::with_collnet_direct(&mut runnable, &mut inp, &mut graphs, n);
+            }
         }
         let mut model = model::tune_model(&inp, &graphs, &mut constants, &s.params.enable, &runnable);
         // A host channel is one CPU thread: the thread-count rules of the GPU model
@@ -649,7 +653,12 @@ impl Tuning {
             }
         };
         let comm_ch = self.facts.nchannels.max(1);
-        let res = select::resources(&self.model, algo, proto, nbytes, comm_ch, 0, 0);
+        // CollNetDirect's channel count scales with its heads per host
+        // (`comm->collNetHeadsNum` in NCCL's topoGetAlgoInfo).
+        let heads = crate::graph::collnet::direct_nheads(self.facts.min_local_ranks, self.facts.max_local_ranks)
+            .filter(|_| algo == Algorithm::CollNetDirect)
+            .unwrap_or(0);
+        let res = select::resources(&self.model, algo, proto, nbytes, comm_ch, 0, heads);
         let mut nch = res.nchannels;
         if tuner_channels > 0 {
             nch = (tuner_channels as usize).min(comm_ch);
