@@ -113,6 +113,9 @@ pub struct TuningSetup {
     /// CollNet connected on every channel: the (operation, datatype) pairs every
     /// rank's plugin reduces (`None`: no CollNet).
     pub collnet: Option<crate::plugin::collnet::SupportMatrix>,
+    /// `(iallgather, ireducescatter)`: the CollNet plugin runs AllGather /
+    /// ReduceScatter (`coll::collnet_agrs`; used only with `collnet`).
+    pub collnet_sge: (bool, bool),
 }
 
 /// Host chunk geometry: Ring/Simple chunks of this many FIFO steps for every
@@ -144,6 +147,8 @@ pub struct Tuning {
     repeat: Mutex<Option<RepeatKey>>,
     /// What CollNet reduces, when it is connected.
     collnet: Option<crate::plugin::collnet::SupportMatrix>,
+    /// AllGather / ReduceScatter runnable over CollNet (see [`TuningSetup::collnet_sge`]).
+    collnet_sge: (bool, bool),
 }
 
 impl std::fmt::Debug for Tuning {
@@ -211,6 +216,14 @@ impl Tuning {
         if s.collnet.is_some() {
             host::with_collnet_chain(&mut runnable, &mut inp, &mut graphs);
         }
+        // AllGather/ReduceScatter over CollNet: one collComm member per host,
+        // so every host must have as many ranks (`coll::collnet_agrs`).
+        let collnet_sge = if s.collnet.is_some() && f.min_local_ranks == f.max_local_ranks {
+            s.collnet_sge
+        } else {
+            (false, false)
+        };
+        host::with_collnet_agrs(&mut runnable, &mut inp, &mut graphs, collnet_sge);
         let mut model = model::tune_model(&inp, &graphs, &mut constants, &s.params.enable, &runnable);
         // A host channel is one CPU thread: the thread-count rules of the GPU model
         // become one thread per channel and a byte threshold per channel.
@@ -264,6 +277,7 @@ impl Tuning {
             warned: Mutex::new(Vec::new()),
             repeat: Mutex::new(None),
             collnet: s.collnet,
+            collnet_sge,
         };
         t.log_init();
         Ok(t)
@@ -509,7 +523,14 @@ impl Tuning {
         let scaled = matches!(first.op, RedOp::Avg | RedOp::PreMulSum(_));
         // CollNet (ncclGetCollNetSupport, src/enqueue.cc): an AllReduce whose
         // datatype and reduction (Avg and PreMulSum as Sum) every plugin reduces.
-        let collnet = func == Func::AllReduce && self.collnet.is_some_and(|m| m.supports(first.dtype, &first.op));
+        // AllGather needs no reduction; ReduceScatter one the plugin reduces.
+        let supported = self.collnet.is_some_and(|m| m.supports(first.dtype, &first.op));
+        let collnet = match func {
+            Func::AllReduce => supported,
+            Func::AllGather => self.collnet.is_some() && self.collnet_sge.0,
+            Func::ReduceScatter => supported && self.collnet_sge.1,
+            _ => false,
+        };
         let d = self.decide_one(func, nbytes, num_pipe_ops, scaled, first.dtype, collnet)?;
         for &i in members {
             let a = &colls[i];
@@ -788,6 +809,7 @@ mod tests {
             protocols: vec![Protocol::Simple],
             params,
             collnet: None,
+            collnet_sge: (false, false),
         };
         Tuning::new(setup, None).expect("tuning")
     }
