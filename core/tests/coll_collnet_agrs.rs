@@ -4,7 +4,7 @@
 //! with `NCCL_COLLNET_ENABLE=1` and
 //! `NCCL_ALGO=allgather:collnetdirect;reducescatter:collnetdirect`.
 //!
-//! On 2, 3, 4, 6 and 8 ranks with 1 or 2 ranks per host (the hosts interleaved,
+//! On 2, 3, 4, 6 and 8 ranks with 1, 2 or 3 ranks per host (the hosts interleaved,
 //! so a host's ranks are not neighbours and the plugin's SGE parts land in
 //! scattered places), every datatype, every reduction (ReduceScatter: sum,
 //! prod, max, min, avg, PreMulSum; the plugin claims them all), in and out of
@@ -184,6 +184,12 @@ fn collnet_allgather_reducescatter_4_ranks_2_per_host() {
 #[test]
 fn collnet_allgather_reducescatter_6_ranks_2_per_host() {
     check(6, 2);
+}
+
+/// Chains of three: the middle rank forwards up and down at once.
+#[test]
+fn collnet_allgather_reducescatter_6_ranks_3_per_host() {
+    check(6, 3);
 }
 
 #[test]
