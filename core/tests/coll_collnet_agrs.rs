@@ -197,6 +197,77 @@ fn collnet_allgather_reducescatter_8_ranks_2_per_host() {
     check(8, 2);
 }
 
+const TUNER_WORKER: &str = "collnet_agrs_tuner_worker";
+
+/// One rank under a tuner plugin that forces CollNetDirect/Simple: an
+/// AllGather and a ReduceScatter (sum, avg), checked, each decided by the tuner.
+#[test]
+fn collnet_agrs_tuner_worker() {
+    let Some(r) = role(TUNER_WORKER) else { return };
+    let comm = join(&r, Duration::from_secs(60));
+    for (top, op) in [
+        (TestOp::AllGather, RedOp::Sum),
+        (TestOp::ReduceScatter, RedOp::Sum),
+        (TestOp::ReduceScatter, RedOp::Avg),
+    ] {
+        let wrong = run_op(&comm, top, DataType::Float32, op, 4099, false).expect("run");
+        assert_eq!(wrong, 0, "rank {}: {top:?} {op}", r.rank);
+        let func = if top == TestOp::AllGather {
+            Func::AllGather
+        } else {
+            Func::ReduceScatter
+        };
+        let d = comm.tuning().last(func).expect("a decision");
+        println!("DECISION {func:?} algo={:?} by_tuner={}", d.algo, d.by_tuner);
+    }
+    comm.destroy().expect("destroy");
+}
+
+/// A tuner plugin (the C test tuner, `CTUNER_FORCE=2,2`: CollNetDirect/Simple
+/// wherever the table has it) picks CollNet for AllGather and ReduceScatter
+/// when CollNet is connected, without `NCCL_ALGO`.
+#[test]
+fn a_tuner_picks_collnetdirect_for_allgather_and_reducescatter() {
+    let plugin = plugin();
+    let tuner = target_dir().join("libnccl-tuner-cv5.so");
+    assert!(
+        tuner.is_file(),
+        "{} missing (built by `cargo build --workspace`)",
+        tuner.display()
+    );
+    let tuner = tuner.display().to_string();
+    let env = [
+        ("NCCL_NET_PLUGIN", plugin.as_str()),
+        ("NCCL_TUNER_PLUGIN", tuner.as_str()),
+        ("CTUNER_FORCE", "2,2"),
+        ("NCCL_COLLNET_ENABLE", "1"),
+    ];
+    let outs = launch(
+        TUNER_WORKER,
+        TUNER_WORKER,
+        4,
+        &[0, 1, 2, 3],
+        &env,
+        |r| vec![("NCCL_HOSTID".into(), format!("host{}", r % 2))],
+        LIMIT,
+    );
+    assert_all_ok(&outs, "tuner");
+    for o in &outs {
+        let n = o
+            .stdout
+            .lines()
+            .filter(|l| l.contains("DECISION") && l.contains("algo=CollNetDirect by_tuner=true"))
+            .count();
+        assert_eq!(
+            n,
+            3,
+            "rank {}: the tuner's CollNetDirect was not taken:\n{}",
+            o.rank,
+            dump(&outs)
+        );
+    }
+}
+
 /// Without CollNet the forced CollNetDirect cannot run: every rank fails its
 /// first AllGather with NCCL's "no algorithm" error, none hangs.
 #[test]
