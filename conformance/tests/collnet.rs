@@ -91,6 +91,20 @@ fn bad_sge_handling_is_caught_by_the_sge_check() {
     assert_eq!(observed(&rep, "collnet.iallreduce.one").0, Status::Pass);
 }
 
+/// A plugin whose `iallgather` fills only the first receive part (the rest of
+/// the window is lost) fails the iallgather SGE check, and only that one.
+#[test]
+fn a_bad_iallgather_sge_scatter_is_caught_by_its_sge_check() {
+    let rep = suite(
+        "libnccl-net-cnzbadsgeag.so",
+        Some("collnet.iallgather.sge,collnet.ireducescatter.sge"),
+    );
+    let (st, obs) = observed(&rep, "collnet.iallgather.sge");
+    assert_eq!(st, Status::Fail, "{obs}");
+    assert!(obs.contains("into 3 parts"), "{obs}");
+    assert_eq!(observed(&rep, "collnet.ireducescatter.sge").0, Status::Pass);
+}
+
 #[test]
 fn wrong_sizes_from_test_are_an_advisory_finding() {
     let rep = suite(

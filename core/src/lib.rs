@@ -33,3 +33,5 @@ pub use error::{Error, Result};
 pub use ferroccl_kernels::{DataType, RedOp, Scalar};
 pub use group::{group_end, group_start};
 pub use stream::Stream;
+#[doc(hidden)]
+pub use transport::collnet::collnet_sge_counts;

@@ -517,6 +517,57 @@ fn collnet_chain_allreduce_across_hosts_over_the_collnet_socket_plugin() {
     }
 }
 
+/// AllGather and ReduceScatter over CollNet (CollNetDirect, the plugin's
+/// `iallgather` / `ireducescatter` with one SGE part per rank) across hosts
+/// over the in-tree CollNet plugin, forced by `NCCL_ALGO`: on 2 hosts x 2
+/// ranks and 4 hosts x 1, every datatype (ReduceScatter: every reduction),
+/// every result checked by the perf tool; every `--show-tuning` line says
+/// CollNetDirect/Simple; every rank logs which of the two run over CollNet.
+#[test]
+fn collnet_allgather_reducescatter_across_hosts_over_the_collnet_socket_plugin() {
+    if !netns_available() {
+        return;
+    }
+    let env = [
+        ("NCCL_NET_PLUGIN", "collnet-socket"),
+        ("NCCL_COLLNET_ENABLE", "1"),
+        ("NCCL_ALGO", "allgather:collnetdirect;reducescatter:collnetdirect"),
+    ];
+    for (hosts, ranks, tag) in [(2, 4, "ag"), (4, 4, "aq")] {
+        let c = Cluster::up(tag, hosts);
+        for (coll, nops) in [("all_gather", 1), ("reduce_scatter", 6)] {
+            let dir = scratch(&format!("{tag}{coll}"));
+            let o = perf_command_on(&c, hosts, ranks, &dir, &env, &[coll, "--show-tuning"])
+                .args(["-b", "64", "-e", "256K", "-f", "4096", "-d", "all", "-o", "all"])
+                .args(["-n", "1", "-w", "1", "-c", "1"])
+                .output()
+                .expect("run ferroccl-perf");
+            let what = format!("{coll} over CollNet on {hosts} hosts x {} ranks", ranks / hosts);
+            let (out, info) = check_run_on(&c, hosts, ranks, &what, &o, &dir);
+            assert_eq!(
+                rows(&out).len(),
+                2 * 10 * nops,
+                "{what}: 2 sizes x 10 types x {nops} ops:\n{out}"
+            );
+            let tuning: Vec<&str> = out.lines().filter(|l| l.starts_with("#  tuning:")).collect();
+            assert_eq!(tuning.len(), rows(&out).len(), "{what}: a tuning line per row:\n{out}");
+            for l in tuning {
+                assert!(l.contains("CollNetDirect/Simple"), "{what}: not CollNetDirect: {l}");
+            }
+            for (rank, lines) in &info {
+                assert!(
+                    lines
+                        .iter()
+                        .any(|l| l.starts_with("CollNet AllGather on ReduceScatter on (CollNetDirect")),
+                    "{what}: rank {rank} did not log CollNet AllGather/ReduceScatter:\n{}",
+                    lines.join("\n")
+                );
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
 /// The rings and trees the ranks built equal `ferroccl-topo --nodes 2` on
 /// rank 0's dumped topology; and each ring enters and leaves each host once.
 fn compare_with_topo_explorer(info: &BTreeMap<usize, Vec<String>>, topo: &Path) {

@@ -38,6 +38,7 @@ fn main() {
         ("cnzbadreduce", "CN_BAD_REDUCE"),
         ("cnzhang", "CN_HANG_LARGE"),
         ("cnzbadsge", "CN_BAD_SGE"),
+        ("cnzbadsgeag", "CN_BAD_SGE_AG"),
         ("cnzwrongsize", "CN_WRONG_SIZE"),
     ] {
         variants.push((name.into(), vec!["-DCN_VERSION=12".into(), format!("-D{def}")]));

@@ -233,6 +233,9 @@ fn missing(lane: Lane, dir: &str, peer: usize) -> Error {
 /// # Safety
 /// The user addresses in `op` must be valid for `op.bytes` bytes (the enqueue contract).
 pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mut ExecCx<'_>) -> Result<bool, Error> {
+    if op.prim == Prim::CollNet {
+        return super::collnet_agrs::run_net_op(op, lane, cx.conns);
+    }
     if matches!(op.prim, Prim::LocalCopy | Prim::ReduceBlocks) {
         // SAFETY: as this function.
         unsafe { run_local(op, cx.mems) }?;
@@ -671,7 +674,9 @@ unsafe fn compute(
                 }
                 memmove(dst, acc.as_ptr(), n);
             }
-            (Prim::LocalCopy | Prim::ReduceBlocks | Prim::Desc, _) => unreachable!("handled by try_run"),
+            (Prim::LocalCopy | Prim::ReduceBlocks | Prim::Desc | Prim::CollNet, _) => {
+                unreachable!("handled by try_run")
+            }
         }
         // The same bytes go to every further send peer.
         if let Some(first) = slot {
@@ -1065,7 +1070,9 @@ unsafe fn compute_dev_on(op: &SliceOp, b: &dyn Backend, recvd: &[*mut u8], out: 
                 }
                 dmove(b, dst, acc, n)?;
             }
-            (Prim::LocalCopy | Prim::ReduceBlocks | Prim::Desc, _) => unreachable!("handled by try_run"),
+            (Prim::LocalCopy | Prim::ReduceBlocks | Prim::Desc | Prim::CollNet, _) => {
+                unreachable!("handled by try_run")
+            }
         }
         // The same bytes go to every further send peer.
         if let Some(first) = slot {

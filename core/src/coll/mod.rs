@@ -11,6 +11,7 @@
 /// NCCL's function, algorithm and protocol ids, and the decision a plan obeys.
 pub mod ids;
 pub use ids::Decision;
+pub(crate) mod collnet_agrs;
 pub(crate) mod desc;
 pub(crate) mod exec;
 pub(crate) mod mem;

@@ -49,6 +49,10 @@ pub(crate) enum Prim {
     /// one received from `recv_from`; moves no data (a connection the operation
     /// otherwise does not use in that direction, see [`super::desc`]).
     Desc,
+    /// A CollNet `iallgather`/`ireducescatter` on the channel's collComm, run
+    /// by the CollNet link once the steps before it are posted; `src`/`bytes`
+    /// point at its descriptor (`coll::collnet_agrs`). Moves no FIFO step.
+    CollNet,
     /// Local only: output = post(pre(block 0) ⊕ pre(block 1) ⊕ …) over `blocks`
     /// consecutive blocks of `bytes` at the input, in rank order (the last step of
     /// the all-gather + reduce AllReduce, see [`Decision::allgather_reduce`]).
@@ -317,6 +321,10 @@ pub(crate) struct SchedParams {
     /// This rank's place in each channel's CollNetDirect pattern (empty: no
     /// CollNetDirect).
     pub collnet_direct: Vec<crate::graph::collnet::DirectPos>,
+    /// Every rank's host (its host hash) when CollNet is connected (empty
+    /// otherwise): the collComm members' chains of the CollNet
+    /// AllGather/ReduceScatter (`coll::collnet_agrs`).
+    pub collnet_hosts: Vec<u64>,
 }
 
 impl SchedParams {
@@ -342,7 +350,7 @@ fn div_up(a: usize, b: usize) -> usize {
 
 /// Largest slice of elements of `es` bytes in a FIFO step of `step` bytes,
 /// leaving room for an operation header ([`OP_HDR_BYTES`]) in front.
-fn slice_limit(step: usize, es: usize) -> usize {
+pub(super) fn slice_limit(step: usize, es: usize) -> usize {
     (step - OP_HDR_BYTES) / es * es
 }
 
@@ -362,18 +370,18 @@ pub(crate) fn channel_parts(total: usize, nchannels: usize, p: &SchedParams) -> 
         .collect()
 }
 
-struct Builder<'a> {
-    p: &'a SchedParams,
+pub(super) struct Builder<'a> {
+    pub(super) p: &'a SchedParams,
     tasks: Vec<Task>,
     /// Element size of the operation being built.
-    es: usize,
+    pub(super) es: usize,
     /// Scratch buffers the plan's steps point into.
-    scratch: Vec<Vec<u8>>,
+    pub(super) scratch: Vec<Vec<u8>>,
     /// Descriptor index of the operation being built.
-    desc: u32,
+    pub(super) desc: u32,
     /// Connections (lane, sends?, peer) the operation being built has already
     /// put its header on.
-    headered: Vec<(Lane, bool, usize)>,
+    pub(super) headered: Vec<(Lane, bool, usize)>,
     /// The lanes the operation being built has a segment on.
     starts: Vec<Lane>,
 }
@@ -385,7 +393,7 @@ impl Builder<'_> {
     }
 
     /// Stream `k` of the current operation's segment on `lane` (created on first use).
-    fn stream(&mut self, lane: Lane, k: usize) -> &mut Vec<SliceOp> {
+    pub(super) fn stream(&mut self, lane: Lane, k: usize) -> &mut Vec<SliceOp> {
         let i = match self.tasks.iter().position(|t| t.lane == lane) {
             Some(i) => i,
             None => {
@@ -430,7 +438,7 @@ impl Builder<'_> {
     /// Appends `prim` over `bytes` bytes cut in slices of `slice` bytes to stream
     /// `stream` of `lane`, receiving from `peers.0` and sending to `peers.1`.
     #[allow(clippy::too_many_arguments)]
-    fn prim_with(
+    pub(super) fn prim_with(
         &mut self,
         lane: Lane,
         stream: usize,
@@ -665,6 +673,11 @@ pub(crate) fn build(
                 match a.kind {
                     CollKind::AllReduce if d.algo == Algorithm::CollNetDirect => {
                         collnet_direct::all_reduce(&mut b, a, red.expect("reduction"), &d)?
+                    CollKind::AllGather if super::collnet_agrs::runs_here(a, &d) => {
+                        super::collnet_agrs::all_gather(&mut b, a, &d)?
+                    }
+                    CollKind::ReduceScatter if super::collnet_agrs::runs_here(a, &d) => {
+                        super::collnet_agrs::reduce_scatter(&mut b, a, red.expect("reduction"), &d)?
                     }
                     CollKind::AllReduce if d.algo == Algorithm::CollNetChain => {
                         all_reduce_collnet_chain(&mut b, a, red.expect("reduction"), &d)?
@@ -694,7 +707,7 @@ pub(crate) fn build(
             matches!(
                 d.algo,
                 Algorithm::Tree | Algorithm::CollNetChain | Algorithm::CollNetDirect
-            )
+            ) || super::collnet_agrs::runs_here(a, &d)
         });
         if !p2p && (!tree || a.count == 0 || p.nranks == 1) {
             b.end_collective();

@@ -41,6 +41,20 @@ pub(crate) struct CommCollNet {
     pub direct: Option<Vec<DirectPos>>,
 }
 
+impl CommCollNet {
+    /// `(AllGather, ReduceScatter)` over CollNet possible with this plugin:
+    /// its `iallgather` / `ireducescatter` slots are set and it takes several
+    /// SGE parts (v9+; NCCL's v8 shim refuses more than one part, and the
+    /// schedule, `coll::collnet_agrs`, passes one per rank).
+    pub(crate) fn sge_support(&self) -> (bool, bool) {
+        let v9 = self.adapter.info().version >= 9;
+        (
+            v9 && self.adapter.has_iallgather(),
+            v9 && self.adapter.has_ireducescatter(),
+        )
+    }
+}
+
 /// This rank's CollNet entry for its peer-info record: its `reduceSupport`
 /// answers when it wants CollNet and its plugin's table is usable, else `None`
 /// (with NCCL's INFO line saying why).

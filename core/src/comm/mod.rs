@@ -275,7 +275,7 @@ fn init_tuning(
     external_net: Option<&std::path::Path>,
     comm_id: u64,
     shm_proto: Option<crate::tune::Protocol>,
-    collnet: Option<crate::plugin::collnet::SupportMatrix>,
+    collnet: Option<(crate::plugin::collnet::SupportMatrix, (bool, bool))>,
 ) -> Result<crate::tune::Tuning> {
     let mut per_host: std::collections::BTreeMap<u64, usize> = Default::default();
     for p in peers {
@@ -318,7 +318,8 @@ fn init_tuning(
             _ => vec![crate::tune::Protocol::Simple],
         },
         params: params.tune.clone(),
-        collnet,
+        collnet: collnet.map(|c| c.0),
+        collnet_sge: collnet.map_or((false, false), |c| c.1),
     };
     crate::tune::Tuning::new(setup, tuner)
 }
@@ -496,10 +497,14 @@ impl Comm {
             external_net.as_deref(),
             comm_hash(id),
             (!tparams.shm_disable).then_some(shm_proto),
-            collnet.as_ref().map(|c| c.matrix),
+            collnet.as_ref().map(|c| (c.matrix, c.sge_support())),
         )?);
         let collnet_chains = collnet.as_ref().map(|c| c.chains.clone()).unwrap_or_default();
         let collnet_direct = collnet.as_ref().and_then(|c| c.direct.clone()).unwrap_or_default();
+        let collnet_hosts: Vec<u64> = match &collnet {
+            Some(_) => peers.iter().map(|p| p.host_hash).collect(),
+            None => Vec::new(),
+        };
         let collnet_ctx = collnet.map(|c| (c.adapter, c.ctx));
         // 9. Profiler plugin (NCCL loads it in initTransportsRank; `init` per
         // communicator; a failing init only disables profiling).
@@ -534,6 +539,7 @@ impl Comm {
                 p2p_step: params.p2p_chunksize,
                 collnet: collnet_chains,
                 collnet_direct,
+                collnet_hosts,
             },
             user_send_min: params.user_send_min,
             conns,

@@ -246,7 +246,9 @@ fn stuck_report(tasks: &[Task]) -> String {
         let waits: Vec<String> = t
             .next_ops()
             .map(|op| {
-                if op.recv_from.len() > 0 {
+                if op.prim == schedule::Prim::CollNet {
+                    format!("the CollNet network (iallgather/ireducescatter){on}")
+                } else if op.recv_from.len() > 0 {
                     format!("data from {}{on}", names(&op.recv_from))
                 } else if op.send_to.len() > 0 {
                     format!("{} to drain{on}", names(&op.send_to))

@@ -16,6 +16,7 @@
 //! schedule never puts one on this connection. The datatype and reduction of a
 //! step come with it ([`SendConnector::push_reduce`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ferroccl_kernels::{DevRedOp, RedOp};
@@ -23,8 +24,56 @@ use ferroccl_plugin_api::abi::{ncclDataType_t, ncclRedOp_t};
 
 use super::{NCCL_STEPS, RecvConnector, SendConnector, UserReg};
 use crate::error::Error;
-use crate::plugin::collnet::CollNetAdapter;
+use crate::plugin::collnet::{CollNetAdapter, Sge};
 use crate::plugin::net::{PtrType, RawComm, RawMr, RawRequest};
+
+/// `iallgather` and `ireducescatter` calls completed in this process.
+static SGE_DONE: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+/// `(iallgather, ireducescatter)` calls this process's CollNet links posted
+/// and saw complete so far (tests assert that AllGather/ReduceScatter went
+/// through the plugin's calls).
+#[doc(hidden)]
+pub fn collnet_sge_counts() -> (u64, u64) {
+    (SGE_DONE[0].load(Ordering::Relaxed), SGE_DONE[1].load(Ordering::Relaxed))
+}
+
+/// One CollNet `iallgather` or `ireducescatter` over a whole window
+/// (`windowOffset` 0, `windowBytes` = members × `bytes_per_rank`), as the
+/// CollNet AllGather/ReduceScatter schedule (`coll::schedule::collnet_agrs`)
+/// posts it on a channel's collComm. The parts are host memory, passed
+/// without a registration (NCCL's `collNetIallgather` passes the
+/// registration of its staging region; the parts here are the user's output
+/// pieces and the schedule's scratch, registered with nothing).
+#[derive(Debug)]
+pub(crate) enum SgeCall {
+    /// `iallgather(send, recv_parts, bytes_per_rank, 0, window_bytes)`.
+    AllGather {
+        /// This member's `bytes_per_rank` bytes.
+        send: *mut u8,
+        /// Where the window lands, in order.
+        recv_parts: Vec<Sge>,
+        /// Bytes each member contributes.
+        bytes_per_rank: usize,
+        /// The whole window.
+        window_bytes: usize,
+    },
+    /// `ireducescatter(send_parts, recv, bytes_per_rank, 0, window_bytes, dtype, op)`.
+    ReduceScatter {
+        /// This member's input window, in order.
+        send_parts: Vec<Sge>,
+        /// Its reduced `bytes_per_rank` bytes.
+        recv: *mut u8,
+        /// Bytes each member receives.
+        bytes_per_rank: usize,
+        /// The whole window.
+        window_bytes: usize,
+        /// NCCL datatype.
+        dtype: ncclDataType_t,
+        /// NCCL reduction (Avg and PreMulSum summed, see [`net_reduction`]).
+        op: ncclRedOp_t,
+    },
+}
 
 /// One step of a [`CollNetLink`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -63,6 +112,8 @@ struct LinkState {
     recv_mr: Option<RawMr>,
     steps: [Step; NCCL_STEPS],
     n: Counters,
+    /// The outstanding `iallgather`/`ireducescatter` ([`SgeCall`]), with its kind (0 AG, 1 RS).
+    sge: Option<(RawRequest, usize)>,
     failed: Option<Error>,
 }
 
@@ -129,6 +180,83 @@ impl LinkState {
         Ok(moved)
     }
 
+    /// Runs one [`SgeCall`] (see `SendConnector::collnet_sge`).
+    fn run_sge(&mut self, make: &dyn Fn() -> SgeCall) -> Result<bool, Error> {
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let r = self.run_sge_inner(make);
+        if let Err(e) = &r {
+            self.failed = Some(e.clone());
+        }
+        r
+    }
+
+    fn run_sge_inner(&mut self, make: &dyn Fn() -> SgeCall) -> Result<bool, Error> {
+        let Some(coll) = self.coll else {
+            return Err(Error::Internal(format!(
+                "{}: the collComm is closed",
+                self.what("iallgather/ireducescatter")
+            )));
+        };
+        if self.sge.is_none() {
+            // Every head posts its collectives in schedule order: the steps
+            // pushed before this call go to the plugin first.
+            self.progress_inner()?;
+            if self.n.posted < self.n.filled {
+                return Ok(false);
+            }
+            let (req, kind) = match make() {
+                SgeCall::AllGather {
+                    send,
+                    recv_parts,
+                    bytes_per_rank,
+                    window_bytes,
+                } => (
+                    self.net
+                        .iallgather(coll, send, None, &recv_parts, bytes_per_rank, 0, window_bytes)
+                        .map_err(|e| Error::net(self.what("iallgather"), e))?,
+                    0,
+                ),
+                SgeCall::ReduceScatter {
+                    send_parts,
+                    recv,
+                    bytes_per_rank,
+                    window_bytes,
+                    dtype,
+                    op,
+                } => (
+                    self.net
+                        .ireducescatter(
+                            coll,
+                            &send_parts,
+                            recv,
+                            None,
+                            bytes_per_rank,
+                            0,
+                            window_bytes,
+                            dtype,
+                            op,
+                        )
+                        .map_err(|e| Error::net(self.what("ireducescatter"), e))?,
+                    1,
+                ),
+            };
+            let Some(req) = req else { return Ok(false) };
+            self.sge = Some((req, kind));
+        }
+        let (req, kind) = self.sge.expect("posted above");
+        let call = if kind == 0 { "iallgather" } else { "ireducescatter" };
+        match self.net.test(req).map_err(|e| Error::net(self.what(call), e))? {
+            Some(_) => {
+                self.sge = None;
+                SGE_DONE[kind].fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
     /// Deregisters the FIFOs and closes the collComm (once).
     fn close(&mut self) {
         let Some(coll) = self.coll.take() else { return };
@@ -190,6 +318,7 @@ impl CollNetLink {
             recv_mr: None,
             steps: [Step::default(); NCCL_STEPS],
             n: Counters::default(),
+            sge: None,
             failed: None,
         };
         let len = st.send_buf.len();
@@ -269,6 +398,10 @@ impl SendConnector for CollNetSend {
             req: None,
         };
         s.n.filled += 1;
+    }
+
+    fn collnet_sge(&mut self, call: &dyn Fn() -> SgeCall) -> Result<bool, Error> {
+        lock(&self.state).run_sge(call)
     }
 
     fn user_reg(&self, _ptr: *const u8, _len: usize) -> Option<UserReg> {

@@ -314,6 +314,19 @@ pub(crate) trait SendConnector: Send {
         let _ = red;
         self.push(size);
     }
+    /// Runs one CollNet `iallgather`/`ireducescatter` (a CollNet connector
+    /// only): posts the call `call` builds ([`collnet::SgeCall`]) once the
+    /// steps pushed before it are posted, then tests it; `Ok(true)` once it
+    /// completed, `Ok(false)` while it waits. Called again with the same call
+    /// until it completes (`call` runs once, when it is posted).
+    ///
+    /// Errors: a connector that is not CollNet's; the plugin's error.
+    fn collnet_sge(&mut self, call: &dyn Fn() -> collnet::SgeCall) -> Result<bool, Error> {
+        let _ = call;
+        Err(Error::Internal(
+            "a CollNet iallgather/ireducescatter step on a connector that is not CollNet's".into(),
+        ))
+    }
     /// Where the slots [`next_slot`](Self::next_slot) returns live (`None`:
     /// unknown; steps writing them stay on the host staging path).
     fn fifo_mem(&self) -> Option<FifoMem> {

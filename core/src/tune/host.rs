@@ -190,6 +190,34 @@ pub fn with_collnet_direct(r: &mut Runnable, inp: &mut ModelInput, g: &mut Graph
     };
 }
 
+/// Adds CollNetDirect for AllGather (`ag`) and ReduceScatter (`rs`) (Simple)
+/// to what the host runs, once CollNet is connected and the plugin has
+/// `iallgather` / `ireducescatter` (`coll::collnet_agrs`). The model's gates
+/// for them open: the plugin's calls (`collnet_iallgather`/`_ireducescatter`),
+/// heads for every local rank (each heads the channels its chain rotation
+/// gives it), and the NVSwitch count NCCL requires of CollNetDirect (the
+/// host's shared memory joins every local rank to every other, the role the
+/// NVSwitch plays there). Its pattern is the chain's (the tree's) unless one
+/// is set.
+pub fn with_collnet_agrs(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphInfo, (ag, rs): (bool, bool)) {
+    if !(ag || rs) {
+        return;
+    }
+    for (f, on) in [(F::AllGather, ag), (F::ReduceScatter, rs)] {
+        if on {
+            r[f.index()][A::CollNetDirect.index()][P::Simple.index()] = true;
+        }
+    }
+    inp.collnet_enable = true;
+    inp.collnet_iallgather = ag;
+    inp.collnet_ireducescatter = rs;
+    inp.collnet_heads = inp.collnet_heads.max(inp.max_local_ranks);
+    inp.nvs_count = inp.nvs_count.max(1);
+    if g.collnet_direct.nchannels == 0 {
+        g.collnet_direct = g.tree;
+    }
+}
+
 /// The host's per-channel bandwidth ceiling (see [`HOST_MAX_BW`]).
 pub const MAX_BW: f64 = HOST_MAX_BW;
 

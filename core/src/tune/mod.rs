@@ -113,6 +113,9 @@ pub struct TuningSetup {
     /// CollNet connected on every channel: the (operation, datatype) pairs every
     /// rank's plugin reduces (`None`: no CollNet).
     pub collnet: Option<crate::plugin::collnet::SupportMatrix>,
+    /// `(iallgather, ireducescatter)`: the CollNet plugin runs AllGather /
+    /// ReduceScatter (`coll::collnet_agrs`; used only with `collnet`).
+    pub collnet_sge: (bool, bool),
 }
 
 /// Host chunk geometry: Ring/Simple chunks of this many FIFO steps for every
@@ -144,6 +147,8 @@ pub struct Tuning {
     repeat: Mutex<Option<RepeatKey>>,
     /// What CollNet reduces, when it is connected.
     collnet: Option<crate::plugin::collnet::SupportMatrix>,
+    /// AllGather / ReduceScatter runnable over CollNet (see [`TuningSetup::collnet_sge`]).
+    collnet_sge: (bool, bool),
 }
 
 impl std::fmt::Debug for Tuning {
@@ -215,6 +220,27 @@ impl Tuning {
                 host::with_collnet_direct(&mut runnable, &mut inp, &mut graphs, n);
             }
         }
+        // AllGather/ReduceScatter over CollNet: one collComm member per host,
+        // so every host must have as many ranks (`coll::collnet_agrs`).
+        let collnet_sge = if s.collnet.is_some() && f.min_local_ranks == f.max_local_ranks {
+            s.collnet_sge
+        } else {
+            (false, false)
+        };
+        if s.collnet.is_some() {
+            let yes = |b: bool| if b { "on" } else { "off" };
+            crate::log::nccl_info!(
+                INIT,
+                "CollNet AllGather {} ReduceScatter {} (CollNetDirect: iallgather {}, ireducescatter {}, {}..{} ranks per host)",
+                yes(collnet_sge.0),
+                yes(collnet_sge.1),
+                yes(s.collnet_sge.0),
+                yes(s.collnet_sge.1),
+                f.min_local_ranks,
+                f.max_local_ranks
+            );
+        }
+        host::with_collnet_agrs(&mut runnable, &mut inp, &mut graphs, collnet_sge);
         let mut model = model::tune_model(&inp, &graphs, &mut constants, &s.params.enable, &runnable);
         // A host channel is one CPU thread: the thread-count rules of the GPU model
         // become one thread per channel and a byte threshold per channel.
@@ -268,6 +294,7 @@ impl Tuning {
             warned: Mutex::new(Vec::new()),
             repeat: Mutex::new(None),
             collnet: s.collnet,
+            collnet_sge,
         };
         t.log_init();
         Ok(t)
@@ -513,7 +540,14 @@ impl Tuning {
         let scaled = matches!(first.op, RedOp::Avg | RedOp::PreMulSum(_));
         // CollNet (ncclGetCollNetSupport, src/enqueue.cc): an AllReduce whose
         // datatype and reduction (Avg and PreMulSum as Sum) every plugin reduces.
-        let collnet = func == Func::AllReduce && self.collnet.is_some_and(|m| m.supports(first.dtype, &first.op));
+        // AllGather needs no reduction; ReduceScatter one the plugin reduces.
+        let supported = self.collnet.is_some_and(|m| m.supports(first.dtype, &first.op));
+        let collnet = match func {
+            Func::AllReduce => supported,
+            Func::AllGather => self.collnet.is_some() && self.collnet_sge.0,
+            Func::ReduceScatter => supported && self.collnet_sge.1,
+            _ => false,
+        };
         let d = self.decide_one(func, nbytes, num_pipe_ops, scaled, first.dtype, collnet)?;
         for &i in members {
             let a = &colls[i];
@@ -797,6 +831,7 @@ mod tests {
             protocols: vec![Protocol::Simple],
             params,
             collnet: None,
+            collnet_sge: (false, false),
         };
         Tuning::new(setup, None).expect("tuning")
     }
@@ -844,6 +879,75 @@ mod tests {
         let table = t.cost_table(Func::AllReduce, 8, 1, false);
         let ag = t.allgather_reduce_time(8, 1).unwrap();
         assert_eq!(table[1][2], ag);
+    }
+
+    /// CollNetDirect AllGather/ReduceScatter rows: offered when CollNet is
+    /// connected with the plugin's calls and equal hosts; ReduceScatter only for
+    /// pairs `reduceSupport` claims (the others fall back to the ring), NCCL's
+    /// `ncclGetCollNetSupport`.
+    #[test]
+    fn collnet_allgather_reducescatter_rows() {
+        let mk = |min_local: usize, sge: (bool, bool)| {
+            let facts = HostFacts {
+                nranks: 4,
+                nnodes: 2,
+                min_local_ranks: min_local,
+                max_local_ranks: 4 - min_local,
+                local_ranks: 2,
+                nchannels: 2,
+                net_speed_mbps: 10_000,
+                net_latency_us: 0.0,
+                cores: 8,
+            };
+            // Every pair but float32 prod.
+            let mut m = crate::plugin::collnet::SupportMatrix([[true; 12]; 4]);
+            m.0[1][DataType::Float32 as usize] = false;
+            let setup = TuningSetup {
+                rank: 1,
+                facts,
+                comm_id: 7,
+                simple_step_bytes: (4 << 20) / 8 - 64,
+                protocols: vec![Protocol::Simple],
+                params: params(),
+                collnet: Some(m),
+                collnet_sge: sge,
+            };
+            Tuning::new(setup, None).expect("tuning")
+        };
+        let cd = |t: &Tuning, f: Func, op: RedOp| {
+            let a = CollArgs {
+                kind: f.kind(),
+                op,
+                ..allreduce(1 << 16)
+            };
+            let ok = t.collnet.is_some_and(|m| m.supports(a.dtype, &a.op));
+            let on = match f {
+                Func::AllGather => t.collnet_sge.0,
+                _ => ok && t.collnet_sge.1,
+            };
+            t.cost_table_with(f, 1 << 20, 1, false, on)[Algorithm::CollNetDirect.index()][Protocol::Simple.index()]
+        };
+        let t = mk(2, (true, true));
+        assert!(cd(&t, Func::AllGather, RedOp::Sum) >= 0.0);
+        assert!(cd(&t, Func::ReduceScatter, RedOp::Sum) >= 0.0);
+        assert!(cd(&t, Func::ReduceScatter, RedOp::Avg) >= 0.0, "Avg is summed");
+        assert_eq!(cd(&t, Func::ReduceScatter, RedOp::Prod), IGNORE, "unclaimed");
+        // The unclaimed pair is decided for another algorithm.
+        let prod = CollArgs {
+            kind: CollKind::ReduceScatter,
+            op: RedOp::Prod,
+            ..allreduce(1 << 16)
+        };
+        let d = t.decide(&[prod]).unwrap()[0].unwrap();
+        assert_ne!(d.algo, Algorithm::CollNetDirect, "{}", d.describe());
+        // A plugin without ireducescatter (v6-v8, or a NULL slot): no ReduceScatter row.
+        let t = mk(2, (true, false));
+        assert!(cd(&t, Func::AllGather, RedOp::Sum) >= 0.0);
+        assert_eq!(cd(&t, Func::ReduceScatter, RedOp::Sum), IGNORE);
+        // Hosts of 1 and 3 ranks: one bytesPerRank cannot serve both.
+        let t = mk(1, (true, true));
+        assert_eq!(cd(&t, Func::AllGather, RedOp::Sum), IGNORE);
+        assert_eq!(cd(&t, Func::ReduceScatter, RedOp::Sum), IGNORE);
     }
 
     #[test]

@@ -11,6 +11,7 @@
  * CollNet test slot is NULL); broken on purpose for the conformance zoo: CN_BAD_REDUCE
  * (max/int32 computes min), CN_HANG_LARGE (an iallreduce of more than 100000 elements
  * never completes), CN_BAD_SGE (ireducescatter reads only the first SGE part),
+ * CN_BAD_SGE_AG (iallgather writes only into the first SGE part),
  * CN_WRONG_SIZE (test reports twice the bytes).
  *
  * CollNet model: ranks are threads of one process. listen() writes a handle
@@ -230,6 +231,10 @@ static void complete(group_t* g, op_t* o) {
       if (b > a) memcpy(all + a, o->send[r], b - a);
     }
     for (int r = 0; r < nr; r++) {
+#ifdef CN_BAD_SGE_AG
+      /* Broken on purpose: scatters the window into the first SGE part only. */
+      o->nparts[r] = 1;
+#endif
       parts_copy(o->parts[r], o->nparts[r], all + o->woff, o->wbytes, 1);
       o->reqs[r]->size = (int)o->wbytes;
     }
