@@ -673,6 +673,7 @@ pub(crate) fn build(
                 match a.kind {
                     CollKind::AllReduce if d.algo == Algorithm::CollNetDirect => {
                         collnet_direct::all_reduce(&mut b, a, red.expect("reduction"), &d)?
+                    }
                     CollKind::AllGather if super::collnet_agrs::runs_here(a, &d) => {
                         super::collnet_agrs::all_gather(&mut b, a, &d)?
                     }

@@ -154,7 +154,7 @@ impl Backend for MockQueue {
         reach("dst", dst, bytes)?;
         reach("a", a, bytes)?;
         reach("b", b, bytes)?;
-        let op = op.clone();
+        let op = *op;
         // SAFETY: as in `copy_raw`.
         enqueue(Box::new(move || unsafe {
             MOCK_KERNELS.reduce_raw(dst, a, b, bytes, &op, pre)
@@ -163,7 +163,7 @@ impl Backend for MockQueue {
     unsafe fn pre_op_raw(&self, dst: *mut u8, src: *const u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
         reach("dst", dst, bytes)?;
         reach("src", src, bytes)?;
-        let op = op.clone();
+        let op = *op;
         // SAFETY: as in `copy_raw`.
         enqueue(Box::new(move || unsafe {
             MOCK_KERNELS.pre_op_raw(dst, src, bytes, &op)
@@ -171,7 +171,7 @@ impl Backend for MockQueue {
     }
     unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
         reach("buf", buf, bytes)?;
-        let op = op.clone();
+        let op = *op;
         // SAFETY: as in `copy_raw`.
         enqueue(Box::new(move || unsafe { MOCK_KERNELS.post_op_raw(buf, bytes, &op) }))
     }
