@@ -7,6 +7,7 @@
 # own pick (no NCCL_ALGO; its choice per size from --show-tuning), in
 # interleaved rounds; every result checked (`wrong` columns: out of place, in place).
 # Usage: benchmarks/collnet_algos.sh [ROUNDS] [PROFILE]   (default 3, debug; needs root)
+#   sizes: MIN..MAX by FACTOR (env, default 64K..16M by 16); ITERS (default 3)
 #   flock /tmp/ferroccl-bench.lock benchmarks/collnet_algos.sh 3 release
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ for r in $(seq "$ROUNDS"); do
   for v in ring collnetchain collnetdirect model; do
     env_=(NCCL_NET_PLUGIN=collnet-socket NCCL_COLLNET_ENABLE=1)
     [ $v = model ] || env_+=(NCCL_ALGO=allreduce:$v)
-    env "${env_[@]}" $B --hosts 2 --cluster cna --ranks 4 all_reduce -b 64K -e 16M -f 16 -n ${ITERS:-3} -w 1 -c 1 --show-tuning 2>&1 |
+    env "${env_[@]}" $B --hosts 2 --cluster cna --ranks 4 all_reduce -b ${MIN:-64K} -e ${MAX:-16M} -f ${FACTOR:-16} -n ${ITERS:-3} -w 1 -c 1 --show-tuning 2>&1 |
       awk -v r=$r -v v=$v -v l="$(cut -d' ' -f1 /proc/loadavg)" '
         /^#  tuning:/ { algo[$4] = $6 }
         /^ +[0-9]+ / { n++; row[n] = "round " r " " v " " $1 " time_us " $6 " busbw " $8 " wrong " $9 " " $13; size[n] = $1 }
