@@ -25,6 +25,7 @@ export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 # The socket plugin offers its RMA devices only when asked.
 export NCCL_SOCKET_RMA_ENABLE=1
 machine_header
+echo "# NCCL_SOCKET_NTHREADS=${NCCL_SOCKET_NTHREADS:-auto} NCCL_NSOCKS_PERTHREAD=${NCCL_NSOCKS_PERTHREAD:-auto} plugin=${PLUGIN:-target/$DIR/libnccl_net_socket.so}"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "target/$DIR/ferroccl-rma-bench" --plugin "${PLUGIN:-target/$DIR/libnccl_net_socket.so}" --rounds "$ROUNDS" "$@"
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
