@@ -14,6 +14,23 @@
 //!   reads as the net path's data streams do, `io::recv_all`: woken once per up to
 //!   1 MiB, not per segment; an operation's header and data go in one `writev`). The
 //!   handshake carries the listener's random token, so stray connections are refused.
+//! * **striped puts**: beside each control connection, the target's data streams, as
+//!   many as the net path's (`NCCL_SOCKET_NTHREADS` × `NCCL_NSOCKS_PERTHREAD`, same
+//!   automatic choice, [`crate::config::auto_streams`]; the target's listener decides
+//!   and ships the count, the helper threads and `NCCL_SOCKET_MIN_TASKSIZE` in its
+//!   handle). A put the net path would stripe (larger than `NCCL_SOCKET_INLINE` and at
+//!   least one task) sends only its header on the control connection and its payload
+//!   cut as the net path cuts a message (`proto::split`: `max(MIN_TASKSIZE,
+//!   ceil(size / nstreams))`, round-robin over the streams in operation order, NCCL's
+//!   `ncclNetSocketIsend` / `ncclNetSocketGetTask` in `src/transport/net_socket.cc`),
+//!   moved by the net path's helper-thread pool (`io::Pool`) at both ends, straight
+//!   from the source window and into the destination window. The target counts each
+//!   put's landed bytes and completes striped puts in arrival order: the signal of a
+//!   put-with-signal is applied, and the put acknowledged, only when every byte of it
+//!   and of every put before it is in the window. An operation on the control
+//!   connection (a small put, a get, a flush) and a put overlapping one still landing
+//!   first wait for the puts before it, so operations to a peer take effect in posting
+//!   order. Gets are not striped (their data comes back on the control connection).
 //! * **windows** are numbered in registration order on each group (`regMrSym` is
 //!   symmetric: every rank registers its windows in the same order); an operation names
 //!   the target window by that number. A target waits (bounded by [`WINDOW_WAIT`]) for a
@@ -21,7 +38,7 @@
 //! * **put-with-signal**: the target writes the data into the window, then adds to the
 //!   64-bit signal word with a release atomic, so whoever reads the signal with acquire
 //!   semantics sees the data (strong signal, whatever `isStrongSignal` says).
-//! * **completion**: a put completes when the target acknowledged writing it; a get when
+//! * **completion**: a put completes when the target acknowledged writing all of it; a get when
 //!   its data is in the local window; a flush when every earlier operation to that
 //!   peer completed (replies come in order).
 //! * **failures**: a lost connection fails every pending and later operation to that
