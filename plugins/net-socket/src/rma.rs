@@ -662,12 +662,15 @@ impl Target {
     /// arrival order: applies each one's signal, then replies.
     fn finish_landed(&mut self) -> Result<(), Stop> {
         let Some(pool) = &self.pool else { return Ok(()) };
-        // Reset the wake-up before reading the counters (a chunk that lands after
-        // this makes the eventfd readable again).
-        pool.drain();
         if let Some(e) = pool.error() {
             return Err(Some(format!("data stream from peer rank {} failed: {e}", self.peer)));
         }
+        if self.landing.is_empty() {
+            return Ok(());
+        }
+        // Reset the wake-up before reading the counters (a chunk that lands after
+        // this makes the eventfd readable again).
+        pool.drain();
         while let Some(l) = self.landing.front() {
             if l.landed.load(Ordering::Acquire) < l.len {
                 break;
