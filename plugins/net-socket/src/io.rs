@@ -100,7 +100,7 @@ fn proto_err(peer: SocketAddr, e: ProtoError) -> NetError {
 
 /// Applies NCCL's socket options: `TCP_NODELAY`, keepalive, `TCP_USER_TIMEOUT`,
 /// and `NCCL_SOCKET_SNDBUF`/`RCVBUF` when > 0.
-fn tune(s: &Socket, cfg: &Config) -> io::Result<()> {
+pub(crate) fn tune(s: &Socket, cfg: &Config) -> io::Result<()> {
     s.set_tcp_nodelay(true)?;
     s.set_tcp_keepalive(
         &TcpKeepalive::new()
@@ -176,9 +176,12 @@ fn read2_nb(s: &Socket, a: &mut [u8], b: &mut [u8], block: bool) -> io::Result<O
 
 // ---------------------------------------------------------------- helper threads
 
+/// Direction of a [`Pool`]'s data streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dir {
+pub(crate) enum Dir {
+    /// The helper threads write tasks to their streams.
     Send,
+    /// The helper threads read tasks from their streams.
     Recv,
 }
 
@@ -252,8 +255,9 @@ fn new_eventfd() -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The data streams of one comm and their helper threads.
-struct Pool {
+/// The data streams of one comm and their helper threads (also the RMA
+/// emulation's striped put streams, `crate::rma`).
+pub(crate) struct Pool {
     dir: Dir,
     peer: SocketAddr,
     nthreads: usize,
@@ -263,7 +267,9 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(dir: Dir, peer: SocketAddr, nthreads: usize, streams: Vec<Socket>) -> Pool {
+    /// A pool over `streams`, stream *s* served by thread `s mod nthreads` (started
+    /// on its first task).
+    pub(crate) fn new(dir: Dir, peer: SocketAddr, nthreads: usize, streams: Vec<Socket>) -> Pool {
         let nthreads = nthreads.clamp(1, streams.len().max(1));
         let nstreams = streams.len();
         Pool {
@@ -279,7 +285,9 @@ impl Pool {
         }
     }
 
-    fn submit(&mut self, stream: usize, buf: Buf, done: Arc<AtomicUsize>) -> NetResult<()> {
+    /// Queues `buf` on data stream `stream`; its byte count is added to `done` once
+    /// it has moved, and the pool's eventfd ([`Pool::done_fd`]) is written.
+    pub(crate) fn submit(&mut self, stream: usize, buf: Buf, done: Arc<AtomicUsize>) -> NetResult<()> {
         let t = stream % self.nthreads;
         if self.workers[t].is_none() {
             let q = Arc::new(WorkQueue::default());
@@ -306,7 +314,8 @@ impl Pool {
         Ok(())
     }
 
-    fn error(&self) -> Option<NetError> {
+    /// The first error of a helper thread, if one failed.
+    pub(crate) fn error(&self) -> Option<NetError> {
         if !self.shared.failed.load(Ordering::Acquire) {
             return None;
         }
@@ -316,6 +325,16 @@ impl Pool {
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .cloned()
+    }
+
+    /// The eventfd written after every finished (or failed) task, if one was made.
+    pub(crate) fn done_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.shared.done_ev.as_ref().map(|e| e.as_raw_fd())
+    }
+
+    /// Resets [`Pool::done_fd`] before looking at the done counters (no lost wake-up).
+    pub(crate) fn drain(&self) {
+        self.shared.drain();
     }
 
     fn shutdown(&mut self) {
@@ -438,7 +457,7 @@ impl Lowat {
     /// for bytes the peer does not owe. Sleep in `poll` with the queue drained
     /// instead ([`recv_all`]), or with a receive timeout (the control stream).
     /// Errors: the failing option's name and the OS error.
-    fn fit(&mut self, s: &Socket, left: usize, retry: bool) -> Result<(), (&'static str, io::Error)> {
+    pub(crate) fn fit(&mut self, s: &Socket, left: usize, retry: bool) -> Result<(), (&'static str, io::Error)> {
         let want = left.min(RCVLOWAT_MAX);
         let retry = retry && self.set < want / 2;
         if !(self.set > left || self.want < want / 2 || retry) {
@@ -543,7 +562,7 @@ pub(crate) fn recv_all(s: &Socket, b: &mut [u8], lowat: &mut Lowat) -> io::Resul
 // ---------------------------------------------------------------- listen / accept
 
 /// A non-blocking listen socket on `ip` port 0, and its address.
-fn listen_on(ip: std::net::IpAddr, scope_id: u32) -> NetResult<(Socket, SocketAddr)> {
+pub(crate) fn listen_on(ip: std::net::IpAddr, scope_id: u32) -> NetResult<(Socket, SocketAddr)> {
     let addr = match ip {
         std::net::IpAddr::V4(v4) => SocketAddr::new(v4.into(), 0),
         std::net::IpAddr::V6(v6) => SocketAddr::V6(std::net::SocketAddrV6::new(v6, 0, 0, scope_id)),

@@ -14,6 +14,23 @@
 //!   reads as the net path's data streams do, `io::recv_all`: woken once per up to
 //!   1 MiB, not per segment; an operation's header and data go in one `writev`). The
 //!   handshake carries the listener's random token, so stray connections are refused.
+//! * **striped puts**: beside each control connection, the target's data streams, as
+//!   many as the net path's (`NCCL_SOCKET_NTHREADS` × `NCCL_NSOCKS_PERTHREAD`, same
+//!   automatic choice, [`crate::config::auto_streams`]; the target's listener decides
+//!   and ships the count, the helper threads and `NCCL_SOCKET_MIN_TASKSIZE` in its
+//!   handle). A put the net path would stripe (larger than `NCCL_SOCKET_INLINE` and at
+//!   least one task) sends only its header on the control connection and its payload
+//!   cut as the net path cuts a message (`proto::split`: `max(MIN_TASKSIZE,
+//!   ceil(size / nstreams))`, round-robin over the streams in operation order, NCCL's
+//!   `ncclNetSocketIsend` / `ncclNetSocketGetTask` in `src/transport/net_socket.cc`),
+//!   moved by the net path's helper-thread pool (`io::Pool`) at both ends, straight
+//!   from the source window and into the destination window. The target counts each
+//!   put's landed bytes and completes striped puts in arrival order: the signal of a
+//!   put-with-signal is applied, and the put acknowledged, only when every byte of it
+//!   and of every put before it is in the window. An operation on the control
+//!   connection (a small put, a get, a flush) and a put overlapping one still landing
+//!   first wait for the puts before it, so operations to a peer take effect in posting
+//!   order. Gets are not striped (their data comes back on the control connection).
 //! * **windows** are numbered in registration order on each group (`regMrSym` is
 //!   symmetric: every rank registers its windows in the same order); an operation names
 //!   the target window by that number. A target waits (bounded by [`WINDOW_WAIT`]) for a
@@ -21,7 +38,7 @@
 //! * **put-with-signal**: the target writes the data into the window, then adds to the
 //!   64-bit signal word with a release atomic, so whoever reads the signal with acquire
 //!   semantics sees the data (strong signal, whatever `isStrongSignal` says).
-//! * **completion**: a put completes when the target acknowledged writing it; a get when
+//! * **completion**: a put completes when the target acknowledged writing all of it; a get when
 //!   its data is in the local window; a flush when every earlier operation to that
 //!   peer completed (replies come in order).
 //! * **failures**: a lost connection fails every pending and later operation to that
@@ -30,8 +47,9 @@
 use std::collections::VecDeque;
 use std::ffi::CStr;
 use std::io::Read;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -40,6 +58,8 @@ use std::time::{Duration, Instant};
 use ferroccl_plugin_api::sdk::rma::{Rma, RmaConfig, Signal, Xfer};
 use ferroccl_plugin_api::sdk::{Buf, Handle, Net, NetError, NetResult, Properties, PtrType};
 
+use crate::io::{Dir, Pool};
+use crate::proto::split;
 use crate::{Config, SocketNet};
 
 /// Longest `connect` waits for every peer's connection.
@@ -54,6 +74,10 @@ const OP_PUT_SIGNAL: u8 = 2;
 const OP_GET: u8 = 3;
 const OP_FLUSH: u8 = 4;
 const OP_HEADER: usize = 48;
+/// Header byte 1: the put's payload is striped over the data streams.
+const FLAG_STRIPED: u8 = 1;
+/// Hello byte 20..24: the stream a connection is (0 the control stream, 1 + k data stream k).
+const HELLO_STREAM: usize = 20;
 const REPLY_HEADER: usize = 16;
 
 /// The plugin: the socket net plugin's devices.
@@ -71,6 +95,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct RmaListener {
     sock: TcpListener,
     token: u64,
+    stripe: Stripe,
+}
+
+/// How puts to a target are striped: decided by the target's listener and shipped in
+/// its handle, so both ends cut every put identically (as the net path's
+/// `proto::HandleInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stripe {
+    /// Data streams per peer (`NCCL_SOCKET_NTHREADS` × `NCCL_NSOCKS_PERTHREAD`; 0: none).
+    nstreams: usize,
+    /// Helper threads serving them (stream *s* belongs to thread `s mod nthreads`).
+    nthreads: usize,
+    /// `NCCL_SOCKET_MIN_TASKSIZE`: smallest chunk per data stream, bytes.
+    min_task: usize,
+}
+
+impl Stripe {
+    fn of(cfg: &Config) -> Stripe {
+        Stripe {
+            nstreams: cfg.nstreams,
+            nthreads: cfg.nthreads,
+            min_task: cfg.min_task.max(1),
+        }
+    }
+
+    /// Whether a put of `len` bytes goes on the data streams: the net path's rule
+    /// (`proto::Sender::plan`), with the origin's `NCCL_SOCKET_INLINE`.
+    fn stripes(&self, len: usize, inline: usize) -> bool {
+        self.nstreams > 0 && len > inline && len >= self.min_task
+    }
 }
 
 /// One window as registered on this rank.
@@ -128,6 +182,10 @@ struct Origin {
     pending: Mutex<VecDeque<Pending>>,
     dead: Mutex<Option<String>>,
     sock: socket2::Socket,
+    /// The target's striping (from its handle).
+    stripe: Stripe,
+    /// This rank's `NCCL_SOCKET_INLINE`: puts up to this size stay on the control stream.
+    inline: usize,
 }
 
 impl Origin {
@@ -237,13 +295,18 @@ impl Group {
     fn post(
         &self,
         rank: usize,
-        header: [u8; OP_HEADER],
+        mut header: [u8; OP_HEADER],
         data: Option<(usize, usize)>,
         get_dst: Option<(usize, usize)>,
     ) -> NetResult<RmaRequest> {
         let o = self.origin(rank)?;
         if let Some(why) = lock(&o.dead).clone() {
             return Err(NetError::Remote(format!("NET/FerrocclSocket RMA: {why}")));
+        }
+        if let Some((_, len)) = data
+            && o.stripe.stripes(len, o.inline)
+        {
+            header[1] = FLAG_STRIPED;
         }
         let req = Arc::new(ReqState::default());
         let op = Op {
@@ -321,11 +384,14 @@ fn recv_exact(s: &socket2::Socket, b: &mut [u8]) -> std::io::Result<()> {
     r.read_exact(b)
 }
 
-/// Encodes the listen address and token into a 128-byte handle.
-fn encode_handle(h: &mut Handle, addr: SocketAddr, token: u64) {
+/// Encodes the listen address, token and striping into a 128-byte handle.
+fn encode_handle(h: &mut Handle, addr: SocketAddr, token: u64, stripe: Stripe) {
     h.fill(0);
     put_u32(h, 0, HANDLE_MAGIC);
     put_u64(h, 4, token);
+    put_u32(h, 40, stripe.nstreams as u32);
+    put_u32(h, 44, stripe.nthreads as u32);
+    put_u64(h, 48, stripe.min_task as u64);
     match addr {
         SocketAddr::V4(a) => {
             h[12] = 4;
@@ -341,7 +407,7 @@ fn encode_handle(h: &mut Handle, addr: SocketAddr, token: u64) {
     }
 }
 
-fn decode_handle(h: &Handle, rank: usize) -> NetResult<(SocketAddr, u64)> {
+fn decode_handle(h: &Handle, rank: usize) -> NetResult<(SocketAddr, u64, Stripe)> {
     if get_u32(h, 0) != HANDLE_MAGIC {
         return Err(NetError::InvalidArgument(format!(
             "RMA handle of rank {rank}: magic {:#x}, expected {HANDLE_MAGIC:#x} (not a socket RMA handle)",
@@ -362,7 +428,26 @@ fn decode_handle(h: &Handle, rank: usize) -> NetResult<(SocketAddr, u64)> {
             )));
         }
     };
-    Ok((addr, get_u64(h, 4)))
+    let stripe = Stripe {
+        nstreams: get_u32(h, 40) as usize,
+        nthreads: get_u32(h, 44) as usize,
+        min_task: get_u64(h, 48) as usize,
+    };
+    if stripe.nstreams > crate::proto::MAX_STREAMS
+        || stripe.nthreads > crate::config::MAX_THREADS
+        || (stripe.nstreams > 0 && (stripe.nthreads == 0 || stripe.min_task == 0))
+    {
+        return Err(NetError::InvalidArgument(format!(
+            "RMA handle of rank {rank}: {} data streams, {} threads, task size {} (expected at most {} streams \
+             over 1..={} threads and a task size > 0)",
+            stripe.nstreams,
+            stripe.nthreads,
+            stripe.min_task,
+            crate::proto::MAX_STREAMS,
+            crate::config::MAX_THREADS
+        )));
+    }
+    Ok((addr, get_u64(h, 4), stripe))
 }
 
 fn sys(what: String) -> impl FnOnce(std::io::Error) -> NetError {
@@ -370,18 +455,62 @@ fn sys(what: String) -> impl FnOnce(std::io::Error) -> NetError {
 }
 
 /// Writer thread of an origin connection: sends each posted operation in order.
-fn origin_writer(o: Arc<Origin>, rx: Receiver<Op>) {
+///
+/// A striped put ([`FLAG_STRIPED`]) sends its header on the control stream and hands
+/// its chunks (`proto::split`, the net path's cut: `max(NCCL_SOCKET_MIN_TASKSIZE,
+/// ceil(size / nstreams))`, round-robin over the streams in operation order) to the
+/// data streams' helper threads, as NCCL's `ncclNetSocketIsend` cuts a request into
+/// tasks for its helper threads (`src/transport/net_socket.cc`); the target cuts it
+/// the same way. Anything else goes whole on the control stream.
+fn origin_writer(o: Arc<Origin>, rx: Receiver<Op>, data_streams: Vec<socket2::Socket>) {
+    let addr = o
+        .sock
+        .peer_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let mut pool = (!data_streams.is_empty()).then(|| Pool::new(Dir::Send, addr, o.stripe.nthreads, data_streams));
+    // The origin learns a put is done from the target's reply (sent once every chunk
+    // is in the window, so after these threads sent it): the byte count is unused.
+    let moved = Arc::new(AtomicUsize::new(0));
+    let mut next_stream = 0;
     while let Ok(op) = rx.recv() {
         if let Some(why) = lock(&o.dead).clone() {
             op.pending.req.fail(&why);
             continue;
         }
         lock(&o.pending).push_back(op.pending);
-        let data: &[u8] = match op.data {
+        let (addr, len) = op.data.unwrap_or((0, 0));
+        if op.header[1] == FLAG_STRIPED
+            && let Some(pool) = pool.as_mut()
+        {
+            let sent = send_all(&o.sock, &op.header)
+                .map_err(|e| format!("connection to peer rank {} lost while sending: {e}", o.peer))
+                .and_then(|()| {
+                    for c in split(len, o.stripe.nstreams, o.stripe.min_task, &mut next_stream) {
+                        let buf = Buf {
+                            ptr: (addr + c.offset) as *mut u8,
+                            len: c.len,
+                        };
+                        pool.submit(c.stream, buf, moved.clone()).map_err(|e| e.to_string())?;
+                    }
+                    match pool.error() {
+                        Some(e) => Err(format!("data stream to peer rank {} failed: {e}", o.peer)),
+                        None => Ok(()),
+                    }
+                });
+            if let Err(why) = sent {
+                let _ = o.sock.shutdown(std::net::Shutdown::Both);
+                o.kill(why);
+            }
+            continue;
+        }
+        let data: &[u8] = if len > 0 {
             // SAFETY: the poster guarantees the source window stays valid and unchanged
             // until the request completes (NCCL's contract for iput).
-            Some((addr, len)) if len > 0 => unsafe { std::slice::from_raw_parts(addr as *const u8, len) },
-            _ => &[],
+            unsafe { std::slice::from_raw_parts(addr as *const u8, len) }
+        } else {
+            &[]
         };
         // Header and data in one gathered write (one segment for a small put, no
         // header-only segment before a large one), as the net path's control stream.
@@ -445,120 +574,305 @@ fn origin_reader(o: Arc<Origin>, g: Arc<Shared>) {
     }
 }
 
-/// Applies one peer's operations to this rank's windows.
-fn target_service(s: socket2::Socket, peer: usize, g: Arc<Shared>) {
-    let mut hdr = [0u8; OP_HEADER];
-    let mut scratch = Vec::new();
-    // Read as the net path's data streams are (`io::recv_all`): non-blocking reads
-    // while bytes are queued, else `poll` with `SO_RCVLOWAT` fitted to what the put
-    // still owes, so this thread wakes once per up to 1 MiB instead of once per
-    // loopback segment (a blocking `read` with the default mark of 1 byte did).
-    let mut lw = crate::io::Lowat::default();
-    loop {
-        if crate::io::recv_all(&s, &mut hdr, &mut lw).is_err() {
-            return; // the peer closed its group (or ours is closing)
+/// A striped put on its way into this rank's window: its chunks are queued with the
+/// data streams' helper threads, which add each chunk's length to `landed`.
+struct Landing {
+    hdr: [u8; OP_HEADER],
+    landed: Arc<AtomicUsize>,
+    /// Where it lands: window, offset, length (for the overlap check).
+    win: u32,
+    off: usize,
+    len: usize,
+    /// A window error: the payload then lands in `_scratch` and is dropped.
+    result: Result<(), String>,
+    _scratch: Vec<u8>,
+}
+
+/// The target side of one peer's connection, run by its service thread.
+struct Target {
+    s: socket2::Socket,
+    peer: usize,
+    g: Arc<Shared>,
+    stripe: Stripe,
+    next_stream: usize,
+    lw: crate::io::Lowat,
+    /// Declared before `landing`: dropping it joins the helper threads, which may
+    /// still be writing into a landing's scratch buffer.
+    pool: Option<Pool>,
+    /// Striped puts not yet completed, in arrival order.
+    landing: VecDeque<Landing>,
+}
+
+/// Adds a put-with-signal's delta to its signal word (release: whoever reads the new
+/// value with acquire ordering sees the put's data, written before this call).
+fn apply_signal(g: &Shared, hdr: &[u8; OP_HEADER]) -> Result<(), String> {
+    let sw = get_u32(hdr, 24);
+    let so = get_u64(hdr, 32) as usize;
+    let delta = get_u64(hdr, 40);
+    let (base, wlen) = g.window(sw)?;
+    let addr = base + so;
+    if so.checked_add(8).is_none_or(|e| e > wlen) || !addr.is_multiple_of(8) {
+        return Err(format!(
+            "signal at offset {so} of window {sw} ({wlen} bytes) is outside it or not 8-byte aligned on rank {}",
+            g.rank
+        ));
+    }
+    // SAFETY: an aligned u64 inside a live window, only ever accessed atomically by
+    // the RMA protocol (NCCL's signal word).
+    let a = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
+    a.fetch_add(delta, Ordering::Release);
+    Ok(())
+}
+
+/// The window range `off .. off + len` of window `win` on this rank, checked.
+fn window_range(g: &Shared, what: &str, win: u32, off: usize, len: usize) -> Result<usize, String> {
+    let (base, wlen) = g.window(win)?;
+    if off.checked_add(len).is_some_and(|e| e <= wlen) {
+        Ok(base + off)
+    } else {
+        Err(format!(
+            "{what} of {len} bytes at offset {off} exceeds window {win} ({wlen} bytes) on rank {}",
+            g.rank
+        ))
+    }
+}
+
+/// Sends one reply: status 0 and `data`, or status 1 and the error text.
+fn reply(s: &socket2::Socket, result: Result<&[u8], String>) -> std::io::Result<()> {
+    let mut rh = [0u8; REPLY_HEADER];
+    match result {
+        Ok(data) => {
+            put_u64(&mut rh, 8, data.len() as u64);
+            send_all2(s, &rh, data)
         }
-        let op = hdr[0];
-        let win = get_u32(&hdr, 4);
-        let off = get_u64(&hdr, 8) as usize;
-        let len = get_u64(&hdr, 16) as usize;
-        let mut result: Result<(), String> = Ok(());
-        let mut reply_data: Option<(usize, usize)> = None;
-        match op {
-            OP_PUT | OP_PUT_SIGNAL => {
-                match g.window(win).and_then(|(base, wlen)| {
-                    if off.checked_add(len).is_some_and(|e| e <= wlen) {
-                        Ok(base + off)
-                    } else {
-                        Err(format!(
-                            "put of {len} bytes at offset {off} exceeds window {win} ({wlen} bytes) on rank {}",
-                            g.rank
-                        ))
-                    }
-                }) {
-                    Ok(dst) => {
-                        // SAFETY: inside a live registered window; the origin's contract
-                        // makes the range its to write while the put is in flight.
-                        let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
-                        if crate::io::recv_all(&s, buf, &mut lw).is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => {
-                        scratch.resize(len.min(1 << 20), 0);
-                        let mut left = len;
-                        while left > 0 {
-                            let n = left.min(scratch.len());
-                            if crate::io::recv_all(&s, &mut scratch[..n], &mut lw).is_err() {
-                                return;
-                            }
-                            left -= n;
-                        }
-                        result = Err(e);
-                    }
-                }
-                if op == OP_PUT_SIGNAL && result.is_ok() {
-                    let sw = get_u32(&hdr, 24);
-                    let so = get_u64(&hdr, 32) as usize;
-                    let delta = get_u64(&hdr, 40);
-                    result = g.window(sw).and_then(|(base, wlen)| {
-                        let addr = base + so;
-                        if so.checked_add(8).is_none_or(|e| e > wlen) || !addr.is_multiple_of(8) {
-                            return Err(format!(
-                                "signal at offset {so} of window {sw} ({wlen} bytes) is outside it or not 8-byte aligned on rank {}",
-                                g.rank
-                            ));
-                        }
-                        // SAFETY: an aligned u64 inside a live window, only ever accessed
-                        // atomically by the RMA protocol (NCCL's signal word).
-                        let a = unsafe { AtomicU64::from_ptr(addr as *mut u64) };
-                        // Release: the data written above is visible to whoever
-                        // observes the new signal value with acquire ordering.
-                        a.fetch_add(delta, Ordering::Release);
-                        Ok(())
-                    });
-                }
-            }
-            OP_GET => {
-                result = g.window(win).and_then(|(base, wlen)| {
-                    if off.checked_add(len).is_some_and(|e| e <= wlen) {
-                        reply_data = Some((base + off, len));
-                        Ok(())
-                    } else {
-                        Err(format!(
-                            "get of {len} bytes at offset {off} exceeds window {win} ({wlen} bytes) on rank {}",
-                            g.rank
-                        ))
-                    }
-                });
-            }
-            OP_FLUSH => {}
-            other => {
-                g.note(&format!("peer rank {peer} sent unknown RMA op {other}"));
-                return;
-            }
-        }
-        let mut rh = [0u8; REPLY_HEADER];
-        let r = match result {
-            Ok(()) => {
-                put_u64(&mut rh, 8, reply_data.map_or(0, |d| d.1) as u64);
-                let data: &[u8] = match reply_data {
-                    // SAFETY: inside a live registered window (checked above).
-                    Some((a, n)) if n > 0 => unsafe { std::slice::from_raw_parts(a as *const u8, n) },
-                    _ => &[],
-                };
-                send_all2(&s, &rh, data)
-            }
-            Err(msg) => {
-                put_u32(&mut rh, 0, 1);
-                put_u64(&mut rh, 8, msg.len() as u64);
-                send_all2(&s, &rh, msg.as_bytes())
-            }
-        };
-        if r.is_err() {
-            return;
+        Err(msg) => {
+            put_u32(&mut rh, 0, 1);
+            put_u64(&mut rh, 8, msg.len() as u64);
+            send_all2(s, &rh, msg.as_bytes())
         }
     }
+}
+
+/// Why a target's service ends: the connection closed or failed (nothing to report
+/// beyond what the origin sees), or a protocol error to note.
+type Stop = Option<String>;
+
+impl Target {
+    /// Completes the striped puts at the front whose every chunk has landed, in
+    /// arrival order: applies each one's signal, then replies.
+    fn finish_landed(&mut self) -> Result<(), Stop> {
+        let Some(pool) = &self.pool else { return Ok(()) };
+        if let Some(e) = pool.error() {
+            return Err(Some(format!("data stream from peer rank {} failed: {e}", self.peer)));
+        }
+        if self.landing.is_empty() {
+            return Ok(());
+        }
+        // Reset the wake-up before reading the counters (a chunk that lands after
+        // this makes the eventfd readable again).
+        pool.drain();
+        while let Some(l) = self.landing.front() {
+            if l.landed.load(Ordering::Acquire) < l.len {
+                break;
+            }
+            let l = self.landing.pop_front().expect("front exists");
+            // Acquire above: every chunk's bytes are in the window before the
+            // signal's release below, so the signal cannot overtake any of them.
+            let mut result = l.result;
+            if result.is_ok() && l.hdr[0] == OP_PUT_SIGNAL {
+                result = apply_signal(&self.g, &l.hdr);
+            }
+            reply(&self.s, result.map(|()| &[][..])).map_err(|_| None)?;
+        }
+        Ok(())
+    }
+
+    /// Sleeps until a chunk lands or (`ctrl`) the control stream has bytes; returns
+    /// whether the control stream is readable.
+    fn sleep(&mut self, ctrl: bool) -> Result<bool, Stop> {
+        if self.g.closing.load(Ordering::Relaxed) {
+            return Err(None);
+        }
+        let mut fds = Vec::with_capacity(2);
+        if ctrl {
+            // Wake on the next header's first byte, whatever mark a payload left.
+            self.lw.fit(&self.s, 1, false).map_err(|_| None)?;
+            fds.push(libc::pollfd {
+                fd: self.s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let ev = self.pool.as_ref().and_then(Pool::done_fd);
+        if let Some(fd) = ev {
+            fds.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // Without an eventfd, look again after 1 ms.
+        let ms = if ev.is_some() { 1000 } else { 1 };
+        // SAFETY: `fds` holds valid pollfds of descriptors open for this call.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return Err(None);
+        }
+        Ok(ctrl && fds[0].revents != 0)
+    }
+
+    /// Completes every striped put still landing (before an operation that must
+    /// follow them: a put on the control stream, an overlapping put, a get, a flush).
+    fn drain_landing(&mut self) -> Result<(), Stop> {
+        loop {
+            self.finish_landed()?;
+            if self.landing.is_empty() {
+                return Ok(());
+            }
+            self.sleep(false)?;
+        }
+    }
+
+    /// Queues a striped put's chunks with the helper threads ([`origin_writer`]
+    /// cuts it the same way).
+    fn land_striped(&mut self, hdr: [u8; OP_HEADER], win: u32, off: usize, len: usize) -> Result<(), Stop> {
+        if self.pool.is_none() {
+            return Err(Some(format!(
+                "peer rank {} sent a striped put to a target with no data streams",
+                self.peer
+            )));
+        }
+        if self
+            .landing
+            .iter()
+            .any(|l| l.win == win && l.off < off.saturating_add(len) && off < l.off.saturating_add(l.len))
+        {
+            // Puts to the same bytes land in posting order.
+            self.drain_landing()?;
+        }
+        let result = window_range(&self.g, "put", win, off, len);
+        let mut scratch = Vec::new();
+        let base = match &result {
+            Ok(dst) => *dst,
+            Err(e) if len > 1 << 30 => return Err(Some(format!("{e}; not draining {len} bytes"))),
+            Err(_) => {
+                scratch = vec![0u8; len];
+                scratch.as_mut_ptr() as usize
+            }
+        };
+        let landed = Arc::new(AtomicUsize::new(0));
+        let pool = self.pool.as_mut().expect("checked above");
+        for c in split(len, self.stripe.nstreams, self.stripe.min_task, &mut self.next_stream) {
+            let buf = Buf {
+                ptr: (base + c.offset) as *mut u8,
+                len: c.len,
+            };
+            pool.submit(c.stream, buf, landed.clone())
+                .map_err(|e| Some(e.to_string()))?;
+        }
+        self.landing.push_back(Landing {
+            hdr,
+            landed,
+            win,
+            off,
+            len,
+            result: result.map(|_| ()),
+            _scratch: scratch,
+        });
+        Ok(())
+    }
+
+    /// Serves operations until the connection closes.
+    fn serve(&mut self) -> Result<(), Stop> {
+        let mut hdr = [0u8; OP_HEADER];
+        let mut scratch = Vec::new();
+        loop {
+            self.finish_landed()?;
+            if !self.landing.is_empty() && !self.sleep(true)? {
+                continue;
+            }
+            // Read as the net path's data streams are (`io::recv_all`): non-blocking
+            // reads while bytes are queued, else `poll` with `SO_RCVLOWAT` fitted to
+            // what the operation still owes, so this thread wakes once per up to
+            // 1 MiB instead of once per loopback segment.
+            crate::io::recv_all(&self.s, &mut hdr, &mut self.lw).map_err(|_| None)?;
+            let op = hdr[0];
+            let win = get_u32(&hdr, 4);
+            let off = get_u64(&hdr, 8) as usize;
+            let len = get_u64(&hdr, 16) as usize;
+            if matches!(op, OP_PUT | OP_PUT_SIGNAL) && hdr[1] == FLAG_STRIPED {
+                self.land_striped(hdr, win, off, len)?;
+                continue;
+            }
+            // Everything else follows the striped puts before it.
+            self.drain_landing()?;
+            let g = self.g.clone();
+            let mut result: Result<(), String> = Ok(());
+            let mut reply_data: &[u8] = &[];
+            match op {
+                OP_PUT | OP_PUT_SIGNAL => {
+                    match window_range(&g, "put", win, off, len) {
+                        Ok(dst) => {
+                            // SAFETY: inside a live registered window; the origin's
+                            // contract makes the range its to write while the put is in flight.
+                            let buf = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
+                            crate::io::recv_all(&self.s, buf, &mut self.lw).map_err(|_| None)?;
+                        }
+                        Err(e) => {
+                            scratch.resize(len.min(1 << 20), 0);
+                            let mut left = len;
+                            while left > 0 {
+                                let n = left.min(scratch.len());
+                                crate::io::recv_all(&self.s, &mut scratch[..n], &mut self.lw).map_err(|_| None)?;
+                                left -= n;
+                            }
+                            result = Err(e);
+                        }
+                    }
+                    if op == OP_PUT_SIGNAL && result.is_ok() {
+                        result = apply_signal(&g, &hdr);
+                    }
+                }
+                OP_GET => match window_range(&g, "get", win, off, len) {
+                    // SAFETY: inside a live registered window (checked).
+                    Ok(src) if len > 0 => reply_data = unsafe { std::slice::from_raw_parts(src as *const u8, len) },
+                    Ok(_) => {}
+                    Err(e) => result = Err(e),
+                },
+                OP_FLUSH => {}
+                other => return Err(Some(format!("peer rank {} sent unknown RMA op {other}", self.peer))),
+            }
+            reply(&self.s, result.map(|()| reply_data)).map_err(|_| None)?;
+        }
+    }
+}
+
+/// Applies one peer's operations to this rank's windows: puts on the control
+/// stream at once, striped puts once all their chunks landed, in arrival order
+/// (a signal is applied only after every byte of its put, and of every put before
+/// it, is in the window).
+fn target_service(s: socket2::Socket, data: Vec<socket2::Socket>, stripe: Stripe, peer: usize, g: Arc<Shared>) {
+    let addr = s
+        .peer_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+    let mut t = Target {
+        s,
+        peer,
+        g,
+        stripe,
+        next_stream: 0,
+        lw: crate::io::Lowat::default(),
+        pool: (!data.is_empty()).then(|| Pool::new(Dir::Recv, addr, stripe.nthreads, data)),
+        landing: VecDeque::new(),
+    };
+    if let Err(Some(why)) = t.serve() {
+        t.g.note(&why);
+    }
+    // The group keeps a duplicate of the control socket: shut it down so the origin
+    // sees the end (and fails what it has outstanding) rather than waiting.
+    let _ = t.s.shutdown(std::net::Shutdown::Both);
 }
 
 fn header(op: u8, win: u32, off: usize, len: usize) -> [u8; OP_HEADER] {
@@ -570,18 +884,21 @@ fn header(op: u8, win: u32, off: usize, len: usize) -> [u8; OP_HEADER] {
     h
 }
 
-/// Accepts the `want` target connections of a group, checking each hello.
-fn accept_targets(
-    l: &RmaListener,
-    rank: usize,
-    nranks: usize,
-    deadline: Instant,
-) -> NetResult<Vec<(usize, socket2::Socket)>> {
+/// One peer's connections to this rank's listener: its control stream and its data
+/// streams (index *k* = data stream *k*).
+type Incoming = (Option<socket2::Socket>, Vec<Option<socket2::Socket>>);
+
+/// Accepts the target connections of a group (from every peer its control stream and
+/// the listener's data streams), checking each hello; by peer rank.
+fn accept_targets(l: &RmaListener, rank: usize, nranks: usize, deadline: Instant) -> NetResult<Vec<Incoming>> {
+    let ns = l.stripe.nstreams;
+    let want = (nranks - 1) * (1 + ns);
+    let mut got: Vec<Incoming> = (0..nranks).map(|_| (None, (0..ns).map(|_| None).collect())).collect();
+    let mut n = 0;
     l.sock
         .set_nonblocking(true)
         .map_err(sys("listener set_nonblocking".into()))?;
-    let mut got: Vec<(usize, socket2::Socket)> = Vec::new();
-    while got.len() < nranks - 1 {
+    while n < want {
         match l.sock.accept() {
             Ok((st, from)) => {
                 let _ = st.set_nonblocking(false);
@@ -591,29 +908,36 @@ fn accept_targets(
                 if recv_exact(&s, &mut hello).is_err() {
                     continue; // a stray connection that said nothing
                 }
-                let (magic, token, peer, n) = (
+                let (magic, token, peer, size, stream) = (
                     get_u32(&hello, 0),
                     get_u64(&hello, 4),
                     get_u32(&hello, 12) as usize,
                     get_u32(&hello, 16) as usize,
+                    get_u32(&hello, HELLO_STREAM) as usize,
                 );
                 if magic != HELLO_MAGIC || token != l.token {
                     continue; // not for this listener
                 }
-                if n != nranks || peer >= nranks || peer == rank || got.iter().any(|(p, _)| *p == peer) {
+                let slot = match (peer < nranks && peer != rank && size == nranks, stream) {
+                    (true, 0) => got[peer].0.is_none().then_some(&mut got[peer].0),
+                    (true, k) if k <= ns => got[peer].1[k - 1].is_none().then(|| &mut got[peer].1[k - 1]),
+                    _ => None,
+                };
+                let Some(slot) = slot else {
                     return Err(NetError::Remote(format!(
-                        "NET/FerrocclSocket RMA: rank {rank}: bad hello from {from}: rank {peer} of {n} \
-                         (expected a new peer of a group of {nranks})"
+                        "NET/FerrocclSocket RMA: rank {rank}: bad hello from {from}: rank {peer} of {size}, stream \
+                         {stream} (expected a new stream 0..={ns} of a peer of a group of {nranks})"
                     )));
-                }
+                };
                 let _ = s.set_read_timeout(None);
                 let _ = s.set_tcp_nodelay(true);
-                got.push((peer, s));
+                *slot = Some(s);
+                n += 1;
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
                     let missing: Vec<usize> = (0..nranks)
-                        .filter(|p| *p != rank && !got.iter().any(|(g, _)| g == p))
+                        .filter(|p| *p != rank && (got[*p].0.is_none() || got[*p].1.iter().any(Option::is_none)))
                         .collect();
                     return Err(NetError::Timeout(format!(
                         "NET/FerrocclSocket RMA: rank {rank}: no connection from peer rank(s) {missing:?} within {:?}",
@@ -675,46 +999,57 @@ impl Rma for SocketRma {
             self.net.interfaces().get(dev).ok_or_else(|| {
                 NetError::InvalidArgument(format!("NET/FerrocclSocket RMA: device {dev} out of range"))
             })?;
-        let addr = match d.ip {
-            IpAddr::V4(ip) => SocketAddr::V4(SocketAddrV4::new(ip, 0)),
-            IpAddr::V6(ip) => SocketAddr::V6(SocketAddrV6::new(ip, 0, 0, d.scope_id)),
-        };
-        let sock = TcpListener::bind(addr).map_err(sys(format!("bind {addr}")))?;
-        let bound = sock.local_addr().map_err(sys("getsockname".into()))?;
+        // NCCL's backlog (`io::listen_on`): every peer connects 1 + nstreams streams
+        // before anyone accepts.
+        let (sock, bound) = crate::io::listen_on(d.ip, d.scope_id)?;
+        let sock = TcpListener::from(sock);
         let token = getrandom::u64().unwrap_or_else(|_| std::process::id() as u64 ^ (bound.port() as u64) << 32);
-        encode_handle(handle, bound, token);
-        Ok(RmaListener { sock, token })
+        let stripe = Stripe::of(self.net.config());
+        encode_handle(handle, bound, token, stripe);
+        Ok(RmaListener { sock, token, stripe })
     }
 
     fn connect(&self, _ctx: &u64, handles: &[Handle], rank: usize, listen: &mut RmaListener) -> NetResult<Arc<Group>> {
         let nranks = handles.len();
         let deadline = Instant::now() + CONNECT_TIMEOUT;
-        let mut outs: Vec<Option<socket2::Socket>> = (0..nranks).map(|_| None).collect();
+        let cfg = self.net.config().clone();
+        // Per peer: the control stream, the target's data streams, its striping.
+        type Outgoing = (socket2::Socket, Vec<socket2::Socket>, Stripe);
+        let mut outs: Vec<Option<Outgoing>> = (0..nranks).map(|_| None).collect();
         // Outgoing first: the kernel's backlog completes them without the peer's accept.
         for (peer, h) in handles.iter().enumerate() {
             if peer == rank {
                 continue;
             }
-            let (addr, token) = decode_handle(h, peer)?;
-            let st = loop {
-                match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
-                    Ok(s) => break s,
-                    Err(e) if Instant::now() < deadline => {
-                        let _ = e;
-                        std::thread::sleep(Duration::from_millis(20));
+            let (addr, token, stripe) = decode_handle(h, peer)?;
+            let mut streams = Vec::with_capacity(1 + stripe.nstreams);
+            for stream in 0..=stripe.nstreams {
+                let st = loop {
+                    match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+                        Ok(s) => break s,
+                        Err(e) if Instant::now() < deadline => {
+                            let _ = e;
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        Err(e) => {
+                            return Err(sys(format!("rank {rank}: connect to peer rank {peer} at {addr}"))(e));
+                        }
                     }
-                    Err(e) => return Err(sys(format!("rank {rank}: connect to peer rank {peer} at {addr}"))(e)),
-                }
-            };
-            let _ = st.set_nodelay(true);
-            let s = socket2::Socket::from(st);
-            let mut hello = [0u8; 24];
-            put_u32(&mut hello, 0, HELLO_MAGIC);
-            put_u64(&mut hello, 4, token);
-            put_u32(&mut hello, 12, rank as u32);
-            put_u32(&mut hello, 16, nranks as u32);
-            send_all(&s, &hello).map_err(sys(format!("rank {rank}: hello to peer rank {peer}")))?;
-            outs[peer] = Some(s);
+                };
+                let s = socket2::Socket::from(st);
+                // The net path's socket options (`NCCL_SOCKET_SNDBUF`/`RCVBUF`, keepalive).
+                let _ = crate::io::tune(&s, &cfg);
+                let mut hello = [0u8; 24];
+                put_u32(&mut hello, 0, HELLO_MAGIC);
+                put_u64(&mut hello, 4, token);
+                put_u32(&mut hello, 12, rank as u32);
+                put_u32(&mut hello, 16, nranks as u32);
+                put_u32(&mut hello, HELLO_STREAM, stream as u32);
+                send_all(&s, &hello).map_err(sys(format!("rank {rank}: hello to peer rank {peer}")))?;
+                streams.push(s);
+            }
+            let ctrl = streams.remove(0);
+            outs[peer] = Some((ctrl, streams, stripe));
         }
         let ins = accept_targets(listen, rank, nranks, deadline)?;
         let shared = Arc::new(Shared {
@@ -732,17 +1067,22 @@ impl Rma for SocketRma {
             targets: Vec::new(),
             threads: Mutex::new(Vec::new()),
         };
-        for (peer, s) in ins {
+        for (peer, (ctrl, data)) in ins.into_iter().enumerate() {
+            let Some(s) = ctrl else { continue };
+            for d in data.iter().flatten() {
+                let _ = crate::io::tune(d, &cfg);
+            }
+            let data: Vec<socket2::Socket> = data.into_iter().flatten().collect();
             group.targets.push(s.try_clone().map_err(sys("dup".into()))?);
-            let sh = shared.clone();
+            let (sh, stripe) = (shared.clone(), listen.stripe);
             let t = std::thread::Builder::new()
                 .name(format!("rma-target-{peer}"))
-                .spawn(move || target_service(s, peer, sh))
+                .spawn(move || target_service(s, data, stripe, peer, sh))
                 .map_err(sys("spawn".into()))?;
             lock(&group.threads).push(t);
         }
         for (peer, s) in outs.into_iter().enumerate() {
-            let Some(sock) = s else {
+            let Some((sock, data, stripe)) = s else {
                 group.origins.push(None);
                 continue;
             };
@@ -753,12 +1093,14 @@ impl Rma for SocketRma {
                 pending: Mutex::new(VecDeque::new()),
                 dead: Mutex::new(None),
                 sock,
+                stripe,
+                inline: cfg.inline,
             });
             group.origins.push(Some(o.clone()));
             let (ow, or, sh) = (o.clone(), o, shared.clone());
             let w = std::thread::Builder::new()
                 .name(format!("rma-send-{peer}"))
-                .spawn(move || origin_writer(ow, rx))
+                .spawn(move || origin_writer(ow, rx, data))
                 .map_err(sys("spawn".into()))?;
             lock(&group.threads).push(w);
             let r = std::thread::Builder::new()
