@@ -54,4 +54,11 @@ fn main() {
         &[] as &[&str],
         &dir.join("libnccl-net-cnzdeaf.so"),
     );
+    // The same shim whose every connect fails (the host's CollNet setup fallback).
+    compile_plugin(
+        Path::new("csrc/deaf.c"),
+        &["-pthread", "-ldl"],
+        &["-DCN_CONNECT_FAIL"],
+        &dir.join("libnccl-net-cnconnfail.so"),
+    );
 }

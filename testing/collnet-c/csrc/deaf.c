@@ -10,6 +10,10 @@
  * that request forever. Refusals of unclaimed (type, op) pairs (ncclInvalidArgument)
  * pass through unchanged, so reduceSupport truthfulness still holds.
  *
+ * Built with -DCN_CONNECT_FAIL it is libnccl-net-cnconnfail.so instead: every CollNet
+ * connect returns ncclSystemError (core/tests/coll_collnet_direct.rs: the communicator
+ * goes on without CollNet, as NCCL's ncclCollNetSetup falls back).
+ *
  * Exports ncclCollNetPlugin_v12 (layout: docs/reference/nccl-plugin-abi.md section 2,
  * 152 bytes, test at offset 112, iallreduce at 80, closeColl at 120) and the real
  * library's ncclNetPlugin_v6 (136 bytes), both copied at load time.
@@ -115,6 +119,19 @@ static ncclResult_t deaf_close_coll(void* coll) {
 
 static ncclResult_t unloaded(void) { return ncclInternalError; }
 
+#ifdef CN_CONNECT_FAIL
+#define ncclSystemError 2
+/* libnccl-net-cnconnfail.so: every connect fails (the host must go on without CollNet). */
+static ncclResult_t connfail_connect(void** handles, int nranks, int rank, void* listenComm, void** collComm) {
+  (void)handles;
+  (void)nranks;
+  (void)rank;
+  (void)listenComm;
+  *collComm = NULL;
+  return ncclSystemError;
+}
+#endif
+
 __attribute__((constructor)) static void deaf_load(void) {
   Dl_info me;
   char path[4096];
@@ -142,4 +159,8 @@ __attribute__((constructor)) static void deaf_load(void) {
   ncclCollNetPlugin_v12.iallreduce = deaf_iallreduce;
   ncclCollNetPlugin_v12.test = deaf_test;
   ncclCollNetPlugin_v12.closeColl = deaf_close_coll;
+#ifdef CN_CONNECT_FAIL
+  ncclCollNetPlugin_v12.name = "CNConnFail";
+  ncclCollNetPlugin_v12.connect = (void*)connfail_connect;
+#endif
 }
