@@ -22,18 +22,20 @@
 //! * **AllGather**: the host's pieces go up the chain to the head (`copySend`
 //!   of its own, `recvCopySend` of those below, each stored in the rank's
 //!   output on the way), which packs them in chain order into its scratch and
-//!   posts `iallgather(send = those k × l elements, bytesPerRank = k × l × es,
-//!   window = the whole nHosts × k × l × es)` whose **receive SGE list has one
-//!   part per rank**: the place of that rank's piece in the head's output
-//!   (members in collComm order, each member's ranks in its chain order), so
-//!   the window lands in the user's output with no copy. The head then sends
-//!   down the chain the pieces the ranks below lack.
+//!   asks for `iallgather(send = those k × l elements, bytesPerRank = k × l × es,
+//!   window = the whole nHosts × k × l × es)` landing in **one piece per
+//!   rank**: the place of that rank's piece in the head's output (members in
+//!   collComm order, each member's ranks in its chain order). The CollNet link
+//!   stages the call through its registered memory and passes the window as one
+//!   SGE part, as NCCL does ([`crate::transport::collnet::SgeCall`]). The head
+//!   then sends down the chain the pieces the ranks below lack.
 //! * **ReduceScatter**: every rank's `nranks` input pieces are reduced up the
 //!   chain (`send` at the tail, `recvReduceSend` above, `recvReduceCopy` at
-//!   the head into its scratch, in rank order), and the head posts
-//!   `ireducescatter` whose **send SGE list has one part per rank**: that
-//!   scratch piece, members in collComm order and each member's ranks in its
-//!   chain order; it receives its host's `k` reduced pieces (chain order),
+//!   the head into its scratch, in rank order), and the head asks for
+//!   `ireducescatter` over **one piece per rank**: that scratch piece, members
+//!   in collComm order and each member's ranks in its chain order (staged and
+//!   passed as one SGE part by the link); it receives its host's `k` reduced
+//!   pieces (chain order),
 //!   keeps its own and sends the others down the chain.
 //!
 //! The network sums for `Avg` and PreMulSum (`ncclGetCollNetSupport`,
