@@ -28,7 +28,8 @@ const WORKER: &str = "collnet_direct_worker";
 const LIMIT: Duration = Duration::from_secs(300);
 /// Which case the worker runs (`full` or `small`).
 const ENV_CASE: &str = "FERROCCL_TEST_CN_CASE";
-/// `chain`: the worker expects CollNetChain (forced) instead of CollNetDirect.
+/// `chain`: the worker expects CollNetChain (forced) instead of CollNetDirect;
+/// `fallback`: neither (CollNet could not be set up).
 const ENV_ALGO: &str = "FERROCCL_TEST_CN_ALGO";
 
 /// One rank: the AllReduce matrix, each result checked, then the decision.
@@ -37,10 +38,10 @@ fn collnet_direct_worker() {
     let Some(r) = role(WORKER) else { return };
     let comm = join(&r, Duration::from_secs(90));
     let full = std::env::var(ENV_CASE).is_ok_and(|v| v == "full");
-    let want = if std::env::var(ENV_ALGO).is_ok_and(|v| v == "chain") {
-        Algorithm::CollNetChain
-    } else {
-        Algorithm::CollNetDirect
+    let want = match std::env::var(ENV_ALGO).unwrap_or_default().as_str() {
+        "chain" => Some(Algorithm::CollNetChain),
+        "fallback" => None,
+        _ => Some(Algorithm::CollNetDirect),
     };
     let dtypes: &[DataType] = if full {
         &[
@@ -73,7 +74,15 @@ fn collnet_direct_worker() {
                         Err(e) => panic!("rank {}: {dtype} {op} count {count}: {e}", r.rank),
                     }
                     let d = comm.tuning().last(Func::AllReduce).expect("a decision");
-                    assert_eq!(d.algo, want, "rank {}: {dtype} {op}", r.rank);
+                    match want {
+                        Some(w) => assert_eq!(d.algo, w, "rank {}: {dtype} {op}", r.rank),
+                        None => assert!(
+                            !matches!(d.algo, Algorithm::CollNetChain | Algorithm::CollNetDirect),
+                            "rank {}: {dtype} {op}: {:?} without CollNet",
+                            r.rank,
+                            d.algo
+                        ),
+                    }
                 }
             }
         }
@@ -90,22 +99,30 @@ fn run(host_of: &[usize], case: &str) -> Vec<Out> {
 
 /// [`run`] with `NCCL_ALGO=algo`; `want` is the worker's [`ENV_ALGO`].
 fn run_algo(host_of: &[usize], case: &str, algo: &str, want: &str) -> Vec<Out> {
-    let plugin = target_dir().join("libnccl_net_collnet_socket.so");
+    run_plugin("libnccl_net_collnet_socket.so", host_of, case, Some(algo), want)
+}
+
+/// [`run_algo`] over the plugin library `file` of the target directory,
+/// `NCCL_ALGO` left unset when `algo` is `None`.
+fn run_plugin(file: &str, host_of: &[usize], case: &str, algo: Option<&str>, want: &str) -> Vec<Out> {
+    let plugin = target_dir().join(file);
     assert!(
         plugin.is_file(),
         "{} missing (built by `cargo build --workspace`)",
         plugin.display()
     );
     let plugin = plugin.display().to_string();
-    let env = [
+    let mut env = vec![
         ("NCCL_NET_PLUGIN", plugin.as_str()),
         ("NCCL_COLLNET_ENABLE", "1"),
-        ("NCCL_ALGO", algo),
         (ENV_ALGO, want),
         ("NCCL_DEBUG", "INFO"),
         ("NCCL_DEBUG_SUBSYS", "INIT,GRAPH,TUNING"),
         (ENV_CASE, case),
     ];
+    if let Some(algo) = algo {
+        env.push(("NCCL_ALGO", algo));
+    }
     let n = host_of.len();
     let ranks: Vec<usize> = (0..n).collect();
     let hosts = host_of.to_vec();
@@ -123,9 +140,38 @@ fn run_algo(host_of: &[usize], case: &str, algo: &str, want: &str) -> Vec<Out> {
 }
 
 /// Checks the INFO lines: CollNet enabled, each channel's `CollNetDirect
-/// channel` line with `nheads`, the tuning line saying CollNetDirect.
+/// channel` line with `nheads`, NCCL's connection lines (a head's `CollNet
+/// <head>/0 : <rank> [receive] via COLLNET/<plugin>/0` and `…/1 … [send] …`,
+/// every rank's `Connected Collnet Chains` and `rank N Connected CollNet`),
+/// the tuning line saying CollNetDirect.
 fn check_info(outs: &[Out], nheads: usize) {
     for o in outs {
+        let rank = o.rank;
+        let has_line = |want: &str| o.stdout.lines().any(|l| l.ends_with(want));
+        assert!(
+            has_line(&format!("rank {rank} Connected CollNet")),
+            "rank {rank}:\n{}",
+            dump(outs)
+        );
+        assert!(
+            o.stdout.lines().any(|l| l.contains("Connected Collnet Chains  [0] ")),
+            "rank {rank}:\n{}",
+            dump(outs)
+        );
+        // This rank's head index on channel 0 (the pattern line's headRank).
+        let head = o
+            .stdout
+            .lines()
+            .find(|l| l.contains(&format!("CollNetDirect channel 0 rank {rank} ")))
+            .and_then(|l| l.split("headRank ").nth(1))
+            .and_then(|t| t.split(' ').next())
+            .and_then(|t| t.parse::<i64>().ok());
+        if let Some(h) = head.filter(|&h| h >= 0) {
+            for (conn, side) in [(0, "receive"), (1, "send")] {
+                let want = format!("CollNet {h:02}/{conn} : {rank} [{side}] via COLLNET/FerrocclCollNetSocket/0");
+                assert!(has_line(&want), "rank {rank}: no '{want}':\n{}", dump(outs));
+            }
+        }
         assert!(o.stdout.contains("WORKER DONE"), "rank {}:\n{}", o.rank, dump(outs));
         assert!(
             o.stdout.contains("CollNet enabled: plugin FerrocclCollNetSocket"),
@@ -151,6 +197,37 @@ fn check_info(outs: &[Out], nheads: usize) {
             .any(|o| o.stdout.contains("Bytes -> Algo CollNetDirect proto Simple")),
         "no tuning line names CollNetDirect:\n{}",
         dump(outs)
+    );
+}
+
+/// A CollNet plugin whose every `connect` fails (`libnccl-net-cnconnfail.so`,
+/// the in-tree plugin behind a shim): the communicator comes up without
+/// CollNet, as NCCL's `ncclCollNetSetup` falls back (`ncclTransportCollNetCheck`'s
+/// WARN on the first rank of each host), and AllReduce runs correct over
+/// another algorithm.
+#[test]
+fn collnet_connect_failure_falls_back() {
+    let outs = run_plugin("libnccl-net-cnconnfail.so", &[0, 1, 0, 1], "small", None, "fallback");
+    for o in &outs {
+        let rank = o.rank;
+        assert!(o.stdout.contains("WORKER DONE"), "rank {rank}:\n{}", dump(&outs));
+        assert!(!o.stdout.contains("CollNet enabled"), "rank {rank}:\n{}", dump(&outs));
+        let warn = o
+            .stdout
+            .lines()
+            .chain(o.stderr.lines())
+            .any(|l| l.contains("Cannot initialize CollNet, using point-to-point network instead"));
+        // Ranks 0 and 1 are the first ranks of hosts 0 and 1.
+        assert_eq!(warn, rank < 2, "rank {rank}:\n{}", dump(&outs));
+    }
+    // Every rank that heads a channel logs why (its connect failed).
+    assert!(
+        outs.iter().any(|o| o.stdout.contains(&format!(
+            "CollNet setup failed on rank {}: connect on channel 0",
+            o.rank
+        ))),
+        "{}",
+        dump(&outs)
     );
 }
 

@@ -54,4 +54,18 @@ fn main() {
         &[] as &[&str],
         &dir.join("libnccl-net-cnzdeaf.so"),
     );
+    // The same shim refusing NULL mhandles (the host passes registrations as NCCL does).
+    compile_plugin(
+        Path::new("csrc/deaf.c"),
+        &["-pthread", "-ldl"],
+        &["-DCN_STRICT_MR"],
+        &dir.join("libnccl-net-cnstrictmr.so"),
+    );
+    // The same shim whose every connect fails (the host's CollNet setup fallback).
+    compile_plugin(
+        Path::new("csrc/deaf.c"),
+        &["-pthread", "-ldl"],
+        &["-DCN_CONNECT_FAIL"],
+        &dir.join("libnccl-net-cnconnfail.so"),
+    );
 }

@@ -22,18 +22,20 @@
 //! * **AllGather**: the host's pieces go up the chain to the head (`copySend`
 //!   of its own, `recvCopySend` of those below, each stored in the rank's
 //!   output on the way), which packs them in chain order into its scratch and
-//!   posts `iallgather(send = those k × l elements, bytesPerRank = k × l × es,
-//!   window = the whole nHosts × k × l × es)` whose **receive SGE list has one
-//!   part per rank**: the place of that rank's piece in the head's output
-//!   (members in collComm order, each member's ranks in its chain order), so
-//!   the window lands in the user's output with no copy. The head then sends
-//!   down the chain the pieces the ranks below lack.
+//!   asks for `iallgather(send = those k × l elements, bytesPerRank = k × l × es,
+//!   window = the whole nHosts × k × l × es)` landing in **one piece per
+//!   rank**: the place of that rank's piece in the head's output (members in
+//!   collComm order, each member's ranks in its chain order). The CollNet link
+//!   stages the call through its registered memory and passes the window as one
+//!   SGE part, as NCCL does ([`crate::transport::collnet::SgeCall`]). The head
+//!   then sends down the chain the pieces the ranks below lack.
 //! * **ReduceScatter**: every rank's `nranks` input pieces are reduced up the
 //!   chain (`send` at the tail, `recvReduceSend` above, `recvReduceCopy` at
-//!   the head into its scratch, in rank order), and the head posts
-//!   `ireducescatter` whose **send SGE list has one part per rank**: that
-//!   scratch piece, members in collComm order and each member's ranks in its
-//!   chain order; it receives its host's `k` reduced pieces (chain order),
+//!   the head into its scratch, in rank order), and the head asks for
+//!   `ireducescatter` over **one piece per rank**: that scratch piece, members
+//!   in collComm order and each member's ranks in its chain order (staged and
+//!   passed as one SGE part by the link); it receives its host's `k` reduced
+//!   pieces (chain order),
 //!   keeps its own and sends the others down the chain.
 //!
 //! The network sums for `Avg` and PreMulSum (`ncclGetCollNetSupport`,
@@ -290,142 +292,217 @@ fn no_net_header(b: &mut Builder<'_>, lane: Lane) {
     }
 }
 
-/// CollNet AllGather (see the module docs).
+/// Which collective the sub-chunk loop ([`build`]) lays out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    /// AllGather: pieces go up the chain, `iallgather`, the window comes down.
+    AllGather,
+    /// ReduceScatter: pieces are reduced up the chain, `ireducescatter`, the
+    /// host's reduced pieces come down.
+    ReduceScatter,
+}
+
+impl Dir {
+    /// Bytes of the channel scratch buffers one rank needs for a channel part
+    /// of `cl_bytes` per rank: AllGather, the head's `k` pieces; ReduceScatter,
+    /// the head's `nranks` reduced inputs (none elsewhere) and every rank's `k`
+    /// received pieces.
+    fn scratch_sizes(self, lay: &Layout, nranks: usize, cl_bytes: usize) -> Vec<usize> {
+        let head = lay.pos == 0;
+        match self {
+            Dir::AllGather if head => vec![lay.k() * cl_bytes],
+            Dir::AllGather => Vec::new(),
+            Dir::ReduceScatter => vec![if head { nranks * cl_bytes } else { 0 }, lay.k() * cl_bytes],
+        }
+    }
+}
+
+/// One sub-chunk of a channel: its lane, first element, offset in the
+/// channel part (elements) and piece size (bytes).
+struct Sub {
+    lane: Lane,
+    s: usize,
+    off: usize,
+    n: usize,
+}
+
+impl Sub {
+    /// Appends one step of `prim` on stream `k` of the sub-chunk's lane over one piece.
+    #[allow(clippy::too_many_arguments)] // the step's fields
+    fn step(
+        &self,
+        b: &mut Builder<'_>,
+        k: usize,
+        prim: Prim,
+        peers: (Peers, Peers),
+        src: *const u8,
+        dst: *mut u8,
+        red: Option<DevRedOp>,
+    ) {
+        step(b, self.lane, k, prim, peers, src, dst, self.n, red);
+    }
+}
+
+/// The sub-chunk loop both collectives share: per sub-chunk of every
+/// channel, its layout, the channel's scratch (made at its first sub-chunk)
+/// and the collective's steps.
 ///
 /// Errors: CollNet not connected, hosts with different rank counts.
-pub(super) fn all_gather(b: &mut Builder<'_>, a: &CollArgs, d: &Decision) -> Result<(), Error> {
+fn build(b: &mut Builder<'_>, a: &CollArgs, red: Option<DevRedOp>, d: &Decision, dir: Dir) -> Result<(), Error> {
     let p = b.p;
     let es = a.dtype.size();
-    let block = a.count * es;
-    let out = |r: usize, s: usize| a.recv.wrapping_add(r * block + s * es);
-    let inp = |s: usize| a.send.wrapping_add(s * es);
-    let mut scratches: Vec<(usize, *mut u8)> = Vec::new();
+    let mut scratches: Vec<(usize, Vec<*mut u8>)> = Vec::new();
     for (ch, cs, s, l) in sub_chunks(b, a.count, es, d) {
         let lane = Lane::Channel(ch);
         let lay = layout(p, ch)?;
         no_net_header(b, lane);
-        let k = lay.k();
-        let n = l * es;
-        let none = Peers::NONE;
-        if lay.pos == 0 {
-            // The host's pieces of this sub-chunk, in chain order, contiguous.
-            let sc = match scratches.iter().find(|(c, _)| *c == ch) {
-                Some(&(_, sc)) => sc,
-                None => {
-                    let cl = channel_len(a.count, d, p, ch);
-                    let sc = scratch(b, k * cl * es);
-                    scratches.push((ch, sc));
-                    sc
-                }
-            };
-            let base = sc.wrapping_add(k * (s - cs) * es);
-            let piece = |j: usize| base.wrapping_add(j * n);
-            step(b, lane, 0, Prim::LocalCopy, (none, none), inp(s), piece(0), n, None);
-            for j in 1..k {
-                step(
-                    b,
-                    lane,
-                    0,
-                    Prim::Recv,
-                    (lay.down(), none),
-                    std::ptr::null(),
-                    piece(j),
-                    n,
-                    None,
-                );
+        let sc = match scratches.iter().find(|(c, _)| *c == ch) {
+            Some((_, sc)) => sc.clone(),
+            None => {
+                let cl = channel_len(a.count, d, p, ch);
+                let sc: Vec<*mut u8> = dir
+                    .scratch_sizes(&lay, p.nranks, cl * es)
+                    .into_iter()
+                    .map(|bytes| scratch(b, bytes))
+                    .collect();
+                scratches.push((ch, sc.clone()));
+                sc
             }
-            let parts: Vec<(*mut u8, usize)> = lay.window_ranks().map(|r| (out(r, s), n)).collect();
-            let window = parts.len() * n;
-            push_net_op(b, lane, false, k * n, window, base, None, &parts);
-            if k > 1 {
-                for r in down_list(&lay, 1) {
-                    step(
-                        b,
-                        lane,
-                        0,
-                        Prim::Send,
-                        (none, lay.down()),
-                        out(r, s),
-                        std::ptr::null_mut(),
-                        n,
-                        None,
-                    );
-                }
-            }
-        } else {
-            let i = lay.pos;
-            // Up: this rank's piece, then those from below.
-            step(
-                b,
-                lane,
-                0,
-                Prim::CopySend,
-                (none, lay.up()),
-                inp(s),
-                out(p.rank, s),
-                n,
-                None,
-            );
-            for j in i + 1..k {
-                let r = lay.mine[j];
-                step(
-                    b,
-                    lane,
-                    0,
-                    Prim::RecvCopySend,
-                    (lay.down(), lay.up()),
-                    std::ptr::null(),
-                    out(r, s),
-                    n,
-                    None,
-                );
-            }
-            // Down: what this rank lacks, forwarded; then its own piece for those below.
-            let tail = i == k - 1;
-            for r in down_list(&lay, i) {
-                if tail {
-                    step(
-                        b,
-                        lane,
-                        1,
-                        Prim::Recv,
-                        (lay.up(), none),
-                        std::ptr::null(),
-                        out(r, s),
-                        n,
-                        None,
-                    );
-                } else {
-                    let peers = (lay.up(), lay.down());
-                    step(
-                        b,
-                        lane,
-                        1,
-                        Prim::RecvCopySend,
-                        peers,
-                        std::ptr::null(),
-                        out(r, s),
-                        n,
-                        None,
-                    );
-                }
-            }
-            if !tail {
-                step(
-                    b,
-                    lane,
-                    1,
-                    Prim::Send,
-                    (none, lay.down()),
-                    inp(s),
-                    std::ptr::null_mut(),
-                    n,
-                    None,
-                );
+        };
+        let sub = Sub {
+            lane,
+            s,
+            off: s - cs,
+            n: l * es,
+        };
+        match (dir, red) {
+            (Dir::AllGather, _) => gather_sub(b, a, &lay, &sub, &sc),
+            (Dir::ReduceScatter, Some(red)) => scatter_sub(b, a, red, &lay, &sub, &sc),
+            (Dir::ReduceScatter, None) => {
+                return Err(Error::Internal("CollNet ReduceScatter without a reduction".into()));
             }
         }
     }
     Ok(())
+}
+
+/// CollNet AllGather (see the module docs).
+///
+/// Errors: CollNet not connected, hosts with different rank counts.
+pub(super) fn all_gather(b: &mut Builder<'_>, a: &CollArgs, d: &Decision) -> Result<(), Error> {
+    build(b, a, None, d, Dir::AllGather)
+}
+
+/// CollNet ReduceScatter (see the module docs).
+///
+/// Errors: CollNet not connected, hosts with different rank counts.
+pub(super) fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, d: &Decision) -> Result<(), Error> {
+    build(b, a, Some(red), d, Dir::ReduceScatter)
+}
+
+/// One AllGather sub-chunk (`sc`: the head's scratch, see [`Dir::scratch_sizes`]).
+fn gather_sub(b: &mut Builder<'_>, a: &CollArgs, lay: &Layout, sub: &Sub, sc: &[*mut u8]) {
+    let es = a.dtype.size();
+    let block = a.count * es;
+    let (s, n, k) = (sub.s, sub.n, lay.k());
+    let out = |r: usize| a.recv.wrapping_add(r * block + s * es);
+    let inp = a.send.wrapping_add(s * es);
+    let none = Peers::NONE;
+    let null = std::ptr::null_mut();
+    if lay.pos == 0 {
+        // The host's pieces of this sub-chunk, in chain order, contiguous.
+        let base = sc[0].wrapping_add(k * sub.off * es);
+        let piece = |j: usize| base.wrapping_add(j * n);
+        sub.step(b, 0, Prim::LocalCopy, (none, none), inp, piece(0), None);
+        for j in 1..k {
+            sub.step(b, 0, Prim::Recv, (lay.down(), none), null, piece(j), None);
+        }
+        let parts: Vec<(*mut u8, usize)> = lay.window_ranks().map(|r| (out(r), n)).collect();
+        let window = parts.len() * n;
+        push_net_op(b, sub.lane, false, k * n, window, base, None, &parts);
+        if k > 1 {
+            for r in down_list(lay, 1) {
+                sub.step(b, 0, Prim::Send, (none, lay.down()), out(r), null, None);
+            }
+        }
+    } else {
+        let i = lay.pos;
+        // Up: this rank's piece, then those from below.
+        sub.step(b, 0, Prim::CopySend, (none, lay.up()), inp, out(b.p.rank), None);
+        for j in i + 1..k {
+            let peers = (lay.down(), lay.up());
+            sub.step(b, 0, Prim::RecvCopySend, peers, null, out(lay.mine[j]), None);
+        }
+        // Down: what this rank lacks, forwarded; then its own piece for those below.
+        let tail = i == k - 1;
+        for r in down_list(lay, i) {
+            if tail {
+                sub.step(b, 1, Prim::Recv, (lay.up(), none), null, out(r), None);
+            } else {
+                let peers = (lay.up(), lay.down());
+                sub.step(b, 1, Prim::RecvCopySend, peers, null, out(r), None);
+            }
+        }
+        if !tail {
+            sub.step(b, 1, Prim::Send, (none, lay.down()), inp, null, None);
+        }
+    }
+}
+
+/// One ReduceScatter sub-chunk (`sc`: the head's reduced inputs and the
+/// received pieces, see [`Dir::scratch_sizes`]).
+fn scatter_sub(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, lay: &Layout, sub: &Sub, sc: &[*mut u8]) {
+    let nranks = b.p.nranks;
+    let es = a.dtype.size();
+    let block = a.count * es;
+    let (s, n, k) = (sub.s, sub.n, lay.k());
+    let inp = |r: usize| a.send.wrapping_add(r * block + s * es);
+    let out = a.recv.wrapping_add(s * es);
+    // The network sums Avg and PreMulSum: pre-multiplied on the way up, an
+    // integer average divided where a rank stores its own piece.
+    let pre_only = DevRedOp { post_div: None, ..red };
+    let post_only = DevRedOp { pre_mul: None, ..red };
+    let none = Peers::NONE;
+    let null = std::ptr::null_mut();
+    let ibase = sc[0].wrapping_add(nranks * sub.off * es);
+    let obase = sc[1].wrapping_add(k * sub.off * es);
+    let ipiece = |r: usize| ibase.wrapping_add(r * n);
+    let opiece = |j: usize| obase.wrapping_add(j * n);
+    if lay.pos == 0 {
+        // Up: every rank's piece reduced over the host, into the scratch in rank order.
+        for r in 0..nranks {
+            if k == 1 {
+                sub.step(b, 0, Prim::LocalCopy, (none, none), inp(r), ipiece(r), Some(pre_only));
+            } else {
+                let peers = (lay.down(), none);
+                sub.step(b, 0, Prim::RecvReduceCopy, peers, inp(r), ipiece(r), Some(pre_only));
+            }
+        }
+        let parts: Vec<(*mut u8, usize)> = lay.window_ranks().map(|r| (ipiece(r), n)).collect();
+        let window = parts.len() * n;
+        push_net_op(b, sub.lane, true, k * n, window, obase, Some(&red), &parts);
+        // Down: its own piece kept, the others sent in chain order.
+        sub.step(b, 0, Prim::LocalCopy, (none, none), opiece(0), out, Some(post_only));
+        for j in 1..k {
+            sub.step(b, 0, Prim::Send, (none, lay.down()), opiece(j), null, None);
+        }
+    } else {
+        let i = lay.pos;
+        let tail = i == k - 1;
+        for r in 0..nranks {
+            if tail {
+                sub.step(b, 0, Prim::Send, (none, lay.up()), inp(r), null, Some(red));
+            } else {
+                let peers = (lay.down(), lay.up());
+                sub.step(b, 0, Prim::RecvReduceSend, peers, inp(r), null, Some(red));
+            }
+        }
+        sub.step(b, 1, Prim::Recv, (lay.up(), none), null, out, Some(post_only));
+        for j in i + 1..k {
+            let peers = (lay.up(), lay.down());
+            sub.step(b, 1, Prim::RecvCopySend, peers, null, opiece(j), None);
+        }
+    }
 }
 
 /// The pieces chain position `i` receives on the way down: every rank of the
@@ -453,161 +530,6 @@ fn layout(p: &super::schedule::SchedParams, ch: usize) -> Result<Layout, Error> 
         )));
     }
     Layout::of(&p.collnet_hosts, p.rank, ch)
-}
-
-/// CollNet ReduceScatter (see the module docs).
-///
-/// Errors: CollNet not connected, hosts with different rank counts.
-pub(super) fn reduce_scatter(b: &mut Builder<'_>, a: &CollArgs, red: DevRedOp, d: &Decision) -> Result<(), Error> {
-    let p = b.p;
-    let nranks = p.nranks;
-    let es = a.dtype.size();
-    let block = a.count * es;
-    let inp = |r: usize, s: usize| a.send.wrapping_add(r * block + s * es);
-    let out = |s: usize| a.recv.wrapping_add(s * es);
-    // The network sums Avg and PreMulSum: pre-multiplied on the way up, an
-    // integer average divided where a rank stores its own piece.
-    let pre_only = DevRedOp { post_div: None, ..red };
-    let post_only = DevRedOp { pre_mul: None, ..red };
-    let mut scratches: Vec<(usize, *mut u8, *mut u8)> = Vec::new();
-    for (ch, cs, s, l) in sub_chunks(b, a.count, es, d) {
-        let lane = Lane::Channel(ch);
-        let lay = layout(p, ch)?;
-        no_net_header(b, lane);
-        let k = lay.k();
-        let n = l * es;
-        let none = Peers::NONE;
-        let (sin, sout) = match scratches.iter().find(|(c, _, _)| *c == ch) {
-            Some(&(_, x, y)) => (x, y),
-            None => {
-                let cl = channel_len(a.count, d, p, ch);
-                let x = scratch(b, if lay.pos == 0 { nranks * cl * es } else { 0 });
-                let y = scratch(b, k * cl * es);
-                scratches.push((ch, x, y));
-                (x, y)
-            }
-        };
-        let ibase = sin.wrapping_add(nranks * (s - cs) * es);
-        let obase = sout.wrapping_add(k * (s - cs) * es);
-        let ipiece = |r: usize| ibase.wrapping_add(r * n);
-        let opiece = |j: usize| obase.wrapping_add(j * n);
-        if lay.pos == 0 {
-            // Up: every rank's piece reduced over the host, into the scratch in rank order.
-            for r in 0..nranks {
-                if k == 1 {
-                    step(
-                        b,
-                        lane,
-                        0,
-                        Prim::LocalCopy,
-                        (none, none),
-                        inp(r, s),
-                        ipiece(r),
-                        n,
-                        Some(pre_only),
-                    );
-                } else {
-                    let peers = (lay.down(), none);
-                    step(
-                        b,
-                        lane,
-                        0,
-                        Prim::RecvReduceCopy,
-                        peers,
-                        inp(r, s),
-                        ipiece(r),
-                        n,
-                        Some(pre_only),
-                    );
-                }
-            }
-            let parts: Vec<(*mut u8, usize)> = lay.window_ranks().map(|r| (ipiece(r), n)).collect();
-            let window = parts.len() * n;
-            push_net_op(b, lane, true, k * n, window, obase, Some(&red), &parts);
-            // Down: its own piece kept, the others sent in chain order.
-            step(
-                b,
-                lane,
-                0,
-                Prim::LocalCopy,
-                (none, none),
-                opiece(0),
-                out(s),
-                n,
-                Some(post_only),
-            );
-            for j in 1..k {
-                step(
-                    b,
-                    lane,
-                    0,
-                    Prim::Send,
-                    (none, lay.down()),
-                    opiece(j),
-                    std::ptr::null_mut(),
-                    n,
-                    None,
-                );
-            }
-        } else {
-            let i = lay.pos;
-            let tail = i == k - 1;
-            for r in 0..nranks {
-                if tail {
-                    step(
-                        b,
-                        lane,
-                        0,
-                        Prim::Send,
-                        (none, lay.up()),
-                        inp(r, s),
-                        std::ptr::null_mut(),
-                        n,
-                        Some(red),
-                    );
-                } else {
-                    let peers = (lay.down(), lay.up());
-                    step(
-                        b,
-                        lane,
-                        0,
-                        Prim::RecvReduceSend,
-                        peers,
-                        inp(r, s),
-                        std::ptr::null_mut(),
-                        n,
-                        Some(red),
-                    );
-                }
-            }
-            step(
-                b,
-                lane,
-                1,
-                Prim::Recv,
-                (lay.up(), none),
-                std::ptr::null(),
-                out(s),
-                n,
-                Some(post_only),
-            );
-            for j in i + 1..k {
-                let peers = (lay.up(), lay.down());
-                step(
-                    b,
-                    lane,
-                    1,
-                    Prim::RecvCopySend,
-                    peers,
-                    std::ptr::null(),
-                    opiece(j),
-                    n,
-                    None,
-                );
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

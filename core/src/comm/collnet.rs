@@ -43,9 +43,11 @@ pub(crate) struct CommCollNet {
 
 impl CommCollNet {
     /// `(AllGather, ReduceScatter)` over CollNet possible with this plugin:
-    /// its `iallgather` / `ireducescatter` slots are set and it takes several
-    /// SGE parts (v9+; NCCL's v8 shim refuses more than one part, and the
-    /// schedule, `coll::collnet_agrs`, passes one per rank).
+    /// its `iallgather` / `ireducescatter` slots are set (NCCL's
+    /// `src/graph/tuning.cc` turns CollNet off for a NULL slot) and it is v9+.
+    /// NCCL also runs v8 tables (its v8 shim takes the one SGE part NCCL
+    /// passes, of at most 2^29 bytes); we keep v9+ because a window here may
+    /// exceed that part limit on large communicators (nranks × one FIFO step).
     pub(crate) fn sge_support(&self) -> (bool, bool) {
         let v9 = self.adapter.info().version >= 9;
         (
@@ -109,8 +111,16 @@ pub(crate) struct SetupArgs<'a> {
 /// module docs) and inserts the links into `conns`; `None` when CollNet is not
 /// used (the reason logged). Every rank returns the same kind of answer.
 ///
-/// Errors: the context, `connect` or `regMr` failing (the communicator then
-/// fails, as NCCL's init does); a listen failure on any head only disables CollNet.
+/// A failing CollNet `init`, `listen`, `connect` or `regMr` on any rank does
+/// not fail the communicator: as NCCL's `ncclCollNetSetup` (its result is not
+/// checked by `initTransportsRank`, `src/init.cc`; `ncclTransportCollNetCheck`,
+/// `src/transport.cc`), every rank closes what it opened and goes on without
+/// CollNet, with NCCL's WARN "Cannot initialize CollNet, using point-to-point
+/// network instead" on the first rank of each host. NCCL agrees on the failure
+/// within each node only; here every rank of the communicator agrees (one more
+/// bootstrap allgather), so no host runs CollNet while another does not.
+///
+/// Errors: the bootstrap failing.
 pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<CommCollNet>> {
     let bits: Option<Vec<&Vec<u8>>> = a.peers.iter().map(|p| p.collnet.as_ref()).collect();
     let Some(bits) = bits else {
@@ -145,7 +155,21 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         .map(|(r, b)| SupportBits::from_bytes(b).map_err(|e| Error::Remote(format!("rank {r}: CollNet support: {e}"))))
         .collect::<Result<_>>()?;
     let matrix = SupportMatrix::merge(&ranks);
-    let ctx = adapter.init_ctx(a.comm_id).map_err(|e| Error::net("CollNet init", e))?;
+    // Why this rank cannot take part (NCCL's collNetSetupFail).
+    let mut failed: Option<String> = None;
+    // NCCL inits the CollNet table for every communicator in ncclNetPluginInit
+    // (`src/plugin/net.cc`), whether or not CollNet is enabled; we init it only
+    // once every rank asked for CollNet and the node threshold is met, so a
+    // plugin's `init` (the in-tree one starts its aggregation there) never runs
+    // for communicators that will not use it. A failing init disables CollNet
+    // as NCCL's does (there: for the process; here: for this communicator).
+    let ctx = match adapter.init_ctx(a.comm_id) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            failed = Some(format!("init: {e}"));
+            None
+        }
+    };
     let nranks = a.peers.len();
     let chains: Vec<ChainPos> = (0..a.nchannels).map(|c| collnet::position(&hosts, a.rank, c)).collect();
     // CollNetDirect's heads (src/graph/connect.cc connectCollNet): head `h` of
@@ -168,7 +192,9 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
     let mut links: Vec<(usize, CollNetLink)> = Vec::new();
     let close = |links: Vec<(usize, CollNetLink)>| {
         drop(links);
-        if let Err(e) = adapter.finalize_ctx(ctx) {
+        if let Some(ctx) = ctx
+            && let Err(e) = adapter.finalize_ctx(ctx)
+        {
             crate::log::nccl_warn!("CollNet finalize: {e}");
         }
     };
@@ -178,16 +204,31 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         // 2 = a head whose listen failed, 0 = not a head.
         let mut mine = vec![0u8; 1 + 128];
         let mut listen: Option<RawComm> = None;
-        if head {
+        if head && failed.is_some() {
+            // A rank that already failed answers as a head whose listen failed.
+            mine[0] = 2;
+        } else if let (true, Some(ctx)) = (head, ctx) {
             let mut h: NetHandle = [0; 128];
             match adapter.listen(ctx, 0, &mut h) {
                 Ok(l) => {
                     mine[0] = 1;
                     mine[1..].copy_from_slice(&h);
                     listen = Some(l);
+                    // NCCL's recvSetup line (`src/transport/coll_net.cc`): `CollNet
+                    // <head index>/<connIndex 0> : <rank> [receive] via
+                    // COLLNET/<name>/<netDev>`; ncclTransportCollNetSetup passes
+                    // the head index as the "channel" and collNetRecv (0) as the
+                    // connector index. No `/GDRDMA`: the links stage through host memory.
+                    let h = pos.head_rank.expect("heads have a head index");
+                    crate::log::nccl_info!(
+                        INIT,
+                        "CollNet {h:02}/0 : {} [receive] via COLLNET/{}/0",
+                        a.rank,
+                        adapter.info().name
+                    );
                 }
                 Err(e) => {
-                    crate::log::nccl_warn!("CollNet listen on channel {c}: {e}");
+                    failed = Some(format!("listen on channel {c}: {e}"));
                     mine[0] = 2;
                 }
             }
@@ -215,11 +256,15 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
                 let _ = adapter.close_listen(l);
             }
             close(links);
+            if let Some(why) = &failed {
+                crate::log::nccl_info!(INIT, "CollNet setup failed on rank {}: {why}", a.rank);
+            }
             crate::log::nccl_info!(
                 INIT,
-                "CollNet disabled: the chain head(s) {:?} of channel {c} could not listen",
+                "CollNet disabled: the head(s) {:?} of channel {c} could not set up CollNet",
                 bad
             );
+            setup_failed_warn(a, &hosts);
             return Ok(None);
         }
         let Some(l) = listen else { continue };
@@ -239,35 +284,63 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         let coll = match coll {
             Ok(coll) => coll,
             Err(e) => {
-                close(links);
-                return Err(Error::net(format!("CollNet connect on channel {c}"), e));
+                failed = Some(format!("connect on channel {c}: {e}"));
+                continue;
             }
         };
         match CollNetLink::new(adapter.clone(), coll, c, a.step_size) {
             Ok(link) => links.push((c, link)),
             Err(e) => {
-                close(links);
-                return Err(e);
+                failed = Some(e.to_string());
+                continue;
             }
         }
+        // NCCL's sendSetup line, after the receive side connected (head index,
+        // connIndex 1 = collNetSend).
         crate::log::nccl_info!(
             INIT,
-            "CollNet {c:02}/0 : {} [send] via COLLNET/{}/0",
-            a.rank,
-            adapter.info().name
-        );
-        crate::log::nccl_info!(
-            INIT,
-            "CollNet {c:02}/0 : {} [receive] via COLLNET/{}/0",
+            "CollNet {h:02}/1 : {} [send] via COLLNET/{}/0",
             a.rank,
             adapter.info().name
         );
     }
+    // NCCL's ncclTransportCollNetCheck: does any rank lack its part?
+    let st = match a.bootstrap.allgather(&[failed.is_some() as u8]) {
+        Ok(v) => v,
+        Err(e) => {
+            close(links);
+            return Err(Error::from(e));
+        }
+    };
+    if st.iter().any(|v| v.first() != Some(&0)) {
+        if let Some(why) = &failed {
+            crate::log::nccl_info!(INIT, "CollNet setup failed on rank {}: {why}", a.rank);
+        }
+        close(links);
+        setup_failed_warn(a, &hosts);
+        return Ok(None);
+    }
+    let Some(ctx) = ctx else {
+        close(links);
+        return Err(Error::Internal("CollNet: no context after a successful setup".into()));
+    };
+    // NCCL's ncclCollNetChainBufferSetup line (`src/transport/coll_net.cc`),
+    // every rank: ` [c] down->rank->up` per channel, -1 for no rank below and
+    // nranks (the network) above a head.
+    let mut line = String::new();
+    for (c, ch) in chains.iter().enumerate() {
+        let down = ch.down.map_or(-1, |d| d as i64);
+        line.push_str(&format!(" [{c}] {down}->{}->{}", a.rank, ch.up));
+    }
+    crate::log::nccl_info!(INIT, "Connected Collnet Chains {line}");
     if let Some(n) = direct_heads {
         for (c, pos) in direct.iter().enumerate() {
             crate::log::nccl_info!(GRAPH, "{}", pos.info_line(c, a.rank, nranks));
         }
         crate::log::nccl_info!(INIT, "CollNetDirect: {n} head(s) per node and channel");
+        // NCCL's ncclCollNetDirectBufferSetup line (run when a host has at most
+        // NCCL_MAX_DIRECT_ARITY + 1 ranks, as `direct_nheads` decides here).
+        crate::log::nccl_info!(INIT, "rank {} Connected CollNet", a.rank);
     }
     for (c, link) in links {
         let key = ConnKey {
@@ -288,6 +361,9 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
             link.send(),
         );
     }
+    // ferroccl's own summary line: NCCL 2.30.7 prints no "CollNet enabled" line
+    // (its lines are the per-head `via COLLNET` ones, `Connected Collnet Chains`,
+    // `rank N Connected CollNet` and `%d coll channels, %d collnet channels, …`).
     crate::log::nccl_info!(
         INIT,
         "CollNet enabled: plugin {} (ncclCollNet v{}), {} channel(s), {nnodes} nodes",
@@ -302,4 +378,12 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         chains,
         direct: direct_heads.map(|_| direct),
     }))
+}
+
+/// NCCL's WARN when CollNet setup failed somewhere (`ncclTransportCollNetCheck`,
+/// `src/transport.cc`), on the first rank of each host as NCCL's local rank 0.
+fn setup_failed_warn(a: &SetupArgs<'_>, hosts: &[u64]) {
+    if hosts.iter().position(|h| *h == hosts[a.rank]) == Some(a.rank) {
+        crate::log::nccl_warn!("Cannot initialize CollNet, using point-to-point network instead");
+    }
 }

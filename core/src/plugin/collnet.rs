@@ -30,11 +30,16 @@
 //!   `sendProxySetup` does.
 //!
 //! The API is shaped for the transport to drive it as NCCL's
-//! `src/transport/coll_net.cc` proxy does: `listen` on every rank, `connect` with every
-//! rank's handle (then `close_listen`), `reg_mr` of the staging buffers,
+//! `src/transport/coll_net.cc` proxy does: `listen` on every head
+//! (`ncclTransportCollNetSetup`, `src/transport.cc`: only the master of each node
+//! sets up, one collComm per head index), `connect` with every head's handle
+//! (then `close_listen`, as `sharedConnect` does after a successful connect),
+//! `reg_mr` of the staging buffers,
 //! `iallreduce` / `iallgather` / `ireducescatter` returning `Ok(None)` when the plugin
 //! is busy (retry later), `test` until done, `iflush` on the receive side when the
-//! NIC needs it, and `dereg_mr` then `close_coll` at teardown.
+//! NIC wrote GPU memory and the path needs a flush (`recvProxyProgress`,
+//! `useGdr && needFlush`), and `dereg_mr` then `close_coll` at teardown
+//! (`sendProxyFree`/`recvProxyFree`, `sharedFree`).
 
 use std::ffi::{c_int, c_void};
 use std::path::PathBuf;

@@ -7,8 +7,11 @@
 //! the send connector's steps land in FIFO slots; the proxy posts one
 //! `iallreduce` per filled step, from its send slot into the receive slot of
 //! the same index (NCCL's `sendProxyProgress` posts the collective once a step's
-//! data is in, `recvProxyProgress` tests it); the receive connector hands a step
-//! to the executor once its `iallreduce` has completed. Every head of the
+//! data is in and `test`s it; its `recvProxyProgress` then `iflush`es only when
+//! the NIC wrote GPU memory with GPUDirect RDMA and the path needs a flush,
+//! `useGdr && needFlush`: never here, the FIFOs are registered host memory, so
+//! no `iflush` is issued); the receive connector hands a step to the executor
+//! once its `iallreduce` has completed. Every head of the
 //! channel's collComm posts the same steps in the same order (the schedule is
 //! computed alike on every rank), which is the plugin's contract.
 //!
@@ -41,10 +44,20 @@ pub fn collnet_sge_counts() -> (u64, u64) {
 /// One CollNet `iallgather` or `ireducescatter` over a whole window
 /// (`windowOffset` 0, `windowBytes` = members × `bytes_per_rank`), as the
 /// CollNet AllGather/ReduceScatter schedule (`coll::schedule::collnet_agrs`)
-/// posts it on a channel's collComm. The parts are host memory, passed
-/// without a registration (NCCL's `collNetIallgather` passes the
-/// registration of its staging region; the parts here are the user's output
-/// pieces and the schedule's scratch, registered with nothing).
+/// asks for it on a channel's collComm: the window's pieces are where the
+/// schedule keeps them (the user's output, the schedule's scratch).
+///
+/// The link hands the plugin what NCCL's non-registered path does
+/// (`collNetIallgather` / `collNetIreducescatter`, `src/transport/coll_net.cc`):
+/// its own staging memory, registered with the collComm (`regMr`, host
+/// memory), the window as **one** SGE part with that registration, and the
+/// send side with its registration, never a NULL mhandle; the pieces are
+/// copied in before the call and out once it completed. NCCL registers a
+/// user buffer for these calls only when the user registered it
+/// (`ncclCommRegister`, found by `ncclCollnetLocalRegisterBuffer`) or during
+/// CUDA graph capture (`ncclCollnetGraphRegisterBuffer`), both with GPUDirect
+/// RDMA (`src/register/coll_reg.cc`, `ncclRegisterCollBuffers`); ferroccl has
+/// neither for CollNet, so it always stages.
 #[derive(Debug)]
 pub(crate) enum SgeCall {
     /// `iallgather(send, recv_parts, bytes_per_rank, 0, window_bytes)`.
@@ -99,6 +112,13 @@ struct Counters {
     consumed: usize,
 }
 
+/// A staging buffer of the SGE calls and its registration with the collComm.
+#[derive(Default)]
+struct Stage {
+    buf: Vec<u8>,
+    mr: Option<RawMr>,
+}
+
 /// The state a channel's CollNet send and receive connectors share.
 struct LinkState {
     net: Arc<CollNetAdapter>,
@@ -114,6 +134,11 @@ struct LinkState {
     n: Counters,
     /// The outstanding `iallgather`/`ireducescatter` ([`SgeCall`]), with its kind (0 AG, 1 RS).
     sge: Option<(RawRequest, usize)>,
+    /// Registered staging of the SGE calls: send side, receive side.
+    stage: [Stage; 2],
+    /// Copies out of the receive stage once the outstanding SGE call
+    /// completed: (destination address, offset in the stage, bytes).
+    sge_out: Vec<(usize, usize, usize)>,
     failed: Option<Error>,
 }
 
@@ -180,6 +205,32 @@ impl LinkState {
         Ok(moved)
     }
 
+    /// Staging buffer `which` (0 send, 1 receive) of at least `need` bytes,
+    /// registered with the collComm (re-registered when it grows).
+    fn stage(&mut self, coll: RawComm, which: usize, need: usize) -> Result<(*mut u8, RawMr), Error> {
+        let net = self.net.clone();
+        let what = self.what(if which == 0 {
+            "regMr of the send stage"
+        } else {
+            "regMr of the receive stage"
+        });
+        let st = &mut self.stage[which];
+        if st.buf.len() < need.max(1) || st.mr.is_none() {
+            if let Some(mr) = st.mr.take()
+                && let Err(e) = net.dereg_mr(coll, mr)
+            {
+                crate::log::nccl_warn!("CollNet deregMr of a stage on channel {}: {e}", self.channel);
+            }
+            st.buf = vec![0u8; need.max(1)];
+            let len = st.buf.len();
+            st.mr = Some(
+                net.reg_mr(coll, st.buf.as_mut_ptr(), len, PtrType::Host)
+                    .map_err(|e| Error::net(what, e))?,
+            );
+        }
+        Ok((st.buf.as_mut_ptr(), st.mr.expect("registered above")))
+    }
+
     /// Runs one [`SgeCall`] (see `SendConnector::collnet_sge`).
     fn run_sge(&mut self, make: &dyn Fn() -> SgeCall) -> Result<bool, Error> {
         if let Some(e) = &self.failed {
@@ -206,18 +257,32 @@ impl LinkState {
             if self.n.posted < self.n.filled {
                 return Ok(false);
             }
-            let (req, kind) = match make() {
+            let (req, kind, out) = match make() {
                 SgeCall::AllGather {
                     send,
                     recv_parts,
                     bytes_per_rank,
                     window_bytes,
-                } => (
-                    self.net
-                        .iallgather(coll, send, None, &recv_parts, bytes_per_rank, 0, window_bytes)
-                        .map_err(|e| Error::net(self.what("iallgather"), e))?,
-                    0,
-                ),
+                } => {
+                    let (ss, smr) = self.stage(coll, 0, bytes_per_rank)?;
+                    // SAFETY: `send` holds `bytes_per_rank` bytes of the plan's
+                    // scratch (alive until this step completes); the stage holds
+                    // at least as many; they do not overlap.
+                    unsafe { std::ptr::copy_nonoverlapping(send.cast_const(), ss, bytes_per_rank) };
+                    let (rs, rmr) = self.stage(coll, 1, window_bytes)?;
+                    let out = stage_layout(&recv_parts, window_bytes).map_err(|e| self.bad_sge(&e))?;
+                    let part = [Sge {
+                        data: rs,
+                        size: window_bytes,
+                        mr: Some(rmr),
+                    }];
+                    let req = self
+                        .net
+                        .iallgather(coll, ss, Some(smr), &part, bytes_per_rank, 0, window_bytes)
+                        .map_err(|e| Error::net(self.what("iallgather"), e))?;
+                    let out = out.into_iter().map(|(d, o, l)| (d as usize, o, l)).collect();
+                    (req, 0, out)
+                }
                 SgeCall::ReduceScatter {
                     send_parts,
                     recv,
@@ -225,31 +290,44 @@ impl LinkState {
                     window_bytes,
                     dtype,
                     op,
-                } => (
-                    self.net
-                        .ireducescatter(
-                            coll,
-                            &send_parts,
-                            recv,
-                            None,
-                            bytes_per_rank,
-                            0,
-                            window_bytes,
-                            dtype,
-                            op,
-                        )
-                        .map_err(|e| Error::net(self.what("ireducescatter"), e))?,
-                    1,
-                ),
+                } => {
+                    let (ss, smr) = self.stage(coll, 0, window_bytes)?;
+                    let layout = stage_layout(&send_parts, window_bytes).map_err(|e| self.bad_sge(&e))?;
+                    for (src, off, len) in layout {
+                        // SAFETY: each part holds `len` bytes of the plan's scratch
+                        // (alive until this step completes); `off + len` is within
+                        // the stage's `window_bytes` (checked by stage_layout).
+                        unsafe { std::ptr::copy_nonoverlapping(src.cast_const(), ss.add(off), len) };
+                    }
+                    let (rs, rmr) = self.stage(coll, 1, bytes_per_rank)?;
+                    let part = [Sge {
+                        data: ss,
+                        size: window_bytes,
+                        mr: Some(smr),
+                    }];
+                    let req = self
+                        .net
+                        .ireducescatter(coll, &part, rs, Some(rmr), bytes_per_rank, 0, window_bytes, dtype, op)
+                        .map_err(|e| Error::net(self.what("ireducescatter"), e))?;
+                    (req, 1, vec![(recv as usize, 0, bytes_per_rank)])
+                }
             };
             let Some(req) = req else { return Ok(false) };
             self.sge = Some((req, kind));
+            self.sge_out = out;
         }
         let (req, kind) = self.sge.expect("posted above");
         let call = if kind == 0 { "iallgather" } else { "ireducescatter" };
         match self.net.test(req).map_err(|e| Error::net(self.what(call), e))? {
             Some(_) => {
                 self.sge = None;
+                let rs = self.stage[1].buf.as_ptr();
+                for (dst, off, len) in std::mem::take(&mut self.sge_out) {
+                    // SAFETY: `off + len` is within the receive stage (checked when
+                    // the call was posted); `dst` holds `len` bytes of the user's
+                    // output or the plan's scratch, alive until this step completes.
+                    unsafe { std::ptr::copy_nonoverlapping(rs.add(off), dst as *mut u8, len) };
+                }
                 SGE_DONE[kind].fetch_add(1, Ordering::Relaxed);
                 Ok(true)
             }
@@ -257,10 +335,21 @@ impl LinkState {
         }
     }
 
-    /// Deregisters the FIFOs and closes the collComm (once).
+    fn bad_sge(&self, e: &str) -> Error {
+        Error::Internal(format!("{}: {e}", self.what("iallgather/ireducescatter")))
+    }
+
+    /// Deregisters the FIFOs and stages and closes the collComm (once), as
+    /// NCCL's `sendProxyFree`/`recvProxyFree` deregister before `sharedFree`'s
+    /// `closeColl`.
     fn close(&mut self) {
         let Some(coll) = self.coll.take() else { return };
-        for mr in [self.send_mr.take(), self.recv_mr.take()].into_iter().flatten() {
+        let stages = [self.stage[0].mr.take(), self.stage[1].mr.take()];
+        for mr in [self.send_mr.take(), self.recv_mr.take()]
+            .into_iter()
+            .chain(stages)
+            .flatten()
+        {
             if let Err(e) = self.net.dereg_mr(coll, mr) {
                 crate::log::nccl_warn!("{}: {e}", self.what("deregMr"));
             }
@@ -275,6 +364,25 @@ impl Drop for LinkState {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// Where each SGE part lies in a staging buffer of `window` bytes, the parts
+/// back to back in order: `(part address, offset, bytes)`. Errors: the parts
+/// do not add up to the window.
+fn stage_layout(parts: &[Sge], window: usize) -> Result<Vec<(*mut u8, usize, usize)>, String> {
+    let mut off = 0usize;
+    let mut out = Vec::with_capacity(parts.len());
+    for p in parts {
+        out.push((p.data, off, p.size));
+        off = off.saturating_add(p.size);
+    }
+    if off != window {
+        return Err(format!(
+            "{} SGE parts of {off} bytes in all for a window of {window} bytes",
+            parts.len()
+        ));
+    }
+    Ok(out)
 }
 
 /// The plugin's `(datatype, reduction)` of `red` and its element size: `Avg`
@@ -319,6 +427,8 @@ impl CollNetLink {
             steps: [Step::default(); NCCL_STEPS],
             n: Counters::default(),
             sge: None,
+            stage: [Stage::default(), Stage::default()],
+            sge_out: Vec::new(),
             failed: None,
         };
         let len = st.send_buf.len();

@@ -10,6 +10,15 @@
  * that request forever. Refusals of unclaimed (type, op) pairs (ncclInvalidArgument)
  * pass through unchanged, so reduceSupport truthfulness still holds.
  *
+ * Built with -DCN_STRICT_MR it is libnccl-net-cnstrictmr.so: no fault hidden, but every
+ * iallreduce/iallgather/ireducescatter with a NULL mhandle is refused (ncclInvalidUsage),
+ * as a NIC plugin that dereferences its registrations would fail
+ * (core/tests/coll_collnet_agrs.rs).
+ *
+ * Built with -DCN_CONNECT_FAIL it is libnccl-net-cnconnfail.so instead: every CollNet
+ * connect returns ncclSystemError (core/tests/coll_collnet_direct.rs: the communicator
+ * goes on without CollNet, as NCCL's ncclCollNetSetup falls back).
+ *
  * Exports ncclCollNetPlugin_v12 (layout: docs/reference/nccl-plugin-abi.md section 2,
  * 152 bytes, test at offset 112, iallreduce at 80, closeColl at 120) and the real
  * library's ncclNetPlugin_v6 (136 bytes), both copied at load time.
@@ -115,6 +124,60 @@ static ncclResult_t deaf_close_coll(void* coll) {
 
 static ncclResult_t unloaded(void) { return ncclInternalError; }
 
+#ifdef CN_STRICT_MR
+#define ncclInvalidUsage 5
+typedef struct {
+  void* mhandle;
+  void* address;
+  size_t size;
+} sge9_t;
+typedef ncclResult_t (*iag_t)(void*, void*, int, sge9_t*, size_t, size_t, size_t, void*, void**);
+typedef ncclResult_t (*irs_t)(void*, int, sge9_t*, void*, size_t, size_t, size_t, int, int, void*, void**);
+/* libnccl-net-cnstrictmr.so: every collective must come with registrations (NCCL never
+ * passes a NULL mhandle: its staging region is registered at connect). */
+static ncclResult_t strict_iallreduce(void* coll, void* s, void* r, size_t count, int ty, int op, void* smh, void* rmh,
+                                      void** req) {
+  if (!smh || !rmh) {
+    fprintf(stderr, "cnstrictmr: iallreduce with a NULL mhandle\n");
+    return ncclInvalidUsage;
+  }
+  return real.iallreduce(coll, s, r, count, ty, op, smh, rmh, req);
+}
+static ncclResult_t strict_iallgather(void* coll, void* s, int n, sge9_t* parts, size_t bpr, size_t off, size_t w,
+                                      void* smh, void** req) {
+  int ok = smh != NULL && n > 0;
+  for (int i = 0; i < n; i++) ok &= parts[i].mhandle != NULL;
+  if (!ok) {
+    fprintf(stderr, "cnstrictmr: iallgather with a NULL mhandle\n");
+    return ncclInvalidUsage;
+  }
+  return ((iag_t)real.iallgather)(coll, s, n, parts, bpr, off, w, smh, req);
+}
+static ncclResult_t strict_ireducescatter(void* coll, int n, sge9_t* parts, void* r, size_t bpr, size_t off, size_t w,
+                                          int ty, int op, void* rmh, void** req) {
+  int ok = rmh != NULL && n > 0;
+  for (int i = 0; i < n; i++) ok &= parts[i].mhandle != NULL;
+  if (!ok) {
+    fprintf(stderr, "cnstrictmr: ireducescatter with a NULL mhandle\n");
+    return ncclInvalidUsage;
+  }
+  return ((irs_t)real.ireducescatter)(coll, n, parts, r, bpr, off, w, ty, op, rmh, req);
+}
+#endif
+
+#ifdef CN_CONNECT_FAIL
+#define ncclSystemError 2
+/* libnccl-net-cnconnfail.so: every connect fails (the host must go on without CollNet). */
+static ncclResult_t connfail_connect(void** handles, int nranks, int rank, void* listenComm, void** collComm) {
+  (void)handles;
+  (void)nranks;
+  (void)rank;
+  (void)listenComm;
+  *collComm = NULL;
+  return ncclSystemError;
+}
+#endif
+
 __attribute__((constructor)) static void deaf_load(void) {
   Dl_info me;
   char path[4096];
@@ -142,4 +205,15 @@ __attribute__((constructor)) static void deaf_load(void) {
   ncclCollNetPlugin_v12.iallreduce = deaf_iallreduce;
   ncclCollNetPlugin_v12.test = deaf_test;
   ncclCollNetPlugin_v12.closeColl = deaf_close_coll;
+#ifdef CN_STRICT_MR
+  ncclCollNetPlugin_v12 = real;
+  ncclCollNetPlugin_v12.name = "CNStrictMr";
+  ncclCollNetPlugin_v12.iallreduce = strict_iallreduce;
+  ncclCollNetPlugin_v12.iallgather = (void*)strict_iallgather;
+  ncclCollNetPlugin_v12.ireducescatter = (void*)strict_ireducescatter;
+#endif
+#ifdef CN_CONNECT_FAIL
+  ncclCollNetPlugin_v12.name = "CNConnFail";
+  ncclCollNetPlugin_v12.connect = (void*)connfail_connect;
+#endif
 }

@@ -17,6 +17,8 @@
 //! | `libnccl-net-cn11nullslot.so` | CollNet `test` slot is NULL |
 //! | `libnccl-net-cnz*.so` | the conformance zoo, each broken in one way (`conformance/README.md`) |
 //! | `libnccl-net-cnzdeaf.so` | `csrc/deaf.c`: forwards to `libnccl_net_collnet_socket.so` beside it, but hides a dead peer (`test` answers done = 0 forever) |
+//! | `libnccl-net-cnstrictmr.so` | `csrc/deaf.c` built with `CN_STRICT_MR`: the in-tree CollNet plugin refusing any collective with a NULL mhandle |
+//! | `libnccl-net-cnconnfail.so` | `csrc/deaf.c` built with `CN_CONNECT_FAIL`: the in-tree CollNet plugin whose every `connect` fails |
 //!
 //! The CollNet "network" is in-process: ranks of one communicator are threads that
 //! call `connect` with the same handles; the last rank to post an operation
