@@ -189,6 +189,107 @@ pub fn p2p_contains(ptr: *const u8, len: usize) -> bool {
     m.iter().any(|&(s, l)| s <= a && a.saturating_add(len) <= s + l)
 }
 
+/// Copies the mock GPUs' copy engine made between a mock P2P FIFO and host
+/// memory ([`fifo_copy_count`]).
+static FIFO_COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many copies between a mock P2P FIFO and host memory this process made
+/// through [`fifo_engine`] (the executor's steps on host buffers over a P2P
+/// connection: host to FIFO slot on the send side, FIFO slot to host on the
+/// receive side).
+pub fn fifo_copy_count() -> u64 {
+    FIFO_COPIES.load(Ordering::Relaxed)
+}
+
+/// The mock GPUs' copy engine for their P2P FIFOs (what a CUDA device's copy
+/// does between its memory, or a peer's it mapped, and page-locked host
+/// memory): `copy_raw` only, between a mock P2P FIFO mapped in this process
+/// ([`p2p_contains`]) and host memory outside every FIFO; anything else is
+/// refused, so a step that handed it two host ranges or two FIFO ranges fails.
+#[derive(Debug)]
+pub(crate) struct FifoEngine;
+
+static FIFO_ENGINE: FifoEngine = FifoEngine;
+
+/// The copy engine of every mock GPU ([`FifoEngine`]).
+pub(crate) fn fifo_engine() -> &'static dyn Backend {
+    &FIFO_ENGINE
+}
+
+fn engine_only() -> ferroccl_kernels::KernelError {
+    ferroccl_kernels::KernelError::NoCuda("mock GPU copy engine: raw copies only".into())
+}
+
+impl Backend for FifoEngine {
+    fn name(&self) -> &'static str {
+        "mock-gpu-copy-engine"
+    }
+    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    fn reduce(
+        &self,
+        _: &mut [u8],
+        _: &[u8],
+        _: &[u8],
+        _: &ferroccl_kernels::DevRedOp,
+        _: ferroccl_kernels::Pre,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    fn reduce_inplace(
+        &self,
+        _: &mut [u8],
+        _: &[u8],
+        _: &ferroccl_kernels::DevRedOp,
+        _: ferroccl_kernels::Pre,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    fn pre_op(
+        &self,
+        _: &mut [u8],
+        _: &[u8],
+        _: &ferroccl_kernels::DevRedOp,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    fn pre_op_inplace(
+        &self,
+        _: &mut [u8],
+        _: &ferroccl_kernels::DevRedOp,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    fn post_op(&self, _: &mut [u8], _: &ferroccl_kernels::DevRedOp) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), ferroccl_kernels::KernelError> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let (d, s) = (p2p_contains(dst, bytes), p2p_contains(src, bytes));
+        if d == s {
+            return Err(ferroccl_kernels::KernelError::MemorySpaceMismatch {
+                what: "copy",
+                found: format!(
+                    "{} to {}",
+                    if s { "a P2P FIFO" } else { "host memory" },
+                    if d { "a P2P FIFO" } else { "host memory" }
+                ),
+                first: "the mock GPU copy engine",
+                expected: "a copy between a mock P2P FIFO and host memory".into(),
+            });
+        }
+        FIFO_COPIES.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract: both ranges valid for `bytes` bytes
+        // and disjoint (one is a FIFO mapping, the other is not); the FIFO is
+        // host memory in the mock.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+        Ok(())
+    }
+}
+
 /// Makes this process exit at once (status 3, no cleanup, as if killed) when
 /// the P2P transport next imports a peer's mock FIFO: a rank that dies in the
 /// middle of connection setup, for failure tests.
