@@ -177,7 +177,33 @@ static EXIT_ON_IMPORT: AtomicBool = AtomicBool::new(false);
 
 /// The mappings of every live [`P2pAlloc`] of this process (made or imported):
 /// `(start, len)`.
-static P2P_MAPS: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
+/// `(start, len, alias)`: `alias` is where the mock GPU reaches the pages
+/// (`start` itself unless [`protect_p2p_fifos`] made them inaccessible there).
+static P2P_MAPS: RwLock<Vec<(usize, usize, usize)>> = RwLock::new(Vec::new());
+
+/// Mock P2P FIFOs mapped from now on are inaccessible (`PROT_NONE`) at the
+/// addresses the connectors and the executor see ([`protect_p2p_fifos`]).
+static PROTECT: AtomicBool = AtomicBool::new(false);
+
+/// Maps every mock P2P FIFO made or imported from now on `PROT_NONE` at the
+/// address the transport hands out, as device memory is to the CPU: a CPU
+/// access to a slot faults (the process dies), and only the mock GPU's copy
+/// engine ([`fifo_engine`]) reaches the pages, through a second mapping.
+/// For processes whose steps never run on mock kernels (those read FIFOs at
+/// their own addresses).
+pub fn protect_p2p_fifos() {
+    PROTECT.store(true, Ordering::Release);
+}
+
+/// Where the mock GPU reaches `[ptr, ptr + len)` of a mock P2P FIFO: `ptr`
+/// itself, or its address in the second mapping of a protected FIFO.
+fn p2p_alias(ptr: *const u8, len: usize) -> Option<usize> {
+    let a = ptr as usize;
+    let m = P2P_MAPS.read().unwrap_or_else(|e| e.into_inner());
+    m.iter()
+        .find(|&&(s, l, _)| s <= a && a.saturating_add(len) <= s + l)
+        .map(|&(s, _, alias)| alias + (a - s))
+}
 
 /// Whether `[ptr, ptr + len)` lies inside a mock P2P FIFO mapped in this
 /// process (a [`declare_gpu`] GPU's allocation, made here or imported from a
@@ -186,7 +212,7 @@ static P2P_MAPS: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
 pub fn p2p_contains(ptr: *const u8, len: usize) -> bool {
     let a = ptr as usize;
     let m = P2P_MAPS.read().unwrap_or_else(|e| e.into_inner());
-    m.iter().any(|&(s, l)| s <= a && a.saturating_add(len) <= s + l)
+    m.iter().any(|&(s, l, _)| s <= a && a.saturating_add(len) <= s + l)
 }
 
 /// Copies the mock GPUs' copy engine made between a mock P2P FIFO and host
@@ -282,9 +308,15 @@ impl Backend for FifoEngine {
             });
         }
         FIFO_COPIES.fetch_add(1, Ordering::Relaxed);
+        // The FIFO side through the pages' accessible mapping.
+        let (dst, src) = if d {
+            (p2p_alias(dst, bytes).map_or(dst, |a| a as *mut u8), src)
+        } else {
+            (dst, p2p_alias(src, bytes).map_or(src, |a| a as *const u8))
+        };
         // SAFETY: the caller's contract: both ranges valid for `bytes` bytes
         // and disjoint (one is a FIFO mapping, the other is not); the FIFO is
-        // host memory in the mock.
+        // host memory in the mock, reached through its accessible mapping.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
         Ok(())
     }
@@ -449,23 +481,32 @@ impl P2pAlloc {
 
     fn map(fd: &OwnedFd, len: usize) -> std::io::Result<*mut u8> {
         use std::os::fd::AsRawFd;
-        // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel checks the arguments.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
+        let map_one = |prot: libc::c_int| -> std::io::Result<*mut u8> {
+            // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel checks the arguments.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+            if p == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(p.cast())
         };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let (p, alias) = if PROTECT.load(Ordering::Acquire) {
+            let alias = map_one(rw)?;
+            match map_one(libc::PROT_NONE) {
+                Ok(p) => (p, alias),
+                Err(e) => {
+                    // SAFETY: the mapping just made, unmapped once.
+                    unsafe { libc::munmap(alias.cast(), len) };
+                    return Err(e);
+                }
+            }
+        } else {
+            let p = map_one(rw)?;
+            (p, p)
+        };
         let mut m = P2P_MAPS.write().unwrap_or_else(|e| e.into_inner());
-        m.push((p as usize, len));
-        Ok(p.cast())
+        m.push((p as usize, len, alias as usize));
+        Ok(p)
     }
 
     /// The mapped address.
@@ -477,8 +518,13 @@ impl P2pAlloc {
 impl Drop for P2pAlloc {
     fn drop(&mut self) {
         let mut m = P2P_MAPS.write().unwrap_or_else(|e| e.into_inner());
-        m.retain(|&(s, _)| s != self.ptr as usize);
+        let alias = m.iter().find(|&&(s, ..)| s == self.ptr as usize).map(|&(.., a)| a);
+        m.retain(|&(s, ..)| s != self.ptr as usize);
         drop(m);
+        if let Some(a) = alias.filter(|&a| a != self.ptr as usize) {
+            // SAFETY: the second mapping made by `map`, unmapped once.
+            unsafe { libc::munmap(a as *mut libc::c_void, self.len) };
+        }
         // SAFETY: our own mapping, unmapped once.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }

@@ -40,6 +40,10 @@ const ENV_BUFS: &str = "P2P_BUFS";
 /// `fail` (supported, but every cuMemCreate fails); unset: unsupported.
 const ENV_CUMEM: &str = "P2P_CUMEM";
 
+/// `P2P_PROTECT` (set): this process maps its mock P2P FIFOs `PROT_NONE`
+/// (`mockdev::protect_p2p_fifos`): a CPU access to a slot kills it.
+const ENV_PROTECT: &str = "P2P_PROTECT";
+
 /// The sysfs path of mock GPU `i` (all behind one switch: distance PIX).
 fn pci_path(i: usize) -> String {
     format!("/sys/devices/pci0000:00/0000:00:01.0/0000:03:00.0/0000:0{}:00.0", 4 + i)
@@ -62,6 +66,9 @@ fn bind(rank: usize, timeout: Duration) -> (CommConfig, Option<MockGpu>) {
         pci_path: Some(pci_path(gpu)),
     };
     declare_gpu(g.clone());
+    if std::env::var_os(ENV_PROTECT).is_some() {
+        ferroccl::mockdev::protect_p2p_fifos();
+    }
     match std::env::var(ENV_CUMEM).as_deref() {
         Ok("on") => ferroccl::mockdev::declare_cumem(true),
         Ok("fail") => ferroccl::mockdev::fail_cumem_create(),
@@ -607,7 +614,9 @@ fn step_counts(o: &Out) -> (u64, u64) {
 /// every connection went `via` (NCCL's INFO lines and the transport counts),
 /// every result was right, the host-buffer ranks staged their steps through
 /// host mirrors of the FIFOs (copies by the mock GPU's copy engine, none on
-/// its kernels) and the device-buffer ranks ran theirs on the mock GPU.
+/// its kernels; their FIFO mappings `PROT_NONE`, so a CPU access to a slot
+/// would have killed them) and the device-buffer ranks ran theirs on the
+/// mock GPU.
 fn matrix_over_p2p(nranks: usize, env: &[(&str, &str)], device: &[usize], via: &str) {
     let mut all = vec![
         ("NCCL_BUFFSIZE", "65536"),
@@ -628,7 +637,8 @@ fn matrix_over_p2p(nranks: usize, env: &[(&str, &str)], device: &[usize], via: &
             if device.contains(&r) {
                 vec![(ENV_BUFS.to_string(), "device".to_string())]
             } else {
-                Vec::new()
+                // Host buffers: the CPU must never touch a FIFO slot.
+                vec![(ENV_PROTECT.to_string(), "1".to_string())]
             }
         },
         LIMIT,
