@@ -51,7 +51,8 @@ export LD_LIBRARY_PATH=$B/lib FERROCCL_REQUIRE_GPU=1 FERROCCL_REQUIRE_NVRTC=1
 PERF="bin/ferroccl-perf --ranks 2 --mem device all_reduce -b 8 -e 64M -f 8 -c 1"
 chk info 30 bin/ferroccl-info plugins
 # coll_device one test at a time (a hang costs its own limit only).
-for t in p2p_ipc_two_processes_on_one_gpu p2p_cumem_two_processes_on_one_gpu device_steps_run_on_the_gpu_over_shm \
+for t in p2p_ipc_two_processes_on_one_gpu p2p_cumem_two_processes_on_one_gpu p2p_host_buffers_two_processes_on_one_gpu \
+  device_steps_run_on_the_gpu_over_shm \
   device_steps_run_on_the_gpu_over_the_network device_buffers_two_processes_match_the_reference \
   collectives_ordered_with_a_cuda_stream; do
   chk "coll_device.$t" 90 deps/coll_device "$t" --exact --nocapture --test-threads=1

@@ -24,7 +24,7 @@ pub use bootstrap::{UniqueId, get_unique_id};
 pub use check::TestOp;
 pub use coll::CollKind;
 #[doc(hidden)]
-pub use coll::exec::device_step_counts;
+pub use coll::exec::{device_step_counts, fifo_staged_steps};
 pub use comm::{
     Comm, CommConfig, NUM_RMA_SIG, PreloadedNet, WaitSignalDesc, Window, collnet_after_node_threshold,
     collnet_node_threshold, resolve_collnet_enable, resolve_traffic_class,

@@ -177,7 +177,33 @@ static EXIT_ON_IMPORT: AtomicBool = AtomicBool::new(false);
 
 /// The mappings of every live [`P2pAlloc`] of this process (made or imported):
 /// `(start, len)`.
-static P2P_MAPS: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
+/// `(start, len, alias)`: `alias` is where the mock GPU reaches the pages
+/// (`start` itself unless [`protect_p2p_fifos`] made them inaccessible there).
+static P2P_MAPS: RwLock<Vec<(usize, usize, usize)>> = RwLock::new(Vec::new());
+
+/// Mock P2P FIFOs mapped from now on are inaccessible (`PROT_NONE`) at the
+/// addresses the connectors and the executor see ([`protect_p2p_fifos`]).
+static PROTECT: AtomicBool = AtomicBool::new(false);
+
+/// Maps every mock P2P FIFO made or imported from now on `PROT_NONE` at the
+/// address the transport hands out, as device memory is to the CPU: a CPU
+/// access to a slot faults (the process dies), and only the mock GPU's copy
+/// engine ([`fifo_engine`]) reaches the pages, through a second mapping.
+/// For processes whose steps never run on mock kernels (those read FIFOs at
+/// their own addresses).
+pub fn protect_p2p_fifos() {
+    PROTECT.store(true, Ordering::Release);
+}
+
+/// Where the mock GPU reaches `[ptr, ptr + len)` of a mock P2P FIFO: `ptr`
+/// itself, or its address in the second mapping of a protected FIFO.
+fn p2p_alias(ptr: *const u8, len: usize) -> Option<usize> {
+    let a = ptr as usize;
+    let m = P2P_MAPS.read().unwrap_or_else(|e| e.into_inner());
+    m.iter()
+        .find(|&&(s, l, _)| s <= a && a.saturating_add(len) <= s + l)
+        .map(|&(s, _, alias)| alias + (a - s))
+}
 
 /// Whether `[ptr, ptr + len)` lies inside a mock P2P FIFO mapped in this
 /// process (a [`declare_gpu`] GPU's allocation, made here or imported from a
@@ -186,7 +212,114 @@ static P2P_MAPS: RwLock<Vec<(usize, usize)>> = RwLock::new(Vec::new());
 pub fn p2p_contains(ptr: *const u8, len: usize) -> bool {
     let a = ptr as usize;
     let m = P2P_MAPS.read().unwrap_or_else(|e| e.into_inner());
-    m.iter().any(|&(s, l)| s <= a && a.saturating_add(len) <= s + l)
+    m.iter().any(|&(s, l, _)| s <= a && a.saturating_add(len) <= s + l)
+}
+
+/// Copies the mock GPUs' copy engine made between a mock P2P FIFO and host
+/// memory ([`fifo_copy_count`]).
+static FIFO_COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many copies between a mock P2P FIFO and host memory this process made
+/// through [`fifo_engine`] (the executor's steps on host buffers over a P2P
+/// connection: host to FIFO slot on the send side, FIFO slot to host on the
+/// receive side).
+pub fn fifo_copy_count() -> u64 {
+    FIFO_COPIES.load(Ordering::Relaxed)
+}
+
+/// The mock GPUs' copy engine for their P2P FIFOs (what a CUDA device's copy
+/// does between its memory, or a peer's it mapped, and page-locked host
+/// memory): `copy_raw` only, between a mock P2P FIFO mapped in this process
+/// ([`p2p_contains`]) and host memory outside every FIFO; anything else is
+/// refused, so a step that handed it two host ranges or two FIFO ranges fails.
+#[derive(Debug)]
+pub(crate) struct FifoEngine;
+
+static FIFO_ENGINE: FifoEngine = FifoEngine;
+
+/// The copy engine of every mock GPU ([`FifoEngine`]).
+pub(crate) fn fifo_engine() -> &'static dyn Backend {
+    &FIFO_ENGINE
+}
+
+fn engine_only() -> ferroccl_kernels::KernelError {
+    ferroccl_kernels::KernelError::NoCuda("mock GPU copy engine: raw copies only".into())
+}
+
+impl Backend for FifoEngine {
+    fn name(&self) -> &'static str {
+        "mock-gpu-copy-engine"
+    }
+    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    fn reduce(
+        &self,
+        _: &mut [u8],
+        _: &[u8],
+        _: &[u8],
+        _: &ferroccl_kernels::DevRedOp,
+        _: ferroccl_kernels::Pre,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    fn reduce_inplace(
+        &self,
+        _: &mut [u8],
+        _: &[u8],
+        _: &ferroccl_kernels::DevRedOp,
+        _: ferroccl_kernels::Pre,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    fn pre_op(
+        &self,
+        _: &mut [u8],
+        _: &[u8],
+        _: &ferroccl_kernels::DevRedOp,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    fn pre_op_inplace(
+        &self,
+        _: &mut [u8],
+        _: &ferroccl_kernels::DevRedOp,
+    ) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    fn post_op(&self, _: &mut [u8], _: &ferroccl_kernels::DevRedOp) -> Result<(), ferroccl_kernels::KernelError> {
+        Err(engine_only())
+    }
+    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), ferroccl_kernels::KernelError> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let (d, s) = (p2p_contains(dst, bytes), p2p_contains(src, bytes));
+        if d == s {
+            return Err(ferroccl_kernels::KernelError::MemorySpaceMismatch {
+                what: "copy",
+                found: format!(
+                    "{} to {}",
+                    if s { "a P2P FIFO" } else { "host memory" },
+                    if d { "a P2P FIFO" } else { "host memory" }
+                ),
+                first: "the mock GPU copy engine",
+                expected: "a copy between a mock P2P FIFO and host memory".into(),
+            });
+        }
+        FIFO_COPIES.fetch_add(1, Ordering::Relaxed);
+        // The FIFO side through the pages' accessible mapping.
+        let (dst, src) = if d {
+            (p2p_alias(dst, bytes).map_or(dst, |a| a as *mut u8), src)
+        } else {
+            (dst, p2p_alias(src, bytes).map_or(src, |a| a as *const u8))
+        };
+        // SAFETY: the caller's contract: both ranges valid for `bytes` bytes
+        // and disjoint (one is a FIFO mapping, the other is not); the FIFO is
+        // host memory in the mock, reached through its accessible mapping.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+        Ok(())
+    }
 }
 
 /// Makes this process exit at once (status 3, no cleanup, as if killed) when
@@ -348,23 +481,32 @@ impl P2pAlloc {
 
     fn map(fd: &OwnedFd, len: usize) -> std::io::Result<*mut u8> {
         use std::os::fd::AsRawFd;
-        // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel checks the arguments.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
+        let map_one = |prot: libc::c_int| -> std::io::Result<*mut u8> {
+            // SAFETY: a fresh shared mapping of a descriptor we hold; the kernel checks the arguments.
+            let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+            if p == libc::MAP_FAILED {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(p.cast())
         };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let (p, alias) = if PROTECT.load(Ordering::Acquire) {
+            let alias = map_one(rw)?;
+            match map_one(libc::PROT_NONE) {
+                Ok(p) => (p, alias),
+                Err(e) => {
+                    // SAFETY: the mapping just made, unmapped once.
+                    unsafe { libc::munmap(alias.cast(), len) };
+                    return Err(e);
+                }
+            }
+        } else {
+            let p = map_one(rw)?;
+            (p, p)
+        };
         let mut m = P2P_MAPS.write().unwrap_or_else(|e| e.into_inner());
-        m.push((p as usize, len));
-        Ok(p.cast())
+        m.push((p as usize, len, alias as usize));
+        Ok(p)
     }
 
     /// The mapped address.
@@ -376,8 +518,13 @@ impl P2pAlloc {
 impl Drop for P2pAlloc {
     fn drop(&mut self) {
         let mut m = P2P_MAPS.write().unwrap_or_else(|e| e.into_inner());
-        m.retain(|&(s, _)| s != self.ptr as usize);
+        let alias = m.iter().find(|&&(s, ..)| s == self.ptr as usize).map(|&(.., a)| a);
+        m.retain(|&(s, ..)| s != self.ptr as usize);
         drop(m);
+        if let Some(a) = alias.filter(|&a| a != self.ptr as usize) {
+            // SAFETY: the second mapping made by `map`, unmapped once.
+            unsafe { libc::munmap(a as *mut libc::c_void, self.len) };
+        }
         // SAFETY: our own mapping, unmapped once.
         unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }

@@ -12,7 +12,9 @@
 //! opened by the other process from its CUDA IPC handle, with
 //! `NCCL_CUMEM_ENABLE=0`; `via P2P/CUMEM`, a `cuMemCreate` allocation whose
 //! file descriptor crosses a Unix socket, with `NCCL_CUMEM_ENABLE=1`), and
-//! AllReduce on device buffers up to 64 MiB equals the reference.
+//! AllReduce on device buffers up to 64 MiB equals the reference; so do
+//! collectives on host buffers over P2P (their steps copy through host
+//! mirrors of the FIFO slots in GPU memory).
 //!
 //! **Needs a GPU and NVRTC.** Without them the test prints `SKIPPED` with the
 //! reason and passes; with `FERROCCL_REQUIRE_GPU=1` it fails instead (the
@@ -337,6 +339,109 @@ fn p2p_ipc_two_processes_on_one_gpu() {
 #[test]
 fn p2p_cumem_two_processes_on_one_gpu() {
     p2p_two_processes_on_one_gpu("p2p_cumem_two_processes_on_one_gpu", "1", "P2P/CUMEM");
+}
+
+/// Child entry point: a communicator bound to GPU 0 (P2P), collectives on
+/// **host** buffers (AllReduce, ReduceScatter, Broadcast, AllGather; float32
+/// sum; 0, 1, 1031, 2^20 and 2^22 elements; in and out of place), checked
+/// against the reference; prints the steps that staged the FIFO slots in GPU
+/// memory through host mirrors (`ferroccl::fifo_staged_steps`).
+#[test]
+fn p2p_host_worker() {
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        "coll_device::p2p_host_worker",
+        std::time::Duration::from_secs(270),
+        String::new,
+    );
+    let Some(r) = role("p2phost") else { return };
+    let cfg = CommConfig {
+        cuda_dev: Some(0),
+        ..config(Duration::from_secs(60))
+    };
+    let comm = Comm::init_rank(r.nranks, &r.id, r.rank, cfg).unwrap_or_else(|e| panic!("rank {}: init: {e}", r.rank));
+    let n = r.nranks;
+    let mut wrong = 0;
+    for count in [0usize, 1, 1031, 1 << 20, 4 << 20] {
+        for top in [
+            TestOp::AllReduce,
+            TestOp::ReduceScatter,
+            TestOp::Broadcast { root: n - 1 },
+            TestOp::AllGather,
+        ] {
+            for in_place in [false, true] {
+                let w = top
+                    .run_checked(&comm, DataType::Float32, RedOp::Sum, count, in_place, 1)
+                    .unwrap_or_else(|e| panic!("rank {}: {top:?} count {count} in_place {in_place}: {e}", r.rank));
+                if w > 0 {
+                    println!("WRONG {top:?} float32 sum count {count} in_place {in_place}: {w}");
+                }
+                wrong += w;
+            }
+        }
+    }
+    let (d, st) = ferroccl::device_step_counts();
+    println!(
+        "rank {}: fifo staged {}, device steps {d}, staged {st}",
+        r.rank,
+        ferroccl::fifo_staged_steps()
+    );
+    for (t, n) in comm.transports() {
+        println!("transport {t} x{n}");
+    }
+    comm.destroy().expect("destroy");
+    assert_eq!(wrong, 0, "rank {}: wrong elements over P2P with host buffers", r.rank);
+}
+
+/// Two processes on GPU 0 through P2P (NCCL's default `NCCL_CUMEM_ENABLE`)
+/// with **host** buffers: every connection `via P2P/`, the results equal the
+/// reference, and each rank's steps copied through host mirrors of the FIFO
+/// slots in GPU memory (device to host, host to the peer's device memory),
+/// no step on the kernels.
+#[test]
+fn p2p_host_buffers_two_processes_on_one_gpu() {
+    let test = "p2p_host_buffers_two_processes_on_one_gpu";
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm(
+        &format!("coll_device::{test}"),
+        std::time::Duration::from_secs(330),
+        String::new,
+    );
+    if role("p2phost").is_some() || require_gpu(test).is_none() {
+        return;
+    }
+    let outs = launch(
+        "p2p_host_worker",
+        "p2phost",
+        2,
+        &[0, 1],
+        &[("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT")],
+        |_| Vec::new(),
+        Duration::from_secs(300),
+    );
+    assert_all_ok(&outs, "host buffers over P2P on GPU 0, 2 processes");
+    let text: String = outs.iter().map(|o| o.stdout.as_str()).collect();
+    assert!(
+        text.contains("Channel 00/0 : 0[0] -> 1[0] via P2P/") && !text.contains("via SHM"),
+        "{}",
+        dump(&outs)
+    );
+    for o in &outs {
+        let line = o
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {}: fifo staged ", o.rank)))
+            .unwrap_or_else(|| panic!("rank {}: no summary\n{}", o.rank, dump(&outs)));
+        println!("{line}");
+        let staged: u64 = line
+            .split_once("fifo staged ")
+            .and_then(|(_, x)| x.split(',').next())
+            .and_then(|x| x.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            staged > 0 && line.contains(", device steps 0, staged 0"),
+            "rank {}: {line}",
+            o.rank
+        );
+    }
 }
 
 /// Child entry point: AllReduce (sum) of float32 and bfloat16 device buffers,

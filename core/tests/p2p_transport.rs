@@ -6,9 +6,11 @@
 //! over it give the right results. As on a GPU, the user buffers are device
 //! memory (mock, `coll_support/mock_gpu.rs`) and every step runs on the mock
 //! GPU's kernels, which reach the P2P FIFOs (`mockdev::p2p_contains`); nothing
-//! stages through host memory. Host user buffers on a P2P connection fail
-//! with `InvalidUsage` on every rank (the CPU must not touch GPU memory), and
-//! work with `NCCL_P2P_DISABLE=1`. `NCCL_P2P_DISABLE=1` (GPUs on different
+//! stages through host memory. Host user buffers on a P2P connection work:
+//! their steps run on the host and copy to and from the FIFO slots in GPU
+//! memory through host mirrors (the mock GPU's copy engine,
+//! `mockdev::fifo_copy_count`), the CPU never touching a slot; ranks on
+//! device buffers and ranks on host buffers mix. `NCCL_P2P_DISABLE=1` (GPUs on different
 //! bus ids) and unbound ranks fall back to SHM; a rank that dies in the middle
 //! of connection setup fails its peer's init with an error naming it, not a
 //! hang.
@@ -38,6 +40,10 @@ const ENV_BUFS: &str = "P2P_BUFS";
 /// `fail` (supported, but every cuMemCreate fails); unset: unsupported.
 const ENV_CUMEM: &str = "P2P_CUMEM";
 
+/// `P2P_PROTECT` (set): this process maps its mock P2P FIFOs `PROT_NONE`
+/// (`mockdev::protect_p2p_fifos`): a CPU access to a slot kills it.
+const ENV_PROTECT: &str = "P2P_PROTECT";
+
 /// The sysfs path of mock GPU `i` (all behind one switch: distance PIX).
 fn pci_path(i: usize) -> String {
     format!("/sys/devices/pci0000:00/0000:00:01.0/0000:03:00.0/0000:0{}:00.0", 4 + i)
@@ -60,6 +66,9 @@ fn bind(rank: usize, timeout: Duration) -> (CommConfig, Option<MockGpu>) {
         pci_path: Some(pci_path(gpu)),
     };
     declare_gpu(g.clone());
+    if std::env::var_os(ENV_PROTECT).is_some() {
+        ferroccl::mockdev::protect_p2p_fifos();
+    }
     match std::env::var(ENV_CUMEM).as_deref() {
         Ok("on") => ferroccl::mockdev::declare_cumem(true),
         Ok("fail") => ferroccl::mockdev::fail_cumem_create(),
@@ -137,6 +146,59 @@ fn device_matrix(comm: &Comm, gpu: &MockGpu) -> (Vec<String>, usize) {
     (fails, ran)
 }
 
+/// AllReduce, ReduceScatter, Broadcast and AllGather (f32, i8, f64; Sum and
+/// Max; in and out of place; counts 0, 1, 1031, 2048 (exactly a step of f32
+/// with `NCCL_BUFFSIZE=65536`: 8 KiB), 40009 and 2^18 (many FIFO turns)) on
+/// mock device buffers of `gpu` (checked with [`on_gpu`]) or, without one, on
+/// host buffers (`TestOp::run_checked`): `(failures, operations)`. Every rank
+/// runs the same sequence with the same inputs (`check::fill`, seed 1), so
+/// ranks on device and on host buffers mix.
+fn host_or_device_matrix(comm: &Comm, gpu: Option<&MockGpu>) -> (Vec<String>, usize) {
+    let n = comm.nranks();
+    let tops = [
+        TestOp::AllReduce,
+        TestOp::ReduceScatter,
+        TestOp::Broadcast { root: n - 1 },
+        TestOp::AllGather,
+    ];
+    let (mut fails, mut ran) = (Vec::new(), 0);
+    for count in [0usize, 1, 1031, 2048, 40009, 1 << 18] {
+        for dtype in [DataType::Float32, DataType::Int8, DataType::Float64] {
+            for top in tops {
+                let reducing = matches!(top, TestOp::AllReduce | TestOp::ReduceScatter);
+                let ops: &[RedOp] = if reducing {
+                    &[RedOp::Sum, RedOp::Max]
+                } else {
+                    &[RedOp::Sum]
+                };
+                for &op in ops {
+                    for in_place in [false, true] {
+                        ran += 1;
+                        let what = format!(
+                            "rank {}: {top:?} {dtype} {op} count {count} in_place {in_place}",
+                            comm.rank()
+                        );
+                        match gpu {
+                            Some(g) => fails.extend(on_gpu(&what, count > 0, || {
+                                run_device(comm, g, top, dtype, op, count, in_place, 1)
+                            })),
+                            None => match top.run_checked(comm, dtype, op, count, in_place, 1) {
+                                Ok(0) => {}
+                                Ok(w) => fails.push(format!("{what}: {w} wrong")),
+                                Err(e) => {
+                                    fails.push(format!("{what}: error {e}"));
+                                    return (fails, ran);
+                                }
+                            },
+                        }
+                    }
+                }
+            }
+        }
+    }
+    (fails, ran)
+}
+
 /// Child entry point for every scenario below.
 #[test]
 fn p2p_worker() {
@@ -192,6 +254,28 @@ fn p2p_worker() {
             r.rank,
             ferroccl::mockdev::cumem_import_count()
         );
+        assert!(fails.is_empty(), "{}", fails.join("\n"));
+        comm.destroy().expect("destroy");
+        return;
+    }
+    if let Some(r) = role("matrix") {
+        // The same operations on every rank, each rank on its own buffers:
+        // mock device memory (`P2P_BUFS=device`) or host memory (otherwise).
+        let (comm, gpu) = init(r.rank, r.nranks, &r.id, Duration::from_secs(60));
+        let gpu = gpu.filter(|_| device);
+        let (fails, ran) = host_or_device_matrix(&comm, gpu.as_ref());
+        let (d, st) = ferroccl::device_step_counts();
+        println!("rank {}: {ran} operations, {} failures", r.rank, fails.len());
+        println!("rank {}: {d} device steps, {st} staged", r.rank);
+        println!(
+            "rank {}: fifo staged {}, fifo copies {}",
+            r.rank,
+            ferroccl::fifo_staged_steps(),
+            ferroccl::mockdev::fifo_copy_count()
+        );
+        for (t, n) in comm.transports() {
+            println!("transport {t} x{n}");
+        }
         assert!(fails.is_empty(), "{}", fails.join("\n"));
         comm.destroy().expect("destroy");
         return;
@@ -462,44 +546,171 @@ fn a_rank_dies_during_connect(env: &[(&str, &str)]) {
 }
 
 /// Host user buffers on a P2P connection (two processes, a mock GPU each,
-/// behind one switch): the CPU must not touch the FIFO in GPU memory, so every
-/// rank's AllReduce fails with `InvalidUsage` naming `NCCL_P2P_DISABLE` (no
-/// hang, no crash, the communicator destroyed); with `NCCL_P2P_DISABLE=1` the
-/// same AllReduce goes over SHM and is right. (Two ranks on one GPU stay on
-/// P2P whatever `NCCL_P2P_DISABLE` says: distance LOC, as NCCL's
-/// `ncclTopoCheckP2p`.)
+/// behind one switch): the AllReduce is right on every rank, its steps
+/// staged through host mirrors of the FIFO in GPU memory (the CPU never
+/// touches it); with `NCCL_P2P_DISABLE=1` the same AllReduce goes over SHM
+/// and is right. (Two ranks on one GPU stay on P2P whatever
+/// `NCCL_P2P_DISABLE` says: distance LOC, as NCCL's `ncclTopoCheckP2p`.)
 #[test]
-fn host_buffers_on_p2p_fail_with_invalid_usage() {
-    let outs = run("hostbufs", &[(ENV_GPUS, "pair")]);
-    assert_all_ok(&outs, "host buffers on P2P");
-    assert!(all_text(&outs).contains("via P2P/IPC"), "{}", dump(&outs));
-    for o in &outs {
-        let line = o
-            .stdout
-            .lines()
-            .find(|l| l.starts_with(&format!("rank {}: host buffers refused: ", o.rank)))
-            .unwrap_or_else(|| panic!("rank {}: no InvalidUsage\n{}", o.rank, dump(&outs)));
-        println!("{line}");
-        assert!(line.contains("NCCL_P2P_DISABLE=1"), "{line}");
-        assert!(line.contains("P2P transport"), "{line}");
-        assert!(
-            o.stdout
-                .contains(&format!("rank {}: destroy after the error: Ok(())", o.rank)),
-            "{}",
-            dump(&outs)
-        );
+fn host_buffers_on_p2p_work() {
+    for env in [
+        &[(ENV_GPUS, "pair")][..],
+        &[(ENV_GPUS, "pair"), ("NCCL_P2P_DISABLE", "1")],
+    ] {
+        let p2p = env.len() == 1;
+        let outs = run("hostbufs", env);
+        assert_all_ok(&outs, "host buffers");
+        let text = all_text(&outs);
+        if p2p {
+            assert!(
+                text.contains("via P2P/IPC") && !text.contains("via SHM"),
+                "{}",
+                dump(&outs)
+            );
+        } else {
+            assert!(text.contains("via SHM") && !text.contains("via P2P"), "{}", dump(&outs));
+        }
+        for o in &outs {
+            assert!(
+                o.stdout.contains(&format!("rank {}: host buffers ok, 0 wrong", o.rank)),
+                "{}",
+                dump(&outs)
+            );
+        }
     }
-    let outs = run("hostbufs", &[(ENV_GPUS, "pair"), ("NCCL_P2P_DISABLE", "1")]);
-    assert_all_ok(&outs, "host buffers with NCCL_P2P_DISABLE=1");
+}
+
+/// Parses `rank R: fifo staged S, fifo copies C` of a `matrix` rank.
+fn fifo_counts(o: &Out) -> (u64, u64) {
+    let want = format!("rank {}: fifo staged ", o.rank);
+    let line = o
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&want))
+        .unwrap_or_else(|| panic!("rank {}: no fifo line\n{}", o.rank, o.stdout));
+    let (s, c) = line
+        .split_once(", fifo copies ")
+        .unwrap_or_else(|| panic!("rank {}: {line}", o.rank));
+    (s.trim().parse().expect("staged"), c.trim().parse().expect("copies"))
+}
+
+/// The `D device steps, S staged` of a rank's summary line.
+fn step_counts(o: &Out) -> (u64, u64) {
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.contains(" device steps, "))
+        .unwrap_or_else(|| panic!("rank {}: no device steps line\n{}", o.rank, o.stdout));
+    let rest = line.split_once(": ").map_or(line, |x| x.1);
+    let (d, st) = rest.split_once(" device steps, ").expect("device steps");
+    (
+        d.trim().parse().expect("device steps"),
+        st.trim_end_matches(" staged").trim().parse().expect("staged"),
+    )
+}
+
+/// Runs the `matrix` role on `nranks` processes with `env`, the ranks in
+/// `device` on mock device buffers and the others on host buffers; asserts
+/// every connection went `via` (NCCL's INFO lines and the transport counts),
+/// every result was right, the host-buffer ranks staged their steps through
+/// host mirrors of the FIFOs (copies by the mock GPU's copy engine, none on
+/// its kernels; their FIFO mappings `PROT_NONE`, so a CPU access to a slot
+/// would have killed them) and the device-buffer ranks ran theirs on the
+/// mock GPU.
+fn matrix_over_p2p(nranks: usize, env: &[(&str, &str)], device: &[usize], via: &str) {
+    let mut all = vec![
+        ("NCCL_BUFFSIZE", "65536"),
+        ("FERROCCL_MIN_CHANNEL_BYTES", "4096"),
+        ("NCCL_MAX_NCHANNELS", "2"),
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_DEBUG_SUBSYS", "INIT"),
+    ];
+    all.extend_from_slice(env);
+    let ranks: Vec<usize> = (0..nranks).collect();
+    let outs = launch(
+        WORKER,
+        "matrix",
+        nranks,
+        &ranks,
+        &all,
+        |r| {
+            if device.contains(&r) {
+                vec![(ENV_BUFS.to_string(), "device".to_string())]
+            } else {
+                // Host buffers: the CPU must never touch a FIFO slot.
+                vec![(ENV_PROTECT.to_string(), "1".to_string())]
+            }
+        },
+        LIMIT,
+    );
+    assert_all_ok(&outs, "matrix over P2P");
     let text = all_text(&outs);
-    assert!(text.contains("via SHM") && !text.contains("via P2P"), "{}", dump(&outs));
-    for o in &outs {
-        assert!(
-            o.stdout.contains(&format!("rank {}: host buffers ok, 0 wrong", o.rank)),
-            "{}",
-            dump(&outs)
-        );
+    for r in 0..nranks {
+        let want = format!("Channel 00/0 : {r}[0] -> {}[0] via {via}", (r + 1) % nranks);
+        assert!(text.contains(&want), "no line containing {want:?} in\n{}", dump(&outs));
     }
+    assert!(!text.contains("via SHM"), "{}", dump(&outs));
+    for o in &outs {
+        assert!(o.stdout.contains(" 0 failures"), "rank {}: {}", o.rank, o.stdout);
+        let t = transport_lines(o);
+        assert!(
+            !t.is_empty() && t.iter().all(|l| l.starts_with(&format!("transport {via} x"))),
+            "rank {}: {t:?}",
+            o.rank
+        );
+        let (fifo_staged, copies) = fifo_counts(o);
+        let (dev_steps, staged) = step_counts(o);
+        println!(
+            "rank {}: fifo staged {fifo_staged}, copies {copies}, device steps {dev_steps}, staged {staged}",
+            o.rank
+        );
+        if device.contains(&o.rank) {
+            assert!(
+                dev_steps > 0 && staged == 0 && fifo_staged == 0 && copies == 0,
+                "rank {} (device buffers)\n{}",
+                o.rank,
+                o.stdout
+            );
+        } else {
+            assert!(
+                fifo_staged > 0 && copies >= fifo_staged && dev_steps == 0 && staged == 0,
+                "rank {} (host buffers)\n{}",
+                o.rank,
+                o.stdout
+            );
+        }
+    }
+}
+
+/// Host buffers over P2P, two processes with a mock GPU each: AllReduce,
+/// ReduceScatter, Broadcast and AllGather at every size (0, below a step,
+/// exactly a step, not a multiple of it, many FIFO turns), in and out of
+/// place, right on every rank, every step staged through host mirrors of the
+/// FIFO slots in GPU memory.
+#[test]
+fn host_buffers_over_p2p_two_processes() {
+    matrix_over_p2p(2, &[(ENV_GPUS, "pair")], &[], "P2P/IPC");
+}
+
+/// The same with three processes on one mock GPU whose FIFOs are cuMem
+/// allocations passed as file descriptors (`P2P/CUMEM`).
+#[test]
+fn host_buffers_over_p2p_three_processes_cumem() {
+    matrix_over_p2p(3, &[(ENV_GPUS, "same"), (ENV_CUMEM, "on")], &[], "P2P/CUMEM");
+}
+
+/// Ranks on device buffers and ranks on host buffers in one communicator
+/// over P2P (two processes: rank 0 device; three: rank 1 host): every
+/// result right; the device ranks' steps run on the mock GPU's kernels
+/// straight on the FIFOs, the host ranks' steps copy through host mirrors.
+#[test]
+fn mixed_device_and_host_buffers_over_p2p() {
+    // Small AllReduces of host buffers may run as all-gather + local reduce
+    // (`FERROCCL_SMALL_ALLREDUCE_BYTES`, host buffers only), a schedule the
+    // device ranks do not pick: off, so that every rank runs the ring.
+    let off = ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0");
+    matrix_over_p2p(2, &[(ENV_GPUS, "pair"), off], &[0], "P2P/IPC");
+    matrix_over_p2p(3, &[(ENV_GPUS, "same"), off], &[0, 2], "P2P/IPC");
 }
 
 /// The cuMem imports a rank's summary line reports.

@@ -254,7 +254,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
     if writes_user && cx.user_regs && user_busy(op, task, cx.conns) {
         return Ok(false);
     }
-    let Some(mut out) = claim_outgoing(op, lane, desc, cx)? else {
+    let Some(out) = claim_outgoing(op, lane, desc, cx)? else {
         return Ok(false);
     };
     let nr = op.recv_from.len();
@@ -288,27 +288,36 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
             complete(op, lane, &out, cx.conns)?;
             return Ok(true);
         }
-        if cx.conns.has_device_fifos() {
-            device_fifo_check(op, lane, cx.conns, dev.err())?;
-        }
         // SAFETY: as this function.
         unsafe { stage_step(op, cx.mems, &recvd[..nr], writes_user) }?
     } else {
-        if cx.conns.has_device_fifos() {
-            device_fifo_check(op, lane, cx.conns, Some("the user buffers are host memory"))?;
-        }
         Stage::none()
     };
+    if cx.conns.has_device_fifos() {
+        // FIFO slots in GPU memory (the P2P transport) are staged too: the
+        // CPU never touches them (`stage_device_fifos`).
+        // SAFETY: the received slots and `out`'s slots are ours until popped
+        // or pushed, after `stage.finish`.
+        unsafe { stage_device_fifos(op, lane, cx, &recvd[..nr], &out, &mut stage) }?;
+    }
     // From here on the step works on host addresses only (`src`, `dst`,
-    // `recvd` mapped), and what it wrote goes back before anything is pushed
-    // from user memory.
+    // `recvd` and the outgoing slots mapped), and what it wrote goes back
+    // before anything is pushed (from user memory or a FIFO slot).
     let src: *const u8 = stage.map(op.src);
     let dst: *mut u8 = stage.map(op.dst);
     for r in recvd[..nr].iter_mut() {
         *r = stage.map(*r);
     }
-    // SAFETY: as this function; `out`'s slots are ours until pushed.
-    unsafe { compute(op, src, dst, &recvd[..nr], &mut out) }?;
+    let mut out_h = Outgoing {
+        user: out.user,
+        slots: out.slots,
+    };
+    for sl in out_h.slots[..op.send_to.len()].iter_mut() {
+        *sl = stage.map(*sl);
+    }
+    // SAFETY: as this function; `out`'s slots (or their host mirrors) are
+    // ours until pushed.
+    unsafe { compute(op, src, dst, &recvd[..nr], &mut out_h) }?;
     // SAFETY: as `stage_step`.
     unsafe { stage.finish() }?;
     complete(op, lane, &out, cx.conns)?;
@@ -842,31 +851,128 @@ fn device_for(
     Ok(k)
 }
 
-/// Refuses a step about to run on the host (staged or host buffers) whose
-/// connectors keep their FIFO in device memory (the P2P transport): the CPU
-/// must never touch those slots. `why`: why the step is not on the GPU.
-///
-/// Errors: [`Error::InvalidUsage`] naming the peer and the reason.
-fn device_fifo_check(op: &SliceOp, lane: Lane, conns: &mut ConnTable, why: Option<Why>) -> Result<(), Error> {
-    let dev = |f: Option<FifoMem>| matches!(f, Some(FifoMem::Device { .. }));
-    let peer = op
-        .recv_from
-        .iter()
-        .find(|&p| conns.recv(&lane.key(p)).is_some_and(|r| dev(r.fifo_mem())))
-        .or_else(|| {
-            op.send_to
-                .iter()
-                .find(|&p| conns.send(&lane.key(p)).is_some_and(|s| dev(s.fifo_mem())))
-        });
-    match peer {
-        None => Ok(()),
-        Some(p) => Err(Error::InvalidUsage(format!(
-            "a {:?} step with rank {p} cannot run: the connection's FIFO is GPU memory (P2P transport), \
-             so the step must run on the GPU, but {}; pass device buffers, or set NCCL_P2P_DISABLE=1",
-            op.prim,
-            why.unwrap_or("it cannot")
-        ))),
+/// Steps on host memory that staged a FIFO slot in GPU memory, for the process.
+static FIFO_STAGED_STEPS: AtomicU64 = AtomicU64::new(0);
+
+/// Steps run on host memory (host user buffers, or device buffers staged)
+/// whose FIFO slots in GPU memory (the P2P transport) were copied through a
+/// host mirror by the GPU, so far in this process (tests and the GPU checks
+/// assert which path ran).
+#[doc(hidden)]
+pub fn fifo_staged_steps() -> u64 {
+    FIFO_STAGED_STEPS.load(Ordering::Relaxed)
+}
+
+/// What copies between FIFO slots in the memory of GPU `ordinal` (its own,
+/// or a peer's it mapped) and host mirrors: a mock GPU's copy engine
+/// (`mockdev::fifo_engine`, plain host mirrors), or the CUDA device's copy
+/// kernel (mirrors page-locked for it). `Err`: none.
+fn fifo_copier(ordinal: usize) -> Result<(&'static dyn Backend, Option<usize>), Error> {
+    if crate::mockdev::bound_gpu(ordinal).is_some() {
+        return Ok((crate::mockdev::fifo_engine(), None));
     }
+    #[cfg(feature = "cuda")]
+    {
+        let b = ferroccl_kernels::cuda::CudaBackend::for_device(ordinal)?;
+        // Vouched: the executor knows the operands (a FIFO slot this GPU
+        // maps, a mirror page-locked for it), as for device steps.
+        Ok((b.vouched(), Some(ordinal)))
+    }
+    #[cfg(not(feature = "cuda"))]
+    Err(Error::InvalidUsage(format!(
+        "a step on host memory over a connection whose FIFO is memory of GPU {ordinal} (P2P transport) needs \
+         that GPU's copies, but ferroccl was built without its `cuda` feature; set NCCL_P2P_DISABLE=1"
+    )))
+}
+
+/// Stages, into `stage`, the FIFO slots in GPU memory (the P2P transport's:
+/// [`FifoMem::Device`]) of a step that runs on the host (host user buffers,
+/// or device buffers staged because some operand is out of the GPU's reach):
+/// each received slot is copied into a host mirror before the step reads it
+/// (device to host), and each outgoing slot is computed in a host mirror and
+/// copied into the FIFO (host to the peer's device memory, through this
+/// process' mapping of it) by [`Stage::finish`], before the step is pushed.
+/// The copies are synchronous (the GPU's waiting backend), so the push that
+/// publishes a slot (`tail`, the SHM transport's counters) follows its bytes,
+/// as a device step's push follows the wait for its launches ([`Pending`]);
+/// the received slot is released only after its copy. The CPU never touches
+/// a device slot.
+///
+/// NCCL has no such path: its kernels read and write user buffers of any
+/// space they can address (host memory included, through unified
+/// addressing) and the P2P FIFO directly, one `prims_simple.h` step at a
+/// time (`genericOp`: load from the user input or the received slot, store
+/// to the output and the peer's slot); `src/transport/p2p.cc` (`p2pRecvSetup`,
+/// `p2pSendConnect`) only provides the slots. The step layout here is the
+/// same (one FIFO slot per step, the same slices); only the place the
+/// reduction runs differs (the CPU, on host memory, as for every host
+/// buffer: simplest, and the same code and results as the SHM path).
+///
+/// Errors: [`Error::InvalidUsage`] when no copier exists for the FIFO's GPU
+/// ([`fifo_copier`]); the copier's errors.
+///
+/// # Safety
+/// The received slots (`recvd`) and `out`'s slots valid for `op.bytes`
+/// bytes and ours until popped or pushed.
+unsafe fn stage_device_fifos(
+    op: &SliceOp,
+    lane: Lane,
+    cx: &mut ExecCx<'_>,
+    recvd: &[*mut u8],
+    out: &Outgoing,
+    stage: &mut Stage,
+) -> Result<(), Error> {
+    let n = op.bytes;
+    let mut staged = false;
+    for (i, peer) in op.recv_from.iter().enumerate() {
+        let r = cx
+            .conns
+            .recv(&lane.key(peer))
+            .ok_or_else(|| missing(lane, "receive", peer))?;
+        if let Some(FifoMem::Device { ordinal }) = r.fifo_mem() {
+            let (b, pinned_for) = fifo_copier(ordinal)?;
+            // SAFETY: the received slot is ours until popped (after finish).
+            unsafe { stage.add_range(recvd[i], n, b, pinned_for, true, false) }?;
+            staged |= n > 0;
+            note_fifo_staging(cx.rank, ordinal);
+        }
+    }
+    if out.user.is_none() {
+        for (i, peer) in op.send_to.iter().enumerate() {
+            let s = cx
+                .conns
+                .send(&lane.key(peer))
+                .ok_or_else(|| missing(lane, "send", peer))?;
+            if let Some(FifoMem::Device { ordinal }) = s.fifo_mem() {
+                let (b, pinned_for) = fifo_copier(ordinal)?;
+                // SAFETY: the slot is ours until pushed (after finish).
+                unsafe { stage.add_range(out.slots[i], n, b, pinned_for, false, true) }?;
+                staged |= n > 0;
+                note_fifo_staging(cx.rank, ordinal);
+            }
+        }
+    }
+    if staged {
+        FIFO_STAGED_STEPS.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Logs, once per rank and GPU, that steps on host memory copy to and from
+/// that GPU's P2P FIFOs.
+fn note_fifo_staging(rank: usize, ordinal: usize) {
+    use std::sync::Mutex;
+    static SEEN: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+    let mut g = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    if g.contains(&(rank, ordinal)) {
+        return;
+    }
+    g.push((rank, ordinal));
+    drop(g);
+    tracing::info!(
+        target: "ferroccl::coll",
+        "rank {rank}: host memory over P2P: steps copy between host mirrors and the FIFO in GPU {ordinal}'s memory"
+    );
 }
 
 fn fifo_contains(f: FifoMem, p: *const u8, n: usize) -> bool {

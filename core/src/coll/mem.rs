@@ -534,6 +534,53 @@ impl Stage {
         Ok(Stage { parts })
     }
 
+    /// Adds a range outside the user buffers to stage, reached only through
+    /// `backend` (a FIFO slot in GPU memory, `coll::exec`): copied into a
+    /// bounce buffer now when `reads`, copied back by [`Stage::finish`] when
+    /// `writes`. `pinned_for`: as `Access::Staged`. The range must not
+    /// overlap another of this stage.
+    ///
+    /// # Safety
+    /// `[ptr, ptr + len)` valid for `backend`'s `copy_raw`, untouched by
+    /// others until [`Stage::finish`].
+    pub unsafe fn add_range(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+        backend: &'static dyn Backend,
+        pinned_for: Option<usize>,
+        reads: bool,
+        writes: bool,
+    ) -> Result<(), Error> {
+        if len == 0 || !(reads || writes) {
+            return Ok(());
+        }
+        debug_assert!(
+            self.parts
+                .iter()
+                .all(|p| ptr as usize + len <= p.user || p.user + p.len <= ptr as usize)
+        );
+        let mut bounce = take_bounce(len, pinned_for)?;
+        let host = bounce.ptr();
+        if reads {
+            // SAFETY: the range is valid (caller); the bounce buffer holds at
+            // least `len` bytes, is ours, and is disjoint from it.
+            if let Err(e) = unsafe { backend.copy_raw(host, ptr, len) } {
+                POOL.with(|p| p.borrow_mut().push(bounce));
+                return Err(e.into());
+            }
+        }
+        self.parts.push(Part {
+            user: ptr as usize,
+            len,
+            bounce,
+            host,
+            backend,
+            write_back: writes,
+        });
+        Ok(())
+    }
+
     /// Where the step must access `p`: its mirror in a bounce buffer when it lies
     /// in a staged range, else `p` itself.
     pub fn map(&self, p: *const u8) -> *mut u8 {

@@ -65,10 +65,15 @@
 //! `mockdev::declare_gpu`, the mock device ([`MockFifoMem`]: a `memfd` whose
 //! legacy export names the owner's descriptor, imported through
 //! `/proc/<pid>/fd`, and whose cuMem export is a descriptor of it that crosses
-//! the real socket; in host memory the CPU executor may touch). The executor runs every step on a
-//! device FIFO as kernels on that GPU (`coll::exec`, `device_for`), and refuses
-//! a step it would have to run on the host (the CPU must not touch device
-//! slots).
+//! the real socket; in host memory, which the executor nevertheless
+//! never touches with the CPU). The executor runs a step on a device FIFO as
+//! kernels on that GPU (`coll::exec`, `device_for`) when its user buffers are
+//! within the GPU's reach; a step on host memory (host user buffers) instead
+//! has its FIFO slots copied through host mirrors by the FIFO's GPU
+//! (`coll::exec`, `stage_device_fifos`: device to host before it reads a
+//! received slot, host to device before it pushes an outgoing one), the
+//! CPU reducing host memory only. NCCL has no such path: its kernels reach
+//! host buffers through unified addressing.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
