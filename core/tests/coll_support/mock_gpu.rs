@@ -5,11 +5,10 @@
 //! reached through `/proc/self/mem`, and refuses any memory a GPU could not
 //! reach: host memory that was neither page-locked through
 //! `ferroccl_kernels::hostreg` nor a mock P2P FIFO (`mockdev::p2p_contains`).
-//! Included as `#[path = "coll_support/mock_gpu.rs"] mod mock_gpu;`.
+//! Included as `#[path = "coll_support/mock_gpu.rs"] mod mock_gpu;` beside
+//! `mod coll_support` (its memory is `coll_support::mock_mem`'s).
 #![allow(dead_code)]
 
-use std::os::unix::fs::FileExt;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use ferroccl::check::{self, TestOp};
@@ -19,33 +18,8 @@ use ferroccl::{DataType, RedOp};
 use ferroccl_kernels::hostreg;
 use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, KernelError, Pre};
 
-/// `/proc/self/mem`, opened once: the mock GPU's only way into its memory.
-pub fn proc_mem() -> &'static std::fs::File {
-    static F: OnceLock<std::fs::File> = OnceLock::new();
-    F.get_or_init(|| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/proc/self/mem")
-            .expect("open /proc/self/mem")
-    })
-}
-
-/// `n` bytes at `p` (any mapping, `PROT_NONE` included).
-pub fn mem_read(p: *const u8, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    proc_mem()
-        .read_exact_at(&mut v, p as u64)
-        .expect("read through /proc/self/mem");
-    v
-}
-
-/// Writes `data` at `p` (any mapping, `PROT_NONE` included).
-pub fn mem_write(p: *mut u8, data: &[u8]) {
-    proc_mem()
-        .write_all_at(data, p as u64)
-        .expect("write through /proc/self/mem");
-}
+pub use crate::coll_support::mock_mem::ProcMem;
+use crate::coll_support::mock_mem::ProtNone;
 
 /// The mock GPU's kernels: every raw operation, on memory a GPU reaches only
 /// ([`reach`]; slices are refused). [`MOCK_KERNELS`] runs each operation at
@@ -184,7 +158,7 @@ impl Backend for MockKernels {
     // run (at once, or at the wait that runs a queued one).
     unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
         let copy = move || {
-            mem_write(dst, &mem_read(src, bytes));
+            ProcMem::write(dst, &ProcMem::read(src, bytes));
             Ok(())
         };
         if !self.queued
@@ -208,10 +182,10 @@ impl Backend for MockKernels {
     ) -> Result<(), KernelError> {
         let op = *op;
         self.launch([("dst", dst.cast_const()), ("a", a), ("b", b)], bytes, move || {
-            let (av, bv) = (mem_read(a, bytes), mem_read(b, bytes));
+            let (av, bv) = (ProcMem::read(a, bytes), ProcMem::read(b, bytes));
             let mut out = vec![0u8; bytes];
             CPU.reduce(&mut out, &av, &bv, &op, pre)?;
-            mem_write(dst, &out);
+            ProcMem::write(dst, &out);
             Ok(())
         })
     }
@@ -219,17 +193,17 @@ impl Backend for MockKernels {
         let op = *op;
         self.launch([("dst", dst.cast_const()), ("src", src)], bytes, move || {
             let mut out = vec![0u8; bytes];
-            CPU.pre_op(&mut out, &mem_read(src, bytes), &op)?;
-            mem_write(dst, &out);
+            CPU.pre_op(&mut out, &ProcMem::read(src, bytes), &op)?;
+            ProcMem::write(dst, &out);
             Ok(())
         })
     }
     unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
         let op = *op;
         self.launch([("buf", buf.cast_const())], bytes, move || {
-            let mut v = mem_read(buf, bytes);
+            let mut v = ProcMem::read(buf, bytes);
             CPU.post_op(&mut v, &op)?;
-            mem_write(buf, &v);
+            ProcMem::write(buf, &v);
             Ok(())
         })
     }
@@ -249,35 +223,22 @@ pub fn gpu0() -> MockGpu {
 /// `len` bytes of mock device memory of `gpu`, whose kernels are [`MockKernels`].
 pub struct MockBuf {
     pub ptr: *mut u8,
-    map: usize,
+    _map: ProtNone,
 }
 
 impl MockBuf {
     /// Maps and declares the buffer (panics when `mmap` fails).
     pub fn new(len: usize, gpu: MockGpu) -> MockBuf {
-        let map = len.max(1).next_multiple_of(4096);
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED, "mmap of mock device memory");
-        mockdev::declare_kernels(p.cast(), map, &MOCK_KERNELS, gpu);
-        MockBuf { ptr: p.cast(), map }
+        let map = ProtNone::new(len);
+        mockdev::declare_kernels(map.ptr, map.len, &MOCK_KERNELS, gpu);
+        MockBuf { ptr: map.ptr, _map: map }
     }
 }
 
 impl Drop for MockBuf {
     fn drop(&mut self) {
+        // Forgotten before `_map` is unmapped.
         mockdev::forget(self.ptr);
-        // SAFETY: mapped by `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.map) };
     }
 }
 
@@ -305,13 +266,13 @@ pub fn run_device(
     let sendbuf = MockBuf::new(se * es, gpu.clone());
     let rlen = if in_place { se.max(re) } else { re } * es;
     let recvbuf = MockBuf::new(rlen, gpu.clone());
-    mem_write(recvbuf.ptr, &vec![0xEE; rlen]);
+    ProcMem::write(recvbuf.ptr, &vec![0xEE; rlen]);
     let (soff, roff) = top.in_place_offsets(count, r);
     let (sp, rp): (*const u8, *mut u8) = if in_place {
-        mem_write(recvbuf.ptr.wrapping_add(soff * es), &input);
+        ProcMem::write(recvbuf.ptr.wrapping_add(soff * es), &input);
         (recvbuf.ptr.wrapping_add(soff * es), recvbuf.ptr.wrapping_add(roff * es))
     } else {
-        mem_write(sendbuf.ptr, &input);
+        ProcMem::write(sendbuf.ptr, &input);
         (sendbuf.ptr, recvbuf.ptr)
     };
     let s = Stream::new();
@@ -320,7 +281,7 @@ pub fn run_device(
         .unwrap_or_else(|e| panic!("rank {r}: {top:?} {dtype} {op} count {count}: enqueue: {e}"));
     s.synchronize()
         .unwrap_or_else(|e| panic!("rank {r}: {top:?} {dtype} {op} count {count}: {e}"));
-    let got = mem_read(rp, re * es);
+    let got = ProcMem::read(rp, re * es);
     match check::expected(top, dtype, &op, n, r, count, seed) {
         Some(want) => check::count_wrong(dtype, &got, &want),
         None => 0,
