@@ -62,7 +62,10 @@ impl MockBuf {
             pci_path: Some(GPU_PCI.into()),
         };
         mockdev::declare(map.ptr, map.len, &COPY_ONLY, gpu);
-        MockBuf { ptr: map.ptr, _map: map }
+        MockBuf {
+            ptr: map.ptr,
+            _map: map,
+        }
     }
 }
 

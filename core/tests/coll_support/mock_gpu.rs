@@ -231,7 +231,10 @@ impl MockBuf {
     pub fn new(len: usize, gpu: MockGpu) -> MockBuf {
         let map = ProtNone::new(len);
         mockdev::declare_kernels(map.ptr, map.len, &MOCK_KERNELS, gpu);
-        MockBuf { ptr: map.ptr, _map: map }
+        MockBuf {
+            ptr: map.ptr,
+            _map: map,
+        }
     }
 }
 
