@@ -19,7 +19,7 @@ use ferroccl_kernels::hostreg;
 use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, KernelError, Pre};
 
 pub use crate::coll_support::mock_mem::ProcMem;
-use crate::coll_support::mock_mem::ProtNone;
+use crate::coll_support::mock_mem::{ProtNone, refuse_slices};
 
 /// The mock GPU's kernels: every raw operation, on memory a GPU reaches only
 /// ([`reach`]; slices are refused). [`MOCK_KERNELS`] runs each operation at
@@ -136,24 +136,7 @@ impl Backend for MockKernels {
         }
         first
     }
-    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn reduce(&self, _: &mut [u8], _: &[u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn reduce_inplace(&self, _: &mut [u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn pre_op(&self, _: &mut [u8], _: &[u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn pre_op_inplace(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn post_op(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
+    refuse_slices!(slices_refused());
     // The raw methods: the caller's contract holds until the operation has
     // run (at once, or at the wait that runs a queued one).
     unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {

@@ -12,7 +12,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
-use ferroccl_kernels::{Backend, DevRedOp, KernelError, Pre};
+use ferroccl_kernels::{Backend, KernelError};
 
 /// This process's memory through `/proc/self/mem`: any mapping, `PROT_NONE`
 /// included (an unmapped address fails with `EIO`).
@@ -84,6 +84,61 @@ impl Drop for ProtNone {
     }
 }
 
+/// The [`Backend`] slice methods of a mock device, each refusing with `$err`
+/// (a `KernelError`): its memory is never a slice the host may hold, so
+/// only the `*_raw` methods serve.
+macro_rules! refuse_slices {
+    ($err:expr) => {
+        fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), ::ferroccl_kernels::KernelError> {
+            Err($err)
+        }
+        fn reduce(
+            &self,
+            _: &mut [u8],
+            _: &[u8],
+            _: &[u8],
+            _: &::ferroccl_kernels::DevRedOp,
+            _: ::ferroccl_kernels::Pre,
+        ) -> Result<(), ::ferroccl_kernels::KernelError> {
+            Err($err)
+        }
+        fn reduce_inplace(
+            &self,
+            _: &mut [u8],
+            _: &[u8],
+            _: &::ferroccl_kernels::DevRedOp,
+            _: ::ferroccl_kernels::Pre,
+        ) -> Result<(), ::ferroccl_kernels::KernelError> {
+            Err($err)
+        }
+        fn pre_op(
+            &self,
+            _: &mut [u8],
+            _: &[u8],
+            _: &::ferroccl_kernels::DevRedOp,
+        ) -> Result<(), ::ferroccl_kernels::KernelError> {
+            Err($err)
+        }
+        fn pre_op_inplace(
+            &self,
+            _: &mut [u8],
+            _: &::ferroccl_kernels::DevRedOp,
+        ) -> Result<(), ::ferroccl_kernels::KernelError> {
+            Err($err)
+        }
+        fn post_op(
+            &self,
+            _: &mut [u8],
+            _: &::ferroccl_kernels::DevRedOp,
+        ) -> Result<(), ::ferroccl_kernels::KernelError> {
+            Err($err)
+        }
+    };
+}
+// Used by `mock_gpu.rs`, not by every crate that includes this file.
+#[allow(unused_imports)]
+pub(crate) use refuse_slices;
+
 /// A mock device that only copies, through [`ProcMem`]: a staged step
 /// computes on host mirrors with the CPU backend, so the device's backend is
 /// never asked to reduce (every other operation is refused).
@@ -101,24 +156,7 @@ impl Backend for CopyOnly {
     fn name(&self) -> &'static str {
         "mock-device"
     }
-    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    fn reduce(&self, _: &mut [u8], _: &[u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    fn reduce_inplace(&self, _: &mut [u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    fn pre_op(&self, _: &mut [u8], _: &[u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    fn pre_op_inplace(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    fn post_op(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
+    refuse_slices!(only_copies());
     unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
         ProcMem::write(dst, &ProcMem::read(src, bytes));
         Ok(())
