@@ -30,7 +30,7 @@ use std::time::Duration;
 use coll_support::{assert_all_ok, join, launch, role};
 use ferroccl::{DataType, RedOp, Scalar, TestOp};
 use ferroccl_kernels::hostreg::{self, HostRegHook};
-use mock_gpu::{CALLS, QUEUED, STAGING_OK, WAITS, gpu0, proc_mem, run_device};
+use mock_gpu::{CALLS, ProcMem, QUEUED, STAGING_OK, WAITS, gpu0, run_device};
 
 const WORKER: &str = "device_steps_worker";
 const LIMIT: Duration = Duration::from_secs(240);
@@ -85,7 +85,7 @@ impl HostRegHook for Hook {
         }
         // Still mapped: `/proc/self/mem` reads fail (EIO) on unmapped memory.
         let mut b = [0u8; 1];
-        if proc_mem().read_exact_at(&mut b, base as u64).is_err() {
+        if ProcMem::file().read_exact_at(&mut b, base as u64).is_err() {
             self.misuse
                 .lock()
                 .unwrap()

@@ -28,15 +28,14 @@
 mod coll_support;
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::Duration;
 
+use coll_support::mock_mem::{COPY_ONLY, ProcMem, ProtNone};
 use coll_support::{assert_all_ok, join, launch, role, target_dir};
 use ferroccl::check;
 use ferroccl::mockdev::{self, MockGpu};
 use ferroccl::stream::Stream;
 use ferroccl::{DataType, RedOp, TestOp, group_end, group_start};
-use ferroccl_kernels::{Backend, DevRedOp, KernelError, Pre};
 
 const WORKER: &str = "gdr_worker";
 const LIMIT: Duration = Duration::from_secs(240);
@@ -44,92 +43,16 @@ const LIMIT: Duration = Duration::from_secs(240);
 const GPU_PCI: &str = "/sys/devices/pci0000:00/0000:00:02.0/0000:01:00.0";
 const NIC_PCI: &str = "/sys/devices/pci0000:00/0000:00:02.0/0000:01:00.1";
 
-/// The mock device: copies through `/proc/self/mem` only.
-#[derive(Debug)]
-struct MockDevice;
-
-static MOCK_DEVICE: MockDevice = MockDevice;
-
-fn proc_mem() -> &'static std::fs::File {
-    static F: OnceLock<std::fs::File> = OnceLock::new();
-    F.get_or_init(|| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/proc/self/mem")
-            .expect("open /proc/self/mem")
-    })
-}
-
-fn mock_read(p: *const u8, out: &mut [u8]) {
-    use std::os::unix::fs::FileExt;
-    proc_mem()
-        .read_exact_at(out, p as u64)
-        .expect("read mock device memory");
-}
-
-fn mock_write(p: *mut u8, data: &[u8]) {
-    use std::os::unix::fs::FileExt;
-    proc_mem()
-        .write_all_at(data, p as u64)
-        .expect("write mock device memory");
-}
-
-fn only_copies() -> KernelError {
-    KernelError::NoCuda("mock device only copies".into())
-}
-
-impl Backend for MockDevice {
-    fn name(&self) -> &'static str {
-        "mock-device"
-    }
-    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    fn reduce(&self, _: &mut [u8], _: &[u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    fn reduce_inplace(&self, _: &mut [u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    fn pre_op(&self, _: &mut [u8], _: &[u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    fn pre_op_inplace(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    fn post_op(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(only_copies())
-    }
-    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
-        let mut tmp = vec![0u8; bytes];
-        mock_read(src, &mut tmp);
-        mock_write(dst, &tmp);
-        Ok(())
-    }
-}
-
-/// `len` bytes of mock device memory of GPU 0 (facts from the environment).
+/// `len` bytes of mock device memory of GPU 0 (facts from the environment),
+/// served by the copy-only mock device.
 struct MockBuf {
     ptr: *mut u8,
-    map: usize,
+    _map: ProtNone,
 }
 
 impl MockBuf {
     fn new(len: usize) -> MockBuf {
-        let map = len.max(1).next_multiple_of(4096);
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED, "mmap of mock device memory");
+        let map = ProtNone::new(len);
         let env = |k: &str| std::env::var(k).unwrap_or_default();
         let gpu = MockGpu {
             ordinal: 0,
@@ -138,16 +61,18 @@ impl MockBuf {
             dmabuf: env("MOCK_GPU_DMABUF") == "1",
             pci_path: Some(GPU_PCI.into()),
         };
-        mockdev::declare(p.cast(), map, &MOCK_DEVICE, gpu);
-        MockBuf { ptr: p.cast(), map }
+        mockdev::declare(map.ptr, map.len, &COPY_ONLY, gpu);
+        MockBuf {
+            ptr: map.ptr,
+            _map: map,
+        }
     }
 }
 
 impl Drop for MockBuf {
     fn drop(&mut self) {
+        // Forgotten before `_map` is unmapped.
         mockdev::forget(self.ptr);
-        // SAFETY: mapped by `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.map) };
     }
 }
 
@@ -161,8 +86,8 @@ fn run_device(comm: &ferroccl::Comm, top: TestOp, dtype: DataType, count: usize)
     check::fill(&mut input, dtype, &op, r, 1);
     let sendbuf = MockBuf::new(se * es);
     let recvbuf = MockBuf::new(re * es);
-    mock_write(sendbuf.ptr, &input);
-    mock_write(recvbuf.ptr, &vec![0xEE; re * es]);
+    ProcMem::write(sendbuf.ptr, &input);
+    ProcMem::write(recvbuf.ptr, &vec![0xEE; re * es]);
     let s = Stream::new();
     // SAFETY: the mappings outlive the synchronize below.
     unsafe {
@@ -179,8 +104,7 @@ fn run_device(comm: &ferroccl::Comm, top: TestOp, dtype: DataType, count: usize)
     }
     .expect("enqueue");
     s.synchronize().expect("synchronize");
-    let mut got = vec![0u8; re * es];
-    mock_read(recvbuf.ptr, &mut got);
+    let got = ProcMem::read(recvbuf.ptr, re * es);
     match check::expected(top, dtype, &op, n, r, count, 1) {
         Some(want) => check::count_wrong(dtype, &got, &want),
         None => 0,

@@ -13,7 +13,7 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use ferroccl::bootstrap::{BootstrapConfig, get_unique_id};
-use ferroccl::{Comm, CommConfig, DataType, Error, PreloadedNet, Stream, WaitSignalDesc};
+use ferroccl::{Comm, CommConfig, DataType, Error, PreloadedNet, Stream, WaitSignalDesc, Window};
 
 const T: Duration = Duration::from_secs(60);
 
@@ -89,6 +89,50 @@ fn desc(peer: usize, op_cnt: u64) -> WaitSignalDesc {
     }
 }
 
+/// Registers the whole of `src` and of `dst` as windows: `(source, destination)`.
+///
+/// # Safety
+/// Both buffers must outlive the windows ([`deregister_pair`]).
+unsafe fn register_pair(c: &Comm, src: &mut [u8], dst: &mut [u8]) -> (Window, Window) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        (
+            c.window_register(src.as_mut_ptr(), src.len()).expect("register src"),
+            c.window_register(dst.as_mut_ptr(), dst.len()).expect("register dst"),
+        )
+    }
+}
+
+/// Deregisters [`register_pair`]'s windows.
+fn deregister_pair(c: &Comm, sw: Window, dw: Window) {
+    c.window_deregister(sw).expect("deregister src");
+    c.window_deregister(dw).expect("deregister dst");
+}
+
+/// Rank `r`'s AllReduce input (`count` f32, element `i` is `i + r`) and a zeroed output.
+fn all_reduce_bufs(count: usize, r: usize) -> (Vec<f32>, Vec<f32>) {
+    ((0..count).map(|i| (i + r) as f32).collect(), vec![0f32; count])
+}
+
+/// Enqueues the f32 Sum AllReduce of `send` into `recv` (as long) on `s`.
+///
+/// # Safety
+/// Both buffers must live until `s` is synchronized.
+unsafe fn all_reduce_f32(c: &Comm, send: &[f32], recv: &mut [f32], s: &Stream) -> Result<(), Error> {
+    assert_eq!(send.len(), recv.len(), "AllReduce buffers");
+    // SAFETY: the caller's contract; both hold `send.len()` elements.
+    unsafe {
+        c.all_reduce(
+            send.as_ptr().cast(),
+            recv.as_mut_ptr().cast(),
+            send.len(),
+            DataType::Float32,
+            ferroccl::RedOp::Sum,
+            s,
+        )
+    }
+}
+
 /// Each rank puts to the next rank with several sizes and offsets; the next rank
 /// waits for the signal and finds the data.
 fn put_sizes(n: usize) {
@@ -104,12 +148,7 @@ fn put_sizes(n: usize) {
             let mut src = pattern(cap, r);
             let mut dst = vec![0u8; cap];
             // SAFETY: both buffers outlive the windows (deregistered below).
-            let (sw, dw) = unsafe {
-                (
-                    c.window_register(src.as_mut_ptr(), cap).expect("register src"),
-                    c.window_register(dst.as_mut_ptr(), cap).expect("register dst"),
-                )
-            };
+            let (sw, dw) = unsafe { register_pair(c, &mut src, &mut dst) };
             assert_eq!(dw.peer_size(next), Some(cap));
             let s = Stream::new();
             for size in SIZES {
@@ -144,8 +183,7 @@ fn put_sizes(n: usize) {
                     c.barrier().expect("barrier");
                 }
             }
-            c.window_deregister(sw).expect("deregister src");
-            c.window_deregister(dw).expect("deregister dst");
+            deregister_pair(c, sw, dw);
         },
     );
 }
@@ -200,13 +238,8 @@ fn many_puts_then_one_wait() {
             let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
             let mut src = pattern(K * CHUNK, r + 10);
             let mut dst = vec![0u8; K * CHUNK];
-            // SAFETY: both outlive the windows.
-            let (sw, dw) = unsafe {
-                (
-                    c.window_register(src.as_mut_ptr(), src.len()).expect("register src"),
-                    c.window_register(dst.as_mut_ptr(), dst.len()).expect("register dst"),
-                )
-            };
+            // SAFETY: both buffers outlive the windows (deregistered below).
+            let (sw, dw) = unsafe { register_pair(c, &mut src, &mut dst) };
             let s = Stream::new();
             for k in 0..K {
                 // SAFETY: `src` lives until the synchronize below.
@@ -230,8 +263,7 @@ fn many_puts_then_one_wait() {
             s.synchronize().expect("synchronize");
             assert!(dst == pattern(K * CHUNK, prev + 10), "rank {r}: data from rank {prev}");
             c.barrier().expect("barrier");
-            c.window_deregister(sw).expect("deregister src");
-            c.window_deregister(dw).expect("deregister dst");
+            deregister_pair(c, sw, dw);
         },
     );
 }
@@ -475,12 +507,7 @@ fn group_defers_puts_to_group_end_in_call_order() {
             let mut src = [pattern(CHUNK, 10 + r), pattern(CHUNK, 20 + r)].concat();
             let mut dst = vec![0u8; n * CHUNK];
             // SAFETY: both buffers outlive the windows (deregistered below).
-            let (sw, dw) = unsafe {
-                (
-                    c.window_register(src.as_mut_ptr(), src.len()).expect("register src"),
-                    c.window_register(dst.as_mut_ptr(), dst.len()).expect("register dst"),
-                )
-            };
+            let (sw, dw) = unsafe { register_pair(c, &mut src, &mut dst) };
             let s = Stream::new();
             let before = c.rma_submitted();
             ferroccl::group_start();
@@ -527,8 +554,7 @@ fn group_defers_puts_to_group_end_in_call_order() {
                 );
             }
             c.barrier().expect("barrier");
-            c.window_deregister(sw).expect("deregister src");
-            c.window_deregister(dw).expect("deregister dst");
+            deregister_pair(c, sw, dw);
         },
     );
 }
@@ -578,27 +604,13 @@ fn group_mixes_allreduce_and_puts() {
             let mut src = pattern(CHUNK, r);
             let mut dst = vec![0u8; CHUNK];
             // SAFETY: both buffers outlive the windows (deregistered below).
-            let (sw, dw) = unsafe {
-                (
-                    c.window_register(src.as_mut_ptr(), CHUNK).expect("register src"),
-                    c.window_register(dst.as_mut_ptr(), CHUNK).expect("register dst"),
-                )
-            };
-            let send: Vec<f32> = (0..COUNT).map(|i| (i + r) as f32).collect();
-            let mut recv = vec![0f32; COUNT];
+            let (sw, dw) = unsafe { register_pair(c, &mut src, &mut dst) };
+            let (send, mut recv) = all_reduce_bufs(COUNT, r);
             let s = Stream::new();
             ferroccl::group_start();
             // SAFETY: the buffers live until the synchronize below.
             unsafe {
-                c.all_reduce(
-                    send.as_ptr().cast(),
-                    recv.as_mut_ptr().cast(),
-                    COUNT,
-                    DataType::Float32,
-                    ferroccl::RedOp::Sum,
-                    &s,
-                )
-                .expect("all_reduce in a group");
+                all_reduce_f32(c, &send, &mut recv, &s).expect("all_reduce in a group");
                 c.put_signal(src.as_ptr(), CHUNK, DataType::Uint8, next, &dw, 0, 0, 0, 0, &s)
                     .expect("put_signal in a group");
             }
@@ -611,8 +623,7 @@ fn group_mixes_allreduce_and_puts() {
                 assert_eq!(*v, want, "rank {r}: AllReduce element {i}");
             }
             c.barrier().expect("barrier");
-            c.window_deregister(sw).expect("deregister src");
-            c.window_deregister(dw).expect("deregister dst");
+            deregister_pair(c, sw, dw);
         },
     );
 }
@@ -637,14 +648,8 @@ fn group_joins_the_streams_of_a_communicators_operations() {
             let mut src = pattern(CHUNK, r);
             let mut dst = vec![0u8; CHUNK];
             // SAFETY: both buffers outlive the windows (deregistered below).
-            let (sw, dw) = unsafe {
-                (
-                    c.window_register(src.as_mut_ptr(), src.len()).expect("register src"),
-                    c.window_register(dst.as_mut_ptr(), dst.len()).expect("register dst"),
-                )
-            };
-            let send: Vec<f32> = (0..COUNT).map(|i| (i + r) as f32).collect();
-            let mut recv = vec![0f32; COUNT];
+            let (sw, dw) = unsafe { register_pair(c, &mut src, &mut dst) };
+            let (send, mut recv) = all_reduce_bufs(COUNT, r);
             let (a, b) = (Stream::new(), Stream::new());
             if r == 0 {
                 c.wait_signal(&[desc(1, 1)], &b).expect("wait_signal on B");
@@ -653,15 +658,7 @@ fn group_joins_the_streams_of_a_communicators_operations() {
                 unsafe {
                     c.put_signal(src.as_ptr(), CHUNK, DataType::Uint8, 1, &dw, 0, 0, 0, 0, &b)
                         .expect("put_signal in a group");
-                    c.all_reduce(
-                        send.as_ptr().cast(),
-                        recv.as_mut_ptr().cast(),
-                        COUNT,
-                        DataType::Float32,
-                        ferroccl::RedOp::Sum,
-                        &a,
-                    )
-                    .expect("all_reduce in a group");
+                    all_reduce_f32(c, &send, &mut recv, &a).expect("all_reduce in a group");
                 }
                 ferroccl::group_end().expect("group_end");
                 // The AllReduce follows the wait on B, whose signal is not sent yet;
@@ -676,17 +673,7 @@ fn group_joins_the_streams_of_a_communicators_operations() {
                 );
             } else {
                 // SAFETY: the buffers live until the synchronizes below.
-                unsafe {
-                    c.all_reduce(
-                        send.as_ptr().cast(),
-                        recv.as_mut_ptr().cast(),
-                        COUNT,
-                        DataType::Float32,
-                        ferroccl::RedOp::Sum,
-                        &a,
-                    )
-                }
-                .expect("all_reduce");
+                unsafe { all_reduce_f32(c, &send, &mut recv, &a) }.expect("all_reduce");
                 looked.wait();
                 c.signal(0, 0, 0, 0, &b).expect("signal");
                 c.wait_signal(&[desc(0, 1)], &b).expect("wait for rank 0's put");
@@ -700,8 +687,7 @@ fn group_joins_the_streams_of_a_communicators_operations() {
                 assert_eq!(dst, pattern(CHUNK, 0), "rank 1: the put from rank 0");
             }
             c.barrier().expect("barrier");
-            c.window_deregister(sw).expect("deregister src");
-            c.window_deregister(dw).expect("deregister dst");
+            deregister_pair(c, sw, dw);
         },
     );
 }

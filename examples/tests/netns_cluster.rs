@@ -458,6 +458,44 @@ fn two_hosts_two_ranks_each_run_every_collective_over_net_and_shm() {
     println!("matrix on 2 hosts x 2 ranks: {:?}", t.elapsed());
 }
 
+/// One `ferroccl-perf` run over CollNet across hosts, as the CollNet tests
+/// make it: `coll` with `--show-tuning` on `ranks` ranks of `hosts` hosts of
+/// `c` with `env` (64 B and 256 KiB, every datatype and `-o all`, one
+/// iteration; debug files in `dir`). Checks the run ([`check_run_on`]),
+/// `2 x 10 x nops` result rows (sizes x datatypes x reductions) and a tuning
+/// line per row naming `algo` on the Simple protocol; `what` names the run in
+/// the messages. Returns every rank's INFO lines.
+#[allow(clippy::too_many_arguments)]
+fn check_collnet_run(
+    c: &Cluster,
+    hosts: usize,
+    ranks: usize,
+    dir: &Path,
+    env: &[(&str, &str)],
+    coll: &str,
+    nops: usize,
+    algo: &str,
+    what: &str,
+) -> BTreeMap<usize, Vec<String>> {
+    let o = perf_command_on(c, hosts, ranks, dir, env, &[coll, "--show-tuning"])
+        .args(["-b", "64", "-e", "256K", "-f", "4096", "-d", "all", "-o", "all"])
+        .args(["-n", "1", "-w", "1", "-c", "1"])
+        .output()
+        .expect("run ferroccl-perf");
+    let (out, info) = check_run_on(c, hosts, ranks, what, &o, dir);
+    assert_eq!(
+        rows(&out).len(),
+        2 * 10 * nops,
+        "{what}: 2 sizes x 10 types x {nops} ops:\n{out}"
+    );
+    let tuning: Vec<&str> = out.lines().filter(|l| l.starts_with("#  tuning:")).collect();
+    assert_eq!(tuning.len(), rows(&out).len(), "{what}: a tuning line per row:\n{out}");
+    for l in tuning {
+        assert!(l.contains(&format!("{algo}/Simple")), "{what}: not {algo}: {l}");
+    }
+    info
+}
+
 /// CollNet across hosts (issue 32): the in-tree CollNet plugin
 /// (`libnccl-net-collnet-socket.so`, its own aggregation over TCP) with
 /// `NCCL_COLLNET_ENABLE=1` and CollNetChain forced for AllReduce. On 2 hosts x 2
@@ -479,23 +517,8 @@ fn collnet_chain_allreduce_across_hosts_over_the_collnet_socket_plugin() {
     for (hosts, ranks, tag) in [(2, 4, "cn"), (4, 4, "cq")] {
         let c = Cluster::up(tag, hosts);
         let dir = scratch(tag);
-        let o = perf_command_on(&c, hosts, ranks, &dir, &env, &["all_reduce", "--show-tuning"])
-            .args(["-b", "64", "-e", "256K", "-f", "4096", "-d", "all", "-o", "all"])
-            .args(["-n", "1", "-w", "1", "-c", "1"])
-            .output()
-            .expect("run ferroccl-perf");
         let what = format!("CollNetChain on {hosts} hosts x {} ranks", ranks / hosts);
-        let (out, info) = check_run_on(&c, hosts, ranks, &what, &o, &dir);
-        assert_eq!(
-            rows(&out).len(),
-            2 * 10 * 6,
-            "{what}: 2 sizes x 10 types x 6 ops:\n{out}"
-        );
-        let tuning: Vec<&str> = out.lines().filter(|l| l.starts_with("#  tuning:")).collect();
-        assert_eq!(tuning.len(), rows(&out).len(), "{what}: a tuning line per row:\n{out}");
-        for l in tuning {
-            assert!(l.contains("CollNetChain/Simple"), "{what}: not CollNetChain: {l}");
-        }
+        let info = check_collnet_run(&c, hosts, ranks, &dir, &env, "all_reduce", 6, "CollNetChain", &what);
         for (rank, lines) in &info {
             assert!(
                 lines
@@ -537,23 +560,8 @@ fn collnet_allgather_reducescatter_across_hosts_over_the_collnet_socket_plugin()
         let c = Cluster::up(tag, hosts);
         for (coll, nops) in [("all_gather", 1), ("reduce_scatter", 6)] {
             let dir = scratch(&format!("{tag}{coll}"));
-            let o = perf_command_on(&c, hosts, ranks, &dir, &env, &[coll, "--show-tuning"])
-                .args(["-b", "64", "-e", "256K", "-f", "4096", "-d", "all", "-o", "all"])
-                .args(["-n", "1", "-w", "1", "-c", "1"])
-                .output()
-                .expect("run ferroccl-perf");
             let what = format!("{coll} over CollNet on {hosts} hosts x {} ranks", ranks / hosts);
-            let (out, info) = check_run_on(&c, hosts, ranks, &what, &o, &dir);
-            assert_eq!(
-                rows(&out).len(),
-                2 * 10 * nops,
-                "{what}: 2 sizes x 10 types x {nops} ops:\n{out}"
-            );
-            let tuning: Vec<&str> = out.lines().filter(|l| l.starts_with("#  tuning:")).collect();
-            assert_eq!(tuning.len(), rows(&out).len(), "{what}: a tuning line per row:\n{out}");
-            for l in tuning {
-                assert!(l.contains("CollNetDirect/Simple"), "{what}: not CollNetDirect: {l}");
-            }
+            let info = check_collnet_run(&c, hosts, ranks, &dir, &env, coll, nops, "CollNetDirect", &what);
             for (rank, lines) in &info {
                 assert!(
                     lines

@@ -133,9 +133,15 @@ pub(crate) struct ExecCx<'a> {
     /// is sent from user memory, so neither `user_busy` nor `user_reg` is asked.
     pub user_regs: bool,
     /// Where device steps go whose launches were enqueued but not yet waited
-    /// for ([`Pending`]); `None`: each device step waits for its own launches.
-    pub pending: Option<&'a mut Vec<Pending>>,
+    /// for ([`Pending`]), with where the step's op stands in the caller's work
+    /// (kept in its entry); `None`: each device step waits for its own launches.
+    pub pending: Option<(&'a mut Vec<Pending>, OpAt)>,
 }
+
+/// Where an op stands in the work of whoever runs it (the proxy's task,
+/// segment, stream and position): carried by its [`Pending`] entry, so an
+/// entry always finds its own op after the wait.
+pub(crate) type OpAt = (usize, usize, usize, usize);
 
 /// A device step whose launches are enqueued on its GPU's stream and whose
 /// sends and receives are not yet pushed and released: the proxy waits once
@@ -147,6 +153,8 @@ pub(crate) struct Pending {
     backend: &'static dyn Backend,
     lane: Lane,
     out: Outgoing,
+    /// Where the step's op is (`ExecCx::pending`).
+    at: OpAt,
 }
 
 impl Pending {
@@ -175,6 +183,11 @@ impl Pending {
     /// The lane of the step.
     pub(crate) fn lane(&self) -> Lane {
         self.lane
+    }
+
+    /// Where the step's op is, as the caller gave it (`ExecCx::pending`).
+    pub(crate) fn at(&self) -> OpAt {
+        self.at
     }
 }
 
@@ -265,7 +278,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
         let dev = device_for(op, lane, cx, &recvd[..nr], &out);
         note_decision(cx.rank, &dev);
         if let Ok(k) = dev {
-            if let (Some(pending), Some(q)) = (cx.pending.as_deref_mut(), k.backend.enqueuer()) {
+            if let (Some((pending, at)), Some(q)) = (cx.pending.as_mut(), k.backend.enqueuer()) {
                 // SAFETY: as below; the slots stay ours until the pending
                 // step is completed, after the proxy's wait.
                 if let Err(e) = unsafe { compute_dev_on(op, q, &recvd[..nr], &out) } {
@@ -278,6 +291,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
                     backend: k.backend,
                     lane,
                     out,
+                    at: *at,
                 });
                 return Ok(true);
             }

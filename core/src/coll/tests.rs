@@ -97,127 +97,20 @@ fn all_collectives_small_buffers_threads() {
     }
 }
 
-/// The mock device of the staging tests: memory mapped `PROT_NONE`, so any
-/// dereference by the executor or a plugin would fault, reached only through
-/// `/proc/self/mem` (the kernel's forced access, standing in for a DMA engine)
-/// by [`MockDevice::copy_raw`]. Only copies: a staged step computes on host
-/// mirrors with the CPU backend, so the device backend is never asked to reduce.
-#[derive(Debug)]
-struct MockDevice;
+/// The mock device of the staging tests (`PROT_NONE` pages reached only
+/// through `/proc/self/mem`, a backend that only copies), shared with the
+/// multi-process tests' mock devices.
+#[path = "../../tests/coll_support/mock_mem.rs"]
+mod mock_mem;
 
-static MOCK_DEVICE: MockDevice = MockDevice;
+use mock_mem::{COPY_ONLY, ProcMem, ProtNone};
 
-fn proc_mem() -> &'static std::fs::File {
-    static F: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
-    F.get_or_init(|| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/proc/self/mem")
-            .expect("open /proc/self/mem")
-    })
-}
-
-fn mock_read(p: *const u8, out: &mut [u8]) {
-    use std::os::unix::fs::FileExt;
-    proc_mem()
-        .read_exact_at(out, p as u64)
-        .expect("read mock device memory");
-}
-
-fn mock_write(p: *mut u8, data: &[u8]) {
-    use std::os::unix::fs::FileExt;
-    proc_mem()
-        .write_all_at(data, p as u64)
-        .expect("write mock device memory");
-}
-
-impl ferroccl_kernels::Backend for MockDevice {
-    fn name(&self) -> &'static str {
-        "mock-device"
-    }
-    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), ferroccl_kernels::KernelError> {
-        Err(ferroccl_kernels::KernelError::NoCuda(
-            "mock device: slices of device memory".into(),
-        ))
-    }
-    fn reduce(
-        &self,
-        _: &mut [u8],
-        _: &[u8],
-        _: &[u8],
-        _: &ferroccl_kernels::DevRedOp,
-        _: ferroccl_kernels::Pre,
-    ) -> Result<(), ferroccl_kernels::KernelError> {
-        Err(ferroccl_kernels::KernelError::NoCuda("mock device only copies".into()))
-    }
-    fn reduce_inplace(
-        &self,
-        _: &mut [u8],
-        _: &[u8],
-        _: &ferroccl_kernels::DevRedOp,
-        _: ferroccl_kernels::Pre,
-    ) -> Result<(), ferroccl_kernels::KernelError> {
-        Err(ferroccl_kernels::KernelError::NoCuda("mock device only copies".into()))
-    }
-    fn pre_op(
-        &self,
-        _: &mut [u8],
-        _: &[u8],
-        _: &ferroccl_kernels::DevRedOp,
-    ) -> Result<(), ferroccl_kernels::KernelError> {
-        Err(ferroccl_kernels::KernelError::NoCuda("mock device only copies".into()))
-    }
-    fn pre_op_inplace(
-        &self,
-        _: &mut [u8],
-        _: &ferroccl_kernels::DevRedOp,
-    ) -> Result<(), ferroccl_kernels::KernelError> {
-        Err(ferroccl_kernels::KernelError::NoCuda("mock device only copies".into()))
-    }
-    fn post_op(&self, _: &mut [u8], _: &ferroccl_kernels::DevRedOp) -> Result<(), ferroccl_kernels::KernelError> {
-        Err(ferroccl_kernels::KernelError::NoCuda("mock device only copies".into()))
-    }
-    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), ferroccl_kernels::KernelError> {
-        let mut tmp = vec![0u8; bytes];
-        mock_read(src, &mut tmp);
-        mock_write(dst, &tmp);
-        Ok(())
-    }
-}
-
-/// `len` bytes (at least a page) of mock device memory, unmapped on drop.
-struct MockBuf {
-    ptr: *mut u8,
-    map: usize,
-}
-
-impl MockBuf {
-    fn new(len: usize) -> MockBuf {
-        let map = len.max(1).next_multiple_of(4096);
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED, "mmap of mock device memory");
-        let b = MockBuf { ptr: p.cast(), map };
-        super::mem::test_device::declare(b.ptr, map, &MOCK_DEVICE);
-        b
-    }
-}
-
-impl Drop for MockBuf {
-    fn drop(&mut self) {
-        // SAFETY: mapped by `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.map) };
-    }
+/// `len` bytes (at least a page) of mock device memory, declared to this
+/// thread's enqueues and unmapped on drop.
+fn mock_buf(len: usize) -> ProtNone {
+    let b = ProtNone::new(len);
+    super::mem::test_device::declare(b.ptr, b.len, &COPY_ONLY);
+    b
 }
 
 /// Runs `top` on mock device buffers (in or out of place) and counts wrong elements.
@@ -227,24 +120,24 @@ fn run_op_device(comm: &Comm, top: TestOp, dtype: DataType, op: RedOp, count: us
     let (se, re) = top.buffer_elems(count, n);
     let mut input = vec![0u8; se * es];
     check::fill(&mut input, dtype, &op, r, 1);
-    let sendbuf = MockBuf::new(se * es);
+    let sendbuf = mock_buf(se * es);
     // In place, the output buffer holds the input too (ReduceScatter: all of it).
     let rlen = if in_place { se.max(re) } else { re } * es;
-    let recvbuf = MockBuf::new(rlen);
-    mock_write(recvbuf.ptr, &vec![0xEE; rlen]);
+    let recvbuf = mock_buf(rlen);
+    ProcMem::write(recvbuf.ptr, &vec![0xEE; rlen]);
     let (sp, rp): (*const u8, *mut u8) = if in_place {
         let off = match top {
             TestOp::AllGather => r * count * es,
             _ => 0,
         };
-        mock_write(recvbuf.ptr.wrapping_add(off), &input);
+        ProcMem::write(recvbuf.ptr.wrapping_add(off), &input);
         match top {
             TestOp::AllGather => (recvbuf.ptr.wrapping_add(off), recvbuf.ptr),
             TestOp::ReduceScatter => (recvbuf.ptr, recvbuf.ptr.wrapping_add(r * count * es)),
             _ => (recvbuf.ptr, recvbuf.ptr),
         }
     } else {
-        mock_write(sendbuf.ptr, &input);
+        ProcMem::write(sendbuf.ptr, &input);
         (sendbuf.ptr, recvbuf.ptr)
     };
     let s = Stream::new();
@@ -267,8 +160,7 @@ fn run_op_device(comm: &Comm, top: TestOp, dtype: DataType, op: RedOp, count: us
     }
     .expect("enqueue");
     s.synchronize().expect("synchronize");
-    let mut got = vec![0u8; rlen];
-    mock_read(recvbuf.ptr, &mut got);
+    let mut got = ProcMem::read(recvbuf.ptr, rlen);
     if top == TestOp::ReduceScatter && in_place {
         got = got[r * count * es..(r + 1) * count * es].to_vec();
     }

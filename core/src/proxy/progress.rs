@@ -88,10 +88,10 @@ impl Proxy {
         // after one where no step moved: their `progress` then waits for the
         // peer and watches it; while steps move it would only cost calls.
         let mut moved_last = passive;
-        // Device steps enqueued this pass (`exec::Pending`), and where each
-        // one's op is: (task, segment, stream, position).
+        // Device steps enqueued this pass (`exec::Pending`), each with where
+        // its op is: (task, segment, stream, position). Drained every pass, so
+        // it allocates once, at the first device step.
         let mut pending: Vec<exec::Pending> = Vec::new();
-        let mut pending_at: Vec<(usize, usize, usize, usize)> = Vec::new();
         loop {
             let mut moved = false;
             let mut done = true;
@@ -112,7 +112,7 @@ impl Proxy {
                                 rank,
                                 mems,
                                 user_regs: self.user_registered,
-                                pending: Some(&mut pending),
+                                pending: Some((&mut pending, (ti, t.seg, si, st.pos))),
                             };
                             // SAFETY: user addresses are valid by the enqueue contract; FIFO slots are ours.
                             if unsafe { exec::try_run(&st.ops[st.pos], t.lane, &t.conns, &mut cx) }? {
@@ -121,7 +121,6 @@ impl Proxy {
                                 if pending.len() > before {
                                     // Enqueued on the GPU: this lane waits for
                                     // the pass's end (its slots are still held).
-                                    pending_at.push((ti, t.seg, si, st.pos - 1));
                                     break 'task;
                                 }
                                 // Hand filled slots to the plugin right away.
@@ -149,7 +148,8 @@ impl Proxy {
                 // and receives, in the order they were enqueued.
                 let waited = exec::Pending::wait_all(&pending);
                 let mut r = waited;
-                for (p, (ti, seg, si, pos)) in pending.drain(..).zip(pending_at.drain(..)) {
+                for p in pending.drain(..) {
+                    let (ti, seg, si, pos) = p.at();
                     if r.is_ok() {
                         let t = &tasks[ti];
                         r = p.complete(&t.segs[seg].streams[si].ops[pos], &mut self.conns);

@@ -5,11 +5,10 @@
 //! reached through `/proc/self/mem`, and refuses any memory a GPU could not
 //! reach: host memory that was neither page-locked through
 //! `ferroccl_kernels::hostreg` nor a mock P2P FIFO (`mockdev::p2p_contains`).
-//! Included as `#[path = "coll_support/mock_gpu.rs"] mod mock_gpu;`.
+//! Included as `#[path = "coll_support/mock_gpu.rs"] mod mock_gpu;` beside
+//! `mod coll_support` (its memory is `coll_support::mock_mem`'s).
 #![allow(dead_code)]
 
-use std::os::unix::fs::FileExt;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use ferroccl::check::{self, TestOp};
@@ -19,48 +18,36 @@ use ferroccl::{DataType, RedOp};
 use ferroccl_kernels::hostreg;
 use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, KernelError, Pre};
 
-/// `/proc/self/mem`, opened once: the mock GPU's only way into its memory.
-pub fn proc_mem() -> &'static std::fs::File {
-    static F: OnceLock<std::fs::File> = OnceLock::new();
-    F.get_or_init(|| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/proc/self/mem")
-            .expect("open /proc/self/mem")
-    })
-}
+pub use crate::coll_support::mock_mem::ProcMem;
+use crate::coll_support::mock_mem::{ProtNone, refuse_slices};
 
-/// `n` bytes at `p` (any mapping, `PROT_NONE` included).
-pub fn mem_read(p: *const u8, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    proc_mem()
-        .read_exact_at(&mut v, p as u64)
-        .expect("read through /proc/self/mem");
-    v
-}
-
-/// Writes `data` at `p` (any mapping, `PROT_NONE` included).
-pub fn mem_write(p: *mut u8, data: &[u8]) {
-    proc_mem()
-        .write_all_at(data, p as u64)
-        .expect("write through /proc/self/mem");
-}
-
-/// The mock GPU's kernels: every raw operation, on memory a GPU reaches only.
+/// The mock GPU's kernels: every raw operation, on memory a GPU reaches only
+/// ([`reach`]; slices are refused). [`MOCK_KERNELS`] runs each operation at
+/// once; its enqueuer ([`Backend::enqueuer`], the same type with `queued`)
+/// checks each operation's reach at once (as a launch's operands would fault
+/// later on a GPU, here earlier) and runs it at the next `wait_enqueued`, as
+/// `ferroccl_kernels::VouchedCuda` has a waiting and an enqueuing twin. A step
+/// that pushed or read its slots before waiting would see stale bytes and fail
+/// the tests' result checks.
 #[derive(Debug)]
-pub struct MockKernels;
+pub struct MockKernels {
+    /// Whether raw operations wait in the calling thread's queue for the
+    /// next `wait_enqueued` (the enqueuer) instead of running at once.
+    queued: bool,
+}
 
 /// The one mock kernel backend ([`MockBuf`] declares its memory with it).
-pub static MOCK_KERNELS: MockKernels = MockKernels;
+pub static MOCK_KERNELS: MockKernels = MockKernels { queued: false };
+/// Its enqueuer.
+static MOCK_QUEUE: MockKernels = MockKernels { queued: true };
 /// Raw operations the mock GPU ran (staging copies not counted).
 pub static CALLS: AtomicU64 = AtomicU64::new(0);
 /// Staging copies are expected: copies between mock device memory and
 /// unregistered host memory (a bounce buffer) are then served.
 pub static STAGING_OK: AtomicBool = AtomicBool::new(false);
-/// Raw operations the mock GPU received through its enqueuer
-/// ([`MockQueue`]), run only at the next `wait_enqueued`, as a GPU runs a
-/// stream's launches after the host has moved on.
+/// Raw operations the mock GPU received through its enqueuer, run only at
+/// the next `wait_enqueued`, as a GPU runs a stream's launches after the host
+/// has moved on.
 pub static QUEUED: AtomicU64 = AtomicU64::new(0);
 /// `wait_enqueued` calls that ran at least one queued operation.
 pub static WAITS: AtomicU64 = AtomicU64::new(0);
@@ -73,21 +60,6 @@ thread_local! {
     /// The calling thread's enqueued operations, in order (each proxy thread
     /// waits for its own, as each waits on its backend's stream).
     static QUEUE: std::cell::RefCell<Vec<Queued>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// The mock GPU's enqueuer ([`Backend::enqueuer`]): each raw operation is
-/// checked for reach at once (as a launch's operands would fault later on a
-/// GPU, here earlier) and runs at the next `wait_enqueued`. A step that
-/// pushed or read its slots before waiting would see stale bytes and fail
-/// the tests' result checks.
-#[derive(Debug)]
-pub struct MockQueue;
-static MOCK_QUEUE: MockQueue = MockQueue;
-
-fn enqueue(f: Queued) -> Result<(), KernelError> {
-    QUEUED.fetch_add(1, Ordering::Relaxed);
-    QUEUE.with(|q| q.borrow_mut().push(f));
-    Ok(())
 }
 
 /// Whether the mock GPU reaches `[p, p + n)`: mock device memory, a mock P2P
@@ -114,77 +86,42 @@ fn slices_refused() -> KernelError {
     KernelError::NoCuda("mock GPU: raw addresses only".into())
 }
 
-impl Backend for MockQueue {
-    fn name(&self) -> &'static str {
-        "mock-gpu-queue"
-    }
-    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn reduce(&self, _: &mut [u8], _: &[u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn reduce_inplace(&self, _: &mut [u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn pre_op(&self, _: &mut [u8], _: &[u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn pre_op_inplace(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn post_op(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
-        reach("dst", dst, bytes)?;
-        reach("src", src, bytes)?;
-        // SAFETY: the caller's contract holds until the wait that runs it.
-        enqueue(Box::new(move || unsafe { MOCK_KERNELS.copy_raw(dst, src, bytes) }))
-    }
-    unsafe fn reduce_raw(
+impl MockKernels {
+    /// Runs `op` (one raw operation on `bytes` bytes of each of `operands`,
+    /// named as in the error) once every operand is in [`reach`]: at once, or
+    /// on the enqueuer at the next `wait_enqueued`, where [`MOCK_KERNELS`]
+    /// checks and runs it as it runs its own.
+    fn launch<const N: usize>(
         &self,
-        dst: *mut u8,
-        a: *const u8,
-        b: *const u8,
+        operands: [(&'static str, *const u8); N],
         bytes: usize,
-        op: &DevRedOp,
-        pre: Pre,
+        op: impl FnOnce() -> Result<(), KernelError> + 'static,
     ) -> Result<(), KernelError> {
-        reach("dst", dst, bytes)?;
-        reach("a", a, bytes)?;
-        reach("b", b, bytes)?;
-        let op = *op;
-        // SAFETY: as in `copy_raw`.
-        enqueue(Box::new(move || unsafe {
-            MOCK_KERNELS.reduce_raw(dst, a, b, bytes, &op, pre)
-        }))
-    }
-    unsafe fn pre_op_raw(&self, dst: *mut u8, src: *const u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
-        reach("dst", dst, bytes)?;
-        reach("src", src, bytes)?;
-        let op = *op;
-        // SAFETY: as in `copy_raw`.
-        enqueue(Box::new(move || unsafe {
-            MOCK_KERNELS.pre_op_raw(dst, src, bytes, &op)
-        }))
-    }
-    unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
-        reach("buf", buf, bytes)?;
-        let op = *op;
-        // SAFETY: as in `copy_raw`.
-        enqueue(Box::new(move || unsafe { MOCK_KERNELS.post_op_raw(buf, bytes, &op) }))
+        for (what, p) in operands {
+            reach(what, p, bytes)?;
+        }
+        if self.queued {
+            QUEUED.fetch_add(1, Ordering::Relaxed);
+            let run: Queued = Box::new(move || MOCK_KERNELS.launch(operands, bytes, op));
+            QUEUE.with(|q| q.borrow_mut().push(run));
+            return Ok(());
+        }
+        CALLS.fetch_add(1, Ordering::Relaxed);
+        op()
     }
 }
 
 impl Backend for MockKernels {
     fn name(&self) -> &'static str {
-        "mock-gpu"
+        if self.queued { "mock-gpu-queue" } else { "mock-gpu" }
     }
     fn enqueuer(&self) -> Option<&dyn Backend> {
-        Some(&MOCK_QUEUE)
+        (!self.queued).then_some(&MOCK_QUEUE)
     }
     fn wait_enqueued(&self) -> Result<(), KernelError> {
+        if self.queued {
+            return Ok(());
+        }
         let ops = QUEUE.with(|q| std::mem::take(&mut *q.borrow_mut()));
         if !ops.is_empty() {
             WAITS.fetch_add(1, Ordering::Relaxed);
@@ -199,36 +136,23 @@ impl Backend for MockKernels {
         }
         first
     }
-    fn copy(&self, _: &mut [u8], _: &[u8]) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn reduce(&self, _: &mut [u8], _: &[u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn reduce_inplace(&self, _: &mut [u8], _: &[u8], _: &DevRedOp, _: Pre) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn pre_op(&self, _: &mut [u8], _: &[u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn pre_op_inplace(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
-    fn post_op(&self, _: &mut [u8], _: &DevRedOp) -> Result<(), KernelError> {
-        Err(slices_refused())
-    }
+    refuse_slices!(slices_refused());
+    // The raw methods: the caller's contract holds until the operation has
+    // run (at once, or at the wait that runs a queued one).
     unsafe fn copy_raw(&self, dst: *mut u8, src: *const u8, bytes: usize) -> Result<(), KernelError> {
-        if STAGING_OK.load(Ordering::Relaxed) && (mockdev::contains(dst, bytes) || mockdev::contains(src, bytes)) {
+        let copy = move || {
+            ProcMem::write(dst, &ProcMem::read(src, bytes));
+            Ok(())
+        };
+        if !self.queued
+            && STAGING_OK.load(Ordering::Relaxed)
+            && (mockdev::contains(dst, bytes) || mockdev::contains(src, bytes))
+        {
             // Staging: a copy between device memory and a bounce buffer
             // (`cuMemAllocHost`ed on a GPU; plain host memory here).
-            mem_write(dst, &mem_read(src, bytes));
-            return Ok(());
+            return copy();
         }
-        reach("dst", dst, bytes)?;
-        reach("src", src, bytes)?;
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        mem_write(dst, &mem_read(src, bytes));
-        Ok(())
+        self.launch([("dst", dst.cast_const()), ("src", src)], bytes, copy)
     }
     unsafe fn reduce_raw(
         &self,
@@ -239,33 +163,32 @@ impl Backend for MockKernels {
         op: &DevRedOp,
         pre: Pre,
     ) -> Result<(), KernelError> {
-        reach("dst", dst, bytes)?;
-        reach("a", a, bytes)?;
-        reach("b", b, bytes)?;
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        let (av, bv) = (mem_read(a, bytes), mem_read(b, bytes));
-        let mut out = vec![0u8; bytes];
-        CPU.reduce(&mut out, &av, &bv, op, pre)?;
-        mem_write(dst, &out);
-        Ok(())
+        let op = *op;
+        self.launch([("dst", dst.cast_const()), ("a", a), ("b", b)], bytes, move || {
+            let (av, bv) = (ProcMem::read(a, bytes), ProcMem::read(b, bytes));
+            let mut out = vec![0u8; bytes];
+            CPU.reduce(&mut out, &av, &bv, &op, pre)?;
+            ProcMem::write(dst, &out);
+            Ok(())
+        })
     }
     unsafe fn pre_op_raw(&self, dst: *mut u8, src: *const u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
-        reach("dst", dst, bytes)?;
-        reach("src", src, bytes)?;
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        let sv = mem_read(src, bytes);
-        let mut out = vec![0u8; bytes];
-        CPU.pre_op(&mut out, &sv, op)?;
-        mem_write(dst, &out);
-        Ok(())
+        let op = *op;
+        self.launch([("dst", dst.cast_const()), ("src", src)], bytes, move || {
+            let mut out = vec![0u8; bytes];
+            CPU.pre_op(&mut out, &ProcMem::read(src, bytes), &op)?;
+            ProcMem::write(dst, &out);
+            Ok(())
+        })
     }
     unsafe fn post_op_raw(&self, buf: *mut u8, bytes: usize, op: &DevRedOp) -> Result<(), KernelError> {
-        reach("buf", buf, bytes)?;
-        CALLS.fetch_add(1, Ordering::Relaxed);
-        let mut v = mem_read(buf, bytes);
-        CPU.post_op(&mut v, op)?;
-        mem_write(buf, &v);
-        Ok(())
+        let op = *op;
+        self.launch([("buf", buf.cast_const())], bytes, move || {
+            let mut v = ProcMem::read(buf, bytes);
+            CPU.post_op(&mut v, &op)?;
+            ProcMem::write(buf, &v);
+            Ok(())
+        })
     }
 }
 
@@ -283,35 +206,25 @@ pub fn gpu0() -> MockGpu {
 /// `len` bytes of mock device memory of `gpu`, whose kernels are [`MockKernels`].
 pub struct MockBuf {
     pub ptr: *mut u8,
-    map: usize,
+    _map: ProtNone,
 }
 
 impl MockBuf {
     /// Maps and declares the buffer (panics when `mmap` fails).
     pub fn new(len: usize, gpu: MockGpu) -> MockBuf {
-        let map = len.max(1).next_multiple_of(4096);
-        // SAFETY: a fresh anonymous mapping; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(p, libc::MAP_FAILED, "mmap of mock device memory");
-        mockdev::declare_kernels(p.cast(), map, &MOCK_KERNELS, gpu);
-        MockBuf { ptr: p.cast(), map }
+        let map = ProtNone::new(len);
+        mockdev::declare_kernels(map.ptr, map.len, &MOCK_KERNELS, gpu);
+        MockBuf {
+            ptr: map.ptr,
+            _map: map,
+        }
     }
 }
 
 impl Drop for MockBuf {
     fn drop(&mut self) {
+        // Forgotten before `_map` is unmapped.
         mockdev::forget(self.ptr);
-        // SAFETY: mapped by `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.map) };
     }
 }
 
@@ -339,13 +252,13 @@ pub fn run_device(
     let sendbuf = MockBuf::new(se * es, gpu.clone());
     let rlen = if in_place { se.max(re) } else { re } * es;
     let recvbuf = MockBuf::new(rlen, gpu.clone());
-    mem_write(recvbuf.ptr, &vec![0xEE; rlen]);
+    ProcMem::write(recvbuf.ptr, &vec![0xEE; rlen]);
     let (soff, roff) = top.in_place_offsets(count, r);
     let (sp, rp): (*const u8, *mut u8) = if in_place {
-        mem_write(recvbuf.ptr.wrapping_add(soff * es), &input);
+        ProcMem::write(recvbuf.ptr.wrapping_add(soff * es), &input);
         (recvbuf.ptr.wrapping_add(soff * es), recvbuf.ptr.wrapping_add(roff * es))
     } else {
-        mem_write(sendbuf.ptr, &input);
+        ProcMem::write(sendbuf.ptr, &input);
         (sendbuf.ptr, recvbuf.ptr)
     };
     let s = Stream::new();
@@ -354,7 +267,7 @@ pub fn run_device(
         .unwrap_or_else(|e| panic!("rank {r}: {top:?} {dtype} {op} count {count}: enqueue: {e}"));
     s.synchronize()
         .unwrap_or_else(|e| panic!("rank {r}: {top:?} {dtype} {op} count {count}: {e}"));
-    let got = mem_read(rp, re * es);
+    let got = ProcMem::read(rp, re * es);
     match check::expected(top, dtype, &op, n, r, count, seed) {
         Some(want) => check::count_wrong(dtype, &got, &want),
         None => 0,

@@ -5,6 +5,8 @@
 //! test binary, `target/<profile>/libnccl_net_socket.so`) on loopback.
 #![allow(dead_code)]
 
+pub mod mock_mem;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
