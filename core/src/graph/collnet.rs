@@ -76,6 +76,27 @@ pub fn direct_nheads(min_local: usize, max_local: usize) -> Option<usize> {
     (max_local <= MAX_DIRECT_ARITY + 1).then_some(min_local.clamp(1, MAX_DIRECT_ARITY + 1))
 }
 
+/// The CollNet heads of a searched CollNetDirect graph (`ncclCollNetSetup`,
+/// `src/init.cc`): the first rank of every channel (`intra[c * localRanks]`), each
+/// once, in channel order. Empty when the graph has no channels.
+pub fn searched_heads(g: &super::TopoGraph) -> Vec<i32> {
+    let mut out: Vec<i32> = Vec::new();
+    for c in 0..g.n_channels {
+        let head = g.channel(c)[0];
+        if !out.contains(&head) {
+            out.push(head);
+        }
+    }
+    out
+}
+
+/// Whether the CollNetChain graph's heads (the first rank of each of its channels)
+/// are all CollNet heads (`isCollNetChainHeadsSubset`, `src/init.cc`: CollNetChain
+/// can only use heads that have CollNet resources). False when either graph is empty.
+pub fn chain_heads_subset(chain: &super::TopoGraph, heads: &[i32]) -> bool {
+    chain.n_channels > 0 && !heads.is_empty() && (0..chain.n_channels).all(|c| heads.contains(&chain.channel(c)[0]))
+}
+
 /// This rank's place in one channel's CollNetDirect pattern (NCCL's
 /// `struct ncclDirect` `collnetDirect` of a channel, filled by
 /// `src/graph/connect.cc` `connectCollNet`).
