@@ -116,6 +116,13 @@ pub struct TopoPlan {
     pub ring: GraphInfo,
     /// Tree graph after the all-gather (for tuning).
     pub tree: GraphInfo,
+    /// CollNetChain graph after the all-gather (no channels: not searched or none found).
+    pub collnet_chain: GraphInfo,
+    /// CollNetDirect graph after the all-gather.
+    pub collnet_direct: GraphInfo,
+    /// CollNet heads the CollNetDirect search found per host, the fewest over hosts
+    /// (0: none; [`super::collnet::direct_nheads`] turns it into the heads used).
+    pub collnet_heads: usize,
     /// Largest tree pattern over ranks.
     pub max_tree_pattern: i32,
     /// (min, max) compute capability over ranks (0 for CPU ranks).
@@ -518,6 +525,9 @@ impl CommTopology {
             local_ranks,
             ring: self.comm.ring,
             tree: self.comm.tree,
+            collnet_chain: self.comm.collnet_chain,
+            collnet_direct: self.comm.collnet_direct,
+            collnet_heads: self.comm.collnet_heads,
             max_tree_pattern: self.comm.max_tree_pattern,
             comp_cap: self.comm.comp_cap,
             cpu_arch_vendor: self.comm.cpu_arch_vendor,
