@@ -63,7 +63,8 @@ pub struct HostTopology {
     pub graphs: HostGraphs,
     /// `ncclTopoPrint` lines (system and paths).
     pub system_log: Vec<String>,
-    /// `ncclTopoPrintGraph` lines of the ring then the tree graph.
+    /// `ncclTopoPrintGraph` lines of the ring, the tree, then the CollNetChain and
+    /// CollNetDirect graphs where they have channels.
     pub graph_log: Vec<String>,
     /// The searches' relaxation steps (when `params.explain`).
     pub why: Vec<String>,
