@@ -603,10 +603,8 @@ impl Search<'_> {
             if bwd == ngpus {
                 // Both directions fit: the head is at step 0, the others follow.
                 let base = g.n_channels * ngpus;
-                let mut step = 1;
-                for d in (0..ngpus).filter(|&d| d != head) {
+                for (step, d) in (1..).zip((0..ngpus).filter(|&d| d != head)) {
                     g.intra[base + step] = self.gpu_rank(d);
-                    step += 1;
                 }
                 self.rec_gpu(g, best, head, ngpus, -1, -1, 0, time)?;
             }
