@@ -57,7 +57,7 @@ pub fn net_bw(speed_mbps: i32) -> f32 {
 /// The graphs of a host communicator: ring and tree over every channel, each
 /// channel carrying an equal share of the device's bandwidth (NCCL's search
 /// spreads the NIC over its channels the same way). No NVLS or PAT graph; the
-/// CollNet chain is added by [`with_collnet_chain`] once CollNet is connected.
+/// CollNet chain is added by [`with_collnet`] once CollNet is connected.
 pub fn graph_info(h: &HostFacts) -> GraphInfo {
     let nch = h.nchannels.max(1);
     let bw = net_bw(h.net_speed_mbps) / nch as f32;
@@ -91,7 +91,7 @@ pub fn graph_info(h: &HostFacts) -> GraphInfo {
 
 /// The communicator facts of a host: no GPU (compute capability 0, so LL128's
 /// automatic enable and PAT are off), no NVSwitch, no CollNet (until
-/// [`with_collnet_chain`]), an x86 or other CPU.
+/// [`with_collnet`]), an x86 or other CPU.
 pub fn model_input(h: &HostFacts, params: ModelParams) -> ModelInput {
     ModelInput {
         nranks: h.nranks,
