@@ -214,3 +214,35 @@ fn collnet_graphs_round_trip_through_the_graph_file() {
     assert_eq!(cut.comm.collnet_heads, 2);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The GPU tuning model (`ncclTopoTuneModel`) reads the searched CollNet graphs: on
+/// 2 x ND A100 v4 with CollNet NICs and `NCCL_COLLNET_ENABLE=1`, CollNet is on with the
+/// 8 searched heads (no NVLS on sm 80), and the CollNetDirect and CollNetChain AllReduce
+/// entries are priced; without the CollNet marks, or on one node, they stay off.
+#[test]
+fn gpu_model_uses_the_searched_collnet_graphs() {
+    use ferroccl::tune::constants::TunerConstants;
+    use ferroccl::tune::gpu::{GpuTuneParams, GpuTuning};
+    use ferroccl::tune::ids::{Algorithm, Func, Protocol};
+    let p = GpuTuneParams {
+        collnet_enable: true,
+        ..GpuTuneParams::default()
+    };
+    let entry =
+        |g: &GpuTuning, a: Algorithm| g.cost_table(Func::AllReduce, 1 << 26)[a.index()][Protocol::Simple.index()];
+    let on = GpuTuning::new(&build("ndv4", 2, true), &p, TunerConstants::nccl_gpu());
+    assert!(on.input.collnet_enable);
+    assert!(on.input.collnet_chain_support);
+    assert_eq!(on.input.collnet_heads, 8);
+    assert_eq!(on.graphs.collnet_direct.nchannels, 8);
+    assert!(entry(&on, Algorithm::CollNetDirect) > 0.0, "{:?}", on.notes);
+    assert!(entry(&on, Algorithm::CollNetChain) > 0.0, "{:?}", on.notes);
+    for off in [
+        GpuTuning::new(&build("ndv4", 2, false), &p, TunerConstants::nccl_gpu()),
+        GpuTuning::new(&build("ndv4", 1, true), &p, TunerConstants::nccl_gpu()),
+    ] {
+        assert!(!off.input.collnet_enable);
+        assert!(entry(&off, Algorithm::CollNetDirect) < 0.0);
+        assert!(entry(&off, Algorithm::CollNetChain) < 0.0);
+    }
+}
