@@ -348,3 +348,35 @@ fn gpu_detection_skips_cleanly_without_a_driver_and_fills_a_gpu_rank_from_facts(
     assert_eq!(topo.hosts[0].graphs.ring.n_channels, 32);
     assert_eq!(topo.comm.n_channels, 64);
 }
+
+/// CollNet heads of CPU-process hosts: the NIC detection makes carries no CollNet
+/// mark, so the CollNetDirect search finds nothing and every rank of the smallest
+/// host is a head (`direct_nheads`: what `coll_collnet_direct` runs with, 4 heads
+/// for 2 hosts x 4 ranks). Marked `coll="1"` (a topology file saying the CollNet
+/// plugin serves it), the one NIC gives NCCL's answer, one head per host: its
+/// search takes a new head only while `nChannels < netCount`.
+#[test]
+fn cpu_hosts_collnet_heads() {
+    let fake = FakeSys::new("collnet");
+    let params = TopoParams::default();
+    let records = numa_records(&fake, 2, &params);
+    let p = plan(0, &records, &params).unwrap();
+    assert_eq!(p.collnet_heads, 0);
+    assert_eq!(p.collnet_direct.n_channels, 0);
+    assert_eq!(ferroccl::graph::collnet::direct_nheads(p.collnet_heads, 4, 4), Some(4));
+    let marked: Vec<TopoRecord> = records
+        .iter()
+        .map(|r| {
+            let mut x = xml::parse(&r.xml, Schema::Topology, "record").unwrap();
+            x.for_each_mut("net", &mut |n| n.set_attr("coll", 1));
+            TopoRecord {
+                xml: xml::dump(&x),
+                ..r.clone()
+            }
+        })
+        .collect();
+    let p = plan(0, &marked, &params).unwrap();
+    assert_eq!(p.collnet_direct.n_channels, 1);
+    assert_eq!(p.collnet_heads, 1);
+    assert_eq!(ferroccl::graph::collnet::direct_nheads(p.collnet_heads, 4, 4), Some(1));
+}

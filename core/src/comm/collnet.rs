@@ -42,6 +42,12 @@ pub(crate) struct CommCollNet {
 }
 
 impl CommCollNet {
+    /// CollNetDirect heads per host and channel (`comm->collNetHeadsNum`), `None`
+    /// where CollNetDirect cannot run: what the tuning model is told.
+    pub(crate) fn direct_heads(&self) -> Option<usize> {
+        self.direct.as_ref().and_then(|d| d.first()).map(|p| p.heads.len())
+    }
+
     /// `(AllGather, ReduceScatter)` over CollNet possible with this plugin:
     /// its `iallgather` / `ireducescatter` slots are set (NCCL's
     /// `src/graph/tuning.cc` turns CollNet off for a NULL slot) and it is v9+.
@@ -100,6 +106,9 @@ pub(crate) struct SetupArgs<'a> {
     pub peers: &'a [PeerInfo],
     pub rank: usize,
     pub nchannels: usize,
+    /// CollNet heads per host the CollNetDirect graph search found (0: none;
+    /// [`collnet::direct_nheads`]).
+    pub searched_heads: usize,
     pub comm_id: u64,
     /// Bytes per FIFO step of the links.
     pub step_size: usize,
@@ -184,7 +193,7 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         per_host.values().copied().min().unwrap_or(1),
         per_host.values().copied().max().unwrap_or(1),
     );
-    let direct_heads = collnet::direct_nheads(min_local, max_local);
+    let direct_heads = collnet::direct_nheads(a.searched_heads, min_local, max_local);
     let nheads = direct_heads.unwrap_or(1);
     let direct: Vec<DirectPos> = (0..a.nchannels)
         .map(|c| collnet::direct_position(&hosts, a.rank, c, nheads))

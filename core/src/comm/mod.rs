@@ -275,7 +275,7 @@ fn init_tuning(
     external_net: Option<&std::path::Path>,
     comm_id: u64,
     shm_proto: Option<crate::tune::Protocol>,
-    collnet: Option<(crate::plugin::collnet::SupportMatrix, (bool, bool))>,
+    collnet: Option<(crate::plugin::collnet::SupportMatrix, (bool, bool), Option<usize>)>,
 ) -> Result<crate::tune::Tuning> {
     let mut per_host: std::collections::BTreeMap<u64, usize> = Default::default();
     for p in peers {
@@ -320,6 +320,7 @@ fn init_tuning(
         params: params.tune.clone(),
         collnet: collnet.map(|c| c.0),
         collnet_sge: collnet.map_or((false, false), |c| c.1),
+        collnet_heads: collnet.and_then(|c| c.2),
     };
     crate::tune::Tuning::new(setup, tuner)
 }
@@ -480,6 +481,7 @@ impl Comm {
                 peers: &peers,
                 rank,
                 nchannels: channels.len(),
+                searched_heads: topo.collnet_heads,
                 comm_id: comm_hash(id),
                 step_size: ring_step,
                 threshold: collnet_node_threshold()?,
@@ -497,7 +499,7 @@ impl Comm {
             external_net.as_deref(),
             comm_hash(id),
             (!tparams.shm_disable).then_some(shm_proto),
-            collnet.as_ref().map(|c| (c.matrix, c.sge_support())),
+            collnet.as_ref().map(|c| (c.matrix, c.sge_support(), c.direct_heads())),
         )?);
         let collnet_chains = collnet.as_ref().map(|c| c.chains.clone()).unwrap_or_default();
         let collnet_direct = collnet.as_ref().and_then(|c| c.direct.clone()).unwrap_or_default();

@@ -65,15 +65,52 @@ pub fn heads(hosts: &[u64], channel: usize) -> Vec<usize> {
 /// local ranks than that.
 pub const MAX_DIRECT_ARITY: usize = 7;
 
-/// The number of CollNetDirect heads per host and channel (NCCL's `nHeads`,
-/// `src/graph/connect.cc` `connectCollNet`), from the fewest and the most ranks
-/// any host has: every host has the same number of heads (head `h` of every
-/// host joins the channel's `h`-th collComm), so at most the smallest host's
-/// rank count, and at most [`MAX_DIRECT_ARITY`] + 1. `None`: CollNetDirect
-/// cannot run (a host has more than [`MAX_DIRECT_ARITY`] + 1 ranks, as NCCL
-/// refuses it in `src/init.cc`).
-pub fn direct_nheads(min_local: usize, max_local: usize) -> Option<usize> {
-    (max_local <= MAX_DIRECT_ARITY + 1).then_some(min_local.clamp(1, MAX_DIRECT_ARITY + 1))
+/// The number of CollNetDirect heads per host and channel (NCCL's
+/// `comm->collNetHeadsNum`, `src/init.cc` `ncclCollNetSetup`; `nHeads` of
+/// `src/graph/connect.cc` `connectCollNet`), the one value the connection setup
+/// (`comm::collnet`), the schedule and the tuning model use.
+///
+/// `searched` is what the CollNetDirect graph search found (the fewest distinct
+/// heads over hosts, [`super::CommGraph::collnet_heads`]): where it found any
+/// (hosts whose NICs the CollNet plugin serves, `coll="1"`), the heads are the
+/// searched ones, at most the smallest host's rank count. Where it found none
+/// (CPU-process ranks, whose NIC carries no CollNet mark and which all reach the
+/// plugin alike, the role one NIC per GPU plays in NCCL's search), every rank of
+/// the smallest host is a head. At most [`MAX_DIRECT_ARITY`] + 1 either way, and
+/// `None` (CollNetDirect cannot run) where a host has more ranks than that, as
+/// NCCL refuses it in `src/init.cc`: every host has the same number of heads
+/// (head `h` of every host joins the channel's `h`-th collComm).
+pub fn direct_nheads(searched: usize, min_local: usize, max_local: usize) -> Option<usize> {
+    if max_local > MAX_DIRECT_ARITY + 1 {
+        return None;
+    }
+    let n = if searched > 0 {
+        searched.min(min_local)
+    } else {
+        min_local
+    };
+    Some(n.clamp(1, MAX_DIRECT_ARITY + 1))
+}
+
+/// The CollNet heads of a searched CollNetDirect graph (`ncclCollNetSetup`,
+/// `src/init.cc`): the first rank of every channel (`intra[c * localRanks]`), each
+/// once, in channel order. Empty when the graph has no channels.
+pub fn searched_heads(g: &super::TopoGraph) -> Vec<i32> {
+    let mut out: Vec<i32> = Vec::new();
+    for c in 0..g.n_channels {
+        let head = g.channel(c)[0];
+        if !out.contains(&head) {
+            out.push(head);
+        }
+    }
+    out
+}
+
+/// Whether the CollNetChain graph's heads (the first rank of each of its channels)
+/// are all CollNet heads (`isCollNetChainHeadsSubset`, `src/init.cc`: CollNetChain
+/// can only use heads that have CollNet resources). False when either graph is empty.
+pub fn chain_heads_subset(chain: &super::TopoGraph, heads: &[i32]) -> bool {
+    chain.n_channels > 0 && !heads.is_empty() && (0..chain.n_channels).all(|c| heads.contains(&chain.channel(c)[0]))
 }
 
 /// This rank's place in one channel's CollNetDirect pattern (NCCL's
@@ -215,9 +252,13 @@ mod tests {
             assert_eq!(direct_members(&hosts, c, 0, 3), heads(&hosts, c));
         }
         // Uneven hosts: as many heads as the smallest host has ranks.
-        assert_eq!(direct_nheads(1, 3), Some(1));
-        assert_eq!(direct_nheads(4, 4), Some(4));
-        assert_eq!(direct_nheads(9, 9), None);
-        assert_eq!(direct_nheads(8, 8), Some(8));
+        assert_eq!(direct_nheads(0, 1, 3), Some(1));
+        assert_eq!(direct_nheads(0, 4, 4), Some(4));
+        assert_eq!(direct_nheads(0, 9, 9), None);
+        assert_eq!(direct_nheads(0, 8, 8), Some(8));
+        // Searched heads (one per CollNet NIC's local GPU) win, within the host.
+        assert_eq!(direct_nheads(1, 4, 4), Some(1));
+        assert_eq!(direct_nheads(8, 4, 6), Some(4));
+        assert_eq!(direct_nheads(2, 9, 9), None);
     }
 }

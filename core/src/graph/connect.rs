@@ -130,6 +130,12 @@ pub struct HostGraphs {
     /// NVLS graph (id 3): no channels when NVLS is not supported
     /// ([`crate::topo::nvls_support`]).
     pub nvls: TopoGraph,
+    /// CollNetChain graph (id 2, pattern TREE over CollNet NICs): no channels when no
+    /// NIC of the host has CollNet support.
+    pub collnet_chain: TopoGraph,
+    /// CollNetDirect graph (id 4, pattern COLLNET_DIRECT): one head GPU per channel,
+    /// no channels when no NIC of the host has CollNet support.
+    pub collnet_direct: TopoGraph,
 }
 
 /// Every rank's channels and the comm-wide facts derived with them.
@@ -157,6 +163,18 @@ pub struct CommGraph {
     /// NVLS graph after the all-gather; `n_channels == 0` means no NVLS (NCCL then sets
     /// `comm->nvlsSupport = 0`).
     pub nvls: GraphInfo,
+    /// CollNetChain graph after the all-gather (`n_channels == 0`: not searched or
+    /// nothing found).
+    pub collnet_chain: GraphInfo,
+    /// CollNetDirect graph after the all-gather.
+    pub collnet_direct: GraphInfo,
+    /// CollNet heads per host (`comm->collNetHeadsNum` of `ncclCollNetSetup`,
+    /// `src/init.cc`: the distinct first GPUs of the CollNetDirect graph's channels),
+    /// the fewest over hosts; 0 when no host's CollNetDirect search found a channel.
+    pub collnet_heads: usize,
+    /// Every host's CollNetChain heads are among its CollNetDirect heads
+    /// (`comm->collNetChainSupport`, `isCollNetChainHeadsSubset` in `src/init.cc`).
+    pub collnet_chain_support: bool,
     /// Largest tree pattern over ranks (`comm->maxTreePattern`).
     pub max_tree_pattern: i32,
     /// Smallest / largest compute capability over ranks (0 for CPU ranks).
@@ -300,12 +318,16 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
     let mut ring = GraphInfo::of(&hosts[rank_to_host[0]].ring);
     let mut tree = GraphInfo::of(&hosts[rank_to_host[0]].tree);
     let mut nvls = GraphInfo::of(&hosts[rank_to_host[0]].nvls);
+    let mut collnet_chain = GraphInfo::of(&hosts[rank_to_host[0]].collnet_chain);
+    let mut collnet_direct = GraphInfo::of(&hosts[rank_to_host[0]].collnet_direct);
     let mut max_tree_pattern = 0;
     for r in 0..nranks {
         let h = &hosts[rank_to_host[r]];
         ring.merge(&GraphInfo::of(&h.ring));
         tree.merge(&GraphInfo::of(&h.tree));
         nvls.merge(&GraphInfo::of(&h.nvls));
+        collnet_chain.merge(&GraphInfo::of(&h.collnet_chain));
+        collnet_direct.merge(&GraphInfo::of(&h.collnet_direct));
         max_tree_pattern = max_tree_pattern.max(h.tree.pattern);
     }
     let n = tree.n_channels.min(ring.n_channels);
@@ -541,6 +563,16 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
         ring,
         tree,
         nvls,
+        collnet_heads: hosts
+            .iter()
+            .map(|h| super::collnet::searched_heads(&h.collnet_direct).len())
+            .min()
+            .unwrap_or(0),
+        collnet_chain_support: hosts.iter().all(|h| {
+            super::collnet::chain_heads_subset(&h.collnet_chain, &super::collnet::searched_heads(&h.collnet_direct))
+        }),
+        collnet_chain,
+        collnet_direct,
         max_tree_pattern,
         comp_cap: if comp_cap.0 == i32::MAX { (0, 0) } else { comp_cap },
         cpu_arch_vendor: cpu_arch_vendor.unwrap_or((-1, -1)),

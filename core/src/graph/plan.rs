@@ -63,7 +63,8 @@ pub struct HostTopology {
     pub graphs: HostGraphs,
     /// `ncclTopoPrint` lines (system and paths).
     pub system_log: Vec<String>,
-    /// `ncclTopoPrintGraph` lines of the ring then the tree graph.
+    /// `ncclTopoPrintGraph` lines of the ring, the tree, then the CollNetChain and
+    /// CollNetDirect graphs where they have channels.
     pub graph_log: Vec<String>,
     /// The searches' relaxation steps (when `params.explain`).
     pub why: Vec<String>,
@@ -116,6 +117,13 @@ pub struct TopoPlan {
     pub ring: GraphInfo,
     /// Tree graph after the all-gather (for tuning).
     pub tree: GraphInfo,
+    /// CollNetChain graph after the all-gather (no channels: not searched or none found).
+    pub collnet_chain: GraphInfo,
+    /// CollNetDirect graph after the all-gather.
+    pub collnet_direct: GraphInfo,
+    /// CollNet heads the CollNetDirect search found per host, the fewest over hosts
+    /// (0: none; [`super::collnet::direct_nheads`] turns it into the heads used).
+    pub collnet_heads: usize,
     /// Largest tree pattern over ranks.
     pub max_tree_pattern: i32,
     /// (min, max) compute capability over ranks (0 for CPU ranks).
@@ -192,6 +200,8 @@ struct Canon {
     ring: TopoGraph,
     tree: TopoGraph,
     nvls: TopoGraph,
+    collnet_chain: TopoGraph,
+    collnet_direct: TopoGraph,
     why: Vec<String>,
 }
 
@@ -220,13 +230,46 @@ fn search_host(
     if crate::topo::nvls_support(&sys, params.nvls_enable) {
         search::compute(&mut sys, &mut nvls, params, graph_file, None)?;
     }
+    // initTransportsRank (`src/init.cc`): with CollNet, the CollNetChain graph (id 2,
+    // TREE over CollNet NICs, as many channels as the ring) and the CollNetDirect graph
+    // (id 4, 1..MAXCHANNELS heads). NCCL searches them when CollNet is enabled; a NIC
+    // has `coll="1"` only when the CollNet plugin serves it (`ncclTopoFillNet`), and
+    // without one both searches find nothing, so they run whenever one does.
+    let (collnet_chain, collnet_direct) = collnet_graphs(&mut sys, ring.n_channels, params, graph_file)?;
     Ok(Canon {
         system: sys,
         ring,
         tree,
         nvls,
+        collnet_chain,
+        collnet_direct,
         why,
     })
+}
+
+/// The CollNetChain and CollNetDirect graphs of a host whose paths are computed
+/// (`src/init.cc` `initTransportsRank`; `ncclTopoCompute` for each): both without
+/// channels when no NIC of `sys` has CollNet support.
+pub fn collnet_graphs(
+    sys: &mut System,
+    ring_channels: usize,
+    params: &TopoParams,
+    graph_file: Option<&XmlNode>,
+) -> Result<(TopoGraph, TopoGraph), TopoError> {
+    let ngpus = sys.count(NodeType::Gpu);
+    let mut chain = TopoGraph::new(2, topo_graph::PATTERN_TREE, ring_channels, ring_channels, ngpus);
+    chain.coll_net = true;
+    let mut direct = TopoGraph::new(4, topo_graph::PATTERN_COLLNET_DIRECT, 1, MAXCHANNELS, ngpus);
+    direct.coll_net = true;
+    let coll = sys
+        .of(NodeType::Net)
+        .iter()
+        .any(|n| matches!(&n.info, NodeInfo::Net(ni) if ni.coll));
+    if coll {
+        search::compute(sys, &mut chain, params, graph_file, None)?;
+        search::compute(sys, &mut direct, params, graph_file, None)?;
+    }
+    Ok((chain, direct))
 }
 
 fn relabel(g: &TopoGraph, ranks: &[usize]) -> TopoGraph {
@@ -336,10 +379,19 @@ impl CommTopology {
             let ring = relabel(&canon.ring, ranks);
             let tree = relabel(&canon.tree, ranks);
             let nvls = relabel(&canon.nvls, ranks);
+            let collnet_chain = relabel(&canon.collnet_chain, ranks);
+            let collnet_direct = relabel(&canon.collnet_direct, ranks);
             let mut system_log = system::print_system(&sys);
             system_log.extend(paths::print_paths(&sys));
             let mut graph_log = search::print_graph(&sys, &ring);
             graph_log.extend(search::print_graph(&sys, &tree));
+            // NCCL prints every graph it searched (`ncclTopoPrintGraph` after each
+            // `ncclTopoCompute`): the CollNet ones only where CollNet NICs exist.
+            for g in [&collnet_chain, &collnet_direct] {
+                if g.n_channels > 0 {
+                    graph_log.extend(search::print_graph(&sys, g));
+                }
+            }
             hosts.push(HostTopology {
                 host_hash: hash,
                 ranks: ranks.clone(),
@@ -350,6 +402,8 @@ impl CommTopology {
                     ring,
                     tree,
                     nvls,
+                    collnet_chain,
+                    collnet_direct,
                 },
                 system_log,
                 graph_log,
@@ -366,17 +420,16 @@ impl CommTopology {
         &self.hosts[self.comm.rank_to_host[rank]]
     }
 
-    /// The graph XML NCCL dumps for a host (ring, tree, the empty collnet direct and
-    /// collnet chain graphs, then the NVLS graph: one head GPU per channel, empty where
-    /// NVLS is not supported).
+    /// The graph XML NCCL dumps for a host (`ncclTopoDumpGraphs`: ring, tree, the
+    /// CollNetDirect and CollNetChain graphs (empty without CollNet NICs), then the
+    /// NVLS graph: one head GPU per channel, empty where NVLS is not supported).
     pub fn graph_xml(&self, host: usize) -> Result<String, TopoError> {
         let h = &self.hosts[host];
-        let ngpus = h.graphs.ring.ngpus;
-        let empty = |id, pattern| TopoGraph::new(id, pattern, 0, 0, ngpus);
-        let cd = empty(4, topo_graph::PATTERN_COLLNET_DIRECT);
-        let cc = empty(2, topo_graph::PATTERN_TREE);
-        let nv = &h.graphs.nvls;
-        let x = super::graph_xml::graphs_to_xml(&h.graphs.system, &[&h.graphs.ring, &h.graphs.tree, &cd, &cc, nv])?;
+        let g = &h.graphs;
+        let x = super::graph_xml::graphs_to_xml(
+            &g.system,
+            &[&g.ring, &g.tree, &g.collnet_direct, &g.collnet_chain, &g.nvls],
+        )?;
         Ok(xml::dump(&x))
     }
 
@@ -473,6 +526,9 @@ impl CommTopology {
             local_ranks,
             ring: self.comm.ring,
             tree: self.comm.tree,
+            collnet_chain: self.comm.collnet_chain,
+            collnet_direct: self.comm.collnet_direct,
+            collnet_heads: self.comm.collnet_heads,
             max_tree_pattern: self.comm.max_tree_pattern,
             comp_cap: self.comm.comp_cap,
             cpu_arch_vendor: self.comm.cpu_arch_vendor,

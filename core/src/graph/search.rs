@@ -494,7 +494,7 @@ impl Search<'_> {
         } else if g.pattern == PATTERN_NVLS {
             self.try_nvls(g, best, gpu, time)?;
         } else if g.pattern == PATTERN_COLLNET_DIRECT {
-            // Not modelled.
+            self.try_collnet_direct(g, best, gpu, time)?;
         } else if step + 1 < ngpus {
             let next: Vec<usize> = if forced == FORCED_ORDER_PCI {
                 vec![step + 1]
@@ -574,6 +574,50 @@ impl Search<'_> {
         Ok(())
     }
 
+    /// `ncclTopoSearchTryCollnetDirect` (`src/graph/search.cc`): with GPU `head` as this
+    /// channel's CollNetDirect head, charge `bwIntra / (ngpus - 1)` on the path from the
+    /// head to every GPU, then from every GPU back to the head (the head scatters to and
+    /// gathers from all local ranks); when everything fits, the channel lists the head
+    /// first and then every other GPU in index order, and is complete.
+    fn try_collnet_direct(
+        &mut self,
+        g: &mut TopoGraph,
+        best: &mut TopoGraph,
+        head: usize,
+        time: &mut i64,
+    ) -> Result<(), TopoError> {
+        let ngpus = self.ngpus;
+        let gpu = |d: usize| NodeRef::new(NodeType::Gpu, d);
+        // NCCL: `float mul = 1.0 / (float)(ngpus - 1)` (one GPU: the head alone, whose
+        // path to itself is empty and always fits).
+        let mul = if ngpus > 1 { 1.0 / (ngpus - 1) as f32 } else { 1.0 };
+        let mut fwd = 0;
+        while fwd < ngpus && self.follow_path(g, Some(gpu(head)), gpu(fwd), mul) {
+            fwd += 1;
+        }
+        if fwd == ngpus {
+            let mut bwd = 0;
+            while bwd < ngpus && self.follow_path(g, Some(gpu(bwd)), gpu(head), mul) {
+                bwd += 1;
+            }
+            if bwd == ngpus {
+                // Both directions fit: the head is at step 0, the others follow.
+                let base = g.n_channels * ngpus;
+                for (step, d) in (1..).zip((0..ngpus).filter(|&d| d != head)) {
+                    g.intra[base + step] = self.gpu_rank(d);
+                }
+                self.rec_gpu(g, best, head, ngpus, -1, -1, 0, time)?;
+            }
+            for d in (0..bwd).rev() {
+                self.follow_path(g, Some(gpu(d)), gpu(head), -mul);
+            }
+        }
+        for d in (0..fwd).rev() {
+            self.follow_path(g, Some(gpu(head)), gpu(d), -mul);
+        }
+        Ok(())
+    }
+
     fn rec_net(
         &mut self,
         g: &mut TopoGraph,
@@ -623,8 +667,9 @@ impl Search<'_> {
             }
             let nref = Some(NodeRef::new(NodeType::Net, n));
             if heads_only {
-                // NVLS only looks for NIC:GPU pairs, one new head per channel.
-                if g.pattern == PATTERN_NVLS && g.n_channels < count && local_gpu != -1 {
+                // `ncclTopoSearchRecNet`: NVLS and CollNetDirect only look for NIC:GPU
+                // pairs, one new head (the NIC's local GPU) per channel.
+                if g.n_channels < count && local_gpu != -1 {
                     let head_rank = self.gpu_rank(local_gpu as usize);
                     let duplicate = (0..g.n_channels).any(|c| g.intra[c * self.ngpus] == head_rank);
                     if !duplicate {
@@ -828,8 +873,9 @@ pub fn compute(
         graph.max_channels = MAX_NVLS_ARITY.min(ngpus);
     }
     if graph.pattern == PATTERN_COLLNET_DIRECT {
-        // Not modelled (no CollNet plugin).
-        return Ok(());
+        // `ncclTopoCompute`: at most one head per GPU, and at most
+        // NCCL_MAX_DIRECT_ARITY + 1 of them.
+        graph.max_channels = graph.max_channels.min(super::collnet::MAX_DIRECT_ARITY + 1).min(ngpus);
     }
     if ngpus == 1 && graph.pattern != PATTERN_RING {
         graph.pattern = PATTERN_TREE;

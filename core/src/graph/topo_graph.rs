@@ -15,7 +15,7 @@ pub const PATTERN_TREE: i32 = 3;
 pub const PATTERN_RING: i32 = 4;
 /// `NCCL_TOPO_PATTERN_NVLS`.
 pub const PATTERN_NVLS: i32 = 5;
-/// `NCCL_TOPO_PATTERN_COLLNET_DIRECT` (not searched here).
+/// `NCCL_TOPO_PATTERN_COLLNET_DIRECT`: one head GPU per channel, the other GPUs after it.
 pub const PATTERN_COLLNET_DIRECT: i32 = 6;
 
 /// Name of a pattern, for humans.

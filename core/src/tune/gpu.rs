@@ -11,8 +11,12 @@
 //!   the topology (and the explorer's hardware model for skeleton files);
 //! * NVLS (`comm->nvlsSupport`) follows [`crate::topo::nvls_support`] and needs NVLS
 //!   channels from the search, as in `initTransportsRank`;
-//! * CollNet needs a CollNet plugin (`ncclCollNet`); none is modelled, so CollNet is off
-//!   whatever `NCCL_COLLNET_ENABLE` says (NCCL without such a plugin behaves the same);
+//! * CollNet needs a CollNet plugin (`ncclCollNet`) serving the NICs: with
+//!   `NCCL_COLLNET_ENABLE=1`, more than one node, and NICs the topology marks
+//!   `coll="1"` (as `ncclTopoFillNet` marks the ones the plugin serves), CollNet is on
+//!   with the searched CollNetDirect/CollNetChain graphs, their heads
+//!   (`collNetHeadsNum`) and chain support; otherwise it is off (NCCL without such a
+//!   plugin behaves the same);
 //! * the net plugin is a host-side one (`NCCL_NET_DEVICE_HOST`, as IB and Socket), which
 //!   PAT's automatic enable requires;
 //! * NCCL is a CUDA 12 build (`CUDART_VERSION` is only read by the LL128 rule for
@@ -149,11 +153,31 @@ impl GpuTuning {
             .map(|h| h.graphs.system.count(NodeType::Nvs))
             .min()
             .unwrap_or(0);
-        if p.collnet_enable {
+        // CollNet (src/init.cc: collNetSupport after ncclCollNetSetup; heads from the
+        // CollNetDirect graph, or the NVLS heads where NVLS is supported).
+        let collnet = p.collnet_enable && nnodes > 1 && comm.collnet_heads > 0;
+        let collnet_heads = if nvls_support {
+            comm.nvls.n_channels
+        } else {
+            comm.collnet_heads
+        };
+        if p.collnet_enable && !collnet {
             notes.push(
-                "NCCL_COLLNET_ENABLE=1: no CollNet plugin is modelled, so CollNet stays off (as in NCCL without one)"
+                "NCCL_COLLNET_ENABLE=1: no NIC is marked coll=\"1\" (no CollNet plugin serves one) or one node, so CollNet stays off (as in NCCL)"
                     .to_string(),
             );
+        } else if collnet {
+            notes.push(format!(
+                "CollNet: {} heads per node, CollNetDirect {} channels, CollNetChain {} channels{}",
+                collnet_heads,
+                comm.collnet_direct.n_channels,
+                comm.collnet_chain.n_channels,
+                if comm.collnet_chain_support {
+                    ""
+                } else {
+                    " (chain heads without CollNet: no CollNetChain)"
+                }
+            ));
         }
         let input = ModelInput {
             nranks,
@@ -164,12 +188,12 @@ impl GpuTuning {
             cpu_arch: arch_of(comm.cpu_arch_vendor.0),
             cpu_vendor: vendor_of(comm.cpu_arch_vendor.1),
             // config.collnetEnable is reset when no CollNet plugin is present.
-            collnet_enable: false,
-            collnet_chain_support: false,
+            collnet_enable: collnet,
+            collnet_chain_support: collnet && comm.collnet_chain_support,
             nvs_count,
             collnet_iallgather: false,
             collnet_ireducescatter: false,
-            collnet_heads: 0,
+            collnet_heads: if collnet { collnet_heads } else { 0 },
             max_local_ranks: max_local,
             net_device_host: true,
             cudart_version: CUDART_VERSION,
@@ -178,8 +202,16 @@ impl GpuTuning {
         let graphs = GraphInfo {
             tree: pattern_info(&comm.tree),
             ring: pattern_info(&comm.ring),
-            collnet_direct: PatternInfo::NONE,
-            collnet_chain: PatternInfo::NONE,
+            collnet_direct: if collnet {
+                pattern_info(&comm.collnet_direct)
+            } else {
+                PatternInfo::NONE
+            },
+            collnet_chain: if collnet {
+                pattern_info(&comm.collnet_chain)
+            } else {
+                PatternInfo::NONE
+            },
             nvls: pattern_info(&comm.nvls),
             max_tree_pattern: comm.max_tree_pattern.clamp(0, 255) as u8,
         };
@@ -212,7 +244,8 @@ impl GpuTuning {
         };
         notes.push(nvls_why);
         let support = TableSupport {
-            collnet: false,
+            // ncclGetCollNetSupport(float32 sum): the plugin reduces it.
+            collnet,
             // ncclNvlsSupported(ncclDevSum, ncclFloat32) holds.
             nvls: nvls_support,
             max_local_ranks: max_local,

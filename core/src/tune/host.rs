@@ -57,7 +57,7 @@ pub fn net_bw(speed_mbps: i32) -> f32 {
 /// The graphs of a host communicator: ring and tree over every channel, each
 /// channel carrying an equal share of the device's bandwidth (NCCL's search
 /// spreads the NIC over its channels the same way). No NVLS or PAT graph; the
-/// CollNet chain is added by [`with_collnet_chain`] once CollNet is connected.
+/// CollNet chain is added by [`with_collnet`] once CollNet is connected.
 pub fn graph_info(h: &HostFacts) -> GraphInfo {
     let nch = h.nchannels.max(1);
     let bw = net_bw(h.net_speed_mbps) / nch as f32;
@@ -91,7 +91,7 @@ pub fn graph_info(h: &HostFacts) -> GraphInfo {
 
 /// The communicator facts of a host: no GPU (compute capability 0, so LL128's
 /// automatic enable and PAT are off), no NVSwitch, no CollNet (until
-/// [`with_collnet_chain`]), an x86 or other CPU.
+/// [`with_collnet`]), an x86 or other CPU.
 pub fn model_input(h: &HostFacts, params: ModelParams) -> ModelInput {
     ModelInput {
         nranks: h.nranks,
@@ -133,23 +133,6 @@ pub fn runnable(protocols: &[P]) -> Runnable {
     r
 }
 
-/// Adds CollNetChain for AllReduce (Simple) to what the host runs, once every
-/// channel's collComm is connected: the model's CollNet switches on
-/// (`collNetSupport`, chain support, one head per host and channel) and the
-/// chain's pattern is the tree's (the same hops: up a chain, across the network,
-/// down again; the network part is the plugin's).
-pub fn with_collnet_chain(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphInfo) {
-    r[F::AllReduce.index()][A::CollNetChain.index()][P::Simple.index()] = true;
-    inp.collnet_enable = true;
-    inp.collnet_chain_support = true;
-    inp.collnet_heads = 1;
-    g.collnet_chain = PatternInfo {
-        bw_intra: g.tree.bw_intra * HOST_COLLNET_DUPLEX,
-        bw_inter: g.tree.bw_inter * HOST_COLLNET_DUPLEX,
-        ..g.tree
-    };
-}
-
 /// The CollNet patterns' per-channel bandwidth on a host relative to the
 /// ring's (tree's). NCCL's model charges a CollNet AllReduce twice the buffer
 /// at the pattern's bandwidth (its bus-to-algorithm ratio 0.5: up, then down),
@@ -164,58 +147,78 @@ pub fn with_collnet_chain(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphI
 /// 2 ranks) is in `BENCHMARKS.md` §13.1.
 pub const HOST_COLLNET_DUPLEX: f32 = 2.0;
 
-/// Adds CollNetDirect for AllReduce (Simple), with `nheads` heads per host and
-/// channel (`comm->collNetHeadsNum`), once CollNet is connected and no host has
-/// more ranks than CollNetDirect serves. NCCL runs CollNetDirect only where an
-/// NVSwitch joins every pair of local GPUs (`ncclTopoTuneModel` disables it
-/// with `nvsCount == 0`): on a host, shared memory joins every pair of local
-/// ranks alike, so the model is told of one. The pattern is the ring's
-/// per-channel bandwidth times [`HOST_COLLNET_DUPLEX`] (every rank moves its
-/// data once to the heads and once back; NCCL's model divides it by its head
-/// factor) over channels x heads (measured in `BENCHMARKS.md` §13.1).
-pub fn with_collnet_direct(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphInfo, nheads: usize) {
-    r[F::AllReduce.index()][A::CollNetDirect.index()][P::Simple.index()] = true;
-    inp.nvs_count = inp.nvs_count.max(1);
-    inp.collnet_heads = nheads;
-    // Every channel has `nheads` heads, each with its own collComm: as many
-    // network streams as NCCL's CollNetDirect has with `nheads` channels of one
-    // head each (its graph's channels, one per NIC), so the pattern counts
-    // channels x heads, which NCCL's bandwidth formula then divides by its
-    // ppn/nChannels factor.
-    g.collnet_direct = PatternInfo {
-        nchannels: g.ring.nchannels * nheads.max(1),
-        bw_intra: g.ring.bw_intra * HOST_COLLNET_DUPLEX,
-        bw_inter: g.ring.bw_inter * HOST_COLLNET_DUPLEX,
-        ..g.ring
-    };
+/// What CollNet gives the host's schedule, once every channel's collComms are
+/// connected (NCCL's `collNetSupport` with `comm->collNetHeadsNum` and the
+/// plugin's `iallgather` / `ireducescatter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CollNetGates {
+    /// CollNetDirect heads per host and channel (from the CollNetDirect graph
+    /// search, [`crate::graph::collnet::direct_nheads`]); `None`: CollNetDirect
+    /// cannot run (a host has more ranks than it serves).
+    pub direct_heads: Option<usize>,
+    /// `(AllGather, ReduceScatter)` runnable over CollNet (`coll::collnet_agrs`).
+    pub sge: (bool, bool),
 }
 
-/// Adds CollNetDirect for AllGather (`ag`) and ReduceScatter (`rs`) (Simple)
-/// to what the host runs, once CollNet is connected and the plugin has
-/// `iallgather` / `ireducescatter` (`coll::collnet_agrs`). The model's gates
-/// for them open: the plugin's calls (`collnet_iallgather`/`_ireducescatter`),
-/// heads for every local rank (each heads the channels its chain rotation
-/// gives it), and the NVSwitch count NCCL requires of CollNetDirect (the
-/// host's shared memory joins every local rank to every other, the role the
-/// NVSwitch plays there). Its pattern is the chain's (the tree's) unless one
-/// is set.
-pub fn with_collnet_agrs(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphInfo, (ag, rs): (bool, bool)) {
-    if !(ag || rs) {
-        return;
+/// Adds what CollNet runs to the host's runnable set and model, all from one
+/// set of gates (NCCL's `ncclTopoTuneModel` inputs `collNetSupport`,
+/// `collNetChainSupport`, `collNetHeadsNum`, `nvsCount`):
+///
+/// - CollNetChain for AllReduce (Simple): chain support and the chain's pattern
+///   is the tree's (the same hops: up a chain, across the network, down again;
+///   the network part is the plugin's), at [`HOST_COLLNET_DUPLEX`] times its
+///   per-channel bandwidth.
+/// - CollNetDirect for AllReduce (Simple) with `direct_heads` heads per host and
+///   channel (`comm->collNetHeadsNum`). NCCL runs CollNetDirect only where an
+///   NVSwitch joins every pair of local GPUs (`ncclTopoTuneModel` disables it
+///   with `nvsCount == 0`): on a host, shared memory joins every pair of local
+///   ranks alike, so the model is told of one. The pattern is the ring's
+///   per-channel bandwidth times [`HOST_COLLNET_DUPLEX`] over channels x heads:
+///   every channel has that many heads, each with its own collComm, as many
+///   network streams as NCCL's CollNetDirect has with that many graph channels
+///   of one head each, so the pattern counts channels x heads, which NCCL's
+///   bandwidth formula then divides by its ppn/nChannels factor (measured in
+///   `BENCHMARKS.md` §13.1).
+/// - CollNetDirect for AllGather / ReduceScatter (Simple) where `sge` says so:
+///   the plugin's calls (`collnet_iallgather` / `_ireducescatter`); NCCL's model
+///   then requires every host's rank count to be at most the heads
+///   (`collNetHeadsNum`), which the heads themselves decide: the head count is
+///   the AllReduce's, never raised for these. Where CollNetDirect AllReduce
+///   cannot run, their pattern is the chain's (the tree's).
+pub fn with_collnet(r: &mut Runnable, inp: &mut ModelInput, g: &mut GraphInfo, gates: CollNetGates) {
+    let ar = F::AllReduce.index();
+    let simple = P::Simple.index();
+    r[ar][A::CollNetChain.index()][simple] = true;
+    inp.collnet_enable = true;
+    inp.collnet_chain_support = true;
+    g.collnet_chain = PatternInfo {
+        bw_intra: g.tree.bw_intra * HOST_COLLNET_DUPLEX,
+        bw_inter: g.tree.bw_inter * HOST_COLLNET_DUPLEX,
+        ..g.tree
+    };
+    let (ag, rs) = gates.sge;
+    if gates.direct_heads.is_some() || ag || rs {
+        inp.nvs_count = inp.nvs_count.max(1);
+    }
+    if let Some(nheads) = gates.direct_heads {
+        r[ar][A::CollNetDirect.index()][simple] = true;
+        inp.collnet_heads = nheads;
+        g.collnet_direct = PatternInfo {
+            nchannels: g.ring.nchannels * nheads.max(1),
+            bw_intra: g.ring.bw_intra * HOST_COLLNET_DUPLEX,
+            bw_inter: g.ring.bw_inter * HOST_COLLNET_DUPLEX,
+            ..g.ring
+        };
+    } else if ag || rs {
+        g.collnet_direct = g.tree;
     }
     for (f, on) in [(F::AllGather, ag), (F::ReduceScatter, rs)] {
         if on {
-            r[f.index()][A::CollNetDirect.index()][P::Simple.index()] = true;
+            r[f.index()][A::CollNetDirect.index()][simple] = true;
         }
     }
-    inp.collnet_enable = true;
     inp.collnet_iallgather = ag;
     inp.collnet_ireducescatter = rs;
-    inp.collnet_heads = inp.collnet_heads.max(inp.max_local_ranks);
-    inp.nvs_count = inp.nvs_count.max(1);
-    if g.collnet_direct.nchannels == 0 {
-        g.collnet_direct = g.tree;
-    }
 }
 
 /// The host's per-channel bandwidth ceiling (see [`HOST_MAX_BW`]).

@@ -116,6 +116,11 @@ pub struct TuningSetup {
     /// `(iallgather, ireducescatter)`: the CollNet plugin runs AllGather /
     /// ReduceScatter (`coll::collnet_agrs`; used only with `collnet`).
     pub collnet_sge: (bool, bool),
+    /// CollNetDirect heads per host and channel (`comm->collNetHeadsNum`, from the
+    /// CollNetDirect graph search or the host layout,
+    /// [`crate::graph::collnet::direct_nheads`]), as the connection setup connected
+    /// them; `None`: CollNetDirect cannot run (used only with `collnet`).
+    pub collnet_heads: Option<usize>,
 }
 
 /// Host chunk geometry: Ring/Simple chunks of this many FIFO steps for every
@@ -149,6 +154,8 @@ pub struct Tuning {
     collnet: Option<crate::plugin::collnet::SupportMatrix>,
     /// AllGather / ReduceScatter runnable over CollNet (see [`TuningSetup::collnet_sge`]).
     collnet_sge: (bool, bool),
+    /// CollNetDirect heads per host and channel (see [`TuningSetup::collnet_heads`]).
+    collnet_heads: Option<usize>,
 }
 
 impl std::fmt::Debug for Tuning {
@@ -213,13 +220,6 @@ impl Tuning {
         let mut runnable = host::runnable(&s.protocols);
         let mut inp = host::model_input(f, s.params.model.clone());
         let mut graphs = host::graph_info(f);
-        if s.collnet.is_some() {
-            host::with_collnet_chain(&mut runnable, &mut inp, &mut graphs);
-            // The same heads as the connection setup computes (comm/collnet.rs).
-            if let Some(n) = crate::graph::collnet::direct_nheads(f.min_local_ranks, f.max_local_ranks) {
-                host::with_collnet_direct(&mut runnable, &mut inp, &mut graphs, n);
-            }
-        }
         // AllGather/ReduceScatter over CollNet: one collComm member per host,
         // so every host must have as many ranks (`coll::collnet_agrs`).
         let collnet_sge = if s.collnet.is_some() && f.min_local_ranks == f.max_local_ranks {
@@ -227,20 +227,30 @@ impl Tuning {
         } else {
             (false, false)
         };
+        let collnet_heads = s.collnet.and(s.collnet_heads);
         if s.collnet.is_some() {
             let yes = |b: bool| if b { "on" } else { "off" };
             crate::log::nccl_info!(
                 INIT,
-                "CollNet AllGather {} ReduceScatter {} (CollNetDirect: iallgather {}, ireducescatter {}, {}..{} ranks per host)",
+                "CollNet AllGather {} ReduceScatter {} (CollNetDirect: {} heads, iallgather {}, ireducescatter {}, {}..{} ranks per host)",
                 yes(collnet_sge.0),
                 yes(collnet_sge.1),
+                collnet_heads.unwrap_or(0),
                 yes(s.collnet_sge.0),
                 yes(s.collnet_sge.1),
                 f.min_local_ranks,
                 f.max_local_ranks
             );
+            host::with_collnet(
+                &mut runnable,
+                &mut inp,
+                &mut graphs,
+                host::CollNetGates {
+                    direct_heads: collnet_heads,
+                    sge: collnet_sge,
+                },
+            );
         }
-        host::with_collnet_agrs(&mut runnable, &mut inp, &mut graphs, collnet_sge);
         let mut model = model::tune_model(&inp, &graphs, &mut constants, &s.params.enable, &runnable);
         // A host channel is one CPU thread: the thread-count rules of the GPU model
         // become one thread per channel and a byte threshold per channel.
@@ -295,6 +305,7 @@ impl Tuning {
             repeat: Mutex::new(None),
             collnet: s.collnet,
             collnet_sge,
+            collnet_heads,
         };
         t.log_init();
         Ok(t)
@@ -689,7 +700,8 @@ impl Tuning {
         let comm_ch = self.facts.nchannels.max(1);
         // CollNetDirect's channel count scales with its heads per host
         // (`comm->collNetHeadsNum` in NCCL's topoGetAlgoInfo).
-        let heads = crate::graph::collnet::direct_nheads(self.facts.min_local_ranks, self.facts.max_local_ranks)
+        let heads = self
+            .collnet_heads
             .filter(|_| algo == Algorithm::CollNetDirect)
             .unwrap_or(0);
         let res = select::resources(&self.model, algo, proto, nbytes, comm_ch, 0, heads);
@@ -823,17 +835,29 @@ mod tests {
             net_latency_us: 0.0,
             cores,
         };
-        let setup = TuningSetup {
+        Tuning::new(setup(facts, params, None), None).expect("tuning")
+    }
+
+    /// The setup every test builds from: rank 1 of comm 7, Simple with 4 MiB
+    /// buffers, CollNet as given (`(matrix, (iallgather, ireducescatter))`),
+    /// with the heads the host layout gives.
+    fn setup(
+        facts: HostFacts,
+        params: TuneParams,
+        collnet: Option<(crate::plugin::collnet::SupportMatrix, (bool, bool))>,
+    ) -> TuningSetup {
+        let heads = crate::graph::collnet::direct_nheads(0, facts.min_local_ranks, facts.max_local_ranks);
+        TuningSetup {
             rank: 1,
             facts,
             comm_id: 7,
             simple_step_bytes: (4 << 20) / 8 - 64,
             protocols: vec![Protocol::Simple],
             params,
-            collnet: None,
-            collnet_sge: (false, false),
-        };
-        Tuning::new(setup, None).expect("tuning")
+            collnet: collnet.map(|c| c.0),
+            collnet_sge: collnet.map_or((false, false), |c| c.1),
+            collnet_heads: heads,
+        }
     }
 
     fn params() -> TuneParams {
@@ -902,17 +926,7 @@ mod tests {
             // Every pair but float32 prod.
             let mut m = crate::plugin::collnet::SupportMatrix([[true; 12]; 4]);
             m.0[1][DataType::Float32 as usize] = false;
-            let setup = TuningSetup {
-                rank: 1,
-                facts,
-                comm_id: 7,
-                simple_step_bytes: (4 << 20) / 8 - 64,
-                protocols: vec![Protocol::Simple],
-                params: params(),
-                collnet: Some(m),
-                collnet_sge: sge,
-            };
-            Tuning::new(setup, None).expect("tuning")
+            Tuning::new(setup(facts, params(), Some((m, sge))), None).expect("tuning")
         };
         let cd = |t: &Tuning, f: Func, op: RedOp| {
             let a = CollArgs {
@@ -948,6 +962,55 @@ mod tests {
         let t = mk(1, (true, true));
         assert_eq!(cd(&t, Func::AllGather, RedOp::Sum), IGNORE);
         assert_eq!(cd(&t, Func::ReduceScatter, RedOp::Sum), IGNORE);
+    }
+
+    /// One gate decides every CollNet row from the heads (NCCL's
+    /// `ncclTopoTuneModel`: AllGather/ReduceScatter over CollNetDirect need every
+    /// local rank to be a head, `localRanks <= collNetHeadsNum`). With 2 ranks per
+    /// host and the 2 heads the host layout gives, AllGather runs over CollNet; with
+    /// the 1 head a search over one CollNet NIC gives, it does not (the head count is
+    /// not raised for it), and the AllReduce rows are the same with or without the
+    /// plugin's AllGather/ReduceScatter calls.
+    #[test]
+    fn collnet_rows_follow_the_searched_heads() {
+        let facts = HostFacts {
+            nranks: 4,
+            nnodes: 2,
+            min_local_ranks: 2,
+            max_local_ranks: 2,
+            local_ranks: 2,
+            nchannels: 2,
+            net_speed_mbps: 10_000,
+            net_latency_us: 0.0,
+            cores: 8,
+        };
+        let m = crate::plugin::collnet::SupportMatrix([[true; 12]; 4]);
+        let mk = |heads: Option<usize>, sge: (bool, bool)| {
+            let mut s = setup(facts.clone(), params(), Some((m, sge)));
+            s.collnet_heads = heads;
+            Tuning::new(s, None).expect("tuning")
+        };
+        let cd = |t: &Tuning, f: Func| {
+            t.cost_table_with(f, 1 << 20, 1, false, true)[Algorithm::CollNetDirect.index()][Protocol::Simple.index()]
+        };
+        assert_eq!(mk(Some(2), (false, false)).collnet_heads, Some(2), "the layout's heads");
+        let two = mk(Some(2), (true, true));
+        assert!(cd(&two, Func::AllGather) >= 0.0);
+        let one = mk(Some(1), (true, true));
+        assert_eq!(cd(&one, Func::AllGather), IGNORE, "2 local ranks, 1 head");
+        assert_eq!(cd(&one, Func::ReduceScatter), IGNORE);
+        assert!(cd(&one, Func::AllReduce) >= 0.0);
+        for heads in [Some(1), Some(2)] {
+            assert_eq!(
+                cd(&mk(heads, (true, true)), Func::AllReduce),
+                cd(&mk(heads, (false, false)), Func::AllReduce),
+                "{heads:?}"
+            );
+        }
+        // More heads: more CollNetDirect streams, a cheaper AllReduce.
+        assert!(cd(&two, Func::AllReduce) < cd(&one, Func::AllReduce));
+        // No CollNetDirect (a host with more ranks than it serves): no row.
+        assert_eq!(cd(&mk(None, (false, false)), Func::AllReduce), IGNORE);
     }
 
     #[test]

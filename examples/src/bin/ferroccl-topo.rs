@@ -58,7 +58,7 @@ Variables (environment, then NCCL_CONF_FILE or ~/.nccl.conf, then /etc/nccl.conf
   NCCL_TUNER_PLUGIN         tuner to compare with (--tuner; \"none\" = no tuner)
 
 Modelled as on the real machine: multicast (NVLS) on sm >= 9.0 GPUs with an NVSwitch; a
-host-side net plugin; no CollNet plugin (CollNet stays off); a CUDA 12 build of NCCL.
+host-side net plugin; CollNet only on NICs the topology marks coll=\"1\"; a CUDA 12 build of NCCL.
 Sizes are the bytes NCCL tunes on (ncclFuncMaxSendRecvCount x 4 for float32: the whole
 AllGather output and ReduceScatter input, as nccl-tests' size column).";
 
