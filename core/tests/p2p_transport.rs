@@ -705,12 +705,11 @@ fn host_buffers_over_p2p_three_processes_cumem() {
 /// straight on the FIFOs, the host ranks' steps copy through host mirrors.
 #[test]
 fn mixed_device_and_host_buffers_over_p2p() {
-    // Small AllReduces of host buffers may run as all-gather + local reduce
-    // (`FERROCCL_SMALL_ALLREDUCE_BYTES`, host buffers only), a schedule the
-    // device ranks do not pick: off, so that every rank runs the ring.
-    let off = ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0");
-    matrix_over_p2p(2, &[(ENV_GPUS, "pair"), off], &[0], "P2P/IPC");
-    matrix_over_p2p(3, &[(ENV_GPUS, "same"), off], &[0, 2], "P2P/IPC");
+    // Small AllReduces may run as all-gather + local reduce
+    // (`FERROCCL_SMALL_ALLREDUCE_BYTES`, default 256 KiB): every rank must pick
+    // the same schedule whatever memory its own buffers are in.
+    matrix_over_p2p(2, &[(ENV_GPUS, "pair")], &[0], "P2P/IPC");
+    matrix_over_p2p(3, &[(ENV_GPUS, "same")], &[0, 2], "P2P/IPC");
 }
 
 /// The cuMem imports a rank's summary line reports.

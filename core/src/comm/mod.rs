@@ -305,6 +305,21 @@ fn init_tuning(
     } else {
         crate::tune::load_tuner(&opts, external_net)
     };
+    // AllReduce as all-gather + local reduce runs on host buffers only (its
+    // scratch is pageable host memory), so a rank decides it from its own
+    // buffers; where any rank is bound to a GPU, ranks may mix host and device
+    // buffers and would then pair one rank's ring with another's all-gather:
+    // the variant is off there, for every rank alike.
+    let mut tune_params = params.tune.clone();
+    if tune_params.small_allreduce_bytes > 0 && peers.iter().any(|p| p.gpu.is_some()) {
+        tune_params.small_allreduce_bytes = 0;
+        if rank == 0 {
+            crate::log::nccl_info!(
+                TUNING,
+                "AllReduce as all-gather + local reduce off: ranks bound to GPUs may mix host and device buffers"
+            );
+        }
+    }
     let setup = crate::tune::TuningSetup {
         rank,
         facts,
@@ -317,7 +332,7 @@ fn init_tuning(
             Some(p) if per_host.len() == 1 => vec![p],
             _ => vec![crate::tune::Protocol::Simple],
         },
-        params: params.tune.clone(),
+        params: tune_params,
         collnet: collnet.map(|c| c.0),
         collnet_sge: collnet.map_or((false, false), |c| c.1),
         collnet_heads: collnet.and_then(|c| c.2),
