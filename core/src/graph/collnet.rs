@@ -39,12 +39,7 @@ pub fn chain(hosts: &[u64], rank: usize, channel: usize) -> Vec<usize> {
 
 /// `rank`'s place on `channel` (see [`chain`]).
 pub fn position(hosts: &[u64], rank: usize, channel: usize) -> ChainPos {
-    let c = chain(hosts, rank, channel);
-    let i = c.iter().position(|&r| r == rank).unwrap_or(0);
-    ChainPos {
-        up: if i == 0 { hosts.len() } else { c[i - 1] },
-        down: c.get(i + 1).copied(),
-    }
+    position_in(hosts, &[], rank, channel, 1)
 }
 
 /// The heads of `channel`, one per host, in rank order: the members of the
