@@ -246,3 +246,84 @@ fn gpu_model_uses_the_searched_collnet_graphs() {
         assert!(entry(&off, Algorithm::CollNetChain) < 0.0);
     }
 }
+
+/// The CollNetDirect heads the runtime connects come from the searched graph (NCCL's
+/// `connectCollNet`, `src/graph/connect.cc`: the heads are the distinct
+/// `collNetDirectGraph->intra[c * localRanks]`): on every channel `c`, head 0 of each
+/// host is the rank of its graph's channel `c` first GPU. Checked on 2 x NC A100 v4
+/// (one NIC: one head, the NIC's local GPU) and on 2 x ND A100 v4 read from a graph
+/// file whose CollNetDirect channels are reversed (so the heads run 7, 6, ... 0, which
+/// the layout rule, ranks rotated by channel, never gives). Without CollNet NICs the
+/// plan carries no searched heads and the layout rule is unchanged.
+#[test]
+fn runtime_heads_are_the_searched_graphs_first_gpus() {
+    use ferroccl::graph::collnet::{chain, direct_members, direct_nheads, direct_position, host_order};
+    let check = |t: &CommTopology, want_heads: usize| {
+        let params = TopoParams::default();
+        let nranks = t.comm.nranks;
+        let hosts: Vec<u64> = (0..nranks).map(|r| t.host_of(r).host_hash).collect();
+        let plan = t.plan_for(0, &params).unwrap();
+        assert_eq!(plan.collnet_firsts.len(), nranks);
+        let local = nranks / t.hosts.len();
+        let nheads = direct_nheads(plan.collnet_heads, local, local).unwrap();
+        assert_eq!(nheads, want_heads);
+        for c in 0..4 {
+            for r in 0..nranks {
+                let g = &t.host_of(r).graphs.collnet_direct;
+                let first = g.channel(c % g.n_channels)[0] as usize;
+                let p = direct_position(&hosts, &plan.collnet_firsts, r, c, nheads);
+                assert_eq!(p.heads.len(), nheads);
+                assert_eq!(p.heads[0], first, "rank {r} channel {c}");
+                assert_eq!(p.head_rank == Some(0), r == first, "rank {r} channel {c}");
+            }
+            // Head h of every host joins the channel's h-th collComm.
+            for h in 0..nheads {
+                assert_eq!(
+                    direct_members(&hosts, &plan.collnet_firsts, c, h, nheads).len(),
+                    t.hosts.len()
+                );
+            }
+        }
+    };
+    check(&build("ncv4", 2, true), 1);
+
+    // ND A100 v4 with the CollNetDirect channels reversed in the graph file.
+    let t = build("ndv4", 2, true);
+    let mut doc = xml::parse(&t.graph_xml(0).unwrap(), Schema::Graphs, "dump").unwrap();
+    let g4 = doc.find_kv_mut("graph", "id", "4").expect("graph 4");
+    let (mut chans, other): (Vec<_>, Vec<_>) = g4.subs.drain(..).partition(|s| s.name == "channel");
+    chans.reverse();
+    g4.subs = other.into_iter().chain(chans).collect();
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("topo_collnet_heads_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("graph.xml");
+    std::fs::write(&file, xml::dump(&doc)).unwrap();
+    let params = TopoParams {
+        graph_file: Some(file),
+        ..TopoParams::default()
+    };
+    let rev = CommTopology::build(&collnet_records("ndv4", 2, true), &params).expect("builds from the file");
+    std::fs::remove_dir_all(&dir).ok();
+    let g = &rev.hosts[0].graphs.collnet_direct;
+    assert_eq!(g.n_channels, 8);
+    let firsts: Vec<i32> = (0..8).map(|c| g.channel(c)[0]).collect();
+    let hosts: Vec<u64> = (0..16).map(|r| rev.host_of(r).host_hash).collect();
+    // The file's order differs from the layout rule's on some channel (so this can fail).
+    assert!(
+        (0..8).any(|c| firsts[c] as usize != chain(&hosts, firsts[c] as usize, c)[0]),
+        "{firsts:?}"
+    );
+    check(&rev, 8);
+
+    // No CollNet NICs: no searched heads, the layout rule.
+    let plain = build("ndv4", 2, false);
+    let plan = plain.plan_for(3, &TopoParams::default()).unwrap();
+    assert!(plan.collnet_firsts.iter().all(Vec::is_empty));
+    let hosts: Vec<u64> = (0..16).map(|r| plain.host_of(r).host_hash).collect();
+    for r in 0..16 {
+        for c in 0..4 {
+            assert_eq!(host_order(&hosts, &plan.collnet_firsts, r, c, 8), chain(&hosts, r, c));
+        }
+    }
+}

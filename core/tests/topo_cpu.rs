@@ -327,7 +327,8 @@ fn gpu_detection_skips_cleanly_without_a_driver_and_fills_a_gpu_rank_from_facts(
         c2c: None,
     };
     // Reuse the NIC's PCI function as the "GPU" location: what matters is the branch.
-    let (rec, _) = detect::detect_gpu_rank(0, "0000:03:00.0", &facts, &[], &TopoParams::default(), &sys, 9).unwrap();
+    let (rec, _) =
+        detect::detect_gpu_rank(0, "0000:03:00.0", &facts, &[], &[], &TopoParams::default(), &sys, 9).unwrap();
     let x = xml::parse(&rec.xml, Schema::Topology, "gpu rank").unwrap();
     let pci = x.find_kv("pci", "busid", "0000:03:00.0").unwrap();
     let g = pci.sub("gpu").unwrap();
@@ -379,4 +380,76 @@ fn cpu_hosts_collnet_heads() {
     assert_eq!(p.collnet_direct.n_channels, 1);
     assert_eq!(p.collnet_heads, 1);
     assert_eq!(ferroccl::graph::collnet::direct_nheads(p.collnet_heads, 4, 4), Some(1));
+}
+
+/// Detection marks the NICs the CollNet plugin serves (`coll="1"`, NCCL's
+/// `ncclTopoProcessNet` for the CollNet table) only for GPU ranks given the CollNet
+/// devices; a CPU-process rank's record never carries the mark (the layout rule for
+/// its heads), nor does a GPU rank's without CollNet devices. With the mark, the
+/// CollNetDirect search of two such hosts finds the NIC's head.
+#[test]
+fn gpu_detection_marks_collnet_nics() {
+    let fake = FakeSys::new("gpucoll");
+    let sys = fake.sysfs();
+    let nic = fake.nic();
+    let facts = ferroccl::topo::fill::GpuFacts {
+        dev: 0,
+        sm: 90,
+        gdr: true,
+        nvlinks: vec![],
+        c2c: None,
+    };
+    let params = TopoParams::default();
+    let coll_of = |xml_text: &str| {
+        let x = xml::parse(xml_text, Schema::Topology, "rank").unwrap();
+        x.find_kv("net", "name", "eth9")
+            .map(|n| n.attr("coll").map(str::to_string))
+    };
+    let other = Properties {
+        name: "cn0".to_string(),
+        ..Properties::default()
+    };
+    let gpu = |rank: usize, coll: &[Properties], hash: u64| {
+        detect::detect_gpu_rank(
+            rank,
+            "0000:03:00.0",
+            &facts,
+            std::slice::from_ref(&nic),
+            coll,
+            &params,
+            &sys,
+            hash,
+        )
+        .unwrap()
+        .0
+    };
+    let marked = gpu(0, &[nic.clone(), other.clone()], 9);
+    assert_eq!(coll_of(&marked.xml), Some(Some("1".to_string())), "{}", marked.xml);
+    assert!(
+        !marked.xml.contains("cn0"),
+        "a CollNet-only device is not added: {}",
+        marked.xml
+    );
+    let plain = gpu(0, &[], 9);
+    assert_eq!(coll_of(&plain.xml), Some(None), "{}", plain.xml);
+    let (cpu, _) = detect::detect_cpu_rank(
+        0,
+        std::slice::from_ref(&nic),
+        &params,
+        &sys,
+        9,
+        &CpuSet::parse_list("0").unwrap(),
+    )
+    .unwrap();
+    assert_eq!(coll_of(&cpu.xml), Some(None), "{}", cpu.xml);
+    // Two hosts of one marked GPU rank each: one CollNetDirect head per host.
+    let recs = vec![
+        gpu(0, std::slice::from_ref(&nic), 9),
+        gpu(1, std::slice::from_ref(&nic), 10),
+    ];
+    let p = plan(0, &recs, &params).unwrap();
+    assert_eq!(p.collnet_heads, 1);
+    assert_eq!(p.collnet_firsts, vec![vec![0], vec![1]]);
+    let unmarked = vec![gpu(0, &[], 9), gpu(1, &[], 10)];
+    assert_eq!(plan(0, &unmarked, &params).unwrap().collnet_heads, 0);
 }

@@ -39,6 +39,9 @@ pub(crate) struct CommCollNet {
     /// This rank's place in each channel's CollNetDirect pattern (`None`: a
     /// host has too many ranks for it, [`collnet::direct_nheads`]).
     pub direct: Option<Vec<DirectPos>>,
+    /// Every host's ranks are in the layout rule's order on every channel
+    /// ([`collnet::chain`]): false only where searched heads reorder a host.
+    pub layout_order: bool,
 }
 
 impl CommCollNet {
@@ -50,12 +53,15 @@ impl CommCollNet {
 
     /// `(AllGather, ReduceScatter)` over CollNet possible with this plugin:
     /// its `iallgather` / `ireducescatter` slots are set (NCCL's
-    /// `src/graph/tuning.cc` turns CollNet off for a NULL slot) and it is v9+.
+    /// `src/graph/tuning.cc` turns CollNet off for a NULL slot), it is v9+, and the
+    /// heads are the layout rule's ([`CommCollNet::layout_order`]).
     /// NCCL also runs v8 tables (its v8 shim takes the one SGE part NCCL
     /// passes, of at most 2^29 bytes); we keep v9+ because a window here may
     /// exceed that part limit on large communicators (nranks × one FIFO step).
     pub(crate) fn sge_support(&self) -> (bool, bool) {
-        let v9 = self.adapter.info().version >= 9;
+        // The AllGather/ReduceScatter schedule derives its chains from the
+        // layout rule: not offered where the searched heads order a host otherwise.
+        let v9 = self.adapter.info().version >= 9 && self.layout_order;
         (
             v9 && self.adapter.has_iallgather(),
             v9 && self.adapter.has_ireducescatter(),
@@ -109,6 +115,9 @@ pub(crate) struct SetupArgs<'a> {
     /// CollNet heads per host the CollNetDirect graph search found (0: none;
     /// [`collnet::direct_nheads`]).
     pub searched_heads: usize,
+    /// Per rank, the first rank of every channel of its host's searched
+    /// CollNetDirect graph (all empty: nothing searched; [`collnet::host_order`]).
+    pub searched_firsts: &'a [Vec<usize>],
     pub comm_id: u64,
     /// Bytes per FIFO step of the links.
     pub step_size: usize,
@@ -180,7 +189,6 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         }
     };
     let nranks = a.peers.len();
-    let chains: Vec<ChainPos> = (0..a.nchannels).map(|c| collnet::position(&hosts, a.rank, c)).collect();
     // CollNetDirect's heads (src/graph/connect.cc connectCollNet): head `h` of
     // every host joins the channel's `h`-th collComm (NCCL's ncclCollNetSetup
     // sets up one per head index); head 0 is the chain's head, so with one head
@@ -195,9 +203,22 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
     );
     let direct_heads = collnet::direct_nheads(a.searched_heads, min_local, max_local);
     let nheads = direct_heads.unwrap_or(1);
-    let direct: Vec<DirectPos> = (0..a.nchannels)
-        .map(|c| collnet::direct_position(&hosts, a.rank, c, nheads))
+    // The heads: the searched CollNetDirect graph's (NCCL's `connectCollNet`
+    // heads, `src/graph/connect.cc`) where every host has one, else the layout
+    // rule (collnet::host_order). The chain's head is CollNetDirect head 0.
+    let firsts = a.searched_firsts;
+    let chains: Vec<ChainPos> = (0..a.nchannels)
+        .map(|c| collnet::position_in(&hosts, firsts, a.rank, c, nheads))
         .collect();
+    let direct: Vec<DirectPos> = (0..a.nchannels)
+        .map(|c| collnet::direct_position(&hosts, firsts, a.rank, c, nheads))
+        .collect();
+    // CollNet AllGather/ReduceScatter (coll::collnet_agrs) lay out their chains
+    // by the layout rule; where the searched heads order a host otherwise they
+    // are not offered (sge_support).
+    let layout_order = (0..a.nchannels).all(|c| {
+        (0..nranks).all(|r| collnet::host_order(&hosts, firsts, r, c, nheads) == collnet::chain(&hosts, r, c))
+    });
     let mut links: Vec<(usize, CollNetLink)> = Vec::new();
     let close = |links: Vec<(usize, CollNetLink)>| {
         drop(links);
@@ -253,7 +274,7 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
             }
         };
         let heads: Vec<usize> = (0..nheads)
-            .flat_map(|h| collnet::direct_members(&hosts, c, h, nheads))
+            .flat_map(|h| collnet::direct_members(&hosts, firsts, c, h, nheads))
             .collect();
         let bad: Vec<usize> = heads
             .iter()
@@ -278,7 +299,7 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         }
         let Some(l) = listen else { continue };
         let h = pos.head_rank.expect("a rank that listened is a head");
-        let heads = collnet::direct_members(&hosts, c, h, nheads);
+        let heads = collnet::direct_members(&hosts, firsts, c, h, nheads);
         let handles: Vec<NetHandle> = heads
             .iter()
             .map(|&r| {
@@ -386,6 +407,7 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         matrix,
         chains,
         direct: direct_heads.map(|_| direct),
+        layout_order,
     }))
 }
 

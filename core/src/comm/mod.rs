@@ -497,6 +497,7 @@ impl Comm {
                 rank,
                 nchannels: channels.len(),
                 searched_heads: topo.collnet_heads,
+                searched_firsts: &topo.collnet_firsts,
                 comm_id: comm_hash(id),
                 step_size: ring_step,
                 threshold: collnet_node_threshold()?,

@@ -39,12 +39,7 @@ pub fn chain(hosts: &[u64], rank: usize, channel: usize) -> Vec<usize> {
 
 /// `rank`'s place on `channel` (see [`chain`]).
 pub fn position(hosts: &[u64], rank: usize, channel: usize) -> ChainPos {
-    let c = chain(hosts, rank, channel);
-    let i = c.iter().position(|&r| r == rank).unwrap_or(0);
-    ChainPos {
-        up: if i == 0 { hosts.len() } else { c[i - 1] },
-        down: c.get(i + 1).copied(),
-    }
+    position_in(hosts, &[], rank, channel, 1)
 }
 
 /// The heads of `channel`, one per host, in rank order: the members of the
@@ -162,15 +157,77 @@ impl DirectPos {
     }
 }
 
+/// The first rank of every channel of a searched CollNetDirect graph
+/// (`intra[c * localRanks]`, NCCL's `ncclCollNetSetup` / `connectCollNet`), in
+/// channel order, repeats kept: what [`host_order`] reads. Empty when the graph
+/// has no channels.
+pub fn channel_firsts(g: &super::TopoGraph) -> Vec<usize> {
+    (0..g.n_channels)
+        .filter_map(|c| usize::try_from(g.channel(c)[0]).ok())
+        .collect()
+}
+
+/// The ranks of `rank`'s host on `channel`, heads first: the order that decides
+/// the channel's CollNetChain head and CollNetDirect heads.
+///
+/// `firsts[r]` is [`channel_firsts`] of rank `r`'s host's searched CollNetDirect
+/// graph (global ranks). Where it is empty for `rank` (nothing searched: CPU-process
+/// ranks, whose NICs carry no `coll="1"`), this is the layout rule [`chain`]. Where
+/// the host has a searched graph, its heads are NCCL's: the distinct firsts in
+/// graph channel order (`connectCollNet`'s `heads[]`), of which the first
+/// `nheads` ([`direct_nheads`], the same on every host) are used. Channel `c`'s
+/// first head is the searched graph's channel `c mod nChannels` first rank (its
+/// `intra[c * localRanks]`; when that rank is beyond the `nheads` kept, head
+/// `c mod nheads`), the other kept heads follow it in NCCL's order, wrapping
+/// round, then the host's other ranks in rank order. So head `h` on channel `c`
+/// is a deterministic function of the host's own graph, every host has
+/// `nheads` heads, and head `h` of every host joins the channel's `h`-th collComm.
+/// NCCL keeps each head's index fixed over channels (`headRank = i`); ferroccl
+/// rotates it so that head 0, the CollNetChain head sharing its collComm, follows
+/// the graph's channel first GPU.
+pub fn host_order(hosts: &[u64], firsts: &[Vec<usize>], rank: usize, channel: usize, nheads: usize) -> Vec<usize> {
+    let f = match firsts.get(rank) {
+        Some(f) if !f.is_empty() => f,
+        _ => return chain(hosts, rank, channel),
+    };
+    let mine: Vec<usize> = (0..hosts.len()).filter(|&r| hosts[r] == hosts[rank]).collect();
+    let mut heads: Vec<usize> = Vec::new();
+    for &h in f {
+        if mine.contains(&h) && !heads.contains(&h) {
+            heads.push(h);
+        }
+    }
+    heads.truncate(nheads.max(1));
+    if heads.is_empty() {
+        return chain(hosts, rank, channel);
+    }
+    let n = heads.len();
+    let first = f[channel % f.len()];
+    let i0 = heads.iter().position(|&h| h == first).unwrap_or(channel % n);
+    let mut out: Vec<usize> = (0..n).map(|j| heads[(i0 + j) % n]).collect();
+    out.extend(mine.iter().copied().filter(|r| !heads.contains(r)));
+    out
+}
+
+/// [`position`] in the order of [`host_order`]: the CollNetChain place of
+/// `rank` on `channel`, its head being CollNetDirect head 0.
+pub fn position_in(hosts: &[u64], firsts: &[Vec<usize>], rank: usize, channel: usize, nheads: usize) -> ChainPos {
+    let c = host_order(hosts, firsts, rank, channel, nheads);
+    let i = c.iter().position(|&r| r == rank).unwrap_or(0);
+    ChainPos {
+        up: if i == 0 { hosts.len() } else { c[i - 1] },
+        down: c.get(i + 1).copied(),
+    }
+}
+
 /// `rank`'s CollNetDirect place on `channel` with `nheads` heads per host
 /// ([`direct_nheads`]). The heads of a host are the first `nheads` ranks of its
-/// chain on the channel ([`chain`]: the host's ranks rotated by the channel
-/// index), so head 0 is the CollNetChain head and its collComm serves both
-/// algorithms, and the heads move round the host's ranks from channel to
-/// channel. NCCL takes the heads from its `collNetDirect` graph (one per NIC
-/// the search found); ferroccl's ranks all reach the plugin alike.
-pub fn direct_position(hosts: &[u64], rank: usize, channel: usize, nheads: usize) -> DirectPos {
-    let c = chain(hosts, rank, channel);
+/// order on the channel ([`host_order`]: the searched CollNetDirect graph's heads
+/// where `firsts` has them, else the layout rule, the host's ranks rotated by the
+/// channel index), so head 0 is the CollNetChain head and its collComm serves
+/// both algorithms.
+pub fn direct_position(hosts: &[u64], firsts: &[Vec<usize>], rank: usize, channel: usize, nheads: usize) -> DirectPos {
+    let c = host_order(hosts, firsts, rank, channel, nheads);
     let heads: Vec<usize> = c.iter().copied().take(nheads.max(1)).collect();
     let head_rank = heads.iter().position(|&h| h == rank);
     let down = if head_rank.is_some() {
@@ -191,11 +248,11 @@ pub fn direct_position(hosts: &[u64], rank: usize, channel: usize, nheads: usize
 }
 
 /// The members of `channel`'s `h`-th collComm: head `h` of every host, in rank
-/// order (the order their handles are passed to `connect`). With `h = 0` these
-/// are the CollNetChain heads ([`heads`]).
-pub fn direct_members(hosts: &[u64], channel: usize, h: usize, nheads: usize) -> Vec<usize> {
+/// order (the order their handles are passed to `connect`). With `h = 0` and no
+/// searched heads (`firsts` empty) these are the CollNetChain heads ([`heads`]).
+pub fn direct_members(hosts: &[u64], firsts: &[Vec<usize>], channel: usize, h: usize, nheads: usize) -> Vec<usize> {
     (0..hosts.len())
-        .filter(|&r| direct_position(hosts, r, channel, nheads).head_rank == Some(h))
+        .filter(|&r| direct_position(hosts, firsts, r, channel, nheads).head_rank == Some(h))
         .collect()
 }
 
@@ -227,12 +284,12 @@ mod tests {
     fn direct_heads_scatter_targets_and_collcomm_members() {
         // Ranks 0, 2, 4 on host A; 1, 3, 5 on host B; two heads per host.
         let hosts = [7, 9, 7, 9, 7, 9];
-        let p = direct_position(&hosts, 2, 0, 2);
+        let p = direct_position(&hosts, &[], 2, 0, 2);
         assert_eq!(p.heads, vec![0, 2]);
         assert_eq!(p.head_rank, Some(1));
         assert_eq!(p.down, vec![0, 4]);
         assert_eq!(p.shift, 1);
-        let q = direct_position(&hosts, 4, 0, 2);
+        let q = direct_position(&hosts, &[], 4, 0, 2);
         assert_eq!((q.head_rank, q.down.clone(), q.shift), (None, vec![], 0));
         assert_eq!(
             q.info_line(0, 4, 6),
@@ -243,13 +300,13 @@ mod tests {
             "CollNetDirect channel 0 rank 2 down  0  4 nDown 2 up  0 nUp 1 nHeads 2 headRank 1 out 6 shift 1"
         );
         // Channel 1: the heads move round the host.
-        assert_eq!(direct_position(&hosts, 0, 1, 2).heads, vec![2, 4]);
-        assert_eq!(direct_members(&hosts, 0, 0, 2), vec![0, 1]);
-        assert_eq!(direct_members(&hosts, 0, 1, 2), vec![2, 3]);
-        assert_eq!(direct_members(&hosts, 1, 1, 2), vec![4, 5]);
+        assert_eq!(direct_position(&hosts, &[], 0, 1, 2).heads, vec![2, 4]);
+        assert_eq!(direct_members(&hosts, &[], 0, 0, 2), vec![0, 1]);
+        assert_eq!(direct_members(&hosts, &[], 0, 1, 2), vec![2, 3]);
+        assert_eq!(direct_members(&hosts, &[], 1, 1, 2), vec![4, 5]);
         // Head 0's collComm is the CollNetChain's.
         for c in 0..4 {
-            assert_eq!(direct_members(&hosts, c, 0, 3), heads(&hosts, c));
+            assert_eq!(direct_members(&hosts, &[], c, 0, 3), heads(&hosts, c));
         }
         // Uneven hosts: as many heads as the smallest host has ranks.
         assert_eq!(direct_nheads(0, 1, 3), Some(1));
@@ -260,5 +317,51 @@ mod tests {
         assert_eq!(direct_nheads(1, 4, 4), Some(1));
         assert_eq!(direct_nheads(8, 4, 6), Some(4));
         assert_eq!(direct_nheads(2, 9, 9), None);
+    }
+
+    #[test]
+    fn searched_heads_follow_the_graph_channels() {
+        // Ranks 0, 2, 4, 6 on host A; 1, 3, 5, 7 on host B. Host A's graph has
+        // channels starting at 4, 0, 4, 6 (heads 4, 0, 6); host B's at 7, 3.
+        let hosts = [7, 9, 7, 9, 7, 9, 7, 9];
+        let a = vec![4, 0, 4, 6];
+        let b = vec![7, 3];
+        let firsts: Vec<Vec<usize>> = (0..8).map(|r| if r % 2 == 0 { a.clone() } else { b.clone() }).collect();
+        // Two heads on every host (host B has two): A keeps 4, 0; B 7, 3.
+        assert_eq!(host_order(&hosts, &firsts, 2, 0, 2), vec![4, 0, 2, 6]);
+        assert_eq!(host_order(&hosts, &firsts, 2, 1, 2), vec![0, 4, 2, 6]);
+        // Channel 3's first GPU (6) is beyond the two kept heads: head 3 mod 2.
+        assert_eq!(host_order(&hosts, &firsts, 0, 3, 2), vec![0, 4, 2, 6]);
+        assert_eq!(host_order(&hosts, &firsts, 5, 0, 2), vec![7, 3, 1, 5]);
+        assert_eq!(host_order(&hosts, &firsts, 5, 1, 2), vec![3, 7, 1, 5]);
+        // Channel c's head 0 is the graph's channel c first rank.
+        for c in 0..3 {
+            let p = direct_position(&hosts, &firsts, 4, c, 2);
+            assert_eq!(p.heads[0], a[c], "channel {c}");
+            assert_eq!(direct_members(&hosts, &firsts, c, 0, 2), {
+                let mut m = vec![a[c], b[c % 2]];
+                m.sort_unstable();
+                m
+            });
+        }
+        assert_eq!(position_in(&hosts, &firsts, 4, 0, 2), ChainPos { up: 8, down: Some(0) });
+        assert_eq!(position_in(&hosts, &firsts, 0, 0, 2), ChainPos { up: 4, down: Some(2) });
+        // Every rank of a host agrees, and each host has exactly two heads.
+        for c in 0..4 {
+            for h in 0..2 {
+                assert_eq!(
+                    direct_members(&hosts, &firsts, c, h, 2).len(),
+                    2,
+                    "channel {c} head {h}"
+                );
+            }
+        }
+        // Nothing searched: the layout rule, unchanged.
+        for r in 0..8 {
+            for c in 0..4 {
+                assert_eq!(host_order(&hosts, &[], r, c, 2), chain(&hosts, r, c));
+                assert_eq!(position_in(&hosts, &[], r, c, 2), position(&hosts, r, c));
+            }
+        }
     }
 }

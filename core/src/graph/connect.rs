@@ -172,6 +172,11 @@ pub struct CommGraph {
     /// `src/init.cc`: the distinct first GPUs of the CollNetDirect graph's channels),
     /// the fewest over hosts; 0 when no host's CollNetDirect search found a channel.
     pub collnet_heads: usize,
+    /// `collnet_firsts[r]`: the first rank of every channel of rank `r`'s host's
+    /// CollNetDirect graph ([`super::collnet::channel_firsts`], global ranks), from
+    /// which [`super::collnet::host_order`] takes each channel's heads; every entry
+    /// empty when some host's search found no channel (the layout rule then).
+    pub collnet_firsts: Vec<Vec<usize>>,
     /// Every host's CollNetChain heads are among its CollNetDirect heads
     /// (`comm->collNetChainSupport`, `isCollNetChainHeadsSubset` in `src/init.cc`).
     pub collnet_chain_support: bool,
@@ -552,6 +557,20 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
             text: trees,
         });
     }
+    let collnet_heads = hosts
+        .iter()
+        .map(|h| super::collnet::searched_heads(&h.collnet_direct).len())
+        .min()
+        .unwrap_or(0);
+    let collnet_firsts: Vec<Vec<usize>> = (0..nranks)
+        .map(|r| {
+            if collnet_heads > 0 {
+                super::collnet::channel_firsts(&hosts[rank_to_host[r]].collnet_direct)
+            } else {
+                Vec::new()
+            }
+        })
+        .collect();
     Ok(CommGraph {
         nranks,
         n_nodes,
@@ -563,11 +582,8 @@ pub fn connect(hosts: &[HostGraphs], nranks: usize, params: &TopoParams) -> Resu
         ring,
         tree,
         nvls,
-        collnet_heads: hosts
-            .iter()
-            .map(|h| super::collnet::searched_heads(&h.collnet_direct).len())
-            .min()
-            .unwrap_or(0),
+        collnet_heads,
+        collnet_firsts,
         collnet_chain_support: hosts.iter().all(|h| {
             super::collnet::chain_heads_subset(&h.collnet_chain, &super::collnet::searched_heads(&h.collnet_direct))
         }),

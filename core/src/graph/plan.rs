@@ -124,6 +124,10 @@ pub struct TopoPlan {
     /// CollNet heads the CollNetDirect search found per host, the fewest over hosts
     /// (0: none; [`super::collnet::direct_nheads`] turns it into the heads used).
     pub collnet_heads: usize,
+    /// Per rank, the first rank of every channel of its host's searched CollNetDirect
+    /// graph (all empty: nothing searched), [`CommGraph::collnet_firsts`]; the heads
+    /// the connection setup uses ([`super::collnet::host_order`]).
+    pub collnet_firsts: Vec<Vec<usize>>,
     /// Largest tree pattern over ranks.
     pub max_tree_pattern: i32,
     /// (min, max) compute capability over ranks (0 for CPU ranks).
@@ -529,6 +533,7 @@ impl CommTopology {
             collnet_chain: self.comm.collnet_chain,
             collnet_direct: self.comm.collnet_direct,
             collnet_heads: self.comm.collnet_heads,
+            collnet_firsts: self.comm.collnet_firsts.clone(),
             max_tree_pattern: self.comm.max_tree_pattern,
             comp_cap: self.comm.comp_cap,
             cpu_arch_vendor: self.comm.cpu_arch_vendor,

@@ -463,11 +463,20 @@ pub fn detect_cpu_rank_fused(
 /// `gpu` (normally from [`super::nvml::gpus`]): NCCL's `ncclTopoGetSystem` steps for a GPU
 /// rank — the topology file or an empty system, the GPU's PCI branch from sysfs with its
 /// `<gpu>` (dev, sm, NVLinks, rank, gdr), and every net device of the plugin.
+///
+/// `coll_nets` are the devices of the plugin's CollNet table when CollNet is enabled
+/// (empty otherwise): each net device of the same name gets `coll="1"`
+/// ([`fill::mark_coll_net`]; NCCL's `ncclTopoProcessNet` for the CollNet table), so the
+/// CollNet graph searches run on this host. A CPU-process rank ([`detect_cpu_rank`])
+/// never marks its NICs: its host keeps the layout rule for CollNet heads (every rank
+/// reaches the plugin alike; one NIC would give one head), a deliberate difference.
+#[allow(clippy::too_many_arguments)] // NCCL's detection inputs, one per fact source
 pub fn detect_gpu_rank(
     rank: usize,
     bus_id: &str,
     gpu: &fill::GpuFacts,
     nets: &[Properties],
+    coll_nets: &[Properties],
     params: &TopoParams,
     sysfs: &Sysfs,
     host_hash: u64,
@@ -478,6 +487,9 @@ pub fn detect_gpu_rank(
     fill::fill_gpu(&mut root, &bus, gpu, rank, sysfs, host_hash)?;
     for (dev, p) in nets.iter().enumerate() {
         fill::fill_net(&mut root, &net_facts(p), dev, sysfs, host_hash)?;
+    }
+    for p in coll_nets {
+        fill::mark_coll_net(&mut root, &p.name);
     }
     let rec = TopoRecord::new(
         u32::try_from(rank).map_err(|_| TopoError::Record(format!("rank {rank} too large")))?,

@@ -347,6 +347,23 @@ pub fn fill_net(
     fill_net_under(root, net, dev, facts, hash, None)
 }
 
+/// Marks the `<net>` named `name` as served by the CollNet plugin (`coll="1"`, set only
+/// where absent, as NCCL 2.30.7's `ncclTopoPopulateNics` does for the CollNet table's
+/// devices when `collNetSupport`, `src/graph/topo.cc` `ncclTopoProcessNet`). Returns
+/// whether such a `<net>` exists: a CollNet device the net plugin does not also list is
+/// not added (NCCL would add it with `net="0"`; ferroccl's graph reads CollNet NICs
+/// through the net plugin's devices only).
+pub fn mark_coll_net(root: &mut XmlNode, name: &str) -> bool {
+    let mut found = false;
+    root.for_each_mut("net", &mut |n| {
+        if n.attr("name") == Some(name) {
+            n.init_attr("coll", 1);
+            found = true;
+        }
+    });
+    found
+}
+
 /// [`fill_net`] with NCCL's `forceParent` (`ncclTopoFillNet`'s last argument, used for
 /// fused virtual NICs): a new `<net>` goes into the first `<nic>` of the element at
 /// `parent` (a path of child indices), created when absent. When `parent` is itself a
