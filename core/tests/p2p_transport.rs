@@ -369,7 +369,9 @@ fn p2p_worker() {
     }
 }
 
-fn run(role: &str, env: &[(&str, &str)]) -> Vec<Out> {
+/// The workers' common environment (small FIFO steps, 2 channels, INIT lines),
+/// then `env`.
+fn with_base_env<'a>(env: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut all = vec![
         ("NCCL_BUFFSIZE", "65536"),
         ("FERROCCL_MIN_CHANNEL_BYTES", "4096"),
@@ -378,6 +380,11 @@ fn run(role: &str, env: &[(&str, &str)]) -> Vec<Out> {
         ("NCCL_DEBUG_SUBSYS", "INIT"),
     ];
     all.extend_from_slice(env);
+    all
+}
+
+fn run(role: &str, env: &[(&str, &str)]) -> Vec<Out> {
+    let all = with_base_env(env);
     launch(WORKER, role, 2, &[0, 1], &all, |_| Vec::new(), LIMIT)
 }
 
@@ -618,14 +625,7 @@ fn step_counts(o: &Out) -> (u64, u64) {
 /// would have killed them) and the device-buffer ranks ran theirs on the
 /// mock GPU.
 fn matrix_over_p2p(nranks: usize, env: &[(&str, &str)], device: &[usize], via: &str) {
-    let mut all = vec![
-        ("NCCL_BUFFSIZE", "65536"),
-        ("FERROCCL_MIN_CHANNEL_BYTES", "4096"),
-        ("NCCL_MAX_NCHANNELS", "2"),
-        ("NCCL_DEBUG", "INFO"),
-        ("NCCL_DEBUG_SUBSYS", "INIT"),
-    ];
-    all.extend_from_slice(env);
+    let all = with_base_env(env);
     let ranks: Vec<usize> = (0..nranks).collect();
     let outs = launch(
         WORKER,
