@@ -185,17 +185,51 @@ mod tests {
     #[test]
     fn report_names_every_thread() {
         let (tx, rx) = mpsc::channel::<()>();
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
         let h = std::thread::Builder::new()
             .name("sleeper-xyz".into())
             .spawn(move || {
-                let _ = rx.recv_timeout(Duration::from_secs(60));
+                ready_tx.send(()).unwrap();
+                let _ = rx.recv_timeout(Duration::from_secs(120));
             })
             .unwrap();
-        let r = process_report(std::process::id());
+        // The sleeper is named once it runs, and asleep once it waits: take
+        // the report only after /proc shows it asleep (the test harness's own
+        // threads may be running at any moment), retrying a report that caught
+        // it between a wake-up and its next wait; every wait bounded.
+        ready_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the sleeper started");
+        let asleep = || {
+            std::fs::read_dir("/proc/self/task")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|t| {
+                    let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+                    let stat = read("stat");
+                    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+                    read("comm").trim() == "sleeper-xyz" && state == Some(Some('S'))
+                })
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut r = String::new();
+        while Instant::now() < deadline {
+            if asleep() {
+                r = process_report(std::process::id());
+                if r.lines().any(|l| l.contains("sleeper-xyz") && l.contains("state S")) {
+                    break;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         drop(tx);
         h.join().unwrap();
         assert!(r.contains("sleeper-xyz"), "{r}");
-        assert!(r.contains("state S"), "{r}");
+        assert!(
+            r.lines().any(|l| l.contains("sleeper-xyz") && l.contains("state S")),
+            "{r}"
+        );
     }
 
     /// A watchdog dropped in time does nothing; a child whose watchdog expires
