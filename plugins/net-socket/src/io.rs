@@ -418,7 +418,7 @@ fn worker_loop(
     }
 }
 
-fn send_all(s: &Socket, mut b: &[u8]) -> io::Result<()> {
+pub(crate) fn send_all(s: &Socket, mut b: &[u8]) -> io::Result<()> {
     while !b.is_empty() {
         match s.send_with_flags(b, libc::MSG_NOSIGNAL) {
             Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),

@@ -58,6 +58,7 @@ use std::time::{Duration, Instant};
 use ferroccl_plugin_api::sdk::rma::{Rma, RmaConfig, Signal, Xfer};
 use ferroccl_plugin_api::sdk::{Buf, Handle, Net, NetError, NetResult, Properties, PtrType};
 
+use crate::io::send_all;
 use crate::io::{Dir, Pool};
 use crate::proto::split;
 use crate::{Config, SocketNet};
@@ -346,20 +347,7 @@ fn get_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or([0; 8]))
 }
 
-/// `write_all` without SIGPIPE.
-fn send_all(s: &socket2::Socket, mut b: &[u8]) -> std::io::Result<()> {
-    while !b.is_empty() {
-        match s.send_with_flags(b, libc::MSG_NOSIGNAL) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => b = &b[n..],
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// `send_all` of `a` then `b`, gathered (`writev`).
+/// [`send_all`] of `a` then `b`, gathered (`writev`).
 fn send_all2(s: &socket2::Socket, mut a: &[u8], mut b: &[u8]) -> std::io::Result<()> {
     while !a.is_empty() || !b.is_empty() {
         let bufs = [std::io::IoSlice::new(a), std::io::IoSlice::new(b)];
