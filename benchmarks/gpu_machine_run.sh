@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# One bounded pass over a GPU machine that has no Rust toolchain (issues 28 and
-# 35): the GPU bundle's checks with short per-check limits, the device-buffer
-# AllReduce rows (shared memory, P2P/CUMEM and P2P/IPC, socket plugin; steps on the GPU and
-# staged), the device-to-device copy baseline, and issue 35's 16-core rows.
+# One bounded pass over a GPU machine that has no Rust toolchain (issues 28, 33
+# and 35): PART=gpu runs the GPU bundle's checks with short per-check limits
+# (coll_device's IPC/cuMem/host-buffer/stream tests one by one, cuda_device's
+# ordering test), the device-buffer AllReduce rows 4 B .. 64 MiB (P2P/CUMEM,
+# P2P/IPC, socket plugin, shared memory; two ranks as threads of one process)
+# and real NCCL with our plugins beside NCCL's own socket transport; PART=cpu
+# runs issues 33 and 35's rows on this machine's cores (socket put against
+# send, 8 B against Open MPI, the first sweep row, the profiler overhead);
+# PART=all (default) both, FULL=1 adds the checks earlier sessions passed.
 # Every check's output is appended to $OUT/all.log (under a "===== check"
 # line) and one line per check to $OUT/summary (PASS/FAIL rc seconds), as each
-# check ends, so that a run cut short still says what it did (two files: the
-# device tool brings back only a few). SKIP="check ..." leaves checks out
-# (e.g. those a shorter second run need not repeat).
+# check ends, so that a run cut short still says what it did. SKIP="check ..."
+# leaves checks out.
 #
 # Usage (from the repository root, built here first):
 #   cargo xtask gpu-bundle target/gpu-carry
-#   benchmarks/gpu_release_carry.sh target/cpu-carry      # issue 35's binaries
-#   OUT=/tmp/gpu-out benchmarks/gpu_machine_run.sh target/gpu-carry target/cpu-carry
+#   cargo build --release -p ferroccl-profiler-trace --example dlbench && mkdir -p target/cpu-carry &&
+#     cp target/release/examples/dlbench target/cpu-carry/     # optional: the trace plugin alone
+#   OUT=/tmp/gpu-out PART=gpu benchmarks/gpu_machine_run.sh target/gpu-carry target/cpu-carry
 set -uo pipefail
 export REPO=$PWD
 B=$(cd "${1:-target/gpu-carry}" && pwd)
@@ -48,28 +53,46 @@ chk() {
 (cd "$B" && for f in lib/libnccl-*.so; do [ -e "$(basename "$f")" ] || ln -s "$f" .; done
   [ -e lib/libnccl.so ] || ln -s libnccl.so.2 lib/libnccl.so)
 export LD_LIBRARY_PATH=$B/lib FERROCCL_REQUIRE_GPU=1 FERROCCL_REQUIRE_NVRTC=1
-PERF="bin/ferroccl-perf --ranks 2 --mem device all_reduce -b 8 -e 64M -f 8 -c 1"
+# -b 4 -e 64M -f 4: 4 B (one float) .. 64 MiB, the issue's size, in 13 rows.
+PERF="bin/ferroccl-perf --ranks 2 --mem device all_reduce -b 4 -e 64M -f 4 -c 1"
+# PART picks a half (each fits one short device call): gpu (issue 28), cpu
+# (issues 33 and 35 on this machine's cores), or all (default).
+PART=${PART:-all}
+if [ "$PART" != cpu ]; then
 chk info 30 bin/ferroccl-info plugins
+chk cuda_device.enqueued 60 deps/cuda_device enqueued_launches_run_in_order_before_the_wait --exact --nocapture --test-threads=1
 # coll_device one test at a time (a hang costs its own limit only).
-for t in p2p_ipc_two_processes_on_one_gpu p2p_cumem_two_processes_on_one_gpu p2p_host_buffers_two_processes_on_one_gpu \
-  device_steps_run_on_the_gpu_over_shm \
-  device_steps_run_on_the_gpu_over_the_network device_buffers_two_processes_match_the_reference \
-  collectives_ordered_with_a_cuda_stream; do
-  chk "coll_device.$t" 90 deps/coll_device "$t" --exact --nocapture --test-threads=1
+for t in p2p_cumem_two_processes_on_one_gpu p2p_host_buffers_two_processes_on_one_gpu p2p_ipc_two_processes_on_one_gpu \
+  collectives_ordered_with_a_cuda_stream device_steps_run_on_the_gpu_over_shm \
+  device_steps_run_on_the_gpu_over_the_network device_buffers_two_processes_match_the_reference; do
+  chk "coll_device.$t" 60 deps/coll_device "$t" --exact --nocapture --test-threads=1
 done
-chk reduce_bw 60 bin/cuda_reduce_bw
-chk perf_p2p 90 "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P $PERF"
-chk perf_p2p_ipc 90 "NCCL_CUMEM_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P $PERF"
-chk perf_shm_gpu_steps 90 "NCCL_P2P_DISABLE=1 $PERF"
-chk perf_shm_staged 90 "NCCL_P2P_DISABLE=1 FERROCCL_DEVICE_STEPS=0 $PERF"
-chk perf_socket_gpu_steps 120 "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=socket $PERF"
-chk perf_socket_staged 120 "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=socket FERROCCL_DEVICE_STEPS=0 $PERF"
-PYTHON=${PYTHON:-python3} chk torch_libnccl 150 "scripts/gpu-torch-check.sh \"$B\""
-if [ -n "$R" ] && [ -x "$R/run35.sh" ]; then
-  chk issue35_16cores 200 "$R/run35.sh $R"
-fi
-chk cuda_transport 60 deps/cuda_transport --test-threads=1
-chk conformance_gpu_memory 60 "bin/ferroccl-conformance lib/libnccl-net-socket.so --filter 'memory.cuda,memory.dmabuf'"
-chk cuda_device 120 deps/cuda_device --test-threads=1
+chk perf_p2p 60 "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P $PERF"
+chk perf_p2p_ipc 60 "NCCL_CUMEM_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P $PERF"
+chk perf_socket_gpu_steps 60 "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=socket $PERF"
+chk perf_shm_gpu_steps 60 "NCCL_P2P_DISABLE=1 $PERF"
+# Two ranks as threads of one process (one CUDA context: no time slicing).
+chk perf_threads_p2p 45 "bin/ferroccl-perf -t 2 --mem device all_reduce -b 4 -e 64M -f 64 -c 1"
 PYTHON=${PYTHON:-python3} chk torch_nccl_plugins 150 "scripts/gpu-nccl-plugins-check.sh \"$B\""
+[ -n "${FULL:-}" ] && {
+  chk reduce_bw 60 bin/cuda_reduce_bw
+  PYTHON=${PYTHON:-python3} chk torch_libnccl 150 "scripts/gpu-torch-check.sh \"$B\""
+  chk cuda_transport 60 deps/cuda_transport --test-threads=1
+  chk conformance_gpu_memory 60 "bin/ferroccl-conformance lib/libnccl-net-socket.so --filter 'memory.cuda,memory.dmabuf'"
+  chk cuda_device 120 deps/cuda_device --test-threads=1
+}
+fi
+if [ "$PART" != gpu ]; then
+  # Issues 33 and 35 on this machine's cores, from the bundle's release builds
+  # (one flat directory, as the benchmark scripts' B expects).
+  unset FERROCCL_REQUIRE_GPU FERROCCL_REQUIRE_NVRTC
+  F=$(mktemp -d)
+  ln -s "$B"/bin/* "$B"/lib/* "$F"/
+  [ -x "${R:-}/dlbench" ] && ln -sf "$R/dlbench" "$F/dlbench"
+  chk rma_put_vs_send 60 "NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_RMA_ENABLE=1 bin/ferroccl-rma-bench --plugin lib/libnccl-net-socket.so --rounds 15 --sizes 1M,4M,16M"
+  chk latency_8b_vs_mpi 75 "cd $REPO && B=$F benchmarks/latency_8b_vs_mpi.sh 5 5000"
+  chk first_row 90 "cd $REPO && B=$F benchmarks/first_row.sh 5"
+  [ -x "$F/dlbench" ] && chk dlbench 30 "$F/dlbench 40000 lib/libnccl-profiler-trace.so"
+  chk profiler_overhead 150 "cd $REPO && B=$F NOOP=1 benchmarks/profiler_overhead.sh 3"
+fi
 echo "done $(date -u)" | tee -a "$SUM"
