@@ -523,6 +523,9 @@ impl Comm {
             Some(_) => peers.iter().map(|p| p.host_hash).collect(),
             None => Vec::new(),
         };
+        let (collnet_firsts, collnet_nheads) = collnet
+            .as_ref()
+            .map_or((Vec::new(), 1), |c| (c.firsts.clone(), c.nheads));
         let collnet_ctx = collnet.map(|c| (c.adapter, c.ctx));
         // 9. Profiler plugin (NCCL loads it in initTransportsRank; `init` per
         // communicator; a failing init only disables profiling).
@@ -558,6 +561,8 @@ impl Comm {
                 collnet: collnet_chains,
                 collnet_direct,
                 collnet_hosts,
+                collnet_firsts,
+                collnet_nheads,
             },
             user_send_min: params.user_send_min,
             conns,
