@@ -173,7 +173,9 @@ struct LocalFacts {
 /// whose hosts keep the layout rule for CollNet heads
 /// ([`crate::topo::detect::detect_gpu_rank`] says why). A table whose `devices` or
 /// `getProperties` fails marks nothing (INFO line): CollNet is then decided as before,
-/// by the peer exchange.
+/// by the peer exchange. The marking is by device name (as [`crate::topo::fill::mark_coll_net`]),
+/// so a physical NIC the net table fused into a virtual one (`makeVDevice`) is not found
+/// under its own name and stays unmarked.
 fn collnet_nics(net: &Arc<dyn NetPlugin>, mark: bool) -> Vec<Properties> {
     let Some(c) = net.collnet().filter(|c| mark && c.is_enabled()) else {
         return Vec::new();

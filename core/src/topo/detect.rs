@@ -6,6 +6,9 @@
 //! Everything is read below a sysfs root (`/sys` normally) so the same code can be pointed
 //! at a copy. A rank that drives a GPU gets its facts from [`super::nvml::gpus`] (or any
 //! other source) and calls [`detect_gpu_rank`]; a CPU-process rank calls [`detect_cpu_rank`].
+//! Comm init gathers no GPU facts: it detects every rank, bound to a GPU or not, with
+//! [`detect_fused`] (the rank's process device), marking the CollNet table's NICs
+//! `coll="1"` for a rank bound to a GPU that wants CollNet.
 //!
 //! One deviation from NCCL: a PCI device whose `numa_node` reads `-1` on a host with a
 //! single NUMA node is placed on node 0 (NCCL would create a `<cpu numaid="-1">`), so that
