@@ -8,6 +8,9 @@
 # interleaved rounds; every result checked (`wrong` columns: out of place, in place).
 # Usage: benchmarks/collnet_algos.sh [ROUNDS] [PROFILE]   (default 3, debug; needs root)
 #   sizes: MIN..MAX by FACTOR (env, default 64K..16M by 16); ITERS (default 3)
+#   FUNC (env, default all_reduce): all_gather or reduce_scatter run Ring,
+#   CollnetDirect (NCCL_ALGO=allgather:… / reducescatter:…) and the model's pick
+#   (CollnetChain runs AllReduce only).
 #   flock /tmp/ferroccl-bench.lock benchmarks/collnet_algos.sh 3 release
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,11 +27,18 @@ S=scripts/netns-cluster.sh
 "$S" --name cna up 2 >/dev/null
 trap '"$S" --name cna down >/dev/null' EXIT
 B=target/$PROFILE/ferroccl-perf
+FUNC=${FUNC:-all_reduce}
+case $FUNC in
+  all_reduce) KEY=allreduce VARIANTS="ring collnetchain collnetdirect model" ;;
+  all_gather) KEY=allgather VARIANTS="ring collnetdirect model" ;;
+  reduce_scatter) KEY=reducescatter VARIANTS="ring collnetdirect model" ;;
+  *) echo "collnet_algos.sh: FUNC=$FUNC: all_reduce, all_gather or reduce_scatter" >&2; exit 2 ;;
+esac
 for r in $(seq "$ROUNDS"); do
-  for v in ring collnetchain collnetdirect model; do
+  for v in $VARIANTS; do
     env_=(NCCL_NET_PLUGIN=collnet-socket NCCL_COLLNET_ENABLE=1)
-    [ $v = model ] || env_+=(NCCL_ALGO=allreduce:$v)
-    env "${env_[@]}" $B --hosts 2 --cluster cna --ranks 4 all_reduce -b ${MIN:-64K} -e ${MAX:-16M} -f ${FACTOR:-16} -n ${ITERS:-3} -w 1 -c 1 --show-tuning 2>&1 |
+    [ $v = model ] || env_+=(NCCL_ALGO=$KEY:$v)
+    env "${env_[@]}" $B --hosts 2 --cluster cna --ranks 4 $FUNC -b ${MIN:-64K} -e ${MAX:-16M} -f ${FACTOR:-16} -n ${ITERS:-3} -w 1 -c 1 --show-tuning 2>&1 |
       awk -v r=$r -v v=$v -v l="$(cut -d' ' -f1 /proc/loadavg)" '
         /^#  tuning:/ { algo[$4] = $6 }
         /^ +[0-9]+ / { n++; row[n] = "round " r " " v " " $1 " time_us " $6 " busbw " $8 " wrong " $9 " " $13; size[n] = $1 }

@@ -9,10 +9,15 @@
 //! GPU the head of its own rail (`collnetDirect.nHeads` = local ranks, one
 //! collComm per rail) and exchanges the rails' results inside the node. Here
 //! each channel has one head per host, the channel's CollNetChain head
-//! ([`crate::graph::collnet`]: the host's ranks in rank order rotated by the
-//! channel, so the heads' work spreads over the host's ranks across
-//! channels), and the channel's collComm has one member per host, in
-//! [`crate::graph::collnet::heads`] order. Every host must have the same
+//! (CollNetDirect head 0), and each host's chain is its order on the channel
+//! ([`crate::graph::collnet::host_order`]): the searched CollNetDirect graph's
+//! heads first where the host's NICs serve CollNet (`coll="1"`; head 0 is the
+//! graph's channel first GPU, NCCL's `intra[c * localRanks]`,
+//! `src/graph/connect.cc` `connectCollNet`), else the layout rule (the host's
+//! ranks in rank order rotated by the channel, so the heads' work spreads over
+//! the host's ranks across channels). The channel's collComm is the one of
+//! CollNetDirect head 0, one member per host, in
+//! [`crate::graph::collnet::direct_members`] order. Every host must have the same
 //! number of ranks `k` (the plugin's `bytesPerRank` is one size for every
 //! member); the tuning offers these algorithms only then.
 //!
@@ -80,12 +85,21 @@ struct Layout {
 }
 
 impl Layout {
-    fn of(hosts: &[u64], rank: usize, ch: usize) -> Result<Layout, Error> {
-        let members: Vec<Vec<usize>> = collnet::heads(hosts, ch)
+    /// Channel `ch`'s layout for `rank`: each host's chain is its order on the
+    /// channel ([`collnet::host_order`]: the searched CollNetDirect graph's heads
+    /// first where `firsts` has them, else the layout rule [`collnet::chain`]),
+    /// so the chain's head is CollNetDirect head 0, the member of the channel's
+    /// first collComm that the connection setup (`comm::collnet`) connected; the
+    /// members are that collComm's, in the order their handles went to `connect`
+    /// ([`collnet::direct_members`] of head 0).
+    ///
+    /// Errors: hosts with different rank counts.
+    fn of(hosts: &[u64], firsts: &[Vec<usize>], rank: usize, ch: usize, nheads: usize) -> Result<Layout, Error> {
+        let members: Vec<Vec<usize>> = collnet::direct_members(hosts, firsts, ch, 0, nheads)
             .into_iter()
-            .map(|h| collnet::chain(hosts, h, ch))
+            .map(|h| collnet::host_order(hosts, firsts, h, ch, nheads))
             .collect();
-        let mine = collnet::chain(hosts, rank, ch);
+        let mine = collnet::host_order(hosts, firsts, rank, ch, nheads);
         let k = mine.len();
         if members.iter().any(|m| m.len() != k) {
             return Err(Error::Internal(format!(
@@ -529,7 +543,7 @@ fn layout(p: &super::schedule::SchedParams, ch: usize) -> Result<Layout, Error> 
             p.collnet.len()
         )));
     }
-    Layout::of(&p.collnet_hosts, p.rank, ch)
+    Layout::of(&p.collnet_hosts, &p.collnet_firsts, p.rank, ch, p.collnet_nheads)
 }
 
 #[cfg(test)]
@@ -540,17 +554,42 @@ mod tests {
     fn down_lists_give_each_position_what_it_lacks() {
         // Hosts A = {0, 2}, B = {1, 3}; channel 0: chains [0, 2] and [1, 3].
         let hosts = [7, 9, 7, 9];
-        let head = Layout::of(&hosts, 0, 0).unwrap();
+        let head = Layout::of(&hosts, &[], 0, 0, 1).unwrap();
         assert_eq!(head.members, vec![vec![0, 2], vec![1, 3]]);
         assert_eq!(head.window_ranks().collect::<Vec<_>>(), vec![0, 2, 1, 3]);
         // The tail (rank 2) lacks B's pieces and its head's.
-        let tail = Layout::of(&hosts, 2, 0).unwrap();
+        let tail = Layout::of(&hosts, &[], 2, 0, 1).unwrap();
         assert_eq!(tail.pos, 1);
         assert_eq!(down_list(&tail, 1), vec![1, 3, 0]);
         // Channel 1 rotates the heads: rank 2 heads A.
-        let l1 = Layout::of(&hosts, 2, 1).unwrap();
+        let l1 = Layout::of(&hosts, &[], 2, 1, 1).unwrap();
         assert_eq!((l1.pos, l1.mine.clone()), (0, vec![2, 0]));
         // Unequal hosts are refused.
-        assert!(Layout::of(&[1, 1, 2], 0, 0).is_err());
+        assert!(Layout::of(&[1, 1, 2], &[], 0, 0, 1).is_err());
+    }
+
+    #[test]
+    fn searched_heads_order_the_chains() {
+        // Hosts A = {0, 2, 4}, B = {1, 3, 5}; A's searched graph starts its
+        // channels at 4 then 2, B's at 5: one head per host. The layout rule
+        // would make 0 and 1 the heads on channel 0.
+        let hosts = [7, 9, 7, 9, 7, 9];
+        let firsts: Vec<Vec<usize>> = (0..6).map(|r| if r % 2 == 0 { vec![4, 2] } else { vec![5] }).collect();
+        let l = Layout::of(&hosts, &firsts, 0, 0, 1).unwrap();
+        assert_eq!(l.members, vec![vec![4, 0, 2], vec![5, 1, 3]]);
+        assert_eq!((l.mine.clone(), l.pos), (vec![4, 0, 2], 1));
+        assert_eq!(l.window_ranks().collect::<Vec<_>>(), vec![4, 0, 2, 5, 1, 3]);
+        assert_eq!(down_list(&l, 1), vec![5, 1, 3, 4]);
+        // Every rank agrees on the members, and the head is the chain's first.
+        for r in 0..6 {
+            let m = Layout::of(&hosts, &firsts, r, 0, 1).unwrap();
+            assert_eq!(m.members, l.members, "rank {r}");
+            assert_eq!(m.mine[m.pos], r);
+        }
+        // Nothing searched: the layout rule, for any number of heads.
+        for nheads in 1..4 {
+            let plain = Layout::of(&hosts, &[], 2, 1, nheads).unwrap();
+            assert_eq!(plain.members, vec![vec![2, 4, 0], vec![3, 5, 1]]);
+        }
     }
 }

@@ -325,6 +325,14 @@ pub(crate) struct SchedParams {
     /// otherwise): the collComm members' chains of the CollNet
     /// AllGather/ReduceScatter (`coll::collnet_agrs`).
     pub collnet_hosts: Vec<u64>,
+    /// Per rank, the first rank of every channel of its host's searched
+    /// CollNetDirect graph (all empty: nothing searched, the layout rule;
+    /// [`crate::graph::collnet::host_order`]), as CollNet was connected with.
+    pub collnet_firsts: Vec<Vec<usize>>,
+    /// CollNetDirect heads per host and channel CollNet was connected with
+    /// ([`crate::graph::collnet::direct_nheads`], 1 where CollNetDirect cannot
+    /// run); with `collnet_firsts` it decides every host's order on a channel.
+    pub collnet_nheads: usize,
 }
 
 impl SchedParams {

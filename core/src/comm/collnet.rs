@@ -39,9 +39,14 @@ pub(crate) struct CommCollNet {
     /// This rank's place in each channel's CollNetDirect pattern (`None`: a
     /// host has too many ranks for it, [`collnet::direct_nheads`]).
     pub direct: Option<Vec<DirectPos>>,
-    /// Every host's ranks are in the layout rule's order on every channel
-    /// ([`collnet::chain`]): false only where searched heads reorder a host.
-    pub layout_order: bool,
+    /// Per rank, the first rank of every channel of its host's searched
+    /// CollNetDirect graph (all empty: the layout rule), as connected: what the
+    /// CollNet AllGather/ReduceScatter schedule orders each host's chain by
+    /// ([`collnet::host_order`]).
+    pub firsts: Vec<Vec<usize>>,
+    /// CollNetDirect heads per host and channel as connected (1 where
+    /// CollNetDirect cannot run; [`collnet::direct_nheads`]).
+    pub nheads: usize,
 }
 
 impl CommCollNet {
@@ -53,15 +58,14 @@ impl CommCollNet {
 
     /// `(AllGather, ReduceScatter)` over CollNet possible with this plugin:
     /// its `iallgather` / `ireducescatter` slots are set (NCCL's
-    /// `src/graph/tuning.cc` turns CollNet off for a NULL slot), it is v9+, and the
-    /// heads are the layout rule's ([`CommCollNet::layout_order`]).
+    /// `src/graph/tuning.cc` turns CollNet off for a NULL slot) and it is v9+,
+    /// whether the heads are searched or the layout rule's (the schedule orders
+    /// each host's chain as the connection setup did, [`collnet::host_order`]).
     /// NCCL also runs v8 tables (its v8 shim takes the one SGE part NCCL
     /// passes, of at most 2^29 bytes); we keep v9+ because a window here may
     /// exceed that part limit on large communicators (nranks × one FIFO step).
     pub(crate) fn sge_support(&self) -> (bool, bool) {
-        // The AllGather/ReduceScatter schedule derives its chains from the
-        // layout rule: not offered where the searched heads order a host otherwise.
-        let v9 = self.adapter.info().version >= 9 && self.layout_order;
+        let v9 = self.adapter.info().version >= 9;
         (
             v9 && self.adapter.has_iallgather(),
             v9 && self.adapter.has_ireducescatter(),
@@ -213,12 +217,6 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
     let direct: Vec<DirectPos> = (0..a.nchannels)
         .map(|c| collnet::direct_position(&hosts, firsts, a.rank, c, nheads))
         .collect();
-    // CollNet AllGather/ReduceScatter (coll::collnet_agrs) lay out their chains
-    // by the layout rule; where the searched heads order a host otherwise they
-    // are not offered (sge_support).
-    let layout_order = (0..a.nchannels).all(|c| {
-        (0..nranks).all(|r| collnet::host_order(&hosts, firsts, r, c, nheads) == collnet::chain(&hosts, r, c))
-    });
     let mut links: Vec<(usize, CollNetLink)> = Vec::new();
     let close = |links: Vec<(usize, CollNetLink)>| {
         drop(links);
@@ -407,7 +405,8 @@ pub(crate) fn setup(a: &SetupArgs<'_>, conns: &mut ConnTable) -> Result<Option<C
         matrix,
         chains,
         direct: direct_heads.map(|_| direct),
-        layout_order,
+        firsts: firsts.to_vec(),
+        nheads,
     }))
 }
 

@@ -29,6 +29,8 @@ pub use params::{
 };
 pub use rma::{NUM_RMA_SIG, WaitSignalDesc, Window};
 
+use ferroccl_plugin_api::sdk::Properties;
+
 use crate::bootstrap::{Bootstrap, UniqueId};
 use crate::coll::CollArgs;
 use crate::coll::schedule::SchedParams;
@@ -163,9 +165,40 @@ struct LocalFacts {
     dev0: (i32, f32),
 }
 
+/// The devices of the net library's CollNet table whose NICs the detection marks
+/// `coll="1"` (NCCL's `ncclTopoGetSystem`, `src/graph/topo.cc`: when
+/// `collNetSupport(comm)`, `ncclTopoProcessNet(xml, 1, ...)` over the CollNet table
+/// before the net table): this rank wants CollNet (`mark`), is bound to a GPU, and the
+/// library exports a usable CollNet table. Empty otherwise, and for CPU-process ranks,
+/// whose hosts keep the layout rule for CollNet heads
+/// ([`crate::topo::detect::detect_gpu_rank`] says why). A table whose `devices` or
+/// `getProperties` fails marks nothing (INFO line): CollNet is then decided as before,
+/// by the peer exchange. The marking is by device name (as [`crate::topo::fill::mark_coll_net`]),
+/// so a physical NIC the net table fused into a virtual one (`makeVDevice`) is not found
+/// under its own name and stays unmarked.
+fn collnet_nics(net: &Arc<dyn NetPlugin>, mark: bool) -> Vec<Properties> {
+    let Some(c) = net.collnet().filter(|c| mark && c.is_enabled()) else {
+        return Vec::new();
+    };
+    let props = c.devices().and_then(|n| {
+        (0..n)
+            .map(|d| c.properties(d))
+            .collect::<std::result::Result<Vec<_>, _>>()
+    });
+    match props {
+        Ok(p) => p,
+        Err(e) => {
+            crate::log::nccl_info!(INIT, "CollNet NICs not marked in the topology: {e}");
+            Vec::new()
+        }
+    }
+}
+
 /// Opens the plugin context, counts its devices, reads their properties and
-/// detects this rank's topology. Errors are text (shared with the other ranks in
-/// the agreement); the context is finalized on failure.
+/// detects this rank's topology, marking the NICs of `coll_nets` (the CollNet
+/// table's devices, [`collnet_nics`]) `coll="1"`. Errors are text (shared with the
+/// other ranks in the agreement); the context is finalized on failure.
+#[allow(clippy::too_many_arguments)] // the detection's inputs
 fn local_facts(
     net: &Arc<dyn NetPlugin>,
     info: &NetInfo,
@@ -173,6 +206,7 @@ fn local_facts(
     comm_id: u64,
     topo_params: &crate::topo::TopoParams,
     traffic_class: i32,
+    coll_nets: &[Properties],
 ) -> std::result::Result<LocalFacts, String> {
     // NCCL 2.30.7 src/plugin/net.cc ncclNetPluginInit: the communicator's traffic
     // class in `ncclNetCommConfig_t` (v11+ init; v10 connect through the adapter).
@@ -218,7 +252,7 @@ fn local_facts(
         };
         let can_fuse = net.has_make_vdevice();
         let (record, log, fused) =
-            crate::topo::detect::detect_fused(rank, &props, topo_params, can_fuse.then_some(&mut f))?;
+            crate::topo::detect::detect_fused(rank, &props, coll_nets, topo_params, can_fuse.then_some(&mut f))?;
         for line in log {
             crate::log::nccl_info!(GRAPH, "{line}");
         }
@@ -391,8 +425,33 @@ impl Comm {
             Ok((net, info, ext)) => (Ok((net, info)), ext),
             Err(e) => (Err(e), None),
         };
+        // NCCL binds the device current at init (`src/init.cc`: cudaGetDevice).
+        // A device the driver cannot describe leaves the rank unbound (no P2P)
+        // rather than failing init.
+        let gpu = config
+            .cuda_dev
+            .and_then(|dev| match crate::transport::p2p::bind_gpu(dev) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    tracing::warn!(target: "ferroccl::init", "{e}; the P2P transport is not used by this rank");
+                    None
+                }
+            });
+        // Whether this rank wants CollNet, decided before the detection: a rank
+        // bound to a GPU marks the CollNet table's NICs (collnet_nics).
+        let want_collnet = resolve_collnet_enable(&config)?;
         let local = loaded.and_then(|(net, info)| {
-            local_facts(&net, &info, rank, comm_hash(id), &topo_params, params.traffic_class).map(|f| (net, info, f))
+            let coll_nets = collnet_nics(&net, want_collnet && gpu.is_some());
+            local_facts(
+                &net,
+                &info,
+                rank,
+                comm_hash(id),
+                &topo_params,
+                params.traffic_class,
+                &coll_nets,
+            )
+            .map(|f| (net, info, f))
         });
         if let Ok((net, _, f)) = &local {
             guard.ctx = Some((net.clone(), f.ctx));
@@ -403,16 +462,7 @@ impl Comm {
             .map(|(_, info, _)| NetIdentity::of(info))
             .map_err(Clone::clone);
         let mut mine = PeerInfo::local(rank, &identity, &params, tparams);
-        // NCCL binds the device current at init (`src/init.cc`: cudaGetDevice).
-        // A device the driver cannot describe leaves the rank unbound (no P2P)
-        // rather than failing init.
-        if let Some(dev) = config.cuda_dev {
-            match crate::transport::p2p::bind_gpu(dev) {
-                Ok(g) => mine.gpu = Some(g),
-                Err(e) => tracing::warn!(target: "ferroccl::init", "{e}; the P2P transport is not used by this rank"),
-            }
-        }
-        let want_collnet = resolve_collnet_enable(&config)?;
+        mine.gpu = gpu;
         if let Ok((net, _, f)) = &local {
             mine.topo = f.record.to_bytes();
             (mine.net_speed_mbps, mine.net_latency_us) = f.dev0;
@@ -523,6 +573,9 @@ impl Comm {
             Some(_) => peers.iter().map(|p| p.host_hash).collect(),
             None => Vec::new(),
         };
+        let (collnet_firsts, collnet_nheads) = collnet
+            .as_ref()
+            .map_or((Vec::new(), 1), |c| (c.firsts.clone(), c.nheads));
         let collnet_ctx = collnet.map(|c| (c.adapter, c.ctx));
         // 9. Profiler plugin (NCCL loads it in initTransportsRank; `init` per
         // communicator; a failing init only disables profiling).
@@ -558,6 +611,8 @@ impl Comm {
                 collnet: collnet_chains,
                 collnet_direct,
                 collnet_hosts,
+                collnet_firsts,
+                collnet_nheads,
             },
             user_send_min: params.user_send_min,
             conns,

@@ -6,11 +6,14 @@
 //! plugin (the network: peer `nranks`, as NCCL numbers it), and broadcast back
 //! down the chain.
 //!
-//! NCCL searches a `collNetChain` graph for the chain order; ferroccl's ranks
-//! bind no GPU and every rank of a host reaches the NIC alike, so the chain is
-//! the host's ranks in rank order, rotated by the channel index: each channel
-//! has a different head where a host has several ranks, spreading the heads'
-//! network work as NCCL's graph spreads channels over NICs.
+//! NCCL searches a `collNetChain` graph for the chain order. Where a host's
+//! NICs serve CollNet (`coll="1"`: ranks bound to a GPU mark them at comm
+//! init) the order follows the host's searched CollNetDirect graph
+//! ([`host_order`]); elsewhere (CPU-process ranks, all of which reach the NIC
+//! alike) the chain is the host's ranks in rank order, rotated by the channel
+//! index ([`chain`], the layout rule): each channel has a different head where a
+//! host has several ranks, spreading the heads' network work as NCCL's graph
+//! spreads channels over NICs.
 
 /// This rank's place in one channel's chain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,9 @@
 //! Everything is read below a sysfs root (`/sys` normally) so the same code can be pointed
 //! at a copy. A rank that drives a GPU gets its facts from [`super::nvml::gpus`] (or any
 //! other source) and calls [`detect_gpu_rank`]; a CPU-process rank calls [`detect_cpu_rank`].
+//! Comm init gathers no GPU facts: it detects every rank, bound to a GPU or not, with
+//! [`detect_fused`] (the rank's process device), marking the CollNet table's NICs
+//! `coll="1"` for a rank bound to a GPU that wants CollNet.
 //!
 //! One deviation from NCCL: a PCI device whose `numa_node` reads `-1` on a host with a
 //! single NUMA node is placed on node 0 (NCCL would create a `<cpu numaid="-1">`), so that
@@ -406,7 +409,7 @@ pub fn detect_cpu_rank(
     host_hash: u64,
     affinity: &CpuSet,
 ) -> Result<(TopoRecord, Vec<String>), TopoError> {
-    detect_cpu_rank_fused(rank, nets, params, sysfs, host_hash, affinity, None).map(|(r, l, _)| (r, l))
+    detect_cpu_rank_fused(rank, nets, &[], params, sysfs, host_hash, affinity, None).map(|(r, l, _)| (r, l))
 }
 
 /// What NIC fusion needs during detection: its parameters, the plugin, and the number
@@ -426,9 +429,18 @@ pub type Fused = (usize, Vec<Properties>);
 
 /// [`detect_cpu_rank`] with NIC fusion (`ncclTopoProcessNet`): `nets` are the physical
 /// devices; with `fusion` the virtual devices replace their members in the record.
+///
+/// `coll_nets` are the devices of the plugin's CollNet table (empty: none marked): each
+/// net device of the same name gets `coll="1"` ([`fill::mark_coll_net`]), as NCCL's
+/// `ncclTopoGetSystem` (`src/graph/topo.cc`) runs `ncclTopoProcessNet(xml, 1, ...)` over
+/// the CollNet table when `collNetSupport(comm)`. Comm init passes them only for a rank
+/// bound to a GPU (`CommConfig::cuda_dev`) that wants CollNet; a CPU-process rank passes
+/// none (see [`detect_gpu_rank`] for why).
+#[allow(clippy::too_many_arguments)] // NCCL's detection inputs, one per fact source
 pub fn detect_cpu_rank_fused(
     rank: usize,
     nets: &[Properties],
+    coll_nets: &[Properties],
     params: &TopoParams,
     sysfs: &Sysfs,
     host_hash: u64,
@@ -448,6 +460,9 @@ pub fn detect_cpu_rank_fused(
         )?),
         None => None,
     };
+    for p in coll_nets {
+        fill::mark_coll_net(&mut root, &p.name);
+    }
     let rec = TopoRecord::new(
         u32::try_from(rank).map_err(|_| TopoError::Record(format!("rank {rank} too large")))?,
         host_hash,
@@ -468,8 +483,14 @@ pub fn detect_cpu_rank_fused(
 /// (empty otherwise): each net device of the same name gets `coll="1"`
 /// ([`fill::mark_coll_net`]; NCCL's `ncclTopoProcessNet` for the CollNet table), so the
 /// CollNet graph searches run on this host. A CPU-process rank ([`detect_cpu_rank`])
-/// never marks its NICs: its host keeps the layout rule for CollNet heads (every rank
-/// reaches the plugin alike; one NIC would give one head), a deliberate difference.
+/// never marks its NICs: its process device is a GPU-type node to the searches
+/// ([`fill::PROCESS_CLASS`]), so a marked NIC would make the CollNetDirect search
+/// (`src/graph/search.cc`, one head per CollNet NIC: the NIC's local GPU) give its host
+/// one head where every rank of the host reaches the plugin alike; its host keeps the
+/// layout rule for CollNet heads (every rank a head), a deliberate difference (NCCL's
+/// searches are over GPUs, whose NICs are not shared alike). Comm init detects every
+/// rank with [`detect_fused`] (the process-device record: it gathers no GPU facts) and
+/// marks the CollNet NICs there for ranks bound to a GPU.
 #[allow(clippy::too_many_arguments)] // NCCL's detection inputs, one per fact source
 pub fn detect_gpu_rank(
     rank: usize,
@@ -507,16 +528,19 @@ pub fn detect(rank: usize, nets: &[Properties], params: &TopoParams) -> Result<(
     detect_cpu_rank(rank, nets, params, &Sysfs::default(), host_hash(), &process_affinity())
 }
 
-/// [`detect_cpu_rank_fused`] on the live host.
+/// [`detect_cpu_rank_fused`] on the live host (`coll_nets`: the CollNet table's devices
+/// to mark `coll="1"`, empty for none).
 pub fn detect_fused(
     rank: usize,
     nets: &[Properties],
+    coll_nets: &[Properties],
     params: &TopoParams,
     fusion: Option<&mut Fusion<'_>>,
 ) -> Result<(TopoRecord, Vec<String>, Option<Fused>), TopoError> {
     detect_cpu_rank_fused(
         rank,
         nets,
+        coll_nets,
         params,
         &Sysfs::default(),
         host_hash(),
