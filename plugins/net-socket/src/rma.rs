@@ -665,6 +665,8 @@ struct Landing {
     win: u32,
     off: usize,
     len: usize,
+    /// Its chunks (offsets within the put) and their streams, as `split` cut them.
+    chunks: Vec<crate::proto::Chunk>,
     /// A window error: the payload then lands in `_scratch` and is dropped.
     result: Result<(), String>,
     _scratch: Vec<u8>,
@@ -824,12 +826,26 @@ impl Target {
                 self.peer
             )));
         }
-        if self
-            .landing
-            .iter()
-            .any(|l| l.win == win && l.off < off.saturating_add(len) && off < l.off.saturating_add(l.len))
-        {
-            // Puts to the same bytes land in posting order.
+        let chunks = split(len, self.stripe.nstreams, self.stripe.min_task, &mut self.next_stream);
+        // Puts to the same bytes land in posting order. A stream's chunks land in
+        // the order they were queued (one helper thread per stream, one FIFO), so
+        // only bytes that an earlier put still landing brings on another stream make
+        // this one wait for the puts before it. Repeated puts of one size to the same
+        // place (a buffer sent again and again) cut the same way onto the same
+        // streams, so they stream on without a stop.
+        let conflict = |l: &Landing| {
+            l.win == win
+                && l.off < off.saturating_add(len)
+                && off < l.off.saturating_add(l.len)
+                && l.chunks.iter().any(|lc| {
+                    chunks.iter().any(|c| {
+                        let (a, b) = (off + c.offset, off + c.offset + c.len);
+                        let (la, lb) = (l.off + lc.offset, l.off + lc.offset + lc.len);
+                        c.stream != lc.stream && la < b && a < lb
+                    })
+                })
+        };
+        if self.landing.iter().any(conflict) {
             self.drain_landing()?;
         }
         let result = window_range(&self.g, "put", win, off, len);
@@ -844,7 +860,7 @@ impl Target {
         };
         let landed = Arc::new(AtomicUsize::new(0));
         let pool = self.pool.as_mut().expect("checked above");
-        for c in split(len, self.stripe.nstreams, self.stripe.min_task, &mut self.next_stream) {
+        for c in &chunks {
             let buf = Buf {
                 ptr: (base + c.offset) as *mut u8,
                 len: c.len,
@@ -858,6 +874,7 @@ impl Target {
             win,
             off,
             len,
+            chunks,
             result: result.map(|_| ()),
             _scratch: scratch,
         });
