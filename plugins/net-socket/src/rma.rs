@@ -1214,6 +1214,9 @@ impl Rma for SocketRma {
 
     fn close_coll(&self, coll: Arc<Group>) -> NetResult<()> {
         coll.shutdown();
+        // The calling thread's idle record may name the group's eventfd, whose
+        // number can be reused (as a net comm's close does).
+        crate::wait::forget();
         Ok(())
     }
 
