@@ -337,7 +337,10 @@ fn main() {
     let np = net_pair(net.clone());
     let rp = rma_pair(rma.clone());
     // Buffers: net source/destination, RMA source (rank 0) and window (rank 1).
-    let mut nb = [vec![0u8; max], vec![0u8; max]];
+    // Every buffer is written through before use: an untouched zeroed allocation maps
+    // the shared zero page, which a copy reads from cache (whichever method got such a
+    // source would look cheaper per byte).
+    let mut nb = [vec![0x11u8; max], vec![0x22u8; max]];
     let nmr = [
         np.net
             .reg_mr(np.send, nb[0].as_mut_ptr(), max, PtrType::Host)
@@ -346,11 +349,11 @@ fn main() {
             .reg_mr(np.recv, nb[1].as_mut_ptr(), max, PtrType::Host)
             .expect("regMr recv"),
     ];
-    let mut rsrc = vec![0u8; max];
-    let mut rdst = vec![0u8; max];
+    let mut rsrc = vec![0x33u8; max];
+    let mut rdst = vec![0x44u8; max];
     // Symmetric registration: every rank registers its windows in the same order.
-    let mut r1_src = vec![0u8; max];
-    let mut r0_dst = vec![0u8; max];
+    let mut r1_src = vec![0x55u8; max];
+    let mut r0_dst = vec![0x66u8; max];
     let (c0, c1) = (rp.ranks[0].1, rp.ranks[1].1);
     let m0s = rma
         .reg_mr_sym(c0, rsrc.as_mut_ptr(), max, PtrType::Host, 0)

@@ -248,7 +248,7 @@ impl PoolShared {
     }
 }
 
-fn new_eventfd() -> Option<OwnedFd> {
+pub(crate) fn new_eventfd() -> Option<OwnedFd> {
     // SAFETY: no pointers; returns a new fd or -1.
     let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
     // SAFETY: `fd` is a new descriptor that nothing else owns.

@@ -61,6 +61,7 @@ use ferroccl_plugin_api::sdk::{Buf, Handle, Net, NetError, NetResult, Properties
 use crate::io::send_all;
 use crate::io::{Dir, Pool};
 use crate::proto::split;
+use crate::wait::{Outcome, Plan, Target as WaitTarget, Waits};
 use crate::{Config, SocketNet};
 
 /// Longest `connect` waits for every peer's connection.
@@ -148,15 +149,100 @@ pub struct ReqState {
     /// 0 pending, 1 done, 2 failed.
     state: AtomicU8,
     err: Mutex<Option<String>>,
+    /// Bytes the operation moves (how long a `test` of it may expect to wait).
+    len: usize,
+    /// The group's completion wake-up (`None`: `eventfd` failed; `test` then only polls).
+    wake: Option<Arc<Wake>>,
 }
 
 impl ReqState {
     fn finish(&self) {
-        self.state.store(1, Ordering::Release);
+        self.state.store(1, Ordering::SeqCst);
+        self.woken();
     }
     fn fail(&self, why: &str) {
         *lock(&self.err) = Some(why.to_owned());
-        self.state.store(2, Ordering::Release);
+        self.state.store(2, Ordering::SeqCst);
+        self.woken();
+    }
+    fn woken(&self) {
+        if let Some(w) = &self.wake {
+            w.notify();
+        }
+    }
+
+    /// What a `test` of this request waits on, for the net path's idle rule
+    /// ([`crate::wait`]): the group's completion eventfd, like a request waiting on
+    /// helper threads.
+    fn waits(&self) -> Waits {
+        match &self.wake {
+            Some(w) => Waits::Helpers {
+                target: WaitTarget {
+                    fd: w.ev.as_raw_fd(),
+                    events: libc::POLLIN,
+                },
+                left: self.len,
+            },
+            None => Waits::Other,
+        }
+    }
+}
+
+/// Wakes a thread sleeping in `test` when an operation of the group completes.
+///
+/// Without it a caller polling its puts (NCCL's proxy, the benchmark) spins on
+/// `test` + `sched_yield` for the whole transfer: a core burnt per polling thread,
+/// which the two-sided path does not pay (its `test` sleeps on the data streams'
+/// eventfd, [`crate::wait`]). On the 16-core loopback benchmark that was the put's
+/// extra ~0.1 CPU s per GB at 4 MiB (1 core / ~10 GB/s).
+#[derive(Debug)]
+struct Wake {
+    /// Readable after a completion that found a sleeper.
+    ev: std::os::fd::OwnedFd,
+    /// Threads between their last look at a request and the end of their sleep:
+    /// completions write the eventfd only when there is one (no system call per
+    /// operation otherwise).
+    sleepers: AtomicUsize,
+}
+
+impl Wake {
+    fn new() -> Option<Arc<Wake>> {
+        crate::io::new_eventfd().map(|ev| {
+            Arc::new(Wake {
+                ev,
+                sleepers: AtomicUsize::new(0),
+            })
+        })
+    }
+
+    /// After a request's state was stored (`SeqCst`): wakes a sleeper, if any.
+    /// With the sleeper's `SeqCst` increment before its own look at the state,
+    /// either it sees the new state or this sees it and writes.
+    fn notify(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let one: u64 = 1;
+            // SAFETY: an open eventfd; 8 valid bytes. A full counter (EAGAIN) is
+            // already readable, which is all a sleeper needs.
+            unsafe { libc::write(self.ev.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    /// Resets the eventfd before the sleeper's last look at its request.
+    fn drain(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: an open non-blocking eventfd; 8 valid bytes for writes.
+        unsafe { libc::read(self.ev.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
+
+    /// Sleeps (at most [`crate::wait::TEST_WAIT`]) on `targets`, which the idle rule
+    /// chose, unless `req` completed meanwhile.
+    fn sleep(&self, req: &ReqState, targets: &[WaitTarget]) {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        self.drain();
+        if req.state.load(Ordering::SeqCst) == 0 {
+            crate::wait::sleep_on(targets);
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -209,6 +295,8 @@ struct Shared {
     win_cv: Condvar,
     closing: AtomicBool,
     error: Mutex<Option<String>>,
+    /// Written when an operation completes while a `test` sleeps ([`Wake`]).
+    wake: Option<Arc<Wake>>,
 }
 
 impl Shared {
@@ -309,7 +397,13 @@ impl Group {
         {
             header[1] = FLAG_STRIPED;
         }
-        let req = Arc::new(ReqState::default());
+        let req = Arc::new(ReqState {
+            len: data.or(get_dst).map_or(0, |(_, len)| len),
+            wake: self.shared.wake.clone(),
+            ..ReqState::default()
+        });
+        // New work: the caller's next wait starts with a try (as a new isend/irecv).
+        crate::wait::reset();
         let op = Op {
             header,
             data,
@@ -571,6 +665,8 @@ struct Landing {
     win: u32,
     off: usize,
     len: usize,
+    /// Its chunks (offsets within the put) and their streams, as `split` cut them.
+    chunks: Vec<crate::proto::Chunk>,
     /// A window error: the payload then lands in `_scratch` and is dropped.
     result: Result<(), String>,
     _scratch: Vec<u8>,
@@ -730,12 +826,26 @@ impl Target {
                 self.peer
             )));
         }
-        if self
-            .landing
-            .iter()
-            .any(|l| l.win == win && l.off < off.saturating_add(len) && off < l.off.saturating_add(l.len))
-        {
-            // Puts to the same bytes land in posting order.
+        let chunks = split(len, self.stripe.nstreams, self.stripe.min_task, &mut self.next_stream);
+        // Puts to the same bytes land in posting order. A stream's chunks land in
+        // the order they were queued (one helper thread per stream, one FIFO), so
+        // only bytes that an earlier put still landing brings on another stream make
+        // this one wait for the puts before it. Repeated puts of one size to the same
+        // place (a buffer sent again and again) cut the same way onto the same
+        // streams, so they stream on without a stop.
+        let conflict = |l: &Landing| {
+            l.win == win
+                && l.off < off.saturating_add(len)
+                && off < l.off.saturating_add(l.len)
+                && l.chunks.iter().any(|lc| {
+                    chunks.iter().any(|c| {
+                        let (a, b) = (off + c.offset, off + c.offset + c.len);
+                        let (la, lb) = (l.off + lc.offset, l.off + lc.offset + lc.len);
+                        c.stream != lc.stream && la < b && a < lb
+                    })
+                })
+        };
+        if self.landing.iter().any(conflict) {
             self.drain_landing()?;
         }
         let result = window_range(&self.g, "put", win, off, len);
@@ -750,7 +860,7 @@ impl Target {
         };
         let landed = Arc::new(AtomicUsize::new(0));
         let pool = self.pool.as_mut().expect("checked above");
-        for c in split(len, self.stripe.nstreams, self.stripe.min_task, &mut self.next_stream) {
+        for c in &chunks {
             let buf = Buf {
                 ptr: (base + c.offset) as *mut u8,
                 len: c.len,
@@ -764,6 +874,7 @@ impl Target {
             win,
             off,
             len,
+            chunks,
             result: result.map(|_| ()),
             _scratch: scratch,
         });
@@ -1046,6 +1157,7 @@ impl Rma for SocketRma {
             win_cv: Condvar::new(),
             closing: AtomicBool::new(false),
             error: Mutex::new(None),
+            wake: Wake::new(),
         });
         // Built in place: on an error below, dropping it shuts down what was started.
         let mut group = Group {
@@ -1102,6 +1214,9 @@ impl Rma for SocketRma {
 
     fn close_coll(&self, coll: Arc<Group>) -> NetResult<()> {
         coll.shutdown();
+        // The calling thread's idle record may name the group's eventfd, whose
+        // number can be reused (as a net comm's close does).
+        crate::wait::forget();
         Ok(())
     }
 
@@ -1167,8 +1282,25 @@ impl Rma for SocketRma {
         ctx.post(rank, header(OP_FLUSH, mr.id, 0, 0), None, None)
     }
 
+    /// Done, failed, or still pending; a caller that keeps testing pending
+    /// operations and nothing else (the net path's idle rule, [`crate::wait`]) sleeps
+    /// here until an operation of the group completes, at most
+    /// [`crate::wait::TEST_WAIT`], instead of spinning.
     fn test(&self, _coll: &Arc<Group>, req: &mut RmaRequest) -> NetResult<bool> {
-        match req.state.load(Ordering::Acquire) {
+        let waits = req.waits();
+        if req.state.load(Ordering::SeqCst) == 0
+            && let Some(w) = &req.wake
+            && let Plan::PollSet(targets) = crate::wait::plan(waits)
+        {
+            w.sleep(req, &targets);
+        }
+        let state = req.state.load(Ordering::Acquire);
+        crate::wait::record(if state == 0 {
+            Outcome::Idle(waits)
+        } else {
+            Outcome::Progress(waits)
+        });
+        match state {
             0 => Ok(false),
             1 => Ok(true),
             _ => Err(NetError::Remote(format!(

@@ -4,7 +4,8 @@
 //!
 //! What must hold with striping: a put-with-signal's signal is applied only after
 //! every byte of that put (and of every put before it) is in the window; puts to the
-//! same bytes land in posting order; a get after puts sees them.
+//! same bytes land in posting order (whether or not they wait for each other); a get
+//! after puts sees them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -288,6 +289,91 @@ fn overlapping_striped_puts_land_in_order() {
                     assert_eq!(
                         b, VERSIONS as u8,
                         "round {round}: byte {i} holds an earlier put after the signal"
+                    );
+                }
+            }
+            r.sync();
+        }
+        for w in [smr, dmr, bmr, sgmr] {
+            r.rma.dereg_mr_sym(&r.group, w).unwrap();
+        }
+    });
+}
+
+/// Puts of one size to the same place, posted back to back (a buffer put again and
+/// again): cut the same way onto the same streams, they stream on without waiting
+/// for each other, and still land in posting order. Every fifth is a shorter put
+/// of three chunks, which shifts the streams of the puts after it (those then wait
+/// for the puts before them). A 0-byte put-with-signal after them is applied after
+/// all of them, and a get after them reads the last one's bytes.
+#[test]
+fn repeated_striped_puts_to_one_place_land_in_order() {
+    const LEN: usize = 256 * 1024;
+    const SHORT: usize = 12 * 1024;
+    const VERSIONS: usize = 25;
+    const ROUNDS: usize = 20;
+    two_ranks(move |r| {
+        let mut src = vec![0u8; VERSIONS * LEN];
+        let mut dst = vec![0u8; LEN];
+        let mut back = vec![0u8; LEN];
+        let mut sig = vec![0u64; 1];
+        // SAFETY: the word viewed as bytes for registration only.
+        let sig_bytes = unsafe { std::slice::from_raw_parts_mut(sig.as_mut_ptr().cast::<u8>(), 8) };
+        for v in 0..VERSIONS {
+            src[v * LEN..(v + 1) * LEN].fill(v as u8 + 1);
+        }
+        let smr = r.reg(&mut src);
+        let dmr = r.reg(&mut dst);
+        let bmr = r.reg(&mut back);
+        let sgmr = r.reg(sig_bytes);
+        let want = VERSIONS as u8;
+        for round in 0..ROUNDS {
+            if r.rank == 0 {
+                let mut reqs = Vec::new();
+                for v in 0..VERSIONS {
+                    let size = if v % 5 == 3 { SHORT } else { LEN };
+                    reqs.push(r.rma.iput(&r.ctx, xfer(&smr, v * LEN, &dmr, 0, size), None).unwrap());
+                }
+                let s = Signal {
+                    window: &sgmr,
+                    off: 0,
+                    op: SignalOp::Inc,
+                    value: 1,
+                    strong: true,
+                };
+                reqs.push(r.rma.iput(&r.ctx, xfer(&smr, 0, &dmr, 0, 0), Some(s)).unwrap());
+                let g = Xfer {
+                    context: 0,
+                    local: &bmr,
+                    local_off: 0,
+                    remote: &dmr,
+                    remote_off: 0,
+                    size: LEN,
+                    rank: 1,
+                };
+                reqs.push(r.rma.iget(&r.ctx, g).unwrap());
+                for q in reqs {
+                    r.wait(q, "put/get");
+                }
+                // SAFETY: the get completed: its bytes are in `back`.
+                let got = unsafe { std::slice::from_raw_parts(back.as_ptr(), LEN) };
+                if let Some(i) = got.iter().position(|&b| b != want) {
+                    panic!("round {round}: the get read byte {i} = {} of an earlier put", got[i]);
+                }
+            } else {
+                // SAFETY: the aligned signal word, updated atomically by the plugin.
+                let word = unsafe { AtomicU64::from_ptr(sig.as_mut_ptr()) };
+                let t0 = Instant::now();
+                while word.load(Ordering::Acquire) < round as u64 + 1 {
+                    assert!(t0.elapsed() < BOUND, "round {round}: no signal");
+                    std::hint::spin_loop();
+                }
+                // SAFETY: the acquire load orders the plugin's writes before these reads.
+                let got = unsafe { std::slice::from_raw_parts(dst.as_ptr(), LEN) };
+                if let Some(i) = got.iter().position(|&b| b != want) {
+                    panic!(
+                        "round {round}: byte {i} = {} holds an earlier put after the signal",
+                        got[i]
                     );
                 }
             }
