@@ -139,9 +139,13 @@ impl OpMem {
     ///
     /// [`CollArgs::bytes`]: super::CollArgs::bytes
     pub fn classify(send: *const u8, recv: *const u8, bytes: (usize, usize)) -> Result<OpMem, Error> {
+        // The driver's answer for the send buffer's address, reused for the
+        // receive buffer when it is the same address (in place): one driver
+        // query per operation instead of two.
+        let mut asked = None;
         Ok(OpMem {
-            send: classify_buf(send, bytes.0)?,
-            recv: classify_buf(recv, bytes.1)?,
+            send: classify_buf(send, bytes.0, &mut asked)?,
+            recv: classify_buf(recv, bytes.1, &mut asked)?,
         })
     }
 
@@ -189,8 +193,12 @@ impl OpMem {
 /// The [`BufMem`] of `len` bytes at `p`. Inlined: returned through memory, the
 /// result was reloaded wider than it was stored (a failed store forward per
 /// buffer per operation).
+///
+/// `asked`: the memory space [`memory_space`] gave for an address of the same
+/// operation (set here after asking it); the answer depends on the address
+/// only, so a buffer at that address is not asked about again.
 #[inline(always)]
-fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
+fn classify_buf(p: *const u8, len: usize, asked: &mut Option<(*const u8, MemorySpace)>) -> Result<BufMem, Error> {
     if p.is_null() || len == 0 {
         return Ok(BufMem::HOST);
     }
@@ -229,7 +237,14 @@ fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
             },
         });
     }
-    let space = memory_space(p)?;
+    let space = match *asked {
+        Some((q, space)) if q == p => space,
+        _ => {
+            let space = memory_space(p)?;
+            *asked = Some((p, space));
+            space
+        }
+    };
     let access = match space {
         s if s.host_accessible() => Access::Host,
         MemorySpace::Device { ordinal, .. } => Access::Staged {

@@ -131,7 +131,11 @@ impl Proxy {
             run.plan.passive = passive;
         }
         let tasks = &run.plan.tasks;
-        if let Some(min) = self.user_send_min {
+        // (`register_user` registers nothing, and says so, when no operation
+        // reaches `min` bytes: asked here first, a small operation skips the call.)
+        if let Some(min) = self.user_send_min
+            && work.colls.iter().any(|a| a.bytes.0.max(a.bytes.1) >= min)
+        {
             self.user_registered |= register::register_user(&mut self.conns, self.params.rank, &work.colls, tasks, min);
         }
         // Announce every step each receive connector will consume, in order.
