@@ -139,13 +139,20 @@ impl OpMem {
     ///
     /// [`CollArgs::bytes`]: super::CollArgs::bytes
     pub fn classify(send: *const u8, recv: *const u8, bytes: (usize, usize)) -> Result<OpMem, Error> {
-        // The driver's answer for the send buffer's address, reused for the
-        // receive buffer when it is the same address (in place): one driver
-        // query per operation instead of two.
-        let mut asked = None;
+        let send_mem = classify_buf(send, bytes.0)?;
+        // In place with equal lengths (AllReduce) on memory the host reaches:
+        // the receive buffer is the send buffer, whose classification (a
+        // function of address and length) is taken as it is, so an operation
+        // makes one driver query instead of two. (Staged memory is classified
+        // again, as before: its classification logs a line per buffer.)
+        let recv_mem = if send == recv && bytes.0 == bytes.1 && !send_mem.staged() {
+            send_mem
+        } else {
+            classify_buf(recv, bytes.1)?
+        };
         Ok(OpMem {
-            send: classify_buf(send, bytes.0, &mut asked)?,
-            recv: classify_buf(recv, bytes.1, &mut asked)?,
+            send: send_mem,
+            recv: recv_mem,
         })
     }
 
@@ -193,12 +200,8 @@ impl OpMem {
 /// The [`BufMem`] of `len` bytes at `p`. Inlined: returned through memory, the
 /// result was reloaded wider than it was stored (a failed store forward per
 /// buffer per operation).
-///
-/// `asked`: the memory space [`memory_space`] gave for an address of the same
-/// operation (set here after asking it); the answer depends on the address
-/// only, so a buffer at that address is not asked about again.
 #[inline(always)]
-fn classify_buf(p: *const u8, len: usize, asked: &mut Option<(*const u8, MemorySpace)>) -> Result<BufMem, Error> {
+fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
     if p.is_null() || len == 0 {
         return Ok(BufMem::HOST);
     }
@@ -237,14 +240,7 @@ fn classify_buf(p: *const u8, len: usize, asked: &mut Option<(*const u8, MemoryS
             },
         });
     }
-    let space = match *asked {
-        Some((q, space)) if q == p => space,
-        _ => {
-            let space = memory_space(p)?;
-            *asked = Some((p, space));
-            space
-        }
-    };
+    let space = memory_space(p)?;
     let access = match space {
         s if s.host_accessible() => Access::Host,
         MemorySpace::Device { ordinal, .. } => Access::Staged {
@@ -255,7 +251,7 @@ fn classify_buf(p: *const u8, len: usize, asked: &mut Option<(*const u8, MemoryS
         MemorySpace::Host { .. } => Access::Host,
     };
     if matches!(access, Access::Staged { .. }) {
-        tracing::debug!(target: "ferroccl::coll", "{len} bytes at {p:?} are {space}: staged through host memory");
+        note_staged(p, len, space);
     }
     Ok(BufMem {
         addr: p as usize,
@@ -263,6 +259,12 @@ fn classify_buf(p: *const u8, len: usize, asked: &mut Option<(*const u8, MemoryS
         space,
         access,
     })
+}
+
+/// The debug line of a buffer classified as staged.
+#[cold]
+fn note_staged(p: *const u8, len: usize, space: MemorySpace) {
+    tracing::debug!(target: "ferroccl::coll", "{len} bytes at {p:?} are {space}: staged through host memory");
 }
 
 /// The kernels of CUDA device `ordinal` (its backend exists: `classify_buf`
