@@ -61,18 +61,21 @@ pub(crate) fn enqueue(comm: &Arc<ProxyHandle>, mut args: CollArgs, stream: &Stre
         None => group::ApiTag::default(),
         Some(p) => group::api_event(p, &args),
     };
-    if let Some(args) = group::try_add(comm, args, stream, tag) {
-        let what = crate::coll::WorkWhat::of(std::slice::from_ref(&args));
-        if comm.profiler.is_some() {
-            group::api_group_end_start();
-        }
-        let r = comm.submit(smallvec::smallvec![args], smallvec::smallvec![tag], &[stream], what);
-        if comm.profiler.is_some() {
-            group::api_group_stop();
-        }
-        r?;
+    // Asked first, so that outside a group `args` (a few hundred bytes) is
+    // not moved into the group's closure and back on every call.
+    if group::in_group() {
+        group::add(comm, args, stream, tag);
+        return Ok(());
     }
-    Ok(())
+    let what = crate::coll::WorkWhat::of(std::slice::from_ref(&args));
+    if comm.profiler.is_some() {
+        group::api_group_end_start();
+    }
+    let r = comm.submit(smallvec::smallvec![args], smallvec::smallvec![tag], &[stream], what);
+    if comm.profiler.is_some() {
+        group::api_group_stop();
+    }
+    r
 }
 
 /// Validates arguments common to the enqueue entry points: buffers that must be

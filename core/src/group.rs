@@ -248,14 +248,11 @@ pub(crate) fn try_defer_rma(
     })
 }
 
-/// Adds an operation to the open group; returns it back when no group is open.
-pub(crate) fn try_add(comm: &Arc<ProxyHandle>, args: CollArgs, stream: &Stream, tag: ApiTag) -> Option<CollArgs> {
+/// Adds an operation to the open group (the caller checked [`in_group`]).
+pub(crate) fn add(comm: &Arc<ProxyHandle>, args: CollArgs, stream: &Stream, tag: ApiTag) {
     GROUP.with(|g| {
         let mut g = g.borrow_mut();
-        if g.depth == 0 {
-            return Some(args);
-        }
+        debug_assert!(g.depth > 0, "group::add outside a group");
         g.ops.push((comm.clone(), args, stream.clone(), tag));
-        None
     })
 }

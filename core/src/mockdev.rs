@@ -96,10 +96,19 @@ pub(crate) fn lookup(ptr: *const u8, len: usize) -> Option<(usize, &'static dyn 
 }
 
 /// [`lookup`], with whether the range's backend runs kernels ([`declare_kernels`]).
+/// Inlined: without mock memory (every real run) this is one load where the
+/// enqueue classifies each operation's buffers.
+#[inline]
 pub(crate) fn lookup_full(ptr: *const u8, len: usize) -> Option<(usize, &'static dyn Backend, MockGpu, bool)> {
     if !ANY.load(Ordering::Acquire) {
         return None;
     }
+    lookup_declared(ptr, len)
+}
+
+/// [`lookup_full`] once some range is declared.
+#[inline(never)]
+fn lookup_declared(ptr: *const u8, len: usize) -> Option<(usize, &'static dyn Backend, MockGpu, bool)> {
     let a = ptr as usize;
     let r = RANGES.read().unwrap_or_else(|e| e.into_inner());
     r.iter()

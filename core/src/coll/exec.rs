@@ -303,37 +303,46 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
             return Ok(true);
         }
         // SAFETY: as this function.
-        unsafe { stage_step(op, cx.mems, &recvd[..nr], writes_user) }?
+        Some(unsafe { stage_step(op, cx.mems, &recvd[..nr], writes_user) }?)
     } else {
-        Stage::none()
+        None
     };
     if cx.conns.has_device_fifos() {
         // FIFO slots in GPU memory (the P2P transport) are staged too: the
         // CPU never touches them (`stage_device_fifos`).
         // SAFETY: the received slots and `out`'s slots are ours until popped
         // or pushed, after `stage.finish`.
-        unsafe { stage_device_fifos(op, lane, cx, &recvd[..nr], &out, &mut stage) }?;
+        unsafe { stage_device_fifos(op, lane, cx, &recvd[..nr], &out, stage.get_or_insert_with(Stage::none)) }?;
     }
-    // From here on the step works on host addresses only (`src`, `dst`,
-    // `recvd` and the outgoing slots mapped), and what it wrote goes back
-    // before anything is pushed (from user memory or a FIFO slot).
-    let src: *const u8 = stage.map(op.src);
-    let dst: *mut u8 = stage.map(op.dst);
-    for r in recvd[..nr].iter_mut() {
-        *r = stage.map(*r);
+    match stage.as_mut() {
+        // Host memory and host FIFOs (the common case): nothing is mapped,
+        // the step runs on the addresses it has.
+        // SAFETY: as this function; `out`'s slots are ours until pushed.
+        None => unsafe { compute(op, op.src, op.dst, &recvd[..nr], &out) }?,
+        Some(stage) => {
+            // From here on the step works on host addresses only (`src`,
+            // `dst`, `recvd` and the outgoing slots mapped), and what it
+            // wrote goes back before anything is pushed (from user memory or
+            // a FIFO slot).
+            let src: *const u8 = stage.map(op.src);
+            let dst: *mut u8 = stage.map(op.dst);
+            for r in recvd[..nr].iter_mut() {
+                *r = stage.map(*r);
+            }
+            let mut out_h = Outgoing {
+                user: out.user,
+                slots: out.slots,
+            };
+            for sl in out_h.slots[..op.send_to.len()].iter_mut() {
+                *sl = stage.map(*sl);
+            }
+            // SAFETY: as this function; `out`'s slots (or their host
+            // mirrors) are ours until pushed.
+            unsafe { compute(op, src, dst, &recvd[..nr], &out_h) }?;
+            // SAFETY: as `stage_step`.
+            unsafe { stage.finish() }?;
+        }
     }
-    let mut out_h = Outgoing {
-        user: out.user,
-        slots: out.slots,
-    };
-    for sl in out_h.slots[..op.send_to.len()].iter_mut() {
-        *sl = stage.map(*sl);
-    }
-    // SAFETY: as this function; `out`'s slots (or their host mirrors) are
-    // ours until pushed.
-    unsafe { compute(op, src, dst, &recvd[..nr], &mut out_h) }?;
-    // SAFETY: as `stage_step`.
-    unsafe { stage.finish() }?;
     complete(op, lane, &out, cx.conns)?;
     Ok(true)
 }
@@ -495,7 +504,7 @@ impl Outgoing {
 /// where the step carries it). `None`: a connector has no room yet (wait).
 ///
 /// Errors: a missing send connector.
-#[inline]
+#[inline(always)]
 fn claim_outgoing(op: &SliceOp, lane: Lane, desc: &OpDesc, cx: &mut ExecCx<'_>) -> Result<Option<Outgoing>, Error> {
     let conns = &mut *cx.conns;
     let n = op.bytes;
@@ -602,13 +611,7 @@ unsafe fn stage_step(op: &SliceOp, mems: &[OpMem], recvd: &[*mut u8], writes_use
 /// and `dst` are valid host memory for `op.bytes` bytes. `user_source` only
 /// picks a user source where the step writes no user memory it reads
 /// (out-of-place) and the op needs no pre-op on what is sent.
-unsafe fn compute(
-    op: &SliceOp,
-    src: *const u8,
-    dst: *mut u8,
-    recvd: &[*mut u8],
-    out: &mut Outgoing,
-) -> Result<(), Error> {
+unsafe fn compute(op: &SliceOp, src: *const u8, dst: *mut u8, recvd: &[*mut u8], out: &Outgoing) -> Result<(), Error> {
     let n = op.bytes;
     let prim = op.prim;
     let ns = op.send_to.len();

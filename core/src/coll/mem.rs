@@ -139,9 +139,20 @@ impl OpMem {
     ///
     /// [`CollArgs::bytes`]: super::CollArgs::bytes
     pub fn classify(send: *const u8, recv: *const u8, bytes: (usize, usize)) -> Result<OpMem, Error> {
+        let send_mem = classify_buf(send, bytes.0)?;
+        // In place with equal lengths (AllReduce) on memory the host reaches:
+        // the receive buffer is the send buffer, whose classification (a
+        // function of address and length) is taken as it is, so an operation
+        // makes one driver query instead of two. (Staged memory is classified
+        // again, as before: its classification logs a line per buffer.)
+        let recv_mem = if send == recv && bytes.0 == bytes.1 && !send_mem.staged() {
+            send_mem
+        } else {
+            classify_buf(recv, bytes.1)?
+        };
         Ok(OpMem {
-            send: classify_buf(send, bytes.0)?,
-            recv: classify_buf(recv, bytes.1)?,
+            send: send_mem,
+            recv: recv_mem,
         })
     }
 
@@ -240,7 +251,7 @@ fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
         MemorySpace::Host { .. } => Access::Host,
     };
     if matches!(access, Access::Staged { .. }) {
-        tracing::debug!(target: "ferroccl::coll", "{len} bytes at {p:?} are {space}: staged through host memory");
+        note_staged(p, len, space);
     }
     Ok(BufMem {
         addr: p as usize,
@@ -248,6 +259,12 @@ fn classify_buf(p: *const u8, len: usize) -> Result<BufMem, Error> {
         space,
         access,
     })
+}
+
+/// The debug line of a buffer classified as staged.
+#[cold]
+fn note_staged(p: *const u8, len: usize, space: MemorySpace) {
+    tracing::debug!(target: "ferroccl::coll", "{len} bytes at {p:?} are {space}: staged through host memory");
 }
 
 /// The kernels of CUDA device `ordinal` (its backend exists: `classify_buf`

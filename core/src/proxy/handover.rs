@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::lifecycle::Inline;
 use super::shared::Shared;
 use super::state::Proxy;
 use super::work::{Item, Work};
@@ -157,9 +158,10 @@ impl ProxyHandle {
             what,
         };
         match inline {
-            Some(mut core) => match core.run_inline(work, self.spin) {
-                None => Ok(()),
-                Some(rest) => self.hand_over(rest, streams, core),
+            Some(mut core) => match core.run_inline(&work, self.spin) {
+                Inline::Done => Ok(()),
+                Inline::Resume(run) => self.hand_over(Item::Resume(work, run), streams, core),
+                Inline::Failed(e) => self.hand_over(Item::Failed(work, e), streams, core),
             },
             None => self.queue(work, streams),
         }

@@ -14,13 +14,23 @@ use std::time::Duration;
 use super::plan::{Plan, Running};
 use super::register;
 use super::state::Proxy;
-use super::work::{Item, Work};
+use super::work::Work;
 use crate::coll::desc::OpDesc;
 use crate::coll::schedule::{self, Task};
 use crate::coll::{CollArgs, CollKind, WorkWhat, exec};
 use crate::error::Error;
 use crate::transport::ConnKey;
 use crate::transport::setup::{self, ConnPlan};
+
+/// How a work item run on an enqueuing thread ([`Proxy::run_inline`]) left it.
+pub(super) enum Inline {
+    /// Finished (nothing to record: inline work has no completion record).
+    Done,
+    /// Started and not finished in the window: the proxy thread resumes it.
+    Resume(Running),
+    /// Failed: the proxy thread records the failure.
+    Failed(Error),
+}
 
 impl Proxy {
     /// Runs `work` to the end on this thread (the proxy thread's way).
@@ -121,7 +131,11 @@ impl Proxy {
             run.plan.passive = passive;
         }
         let tasks = &run.plan.tasks;
-        if let Some(min) = self.user_send_min {
+        // (`register_user` registers nothing, and says so, when no operation
+        // reaches `min` bytes: asked here first, a small operation skips the call.)
+        if let Some(min) = self.user_send_min
+            && work.colls.iter().any(|a| a.bytes.0.max(a.bytes.1) >= min)
+        {
             self.user_registered |= register::register_user(&mut self.conns, self.params.rank, &work.colls, tasks, min);
         }
         // Announce every step each receive connector will consume, in order.
@@ -184,27 +198,30 @@ impl Proxy {
     }
 
     /// Runs `work` on the enqueuing thread while the proxy thread is idle, for
-    /// at most `window` (see [`Proxy::advance`]): `None` when it finished (completed, slot returned), else
-    /// what the proxy thread must take over — the started work, or the error it
-    /// failed with (the failure agreement then runs on the proxy thread, not in
-    /// the caller's enqueue).
-    pub(super) fn run_inline(&mut self, work: Work, window: Duration) -> Option<Item> {
-        let mut run = match self.plan(&work) {
+    /// at most `window` (see [`Proxy::advance`]): [`Inline::Done`] when it
+    /// finished, else what the proxy thread must take over — the started
+    /// work, or the error it failed with (the failure agreement then runs on
+    /// the proxy thread, not in the caller's enqueue). `work` is taken by
+    /// reference: the caller still owns it and moves it into the item it
+    /// hands over only then (an operation that finishes here is never moved).
+    /// Work run here has no completion record (`work.done` is `None`) and no
+    /// queue slot, so finishing it successfully records nothing
+    /// ([`Proxy::finish`] with `Ok` does nothing for it).
+    pub(super) fn run_inline(&mut self, work: &Work, window: Duration) -> Inline {
+        debug_assert!(work.done.is_none(), "inline work has no completion record");
+        let mut run = match self.plan(work) {
             Ok(Some(run)) => run,
-            Ok(None) => {
-                self.finish(work, Ok(()));
-                return None;
-            }
-            Err(e) => return Some(Item::Failed(work, e)),
+            Ok(None) => return Inline::Done,
+            Err(e) => return Inline::Failed(e),
         };
         // Setting up a connection waits for the peer for as long as the
         // communicator's timeout: never on the caller's thread.
         if !self.connected(&run) {
-            return Some(Item::Resume(work, run));
+            return Inline::Resume(run);
         }
-        if let Err(e) = self.ready(&mut run, &work) {
+        if let Err(e) = self.ready(&mut run, work) {
             self.end(run);
-            return Some(Item::Failed(work, e));
+            return Inline::Failed(e);
         }
         // Log lines name this rank while its work runs here (a thread running
         // one rank's work has it set already).
@@ -219,13 +236,12 @@ impl Proxy {
         match r {
             Ok(true) => {
                 self.end(run);
-                self.finish(work, Ok(()));
-                None
+                Inline::Done
             }
-            Ok(false) => Some(Item::Resume(work, run)),
+            Ok(false) => Inline::Resume(run),
             Err(e) => {
                 self.end(run);
-                Some(Item::Failed(work, e))
+                Inline::Failed(e)
             }
         }
     }
