@@ -129,6 +129,33 @@ fn xfer<'a>(local: &'a Window, loff: usize, remote: &'a Window, roff: usize, siz
     }
 }
 
+/// After the puts `reqs` from rank 0: a put with signal (0 bytes, `Inc` 1 on
+/// `sig`), then a get of `len` bytes of `dst` into `back`, and waits for all.
+/// `[src, dst, back, sig]` are the registered windows.
+fn signal_get_and_wait(r: &Rank, mut reqs: Vec<RmaRequest>, [src, dst, back, sig]: [&Window; 4], len: usize) {
+    let s = Signal {
+        window: sig,
+        off: 0,
+        op: SignalOp::Inc,
+        value: 1,
+        strong: true,
+    };
+    reqs.push(r.rma.iput(&r.ctx, xfer(src, 0, dst, 0, 0), Some(s)).unwrap());
+    let g = Xfer {
+        context: 0,
+        local: back,
+        local_off: 0,
+        remote: dst,
+        remote_off: 0,
+        size: len,
+        rank: 1,
+    };
+    reqs.push(r.rma.iget(&r.ctx, g).unwrap());
+    for q in reqs {
+        r.wait(q, "put/get");
+    }
+}
+
 /// Many put-with-signal of sizes that split over all four streams (and some that
 /// stay on the control stream), 8 in flight; the target watches the signal and
 /// checks every byte of every put the signal counts. A signal applied when a put's
@@ -246,27 +273,7 @@ fn overlapping_striped_puts_land_in_order() {
                     let x = xfer(&smr, v * LEN, &dmr, shift, LEN - 64);
                     reqs.push(r.rma.iput(&r.ctx, x, None).unwrap());
                 }
-                let s = Signal {
-                    window: &sgmr,
-                    off: 0,
-                    op: SignalOp::Inc,
-                    value: 1,
-                    strong: true,
-                };
-                reqs.push(r.rma.iput(&r.ctx, xfer(&smr, 0, &dmr, 0, 0), Some(s)).unwrap());
-                let g = Xfer {
-                    context: 0,
-                    local: &bmr,
-                    local_off: 0,
-                    remote: &dmr,
-                    remote_off: 0,
-                    size: LEN,
-                    rank: 1,
-                };
-                reqs.push(r.rma.iget(&r.ctx, g).unwrap());
-                for q in reqs {
-                    r.wait(q, "put/get");
-                }
+                signal_get_and_wait(r, reqs, [&smr, &dmr, &bmr, &sgmr], LEN);
                 let last = (VERSIONS * 7 + round - 7) % 64;
                 let want = VERSIONS as u8;
                 // SAFETY: the get completed: its bytes are in `back`.
@@ -334,27 +341,7 @@ fn repeated_striped_puts_to_one_place_land_in_order() {
                     let size = if v % 5 == 3 { SHORT } else { LEN };
                     reqs.push(r.rma.iput(&r.ctx, xfer(&smr, v * LEN, &dmr, 0, size), None).unwrap());
                 }
-                let s = Signal {
-                    window: &sgmr,
-                    off: 0,
-                    op: SignalOp::Inc,
-                    value: 1,
-                    strong: true,
-                };
-                reqs.push(r.rma.iput(&r.ctx, xfer(&smr, 0, &dmr, 0, 0), Some(s)).unwrap());
-                let g = Xfer {
-                    context: 0,
-                    local: &bmr,
-                    local_off: 0,
-                    remote: &dmr,
-                    remote_off: 0,
-                    size: LEN,
-                    rank: 1,
-                };
-                reqs.push(r.rma.iget(&r.ctx, g).unwrap());
-                for q in reqs {
-                    r.wait(q, "put/get");
-                }
+                signal_get_and_wait(r, reqs, [&smr, &dmr, &bmr, &sgmr], LEN);
                 // SAFETY: the get completed: its bytes are in `back`.
                 let got = unsafe { std::slice::from_raw_parts(back.as_ptr(), LEN) };
                 if let Some(i) = got.iter().position(|&b| b != want) {
