@@ -129,6 +129,31 @@ fn xfer<'a>(local: &'a Window, loff: usize, remote: &'a Window, roff: usize, siz
     }
 }
 
+/// The buffers of the ordering tests: `versions` source versions of `len` bytes
+/// (version v filled with v + 1), a destination, a get-back buffer and a signal word.
+fn versioned_buffers(versions: usize, len: usize) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u64>) {
+    let mut src = vec![0u8; versions * len];
+    for v in 0..versions {
+        src[v * len..(v + 1) * len].fill(v as u8 + 1);
+    }
+    (src, vec![0u8; len], vec![0u8; len], vec![0u64; 1])
+}
+
+/// Registers `src`, `dst`, `back` and the signal word (as bytes) as windows.
+fn register_all(r: &Rank, src: &[u8], dst: &[u8], back: &[u8], sig: &mut [u64]) -> [Window; 4] {
+    let reg = |p: *const u8, n: usize| {
+        // SAFETY: the buffer lives for the whole test and is viewed as bytes for
+        // registration only; the plugin writes it only through the window.
+        r.reg(unsafe { std::slice::from_raw_parts_mut(p.cast_mut(), n) })
+    };
+    [
+        reg(src.as_ptr(), src.len()),
+        reg(dst.as_ptr(), dst.len()),
+        reg(back.as_ptr(), back.len()),
+        reg(sig.as_mut_ptr().cast::<u8>(), 8),
+    ]
+}
+
 /// After the puts `reqs` from rank 0: a put with signal (0 bytes, `Inc` 1 on
 /// `sig`), then a get of `len` bytes of `dst` into `back`, and waits for all.
 /// `[src, dst, back, sig]` are the registered windows.
@@ -250,19 +275,8 @@ fn overlapping_striped_puts_land_in_order() {
     const VERSIONS: usize = 24;
     const ROUNDS: usize = 20;
     two_ranks(move |r| {
-        let mut src = vec![0u8; VERSIONS * LEN];
-        let mut dst = vec![0u8; LEN];
-        let mut back = vec![0u8; LEN];
-        let mut sig = vec![0u64; 1];
-        // SAFETY: the word viewed as bytes for registration only.
-        let sig_bytes = unsafe { std::slice::from_raw_parts_mut(sig.as_mut_ptr().cast::<u8>(), 8) };
-        for v in 0..VERSIONS {
-            src[v * LEN..(v + 1) * LEN].fill(v as u8 + 1);
-        }
-        let smr = r.reg(&mut src);
-        let dmr = r.reg(&mut dst);
-        let bmr = r.reg(&mut back);
-        let sgmr = r.reg(sig_bytes);
+        let (src, dst, back, mut sig) = versioned_buffers(VERSIONS, LEN);
+        let [smr, dmr, bmr, sgmr] = register_all(r, &src, &dst, &back, &mut sig);
         for round in 0..ROUNDS {
             if r.rank == 0 {
                 // Each version shifted by a few bytes, so chunk boundaries differ and
@@ -320,19 +334,8 @@ fn repeated_striped_puts_to_one_place_land_in_order() {
     const VERSIONS: usize = 25;
     const ROUNDS: usize = 20;
     two_ranks(move |r| {
-        let mut src = vec![0u8; VERSIONS * LEN];
-        let mut dst = vec![0u8; LEN];
-        let mut back = vec![0u8; LEN];
-        let mut sig = vec![0u64; 1];
-        // SAFETY: the word viewed as bytes for registration only.
-        let sig_bytes = unsafe { std::slice::from_raw_parts_mut(sig.as_mut_ptr().cast::<u8>(), 8) };
-        for v in 0..VERSIONS {
-            src[v * LEN..(v + 1) * LEN].fill(v as u8 + 1);
-        }
-        let smr = r.reg(&mut src);
-        let dmr = r.reg(&mut dst);
-        let bmr = r.reg(&mut back);
-        let sgmr = r.reg(sig_bytes);
+        let (src, dst, back, mut sig) = versioned_buffers(VERSIONS, LEN);
+        let [smr, dmr, bmr, sgmr] = register_all(r, &src, &dst, &back, &mut sig);
         let want = VERSIONS as u8;
         for round in 0..ROUNDS {
             if r.rank == 0 {
