@@ -7,11 +7,13 @@
 # and real NCCL with our plugins beside NCCL's own socket transport; PART=cpu
 # runs issues 33 and 35's rows on this machine's cores (socket put against
 # send, 8 B against Open MPI, the first sweep row, the profiler overhead);
-# PART=all (default) both, FULL=1 adds the checks earlier sessions passed.
+# PART=all (default) both, FULL=1 adds the checks earlier sessions passed,
+# BUFFSIZE_ROW=1 the socket device row with 16 MiB steps; NEW=DIR (PART=cpu)
+# runs newer builds against the bundle's, PROF_ROUNDS the profiler's rounds.
 # Every check's output is appended to $OUT/all.log (under a "===== check"
 # line) and one line per check to $OUT/summary (PASS/FAIL rc seconds), as each
 # check ends, so that a run cut short still says what it did. SKIP="check ..."
-# leaves checks out.
+# leaves checks out; ONLY="pattern ..." (shell globs) runs only the checks named.
 #
 # Usage (from the repository root, built here first):
 #   cargo xtask gpu-bundle target/gpu-carry
@@ -39,6 +41,11 @@ chk() {
   shift 2
   local s rc
   case " ${SKIP:-} " in *" $name "*) return 0 ;; esac
+  if [ -n "${ONLY:-}" ]; then
+    local p hit=
+    for p in $ONLY; do [[ $name == $p ]] && hit=1; done
+    [ -n "$hit" ] || return 0
+  fi
   s=$(date +%s)
   (cd "$B" && timeout -k 5 "$lim" bash -c "$*") >"$LOGS/$name.log" 2>&1
   rc=$?
@@ -70,6 +77,9 @@ done
 chk perf_p2p 60 "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P $PERF"
 chk perf_p2p_ipc 60 "NCCL_CUMEM_ENABLE=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P $PERF"
 chk perf_socket_gpu_steps 60 "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=socket $PERF"
+# The socket device row with larger steps (NCCL_BUFFSIZE 16 MiB: a quarter as
+# many per-step round trips), to tell per-step waits from the wire (issue 28).
+[ -n "${BUFFSIZE_ROW:-}" ] && chk perf_socket_gpu_steps_buff16m 60 "NCCL_BUFFSIZE=16777216 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_NET_PLUGIN=socket $PERF"
 chk perf_shm_gpu_steps 60 "NCCL_P2P_DISABLE=1 $PERF"
 # Two ranks as threads of one process (one CUDA context: no time slicing).
 chk perf_threads_p2p 45 "bin/ferroccl-perf -t 2 --mem device all_reduce -b 4 -e 64M -f 64 -c 1"
@@ -84,15 +94,31 @@ PYTHON=${PYTHON:-python3} chk torch_nccl_plugins 150 "scripts/gpu-nccl-plugins-c
 fi
 if [ "$PART" != gpu ]; then
   # Issues 33 and 35 on this machine's cores, from the bundle's release builds
-  # (one flat directory, as the benchmark scripts' B expects).
+  # (one flat directory, as the benchmark scripts' B expects). With NEW (a
+  # directory of newer builds: ferroccl-perf, ferroccl-rma-bench, the socket
+  # and trace plugins), those replace the bundle's and the bundle's own become
+  # the baseline run beside them: put/send with each socket plugin in
+  # alternating passes, 8 B with both ferroccl-perf builds in every round.
   unset FERROCCL_REQUIRE_GPU FERROCCL_REQUIRE_NVRTC
   F=$(mktemp -d)
   ln -s "$B"/bin/* "$B"/lib/* "$F"/
   [ -x "${R:-}/dlbench" ] && ln -sf "$R/dlbench" "$F/dlbench"
-  chk rma_put_vs_send 60 "NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_RMA_ENABLE=1 bin/ferroccl-rma-bench --plugin lib/libnccl-net-socket.so --rounds 15 --sizes 1M,4M,16M"
-  chk latency_8b_vs_mpi 75 "cd $REPO && B=$F benchmarks/latency_8b_vs_mpi.sh 5 5000"
+  RMA="NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_RMA_ENABLE=1"
+  if [ -n "${NEW:-}" ]; then
+    O=$F F=$(mktemp -d)
+    ln -s "$O"/* "$F"/
+    for f in "$NEW"/*; do ln -sf "$(cd "$(dirname "$f")" && pwd)/$(basename "$f")" "$F"/; done
+    for pass in 1 2 3; do
+      chk "rma_put_vs_send.old.$pass" 60 "$RMA $F/ferroccl-rma-bench --plugin $O/libnccl-net-socket.so --rounds 5 --sizes 1M,4M,16M"
+      chk "rma_put_vs_send.new.$pass" 60 "$RMA $F/ferroccl-rma-bench --plugin $F/libnccl-net-socket.so --rounds 5 --sizes 1M,4M,16M"
+    done
+    chk latency_8b_vs_mpi 120 "cd $REPO && B=$F benchmarks/latency_8b_vs_mpi.sh 7 5000 $O/ferroccl-perf"
+  else
+    chk rma_put_vs_send 60 "$RMA bin/ferroccl-rma-bench --plugin lib/libnccl-net-socket.so --rounds 15 --sizes 1M,4M,16M"
+    chk latency_8b_vs_mpi 75 "cd $REPO && B=$F benchmarks/latency_8b_vs_mpi.sh 5 5000"
+  fi
   chk first_row 90 "cd $REPO && B=$F benchmarks/first_row.sh 5"
-  [ -x "$F/dlbench" ] && chk dlbench 30 "$F/dlbench 40000 lib/libnccl-profiler-trace.so"
-  chk profiler_overhead 150 "cd $REPO && B=$F NOOP=1 benchmarks/profiler_overhead.sh 3"
+  [ -x "$F/dlbench" ] && chk dlbench 30 "$F/dlbench 40000 $F/libnccl-profiler-trace.so"
+  chk profiler_overhead $((40 * ${PROF_ROUNDS:-3} + 30)) "cd $REPO && B=$F NOOP=1 benchmarks/profiler_overhead.sh ${PROF_ROUNDS:-3}"
 fi
 echo "done $(date -u)" | tee -a "$SUM"
