@@ -9,7 +9,9 @@
 # send, 8 B against Open MPI, the first sweep row, the profiler overhead);
 # PART=all (default) both, FULL=1 adds the checks earlier sessions passed,
 # BUFFSIZE_ROW=1 the socket device row with 16 MiB steps; NEW=DIR (PART=cpu)
-# runs newer builds against the bundle's, PROF_ROUNDS the profiler's rounds.
+# runs newer builds against the bundle's, PROF_ROUNDS the profiler's rounds,
+# BASE=DIR 8 B against an older build, NOCUDA=1 8 B against itself with CUDA
+# hidden.
 # Every check's output is appended to $OUT/all.log (under a "===== check"
 # line) and one line per check to $OUT/summary (PASS/FAIL rc seconds), as each
 # check ends, so that a run cut short still says what it did. SKIP="check ..."
@@ -116,6 +118,16 @@ if [ "$PART" != gpu ]; then
   else
     chk rma_put_vs_send 60 "$RMA bin/ferroccl-rma-bench --plugin lib/libnccl-net-socket.so --rounds 15 --sizes 1M,4M,16M"
     chk latency_8b_vs_mpi 75 "cd $REPO && B=$F benchmarks/latency_8b_vs_mpi.sh 5 5000"
+  fi
+  # BASE=DIR: 8 B against an older flat build directory (its ferroccl-perf
+  # and socket plugin) in every round; NOCUDA=1: against the same build with
+  # CUDA hidden (CUDA_VISIBLE_DEVICES empty: cuInit fails, so no operation
+  # asks the driver what its buffers are), the classification's share.
+  [ -n "${BASE:-}" ] && chk latency_8b_vs_base 120 "cd $REPO && B=$F benchmarks/latency_8b_vs_mpi.sh 7 5000 $(cd "$BASE" && pwd)/ferroccl-perf"
+  if [ -n "${NOCUDA:-}" ]; then
+    printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES= exec "%s/ferroccl-perf" "$@"\n' "$F" >"$F/ferroccl-perf-nocuda"
+    chmod +x "$F/ferroccl-perf-nocuda"
+    chk latency_8b_vs_nocuda 120 "cd $REPO && B=$F benchmarks/latency_8b_vs_mpi.sh 7 5000 $F/ferroccl-perf-nocuda"
   fi
   chk first_row 90 "cd $REPO && B=$F benchmarks/first_row.sh 5"
   [ -x "$F/dlbench" ] && chk dlbench 30 "$F/dlbench 40000 $F/libnccl-profiler-trace.so"
