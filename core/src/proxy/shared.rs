@@ -59,10 +59,21 @@ impl Shared {
         }
     }
 
+    /// The communicator's first error, if it failed. Inlined: asked twice per
+    /// operation (enqueue and plan), it is one load while nothing failed; the
+    /// lock is taken only after a failure ([`Shared::stored_error`]).
+    #[inline]
     pub(crate) fn error(&self) -> Option<Error> {
         if !self.failed.load(Ordering::Acquire) {
             return None;
         }
+        self.stored_error()
+    }
+
+    /// The error recorded once `failed` is set ([`Shared::error`]).
+    #[cold]
+    #[inline(never)]
+    fn stored_error(&self) -> Option<Error> {
         self.error.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -109,10 +120,20 @@ impl Shared {
 
     /// Waits, asleep, until no work is queued or `window` has passed; whether
     /// the queue is empty (the clock is read only when it is not).
+    /// Inlined: with nothing queued (every operation run on its enqueuing
+    /// thread) it is one load ([`Shared::wait_drained`] otherwise).
+    #[inline]
     pub(super) fn wait_empty(&self, window: Duration) -> bool {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return true;
         }
+        self.wait_drained(window)
+    }
+
+    /// [`Shared::wait_empty`] once work is queued.
+    #[cold]
+    #[inline(never)]
+    fn wait_drained(&self, window: Duration) -> bool {
         let until = Instant::now() + window;
         let mut g = self.gate.lock().unwrap_or_else(|e| e.into_inner());
         self.idle_waiters.fetch_add(1, Ordering::SeqCst);

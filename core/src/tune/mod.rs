@@ -594,7 +594,12 @@ impl Tuning {
     /// Logs the reused decisions `plans` of `colls` as [`Tuning::decide`] logs
     /// fresh ones (rank 0).
     pub(crate) fn log_reused(&self, colls: &[CollArgs], plans: &[Option<Decision>]) {
-        if self.rank != 0 {
+        // Asked first (the check `nccl_info!` makes, on the same callsite
+        // target and level): a repeat of the same small operation, logged by
+        // nobody, computes no byte counts per operation (issue 35).
+        if self.rank != 0
+            || !crate::log::__private::tracing::enabled!(target: "nccl::TUNING", crate::log::__private::tracing::Level::INFO)
+        {
             return;
         }
         for (a, d) in colls.iter().zip(plans) {
