@@ -302,6 +302,12 @@ fn missing(lane: Lane, dir: &str, peer: usize) -> Error {
 /// ([`stage_step`]), the data is moved and reduced ([`compute`]), and
 /// the sends are pushed and the receives released ([`complete`]).
 ///
+/// With device steps of the pass pending (`cx.pending`), the step runs on the
+/// slots after the ones they hold ([`Held`]: `peek_at`, `can_push_at`,
+/// `slot_at`) and only as another pending device step; anything else waits
+/// for the pass's end (`Ok(false)`), leaving nothing behind but an operation
+/// header in a free slot no one holds.
+///
 /// # Safety
 /// The user addresses in `op` must be valid for `op.bytes` bytes (the enqueue contract).
 pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mut ExecCx<'_>) -> Result<bool, Error> {
