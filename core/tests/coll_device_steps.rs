@@ -103,12 +103,16 @@ fn hook() -> &'static Hook {
 
 /// Child entry point. `DEVICE_STEPS_MODE=kernels`: the FIFOs register and
 /// every step on device memory runs on the mock GPU; `=refused`: no FIFO
-/// registers and every such step stages.
+/// registers and every such step stages; `=ahead`: as `kernels`, one
+/// AllReduce of many steps only, which must wait for its launches fewer
+/// times than it has device steps (a lane keeps several steps pending per
+/// wait, issue 28).
 #[test]
 fn device_steps_worker() {
     let _watchdog = ferroccl_test_watchdog::Watchdog::arm("coll_device_steps::worker", LIMIT, String::new);
     let Some(r) = role("devsteps") else { return };
     let refused = std::env::var("DEVICE_STEPS_MODE").as_deref() == Ok("refused");
+    let ahead = std::env::var("DEVICE_STEPS_MODE").as_deref() == Ok("ahead");
     let h = hook();
     h.fail.store(refused, Ordering::Relaxed);
     hostreg::set_hook(Some(h));
@@ -130,11 +134,44 @@ fn device_steps_worker() {
     if w > 0 {
         bad.push(format!("warm-up AllReduce: {w} wrong"));
     }
+    if ahead {
+        // Several steps per lane pending per wait: 1 MiB per rank in steps of
+        // NCCL_BUFFSIZE / NCCL_STEPS (the caller sets a small NCCL_BUFFSIZE).
+        STAGING_OK.store(false, Ordering::Relaxed);
+        for in_place in [false, true] {
+            let (d0, s0) = ferroccl::device_step_counts();
+            let w0 = WAITS.load(Ordering::Relaxed);
+            let w = run_device(
+                &comm,
+                &gpu0(),
+                TestOp::AllReduce,
+                DataType::Float32,
+                RedOp::Sum,
+                1 << 18,
+                in_place,
+                3,
+            );
+            let (d1, s1) = ferroccl::device_step_counts();
+            let (steps, waits) = (d1 - d0, WAITS.load(Ordering::Relaxed) - w0);
+            println!("rank {me}: ahead in_place {in_place}: {steps} device steps, {waits} waits");
+            if w > 0 {
+                bad.push(format!("ahead AllReduce in_place {in_place}: {w} wrong"));
+            }
+            if s1 != s0 || steps < 16 || waits == 0 || waits * 4 > steps * 3 {
+                bad.push(format!(
+                    "ahead AllReduce in_place {in_place}: {steps} device steps ({} staged) took {waits} waits (want \
+                     at most 3/4 of the steps: several pending per wait; one each without look-ahead)",
+                    s1 - s0
+                ));
+            }
+        }
+    }
     let reductions = [TestOp::AllReduce, TestOp::ReduceScatter, TestOp::Reduce { root: 0 }];
     let copies = [TestOp::AllGather, TestOp::Broadcast { root: 1 }];
     // 1031 elements: one step; 70_000: several steps and FIFO rounds, not a
     // multiple of the step.
-    for count in [1031usize, 70_000] {
+    for count in if ahead { &[][..] } else { &[1031usize, 70_000][..] } {
+        let count = *count;
         for dtype in [DataType::Float32, DataType::Int32, DataType::Float16] {
             let ops = [RedOp::Sum, RedOp::Avg, RedOp::PreMulSum(Scalar::from_f64(dtype, 2.0))];
             let cases = reductions
@@ -286,6 +323,33 @@ fn device_steps_over_the_network_run_on_the_gpu() {
         ],
         &["device buffers: steps reduce on GPU 0 (FIFO registered)"],
     );
+}
+
+/// Several device steps of a lane pending per wait (issue 28), over the
+/// network and over shared memory, with small steps (NCCL_BUFFSIZE 256 KiB:
+/// 32 KiB steps) so that one AllReduce has many.
+#[test]
+fn device_steps_run_ahead_of_the_wait() {
+    if role("devsteps").is_some() {
+        return;
+    }
+    let _watchdog = ferroccl_test_watchdog::Watchdog::arm("device_steps_run_ahead_of_the_wait", LIMIT, String::new);
+    for (what, transport) in [
+        ("network", ("NCCL_SHM_DISABLE", "1")),
+        ("shm", ("NCCL_PROTO", "Simple")),
+    ] {
+        run(
+            &format!("device steps ahead over the {what}"),
+            &[
+                ("DEVICE_STEPS_MODE", "ahead"),
+                ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
+                ("NCCL_BUFFSIZE", "262144"),
+                ("NCCL_ALGO", "Ring"),
+                transport,
+            ],
+            &["device buffers: steps reduce on GPU 0 (FIFO registered)"],
+        );
+    }
 }
 
 /// FIFOs that cannot be registered: every step stages, results still right.

@@ -34,9 +34,9 @@ use ferroccl_kernels::{Backend, CpuBackend, DevRedOp, MemorySpace, Pre};
 
 use super::desc::{OP_HDR_BYTES, OpDesc};
 use super::mem::{Kernels, OpMem, Operand, Stage};
-use super::schedule::{Lane, MAX_PEERS, Prim, SliceOp, TaskConns};
+use super::schedule::{Lane, MAX_PEERS, Peers, Prim, SliceOp, TaskConns};
 use crate::error::Error;
-use crate::transport::{ConnTable, FifoMem, SendConnector, UserReg};
+use crate::transport::{ConnTable, FifoMem, NCCL_STEPS, SendConnector, UserReg};
 
 static BACKEND: CpuBackend = CpuBackend;
 
@@ -145,16 +145,75 @@ pub(crate) type OpAt = (usize, usize, usize, usize);
 
 /// A device step whose launches are enqueued on its GPU's stream and whose
 /// sends and receives are not yet pushed and released: the proxy waits once
-/// for every lane's pending step of a pass ([`Pending::wait_all`]) and then
-/// completes each ([`Pending::complete`]), one synchronize per pass instead
-/// of one per step (issue 28). Until then the lane runs no further step (its
-/// next slots are the ones this step still holds).
+/// for every lane's pending steps of a pass ([`Pending::wait_all`]) and then
+/// completes each, in the order they were made ([`Pending::complete`]), one
+/// synchronize per pass instead of one per step (issue 28).
+///
+/// Meanwhile the lane may run further device steps on the slots after the
+/// ones its pending steps hold ([`Held`]: the connectors' offset form,
+/// [`SendConnector::can_push_at`], `RecvConnector::peek_at`), up to
+/// [`LANE_AHEAD_MAX`] pending steps, as NCCL's `prims_simple.h` keeps up to
+/// `NCCL_STEPS` steps of a connection in flight (the net transport's proxy,
+/// `src/transport/net.cc`, posts each as the GPU's tail passes it). Any other
+/// step of the lane (host, staged, header-only, local, CollNet, or sent from
+/// user memory) waits for the pass's end, as every step did before.
 pub(crate) struct Pending {
     backend: &'static dyn Backend,
     lane: Lane,
     out: Outgoing,
+    /// The step's send and receive peers: the slots it holds on the lane's
+    /// connectors (one per peer).
+    sends: Peers,
+    recvs: Peers,
     /// Where the step's op is (`ExecCx::pending`).
     at: OpAt,
+}
+
+/// Most steps of one lane pending at once (each holds a slot of at least one
+/// connector, whose FIFO bounds it at `NCCL_STEPS` too).
+pub(crate) const LANE_AHEAD_MAX: usize = NCCL_STEPS;
+
+/// How many slots of each connector of a step the pending steps made before
+/// it hold (the offsets it runs at), and whether its lane has pending steps.
+#[derive(Default)]
+struct Held {
+    /// Per send peer of the step (`op.send_to` order).
+    send: [usize; MAX_PEERS],
+    /// Per receive peer of the step (`op.recv_from` order).
+    recv: [usize; MAX_PEERS],
+    /// Whether anything is held: the step may then only run as a pending
+    /// device step (any other would push or pop out of order, or touch
+    /// memory the pending launches still write).
+    any: bool,
+    /// Whether the step must wait for the pass's end regardless: its lane
+    /// has [`LANE_AHEAD_MAX`] pending steps, or one sent from user memory
+    /// (whose in-flight sends `user_busy` cannot see yet).
+    blocked: bool,
+}
+
+impl Held {
+    /// The offsets of `op` on `lane` given the pending steps `pending`.
+    fn of(op: &SliceOp, lane: Lane, pending: &[Pending]) -> Held {
+        let mut h = Held::default();
+        let mut lane_steps = 0;
+        for e in pending {
+            if e.lane == lane {
+                lane_steps += 1;
+                h.blocked |= e.out.user.is_some();
+            }
+            for (i, peer) in op.send_to.iter().enumerate() {
+                let key = lane.key(peer);
+                h.send[i] += e.sends.iter().filter(|&p| e.lane.key(p) == key).count();
+            }
+            for (i, peer) in op.recv_from.iter().enumerate() {
+                let key = lane.key(peer);
+                h.recv[i] += e.recvs.iter().filter(|&p| e.lane.key(p) == key).count();
+            }
+        }
+        h.blocked |= lane_steps >= LANE_AHEAD_MAX;
+        h.any = lane_steps > 0 || h.send.iter().chain(&h.recv).any(|&k| k > 0);
+        h
+    }
 }
 
 impl Pending {
@@ -243,9 +302,30 @@ fn missing(lane: Lane, dir: &str, peer: usize) -> Error {
 /// ([`stage_step`]), the data is moved and reduced ([`compute`]), and
 /// the sends are pushed and the receives released ([`complete`]).
 ///
+/// With device steps of the pass pending (`cx.pending`), the step runs on the
+/// slots after the ones they hold ([`Held`]: `peek_at`, `can_push_at`,
+/// `slot_at`) and only as another pending device step; anything else waits
+/// for the pass's end (`Ok(false)`), leaving nothing behind but an operation
+/// header in a free slot no one holds.
+///
 /// # Safety
 /// The user addresses in `op` must be valid for `op.bytes` bytes (the enqueue contract).
 pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mut ExecCx<'_>) -> Result<bool, Error> {
+    // Slots held by pending device steps (none without them: the common case
+    // costs one branch).
+    let held = match cx.pending.as_ref() {
+        Some((p, _)) if !p.is_empty() => Held::of(op, lane, p),
+        _ => Held::default(),
+    };
+    if held.any
+        && (held.blocked
+            || matches!(
+                op.prim,
+                Prim::CollNet | Prim::LocalCopy | Prim::ReduceBlocks | Prim::Desc
+            ))
+    {
+        return Ok(false);
+    }
     if op.prim == Prim::CollNet {
         return super::collnet_agrs::run_net_op(op, lane, cx.conns);
     }
@@ -256,7 +336,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
     }
     let descs = cx.descs;
     let desc = &descs[op.desc as usize];
-    let Some(mut recvd) = peek_received(op, lane, desc, cx)? else {
+    let Some(mut recvd) = peek_received(op, lane, desc, cx, &held.recv)? else {
         return Ok(false);
     };
     if op.prim == Prim::Desc {
@@ -267,7 +347,7 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
     if writes_user && cx.user_regs && user_busy(op, task, cx.conns) {
         return Ok(false);
     }
-    let Some(out) = claim_outgoing(op, lane, desc, cx)? else {
+    let Some(out) = claim_outgoing(op, lane, desc, cx, &held)? else {
         return Ok(false);
     };
     let nr = op.recv_from.len();
@@ -291,9 +371,15 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
                     backend: k.backend,
                     lane,
                     out,
+                    sends: op.send_to,
+                    recvs: op.recv_from,
                     at: *at,
                 });
                 return Ok(true);
+            }
+            if held.any {
+                // Would push and pop now, before the pending steps: wait.
+                return Ok(false);
             }
             // SAFETY: as this function; every operand was checked reachable
             // from the GPU, and `out`'s slots are ours until pushed.
@@ -302,9 +388,15 @@ pub(crate) unsafe fn try_run(op: &SliceOp, lane: Lane, task: &TaskConns, cx: &mu
             complete(op, lane, &out, cx.conns)?;
             return Ok(true);
         }
+        if held.any {
+            return Ok(false);
+        }
         // SAFETY: as this function.
         Some(unsafe { stage_step(op, cx.mems, &recvd[..nr], writes_user) }?)
     } else {
+        if held.any {
+            return Ok(false);
+        }
         None
     };
     if cx.conns.has_device_fifos() {
@@ -422,6 +514,7 @@ fn peek_received(
     lane: Lane,
     desc: &OpDesc,
     cx: &mut ExecCx<'_>,
+    held: &[usize; MAX_PEERS],
 ) -> Result<Option<[*mut u8; MAX_PEERS]>, Error> {
     let mut recvd = [std::ptr::null_mut::<u8>(); MAX_PEERS];
     for (i, peer) in op.recv_from.iter().enumerate() {
@@ -429,7 +522,10 @@ fn peek_received(
             .conns
             .recv(&lane.key(peer))
             .ok_or_else(|| missing(lane, "receive", peer))?;
-        let Some((ptr, _size)) = r.peek() else { return Ok(None) };
+        // Past the steps pending steps hold (`Held`): `peek_at(0)` is `peek`.
+        let Some((ptr, _size)) = r.peek_at(held[i]) else {
+            return Ok(None);
+        };
         recvd[i] = ptr;
         if op.hdr_recv & (1 << i) != 0 {
             // SAFETY: a header step always lands in a FIFO slot (`recv_target`),
@@ -505,7 +601,13 @@ impl Outgoing {
 ///
 /// Errors: a missing send connector.
 #[inline(always)]
-fn claim_outgoing(op: &SliceOp, lane: Lane, desc: &OpDesc, cx: &mut ExecCx<'_>) -> Result<Option<Outgoing>, Error> {
+fn claim_outgoing(
+    op: &SliceOp,
+    lane: Lane,
+    desc: &OpDesc,
+    cx: &mut ExecCx<'_>,
+    held: &Held,
+) -> Result<Option<Outgoing>, Error> {
     let conns = &mut *cx.conns;
     let n = op.bytes;
     let ns = op.send_to.len();
@@ -540,6 +642,11 @@ fn claim_outgoing(op: &SliceOp, lane: Lane, desc: &OpDesc, cx: &mut ExecCx<'_>) 
         }
     }
     if let Some(p) = src {
+        if held.any {
+            // Sent from user memory only in step order with what is pushed
+            // before it: after the pass's pending steps.
+            return Ok(None);
+        }
         for peer in op.send_to.iter() {
             if !conns.send(&lane.key(peer)).is_some_and(|s| s.can_push_user()) {
                 return Ok(None);
@@ -549,16 +656,21 @@ fn claim_outgoing(op: &SliceOp, lane: Lane, desc: &OpDesc, cx: &mut ExecCx<'_>) 
     } else {
         for (i, peer) in op.send_to.iter().enumerate() {
             let s = conns.send(&lane.key(peer)).ok_or_else(|| missing(lane, "send", peer))?;
-            if !s.can_push() {
+            // The slot after those pending steps hold (`Held`; offset 0:
+            // `can_push`/`next_slot`/`hdr_slot`).
+            let k = held.send[i];
+            if !s.can_push_at(k) {
                 return Ok(None);
             }
-            out.slots[i] = s.next_slot();
+            out.slots[i] = s.slot_at(k);
             if op.hdr_send & (1 << i) != 0 {
                 // SAFETY: a FIFO slot holds a step plus OP_HDR_BYTES (the
-                // schedule's slices leave that room) and is ours until pushed.
-                // The header goes where the connector says (`hdr_slot`: host
-                // memory beside a device slot); the payload follows it in the slot.
-                desc.encode(unsafe { std::slice::from_raw_parts_mut(s.hdr_slot(), OP_HDR_BYTES) });
+                // schedule's slices leave that room) and is ours until pushed
+                // (a free slot no pending step holds, when the step waits
+                // after all). The header goes where the connector says
+                // (`hdr_slot_at`: host memory beside a device slot); the
+                // payload follows it in the slot.
+                desc.encode(unsafe { std::slice::from_raw_parts_mut(s.hdr_slot_at(k), OP_HDR_BYTES) });
                 out.slots[i] = out.slots[i].wrapping_add(OP_HDR_BYTES);
             }
         }

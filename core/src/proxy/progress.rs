@@ -101,7 +101,7 @@ impl Proxy {
                 }
                 // Run the current segment's streams as far as they go; move to the
                 // next segment once every stream of this one is done.
-                'task: while !t.finished() {
+                while !t.finished() {
                     let mut seg_done = true;
                     for (si, st) in t.segs[t.seg].streams.iter_mut().enumerate() {
                         while st.pos < st.ops.len() {
@@ -119,9 +119,14 @@ impl Proxy {
                                 st.pos += 1;
                                 moved = true;
                                 if pending.len() > before {
-                                    // Enqueued on the GPU: this lane waits for
-                                    // the pass's end (its slots are still held).
-                                    break 'task;
+                                    // Enqueued on the GPU: its slots stay held
+                                    // until the pass's end, and the lane's
+                                    // next steps run past them as pending
+                                    // device steps too, or wait
+                                    // (`exec::Pending`). No `progress` on the
+                                    // lane's connectors meanwhile: it would
+                                    // reorder their free slots.
+                                    continue;
                                 }
                                 // Hand filled slots to the plugin right away.
                                 if !passive {
@@ -144,16 +149,23 @@ impl Proxy {
                 }
             }
             if !pending.is_empty() {
-                // One wait for every lane's enqueued step, then their sends
-                // and receives, in the order they were enqueued.
+                // One wait for every lane's enqueued steps, then their sends
+                // and receives, in the order they were enqueued (a lane's in
+                // step order, so each push and pop takes the slot its step
+                // was given). A task's filled slots go to the plugin once all
+                // its steps are pushed: `progress` frees slots, which would
+                // reorder those the task's later pending steps hold.
                 let waited = exec::Pending::wait_all(&pending);
                 let mut r = waited;
-                for p in pending.drain(..) {
+                let mut entries = pending.drain(..).peekable();
+                while let Some(p) = entries.next() {
                     let (ti, seg, si, pos) = p.at();
                     if r.is_ok() {
                         let t = &tasks[ti];
                         r = p.complete(&t.segs[seg].streams[si].ops[pos], &mut self.conns);
-                        if r.is_ok() && !passive {
+                        // Entries of a task are contiguous (made while it ran).
+                        let last_of_task = entries.peek().is_none_or(|q| q.at().0 != ti);
+                        if r.is_ok() && !passive && last_of_task {
                             r = self.progress_sends(&t.conns);
                         }
                     }

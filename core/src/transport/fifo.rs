@@ -114,11 +114,32 @@ impl SlotStack {
         self.len.checked_sub(1).map(|i| ((self.idx >> (8 * i)) & 0xff) as usize)
     }
 
+    /// The slot `k` places below the top (`nth(0)` is [`top`](Self::top)),
+    /// if that many are free: the slot the step `k` after the next one gets,
+    /// as long as no slot is given back before those steps take theirs.
+    pub(crate) fn nth(&self, k: usize) -> Option<usize> {
+        (k < self.len).then(|| ((self.idx >> (8 * (self.len - 1 - k))) & 0xff) as usize)
+    }
+
     /// Takes the top slot.
     pub(crate) fn take(&mut self) -> Option<usize> {
         let t = self.top()?;
         self.len -= 1;
         Some(t)
+    }
+
+    /// Returns a slot `depth` places below the top (`put_at(slot, 0)` is
+    /// [`give`](Self::give)); the slots above it keep their order.
+    pub(crate) fn put_at(&mut self, slot: usize, depth: usize) {
+        let depth = depth.min(self.len);
+        let mut above = [0usize; NCCL_STEPS];
+        for a in above.iter_mut().take(depth) {
+            *a = self.take().expect("depth within the stack");
+        }
+        self.give(slot);
+        for &a in above[..depth].iter().rev() {
+            self.give(a);
+        }
     }
 
     /// Returns a slot (it becomes the top).
@@ -203,6 +224,23 @@ mod tests {
             assert!(s.take().is_some());
         }
         assert_eq!(s.take(), None);
+    }
+
+    #[test]
+    fn slot_stack_nth_names_the_slots_later_takes_get() {
+        let mut s = SlotStack::full();
+        s.take();
+        let one = s.take().unwrap();
+        s.give(0);
+        let ahead: Vec<_> = (0..4).map(|k| s.nth(k).unwrap()).collect();
+        assert_eq!(s.nth(0), s.top());
+        for want in ahead {
+            assert_eq!(s.take(), Some(want));
+        }
+        assert_eq!(s.nth(s.len), None);
+        let (a, b) = (s.nth(0).unwrap(), s.nth(1).unwrap());
+        s.put_at(one, 1);
+        assert_eq!((s.nth(0), s.nth(1), s.nth(2)), (Some(a), Some(one), Some(b)));
     }
 
     #[test]

@@ -305,6 +305,34 @@ pub(crate) trait SendConnector: Send {
     fn hdr_slot(&self) -> *mut u8 {
         self.next_slot()
     }
+    /// Whether the producer may fill the step `k` places after the next one,
+    /// while the `k` steps before it hold their slots unpushed (the executor's
+    /// pending device steps, `coll::exec::Pending`): `can_push_at(0)` is
+    /// [`can_push`](Self::can_push). Pushes still come in order, so once the
+    /// first held step is pushed the others' offsets shift down by one; the
+    /// connector must not reorder its free slots meanwhile (the proxy runs no
+    /// [`progress`](Self::progress) on it while it has held steps). NCCL's
+    /// `prims_simple.h` keeps up to `NCCL_STEPS` steps of a connection in
+    /// flight the same way. The default answers only `k == 0` (a transport
+    /// that cannot look ahead keeps one step at a time).
+    fn can_push_at(&self, k: usize) -> bool {
+        k == 0 && self.can_push()
+    }
+    /// Address of the slot of the step `k` after the next one (valid while
+    /// `can_push_at(k)`); `slot_at(0)` is [`next_slot`](Self::next_slot).
+    fn slot_at(&self, k: usize) -> *mut u8 {
+        debug_assert_eq!(k, 0, "slot_at past the next step on a connector that cannot look ahead");
+        self.next_slot()
+    }
+    /// [`hdr_slot`](Self::hdr_slot) of the step `k` after the next one (valid
+    /// while `can_push_at(k)`).
+    fn hdr_slot_at(&self, k: usize) -> *mut u8 {
+        debug_assert_eq!(
+            k, 0,
+            "hdr_slot_at past the next step on a connector that cannot look ahead"
+        );
+        self.hdr_slot()
+    }
     /// [`push`](Self::push) of a step the receiving end reduces with `red` (a
     /// CollNet connector reduces it in the network, so it needs the datatype and
     /// operation; other transports just push).
@@ -384,11 +412,20 @@ pub(crate) trait RecvConnector: Send {
     /// The next step's data if it has arrived: `(address, size reported by the
     /// transport)`; valid until [`pop`](Self::pop).
     fn peek(&self) -> Option<(*mut u8, usize)>;
+    /// The data of the step `k` places after the next one if it has arrived,
+    /// while the `k` steps before it stay unpopped (held by the executor's
+    /// pending device steps): `peek_at(0)` is [`peek`](Self::peek); valid
+    /// until that step is popped (pops come in order, so offsets shift down by
+    /// one with each). The default answers only `k == 0`.
+    fn peek_at(&self, k: usize) -> Option<(*mut u8, usize)> {
+        if k == 0 { self.peek() } else { None }
+    }
     /// Releases the consumed step.
     fn pop(&mut self);
-    /// Where the operation header of the step [`peek`](Self::peek) returned at
-    /// `data` is, for the CPU to read: `data` itself, or host memory beside a
-    /// device slot ([`SendConnector::hdr_slot`]). Valid until `pop`.
+    /// Where the operation header of the step [`peek`](Self::peek) (or
+    /// [`peek_at`](Self::peek_at)) returned at `data` is, for the CPU to read:
+    /// `data` itself, or host memory beside a device slot
+    /// ([`SendConnector::hdr_slot`]). Valid until that step is popped.
     fn hdr_of(&self, data: *mut u8) -> *const u8 {
         data
     }

@@ -503,6 +503,27 @@ impl SendConnector for SendConn {
         )
     }
 
+    /// Room for the step `k` after the next one: `k + 1` more steps in flight
+    /// and `k + 1` free slots (the `k` held ones on top of the stack; `progress`,
+    /// which gives slots back, does not run while steps are held).
+    fn can_push_at(&self, k: usize) -> bool {
+        self.steps.in_flight() + (k as u64) < NCCL_STEPS as u64 && self.end.free.nth(k).is_some()
+    }
+
+    /// The slot the step `k` after the next one takes (`k` places down the
+    /// free stack; valid while `can_push_at(k)`).
+    fn slot_at(&self, k: usize) -> *mut u8 {
+        self.end.buf.slot(
+            self.end.free.nth(k).expect("slot_at without can_push_at"),
+            self.end.step_size,
+        )
+    }
+
+    /// The header goes at the start of the slot (host memory).
+    fn hdr_slot_at(&self, k: usize) -> *mut u8 {
+        self.slot_at(k)
+    }
+
     /// Marks the next step filled with `size` bytes; it is sent by `progress`.
     fn push(&mut self, size: usize) {
         debug_assert!(self.can_push() && size <= self.end.step_size);
@@ -722,6 +743,19 @@ impl RecvConnector for RecvConn {
         let i = Steps::index(self.steps.tail);
         match self.slots[i] {
             RecvState::Ready(dst, size) if !self.steps.is_idle() => Some((self.addr(dst), size)),
+            _ => None,
+        }
+    }
+
+    /// The step `k` after the next one if it has arrived (received steps
+    /// stay where they landed until popped, in order).
+    fn peek_at(&self, k: usize) -> Option<(*mut u8, usize)> {
+        let step = self.steps.tail + k as u64;
+        if k >= NCCL_STEPS || step >= self.steps.head {
+            return None;
+        }
+        match self.slots[Steps::index(step)] {
+            RecvState::Ready(dst, size) => Some((self.addr(dst), size)),
             _ => None,
         }
     }

@@ -1114,6 +1114,10 @@ pub(crate) struct ShmSend {
     free: Cell<SlotStack>,
     /// The slot of each step in flight (Simple), by [`Steps::index`].
     slot_of: Cell<StepBytes>,
+    /// How many free slots below the top [`SendConnector::slot_at`] named
+    /// for steps held ahead and not pushed yet (at most; less by one with
+    /// each push): an inline push puts its slot below them.
+    ahead: Cell<usize>,
     /// LL: the step is written here first, then packed into lines.
     staging: Option<AlignedBuf>,
     /// The producer found no room (waiting on the peer's credits).
@@ -1157,6 +1161,7 @@ impl ShmSend {
             steps: Cell::new(Steps::default()),
             free: Cell::new(SlotStack::full()),
             slot_of: Cell::new(StepBytes::default()),
+            ahead: Cell::new(0),
             staging,
             waiting: Cell::new(false),
             last_size: Cell::new(0),
@@ -1265,6 +1270,46 @@ impl SendConnector for ShmSend {
         ok
     }
 
+    /// Room for the step `k` after the next one (Simple only: LL packs every
+    /// step through one staging buffer). Credits are not taken back while
+    /// steps are held: that would put freed slots above the held ones.
+    fn can_push_at(&self, k: usize) -> bool {
+        if k == 0 {
+            return self.can_push();
+        }
+        let st = self.steps.get();
+        self.layout.proto == Protocol::Simple
+            && st.in_flight() + (k as u64) < NCCL_STEPS as u64
+            && self.free.get().nth(k).is_some()
+    }
+
+    /// The slot `k` places down the free stack (Simple), the staging buffer
+    /// (LL, `k == 0` only).
+    fn slot_at(&self, k: usize) -> *mut u8 {
+        match &self.staging {
+            Some(b) => {
+                debug_assert_eq!(k, 0, "LL steps are not held ahead");
+                b.ptr()
+            }
+            None => {
+                let slot = self.free.get().nth(k).expect("slot_at without can_push_at");
+                self.ahead.set(self.ahead.get().max(k));
+                slot_ptr(&self.seg, &self.layout, self.ext.as_ref(), slot)
+            }
+        }
+    }
+
+    /// Beside a device slot: the header area of the slot `k` places down the
+    /// free stack.
+    fn hdr_slot_at(&self, k: usize) -> *mut u8 {
+        if self.ext.is_none() {
+            return self.slot_at(k);
+        }
+        let slot = self.free.get().nth(k).expect("hdr_slot_at without can_push_at");
+        self.ahead.set(self.ahead.get().max(k));
+        self.seg.at(OP_HDR_OFF + slot * crate::coll::desc::OP_HDR_BYTES)
+    }
+
     fn fifo_mem(&self) -> Option<FifoMem> {
         if let Some(e) = &self.ext {
             return Some(FifoMem::Device { ordinal: e.ordinal });
@@ -1303,8 +1348,17 @@ impl SendConnector for ShmSend {
             Protocol::Simple if size <= INLINE_MAX && self.ext.is_none() => {
                 // The executor wrote the step into the free slot on top
                 // (`next_slot`): copy it into the step's inline line, which
-                // the receiver polls; the slot stays free.
-                let slot = self.free.get().top().expect("push without can_push");
+                // the receiver polls; the slot stays free. With steps held
+                // ahead (`slot_at`), it goes below their slots, so that each
+                // still gets the slot it was named.
+                let mut free = self.free.get();
+                let slot = free.top().expect("push without can_push");
+                let ahead = self.ahead.get();
+                if ahead > 0 {
+                    free.take();
+                    free.put_at(slot, ahead);
+                    self.free.set(free);
+                }
                 let src = slot_ptr(&self.seg, &self.layout, None, slot);
                 let h = self.seg.header();
                 let line = &h.inline[i];
@@ -1339,6 +1393,7 @@ impl SendConnector for ShmSend {
             }
         }
         self.steps.set(st);
+        self.ahead.set(self.ahead.get().saturating_sub(1));
     }
 
     fn user_reg(&self, _ptr: *const u8, _len: usize) -> Option<UserReg> {
@@ -1480,11 +1535,11 @@ impl ShmRecv {
         }
     }
 
-    /// The inline line of step `self.step` if its flag says the step is there.
-    fn inline_step(&self) -> Option<(*mut u8, usize)> {
-        let line = &self.seg.header().inline[Steps::index(self.step)];
+    /// The inline line of `step` if its flag says the step is there.
+    fn inline_step(&self, step: u64) -> Option<(*mut u8, usize)> {
+        let line = &self.seg.header().inline[Steps::index(step)];
         let w = line[0].load(Ordering::Acquire);
-        if w >> 8 != (self.step + 1) & (u64::MAX >> 8) {
+        if w >> 8 != (step + 1) & (u64::MAX >> 8) {
             return None;
         }
         let size = (w & 0xff) as usize;
@@ -1498,15 +1553,17 @@ impl ShmRecv {
         Some((line[1].as_ptr().cast::<u8>(), size))
     }
 
-    fn simple_peek(&self) -> Option<(*mut u8, usize)> {
+    /// Step `step` (`self.step` or one of the `NCCL_STEPS - 1` after it) if
+    /// it has arrived.
+    fn simple_peek(&self, step: u64) -> Option<(*mut u8, usize)> {
         if self.ext.is_none()
-            && let Some(r) = self.inline_step()
+            && let Some(r) = self.inline_step(step)
         {
             return Some(r);
         }
         let h = self.seg.header();
         let tail = h.tail.load(Ordering::Acquire);
-        if tail <= self.step {
+        if tail <= step {
             return None;
         }
         if tail > self.step + NCCL_STEPS as u64 {
@@ -1517,16 +1574,16 @@ impl ShmRecv {
             )));
             return None;
         }
-        let (slot, size) = fifo_entry(h.fifo[Steps::index(self.step)].load(Ordering::Relaxed));
+        let (slot, size) = fifo_entry(h.fifo[Steps::index(step)].load(Ordering::Relaxed));
         if slot == INLINE_SLOT && self.ext.is_none() {
             // Published after its line: the acquire on `tail` makes the line visible.
-            let r = self.inline_step();
+            let r = self.inline_step(step);
             if r.is_none() {
                 let first = self.corrupt.take();
                 self.corrupt.set(Some(first.unwrap_or_else(|| {
                     format!(
                         "rank {} published inline step {} without its line on a shared-memory FIFO",
-                        self.peer, self.step
+                        self.peer, step
                     )
                 })));
             }
@@ -1595,11 +1652,24 @@ impl RecvConnector for ShmRecv {
     /// The next step if it has arrived: its slot (Simple) or the unpacked lines (LL).
     fn peek(&self) -> Option<(*mut u8, usize)> {
         let r = match self.layout.proto {
-            Protocol::Simple => self.simple_peek(),
+            Protocol::Simple => self.simple_peek(self.step),
             _ => self.ll_peek(),
         };
         self.waiting.set(r.is_none());
         r
+    }
+
+    /// Step `k` after the next one if it has arrived (Simple: its slot or
+    /// inline line stays the consumer's until popped; LL: `k == 0` only,
+    /// every step is unpacked into one staging buffer).
+    fn peek_at(&self, k: usize) -> Option<(*mut u8, usize)> {
+        if k == 0 {
+            return self.peek();
+        }
+        if self.layout.proto != Protocol::Simple || k >= NCCL_STEPS {
+            return None;
+        }
+        self.simple_peek(self.step + k as u64)
     }
 
     /// Beside a device slot: the header the sender wrote into the segment's
@@ -1608,9 +1678,11 @@ impl RecvConnector for ShmRecv {
         if self.ext.is_none() {
             return data;
         }
-        let h = self.seg.header();
-        let (slot, _) = fifo_entry(h.fifo[Steps::index(self.step)].load(Ordering::Relaxed));
-        // `peek` checked the slot (a corrupt one never reaches here).
+        // The slot `data` is in (`peek` or `peek_at` returned its start and
+        // checked it: a corrupt one never reaches here), so a step held ahead
+        // finds its own header.
+        let base = self.ext.as_ref().map_or(0, |e| e.base as usize);
+        let slot = (data as usize).wrapping_sub(base) / self.layout.stride;
         self.seg
             .at(OP_HDR_OFF + slot.min(NCCL_STEPS - 1) * crate::coll::desc::OP_HDR_BYTES)
     }
@@ -1830,6 +1902,35 @@ mod tests {
             }
             assert!(slots.len() <= most, "{size}-byte steps used slots {slots:?}");
         }
+    }
+
+    /// Steps filled ahead (`slot_at(k)`, as the executor's pending device
+    /// steps do) and pushed later in order, inline ones among them, arrive
+    /// intact, and the receiver sees them ahead too (`peek_at(k)`).
+    #[test]
+    fn steps_held_ahead_keep_their_slots() {
+        let (mut s, mut r) = pair(Protocol::Simple, STEP);
+        let mut seed = 0u64;
+        for sizes in [[4000usize, 8, 4000], [8, 8, 4000], [4000, 4000, 8]] {
+            for (k, &n) in sizes.iter().enumerate() {
+                assert!(s.can_push_at(k));
+                fill(s.slot_at(k), n, seed + k as u64);
+            }
+            for &n in &sizes {
+                s.push(n);
+            }
+            for (k, &n) in sizes.iter().enumerate() {
+                let (p, got) = r.peek_at(k).expect("pushed step visible ahead");
+                assert_eq!(got, n);
+                check(p, n, seed + k as u64);
+            }
+            assert!(r.peek_at(sizes.len()).is_none());
+            for _ in &sizes {
+                r.pop();
+            }
+            seed += 10;
+        }
+        assert!(!s.can_push_at(NCCL_STEPS));
     }
 
     fn free_slots(s: &ShmSend) -> usize {
