@@ -121,16 +121,21 @@ fn device_steps_worker() {
     let mut bad: Vec<String> = Vec::new();
     // The first operation registers the FIFOs the connections announced.
     STAGING_OK.store(true, Ordering::Relaxed);
-    let w = run_device(
-        &comm,
-        &gpu0(),
-        TestOp::AllReduce,
-        DataType::Float32,
-        RedOp::Sum,
-        1031,
-        false,
-        1,
-    );
+    // A float32 sum AllReduce of `count` elements on GPU 0, inputs from `seed`;
+    // the number of wrong elements.
+    let allreduce_f32 = |count: usize, in_place: bool, seed: u64| {
+        run_device(
+            &comm,
+            &gpu0(),
+            TestOp::AllReduce,
+            DataType::Float32,
+            RedOp::Sum,
+            count,
+            in_place,
+            seed,
+        )
+    };
+    let w = allreduce_f32(1031, false, 1);
     if w > 0 {
         bad.push(format!("warm-up AllReduce: {w} wrong"));
     }
@@ -141,16 +146,7 @@ fn device_steps_worker() {
         for in_place in [false, true] {
             let (d0, s0) = ferroccl::device_step_counts();
             let w0 = WAITS.load(Ordering::Relaxed);
-            let w = run_device(
-                &comm,
-                &gpu0(),
-                TestOp::AllReduce,
-                DataType::Float32,
-                RedOp::Sum,
-                1 << 18,
-                in_place,
-                3,
-            );
+            let w = allreduce_f32(1 << 18, in_place, 3);
             let (d1, s1) = ferroccl::device_step_counts();
             let (steps, waits) = (d1 - d0, WAITS.load(Ordering::Relaxed) - w0);
             println!("rank {me}: ahead in_place {in_place}: {steps} device steps, {waits} waits");
