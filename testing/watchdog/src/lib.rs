@@ -130,51 +130,90 @@ pub fn process_report(pid: u32) -> String {
 
 /// `gdb -batch -p PID -ex "thread apply all bt"`, bounded; a one-line note
 /// when gdb is missing or fails.
+///
+/// gdb writes into a file, never a pipe: while it is attached every thread of
+/// PID is stopped, and when PID is this process the thread that would drain
+/// a pipe is one of them, so a report larger than the pipe (64 KiB: a few
+/// hundred frames) would block gdb and freeze both for good. For the same
+/// reason the bound is kept by `timeout(1)` around gdb, a process of its own
+/// (this process's own clock stops with it); the wait below bounds it again
+/// for other processes, or where `timeout` is missing.
 fn gdb_backtraces(pid: u32) -> String {
     if pid == std::process::id() {
         // Let a child debugger attach to us under Yama's ptrace_scope=1.
         // SAFETY: prctl with integer arguments.
         unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
     }
-    let child = Command::new("gdb")
-        .args(["-nx", "-batch", "-p", &pid.to_string(), "-ex", "thread apply all bt 30"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn();
+    let Some((path, file)) = report_file(pid) else {
+        return "  (no native backtraces: no file for gdb's output)\n".into();
+    };
+    let gdb_args = ["-nx", "-batch", "-p", &pid.to_string(), "-ex", "thread apply all bt 30"].map(String::from);
+    let spawn = |prog: &str, args: &[String]| {
+        Command::new(prog)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().map(Stdio::from).unwrap_or_else(|_| Stdio::null()))
+            .stderr(Stdio::null())
+            .spawn()
+    };
+    let bounded: Vec<String> = ["-k", "5", "60", "gdb"]
+        .map(String::from)
+        .into_iter()
+        .chain(gdb_args.clone())
+        .collect();
+    let child = match spawn("timeout", &bounded) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => spawn("gdb", &gdb_args),
+        r => r,
+    };
+    drop(file);
     let mut child = match child {
         Ok(c) => c,
-        Err(e) => return format!("  (no native backtraces: gdb: {e})\n"),
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return format!("  (no native backtraces: gdb: {e})\n");
+        }
     };
-    let mut so = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = so.read_to_string(&mut s);
-        s
-    });
     let t0 = Instant::now();
-    loop {
+    let status = loop {
         match child.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if t0.elapsed() < Duration::from_secs(60) => std::thread::sleep(Duration::from_millis(50)),
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if t0.elapsed() < Duration::from_secs(70) => std::thread::sleep(Duration::from_millis(50)),
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                break;
+                break None;
             }
         }
-    }
-    let text = reader.join().unwrap_or_default();
+    };
+    let mut text = String::new();
+    let _ = std::fs::File::open(&path).and_then(|mut f| f.read_to_string(&mut text));
+    let _ = std::fs::remove_file(&path);
     let bt: String = text
         .lines()
         .filter(|l| l.starts_with("Thread ") || l.starts_with('#'))
         .map(|l| format!("  {l}\n"))
         .collect();
-    if bt.is_empty() {
-        "  (gdb gave no backtraces)\n".into()
-    } else {
-        format!("  native backtraces (gdb):\n{bt}")
+    match (bt.is_empty(), status) {
+        // `timeout` exits 127 when gdb is not installed.
+        (true, Some(s)) if s.code() == Some(127) => "  (no native backtraces: gdb is not installed)\n".into(),
+        (true, _) => "  (gdb gave no backtraces)\n".into(),
+        (false, _) => format!("  native backtraces (gdb):\n{bt}"),
     }
+}
+
+/// A new empty file in the temporary directory for gdb's report on `pid`,
+/// with its path; `None` when none can be created.
+fn report_file(pid: u32) -> Option<(std::path::PathBuf, std::fs::File)> {
+    let dir = std::env::temp_dir();
+    (0..100u32).find_map(|k| {
+        let path = dir.join(format!("ferroccl-watchdog-{}-{pid}-{k}.txt", std::process::id()));
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .ok()
+            .map(|f| (path, f))
+    })
 }
 
 #[cfg(test)]
@@ -230,6 +269,75 @@ mod tests {
             r.lines().any(|l| l.contains("sleeper-xyz") && l.contains("state S")),
             "{r}"
         );
+    }
+
+    /// A report on this process finishes when the debugger stops every
+    /// thread of it and prints far more than a pipe holds (as gdb does on a
+    /// process of many threads): gdb's output must not wait on a thread it
+    /// stopped. A stand-in `gdb` (first on the child's PATH) stops the child
+    /// as gdb's attach does, prints 20 000 frames (~0.8 MB) and lets it go;
+    /// the child must finish within a generous bound and report every frame.
+    #[test]
+    fn self_report_survives_a_debugger_that_stops_this_process() {
+        const FRAMES: usize = 20_000;
+        if std::env::var_os("WATCHDOG_SELF_REPORT_CHILD").is_some() {
+            let r = process_report(std::process::id());
+            let frames = r.lines().filter(|l| l.trim_start().starts_with("#")).count();
+            println!("REPORT-FRAMES {frames}");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("ferroccl-watchdog-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let gdb = dir.join("gdb");
+        std::fs::write(
+            &gdb,
+            format!(
+                "#!/bin/sh\n\
+                 while [ $# -gt 0 ]; do [ \"$1\" = -p ] && pid=$2; shift; done\n\
+                 kill -STOP \"$pid\"\n\
+                 seq 1 {FRAMES} | sed 's/.*/#& 0x0000000000000000 in frame_\\& ()/'\n\
+                 kill -CONT \"$pid\"\n"
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&gdb, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "tests::self_report_survives_a_debugger_that_stops_this_process",
+                "--exact",
+                "--nocapture",
+            ])
+            .env("WATCHDOG_SELF_REPORT_CHILD", "1")
+            .env("PATH", format!("{}:/usr/bin:/bin", dir.display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut so = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = so.read_to_string(&mut s);
+            s
+        });
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if t0.elapsed() > Duration::from_secs(150) {
+                // SAFETY: kill with a pid and a signal number.
+                unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let out = reader.join().unwrap_or_default();
+        let _ = std::fs::remove_dir_all(&dir);
+        let status = status.unwrap_or_else(|| panic!("the self-report froze: not finished after 150 s\n{out}"));
+        assert!(status.success(), "child failed: {status:?}\n{out}");
+        assert!(out.contains(&format!("REPORT-FRAMES {FRAMES}")), "{out}");
     }
 
     /// A watchdog dropped in time does nothing; a child whose watchdog expires
