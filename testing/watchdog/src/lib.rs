@@ -16,7 +16,7 @@
 //! `libcuda.so` or `Completion::wait` shows up.
 
 use std::fmt::Write as _;
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -65,7 +65,12 @@ impl Watchdog {
                     if !x.is_empty() {
                         let _ = writeln!(msg, "{x}");
                     }
-                    eprintln!("{msg}");
+                    // Straight to file descriptor 2, errors ignored: `eprintln!`
+                    // is captured by the test harness (lost at the exit below)
+                    // and panics when stderr is a pipe its reader has closed
+                    // (a launcher that died first), which would end this
+                    // thread and leave the process running unbounded.
+                    let _ = writeln!(std::io::stderr(), "{msg}");
                     std::process::exit(EXIT_CODE);
                 }
             })
@@ -365,5 +370,32 @@ mod tests {
         assert!(err.contains("WATCHDOG child"), "{err}");
         assert!(err.contains("extra-text"), "{err}");
         assert!(err.contains("test-watchdog"), "{err}");
+        // A child whose stderr reader is gone (its launcher died) still exits
+        // at its watchdog, not after its 60 s sleep.
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "tests::expired_watchdog_fails_the_process_with_a_report",
+                "--exact",
+                "--nocapture",
+            ])
+            .env("WATCHDOG_CHILD", "1")
+            .env("PATH", "/nonexistent")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stderr.take());
+        let t0 = Instant::now();
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(50),
+                "a child with no stderr reader outlived its watchdog"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(EXIT_CODE));
     }
 }
