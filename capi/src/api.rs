@@ -95,13 +95,6 @@ fn ensure_logging() {
     });
 }
 
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".into())
-}
-
 /// Runs the body of exported function `name`: a panic becomes
 /// `ncclInternalError` (never unwinding into C), a failure is logged and kept
 /// for `ncclGetLastError`, `ncclInProgress` is returned as is.
@@ -120,7 +113,7 @@ pub(crate) fn guard(name: &str, f: impl FnOnce() -> R) -> ncclResult_t {
             report(&format!(
                 "{name}: internal error: the library panicked ({}); no state was changed by the panic's unwinding \
                  beyond this call",
-                panic_text(p.as_ref())
+                ferroccl::error::panic_text(p.as_ref())
             ));
             result::INTERNAL_ERROR
         }

@@ -97,6 +97,16 @@ pub enum Error {
     Internal(String),
 }
 
+/// The message of a caught panic's payload (`&str` or `String`, as `panic!`
+/// makes them), or "(no message)".
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
 impl From<BootstrapError> for Error {
     fn from(e: BootstrapError) -> Error {
         Error::Bootstrap(Arc::new(e))

@@ -118,6 +118,10 @@ fn device_steps_worker() {
     hostreg::set_hook(Some(h));
     let comm = join(&r, Duration::from_secs(60));
     let (n, me) = (r.nranks, r.rank);
+    if std::env::var("DEVICE_STEPS_MODE").as_deref() == Ok("panic") {
+        STAGING_OK.store(true, Ordering::Relaxed);
+        return panic_worker(comm, me);
+    }
     let mut bad: Vec<String> = Vec::new();
     // The first operation registers the FIFOs the connections announced.
     STAGING_OK.store(true, Ordering::Relaxed);
@@ -257,6 +261,41 @@ fn device_steps_worker() {
     println!("rank {me}: all correct");
 }
 
+/// `DEVICE_STEPS_MODE=panic`: the mock GPU of the rank given
+/// `MOCK_GPU_PANIC_AT` panics in the middle of an AllReduce, on whichever
+/// thread runs its steps. That rank's AllReduce must fail with an internal
+/// error naming the panic, the other's with an error too (told through the
+/// failure agreement, not by its timeout), and a second AllReduce must fail on
+/// both at once: nothing waits on a dead thread.
+fn panic_worker(comm: ferroccl::Comm, me: usize) {
+    let count = 1usize << 18;
+    let buf = mock_gpu::MockBuf::new(count * 4, gpu0());
+    ProcMem::write(buf.ptr, &vec![0u8; count * 4]);
+    let allreduce = || {
+        let s = ferroccl::stream::Stream::new();
+        // SAFETY: `buf` holds `count` float32 elements and outlives the
+        // synchronize below.
+        unsafe { TestOp::AllReduce.launch(&comm, buf.ptr, buf.ptr, count, DataType::Float32, RedOp::Sum, &s) }
+            .and_then(|()| s.synchronize())
+    };
+    let injected = std::env::var_os(mock_gpu::PANIC_AT_ENV).is_some();
+    let first = allreduce().expect_err("an AllReduce whose data path panicked on one rank succeeded");
+    println!("rank {me}: first AllReduce failed: {first}");
+    if injected {
+        let text = first.to_string();
+        assert!(
+            matches!(first, ferroccl::Error::Internal(_))
+                && text.contains("panicked")
+                && text.contains("fault injected"),
+            "rank {me}: want an internal error naming the panic, got: {text}"
+        );
+    }
+    let second = allreduce().expect_err("an AllReduce after a failed one succeeded");
+    println!("rank {me}: second AllReduce failed: {second}");
+    drop(comm);
+    println!("rank {me}: all correct");
+}
+
 /// Runs the worker on 2 processes with `env` (and `NCCL_DEBUG=INFO`); each
 /// rank's log must hold every text of `info`.
 fn run(what: &str, env: &[(&str, &str)], info: &[&str]) {
@@ -345,6 +384,50 @@ fn device_steps_run_ahead_of_the_wait() {
             ],
             &["device buffers: steps reduce on GPU 0 (FIFO registered)"],
         );
+    }
+}
+
+/// A panic in one rank's data path (here its mock GPU's, standing in for any
+/// bug there) fails the operation on every rank with an error, and later
+/// operations too; it never leaves a thread waiting on the dead one.
+#[test]
+fn a_panic_in_the_data_path_fails_every_rank() {
+    if role("devsteps").is_some() {
+        return;
+    }
+    let _watchdog =
+        ferroccl_test_watchdog::Watchdog::arm("a_panic_in_the_data_path_fails_every_rank", LIMIT, String::new);
+    for (what, transport) in [
+        ("network", ("NCCL_SHM_DISABLE", "1")),
+        ("shm", ("NCCL_PROTO", "Simple")),
+    ] {
+        let env = [
+            ("DEVICE_STEPS_MODE", "panic"),
+            ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
+            ("NCCL_BUFFSIZE", "262144"),
+            ("NCCL_ALGO", "Ring"),
+            transport,
+        ];
+        let per_rank = |r: usize| {
+            if r == 0 {
+                vec![(mock_gpu::PANIC_AT_ENV.to_string(), "5".to_string())]
+            } else {
+                Vec::new()
+            }
+        };
+        let outs = launch(WORKER, "devsteps", 2, &[0, 1], &env, per_rank, LIMIT);
+        assert_all_ok(&outs, &format!("a panic over the {what}"));
+        for o in &outs {
+            for l in o.stdout.lines().filter(|l| l.contains("AllReduce failed")) {
+                println!("{what}: {l}");
+            }
+            assert!(
+                o.stdout.contains("all correct"),
+                "{what}: rank {}:\n{}",
+                o.rank,
+                o.stdout
+            );
+        }
     }
 }
 

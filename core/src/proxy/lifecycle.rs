@@ -176,7 +176,23 @@ impl Proxy {
     ) -> Result<bool, Error> {
         let Running { plan, descs, mems, .. } = run;
         let passive = plan.passive;
-        self.progress_tasks(&mut plan.tasks, descs, mems, passive, what, window)
+        // A panic in the data path (a bug: an executor, transport or kernel
+        // invariant) fails the work like any error, so that `finish` closes
+        // the connections and tells the other ranks, instead of unwinding
+        // through the proxy thread, which would die and leave every waiter
+        // of this communicator (and every peer) waiting. The proxy's state is
+        // not trusted afterwards: the error stays the communicator's, so no
+        // later work runs on it.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.progress_tasks(&mut plan.tasks, descs, mems, passive, what, window)
+        })) {
+            Ok(r) => r,
+            Err(p) => Err(Error::Internal(format!(
+                "rank {}: the proxy panicked running {what}: {}",
+                self.params.rank,
+                crate::error::panic_text(p.as_ref())
+            ))),
+        }
     }
 
     /// Ends a work item (done or failed): stops its ProxyOp events and releases

@@ -106,9 +106,22 @@ impl MockKernels {
             QUEUE.with(|q| q.borrow_mut().push(run));
             return Ok(());
         }
-        CALLS.fetch_add(1, Ordering::Relaxed);
+        let call = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+        if panic_at() == Some(call) {
+            panic!("mock GPU: fault injected at raw operation {call} ({PANIC_AT_ENV})");
+        }
         op()
     }
+}
+
+/// Environment variable: the mock GPU panics at this raw operation (1-based,
+/// counted as [`CALLS`]), standing in for a bug in the data path of the
+/// thread that runs it.
+pub const PANIC_AT_ENV: &str = "MOCK_GPU_PANIC_AT";
+
+fn panic_at() -> Option<u64> {
+    static AT: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *AT.get_or_init(|| std::env::var(PANIC_AT_ENV).ok()?.parse().ok())
 }
 
 impl Backend for MockKernels {
