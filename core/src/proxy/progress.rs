@@ -96,6 +96,13 @@ impl Proxy {
             let mut moved = false;
             let mut done = true;
             for (ti, t) in tasks.iter_mut().enumerate() {
+                // Pending steps hold slots of their own lanes' connectors
+                // only, and a lane's steps are all one task's: progressing
+                // this task's connectors leaves them alone.
+                debug_assert!(
+                    pending.iter().all(|p| p.lane() != t.lane),
+                    "pending steps on a lane about to be progressed"
+                );
                 if !(passive && moved_last) {
                     moved |= self.progress_net(t)?;
                 }
@@ -128,7 +135,13 @@ impl Proxy {
                                     // reorder their free slots.
                                     continue;
                                 }
-                                // Hand filled slots to the plugin right away.
+                                // Hand filled slots to the plugin right away
+                                // (a step that ran now had no pending step of
+                                // its lane ahead of it: `exec::Held`).
+                                debug_assert!(
+                                    pending.iter().all(|p| p.lane() != t.lane),
+                                    "a step ran past pending steps of its lane"
+                                );
                                 if !passive {
                                     self.progress_sends(&t.conns)?;
                                 }
@@ -157,6 +170,12 @@ impl Proxy {
                 // reorder those the task's later pending steps hold.
                 let waited = exec::Pending::wait_all(&pending);
                 let mut r = waited;
+                // Entries are in task order (tasks run in order within a
+                // pass), so each task's are contiguous.
+                debug_assert!(
+                    pending.windows(2).all(|w| w[0].at().0 <= w[1].at().0),
+                    "pending steps out of task order"
+                );
                 let mut entries = pending.drain(..).peekable();
                 while let Some(p) = entries.next() {
                     let (ti, seg, si, pos) = p.at();
