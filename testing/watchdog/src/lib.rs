@@ -355,16 +355,18 @@ mod tests {
             return;
         }
         drop(Watchdog::arm("in time", Duration::from_secs(60), String::new));
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
+        let child = || {
+            let mut c = Command::new(std::env::current_exe().unwrap());
+            c.args([
                 "tests::expired_watchdog_fails_the_process_with_a_report",
                 "--exact",
                 "--nocapture",
             ])
             .env("WATCHDOG_CHILD", "1")
-            .env("PATH", "/nonexistent")
-            .output()
-            .unwrap();
+            .env("PATH", "/nonexistent");
+            c
+        };
+        let out = child().output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(EXIT_CODE), "{err}");
         assert!(err.contains("WATCHDOG child"), "{err}");
@@ -372,18 +374,7 @@ mod tests {
         assert!(err.contains("test-watchdog"), "{err}");
         // A child whose stderr reader is gone (its launcher died) still exits
         // at its watchdog, not after its 60 s sleep.
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "tests::expired_watchdog_fails_the_process_with_a_report",
-                "--exact",
-                "--nocapture",
-            ])
-            .env("WATCHDOG_CHILD", "1")
-            .env("PATH", "/nonexistent")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = child().stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         drop(child.stderr.take());
         let t0 = Instant::now();
         let status = loop {
