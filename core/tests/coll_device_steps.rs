@@ -34,6 +34,13 @@ use mock_gpu::{CALLS, ProcMem, QUEUED, STAGING_OK, WAITS, gpu0, run_device};
 
 const WORKER: &str = "device_steps_worker";
 const LIMIT: Duration = Duration::from_secs(240);
+/// The two paths the multi-step tests run over, with the setting that picks
+/// each: the network (socket plugin, shared memory off) and shared memory
+/// (Simple protocol: its slots are the segment itself).
+const OVER: [(&str, (&str, &str)); 2] = [
+    ("network", ("NCCL_SHM_DISABLE", "1")),
+    ("shm", ("NCCL_PROTO", "Simple")),
+];
 
 /// Stands in for `cuMemHostRegister`/`cuMemHostUnregister`: remembers what is
 /// registered, and records misuse (a region registered twice, an
@@ -369,10 +376,7 @@ fn device_steps_run_ahead_of_the_wait() {
         return;
     }
     let _watchdog = ferroccl_test_watchdog::Watchdog::arm("device_steps_run_ahead_of_the_wait", LIMIT, String::new);
-    for (what, transport) in [
-        ("network", ("NCCL_SHM_DISABLE", "1")),
-        ("shm", ("NCCL_PROTO", "Simple")),
-    ] {
+    for (what, transport) in OVER {
         run(
             &format!("device steps ahead over the {what}"),
             &[
@@ -397,10 +401,7 @@ fn a_panic_in_the_data_path_fails_every_rank() {
     }
     let _watchdog =
         ferroccl_test_watchdog::Watchdog::arm("a_panic_in_the_data_path_fails_every_rank", LIMIT, String::new);
-    for (what, transport) in [
-        ("network", ("NCCL_SHM_DISABLE", "1")),
-        ("shm", ("NCCL_PROTO", "Simple")),
-    ] {
+    for (what, transport) in OVER {
         let env = [
             ("DEVICE_STEPS_MODE", "panic"),
             ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
