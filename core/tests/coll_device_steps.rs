@@ -401,14 +401,22 @@ fn a_panic_in_the_data_path_fails_every_rank() {
     }
     let _watchdog =
         ferroccl_test_watchdog::Watchdog::arm("a_panic_in_the_data_path_fails_every_rank", LIMIT, String::new);
-    for (what, transport) in OVER {
-        let env = [
+    // The work runs on the enqueuing thread first (the proxy's spin window)
+    // or, with no window, on the proxy thread from the start: a panic on
+    // either must fail it.
+    let threads = [("", "enqueuing thread first"), ("0", "proxy thread")];
+    for ((over, transport), (spin, on)) in OVER.into_iter().flat_map(|o| threads.map(|t| (o, t))) {
+        let what = format!("{over}, {on}");
+        let mut env = vec![
             ("DEVICE_STEPS_MODE", "panic"),
             ("FERROCCL_SMALL_ALLREDUCE_BYTES", "0"),
             ("NCCL_BUFFSIZE", "262144"),
             ("NCCL_ALGO", "Ring"),
             transport,
         ];
+        if !spin.is_empty() {
+            env.push(("FERROCCL_PROXY_SPIN_US", spin));
+        }
         let per_rank = |r: usize| {
             if r == 0 {
                 vec![(mock_gpu::PANIC_AT_ENV.to_string(), "5".to_string())]

@@ -176,23 +176,26 @@ impl Proxy {
     ) -> Result<bool, Error> {
         let Running { plan, descs, mems, .. } = run;
         let passive = plan.passive;
-        // A panic in the data path (a bug: an executor, transport or kernel
-        // invariant) fails the work like any error, so that `finish` closes
-        // the connections and tells the other ranks, instead of unwinding
-        // through the proxy thread, which would die and leave every waiter
-        // of this communicator (and every peer) waiting. The proxy's state is
-        // not trusted afterwards: the error stays the communicator's, so no
-        // later work runs on it.
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.progress_tasks(&mut plan.tasks, descs, mems, passive, what, window)
-        })) {
-            Ok(r) => r,
-            Err(p) => Err(Error::Internal(format!(
+        self.progress_tasks(&mut plan.tasks, descs, mems, passive, what, window)
+    }
+
+    /// Runs `f`, one work item's planning, setup and progress, turning a
+    /// panic into [`Error::Internal`] naming `what` and the panic's message.
+    ///
+    /// A panic there is a bug (an executor, transport or kernel invariant);
+    /// caught, it fails the work like any error, so that [`Proxy::finish`]
+    /// closes the connections, tells the other ranks and keeps the error as
+    /// the communicator's (no later work runs on this state). Uncaught, it
+    /// would end the proxy thread, or unwind out of an enqueue, and leave
+    /// every waiter of the communicator, and every peer, waiting.
+    pub(super) fn guarded<T>(&mut self, what: WorkWhat, f: impl FnOnce(&mut Proxy) -> T) -> Result<T, Error> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self))).map_err(|p| {
+            Error::Internal(format!(
                 "rank {}: the proxy panicked running {what}: {}",
                 self.params.rank,
                 crate::error::panic_text(p.as_ref())
-            ))),
-        }
+            ))
+        })
     }
 
     /// Ends a work item (done or failed): stops its ProxyOp events and releases
@@ -223,7 +226,13 @@ impl Proxy {
     /// Work run here has no completion record (`work.done` is `None`) and no
     /// queue slot, so finishing it successfully records nothing
     /// ([`Proxy::finish`] with `Ok` does nothing for it).
+    /// A panic while it runs fails it ([`Proxy::guarded`]).
     pub(super) fn run_inline(&mut self, work: &Work, window: Duration) -> Inline {
+        self.guarded(work.what, |p| p.run_inline_unguarded(work, window))
+            .unwrap_or_else(Inline::Failed)
+    }
+
+    fn run_inline_unguarded(&mut self, work: &Work, window: Duration) -> Inline {
         debug_assert!(work.done.is_none(), "inline work has no completion record");
         let mut run = match self.plan(work) {
             Ok(Some(run)) => run,

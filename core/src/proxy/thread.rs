@@ -129,15 +129,21 @@ impl Proxy {
     fn handle_one(&mut self, item: Item) {
         match item {
             Item::Wake(_) => {}
+            // A panic while either runs fails the work (`Proxy::guarded`).
             Item::Fresh(work) => {
-                let r = self.execute(&work);
+                let r = self.guarded(work.what, |p| p.execute(&work)).and_then(|r| r);
                 self.finish(work, r);
             }
             Item::Resume(work, mut run) => {
                 let r = self
-                    .ready(&mut run, &work)
-                    .and_then(|()| self.advance(&mut run, work.what, None));
-                self.end(run);
+                    .guarded(work.what, |p| {
+                        let r = p
+                            .ready(&mut run, &work)
+                            .and_then(|()| p.advance(&mut run, work.what, None));
+                        p.end(run);
+                        r
+                    })
+                    .and_then(|r| r);
                 self.finish(work, r.map(|_| ()));
             }
             Item::Failed(work, e) => self.finish(work, Err(e)),
