@@ -125,13 +125,12 @@ fn device_steps_worker() {
     hostreg::set_hook(Some(h));
     let comm = join(&r, Duration::from_secs(60));
     let (n, me) = (r.nranks, r.rank);
-    if std::env::var("DEVICE_STEPS_MODE").as_deref() == Ok("panic") {
-        STAGING_OK.store(true, Ordering::Relaxed);
-        return panic_worker(comm, me);
-    }
     let mut bad: Vec<String> = Vec::new();
     // The first operation registers the FIFOs the connections announced.
     STAGING_OK.store(true, Ordering::Relaxed);
+    if std::env::var("DEVICE_STEPS_MODE").as_deref() == Ok("panic") {
+        return panic_worker(comm, me);
+    }
     // A float32 sum AllReduce of `count` elements on GPU 0, inputs from `seed`;
     // the number of wrong elements.
     let allreduce_f32 = |count: usize, in_place: bool, seed: u64| {

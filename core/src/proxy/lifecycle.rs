@@ -188,13 +188,17 @@ impl Proxy {
     /// the communicator's (no later work runs on this state). Uncaught, it
     /// would end the proxy thread, or unwind out of an enqueue, and leave
     /// every waiter of the communicator, and every peer, waiting.
-    pub(super) fn guarded<T>(&mut self, what: WorkWhat, f: impl FnOnce(&mut Proxy) -> T) -> Result<T, Error> {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self))).map_err(|p| {
-            Error::Internal(format!(
+    pub(super) fn guarded<T>(
+        &mut self,
+        what: WorkWhat,
+        f: impl FnOnce(&mut Proxy) -> Result<T, Error>,
+    ) -> Result<T, Error> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self))).unwrap_or_else(|p| {
+            Err(Error::Internal(format!(
                 "rank {}: the proxy panicked running {what}: {}",
                 self.params.rank,
                 crate::error::panic_text(p.as_ref())
-            ))
+            )))
         })
     }
 
@@ -228,7 +232,7 @@ impl Proxy {
     /// ([`Proxy::finish`] with `Ok` does nothing for it).
     /// A panic while it runs fails it ([`Proxy::guarded`]).
     pub(super) fn run_inline(&mut self, work: &Work, window: Duration) -> Inline {
-        self.guarded(work.what, |p| p.run_inline_unguarded(work, window))
+        self.guarded(work.what, |p| Ok(p.run_inline_unguarded(work, window)))
             .unwrap_or_else(Inline::Failed)
     }
 

@@ -131,19 +131,17 @@ impl Proxy {
             Item::Wake(_) => {}
             // A panic while either runs fails the work (`Proxy::guarded`).
             Item::Fresh(work) => {
-                let r = self.guarded(work.what, |p| p.execute(&work)).and_then(|r| r);
+                let r = self.guarded(work.what, |p| p.execute(&work));
                 self.finish(work, r);
             }
             Item::Resume(work, mut run) => {
-                let r = self
-                    .guarded(work.what, |p| {
-                        let r = p
-                            .ready(&mut run, &work)
-                            .and_then(|()| p.advance(&mut run, work.what, None));
-                        p.end(run);
-                        r
-                    })
-                    .and_then(|r| r);
+                let r = self.guarded(work.what, |p| {
+                    let r = p
+                        .ready(&mut run, &work)
+                        .and_then(|()| p.advance(&mut run, work.what, None));
+                    p.end(run);
+                    r
+                });
                 self.finish(work, r.map(|_| ()));
             }
             Item::Failed(work, e) => self.finish(work, Err(e)),

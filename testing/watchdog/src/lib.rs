@@ -178,18 +178,7 @@ fn gdb_backtraces(pid: u32) -> String {
             return format!("  (no native backtraces: gdb: {e})\n");
         }
     };
-    let t0 = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if t0.elapsed() < Duration::from_secs(70) => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
+    let status = wait_at_most(&mut child, Duration::from_secs(70));
     let mut text = String::new();
     let _ = std::fs::File::open(&path).and_then(|mut f| f.read_to_string(&mut text));
     let _ = std::fs::remove_file(&path);
@@ -203,6 +192,23 @@ fn gdb_backtraces(pid: u32) -> String {
         (true, Some(s)) if s.code() == Some(127) => "  (no native backtraces: gdb is not installed)\n".into(),
         (true, _) => "  (gdb gave no backtraces)\n".into(),
         (false, _) => format!("  native backtraces (gdb):\n{bt}"),
+    }
+}
+
+/// Waits for `child` for at most `limit`; past it (or when waiting fails),
+/// kills it (SIGKILL ends a stopped process too) and returns `None`.
+fn wait_at_most(child: &mut std::process::Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let t0 = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if t0.elapsed() < limit => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
     }
 }
 
@@ -324,20 +330,7 @@ mod tests {
             let _ = so.read_to_string(&mut s);
             s
         });
-        let t0 = Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break Some(s);
-            }
-            if t0.elapsed() > Duration::from_secs(150) {
-                // SAFETY: kill with a pid and a signal number.
-                unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let status = wait_at_most(&mut child, Duration::from_secs(150));
         let out = reader.join().unwrap_or_default();
         let _ = std::fs::remove_dir_all(&dir);
         let status = status.unwrap_or_else(|| panic!("the self-report froze: not finished after 150 s\n{out}"));
@@ -376,17 +369,8 @@ mod tests {
         // at its watchdog, not after its 60 s sleep.
         let mut child = child().stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
         drop(child.stderr.take());
-        let t0 = Instant::now();
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                t0.elapsed() < Duration::from_secs(50),
-                "a child with no stderr reader outlived its watchdog"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = wait_at_most(&mut child, Duration::from_secs(50))
+            .expect("a child with no stderr reader outlived its watchdog");
         assert_eq!(status.code(), Some(EXIT_CODE));
     }
 }
